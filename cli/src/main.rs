@@ -1,0 +1,5 @@
+//! The `fullerene` command.
+
+fn main() {
+    println!("fullerene");
+}

@@ -1,0 +1,18 @@
+//! The Fullerene framework SDK.
+//!
+//! - [`job`] and [`workload`]: the DAG job model and the reader of workload files.
+//! - `planner`: Graphene's offline planner (Graphene §4, tech report §4) and the lower bounds
+//!   of the tech report's §6.
+//! - `policy`: the online, per-offer policies: Graphene's matcher (Graphene §5, tech report
+//!   Fig. 8), Carbyne's altruism (Carbyne §3.3), and the baselines.
+//!
+//! Everything here is sans-IO: no sockets, threads, clocks or disks (DESIGN.md, principle 1),
+//! so the simulator runs the same code as production frameworks.
+
+#![warn(missing_docs)]
+
+pub mod job;
+pub mod workload;
+
+pub use job::{Job, Stage, StageIdx, TaskRef};
+pub use workload::{parse_workload, read_workload, WorkloadError};

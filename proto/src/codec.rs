@@ -1,0 +1,108 @@
+//! The message codec: a version byte, then bincode 2 (serde) with an explicit size limit.
+//!
+//! Decoding is strict: an unknown version, a payload over the limit, malformed contents or bytes
+//! left over after the message are all errors, each with its own [`CodecError`] variant. bincode is
+//! used nowhere else in the project, so the wire format can change here alone.
+
+use bincode::config::{Configuration, Limit, LittleEndian, Varint};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+/// The wire format version, the first byte of every encoded message.
+pub const WIRE_VERSION: u8 = 1;
+
+/// The largest encoded message, version byte included (4 MiB). Large enough for a batch of a
+/// thousand offers; small enough that a hostile peer cannot make a process allocate much.
+pub const MAX_MESSAGE_BYTES: usize = 4 << 20;
+
+type WireConfig = Configuration<LittleEndian, Varint, Limit<MAX_MESSAGE_BYTES>>;
+
+fn wire_config() -> WireConfig {
+    bincode::config::standard().with_limit::<MAX_MESSAGE_BYTES>()
+}
+
+/// Why a message could not be encoded or decoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CodecError {
+    /// Zero bytes: not even a version byte.
+    #[error("empty message: expected a version byte")]
+    Empty,
+    /// A version this build does not speak.
+    #[error("unsupported wire version {found} (this build speaks version {expected})")]
+    UnsupportedVersion {
+        /// The version byte received.
+        found: u8,
+        /// The version this build speaks.
+        expected: u8,
+    },
+    /// The message is larger than [`MAX_MESSAGE_BYTES`].
+    #[error("message of {size} bytes exceeds the limit of {limit} bytes")]
+    TooLarge {
+        /// Its size (or a lower bound of it).
+        size: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// The bytes do not form a valid message of the expected type.
+    #[error("malformed message: {0}")]
+    Malformed(String),
+    /// A valid message followed by extra bytes.
+    #[error("trailing bytes: message ended at byte {consumed} of {len}")]
+    TrailingBytes {
+        /// Bytes the message used (version byte included).
+        consumed: usize,
+        /// Bytes received.
+        len: usize,
+    },
+    /// The value could not be encoded (a serde error in a type that cannot be represented).
+    #[error("cannot encode message: {0}")]
+    Encode(String),
+}
+
+/// Encodes `message` as version byte + bincode.
+pub fn encode<T: Serialize>(message: &T) -> Result<Vec<u8>, CodecError> {
+    let mut out = vec![WIRE_VERSION];
+    // bincode's limit bounds only decoding; the size check below bounds encoding.
+    let body = bincode::serde::encode_to_vec(message, wire_config())
+        .map_err(|e| CodecError::Encode(e.to_string()))?;
+    out.extend_from_slice(&body);
+    if out.len() > MAX_MESSAGE_BYTES {
+        return Err(CodecError::TooLarge {
+            size: out.len(),
+            limit: MAX_MESSAGE_BYTES,
+        });
+    }
+    Ok(out)
+}
+
+/// Decodes one message of type `T` that must span `bytes` exactly.
+pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
+    let (&version, body) = bytes.split_first().ok_or(CodecError::Empty)?;
+    if version != WIRE_VERSION {
+        return Err(CodecError::UnsupportedVersion {
+            found: version,
+            expected: WIRE_VERSION,
+        });
+    }
+    if bytes.len() > MAX_MESSAGE_BYTES {
+        return Err(CodecError::TooLarge {
+            size: bytes.len(),
+            limit: MAX_MESSAGE_BYTES,
+        });
+    }
+    let (message, consumed) =
+        bincode::serde::decode_from_slice(body, wire_config()).map_err(|e| match e {
+            bincode::error::DecodeError::LimitExceeded => CodecError::TooLarge {
+                size: bytes.len(),
+                limit: MAX_MESSAGE_BYTES,
+            },
+            other => CodecError::Malformed(other.to_string()),
+        })?;
+    if consumed != body.len() {
+        return Err(CodecError::TrailingBytes {
+            consumed: consumed + 1,
+            len: bytes.len(),
+        });
+    }
+    Ok(message)
+}

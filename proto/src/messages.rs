@@ -1,0 +1,674 @@
+//! Every message that crosses a process boundary.
+//!
+//! The layout follows DESIGN.md's "a task's life". Each connection carries sessions; a session is
+//! one bidirectional QUIC stream that starts with a [`SessionOpen`] naming its kind. The kinds a
+//! peer may open depend on the role in its certificate, never on what the message says.
+//!
+//! | session | client → master | master → client |
+//! | --- | --- | --- |
+//! | agent | [`AgentToMaster`] | [`MasterToAgent`] |
+//! | framework | [`FrameworkCall`] | [`MasterToFramework`] |
+//! | operator | [`OperatorRequest`] | [`OperatorResponse`] |
+//! | peer (master ↔ master) | [`PeerMessage`] | [`PeerMessage`] |
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{AgentId, FrameworkId, MasterId, OfferId, TaskId};
+use crate::resources::Resources;
+
+/// Milliseconds since the Unix epoch. Used only for expiries and display: clocks never decide
+/// correctness (DESIGN.md, failure model).
+pub type UnixMillis = u64;
+
+/// The first frame on every stream: which session the client wants.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum SessionOpen {
+    /// An agent's session with the master (agents only).
+    Agent,
+    /// A framework scheduler's session (frameworks only).
+    Framework,
+    /// Operator requests (operators, and masters acting as operators).
+    Operator,
+    /// Raft traffic between masters (masters only).
+    Peer,
+}
+
+/// The answer to a [`SessionOpen`]: accepted, or why not.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum SessionOpenReply {
+    /// The session is open; the stream now carries the session's messages.
+    Accepted,
+    /// The session is refused and the stream will be closed.
+    Refused(WireError),
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared pieces
+// ---------------------------------------------------------------------------------------------
+
+/// The address of the leading master, sent with redirects.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LeaderInfo {
+    /// The leader's Raft id.
+    pub id: MasterId,
+    /// Where clients reach it.
+    pub addr: SocketAddr,
+    /// The term in which it leads.
+    pub term: u64,
+}
+
+/// A follower's answer to a request only the leader serves.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Redirect {
+    /// The leader, or `None` while no leader is known (the client should retry with backoff).
+    pub leader: Option<LeaderInfo>,
+}
+
+/// What went wrong, as a machine-readable code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ErrorCode {
+    /// The message could not be decoded.
+    Malformed,
+    /// The message was larger than the limit.
+    TooLarge,
+    /// The peer's certificate does not allow this.
+    Unauthorized,
+    /// This master is not the leader (see the accompanying redirect).
+    NotLeader,
+    /// The offer is unknown, expired or rescinded.
+    UnknownOffer,
+    /// The offer was made to another framework.
+    OfferNotYours,
+    /// The offers of one accept span more than one agent.
+    MixedAgents,
+    /// The tasks ask for more than the offers hold.
+    InsufficientResources,
+    /// A task id is already in use by this framework.
+    DuplicateTask,
+    /// The task is unknown or belongs to another framework.
+    UnknownTask,
+    /// The task names an executor the agent does not have.
+    UnknownExecutor,
+    /// The agent is unknown, unreachable or lost.
+    UnknownAgent,
+    /// The framework is unknown or torn down.
+    UnknownFramework,
+    /// A request whose fields are inconsistent (e.g. an empty bundle).
+    InvalidRequest,
+    /// The cluster cannot serve now (no quorum, shutting down); retry later.
+    Unavailable,
+    /// A bug or an unexpected local failure (disk full, ...): the message says which.
+    Internal,
+}
+
+/// A typed error that travels on the wire.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, thiserror::Error)]
+#[error("{code:?}: {message}")]
+pub struct WireError {
+    /// What kind of failure.
+    pub code: ErrorCode,
+    /// A human-readable explanation naming what was wrong.
+    pub message: String,
+}
+
+impl WireError {
+    /// A new error.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> WireError {
+        WireError {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+/// How a task runs on its agent.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Executor {
+    /// A real process.
+    Command(CommandSpec),
+    /// Built in: runs no process and finishes after `duration_ms` (like Nomad's mock driver), for
+    /// benchmarks and large tests.
+    Sleep {
+        /// How long the task "runs".
+        duration_ms: u64,
+    },
+}
+
+/// A command line run as the task's process.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CommandSpec {
+    /// The program, looked up in `PATH` when it has no `/`.
+    pub program: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Extra environment variables.
+    pub env: BTreeMap<String, String>,
+}
+
+/// Where a task belongs in its framework's job DAG.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TaskOrigin {
+    /// The job's name (unique within its framework).
+    pub job: String,
+    /// The stage id within the job.
+    pub stage: u32,
+    /// The task's index within the stage.
+    pub index: u32,
+    /// 0 for the first attempt, incremented on each retry.
+    pub attempt: u32,
+}
+
+/// A task as a framework asks for it to be launched.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TaskSpec {
+    /// Unique within the framework.
+    pub id: TaskId,
+    /// A human-readable name.
+    pub name: String,
+    /// What runs.
+    pub executor: Executor,
+    /// The resources charged for the task while it runs.
+    pub resources: Resources,
+    /// The job and stage it belongs to, when the framework runs DAG jobs.
+    pub origin: Option<TaskOrigin>,
+    /// How long a kill waits after the polite signal before it kills, in milliseconds.
+    pub kill_grace_ms: u64,
+}
+
+/// A task's state (DESIGN.md, "a task's life", step 6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum TaskState {
+    /// Accepted and committed; being sent to or set up on the agent.
+    Staging,
+    /// Its process (or sleep) is running.
+    Running,
+    /// Ended with success.
+    Finished,
+    /// Ended with failure (non-zero exit, could not start, ...).
+    Failed,
+    /// Killed on request.
+    Killed,
+    /// Its agent was declared lost, or the task vanished.
+    Lost,
+}
+
+impl TaskState {
+    /// True for the states a task never leaves.
+    pub const fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            TaskState::Finished | TaskState::Failed | TaskState::Killed | TaskState::Lost
+        )
+    }
+}
+
+/// Why a task reached its state, when the state alone does not say.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum StatusReason {
+    /// The process exited with this code.
+    Exited {
+        /// The exit code.
+        code: i32,
+    },
+    /// The process was ended by this signal.
+    Signaled {
+        /// The signal number.
+        signal: i32,
+    },
+    /// The executor is unknown on the agent.
+    UnknownExecutor,
+    /// The agent did not have the resources free.
+    InsufficientResources,
+    /// The process could not be started (the message says why).
+    LaunchFailed,
+    /// The agent restarted and could not re-attach to the process.
+    AgentRestarted,
+    /// The agent was declared lost.
+    AgentLost,
+    /// The framework asked for the kill.
+    KilledByFramework,
+    /// The framework was torn down or did not fail over in time.
+    FrameworkRemoved,
+    /// The master reconciled a task it does not know.
+    UnknownTask,
+    /// The task exceeded a resource limit it was held to.
+    LimitExceeded,
+}
+
+/// One step in a task's ordered status stream.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StatusUpdate {
+    /// The task.
+    pub task_id: TaskId,
+    /// Its framework.
+    pub framework_id: FrameworkId,
+    /// Its agent.
+    pub agent_id: AgentId,
+    /// The new state.
+    pub state: TaskState,
+    /// Per-task sequence number, from 1, increasing by one per update: receivers drop
+    /// duplicates (`seq` already seen) and detect gaps.
+    pub seq: u64,
+    /// Why, when there is a reason.
+    pub reason: Option<StatusReason>,
+    /// Free text for humans (stderr tail, error message).
+    pub message: String,
+    /// When the agent produced the update.
+    pub timestamp_ms: UnixMillis,
+}
+
+/// Acknowledges a status update; the sender stops retrying `seq` and everything before it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusAck {
+    /// The task.
+    pub task_id: TaskId,
+    /// The highest sequence number acknowledged.
+    pub seq: u64,
+}
+
+/// A summary of one kind of pending task, for the allocator (DESIGN.md step 2).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PendingDemand {
+    /// Per-task demand.
+    pub resources: Resources,
+    /// How many tasks of this shape are runnable now.
+    pub count: u32,
+    /// The best preferred-order score (Graphene priScore, 0..=1) among them.
+    pub pri_score: f64,
+}
+
+/// What a framework still wants, kept compact: the allocator needs shapes and scores, not tasks.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DemandSummary {
+    /// Runnable tasks grouped by shape, best first; at most a few dozen entries.
+    pub pending: Vec<PendingDemand>,
+    /// Remaining work (sum over unfinished tasks of duration × dominant share), the key for
+    /// shortest-remaining-work-first leftover redistribution (Carbyne §3.3.4).
+    pub remaining_work: f64,
+}
+
+/// Whether an offer comes from the regular fair allocation or from yielded leftovers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OfferKind {
+    /// From the deficit-counter allocation.
+    Regular,
+    /// From resources another framework yielded (Carbyne §3.3.4).
+    Leftover,
+}
+
+/// Free resources of one agent, offered to one framework until `expires_at_ms`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Offer {
+    /// The offer's id.
+    pub id: OfferId,
+    /// The framework it is made to.
+    pub framework_id: FrameworkId,
+    /// The agent whose resources these are.
+    pub agent_id: AgentId,
+    /// The agent's host name, for logs and locality.
+    pub hostname: String,
+    /// The agent's attributes (rack, zone, ...).
+    pub attributes: BTreeMap<String, String>,
+    /// The resources offered.
+    pub resources: Resources,
+    /// Regular or leftover.
+    pub kind: OfferKind,
+    /// After this the offer is void and accepting it fails.
+    pub expires_at_ms: UnixMillis,
+}
+
+/// A task's current state, as reported by reconciliation and status listings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TaskInfo {
+    /// The task as launched.
+    pub spec: TaskSpec,
+    /// Its framework.
+    pub framework_id: FrameworkId,
+    /// Its agent.
+    pub agent_id: AgentId,
+    /// Its latest state.
+    pub state: TaskState,
+    /// The sequence number of its latest update.
+    pub seq: u64,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Agent <-> master
+// ---------------------------------------------------------------------------------------------
+
+/// What an agent sends the master. The agent's id is taken from its certificate.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum AgentToMaster {
+    /// First message of a session: register, or re-register after a restart or a failover.
+    Register {
+        /// The machine's host name.
+        hostname: String,
+        /// Total resources the agent offers.
+        resources: Resources,
+        /// Placement attributes.
+        attributes: BTreeMap<String, String>,
+        /// Tasks the agent still runs or has unacknowledged updates for (empty on first start).
+        tasks: Vec<TaskInfo>,
+        /// Executors this agent can run (`command`, `sleep`).
+        executors: Vec<String>,
+    },
+    /// Liveness; `seq` increases per heartbeat.
+    Heartbeat {
+        /// Heartbeat counter.
+        seq: u64,
+    },
+    /// Capacity changed (hot-plugged resources, operator edit).
+    UpdateResources {
+        /// The new totals.
+        resources: Resources,
+    },
+    /// A task's status changed. Retried until acknowledged.
+    Status(StatusUpdate),
+}
+
+/// What the master sends an agent.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum MasterToAgent {
+    /// Registration is committed.
+    Registered {
+        /// The agent's id, as the master knows it.
+        agent_id: AgentId,
+        /// How often the agent should heartbeat.
+        heartbeat_interval_ms: u64,
+        /// Tasks the master has marked LOST that the agent must kill if it still runs them.
+        kill: Vec<TaskId>,
+    },
+    /// Answer to a heartbeat.
+    HeartbeatAck {
+        /// The heartbeat answered.
+        seq: u64,
+    },
+    /// Run these tasks (committed before being sent).
+    Launch {
+        /// The tasks' framework.
+        framework_id: FrameworkId,
+        /// The bundle.
+        tasks: Vec<TaskSpec>,
+    },
+    /// Kill a task.
+    Kill {
+        /// The task.
+        task_id: TaskId,
+        /// Its framework.
+        framework_id: FrameworkId,
+        /// Grace period between the polite signal and the kill.
+        grace_ms: u64,
+    },
+    /// The update is committed; the agent may forget it.
+    StatusAck(StatusAck),
+    /// This master is not the leader.
+    Redirect(Redirect),
+    /// A request failed.
+    Error(WireError),
+}
+
+// ---------------------------------------------------------------------------------------------
+// Framework <-> master
+// ---------------------------------------------------------------------------------------------
+
+/// A framework's request, with an id the answer refers to.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FrameworkCall {
+    /// Chosen by the framework; echoed in [`MasterToFramework::CallResult`].
+    pub call_id: u64,
+    /// The request.
+    pub call: FrameworkRequest,
+}
+
+/// What to do with the part of an offer a framework does not use.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Leftover {
+    /// Give it back; do not offer it to this framework again for `refuse_ms`.
+    Decline {
+        /// Filter duration.
+        refuse_ms: u64,
+    },
+    /// Yield it altruistically: re-offer it at once to others (Carbyne §3.3).
+    Yield,
+}
+
+/// A framework's request. The framework's principal comes from its certificate.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum FrameworkRequest {
+    /// Register, or re-register after a disconnect (with the id it was given).
+    Subscribe {
+        /// The id from a previous subscription, to fail over; `None` the first time.
+        framework_id: Option<FrameworkId>,
+        /// Human-readable name.
+        name: String,
+        /// Fairness group (queue, tenant).
+        group: String,
+        /// How long the master keeps the framework's tasks after it disconnects.
+        failover_timeout_ms: u64,
+    },
+    /// The framework's pending demand changed.
+    UpdateDemand(DemandSummary),
+    /// Launch a bundle on the agent of `offer_ids` (all offers must be of one agent).
+    Accept {
+        /// The offers used.
+        offer_ids: Vec<OfferId>,
+        /// The bundle.
+        tasks: Vec<TaskSpec>,
+        /// What happens to what the bundle does not use.
+        leftover: Leftover,
+    },
+    /// Decline offers entirely.
+    Decline {
+        /// The offers.
+        offer_ids: Vec<OfferId>,
+        /// Filter duration.
+        refuse_ms: u64,
+    },
+    /// Yield offers entirely, for redistribution (Carbyne §3.3.4).
+    Yield {
+        /// The offers.
+        offer_ids: Vec<OfferId>,
+    },
+    /// Clear all decline filters and resume offers.
+    Revive,
+    /// Stop sending offers until revived.
+    Suppress,
+    /// Kill one of this framework's tasks.
+    Kill {
+        /// The task.
+        task_id: TaskId,
+    },
+    /// Ask for the latest state of these tasks; an empty list means all of this framework's tasks.
+    Reconcile {
+        /// The tasks.
+        task_ids: Vec<TaskId>,
+    },
+    /// Acknowledge a status update.
+    Acknowledge(StatusAck),
+    /// Unregister: kill every task and forget the framework.
+    Teardown,
+}
+
+/// What the master sends a framework.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum MasterToFramework {
+    /// The answer to a call.
+    CallResult {
+        /// The call answered.
+        call_id: u64,
+        /// Success, or a typed error.
+        result: Result<CallOk, WireError>,
+    },
+    /// New offers.
+    Offers(Vec<Offer>),
+    /// Offers withdrawn (agent lost, leader stepping down, expiry).
+    Rescind {
+        /// The offers.
+        offer_ids: Vec<OfferId>,
+    },
+    /// A task's status changed (or reconciliation's answer); acknowledge it.
+    Update(StatusUpdate),
+    /// This master is not the leader.
+    Redirect(Redirect),
+}
+
+/// Successful answers to framework calls.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum CallOk {
+    /// Subscribed with this id.
+    Subscribed {
+        /// The framework's id.
+        framework_id: FrameworkId,
+        /// How often the master heartbeats the framework.
+        heartbeat_interval_ms: u64,
+    },
+    /// Done.
+    Done,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Operator <-> master
+// ---------------------------------------------------------------------------------------------
+
+/// An operator's request.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum OperatorRequest {
+    /// Raft status of the cluster.
+    ClusterStatus,
+    /// All agents.
+    ListAgents,
+    /// All frameworks.
+    ListFrameworks,
+    /// Tasks, optionally of one framework.
+    ListTasks {
+        /// Only this framework's tasks.
+        framework_id: Option<FrameworkId>,
+    },
+    /// Add a master to the Raft group.
+    AddMaster {
+        /// Its id.
+        id: MasterId,
+        /// Its peer address.
+        addr: SocketAddr,
+    },
+    /// Remove a master from the Raft group.
+    RemoveMaster {
+        /// Its id.
+        id: MasterId,
+    },
+}
+
+/// A master's state in a cluster status answer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MemberStatus {
+    /// The master.
+    pub id: MasterId,
+    /// Its peer address.
+    pub addr: SocketAddr,
+    /// Highest log index known replicated to it (leader's view).
+    pub matched: u64,
+    /// Entries it is behind the leader's last index.
+    pub lag: u64,
+    /// Voter or learner.
+    pub voter: bool,
+}
+
+/// The Raft view of the cluster.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClusterStatus {
+    /// The answering master.
+    pub this: MasterId,
+    /// The leader, if known.
+    pub leader: Option<LeaderInfo>,
+    /// Current term.
+    pub term: u64,
+    /// Commit index.
+    pub commit: u64,
+    /// Applied index.
+    pub applied: u64,
+    /// Members.
+    pub members: Vec<MemberStatus>,
+}
+
+/// State of an agent as the master sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AgentState {
+    /// Heartbeating.
+    Active,
+    /// Missed heartbeats for the first timeout.
+    Unreachable,
+    /// Declared lost; its tasks are LOST.
+    Lost,
+}
+
+/// An agent as the master sees it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AgentInfo {
+    /// The agent.
+    pub id: AgentId,
+    /// Its host name.
+    pub hostname: String,
+    /// Total resources.
+    pub total: Resources,
+    /// Resources charged to running tasks.
+    pub used: Resources,
+    /// Its state.
+    pub state: AgentState,
+    /// Its attributes.
+    pub attributes: BTreeMap<String, String>,
+    /// When the master last heard from it.
+    pub last_heartbeat_ms: UnixMillis,
+}
+
+/// A framework as the master sees it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FrameworkInfo {
+    /// The framework.
+    pub id: FrameworkId,
+    /// Its name.
+    pub name: String,
+    /// The principal from its certificate.
+    pub principal: String,
+    /// Its fairness group.
+    pub group: String,
+    /// Connected now.
+    pub connected: bool,
+    /// Resources its running tasks use.
+    pub used: Resources,
+    /// Tasks not yet terminal.
+    pub active_tasks: u64,
+}
+
+/// The answer to an operator request.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum OperatorResponse {
+    /// For [`OperatorRequest::ClusterStatus`].
+    ClusterStatus(ClusterStatus),
+    /// For [`OperatorRequest::ListAgents`].
+    Agents(Vec<AgentInfo>),
+    /// For [`OperatorRequest::ListFrameworks`].
+    Frameworks(Vec<FrameworkInfo>),
+    /// For [`OperatorRequest::ListTasks`].
+    Tasks(Vec<TaskInfo>),
+    /// A change was committed.
+    Done,
+    /// This master is not the leader.
+    Redirect(Redirect),
+    /// The request failed.
+    Error(WireError),
+}
+
+// ---------------------------------------------------------------------------------------------
+// Master <-> master
+// ---------------------------------------------------------------------------------------------
+
+/// Traffic between masters. The sender's id comes from its certificate.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum PeerMessage {
+    /// Raft messages, each an encoded `raft::eraftpb::Message`: opaque here, so that `proto`
+    /// does not depend on raft-rs's protobuf types.
+    Raft(Vec<Vec<u8>>),
+}
