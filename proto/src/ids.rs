@@ -11,6 +11,7 @@ macro_rules! string_id {
     ($(#[$doc:meta])* $name:ident) => {
         $(#[$doc])*
         #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
         pub struct $name(pub String);
 
         impl $name {
@@ -46,6 +47,7 @@ macro_rules! numeric_id {
         #[derive(
             Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
         )]
+        #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
         pub struct $name(pub u64);
 
         impl fmt::Display for $name {

@@ -16,5 +16,8 @@ pub mod ids;
 pub mod messages;
 pub mod resources;
 
+#[cfg(test)]
+mod proptests;
+
 pub use ids::{AgentId, FrameworkId, MasterId, OfferId, TaskId};
 pub use resources::{ResourceKind, ResourceVec, Resources, NUM_RESOURCES};

@@ -25,6 +25,7 @@ pub type UnixMillis = u64;
 
 /// The first frame on every stream: which session the client wants.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub enum SessionOpen {
     /// An agent's session with the master (agents only).
     Agent,
@@ -38,6 +39,7 @@ pub enum SessionOpen {
 
 /// The answer to a [`SessionOpen`]: accepted, or why not.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub enum SessionOpenReply {
     /// The session is open; the stream now carries the session's messages.
     Accepted,
@@ -51,6 +53,7 @@ pub enum SessionOpenReply {
 
 /// The address of the leading master, sent with redirects.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub struct LeaderInfo {
     /// The leader's Raft id.
     pub id: MasterId,
@@ -62,6 +65,7 @@ pub struct LeaderInfo {
 
 /// A follower's answer to a request only the leader serves.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub struct Redirect {
     /// The leader, or `None` while no leader is known (the client should retry with backoff).
     pub leader: Option<LeaderInfo>,
@@ -69,6 +73,7 @@ pub struct Redirect {
 
 /// What went wrong, as a machine-readable code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub enum ErrorCode {
     /// The message could not be decoded.
     Malformed,
@@ -106,6 +111,7 @@ pub enum ErrorCode {
 
 /// A typed error that travels on the wire.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, thiserror::Error)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 #[error("{code:?}: {message}")]
 pub struct WireError {
     /// What kind of failure.
@@ -126,6 +132,7 @@ impl WireError {
 
 /// How a task runs on its agent.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub enum Executor {
     /// A real process.
     Command(CommandSpec),
@@ -139,6 +146,7 @@ pub enum Executor {
 
 /// A command line run as the task's process.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub struct CommandSpec {
     /// The program, looked up in `PATH` when it has no `/`.
     pub program: String,
@@ -150,6 +158,7 @@ pub struct CommandSpec {
 
 /// Where a task belongs in its framework's job DAG.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub struct TaskOrigin {
     /// The job's name (unique within its framework).
     pub job: String,
@@ -163,6 +172,7 @@ pub struct TaskOrigin {
 
 /// A task as a framework asks for it to be launched.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub struct TaskSpec {
     /// Unique within the framework.
     pub id: TaskId,
@@ -180,6 +190,7 @@ pub struct TaskSpec {
 
 /// A task's state (DESIGN.md, "a task's life", step 6).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub enum TaskState {
     /// Accepted and committed; being sent to or set up on the agent.
     Staging,
@@ -207,6 +218,7 @@ impl TaskState {
 
 /// Why a task reached its state, when the state alone does not say.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub enum StatusReason {
     /// The process exited with this code.
     Exited {
@@ -240,6 +252,7 @@ pub enum StatusReason {
 
 /// One step in a task's ordered status stream.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub struct StatusUpdate {
     /// The task.
     pub task_id: TaskId,
@@ -262,6 +275,7 @@ pub struct StatusUpdate {
 
 /// Acknowledges a status update; the sender stops retrying `seq` and everything before it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub struct StatusAck {
     /// The task.
     pub task_id: TaskId,
@@ -271,6 +285,7 @@ pub struct StatusAck {
 
 /// A summary of one kind of pending task, for the allocator (DESIGN.md step 2).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub struct PendingDemand {
     /// Per-task demand.
     pub resources: Resources,
@@ -282,6 +297,7 @@ pub struct PendingDemand {
 
 /// What a framework still wants, kept compact: the allocator needs shapes and scores, not tasks.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub struct DemandSummary {
     /// Runnable tasks grouped by shape, best first; at most a few dozen entries.
     pub pending: Vec<PendingDemand>,
@@ -292,6 +308,7 @@ pub struct DemandSummary {
 
 /// Whether an offer comes from the regular fair allocation or from yielded leftovers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub enum OfferKind {
     /// From the deficit-counter allocation.
     Regular,
@@ -301,6 +318,7 @@ pub enum OfferKind {
 
 /// Free resources of one agent, offered to one framework until `expires_at_ms`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub struct Offer {
     /// The offer's id.
     pub id: OfferId,
@@ -322,6 +340,7 @@ pub struct Offer {
 
 /// A task's current state, as reported by reconciliation and status listings.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub struct TaskInfo {
     /// The task as launched.
     pub spec: TaskSpec,
@@ -341,6 +360,7 @@ pub struct TaskInfo {
 
 /// What an agent sends the master. The agent's id is taken from its certificate.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub enum AgentToMaster {
     /// First message of a session: register, or re-register after a restart or a failover.
     Register {
@@ -371,6 +391,7 @@ pub enum AgentToMaster {
 
 /// What the master sends an agent.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub enum MasterToAgent {
     /// Registration is committed.
     Registered {
@@ -416,6 +437,7 @@ pub enum MasterToAgent {
 
 /// A framework's request, with an id the answer refers to.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub struct FrameworkCall {
     /// Chosen by the framework; echoed in [`MasterToFramework::CallResult`].
     pub call_id: u64,
@@ -425,6 +447,7 @@ pub struct FrameworkCall {
 
 /// What to do with the part of an offer a framework does not use.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub enum Leftover {
     /// Give it back; do not offer it to this framework again for `refuse_ms`.
     Decline {
@@ -437,6 +460,7 @@ pub enum Leftover {
 
 /// A framework's request. The framework's principal comes from its certificate.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub enum FrameworkRequest {
     /// Register, or re-register after a disconnect (with the id it was given).
     Subscribe {
@@ -494,6 +518,7 @@ pub enum FrameworkRequest {
 
 /// What the master sends a framework.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub enum MasterToFramework {
     /// The answer to a call.
     CallResult {
@@ -517,6 +542,7 @@ pub enum MasterToFramework {
 
 /// Successful answers to framework calls.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub enum CallOk {
     /// Subscribed with this id.
     Subscribed {
@@ -535,6 +561,7 @@ pub enum CallOk {
 
 /// An operator's request.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub enum OperatorRequest {
     /// Raft status of the cluster.
     ClusterStatus,
@@ -563,6 +590,7 @@ pub enum OperatorRequest {
 
 /// A master's state in a cluster status answer.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub struct MemberStatus {
     /// The master.
     pub id: MasterId,
@@ -578,6 +606,7 @@ pub struct MemberStatus {
 
 /// The Raft view of the cluster.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub struct ClusterStatus {
     /// The answering master.
     pub this: MasterId,
@@ -595,6 +624,7 @@ pub struct ClusterStatus {
 
 /// State of an agent as the master sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub enum AgentState {
     /// Heartbeating.
     Active,
@@ -606,6 +636,7 @@ pub enum AgentState {
 
 /// An agent as the master sees it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub struct AgentInfo {
     /// The agent.
     pub id: AgentId,
@@ -625,6 +656,7 @@ pub struct AgentInfo {
 
 /// A framework as the master sees it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub struct FrameworkInfo {
     /// The framework.
     pub id: FrameworkId,
@@ -644,6 +676,7 @@ pub struct FrameworkInfo {
 
 /// The answer to an operator request.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub enum OperatorResponse {
     /// For [`OperatorRequest::ClusterStatus`].
     ClusterStatus(ClusterStatus),
@@ -667,6 +700,7 @@ pub enum OperatorResponse {
 
 /// Traffic between masters. The sender's id comes from its certificate.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub enum PeerMessage {
     /// Raft messages, each an encoded `raft::eraftpb::Message`: opaque here, so that `proto`
     /// does not depend on raft-rs's protobuf types.

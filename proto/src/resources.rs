@@ -20,6 +20,7 @@ pub const EPSILON: f64 = 1e-9;
 
 /// The resource kinds an agent reports and a task demands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub enum ResourceKind {
     /// CPU cores (fractional amounts allowed).
     Cpus,
@@ -104,6 +105,7 @@ pub enum ResourceError {
 
 /// A dense vector of amounts, one per [`ResourceKind`].
 #[derive(Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub struct ResourceVec(pub [f64; NUM_RESOURCES]);
 
 impl ResourceVec {
@@ -320,6 +322,7 @@ impl std::str::FromStr for ResourceVec {
 
 /// Resource amounts as they travel on the wire: a map from resource name to amount.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub struct Resources(pub BTreeMap<String, f64>);
 
 impl Resources {
