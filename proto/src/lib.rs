@@ -10,11 +10,13 @@
 
 #![warn(missing_docs)]
 
+pub mod certs;
 pub mod codec;
 pub mod framing;
 pub mod ids;
 pub mod messages;
 pub mod resources;
+pub mod transport;
 
 #[cfg(test)]
 mod proptests;
