@@ -12,6 +12,9 @@
 #![warn(missing_docs)]
 
 pub mod job;
+pub mod lower_bound;
+pub mod planner;
+pub mod policy;
 pub mod workload;
 
 pub use job::{Job, Stage, StageIdx, TaskRef};

@@ -1,0 +1,129 @@
+//! Breadth-first order within a job: what Tez does (Graphene §2.2 and §7.1: "Tez:
+//! breadth-first order of tasks in the DAG running atop YARN's Capacity Scheduler").
+
+use crate::job::{Job, TaskRef};
+use crate::policy::bundle::{fit_limit, greedy_fill, RunnableQueues, StageOrder};
+use crate::policy::{
+    IntraJobPolicy, JobPolicy, JobState, LeftoverAction, OfferContext, OfferDecision,
+};
+
+/// Each stage's breadth-first level: 0 for roots, otherwise one more than its deepest parent.
+/// This is Tez's "distance from root", which its natural-order DAG scheduler turns into
+/// request priorities; taking the deepest parent keeps the order consistent with the barriers.
+pub fn breadth_first_levels(job: &Job) -> Vec<u32> {
+    let mut levels = vec![0u32; job.stages.len()];
+    // Stages are in topological order: parents are final before their children.
+    for (s, stage) in job.stages.iter().enumerate() {
+        levels[s] = stage
+            .parents
+            .iter()
+            .map(|&p| levels[p] + 1)
+            .max()
+            .unwrap_or(0);
+    }
+    levels
+}
+
+/// Breadth-first order: the runnable stage closest to the roots first (ties by stage order),
+/// tasks by index; what does not fit is skipped (Graphene §2.2: the capacity scheduler "picks
+/// (in a breadth-first order) a runnable task from the designated DAG that fits"). Which job
+/// gets the machine is the capacity scheduler's part, in the allocator.
+#[derive(Clone, Debug)]
+pub struct BfsPolicy {
+    levels: Vec<u32>,
+    queues: RunnableQueues,
+}
+
+impl BfsPolicy {
+    /// The policy for `job`.
+    pub fn new(job: &Job) -> BfsPolicy {
+        BfsPolicy {
+            levels: breadth_first_levels(job),
+            queues: RunnableQueues::new(job, StageOrder::by_index(job)),
+        }
+    }
+
+    fn key(&self, stage: usize, t: TaskRef) -> (u32, usize, u32) {
+        (self.levels[stage], stage, t.index)
+    }
+}
+
+impl JobPolicy for BfsPolicy {
+    fn name(&self) -> &str {
+        "bfs"
+    }
+
+    fn on_offer(&mut self, job: &Job, state: &JobState, offer: &OfferContext) -> OfferDecision {
+        let cands = self.queues.candidates(job, state, fit_limit(offer.free));
+        OfferDecision {
+            launch: greedy_fill(&offer.free, cands, |c, t| self.key(c.stage, t)),
+            leftover: LeftoverAction::Decline,
+        }
+    }
+
+    fn replan(&mut self, _job: &Job, _state: &JobState) {
+        self.queues.reset();
+    }
+}
+
+impl IntraJobPolicy for BfsPolicy {
+    fn bundle_among(
+        &mut self,
+        job: &Job,
+        state: &JobState,
+        offer: &OfferContext,
+        tasks: &[TaskRef],
+    ) -> Vec<TaskRef> {
+        let runnable = tasks.iter().copied().filter(|t| state.is_runnable(*t));
+        let cands = self
+            .queues
+            .order()
+            .candidates_from(job, runnable, fit_limit(offer.free));
+        greedy_fill(&offer.free, cands, |c, t| self.key(c.stage, t))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::baselines::test_util::{job, offer};
+
+    #[test]
+    fn levels_are_distances_from_the_roots_through_the_deepest_parent() {
+        let j = job(&[
+            (0, &[], &[1.0], "cpus=1"),
+            (1, &[0], &[1.0], "cpus=1"),
+            (2, &[1], &[1.0], "cpus=1"),
+            (3, &[], &[1.0], "cpus=1"),
+            (4, &[3, 2], &[1.0], "cpus=1"),
+        ]);
+        assert_eq!(breadth_first_levels(&j), vec![0, 1, 2, 0, 3]);
+    }
+
+    #[test]
+    fn shallower_stages_go_first() {
+        // Stage a (root) -> b; c is a root listed after b in the file. Once a finished, b
+        // (level 1) and c (level 0) are runnable: c goes first although b comes first in
+        // topological order.
+        let j = job(&[
+            (0, &[], &[1.0], "cpus=1"),
+            (1, &[0], &[1.0, 1.0], "cpus=4"),
+            (2, &[], &[1.0, 1.0], "cpus=4"),
+        ]);
+        let mut state = JobState::new(&j);
+        state.mark_launched(TaskRef::new(0, 0), 0, 0.0);
+        state.mark_finished(&j, TaskRef::new(0, 0), 1.0);
+        let idx_c = j.stages.iter().position(|s| s.id == 2).unwrap();
+        let idx_b = j.stages.iter().position(|s| s.id == 1).unwrap();
+        let mut p = BfsPolicy::new(&j);
+        let d = p.on_offer(&j, &state, &offer("cpus=12"));
+        assert_eq!(
+            d.launch,
+            vec![
+                TaskRef::new(idx_c, 0),
+                TaskRef::new(idx_c, 1),
+                TaskRef::new(idx_b, 0)
+            ]
+        );
+    }
+}

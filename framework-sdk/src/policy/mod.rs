@@ -1,0 +1,85 @@
+//! Online, per-offer scheduling policies of a framework (the second level of the two-level
+//! design): given an offer of one machine's free resources, which of the job's runnable tasks to
+//! launch there, and what to do with the rest (decline, or yield it altruistically).
+//!
+//! A policy is sans-IO: the simulator and the production DAG-job framework call the same
+//! [`JobPolicy`] with the same [`JobState`].
+
+use fullerene_proto::ResourceVec;
+
+use crate::job::{Job, TaskRef};
+
+pub use fullerene_proto::messages::OfferKind;
+
+/// What a policy sees of an offer.
+#[derive(Clone, Debug)]
+pub struct OfferContext {
+    /// A stable index of the offered machine (for locality: where parents ran).
+    pub machine: usize,
+    /// The resources offered (the machine's free resources, or the yielded part of them).
+    pub free: ResourceVec,
+    /// The machine's total capacity (for packing scores, which Graphene §5 normalises by it).
+    pub capacity: ResourceVec,
+    /// Regular (fair) or leftover (yielded by another framework).
+    pub kind: OfferKind,
+    /// Current time, seconds.
+    pub now_s: f64,
+    /// The whole cluster's capacity.
+    pub cluster_capacity: ResourceVec,
+    /// The resources this job would hold under its fair share right now (Carbyne §3.3.1 uses
+    /// it to estimate T_k). The allocator computes it from the groups' weights and the jobs
+    /// active in each group.
+    pub fair_share: ResourceVec,
+}
+
+/// What to do with the part of an offer a policy does not launch tasks on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeftoverAction {
+    /// Return it to the allocator; the allocator may offer it again in its next cycle.
+    Decline,
+    /// Yield it for immediate redistribution to others (Carbyne §3.3.4).
+    Yield,
+}
+
+/// A policy's answer to an offer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OfferDecision {
+    /// Tasks to launch on the offered machine, a bundle in launch order. Their summed demand
+    /// fits `free`, except for the overbooking of fungible resources the policy allows itself.
+    pub launch: Vec<TaskRef>,
+    /// What happens to what is left of the offer.
+    pub leftover: LeftoverAction,
+}
+
+/// A framework-side scheduling policy for one job.
+pub trait JobPolicy: Send {
+    /// Short name, as used on the command line (`graphene`, `cp`, ...).
+    fn name(&self) -> &str;
+
+    /// Chooses a bundle for `offer`. Must only choose tasks that are runnable in `state`.
+    fn on_offer(&mut self, job: &Job, state: &JobState, offer: &OfferContext) -> OfferDecision;
+
+    /// Called when the job's DAG must be re-planned (tasks were lost); the default keeps the
+    /// policy as it is.
+    fn replan(&mut self, _job: &Job, _state: &JobState) {}
+}
+
+pub mod baselines;
+mod bundle;
+pub mod carbyne;
+pub mod graphene;
+pub mod kind;
+pub mod scoring;
+#[cfg(test)]
+mod tests;
+
+pub use baselines::{
+    BfsPolicy, CriticalPathPolicy, DrfPolicy, FifoPolicy, SjfPolicy, TetrisPolicy,
+};
+pub use bundle::{IntraJobPolicy, StageCandidates};
+pub use carbyne::{CarbyneParams, CarbynePolicy};
+pub use graphene::{GrapheneMatcher, MatcherParams};
+pub use kind::{build, PolicyError, PolicyKind, PolicyParams};
+
+pub mod job_state;
+pub use job_state::{JobState, JobStateError, TaskStatus};
