@@ -1,0 +1,123 @@
+//! Leftover redistribution (Carbyne §3.3.4, `LEFTOVERSCHEDULER` of its pseudocode).
+//!
+//! A framework that runs Carbyne's altruism takes only the tasks that must start now and yields
+//! the rest of its offer. The yielded resources are offered again at once, not at the next
+//! cycle: to the framework with the least remaining work (shortest remaining time first, which
+//! lowers the average completion time) among those with a pending shape that fits them, ties
+//! broken by the best packing score of a fitting shape (which uses the leftover best), then by
+//! registration order. The yielder, and any framework that already yielded this agent's
+//! resources in the current cycle, is never chosen: resources yielded altruistically must not
+//! come straight back.
+//!
+//! Under [`InterJobPolicy::DeficitCounters`] the κ·C gate applies to leftovers too: while the
+//! most deprived runnable group with pending work (leaving out groups whose frameworks all
+//! refuse the agent) is at or above κ·C, only its frameworks are candidates (if none fits, the
+//! leftover waits for the next cycle), and the offer is capped like a regular one. Carbyne keeps DRF's
+//! fairness by construction (a yielder gives up only what it does not need now); the deficit
+//! counters see every launch, leftover or not, so without the gate a stream of leftover offers
+//! could push a group past the bound the operator set.
+
+use fullerene_sdk::policy::scoring::{packing_score, PerfScore};
+
+use super::policies::Choice;
+use super::*;
+
+/// A framework that could take the leftover.
+#[derive(Clone, Copy, Debug)]
+struct Candidate {
+    framework: FrameworkIdx,
+    group: GroupIdx,
+    remaining_work: f64,
+    /// Packing score of its best fitting shape on the leftover.
+    packing: f64,
+    registration: u64,
+    shape: usize,
+}
+
+impl Allocator {
+    /// Offers `leftover` of agent `a` to the framework Carbyne's leftover scheduler picks, if
+    /// any, and returns the offer.
+    pub(super) fn redistribute(
+        &mut self,
+        a: AgentIdx,
+        leftover: ResourceVec,
+        now_s: f64,
+    ) -> Option<OfferDecision> {
+        let total = self.state.agent(a)?.total;
+        let exclusions: Vec<FrameworkIdx> = {
+            let soft = &self.agents[a.get()];
+            soft.filters
+                .iter()
+                .filter(|(_, until)| *until > now_s)
+                .map(|(f, _)| *f)
+                .chain(soft.offers.iter().map(|o| o.framework))
+                .chain(soft.yielders.iter().copied())
+                .collect()
+        };
+        let frameworks: Vec<(FrameworkIdx, GroupIdx, u64)> = self
+            .state
+            .frameworks()
+            .filter(|(f, _)| self.frameworks[f.get()].counted && !exclusions.contains(f))
+            .map(|(f, r)| (f, r.group, r.registration))
+            .collect();
+        let mut candidates: Vec<Candidate> = Vec::new();
+        for (framework, group, registration) in frameworks {
+            let soft = self.cycle_counts(framework);
+            let mut best: Option<(usize, f64)> = None;
+            for (s, shape) in soft.demand.shapes.iter().enumerate() {
+                if soft.cycle_counts[s] == 0 || !shape.demand.fits_in(&leftover) {
+                    continue;
+                }
+                let p = packing_score(&leftover, &shape.demand, &total, 1.0);
+                if best.is_none_or(|(_, bp)| p > bp) {
+                    best = Some((s, p));
+                }
+            }
+            if let Some((shape, packing)) = best {
+                candidates.push(Candidate {
+                    framework,
+                    group,
+                    remaining_work: soft.demand.remaining_work,
+                    packing,
+                    registration,
+                    shape,
+                });
+            }
+        }
+        let mut headroom = f64::INFINITY;
+        let mut gate = None;
+        if let InterJobPolicy::DeficitCounters { kappa, .. } = self.config.policy {
+            let projected = self.projected_deficits();
+            let threshold = kappa * self.state.capacity_units();
+            let runnable = self.runnable_groups();
+            if let Some(&most_deprived) =
+                self.gate_order(&projected, &runnable, &exclusions).first()
+            {
+                if projected[most_deprived.get()] >= threshold {
+                    candidates.retain(|c| c.group == most_deprived);
+                }
+            }
+            gate = Some((projected, threshold, runnable));
+        }
+        let chosen = candidates.into_iter().min_by(|x, y| {
+            x.remaining_work
+                .total_cmp(&y.remaining_work)
+                .then(y.packing.total_cmp(&x.packing))
+                .then(x.registration.cmp(&y.registration))
+        })?;
+        if let Some((projected, threshold, runnable)) = gate {
+            headroom = self.headroom(chosen.group, &projected, threshold, &runnable);
+        }
+        let choice = Choice {
+            framework: chosen.framework,
+            shape: chosen.shape,
+            overbook: false,
+            p_score: chosen.packing,
+            score: PerfScore {
+                fits: true,
+                value: chosen.packing,
+            },
+        };
+        Some(self.make_offer(a, choice, leftover, headroom, OfferKind::Leftover, None))
+    }
+}

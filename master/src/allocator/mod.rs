@@ -1,0 +1,1074 @@
+//! The allocator: which framework is offered which agent's free resources (DESIGN.md, "a
+//! task's life", step 3), as a sans-IO core. Time is passed in as seconds (`now_s`); nothing
+//! here reads a clock, opens a socket, spawns a thread or touches a disk.
+//!
+//! # The two levels
+//!
+//! Graphene's online component (tech report §5, Fig. 8) ranks every pending task of every job
+//! for a machine. In a two-level design it is split: the allocator ranks *frameworks* for an
+//! agent from their [`DemandSummary`] (pending task shapes with counts and best priScore, plus
+//! remaining work), and the framework, offered the agent, ranks its own tasks and answers with a
+//! bundle (`fullerene_sdk::policy`). The first box of Fig. 8 is thus computed here per shape
+//! rather than per task, the second (the κ·C gate) and third (the deficit update) here as well.
+//!
+//! # State split
+//!
+//! What must survive a leader change lives in [`AllocationState`] (agents, frameworks, groups,
+//! [`DeficitCounters`]), changed only through its `apply_*` and registration methods. Everything
+//! else here is soft state a new leader rebuilds: shard assignment (a hash of the agent id),
+//! demand summaries (frameworks re-send them), decline filters, suppression, and the resources
+//! currently out on offers. [`Allocator::from_state`] builds an allocator over a recovered state.
+//!
+//! # One framework per agent per cycle
+//!
+//! As in Mesos, a cycle offers an agent's free resources to at most one framework: the whole
+//! of them, or under the deficit-counter policy possibly less (see "bounded unfairness" below);
+//! what is not offered waits for the next cycle. Offered resources are not free: a later cycle
+//! offers only what is neither used nor out on an offer, and never offers an agent again to a
+//! framework that still holds an offer on it. An [`OfferDecision`] stays out until
+//! [`Allocator::offer_answered`] (the accepted part is charged, the rest declined with a filter
+//! or yielded and redistributed at once) or [`Allocator::rescind_offer`].
+//!
+//! # Bounded unfairness with bundles
+//!
+//! Fig. 8 picks one task at a time and checks the κ·C gate before each: while the most deprived
+//! group's deficit is at least κ·C only its tasks are candidates, and a machine none of its tasks
+//! fits gets nothing. We keep that strict rule (a group of large tasks would otherwise starve
+//! behind small ones that take every hole as it opens), with two exceptions that keep the
+//! cluster live: a group none of whose pending shapes fits *any* agent's capacity does not stop
+//! the cluster, and a group all of whose frameworks refuse an agent (a decline filter, an offer
+//! of it already held, or a yield of it in this cycle) does not hold that agent idle.
+//!
+//! One decision here hands a framework a whole agent, on which it may launch many tasks. So that
+//! the bound still holds at task granularity, the allocator (policy
+//! [`InterJobPolicy::DeficitCounters`]) projects the counters forward by the tasks each
+//! outstanding offer is expected to launch (its framework's pending shapes packed greedily into
+//! the offer in the summary's best-first order), and caps an offer when its expected tasks
+//! would push another group with pending work past κ·C: the offer then carries exactly the
+//! expected tasks up to and including the one that crosses, like Fig. 8 stopping at the
+//! crossing task. What the cap leaves of the agent waits for the next cycle (which may run at
+//! the same instant). A framework that launches other tasks than its summary announced can
+//! overshoot by the difference; the counters record what was really launched.
+//!
+//! # Shards
+//!
+//! Agents are assigned to [`AllocatorConfig::shards`] shards by a stable hash of their id
+//! (FNV-1a), so a new leader derives the same assignment from the agent set alone, whatever the
+//! order agents re-register in. [`Allocator::allocate_shard`] runs one shard's cycle;
+//! [`Allocator::allocate_all`] runs every shard's cycle, one after the other, within one
+//! projection of pending work and deficits, so two shards never offer the same pending tasks
+//! twice. Within a shard agents are visited in slot order, starting one agent further each
+//! cycle, so no agent is always first.
+//!
+//! `allocate_all` does not run shards on threads: the shards read and update one projection of
+//! the frameworks' pending work and of the deficits, so concurrent shards would make the offers
+//! depend on thread timing, and the sequential cycle already meets the target (10,000 agents ×
+//! 1,000 frameworks well under 50 ms, `benches/allocator.rs`).
+
+mod leftover;
+mod policies;
+pub mod state;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+
+use fullerene_proto::messages::DemandSummary;
+use fullerene_proto::resources::{ResourceError, EPSILON};
+use fullerene_proto::{AgentId, FrameworkId, ResourceKind, ResourceVec, NUM_RESOURCES};
+use fullerene_sdk::policy::scoring::{
+    EtaEstimator, DEFAULT_ETA_MULTIPLIER, DEFAULT_OVERBOOK_ALLOWANCE,
+};
+
+pub use fullerene_proto::messages::OfferKind;
+pub use fullerene_sdk::policy::LeftoverAction;
+pub use state::{
+    AgentIdx, AgentRecord, AllocationState, FrameworkIdx, FrameworkRecord, RunningTask, StateError,
+};
+
+use crate::fairness::{DeficitCounters, FairnessFactor, GroupIdx};
+
+/// Default κ of the κ·C bound. The papers leave κ to the operator; a tenth of the cluster leaves
+/// room for packing and short-job preference to matter (Graphene §7 credits "some short-term
+/// unfairness" for its gains) while no group falls more than a tenth of the cluster below its
+/// share.
+pub const DEFAULT_KAPPA: f64 = 0.1;
+
+/// Default decline filter: Mesos' default `refuse_seconds`.
+pub const DEFAULT_DECLINE_FILTER_S: f64 = 5.0;
+
+/// Default maximum capacity of a capacity-scheduler queue, as a fraction of the cluster: YARN's
+/// `maximum-capacity` default (unset, i.e. 100%), so queues are fully elastic.
+pub const DEFAULT_MAX_QUEUE_CAPACITY: f64 = 1.0;
+
+/// Most pending shapes a [`DemandSummary`] may list ("at most a few dozen entries").
+pub const MAX_PENDING_SHAPES: usize = 64;
+
+/// Tetris' weight between alignment and remaining work: ε is this multiple of the mean
+/// alignment over the mean remaining work, so that on average both terms weigh alike. Tetris
+/// (Grandl et al., SIGCOMM'14, §3) combines "alignment + ε·(−remaining work)" with ε chosen to
+/// make the two comparable; 1 is that choice without further tuning, and keeps Tetris distinct
+/// from Graphene's η, which weighs remaining work at a fifth (tech report §7.4).
+pub const TETRIS_EPSILON_MULTIPLIER: f64 = 1.0;
+
+/// The inter-job policy: how the allocator ranks frameworks for an agent. Each is a full
+/// implementation of the scheduler it is named after, not a setting of another.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum InterJobPolicy {
+    /// Graphene (§5; tech report Fig. 8): while the most deprived group with pending work that
+    /// fits has a deficit ≥ κ·C, only its frameworks are candidates; otherwise the framework
+    /// whose pending work scores best on the agent, `max over shapes of priScore · pScore −
+    /// η · srpt` (fitting shapes before overbooked ones, lexicographically). Offers are capped
+    /// so that the bound holds per task (module documentation).
+    DeficitCounters {
+        /// How a task counts in the counters.
+        factor: FairnessFactor,
+        /// κ < 1: the unfairness bound as a fraction of the cluster capacity.
+        kappa: f64,
+    },
+    /// Hierarchical DRF as Mesos' allocator does it: the group with the least weighted dominant
+    /// share of the cluster (held plus offered), then within it the framework with the least
+    /// dominant share, that has pending work that fits.
+    Drf,
+    /// YARN's capacity scheduler (what Tez on YARN runs on): queues are the groups, each
+    /// guaranteed its weight's fraction of the cluster; the queue with the lowest used /
+    /// guaranteed ratio that has demand is served, elastically up to `max_capacity`; within a
+    /// queue, frameworks in submission (registration) order.
+    CapacityScheduler {
+        /// Most a queue may hold (plus have on offer), as a fraction of the cluster
+        /// ([`DEFAULT_MAX_QUEUE_CAPACITY`]).
+        max_capacity: f64,
+    },
+    /// The earliest-registered framework with pending work that fits.
+    Fifo,
+    /// The framework with the least remaining work that has pending work that fits.
+    Sjf,
+    /// Tetris: the highest packing alignment of a fitting pending shape (dot product of the
+    /// agent's free resources and the demand, both normalised by the agent's capacity) minus
+    /// ε · remaining work (shortest remaining time first), with ε per
+    /// [`TETRIS_EPSILON_MULTIPLIER`]. No DAG awareness and no fairness.
+    Tetris,
+}
+
+impl InterJobPolicy {
+    /// Graphene's policy with DRF counting and the default κ.
+    pub const fn graphene() -> InterJobPolicy {
+        InterJobPolicy::DeficitCounters {
+            factor: FairnessFactor::Drf,
+            kappa: DEFAULT_KAPPA,
+        }
+    }
+
+    /// How the deficit counters count tasks under this policy. Every policy keeps the counters
+    /// (so that unfairness can be measured and compared); only
+    /// [`InterJobPolicy::DeficitCounters`] acts on them, and the others count DRF-style.
+    pub const fn fairness_factor(&self) -> FairnessFactor {
+        match self {
+            InterJobPolicy::DeficitCounters { factor, .. } => *factor,
+            _ => FairnessFactor::Drf,
+        }
+    }
+
+    /// The short name (`deficit`, `drf`, `capacity`, `fifo`, `sjf`, `tetris`).
+    pub const fn name(&self) -> &'static str {
+        match self {
+            InterJobPolicy::DeficitCounters { .. } => "deficit",
+            InterJobPolicy::Drf => "drf",
+            InterJobPolicy::CapacityScheduler { .. } => "capacity",
+            InterJobPolicy::Fifo => "fifo",
+            InterJobPolicy::Sjf => "sjf",
+            InterJobPolicy::Tetris => "tetris",
+        }
+    }
+}
+
+/// The allocator's configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AllocatorConfig {
+    /// The inter-job policy.
+    pub policy: InterJobPolicy,
+    /// Number of agent shards (≥ 1), each with its own allocation cycle.
+    pub shards: usize,
+    /// How long a declined agent is not offered again to the framework that declined it.
+    pub decline_filter_s: f64,
+    /// How far launches may charge fungible resources (disk, network bandwidth) beyond an
+    /// agent's capacity, as a fraction of it (Graphene §5's overbooking).
+    pub overbook_allowance: f64,
+    /// The slot slot fairness counts the cluster capacity in ([`FairnessFactor::Slot`]);
+    /// default one core.
+    pub slot_size: ResourceVec,
+}
+
+impl Default for AllocatorConfig {
+    fn default() -> AllocatorConfig {
+        AllocatorConfig {
+            policy: InterJobPolicy::graphene(),
+            shards: 1,
+            decline_filter_s: DEFAULT_DECLINE_FILTER_S,
+            overbook_allowance: DEFAULT_OVERBOOK_ALLOWANCE,
+            slot_size: ResourceVec::from_pairs(&[(ResourceKind::Cpus, 1.0)]),
+        }
+    }
+}
+
+impl AllocatorConfig {
+    /// Checks the ranges: κ in [0, 1), at least one shard, finite non-negative durations and
+    /// allowances, a capacity-scheduler maximum in (0, 1], a valid slot.
+    pub fn validate(&self) -> Result<(), AllocatorError> {
+        let bad = |what: &str| Err(AllocatorError::InvalidConfig(what.to_string()));
+        match self.policy {
+            InterJobPolicy::DeficitCounters { kappa, .. }
+                if !(kappa.is_finite() && (0.0..1.0).contains(&kappa)) =>
+            {
+                return bad(&format!("kappa must be in [0, 1), got {kappa}"));
+            }
+            InterJobPolicy::CapacityScheduler { max_capacity }
+                if !(max_capacity.is_finite() && max_capacity > 0.0 && max_capacity <= 1.0) =>
+            {
+                return bad(&format!(
+                    "max_capacity must be in (0, 1], got {max_capacity}"
+                ));
+            }
+            _ => {}
+        }
+        if self.shards == 0 {
+            return bad("shards must be at least 1");
+        }
+        if !(self.decline_filter_s.is_finite() && self.decline_filter_s >= 0.0) {
+            return bad("decline_filter_s must be finite and >= 0");
+        }
+        if !(self.overbook_allowance.is_finite() && self.overbook_allowance >= 0.0) {
+            return bad("overbook_allowance must be finite and >= 0");
+        }
+        if !self.slot_size.is_valid() || self.slot_size.is_zero() {
+            return bad("slot_size must be valid and non-zero");
+        }
+        Ok(())
+    }
+}
+
+/// The allocator's decision: offer `resources` of `agent` to `framework`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OfferDecision {
+    /// The agent whose resources are offered.
+    pub agent: AgentId,
+    /// The framework they are offered to.
+    pub framework: FrameworkId,
+    /// The resources offered (free: neither used nor out on another offer).
+    pub resources: ResourceVec,
+    /// From the regular cycle or from yielded leftovers (Carbyne §3.3.4).
+    pub kind: OfferKind,
+}
+
+/// Errors of the allocator's API.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum AllocatorError {
+    /// The configuration is out of range.
+    #[error("invalid allocator configuration: {0}")]
+    InvalidConfig(String),
+    /// An error of the replicated state (unknown or duplicate id, invalid amounts, ...).
+    #[error(transparent)]
+    State(#[from] StateError),
+    /// A demand summary whose resources do not parse.
+    #[error("demand summary of `{framework}`: {source}")]
+    InvalidDemand {
+        /// The framework.
+        framework: FrameworkId,
+        /// What was wrong.
+        source: ResourceError,
+    },
+    /// A demand summary with a NaN, infinite or negative score or remaining work, or too many
+    /// shapes.
+    #[error("demand summary of `{framework}`: {reason}")]
+    MalformedDemand {
+        /// The framework.
+        framework: FrameworkId,
+        /// What was wrong.
+        reason: String,
+    },
+    /// No offer of this agent is out to this framework.
+    #[error("no offer of agent `{agent}` is out to framework `{framework}`")]
+    NoSuchOffer {
+        /// The agent.
+        agent: AgentId,
+        /// The framework.
+        framework: FrameworkId,
+    },
+    /// The launched tasks need more than the offer holds (beyond the overbooking allowance for
+    /// fungible resources).
+    #[error("tasks of {launched} on agent `{agent}` exceed the offer of {offered}")]
+    ExceedsOffer {
+        /// The agent.
+        agent: AgentId,
+        /// The tasks' summed demand.
+        launched: ResourceVec,
+        /// The offer.
+        offered: ResourceVec,
+    },
+    /// A weight that is not finite and non-negative.
+    #[error("invalid weight {weight} for group `{group}`")]
+    InvalidWeight {
+        /// The group.
+        group: String,
+        /// The weight.
+        weight: f64,
+    },
+}
+
+/// One pending shape of a framework, dense.
+#[derive(Clone, Debug, PartialEq)]
+struct Shape {
+    demand: ResourceVec,
+    count: u32,
+    pri_score: f64,
+}
+
+/// A framework's demand summary, converted once at the boundary.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Demand {
+    shapes: Vec<Shape>,
+    remaining_work: f64,
+}
+
+impl Demand {
+    fn pending(&self) -> u64 {
+        self.shapes.iter().map(|s| s.count as u64).sum()
+    }
+}
+
+/// An offer that is out.
+#[derive(Clone, Debug, PartialEq)]
+struct OutstandingOffer {
+    framework: FrameworkIdx,
+    group: GroupIdx,
+    resources: ResourceVec,
+    kind: OfferKind,
+    /// Factor sum of the tasks it is expected to launch (the deficit projection).
+    expected_charge: f64,
+}
+
+/// Soft state per agent slot.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct AgentSoft {
+    shard: usize,
+    offered: ResourceVec,
+    offers: Vec<OutstandingOffer>,
+    /// Decline filters: framework refuses this agent until the time.
+    filters: Vec<(FrameworkIdx, f64)>,
+    /// Frameworks that yielded this agent since its shard's last cycle began.
+    yielders: Vec<FrameworkIdx>,
+}
+
+/// Soft state per framework slot.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct FrameworkSoft {
+    demand: Demand,
+    suppressed: bool,
+    /// Resources out on offers to it.
+    offered: ResourceVec,
+    /// Pending counts projected through the current cycle's offers.
+    cycle_counts: Vec<u32>,
+    /// The cycle `cycle_counts` belongs to.
+    cycle_stamp: u64,
+    /// Total of `cycle_counts`.
+    cycle_pending: u64,
+    /// Component-wise minimum of the shapes with projected work: a framework whose minimum
+    /// does not fit an agent has nothing that fits it.
+    cycle_min: ResourceVec,
+    /// Component-wise maximum of `priScore · demand` over the shapes with projected work: its
+    /// packing against an agent bounds every shape's `priScore · pScore` there.
+    cycle_envelope: ResourceVec,
+    /// The same without the priScores (Tetris' bound).
+    cycle_envelope_plain: ResourceVec,
+    /// Whether it is counted in its group's `demanding` (pending work, not suppressed).
+    counted: bool,
+}
+
+impl FrameworkSoft {
+    /// Recomputes the cycle's minimum shape and envelopes from the projected counts.
+    fn refresh_envelopes(&mut self) {
+        let mut min = ResourceVec([f64::INFINITY; NUM_RESOURCES]);
+        let mut envelope = ResourceVec::ZERO;
+        let mut plain = ResourceVec::ZERO;
+        for (shape, &count) in self.demand.shapes.iter().zip(self.cycle_counts.iter()) {
+            if count == 0 {
+                continue;
+            }
+            min = min.min(&shape.demand);
+            envelope = envelope.max(&shape.demand.scale(shape.pri_score));
+            plain = plain.max(&shape.demand);
+        }
+        self.cycle_min = min;
+        self.cycle_envelope = envelope;
+        self.cycle_envelope_plain = plain;
+    }
+}
+
+/// Soft state per group.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct GroupSoft {
+    /// Frameworks of the group with pending work and not suppressed.
+    demanding: u32,
+    /// Expected charge of its outstanding offers.
+    inflight: f64,
+    /// Resources out on offers to its frameworks.
+    offered: ResourceVec,
+}
+
+/// The allocator.
+#[derive(Debug)]
+pub struct Allocator {
+    config: AllocatorConfig,
+    state: AllocationState,
+    agents: Vec<AgentSoft>,
+    frameworks: Vec<FrameworkSoft>,
+    groups: Vec<GroupSoft>,
+    shards: Vec<Vec<AgentIdx>>,
+    /// Per shard, how many cycles it ran (the rotation of its visiting order).
+    shard_cycles: Vec<u64>,
+    /// Increases with every cycle (per `allocate_shard` / `allocate_all` call).
+    cycle: u64,
+    inflight_total: f64,
+    /// η of Graphene's perfScore (tech report §5 and §7.4), "automatically updated based on
+    /// the average srpt and pScore": the averages are taken over the candidates each decision
+    /// chooses (those are the pairs the trade-off is about), and η is fixed for the length of a
+    /// cycle so that the scan bounds stay valid.
+    eta: EtaEstimator,
+    /// ε of Tetris, estimated the same way with [`TETRIS_EPSILON_MULTIPLIER`].
+    epsilon: EtaEstimator,
+    /// Distinct agent capacities (bit patterns) with their agent counts: which task shapes can
+    /// run at all.
+    capacity_classes: HashMap<[u64; NUM_RESOURCES], (ResourceVec, usize)>,
+}
+
+/// Beyond this many distinct machine capacities, "fits some machine" is checked against their
+/// component-wise maximum instead of each.
+const MAX_CAPACITY_CLASSES: usize = 64;
+
+impl Allocator {
+    /// An allocator over an empty cluster.
+    pub fn new(config: AllocatorConfig) -> Result<Allocator, AllocatorError> {
+        config.validate()?;
+        let state = AllocationState::new(config.policy.fairness_factor(), config.slot_size);
+        Allocator::from_state(config, state)
+    }
+
+    /// An allocator over a recovered replicated state, as a new leader builds it: shards are
+    /// derived from the agents, and the soft state starts empty (no offers out, no filters, no
+    /// demand until frameworks re-send their summaries).
+    pub fn from_state(
+        config: AllocatorConfig,
+        state: AllocationState,
+    ) -> Result<Allocator, AllocatorError> {
+        config.validate()?;
+        if state.deficits().factor() != config.policy.fairness_factor() {
+            return Err(AllocatorError::InvalidConfig(format!(
+                "the state counts deficits by {} but the policy by {}",
+                state.deficits().factor().name(),
+                config.policy.fairness_factor().name()
+            )));
+        }
+        let shards = config.shards;
+        let mut allocator = Allocator {
+            config,
+            state,
+            agents: Vec::new(),
+            frameworks: Vec::new(),
+            groups: Vec::new(),
+            shards: vec![Vec::new(); shards],
+            shard_cycles: vec![0; shards],
+            cycle: 0,
+            inflight_total: 0.0,
+            eta: EtaEstimator::new(DEFAULT_ETA_MULTIPLIER),
+            epsilon: EtaEstimator::new(TETRIS_EPSILON_MULTIPLIER),
+            capacity_classes: HashMap::new(),
+        };
+        let agents: Vec<(AgentIdx, AgentId)> = allocator
+            .state
+            .agents()
+            .map(|(i, a)| (i, a.id.clone()))
+            .collect();
+        for (idx, id) in agents {
+            allocator.place_agent(idx, &id);
+        }
+        allocator.grow_frameworks();
+        allocator.grow_groups();
+        Ok(allocator)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &AllocatorConfig {
+        &self.config
+    }
+
+    /// The replicated state the allocator reads.
+    pub fn state(&self) -> &AllocationState {
+        &self.state
+    }
+
+    /// Registers an agent with `total` resources and assigns it to its shard.
+    pub fn add_agent(&mut self, id: AgentId, total: ResourceVec) -> Result<(), AllocatorError> {
+        let idx = self.state.add_agent(id.clone(), total)?;
+        self.place_agent(idx, &id);
+        Ok(())
+    }
+
+    /// Removes an agent: offers of it are dropped, its tasks released.
+    pub fn remove_agent(&mut self, id: &AgentId) -> Result<(), AllocatorError> {
+        let idx = self.state.agent_idx(id)?;
+        self.drop_agent_offers(idx);
+        if let Some(total) = self.state.agent(idx).map(|r| r.total) {
+            let key = capacity_key(&total);
+            if let Some(entry) = self.capacity_classes.get_mut(&key) {
+                entry.1 -= 1;
+                if entry.1 == 0 {
+                    self.capacity_classes.remove(&key);
+                }
+            }
+        }
+        let soft = std::mem::take(&mut self.agents[idx.get()]);
+        let shard = &mut self.shards[soft.shard];
+        if let Ok(pos) = shard.binary_search(&idx) {
+            shard.remove(pos);
+        }
+        self.state.remove_agent(id)?;
+        Ok(())
+    }
+
+    /// Registers a framework in `group` (created with weight 1 if new) at `now_s`.
+    pub fn add_framework(
+        &mut self,
+        id: FrameworkId,
+        group: &str,
+        now_s: f64,
+    ) -> Result<(), AllocatorError> {
+        let idx = self.state.add_framework(id, group, now_s)?;
+        self.grow_frameworks();
+        self.grow_groups();
+        self.frameworks[idx.get()] = FrameworkSoft::default();
+        Ok(())
+    }
+
+    /// Removes a framework: its offers are dropped, its filters forgotten, its tasks released.
+    pub fn remove_framework(&mut self, id: &FrameworkId) -> Result<(), AllocatorError> {
+        let idx = self.state.framework_idx(id)?;
+        self.set_demanding(idx, false);
+        for a in 0..self.agents.len() {
+            let soft = &mut self.agents[a];
+            soft.filters.retain(|(f, _)| *f != idx);
+            soft.yielders.retain(|f| *f != idx);
+            if soft.offers.iter().any(|o| o.framework == idx) {
+                self.drop_offer(AgentIdx(a as u32), idx);
+            }
+        }
+        self.frameworks[idx.get()] = FrameworkSoft::default();
+        self.state.remove_framework(id)?;
+        Ok(())
+    }
+
+    /// Sets a group's weight: its share under deficit counters and DRF, its guaranteed
+    /// capacity under the capacity scheduler.
+    pub fn set_group_weight(&mut self, group: &str, weight: f64) -> Result<(), AllocatorError> {
+        if !weight.is_finite() || weight < 0.0 {
+            return Err(AllocatorError::InvalidWeight {
+                group: group.to_string(),
+                weight,
+            });
+        }
+        self.state.set_group_weight(group, weight)?;
+        self.grow_groups();
+        Ok(())
+    }
+
+    /// Replaces a framework's demand summary (converted once to dense vectors). Shapes with a
+    /// zero count are dropped.
+    pub fn update_demand(
+        &mut self,
+        id: &FrameworkId,
+        summary: &DemandSummary,
+    ) -> Result<(), AllocatorError> {
+        let idx = self.state.framework_idx(id)?;
+        let malformed = |reason: String| AllocatorError::MalformedDemand {
+            framework: id.clone(),
+            reason,
+        };
+        if summary.pending.len() > MAX_PENDING_SHAPES {
+            return Err(malformed(format!(
+                "{} pending shapes, at most {MAX_PENDING_SHAPES} allowed",
+                summary.pending.len()
+            )));
+        }
+        if !(summary.remaining_work.is_finite() && summary.remaining_work >= 0.0) {
+            return Err(malformed(format!(
+                "remaining_work {} must be finite and >= 0",
+                summary.remaining_work
+            )));
+        }
+        let mut shapes = Vec::with_capacity(summary.pending.len());
+        for pending in &summary.pending {
+            let demand =
+                pending
+                    .resources
+                    .to_vec()
+                    .map_err(|source| AllocatorError::InvalidDemand {
+                        framework: id.clone(),
+                        source,
+                    })?;
+            if !(pending.pri_score.is_finite() && pending.pri_score >= 0.0) {
+                return Err(malformed(format!(
+                    "pri_score {} must be finite and >= 0",
+                    pending.pri_score
+                )));
+            }
+            if pending.count == 0 {
+                continue;
+            }
+            shapes.push(Shape {
+                demand,
+                count: pending.count,
+                pri_score: pending.pri_score,
+            });
+        }
+        let demand = Demand {
+            shapes,
+            remaining_work: summary.remaining_work,
+        };
+        let has_demand = demand.pending() > 0;
+        let soft = &mut self.frameworks[idx.get()];
+        soft.demand = demand;
+        soft.cycle_stamp = 0;
+        let suppressed = soft.suppressed;
+        self.set_demanding(idx, has_demand && !suppressed);
+        Ok(())
+    }
+
+    /// Stops offering to a framework until [`Allocator::revive`] (Mesos SUPPRESS).
+    pub fn suppress(&mut self, id: &FrameworkId) -> Result<(), AllocatorError> {
+        let idx = self.state.framework_idx(id)?;
+        self.frameworks[idx.get()].suppressed = true;
+        self.set_demanding(idx, false);
+        Ok(())
+    }
+
+    /// Resumes offers to a framework and clears its decline filters (Mesos REVIVE).
+    pub fn revive(&mut self, id: &FrameworkId) -> Result<(), AllocatorError> {
+        let idx = self.state.framework_idx(id)?;
+        self.frameworks[idx.get()].suppressed = false;
+        for soft in self.agents.iter_mut() {
+            soft.filters.retain(|(f, _)| *f != idx);
+        }
+        let has_demand = self.frameworks[idx.get()].demand.pending() > 0;
+        self.set_demanding(idx, has_demand);
+        Ok(())
+    }
+
+    /// Number of shards.
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// The shard an agent belongs to.
+    pub fn shard_of(&self, id: &AgentId) -> Option<usize> {
+        let idx = self.state.agent_idx(id).ok()?;
+        Some(self.agents[idx.get()].shard)
+    }
+
+    /// The agents of a shard, in visiting order of slot (empty for an unknown shard).
+    pub fn shard_agents(&self, shard: usize) -> Vec<AgentId> {
+        self.shards
+            .get(shard)
+            .map(|agents| {
+                agents
+                    .iter()
+                    .filter_map(|a| self.state.agent(*a).map(|r| r.id.clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Runs one cycle of shard `shard` at `now_s`: decides, for each of its agents with free
+    /// resources, which framework is offered them. A shard index ≥ [`Allocator::shard_count`]
+    /// has no agents and yields no offers.
+    pub fn allocate_shard(&mut self, shard: usize, now_s: f64) -> Vec<OfferDecision> {
+        if shard >= self.shards.len() {
+            return Vec::new();
+        }
+        self.begin_cycle();
+        let mut index = self.build_index();
+        let mut out = Vec::new();
+        self.run_shard(shard, now_s, &mut index, &mut out);
+        out
+    }
+
+    /// Runs every shard's cycle at `now_s`, in shard order, sharing one projection of pending
+    /// work and deficits.
+    pub fn allocate_all(&mut self, now_s: f64) -> Vec<OfferDecision> {
+        self.begin_cycle();
+        let mut index = self.build_index();
+        let mut out = Vec::new();
+        for shard in 0..self.shards.len() {
+            self.run_shard(shard, now_s, &mut index, &mut out);
+        }
+        out
+    }
+
+    /// A framework answered the offer of `agent`: `launched` are the demands of the tasks it
+    /// launches there (charged now, as a committed `LaunchTasks` would be); the rest of the offer
+    /// is declined (the framework is not offered this agent again for
+    /// [`AllocatorConfig::decline_filter_s`]) or yielded, in which case it is redistributed at
+    /// once (Carbyne §3.3.4: least remaining work first, then best packing, never back to a
+    /// framework that yielded this agent in the current cycle) and the re-offer returned.
+    ///
+    /// Validation (DESIGN.md step 5): the offer must be out to this framework, and the tasks
+    /// must fit in it, fungible kinds up to the overbooking allowance of the agent's capacity.
+    pub fn offer_answered(
+        &mut self,
+        agent: &AgentId,
+        framework: &FrameworkId,
+        launched: &[ResourceVec],
+        leftover: LeftoverAction,
+        now_s: f64,
+    ) -> Result<Option<OfferDecision>, AllocatorError> {
+        let a = self.state.agent_idx(agent)?;
+        let f = self.state.framework_idx(framework)?;
+        let Some(offer) = self.agents[a.get()]
+            .offers
+            .iter()
+            .find(|o| o.framework == f)
+            .cloned()
+        else {
+            return Err(AllocatorError::NoSuchOffer {
+                agent: agent.clone(),
+                framework: framework.clone(),
+            });
+        };
+        let mut total = ResourceVec::ZERO;
+        for d in launched {
+            if !d.is_valid() {
+                return Err(StateError::InvalidResources(*d).into());
+            }
+            total += *d;
+        }
+        let record = self
+            .state
+            .agent(a)
+            .ok_or_else(|| StateError::UnknownAgent(agent.clone()))?;
+        let within = ResourceKind::ALL.into_iter().all(|k| {
+            if k.is_fungible() {
+                total[k] <= offer.resources[k] + EPSILON
+                    || record.used[k] + total[k]
+                        <= record.total[k] * (1.0 + self.config.overbook_allowance) + EPSILON
+            } else {
+                total[k] <= offer.resources[k] + EPSILON
+            }
+        });
+        if !within {
+            return Err(AllocatorError::ExceedsOffer {
+                agent: agent.clone(),
+                launched: total,
+                offered: offer.resources,
+            });
+        }
+        self.drop_offer(a, f);
+        for d in launched {
+            self.state.apply_launch_idx(a, f, *d)?;
+            self.consume_shape(f, d);
+        }
+        let remainder = offer
+            .resources
+            .saturating_sub(&total)
+            .min(&self.unoffered_free(a));
+        if remainder.is_zero() {
+            return Ok(None);
+        }
+        match leftover {
+            LeftoverAction::Decline => {
+                let until = now_s + self.config.decline_filter_s;
+                let filters = &mut self.agents[a.get()].filters;
+                match filters.iter_mut().find(|(g, _)| *g == f) {
+                    Some(entry) => entry.1 = entry.1.max(until),
+                    None => filters.push((f, until)),
+                }
+                Ok(None)
+            }
+            LeftoverAction::Yield => {
+                let yielders = &mut self.agents[a.get()].yielders;
+                if !yielders.contains(&f) {
+                    yielders.push(f);
+                }
+                Ok(self.redistribute(a, remainder, now_s))
+            }
+        }
+    }
+
+    /// Takes back an offer without an answer (it expired, or the offer manager rescinded it):
+    /// its resources are free again and no filter is set.
+    pub fn rescind_offer(
+        &mut self,
+        agent: &AgentId,
+        framework: &FrameworkId,
+    ) -> Result<(), AllocatorError> {
+        let a = self.state.agent_idx(agent)?;
+        let f = self.state.framework_idx(framework)?;
+        if !self.drop_offer(a, f) {
+            return Err(AllocatorError::NoSuchOffer {
+                agent: agent.clone(),
+                framework: framework.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// A task of `framework` on `agent` holding `resources` ended: its resources are free and
+    /// the deficit counters updated (see [`crate::fairness`] for what a release does to them).
+    pub fn release(
+        &mut self,
+        agent: &AgentId,
+        framework: &FrameworkId,
+        resources: ResourceVec,
+    ) -> Result<(), AllocatorError> {
+        self.state.apply_release(agent, framework, resources)?;
+        Ok(())
+    }
+
+    /// Charges a task that was launched outside this allocator's offers: tasks an agent reports
+    /// running when it re-registers after a failover, or found by reconciliation. Tasks
+    /// launched through an offer are charged by [`Allocator::offer_answered`].
+    pub fn apply_launch(
+        &mut self,
+        agent: &AgentId,
+        framework: &FrameworkId,
+        resources: ResourceVec,
+    ) -> Result<(), AllocatorError> {
+        self.state.apply_launch(agent, framework, resources)?;
+        Ok(())
+    }
+
+    /// The resources `framework` would hold under its group's fair share split evenly among the
+    /// group's registered frameworks: Carbyne's input for T_k (§3.3.1).
+    pub fn fair_share(&self, framework: &FrameworkId) -> Result<ResourceVec, AllocatorError> {
+        let record = self
+            .state
+            .framework_by_id(framework)
+            .ok_or_else(|| StateError::UnknownFramework(framework.clone()))?;
+        let group = self.state.deficits().group(record.group);
+        let members = group.frameworks.max(1) as f64;
+        Ok(self.state.capacity().scale(group.share / members))
+    }
+
+    /// The deficit counters.
+    pub fn deficits(&self) -> &DeficitCounters {
+        self.state.deficits()
+    }
+
+    /// κ·C in the deficit factor's unit, under [`InterJobPolicy::DeficitCounters`].
+    pub fn unfairness_threshold(&self) -> Option<f64> {
+        match self.config.policy {
+            InterJobPolicy::DeficitCounters { kappa, .. } => {
+                Some(kappa * self.state.capacity_units())
+            }
+            _ => None,
+        }
+    }
+
+    /// Sum of the agents' totals.
+    pub fn cluster_capacity(&self) -> ResourceVec {
+        self.state.capacity()
+    }
+
+    /// An agent's resources that are neither used nor out on an offer.
+    pub fn free_resources(&self, agent: &AgentId) -> Option<ResourceVec> {
+        let idx = self.state.agent_idx(agent).ok()?;
+        Some(self.unoffered_free(idx))
+    }
+
+    /// Every offer that is out, by agent slot order.
+    pub fn outstanding_offers(&self) -> Vec<OfferDecision> {
+        let mut out = Vec::new();
+        for (idx, record) in self.state.agents() {
+            for offer in &self.agents[idx.get()].offers {
+                if let Some(fw) = self.state.framework(offer.framework) {
+                    out.push(OfferDecision {
+                        agent: record.id.clone(),
+                        framework: fw.id.clone(),
+                        resources: offer.resources,
+                        kind: offer.kind,
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    /// The current η of Graphene's perfScore.
+    pub fn eta(&self) -> f64 {
+        self.eta.eta()
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Internals
+    // -----------------------------------------------------------------------------------------
+
+    fn place_agent(&mut self, idx: AgentIdx, id: &AgentId) {
+        if self.agents.len() <= idx.get() {
+            self.agents.resize_with(idx.get() + 1, AgentSoft::default);
+        }
+        let shard = shard_for(id, self.shards.len());
+        if let Some(total) = self.state.agent(idx).map(|r| r.total) {
+            self.capacity_classes
+                .entry(capacity_key(&total))
+                .or_insert((total, 0))
+                .1 += 1;
+        }
+        self.agents[idx.get()] = AgentSoft {
+            shard,
+            ..AgentSoft::default()
+        };
+        let list = &mut self.shards[shard];
+        if let Err(pos) = list.binary_search(&idx) {
+            list.insert(pos, idx);
+        }
+    }
+
+    fn grow_frameworks(&mut self) {
+        let n = self.state.framework_slots();
+        if self.frameworks.len() < n {
+            self.frameworks.resize_with(n, FrameworkSoft::default);
+        }
+    }
+
+    fn grow_groups(&mut self) {
+        let n = self.state.deficits().len();
+        if self.groups.len() < n {
+            self.groups.resize_with(n, GroupSoft::default);
+        }
+    }
+
+    /// Keeps the per-group count of demanding frameworks in step with one framework's status.
+    fn set_demanding(&mut self, f: FrameworkIdx, demanding: bool) {
+        let Some(group) = self.state.framework(f).map(|r| r.group) else {
+            return;
+        };
+        let soft = &mut self.frameworks[f.get()];
+        if soft.counted == demanding {
+            return;
+        }
+        soft.counted = demanding;
+        let group = &mut self.groups[group.get()];
+        if demanding {
+            group.demanding += 1;
+        } else {
+            group.demanding = group.demanding.saturating_sub(1);
+        }
+    }
+
+    /// `total − used − offered` of an agent, floored at zero.
+    fn unoffered_free(&self, a: AgentIdx) -> ResourceVec {
+        match self.state.agent(a) {
+            Some(record) => record.free().saturating_sub(&self.agents[a.get()].offered),
+            None => ResourceVec::ZERO,
+        }
+    }
+
+    /// Removes the offer of `a` to `f`, returning its resources and projected charge. Returns
+    /// whether there was one.
+    fn drop_offer(&mut self, a: AgentIdx, f: FrameworkIdx) -> bool {
+        let soft = &mut self.agents[a.get()];
+        let Some(pos) = soft.offers.iter().position(|o| o.framework == f) else {
+            return false;
+        };
+        let offer = soft.offers.swap_remove(pos);
+        soft.offered = soft.offered.saturating_sub(&offer.resources);
+        if soft.offers.is_empty() {
+            soft.offered = ResourceVec::ZERO;
+        }
+        let fw = &mut self.frameworks[f.get()];
+        fw.offered = fw.offered.saturating_sub(&offer.resources);
+        let group = &mut self.groups[offer.group.get()];
+        group.offered = group.offered.saturating_sub(&offer.resources);
+        group.inflight = (group.inflight - offer.expected_charge).max(0.0);
+        self.inflight_total = (self.inflight_total - offer.expected_charge).max(0.0);
+        true
+    }
+
+    fn drop_agent_offers(&mut self, a: AgentIdx) {
+        let frameworks: Vec<FrameworkIdx> = self.agents[a.get()]
+            .offers
+            .iter()
+            .map(|o| o.framework)
+            .collect();
+        for f in frameworks {
+            self.drop_offer(a, f);
+        }
+    }
+
+    /// After a launch, the framework's summary has one task fewer of that shape (until it sends
+    /// a fresh summary), so the allocator does not offer resources for it again.
+    fn consume_shape(&mut self, f: FrameworkIdx, demand: &ResourceVec) {
+        let soft = &mut self.frameworks[f.get()];
+        if let Some(shape) = soft
+            .demand
+            .shapes
+            .iter_mut()
+            .find(|s| s.count > 0 && state::same_amounts(&s.demand, demand))
+        {
+            shape.count -= 1;
+            soft.cycle_stamp = 0;
+            if soft.demand.pending() == 0 {
+                self.set_demanding(f, false);
+            }
+        }
+    }
+
+    fn begin_cycle(&mut self) {
+        self.cycle += 1;
+    }
+
+    /// Projected pending counts of `f` in the current cycle, reset lazily.
+    fn cycle_counts(&mut self, f: FrameworkIdx) -> &mut FrameworkSoft {
+        let cycle = self.cycle;
+        let soft = &mut self.frameworks[f.get()];
+        if soft.cycle_stamp != cycle {
+            soft.cycle_counts.clear();
+            soft.cycle_counts
+                .extend(soft.demand.shapes.iter().map(|s| s.count));
+            soft.cycle_pending = soft.cycle_counts.iter().map(|&c| c as u64).sum();
+            soft.cycle_stamp = cycle;
+            soft.refresh_envelopes();
+        }
+        soft
+    }
+}
+
+fn capacity_key(total: &ResourceVec) -> [u64; NUM_RESOURCES] {
+    total.0.map(f64::to_bits)
+}
+
+/// FNV-1a over the id's bytes, modulo the shard count: stable across processes and versions
+/// (unlike `std`'s randomly keyed hasher), so every leader assigns the same shards.
+fn shard_for(id: &AgentId, shards: usize) -> usize {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in id.as_str().bytes() {
+        hash ^= byte as u64;
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    (hash % shards.max(1) as u64) as usize
+}
+
+/// A totally ordered `f64` for sorted sets (NaN never occurs: inputs are validated).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct OrdF64(f64);
+
+impl Eq for OrdF64 {}
+
+impl PartialOrd for OrdF64 {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for OrdF64 {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}

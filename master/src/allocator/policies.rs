@@ -1,0 +1,959 @@
+//! The inter-job rankers and the allocation cycle that applies them.
+//!
+//! Each policy answers one question per agent: which framework, if any, is offered its free
+//! resources. To stay fast at 10,000 agents × 1,000 frameworks, no policy scores every framework
+//! against every agent:
+//!
+//! - the score-based policies (deficit counters, Tetris) keep candidates sorted by an upper bound
+//!   of their score valid for every agent (the packing score `Σ_k free_k/cap_k · d_k/cap_k` is at
+//!   most `Σ_k d_k / min_cap_k`), and stop scanning once the bound falls below the best score
+//!   found; on an idle agent the first candidate that fits is the answer;
+//! - the order-based policies (FIFO, SJF, capacity scheduler, DRF) scan candidates in their order
+//!   and stop at the first one with a shape that fits;
+//! - the deficit-counter policy scans group by group, most deprived first, and stops at the most
+//!   deprived group with work that fits when the gate is closed;
+//! - frameworks whose pending work the cycle has already offered for are skipped, and an agent
+//!   that cannot hold even the smallest pending shape is skipped outright.
+
+use std::collections::BTreeSet;
+
+use fullerene_proto::resources::EPSILON;
+use fullerene_proto::{ResourceKind, ResourceVec, NUM_RESOURCES};
+use fullerene_sdk::policy::scoring::{overbooking_score, PerfScore};
+
+use super::*;
+
+/// A framework chosen for an agent, with the pending shape that won.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Choice {
+    pub(super) framework: FrameworkIdx,
+    pub(super) shape: usize,
+    /// True when the shape fits only by overbooking fungible resources.
+    pub(super) overbook: bool,
+    /// The packing score of the winning shape (for η's running averages).
+    pub(super) p_score: f64,
+    /// Its rank: larger is better.
+    pub(super) score: PerfScore,
+}
+
+// The unrolled kernels `fits` and `dot` below assume five resource kinds.
+const _: () = assert!(NUM_RESOURCES == 5);
+
+/// A candidate in a cycle's ordered set: ascending, so the first is the best.
+type Ranked = (OrdF64, u64, FrameworkIdx);
+
+/// What a cycle builds once and keeps current as it makes offers.
+pub(super) struct CycleIndex {
+    /// Candidates in policy order: one set per group for the deficit-counter, capacity and DRF
+    /// policies, a single set otherwise. Keys ascend: the negated score bound (deficit
+    /// counters, Tetris), registration (FIFO, capacity), remaining work (SJF), dominant share
+    /// (DRF); ties by registration.
+    lists: Vec<BTreeSet<Ranked>>,
+    per_group: bool,
+    /// Each framework's current key in `lists` (`None`: not listed).
+    keys: Vec<Option<f64>>,
+    /// Per kind, the smallest positive capacity of any agent (for the score bounds).
+    min_capacity: ResourceVec,
+    /// Component-wise minimum of every pending shape (an agent that cannot hold it cannot hold
+    /// any shape).
+    min_demand: ResourceVec,
+    /// η (deficit counters) or ε (Tetris), fixed for the cycle so the bounds stay valid.
+    srpt_weight: f64,
+    /// Per group: has a framework with a pending shape that fits some agent's capacity.
+    runnable: Vec<bool>,
+}
+
+/// An agent as the scorers see it.
+struct AgentView {
+    free: ResourceVec,
+    total: ResourceVec,
+    /// `free_k / total_k²` (0 where the agent lacks the kind): the packing score of a fitting
+    /// demand `d` is then `d · weights`, the same value as
+    /// `scoring::packing_score(free, d, total, 1)` (Fig. 8's `pScore`) without its ten divisions.
+    weights: ResourceVec,
+}
+
+impl AgentView {
+    fn new(free: ResourceVec, total: ResourceVec) -> AgentView {
+        let mut weights = ResourceVec::ZERO;
+        for k in ResourceKind::ALL {
+            if total[k] > EPSILON {
+                weights[k] = free[k] / (total[k] * total[k]);
+            }
+        }
+        AgentView {
+            free,
+            total,
+            weights,
+        }
+    }
+
+    #[inline]
+    fn packing(&self, demand: &ResourceVec) -> f64 {
+        dot(demand, &self.weights)
+    }
+}
+
+/// Frameworks an agent must not be offered to now.
+struct Exclusions(Vec<FrameworkIdx>);
+
+impl Exclusions {
+    fn contains(&self, f: FrameworkIdx) -> bool {
+        !self.0.is_empty() && self.0.contains(&f)
+    }
+}
+
+/// How shapes are matched against free resources.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FitMode {
+    Strict,
+    Overbook,
+}
+
+impl Allocator {
+    /// Builds the cycle's candidate index.
+    pub(super) fn build_index(&mut self) -> CycleIndex {
+        let mut min_capacity = ResourceVec([f64::INFINITY; NUM_RESOURCES]);
+        for (total, _) in self.capacity_classes.values() {
+            for k in ResourceKind::ALL {
+                if total[k] > EPSILON {
+                    min_capacity[k] = min_capacity[k].min(total[k]);
+                }
+            }
+        }
+        for k in ResourceKind::ALL {
+            if !min_capacity[k].is_finite() {
+                min_capacity[k] = 0.0;
+            }
+        }
+        let policy = self.config.policy;
+        let srpt_weight = match policy {
+            InterJobPolicy::DeficitCounters { .. } => self.eta.eta(),
+            InterJobPolicy::Tetris => self.epsilon.eta(),
+            _ => 0.0,
+        };
+        let per_group = matches!(
+            policy,
+            InterJobPolicy::DeficitCounters { .. }
+                | InterJobPolicy::CapacityScheduler { .. }
+                | InterJobPolicy::Drf
+        );
+        let groups = self.state.deficits().len();
+        let mut index = CycleIndex {
+            lists: vec![BTreeSet::new(); if per_group { groups.max(1) } else { 1 }],
+            per_group,
+            keys: vec![None; self.frameworks.len()],
+            min_capacity,
+            min_demand: ResourceVec([f64::INFINITY; NUM_RESOURCES]),
+            srpt_weight,
+            runnable: self.runnable_groups(),
+        };
+        let candidates: Vec<FrameworkIdx> = self
+            .state
+            .frameworks()
+            .filter(|(f, _)| self.frameworks[f.get()].counted)
+            .map(|(f, _)| f)
+            .collect();
+        for f in candidates {
+            let soft = self.cycle_counts(f);
+            for (s, shape) in soft.demand.shapes.iter().enumerate() {
+                if soft.cycle_counts[s] > 0 {
+                    index.min_demand = index.min_demand.min(&shape.demand);
+                }
+            }
+            self.relist(&mut index, f);
+        }
+        index
+    }
+
+    /// The key of `f` in its cycle set under the configured policy, from its projected pending
+    /// work; `None` when the cycle has offered for all of it.
+    fn list_key(&mut self, index: &CycleIndex, f: FrameworkIdx) -> Option<f64> {
+        let capacity = self.state.capacity();
+        let (registration, held) = {
+            let record = self.state.framework(f)?;
+            (record.registration, record.held)
+        };
+        let policy = self.config.policy;
+        let soft = self.cycle_counts(f);
+        if soft.cycle_pending == 0 || !soft.counted {
+            return None;
+        }
+        let rw = soft.demand.remaining_work;
+        Some(match policy {
+            InterJobPolicy::DeficitCounters { .. } => {
+                -(score_bound(soft, &index.min_capacity, true) - index.srpt_weight * rw)
+            }
+            InterJobPolicy::Tetris => {
+                -(score_bound(soft, &index.min_capacity, false) - index.srpt_weight * rw)
+            }
+            InterJobPolicy::Fifo | InterJobPolicy::CapacityScheduler { .. } => registration as f64,
+            InterJobPolicy::Sjf => rw,
+            InterJobPolicy::Drf => (held + soft.offered).dominant_share(&capacity),
+        })
+    }
+
+    /// (Re)places `f` in its cycle set after its projected work or share changed.
+    fn relist(&mut self, index: &mut CycleIndex, f: FrameworkIdx) {
+        let Some((group, registration)) = self
+            .state
+            .framework(f)
+            .map(|r| (r.group.get(), r.registration))
+        else {
+            return;
+        };
+        let list = if index.per_group { group } else { 0 };
+        if index.keys.len() <= f.get() {
+            index.keys.resize(f.get() + 1, None);
+        }
+        if let Some(old) = index.keys[f.get()].take() {
+            if let Some(set) = index.lists.get_mut(list) {
+                set.remove(&(OrdF64(old), registration, f));
+            }
+        }
+        if let Some(key) = self.list_key(index, f) {
+            if index.lists.len() <= list {
+                index.lists.resize(list + 1, BTreeSet::new());
+            }
+            index.lists[list].insert((OrdF64(key), registration, f));
+            index.keys[f.get()] = Some(key);
+        }
+    }
+
+    /// One shard's cycle.
+    pub(super) fn run_shard(
+        &mut self,
+        shard: usize,
+        now_s: f64,
+        index: &mut CycleIndex,
+        out: &mut Vec<OfferDecision>,
+    ) {
+        let n = self.shards[shard].len();
+        if n == 0 {
+            return;
+        }
+        let start = (self.shard_cycles[shard] % n as u64) as usize;
+        self.shard_cycles[shard] += 1;
+        let overbook = matches!(self.config.policy, InterJobPolicy::DeficitCounters { .. });
+        for i in 0..n {
+            let a = self.shards[shard][(start + i) % n];
+            let soft = &mut self.agents[a.get()];
+            soft.yielders.clear();
+            soft.filters.retain(|(_, until)| *until > now_s);
+            let free = self.unoffered_free(a);
+            if free.is_zero() {
+                continue;
+            }
+            let Some(total) = self.state.agent(a).map(|r| r.total) else {
+                continue;
+            };
+            if !self.could_fit_any(index, &free, &total, overbook) {
+                continue;
+            }
+            let exclusions = self.exclusions(a, now_s, false);
+            let view = AgentView::new(free, total);
+            if let Some(decision) = self.decide(a, &view, &exclusions, index, OfferKind::Regular) {
+                out.push(decision);
+            }
+        }
+    }
+
+    /// Quick rejection: can the agent hold the component-wise smallest pending shape (or, when
+    /// overbooking is allowed, its non-fungible part)?
+    fn could_fit_any(
+        &self,
+        index: &CycleIndex,
+        free: &ResourceVec,
+        total: &ResourceVec,
+        overbook: bool,
+    ) -> bool {
+        ResourceKind::ALL.into_iter().all(|k| {
+            let need = index.min_demand[k];
+            if !need.is_finite() {
+                // No pending shape at all.
+                return false;
+            }
+            let have = if overbook && k.is_fungible() {
+                free[k] + self.config.overbook_allowance * total[k]
+            } else {
+                free[k]
+            };
+            need <= have + EPSILON
+        })
+    }
+
+    /// Frameworks that must not get agent `a` now: those with an active decline filter, those
+    /// holding an offer of it, and (for leftovers) those that yielded it this cycle.
+    fn exclusions(&self, a: AgentIdx, now_s: f64, leftover: bool) -> Exclusions {
+        let soft = &self.agents[a.get()];
+        let mut out: Vec<FrameworkIdx> = soft
+            .filters
+            .iter()
+            .filter(|(_, until)| *until > now_s)
+            .map(|(f, _)| *f)
+            .collect();
+        out.extend(soft.offers.iter().map(|o| o.framework));
+        if leftover {
+            out.extend(soft.yielders.iter().copied());
+        }
+        Exclusions(out)
+    }
+
+    /// Chooses the framework for one agent under the configured policy and makes the offer.
+    fn decide(
+        &mut self,
+        a: AgentIdx,
+        view: &AgentView,
+        exclusions: &Exclusions,
+        index: &mut CycleIndex,
+        kind: OfferKind,
+    ) -> Option<OfferDecision> {
+        let free = view.free;
+        match self.config.policy {
+            InterJobPolicy::DeficitCounters { kappa, .. } => {
+                let projected = self.projected_deficits();
+                let threshold = kappa * self.state.capacity_units();
+                let choice = self.choose_deficit(view, exclusions, index, &projected, threshold)?;
+                self.eta.observe(
+                    choice.p_score,
+                    self.frameworks[choice.framework.get()]
+                        .demand
+                        .remaining_work,
+                );
+                let group = self.state.framework(choice.framework)?.group;
+                let headroom = self.headroom(group, &projected, threshold, &index.runnable);
+                Some(self.make_offer(a, choice, free, headroom, kind, Some(index)))
+            }
+            InterJobPolicy::Tetris => {
+                let choice = self.best_in_list(
+                    index.lists.first()?,
+                    view,
+                    exclusions,
+                    index.srpt_weight,
+                    None,
+                    FitMode::Strict,
+                    false,
+                )?;
+                self.epsilon.observe(
+                    choice.p_score,
+                    self.frameworks[choice.framework.get()]
+                        .demand
+                        .remaining_work,
+                );
+                Some(self.make_offer(a, choice, free, f64::INFINITY, kind, Some(index)))
+            }
+            InterJobPolicy::Fifo | InterJobPolicy::Sjf => {
+                let choice = self.first_fit_in_list(index.lists.first()?, &free, exclusions)?;
+                Some(self.make_offer(a, choice, free, f64::INFINITY, kind, Some(index)))
+            }
+            InterJobPolicy::CapacityScheduler { max_capacity } => {
+                let (choice, limit) =
+                    self.choose_capacity(&free, exclusions, index, max_capacity)?;
+                Some(self.make_offer(a, choice, limit, f64::INFINITY, kind, Some(index)))
+            }
+            InterJobPolicy::Drf => {
+                let choice = self.choose_drf(&free, exclusions, index)?;
+                Some(self.make_offer(a, choice, free, f64::INFINITY, kind, Some(index)))
+            }
+        }
+    }
+
+    /// Deficits projected through the outstanding offers' expected launches:
+    /// `D_g + f_g·I − I_g`, with `I_g` the expected charge of group g's offers.
+    pub(super) fn projected_deficits(&self) -> Vec<f64> {
+        let deficits = self.state.deficits();
+        deficits
+            .iter()
+            .map(|(g, counter)| {
+                let inflight = self.groups.get(g.get()).map_or(0.0, |s| s.inflight);
+                counter.deficit + counter.share * self.inflight_total - inflight
+            })
+            .collect()
+    }
+
+    /// Per group: whether it has a framework with pending work (not suppressed) of a shape
+    /// that fits some agent's total capacity. Only such groups take part in the κ·C gate: a
+    /// group whose tasks no machine can hold must not stop the cluster.
+    pub(super) fn runnable_groups(&self) -> Vec<bool> {
+        let mut runnable = vec![false; self.groups.len()];
+        let capacities: Vec<ResourceVec> = if self.capacity_classes.len() <= MAX_CAPACITY_CLASSES {
+            self.capacity_classes.values().map(|(c, _)| *c).collect()
+        } else {
+            // Too many machine types to compare each: the component-wise maximum, which may
+            // call a shape runnable that no single machine holds (never the reverse).
+            vec![self
+                .capacity_classes
+                .values()
+                .fold(ResourceVec::ZERO, |m, (c, _)| m.max(c))]
+        };
+        for (f, record) in self.state.frameworks() {
+            let g = record.group.get();
+            if runnable[g] || !self.frameworks[f.get()].counted {
+                continue;
+            }
+            runnable[g] = self.frameworks[f.get()]
+                .demand
+                .shapes
+                .iter()
+                .any(|s| s.count > 0 && capacities.iter().any(|c| s.demand.fits_in(c)));
+        }
+        runnable
+    }
+
+    /// Runnable groups with pending work, most deprived first (ties: lower index), leaving out
+    /// the groups all of whose demanding frameworks are in `exclusions` (they refuse the agent).
+    pub(super) fn gate_order(
+        &self,
+        projected: &[f64],
+        runnable: &[bool],
+        exclusions: &[FrameworkIdx],
+    ) -> Vec<GroupIdx> {
+        let mut refusing = vec![0u32; self.groups.len()];
+        let mut seen: Vec<FrameworkIdx> = Vec::with_capacity(exclusions.len());
+        for &f in exclusions {
+            if seen.contains(&f) || !self.frameworks[f.get()].counted {
+                continue;
+            }
+            seen.push(f);
+            if let Some(record) = self.state.framework(f) {
+                refusing[record.group.get()] += 1;
+            }
+        }
+        let mut groups: Vec<GroupIdx> = (0..self.groups.len())
+            .filter(|&g| {
+                let demanding = self.groups[g].demanding;
+                demanding > 0
+                    && refusing[g] < demanding
+                    && runnable.get(g).copied().unwrap_or(false)
+            })
+            .map(|g| GroupIdx(g as u32))
+            .collect();
+        groups.sort_by(|a, b| {
+            projected[b.get()]
+                .total_cmp(&projected[a.get()])
+                .then(a.cmp(b))
+        });
+        groups
+    }
+
+    /// How much factor an offer to a framework of `served` may be expected to charge before
+    /// another runnable group with pending work reaches κ·C: `min over g ≠ served of
+    /// (κC − PD_g)/f_g`. Zero or less when another such group is already at κ·C (the offer then
+    /// carries one task, the granularity of Fig. 8).
+    pub(super) fn headroom(
+        &self,
+        served: GroupIdx,
+        projected: &[f64],
+        threshold: f64,
+        runnable: &[bool],
+    ) -> f64 {
+        let deficits = self.state.deficits();
+        let mut headroom = f64::INFINITY;
+        for (g, soft) in self.groups.iter().enumerate() {
+            if g == served.get()
+                || soft.demanding == 0
+                || !runnable.get(g).copied().unwrap_or(false)
+            {
+                continue;
+            }
+            let share = deficits.share(GroupIdx(g as u32));
+            if share <= 0.0 {
+                continue;
+            }
+            headroom = headroom.min((threshold - projected[g]) / share);
+        }
+        headroom
+    }
+
+    /// Graphene's choice (tech report Fig. 8, boxes one and two). While the most deprived
+    /// runnable group's projected deficit is ≥ κ·C, only its frameworks are candidates, and an
+    /// agent none of them can use is not offered this cycle: as in Fig. 8, where `t_best` is
+    /// then empty. This is what keeps a group of large tasks from starving behind small ones
+    /// that would otherwise take every hole as it appears. Otherwise the best perfScore over all
+    /// groups wins. Fitting shapes beat overbooked ones lexicographically, so overbooking is
+    /// considered only when nothing fits.
+    fn choose_deficit(
+        &mut self,
+        view: &AgentView,
+        exclusions: &Exclusions,
+        index: &CycleIndex,
+        projected: &[f64],
+        threshold: f64,
+    ) -> Option<Choice> {
+        let order = self.gate_order(projected, &index.runnable, &exclusions.0);
+        let most_deprived = *order.first()?;
+        if projected[most_deprived.get()] >= threshold {
+            let list = index.lists.get(most_deprived.get())?;
+            return [FitMode::Strict, FitMode::Overbook]
+                .into_iter()
+                .find_map(|mode| {
+                    self.best_in_list(list, view, exclusions, index.srpt_weight, None, mode, true)
+                });
+        }
+        for mode in [FitMode::Strict, FitMode::Overbook] {
+            let mut found: Option<Choice> = None;
+            for &g in &order {
+                let Some(list) = index.lists.get(g.get()) else {
+                    continue;
+                };
+                let best = self.best_in_list(
+                    list,
+                    view,
+                    exclusions,
+                    index.srpt_weight,
+                    found.map(|c| c.score),
+                    mode,
+                    true,
+                );
+                if let Some(best) = best {
+                    if found.is_none_or(|current| best.score.beats(&current.score)) {
+                        found = Some(best);
+                    }
+                }
+            }
+            if found.is_some() {
+                return found;
+            }
+        }
+        None
+    }
+
+    /// The best-scoring candidate of a set ordered by score bound, better than `beat` if given.
+    /// `with_priority`: Graphene's `priScore · pScore` (else Tetris' bare alignment). Scanning
+    /// stops at the first candidate whose bound cannot beat the best found.
+    #[allow(clippy::too_many_arguments)]
+    fn best_in_list(
+        &mut self,
+        list: &BTreeSet<Ranked>,
+        view: &AgentView,
+        exclusions: &Exclusions,
+        srpt_weight: f64,
+        beat: Option<PerfScore>,
+        mode: FitMode,
+        with_priority: bool,
+    ) -> Option<Choice> {
+        let mut best: Option<Choice> = None;
+        let allowance = self.config.overbook_allowance;
+        for &(OrdF64(negated_bound), _, f) in list {
+            if let Some(bar) = best.map(|c| c.score).or(beat) {
+                // The bound holds for fitting scores; overbooked ones are below it too.
+                let bound = PerfScore {
+                    fits: mode == FitMode::Strict,
+                    value: -negated_bound,
+                };
+                if !bound.beats(&bar) {
+                    break;
+                }
+            }
+            if exclusions.contains(f) {
+                continue;
+            }
+            let soft = self.cycle_counts(f);
+            if soft.cycle_pending == 0 || !soft.counted {
+                continue;
+            }
+            let srpt_term = srpt_weight * soft.demand.remaining_work;
+            if mode == FitMode::Strict {
+                if !fits(&soft.cycle_min, &view.free) {
+                    continue;
+                }
+                if let Some(bar) = best.map(|c| c.score).or(beat) {
+                    let envelope = if with_priority {
+                        &soft.cycle_envelope
+                    } else {
+                        &soft.cycle_envelope_plain
+                    };
+                    let bound = PerfScore {
+                        fits: true,
+                        value: view.packing(envelope) - srpt_term,
+                    };
+                    if !bound.beats(&bar) {
+                        continue;
+                    }
+                }
+            }
+            let mut local: Option<(usize, f64, PerfScore)> = None;
+            for (s, shape) in soft.demand.shapes.iter().enumerate() {
+                if soft.cycle_counts[s] == 0 {
+                    continue;
+                }
+                let pri = if with_priority { shape.pri_score } else { 1.0 };
+                let (p, score) = match mode {
+                    FitMode::Strict => {
+                        if !fits(&shape.demand, &view.free) {
+                            continue;
+                        }
+                        let p = view.packing(&shape.demand);
+                        let score = PerfScore {
+                            fits: true,
+                            value: pri * p - srpt_term,
+                        };
+                        (p, score)
+                    }
+                    FitMode::Overbook => {
+                        let o =
+                            overbooking_score(&view.free, &shape.demand, &view.total, allowance);
+                        match PerfScore::new(pri, 0.0, o, srpt_weight, soft.demand.remaining_work) {
+                            Some(score) => (o, score),
+                            None => continue,
+                        }
+                    }
+                };
+                if local.is_none_or(|(_, _, l)| score.beats(&l)) {
+                    local = Some((s, p, score));
+                }
+            }
+            let Some((shape, p_score, score)) = local else {
+                continue;
+            };
+            if let Some(bar) = best.map(|c| c.score).or(beat) {
+                if !score.beats(&bar) {
+                    continue;
+                }
+            }
+            best = Some(Choice {
+                framework: f,
+                shape,
+                overbook: mode == FitMode::Overbook,
+                p_score,
+                score,
+            });
+        }
+        best
+    }
+
+    /// The first candidate of an ordered set with a pending shape that fits (the first such
+    /// shape in its summary's best-first order).
+    fn first_fit_in_list(
+        &mut self,
+        list: &BTreeSet<Ranked>,
+        free: &ResourceVec,
+        exclusions: &Exclusions,
+    ) -> Option<Choice> {
+        list.iter()
+            .find_map(|&(_, _, f)| self.first_fit(f, free, exclusions))
+    }
+
+    fn first_fit(
+        &mut self,
+        f: FrameworkIdx,
+        free: &ResourceVec,
+        exclusions: &Exclusions,
+    ) -> Option<Choice> {
+        if exclusions.contains(f) {
+            return None;
+        }
+        let soft = self.cycle_counts(f);
+        if soft.cycle_pending == 0 || !soft.counted {
+            return None;
+        }
+        let shape = soft
+            .demand
+            .shapes
+            .iter()
+            .enumerate()
+            .position(|(s, shape)| soft.cycle_counts[s] > 0 && fits(&shape.demand, free))?;
+        Some(Choice {
+            framework: f,
+            shape,
+            overbook: false,
+            p_score: 0.0,
+            score: PerfScore {
+                fits: true,
+                value: 0.0,
+            },
+        })
+    }
+
+    /// YARN capacity scheduler: queues (groups) by used / guaranteed, lowest first, skipping
+    /// queues at their maximum capacity; FIFO within the queue. "Used" is the dominant share of
+    /// what the queue holds plus has on offer (YARN's DominantResourceCalculator). Returns the
+    /// choice and what may be offered: the free resources, cut to the queue's room below its
+    /// maximum.
+    fn choose_capacity(
+        &mut self,
+        free: &ResourceVec,
+        exclusions: &Exclusions,
+        index: &CycleIndex,
+        max_capacity: f64,
+    ) -> Option<(Choice, ResourceVec)> {
+        let capacity = self.state.capacity();
+        let deficits = self.state.deficits();
+        let weight_sum: f64 = deficits.iter().map(|(_, c)| c.weight).sum();
+        let mut queues: Vec<(f64, GroupIdx, ResourceVec)> = Vec::new();
+        for (g, counter) in deficits.iter() {
+            let soft = &self.groups[g.get()];
+            if soft.demanding == 0 {
+                continue;
+            }
+            let used = self.state.group_held(g) + soft.offered;
+            let used_share = used.dominant_share(&capacity);
+            if used_share >= max_capacity - EPSILON {
+                continue;
+            }
+            let guaranteed = if weight_sum > 0.0 {
+                counter.weight / weight_sum
+            } else {
+                0.0
+            };
+            let ratio = if guaranteed > 0.0 {
+                used_share / guaranteed
+            } else {
+                f64::INFINITY
+            };
+            let room = capacity.scale(max_capacity).saturating_sub(&used);
+            queues.push((ratio, g, room));
+        }
+        queues.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        for (_, g, room) in queues {
+            let limit = free.min(&room);
+            let Some(list) = index.lists.get(g.get()) else {
+                continue;
+            };
+            if let Some(choice) = self.first_fit_in_list(list, &limit, exclusions) {
+                return Some((choice, limit));
+            }
+        }
+        None
+    }
+
+    /// Mesos' hierarchical DRF: groups by weighted dominant share (held plus offered), then
+    /// frameworks within the group by dominant share, the first with a shape that fits.
+    fn choose_drf(
+        &mut self,
+        free: &ResourceVec,
+        exclusions: &Exclusions,
+        index: &CycleIndex,
+    ) -> Option<Choice> {
+        let capacity = self.state.capacity();
+        let deficits = self.state.deficits();
+        let mut groups: Vec<(f64, GroupIdx)> = Vec::new();
+        for (g, counter) in deficits.iter() {
+            let soft = &self.groups[g.get()];
+            if soft.demanding == 0 {
+                continue;
+            }
+            let used = self.state.group_held(g) + soft.offered;
+            let share = used.dominant_share(&capacity);
+            let weighted = if counter.weight > 0.0 {
+                share / counter.weight
+            } else {
+                f64::INFINITY
+            };
+            groups.push((weighted, g));
+        }
+        groups.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        for (_, g) in groups {
+            let Some(list) = index.lists.get(g.get()) else {
+                continue;
+            };
+            if let Some(choice) = self.first_fit_in_list(list, free, exclusions) {
+                return Some(choice);
+            }
+        }
+        None
+    }
+
+    /// Makes the offer of `limit` (or, when the deficit bound caps it, of the expected tasks
+    /// only) of agent `a` to the chosen framework, and projects its expected launches: its
+    /// pending shapes in summary order (the framework's best first), packed greedily, stopping
+    /// at the task whose charge reaches `headroom`. A framework that launches best-first from a
+    /// capped offer launches exactly the projected tasks: the offer holds nothing else. For an
+    /// overbooked choice the projection is one task of the winning shape.
+    pub(super) fn make_offer(
+        &mut self,
+        a: AgentIdx,
+        choice: Choice,
+        limit: ResourceVec,
+        headroom: f64,
+        kind: OfferKind,
+        index: Option<&mut CycleIndex>,
+    ) -> OfferDecision {
+        let f = choice.framework;
+        let factor_kind = self.state.deficits().factor();
+        let capacity = self.state.capacity();
+        let soft = self.cycle_counts(f);
+        let mut remaining = limit;
+        let mut bundle = ResourceVec::ZERO;
+        let mut charge = 0.0;
+        let mut truncated = false;
+        let mut taken: u64 = 0;
+        for s in 0..soft.demand.shapes.len() {
+            let available = soft.cycle_counts[s];
+            if available == 0 {
+                continue;
+            }
+            let demand = soft.demand.shapes[s].demand;
+            let fit = if choice.overbook {
+                u32::from(s == choice.shape)
+            } else {
+                copies_that_fit(&demand, &remaining, available)
+            };
+            if fit == 0 {
+                continue;
+            }
+            let factor = factor_kind.of(&demand, &capacity);
+            let mut n = fit;
+            if factor > 0.0 && charge + n as f64 * factor >= headroom {
+                // Up to and including the task that reaches the headroom (at least one).
+                let needed = ((headroom - charge) / factor).ceil().max(1.0);
+                n = n.min(needed as u32).max(1);
+                truncated = true;
+            }
+            soft.cycle_counts[s] -= n;
+            taken += n as u64;
+            charge += n as f64 * factor;
+            bundle += demand.scale(n as f64);
+            remaining = remaining.saturating_sub(&demand.scale(n as f64));
+            if truncated || choice.overbook {
+                break;
+            }
+        }
+        soft.cycle_pending = soft.cycle_pending.saturating_sub(taken);
+        soft.refresh_envelopes();
+        let resources = if truncated && !choice.overbook {
+            bundle.min(&limit)
+        } else {
+            limit
+        };
+        soft.offered += resources;
+        let group = self
+            .state
+            .framework(f)
+            .map(|r| r.group)
+            .unwrap_or(GroupIdx(0));
+        if let Some(group_soft) = self.groups.get_mut(group.get()) {
+            group_soft.offered += resources;
+            group_soft.inflight += charge;
+        }
+        self.inflight_total += charge;
+        let agent_soft = &mut self.agents[a.get()];
+        agent_soft.offered += resources;
+        agent_soft.offers.push(OutstandingOffer {
+            framework: f,
+            group,
+            resources,
+            kind,
+            expected_charge: charge,
+        });
+        if let Some(index) = index {
+            self.relist(index, f);
+        }
+        OfferDecision {
+            agent: self
+                .state
+                .agent(a)
+                .map(|r| r.id.clone())
+                .unwrap_or_else(|| AgentId::from("")),
+            framework: self
+                .state
+                .framework(f)
+                .map(|r| r.id.clone())
+                .unwrap_or_else(|| FrameworkId::from("")),
+            resources,
+            kind,
+        }
+    }
+}
+
+/// An upper bound of a framework's packing term on any agent: `max over its projected pending
+/// shapes of (priScore ·) Σ_k d_k / min_cap_k` (see the module documentation).
+fn score_bound(soft: &FrameworkSoft, min_capacity: &ResourceVec, with_priority: bool) -> f64 {
+    let mut best = f64::NEG_INFINITY;
+    for (s, shape) in soft.demand.shapes.iter().enumerate() {
+        if soft.cycle_counts.get(s).copied().unwrap_or(0) == 0 {
+            continue;
+        }
+        let mut bound = 0.0;
+        let mut possible = true;
+        for k in ResourceKind::ALL {
+            let d = shape.demand[k];
+            if d <= EPSILON {
+                continue;
+            }
+            if min_capacity[k] <= EPSILON {
+                possible = false;
+                break;
+            }
+            bound += d / min_capacity[k];
+        }
+        if !possible {
+            continue;
+        }
+        let pri = if with_priority { shape.pri_score } else { 1.0 };
+        best = best.max(pri * bound);
+    }
+    // No shape can fit any agent: sort last (a finite key keeps the set's order total).
+    if best.is_finite() {
+        best
+    } else {
+        f64::MIN
+    }
+}
+
+/// [`ResourceVec::fits_in`], inlined: the scans call it millions of times per cycle and the
+/// `proto` crate's copy is not inlined across crates.
+#[inline]
+fn fits(demand: &ResourceVec, free: &ResourceVec) -> bool {
+    let (d, f) = (&demand.0, &free.0);
+    d[0] <= f[0] + EPSILON
+        && d[1] <= f[1] + EPSILON
+        && d[2] <= f[2] + EPSILON
+        && d[3] <= f[3] + EPSILON
+        && d[4] <= f[4] + EPSILON
+}
+
+/// [`ResourceVec::dot`], inlined for the same reason.
+#[inline]
+fn dot(a: &ResourceVec, b: &ResourceVec) -> f64 {
+    let (a, b) = (&a.0, &b.0);
+    a[0] * b[0] + a[1] * b[1] + a[2] * b[2] + a[3] * b[3] + a[4] * b[4]
+}
+
+/// How many copies of `demand` fit in `free`, at most `limit`.
+pub(super) fn copies_that_fit(demand: &ResourceVec, free: &ResourceVec, limit: u32) -> u32 {
+    let mut n = limit as f64;
+    for k in ResourceKind::ALL {
+        let d = demand[k];
+        if d > EPSILON {
+            n = n.min(((free[k] + EPSILON) / d).floor());
+        }
+    }
+    n.max(0.0) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use fullerene_sdk::policy::scoring::packing_score;
+
+    use super::*;
+
+    #[test]
+    fn agent_view_packing_equals_the_papers_packing_score() {
+        let total: ResourceVec = "cpus=16,mem_mib=65536,disk_mbps=1000,net_mbps=10000"
+            .parse()
+            .unwrap();
+        let free: ResourceVec = "cpus=5,mem_mib=30000,disk_mbps=200,net_mbps=9000"
+            .parse()
+            .unwrap();
+        let view = AgentView::new(free, total);
+        for demand in [
+            "cpus=1,mem_mib=2048,net_mbps=100",
+            "cpus=4,disk_mbps=150",
+            "mem_mib=1",
+        ] {
+            let d: ResourceVec = demand.parse().unwrap();
+            let expected = packing_score(&free, &d, &total, 1.0);
+            assert!((view.packing(&d) - expected).abs() < 1e-12, "{demand}");
+        }
+    }
+
+    #[test]
+    fn copies_are_limited_by_every_kind_and_the_count() {
+        let free: ResourceVec = "cpus=8,mem_mib=1000".parse().unwrap();
+        let d: ResourceVec = "cpus=1,mem_mib=300".parse().unwrap();
+        assert_eq!(copies_that_fit(&d, &free, 10), 3);
+        assert_eq!(copies_that_fit(&d, &free, 2), 2);
+        assert_eq!(copies_that_fit(&ResourceVec::ZERO, &free, 7), 7);
+    }
+}

@@ -1,0 +1,675 @@
+//! The part of the allocator's world that must survive a leader change (DESIGN.md, principle 2):
+//! agents with their totals and what runs on them, frameworks with their group and registration
+//! order, the groups' weights and the deficit counters. It changes only through the methods
+//! here, deterministically, so the Raft state machine can own it and apply committed entries to
+//! it; the [`crate::allocator::Allocator`] only reads it, except through the same `apply_*`
+//! calls when it runs without Raft (simulator, tests).
+//!
+//! Agents and frameworks live in dense slots addressed by [`AgentIdx`] and [`FrameworkIdx`]; ids
+//! are mapped to slots only at the boundary. Freed slots are reused last-freed-first, which is
+//! deterministic, so replicas applying the same entries agree on every index.
+
+use std::collections::HashMap;
+
+use fullerene_proto::resources::EPSILON;
+use fullerene_proto::{AgentId, FrameworkId, ResourceVec};
+use serde::{Deserialize, Serialize};
+
+use crate::fairness::{slot_count, DeficitCounters, FairnessError, FairnessFactor, GroupIdx};
+
+/// Dense index of an agent slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct AgentIdx(pub u32);
+
+/// Dense index of a framework slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct FrameworkIdx(pub u32);
+
+impl AgentIdx {
+    /// As a `usize` for indexing.
+    pub const fn get(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl FrameworkIdx {
+    /// As a `usize` for indexing.
+    pub const fn get(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// Errors of the replicated allocation state.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum StateError {
+    /// The agent is not registered.
+    #[error("unknown agent `{0}`")]
+    UnknownAgent(AgentId),
+    /// The framework is not registered.
+    #[error("unknown framework `{0}`")]
+    UnknownFramework(FrameworkId),
+    /// The agent is already registered.
+    #[error("agent `{0}` is already registered")]
+    DuplicateAgent(AgentId),
+    /// The framework is already registered.
+    #[error("framework `{0}` is already registered")]
+    DuplicateFramework(FrameworkId),
+    /// A resource vector with a negative, NaN or infinite component.
+    #[error("invalid resources {0}: amounts must be finite and >= 0")]
+    InvalidResources(ResourceVec),
+    /// A release that matches no task of the framework on the agent.
+    #[error("framework `{framework}` runs no task of {demand} on agent `{agent}`")]
+    UnknownTask {
+        /// The agent.
+        agent: AgentId,
+        /// The framework.
+        framework: FrameworkId,
+        /// The demand released.
+        demand: ResourceVec,
+    },
+    /// An invalid group weight.
+    #[error(transparent)]
+    Fairness(#[from] FairnessError),
+    /// An internal slot index that holds no agent (a stale index, never a wire input).
+    #[error("no agent in slot {0:?}")]
+    EmptyAgentSlot(AgentIdx),
+    /// An internal slot index that holds no framework (a stale index, never a wire input).
+    #[error("no framework in slot {0:?}")]
+    EmptyFrameworkSlot(FrameworkIdx),
+}
+
+/// One running task as the allocator accounts for it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunningTask {
+    /// Its framework.
+    pub framework: FrameworkIdx,
+    /// The resources charged for it.
+    pub demand: ResourceVec,
+    /// What it counts in the deficit counters.
+    pub factor: f64,
+}
+
+/// A registered agent.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AgentRecord {
+    /// Its id.
+    pub id: AgentId,
+    /// Its total resources.
+    pub total: ResourceVec,
+    /// Resources charged to running tasks. Fungible kinds may exceed `total` by the
+    /// overbooking allowance.
+    pub used: ResourceVec,
+    /// The tasks it runs.
+    pub tasks: Vec<RunningTask>,
+}
+
+impl AgentRecord {
+    /// `total − used`, floored at zero (overbooked fungible kinds have nothing free).
+    pub fn free(&self) -> ResourceVec {
+        self.total.saturating_sub(&self.used)
+    }
+}
+
+/// A registered framework.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FrameworkRecord {
+    /// Its id.
+    pub id: FrameworkId,
+    /// Its fairness group.
+    pub group: GroupIdx,
+    /// Registration order, increasing over the life of the cluster (FIFO and the capacity
+    /// scheduler order by it).
+    pub registration: u64,
+    /// When it registered.
+    pub registered_at_s: f64,
+    /// Resources its running tasks hold.
+    pub held: ResourceVec,
+    /// How many tasks it runs.
+    pub running_tasks: u64,
+}
+
+/// Dense slots with last-freed-first reuse.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct Slots<T> {
+    items: Vec<Option<T>>,
+    free: Vec<u32>,
+}
+
+impl<T> Slots<T> {
+    fn new() -> Slots<T> {
+        Slots {
+            items: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+
+    fn insert(&mut self, item: T) -> u32 {
+        if let Some(i) = self.free.pop() {
+            self.items[i as usize] = Some(item);
+            i
+        } else {
+            self.items.push(Some(item));
+            (self.items.len() - 1) as u32
+        }
+    }
+
+    fn remove(&mut self, i: u32) -> Option<T> {
+        let item = self.items.get_mut(i as usize)?.take();
+        if item.is_some() {
+            self.free.push(i);
+        }
+        item
+    }
+
+    fn get(&self, i: u32) -> Option<&T> {
+        self.items.get(i as usize)?.as_ref()
+    }
+
+    fn get_mut(&mut self, i: u32) -> Option<&mut T> {
+        self.items.get_mut(i as usize)?.as_mut()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (u32, &T)> {
+        self.items
+            .iter()
+            .enumerate()
+            .filter_map(|(i, x)| x.as_ref().map(|x| (i as u32, x)))
+    }
+
+    fn capacity(&self) -> usize {
+        self.items.len()
+    }
+}
+
+/// The replicated allocation state: agents, frameworks, groups and deficit counters.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AllocationState {
+    agents: Slots<AgentRecord>,
+    agent_ids: HashMap<AgentId, AgentIdx>,
+    frameworks: Slots<FrameworkRecord>,
+    framework_ids: HashMap<FrameworkId, FrameworkIdx>,
+    next_registration: u64,
+    deficits: DeficitCounters,
+    /// Resources held by each group's running tasks, by group index.
+    group_held: Vec<ResourceVec>,
+    /// Number of running tasks in the cluster.
+    running_tasks: u64,
+    slot_size: ResourceVec,
+    capacity: ResourceVec,
+    slots: f64,
+}
+
+impl AllocationState {
+    /// An empty cluster whose deficit counters count tasks with `factor`; `slot_size` is the
+    /// slot [`FairnessFactor::Slot`] measures the cluster capacity in.
+    pub fn new(factor: FairnessFactor, slot_size: ResourceVec) -> AllocationState {
+        AllocationState {
+            agents: Slots::new(),
+            agent_ids: HashMap::new(),
+            frameworks: Slots::new(),
+            framework_ids: HashMap::new(),
+            next_registration: 0,
+            deficits: DeficitCounters::new(factor),
+            group_held: Vec::new(),
+            running_tasks: 0,
+            slot_size,
+            capacity: ResourceVec::ZERO,
+            slots: 0.0,
+        }
+    }
+
+    /// Registers an agent with `total` resources.
+    pub fn add_agent(&mut self, id: AgentId, total: ResourceVec) -> Result<AgentIdx, StateError> {
+        if !total.is_valid() {
+            return Err(StateError::InvalidResources(total));
+        }
+        if self.agent_ids.contains_key(&id) {
+            return Err(StateError::DuplicateAgent(id));
+        }
+        let idx = AgentIdx(self.agents.insert(AgentRecord {
+            id: id.clone(),
+            total,
+            used: ResourceVec::ZERO,
+            tasks: Vec::new(),
+        }));
+        self.agent_ids.insert(id, idx);
+        self.capacity += total;
+        self.slots += slot_count(&total, &self.slot_size);
+        self.capacity_changed();
+        Ok(idx)
+    }
+
+    /// Removes an agent: its tasks are lost and their charges released (deficits included).
+    /// Returns the released tasks.
+    pub fn remove_agent(&mut self, id: &AgentId) -> Result<Vec<RunningTask>, StateError> {
+        let idx = self
+            .agent_ids
+            .remove(id)
+            .ok_or_else(|| StateError::UnknownAgent(id.clone()))?;
+        let Some(record) = self.agents.remove(idx.0) else {
+            return Err(StateError::UnknownAgent(id.clone()));
+        };
+        for task in &record.tasks {
+            self.release_accounting(task);
+        }
+        self.capacity = (self.capacity - record.total).max(&ResourceVec::ZERO);
+        self.slots = (self.slots - slot_count(&record.total, &self.slot_size)).max(0.0);
+        self.capacity_changed();
+        Ok(record.tasks)
+    }
+
+    /// Registers a framework in `group` (created with the default weight if new).
+    pub fn add_framework(
+        &mut self,
+        id: FrameworkId,
+        group: &str,
+        now_s: f64,
+    ) -> Result<FrameworkIdx, StateError> {
+        if self.framework_ids.contains_key(&id) {
+            return Err(StateError::DuplicateFramework(id));
+        }
+        let group = self.deficits.ensure_group(group);
+        self.grow_groups();
+        let registration = self.next_registration;
+        self.next_registration += 1;
+        let idx = FrameworkIdx(self.frameworks.insert(FrameworkRecord {
+            id: id.clone(),
+            group,
+            registration,
+            registered_at_s: now_s,
+            held: ResourceVec::ZERO,
+            running_tasks: 0,
+        }));
+        self.framework_ids.insert(id, idx);
+        self.deficits.framework_joined(group);
+        Ok(idx)
+    }
+
+    /// Removes a framework (Mesos teardown): its tasks are killed and their charges released.
+    /// Returns the released tasks with their agents.
+    pub fn remove_framework(
+        &mut self,
+        id: &FrameworkId,
+    ) -> Result<Vec<(AgentIdx, RunningTask)>, StateError> {
+        let idx = self
+            .framework_ids
+            .remove(id)
+            .ok_or_else(|| StateError::UnknownFramework(id.clone()))?;
+        let mut released = Vec::new();
+        let agent_slots: Vec<u32> = self.agents.iter().map(|(i, _)| i).collect();
+        for a in agent_slots {
+            let Some(agent) = self.agents.get_mut(a) else {
+                continue;
+            };
+            if !agent.tasks.iter().any(|t| t.framework == idx) {
+                continue;
+            }
+            let (gone, kept): (Vec<RunningTask>, Vec<RunningTask>) =
+                agent.tasks.drain(..).partition(|t| t.framework == idx);
+            agent.tasks = kept;
+            for task in &gone {
+                agent.used = (agent.used - task.demand).max(&ResourceVec::ZERO);
+            }
+            released.extend(gone.into_iter().map(|t| (AgentIdx(a), t)));
+        }
+        for (_, task) in &released {
+            self.release_accounting(task);
+        }
+        if let Some(record) = self.frameworks.remove(idx.0) {
+            self.deficits.framework_left(record.group);
+        }
+        Ok(released)
+    }
+
+    /// Sets a group's weight (creating the group if new).
+    pub fn set_group_weight(&mut self, group: &str, weight: f64) -> Result<GroupIdx, StateError> {
+        let idx = self.deficits.set_weight(group, weight)?;
+        self.grow_groups();
+        Ok(idx)
+    }
+
+    fn grow_groups(&mut self) {
+        let n = self.deficits.len();
+        if self.group_held.len() < n {
+            self.group_held.resize(n, ResourceVec::ZERO);
+        }
+    }
+
+    /// Charges one launched task of `demand` to the agent, the framework and the deficit
+    /// counters (DESIGN.md step 5). The caller has validated it against the offer; this only
+    /// refuses unknown ids and invalid amounts. Returns the task's factor.
+    pub fn apply_launch(
+        &mut self,
+        agent: &AgentId,
+        framework: &FrameworkId,
+        demand: ResourceVec,
+    ) -> Result<f64, StateError> {
+        let a = self.agent_idx(agent)?;
+        let f = self.framework_idx(framework)?;
+        self.apply_launch_idx(a, f, demand)
+    }
+
+    /// Releases one task of `demand` that ended (DESIGN.md step 6): the inverse of
+    /// [`AllocationState::apply_launch`]. Returns the factor released.
+    pub fn apply_release(
+        &mut self,
+        agent: &AgentId,
+        framework: &FrameworkId,
+        demand: ResourceVec,
+    ) -> Result<f64, StateError> {
+        let a = self.agent_idx(agent)?;
+        let f = self.framework_idx(framework)?;
+        self.apply_release_idx(a, f, demand)
+    }
+
+    pub(crate) fn apply_launch_idx(
+        &mut self,
+        a: AgentIdx,
+        f: FrameworkIdx,
+        demand: ResourceVec,
+    ) -> Result<f64, StateError> {
+        if !demand.is_valid() {
+            return Err(StateError::InvalidResources(demand));
+        }
+        let factor = self.deficits.factor().of(&demand, &self.capacity);
+        let Some(framework) = self.frameworks.get_mut(f.0) else {
+            return Err(StateError::EmptyFrameworkSlot(f));
+        };
+        let group = framework.group;
+        let Some(agent) = self.agents.get_mut(a.0) else {
+            return Err(StateError::EmptyAgentSlot(a));
+        };
+        agent.used += demand;
+        agent.tasks.push(RunningTask {
+            framework: f,
+            demand,
+            factor,
+        });
+        framework.held += demand;
+        framework.running_tasks += 1;
+        self.group_held[group.get()] += demand;
+        self.running_tasks += 1;
+        self.deficits.apply_launch(group, factor);
+        Ok(factor)
+    }
+
+    pub(crate) fn apply_release_idx(
+        &mut self,
+        a: AgentIdx,
+        f: FrameworkIdx,
+        demand: ResourceVec,
+    ) -> Result<f64, StateError> {
+        let (agent_id, framework_id) = match (self.agents.get(a.0), self.frameworks.get(f.0)) {
+            (Some(agent), Some(framework)) => (agent.id.clone(), framework.id.clone()),
+            (None, _) => return Err(StateError::EmptyAgentSlot(a)),
+            (_, None) => return Err(StateError::EmptyFrameworkSlot(f)),
+        };
+        let Some(agent) = self.agents.get_mut(a.0) else {
+            return Err(StateError::UnknownAgent(agent_id));
+        };
+        let position = agent
+            .tasks
+            .iter()
+            .position(|t| t.framework == f && same_amounts(&t.demand, &demand))
+            .ok_or(StateError::UnknownTask {
+                agent: agent_id,
+                framework: framework_id,
+                demand,
+            })?;
+        let task = agent.tasks.swap_remove(position);
+        agent.used = (agent.used - task.demand).max(&ResourceVec::ZERO);
+        self.release_accounting(&task);
+        Ok(task.factor)
+    }
+
+    /// Framework and group bookkeeping of a task that ended (the agent side is done by the
+    /// caller).
+    fn release_accounting(&mut self, task: &RunningTask) {
+        if let Some(framework) = self.frameworks.get_mut(task.framework.0) {
+            framework.held = (framework.held - task.demand).max(&ResourceVec::ZERO);
+            framework.running_tasks = framework.running_tasks.saturating_sub(1);
+            let group = framework.group;
+            let held = &mut self.group_held[group.get()];
+            *held = (*held - task.demand).max(&ResourceVec::ZERO);
+            self.running_tasks = self.running_tasks.saturating_sub(1);
+            self.deficits.apply_release(group, task.factor);
+        }
+    }
+
+    /// The cluster capacity changed, so every DRF factor did: recompute the factors of the
+    /// running tasks and re-base the counters on them.
+    fn capacity_changed(&mut self) {
+        // Slot factors do not depend on the capacity; with nothing running there is nothing to
+        // recompute (the common case while a cluster registers its agents).
+        if self.deficits.factor() == FairnessFactor::Slot || self.running_tasks == 0 {
+            return;
+        }
+        let factor = self.deficits.factor();
+        let capacity = self.capacity;
+        let mut held = vec![0.0; self.deficits.len()];
+        let framework_groups: Vec<Option<GroupIdx>> = (0..self.frameworks.capacity())
+            .map(|i| self.frameworks.get(i as u32).map(|f| f.group))
+            .collect();
+        let agent_slots: Vec<u32> = self.agents.iter().map(|(i, _)| i).collect();
+        let mut any_task = false;
+        for a in agent_slots {
+            let Some(agent) = self.agents.get_mut(a) else {
+                continue;
+            };
+            for task in agent.tasks.iter_mut() {
+                any_task = true;
+                task.factor = factor.of(&task.demand, &capacity);
+                if let Some(Some(group)) = framework_groups.get(task.framework.get()) {
+                    held[group.get()] += task.factor;
+                }
+            }
+        }
+        if any_task {
+            self.deficits.reset_held(&held);
+        }
+    }
+
+    /// The slot of a registered agent.
+    pub fn agent_idx(&self, id: &AgentId) -> Result<AgentIdx, StateError> {
+        self.agent_ids
+            .get(id)
+            .copied()
+            .ok_or_else(|| StateError::UnknownAgent(id.clone()))
+    }
+
+    /// The slot of a registered framework.
+    pub fn framework_idx(&self, id: &FrameworkId) -> Result<FrameworkIdx, StateError> {
+        self.framework_ids
+            .get(id)
+            .copied()
+            .ok_or_else(|| StateError::UnknownFramework(id.clone()))
+    }
+
+    /// An agent by slot.
+    pub fn agent(&self, idx: AgentIdx) -> Option<&AgentRecord> {
+        self.agents.get(idx.0)
+    }
+
+    /// A framework by slot.
+    pub fn framework(&self, idx: FrameworkIdx) -> Option<&FrameworkRecord> {
+        self.frameworks.get(idx.0)
+    }
+
+    /// An agent by id.
+    pub fn agent_by_id(&self, id: &AgentId) -> Option<&AgentRecord> {
+        self.agent(*self.agent_ids.get(id)?)
+    }
+
+    /// A framework by id.
+    pub fn framework_by_id(&self, id: &FrameworkId) -> Option<&FrameworkRecord> {
+        self.framework(*self.framework_ids.get(id)?)
+    }
+
+    /// Every registered agent with its slot, in slot order.
+    pub fn agents(&self) -> impl Iterator<Item = (AgentIdx, &AgentRecord)> {
+        self.agents.iter().map(|(i, a)| (AgentIdx(i), a))
+    }
+
+    /// Every registered framework with its slot, in slot order.
+    pub fn frameworks(&self) -> impl Iterator<Item = (FrameworkIdx, &FrameworkRecord)> {
+        self.frameworks.iter().map(|(i, f)| (FrameworkIdx(i), f))
+    }
+
+    /// Number of agent slots (registered or free): an upper bound on [`AgentIdx`] values.
+    pub fn agent_slots(&self) -> usize {
+        self.agents.capacity()
+    }
+
+    /// Number of framework slots (registered or free): an upper bound on [`FrameworkIdx`].
+    pub fn framework_slots(&self) -> usize {
+        self.frameworks.capacity()
+    }
+
+    /// Number of registered agents.
+    pub fn agent_count(&self) -> usize {
+        self.agent_ids.len()
+    }
+
+    /// Number of registered frameworks.
+    pub fn framework_count(&self) -> usize {
+        self.framework_ids.len()
+    }
+
+    /// The deficit counters.
+    pub fn deficits(&self) -> &DeficitCounters {
+        &self.deficits
+    }
+
+    /// Sum of the agents' totals.
+    pub fn capacity(&self) -> ResourceVec {
+        self.capacity
+    }
+
+    /// The cluster capacity `C` of the κ·C bound in the deficit factor's unit (see
+    /// [`FairnessFactor::capacity_units`]).
+    pub fn capacity_units(&self) -> f64 {
+        self.deficits.factor().capacity_units(self.slots)
+    }
+
+    /// The slot size slot fairness measures `C` in.
+    pub fn slot_size(&self) -> ResourceVec {
+        self.slot_size
+    }
+
+    /// Resources held by the running tasks of a group's frameworks.
+    pub fn group_held(&self, group: GroupIdx) -> ResourceVec {
+        self.group_held
+            .get(group.get())
+            .copied()
+            .unwrap_or(ResourceVec::ZERO)
+    }
+
+    /// Number of running tasks in the cluster.
+    pub fn running_tasks(&self) -> u64 {
+        self.running_tasks
+    }
+}
+
+/// Equality of two demands up to the rounding [`EPSILON`] allows.
+pub(crate) fn same_amounts(a: &ResourceVec, b: &ResourceVec) -> bool {
+    a.0.iter()
+        .zip(b.0.iter())
+        .all(|(x, y)| (x - y).abs() <= EPSILON)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(s: &str) -> ResourceVec {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn launch_and_release_charge_agent_framework_and_deficits() {
+        let mut st = AllocationState::new(FairnessFactor::Drf, v("cpus=1"));
+        st.add_agent("a1".into(), v("cpus=10,mem_mib=100")).unwrap();
+        st.add_framework("f1".into(), "g1", 0.0).unwrap();
+        st.add_framework("f2".into(), "g2", 0.0).unwrap();
+        let factor = st
+            .apply_launch(&"a1".into(), &"f1".into(), v("cpus=2,mem_mib=50"))
+            .unwrap();
+        assert!((factor - 0.5).abs() < 1e-12);
+        let agent = st.agent_by_id(&"a1".into()).unwrap();
+        assert_eq!(agent.free(), v("cpus=8,mem_mib=50"));
+        let g1 = st.deficits().find("g1").unwrap();
+        assert!((st.deficits().deficit(g1) + 0.25).abs() < 1e-12);
+        assert!(matches!(
+            st.apply_release(&"a1".into(), &"f1".into(), v("cpus=1")),
+            Err(StateError::UnknownTask { .. })
+        ));
+        st.apply_release(&"a1".into(), &"f1".into(), v("cpus=2,mem_mib=50"))
+            .unwrap();
+        assert_eq!(
+            st.agent_by_id(&"a1".into()).unwrap().used,
+            ResourceVec::ZERO
+        );
+        assert!(st.deficits().deficit(g1).abs() < 1e-12);
+    }
+
+    #[test]
+    fn removing_an_agent_releases_its_tasks() {
+        let mut st = AllocationState::new(FairnessFactor::Slot, v("cpus=1"));
+        st.add_agent("a1".into(), v("cpus=4")).unwrap();
+        st.add_agent("a2".into(), v("cpus=4")).unwrap();
+        st.add_framework("f1".into(), "g1", 0.0).unwrap();
+        st.add_framework("f2".into(), "g2", 0.0).unwrap();
+        st.apply_launch(&"a1".into(), &"f1".into(), v("cpus=1"))
+            .unwrap();
+        st.apply_launch(&"a2".into(), &"f2".into(), v("cpus=1"))
+            .unwrap();
+        assert_eq!(st.capacity_units(), 8.0);
+        let lost = st.remove_agent(&"a1".into()).unwrap();
+        assert_eq!(lost.len(), 1);
+        assert_eq!(st.capacity_units(), 4.0);
+        assert_eq!(st.framework_by_id(&"f1".into()).unwrap().running_tasks, 0);
+        // f1 now holds nothing and f2 one task: g1 is owed half of it.
+        assert!((st.deficits().deficit_of("g1") - 0.5).abs() < 1e-12);
+        assert!(st.remove_agent(&"a1".into()).is_err());
+        let killed = st.remove_framework(&"f2".into()).unwrap();
+        assert_eq!(killed.len(), 1);
+        assert_eq!(
+            st.agent_by_id(&"a2".into()).unwrap().used,
+            ResourceVec::ZERO
+        );
+    }
+
+    #[test]
+    fn capacity_change_recomputes_drf_factors() {
+        let mut st = AllocationState::new(FairnessFactor::Drf, v("cpus=1"));
+        st.add_agent("a1".into(), v("cpus=10")).unwrap();
+        st.add_framework("f1".into(), "g1", 0.0).unwrap();
+        st.add_framework("f2".into(), "g2", 0.0).unwrap();
+        st.apply_launch(&"a1".into(), &"f1".into(), v("cpus=5"))
+            .unwrap();
+        assert!((st.deficits().deficit_of("g2") - 0.25).abs() < 1e-12);
+        st.add_agent("a2".into(), v("cpus=10")).unwrap();
+        // The task is now a quarter of the cluster, not half.
+        assert!((st.deficits().deficit_of("g2") - 0.125).abs() < 1e-12);
+        st.apply_release(&"a1".into(), &"f1".into(), v("cpus=5"))
+            .unwrap();
+        assert!(st.deficits().deficit_of("g2").abs() < 1e-12);
+        assert!(st.deficits().total_held().abs() < 1e-12);
+    }
+
+    #[test]
+    fn slots_are_reused_deterministically() {
+        let mut st = AllocationState::new(FairnessFactor::Slot, v("cpus=1"));
+        let a = st.add_agent("a".into(), v("cpus=1")).unwrap();
+        st.add_agent("b".into(), v("cpus=1")).unwrap();
+        st.remove_agent(&"a".into()).unwrap();
+        let c = st.add_agent("c".into(), v("cpus=1")).unwrap();
+        assert_eq!(a, c);
+        assert!(matches!(
+            st.add_agent("b".into(), v("cpus=1")),
+            Err(StateError::DuplicateAgent(_))
+        ));
+        let negative = ResourceVec::from_pairs(&[(fullerene_proto::ResourceKind::Cpus, -1.0)]);
+        assert!(st.add_agent("d".into(), negative).is_err());
+    }
+}

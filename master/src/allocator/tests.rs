@@ -1,0 +1,1168 @@
+//! Behavioural tests of the allocator: every policy's order, the κ·C gate and its bound, leftover
+//! redistribution, filters, shards and the resource accounting.
+
+use fullerene_proto::messages::{DemandSummary, PendingDemand};
+use fullerene_proto::{AgentId, FrameworkId, ResourceVec, Resources};
+use proptest::prelude::*;
+
+use super::*;
+use crate::fairness::FairnessFactor;
+
+fn v(s: &str) -> ResourceVec {
+    s.parse().expect("test vector parses")
+}
+
+fn machine() -> ResourceVec {
+    v("cpus=16,mem_mib=65536,disk_mbps=1000,net_mbps=10000")
+}
+
+fn aid(s: &str) -> AgentId {
+    AgentId::from(s)
+}
+
+fn fid(s: &str) -> FrameworkId {
+    FrameworkId::from(s)
+}
+
+/// A summary of `(shape, count, priScore)` entries.
+fn summary(shapes: &[(&str, u32, f64)], remaining_work: f64) -> DemandSummary {
+    DemandSummary {
+        pending: shapes
+            .iter()
+            .map(|(shape, count, pri)| PendingDemand {
+                resources: Resources::from(v(shape)),
+                count: *count,
+                pri_score: *pri,
+            })
+            .collect(),
+        remaining_work,
+    }
+}
+
+fn allocator(policy: InterJobPolicy) -> Allocator {
+    Allocator::new(AllocatorConfig {
+        policy,
+        ..AllocatorConfig::default()
+    })
+    .expect("valid config")
+}
+
+fn deficit(kappa: f64, factor: FairnessFactor) -> InterJobPolicy {
+    InterJobPolicy::DeficitCounters { factor, kappa }
+}
+
+fn add_agents(alloc: &mut Allocator, n: usize, total: ResourceVec) {
+    for i in 0..n {
+        alloc.add_agent(aid(&format!("a{i}")), total).unwrap();
+    }
+}
+
+fn offered_to(offers: &[OfferDecision]) -> Vec<&str> {
+    offers.iter().map(|o| o.framework.as_str()).collect()
+}
+
+#[test]
+fn config_is_validated() {
+    for policy in [
+        deficit(1.0, FairnessFactor::Drf),
+        deficit(-0.1, FairnessFactor::Drf),
+        InterJobPolicy::CapacityScheduler { max_capacity: 0.0 },
+    ] {
+        assert!(Allocator::new(AllocatorConfig {
+            policy,
+            ..AllocatorConfig::default()
+        })
+        .is_err());
+    }
+    assert!(Allocator::new(AllocatorConfig {
+        shards: 0,
+        ..AllocatorConfig::default()
+    })
+    .is_err());
+}
+
+#[test]
+fn launches_through_offers_update_deficits_by_the_design_formula() {
+    // Weights 1 and 3: f_a = 0.25, f_b = 0.75. Slot factor, κ high enough not to gate.
+    let mut alloc = allocator(deficit(0.9, FairnessFactor::Slot));
+    add_agents(&mut alloc, 1, machine());
+    alloc.set_group_weight("b", 3.0).unwrap();
+    alloc.add_framework(fid("fa"), "a", 0.0).unwrap();
+    alloc.add_framework(fid("fb"), "b", 0.0).unwrap();
+    alloc
+        .update_demand(&fid("fa"), &summary(&[("cpus=1", 4, 1.0)], 10.0))
+        .unwrap();
+    let offers = alloc.allocate_all(0.0);
+    assert_eq!(offered_to(&offers), vec!["fa"]);
+    alloc
+        .offer_answered(
+            &aid("a0"),
+            &fid("fa"),
+            &[v("cpus=1"), v("cpus=1")],
+            LeftoverAction::Decline,
+            0.0,
+        )
+        .unwrap();
+    // Two launches of a: deficit_a += 2·(0.25 − 1), deficit_b += 2·0.75.
+    let d = alloc.deficits();
+    assert!(
+        (d.deficit_of("a") + 1.5).abs() < 1e-9,
+        "{}",
+        d.deficit_of("a")
+    );
+    assert!((d.deficit_of("b") - 1.5).abs() < 1e-9);
+    // A release undoes one launch.
+    alloc.release(&aid("a0"), &fid("fa"), v("cpus=1")).unwrap();
+    let d = alloc.deficits();
+    assert!((d.deficit_of("a") + 0.75).abs() < 1e-9);
+    assert!((d.deficit_of("b") - 0.75).abs() < 1e-9);
+}
+
+#[test]
+fn slot_and_drf_factors_weigh_big_and_small_tasks_differently() {
+    let mut deficits = Vec::new();
+    for factor in [FairnessFactor::Slot, FairnessFactor::Drf] {
+        let mut alloc = allocator(deficit(0.5, factor));
+        add_agents(&mut alloc, 2, machine());
+        alloc.add_framework(fid("big"), "a", 0.0).unwrap();
+        alloc.add_framework(fid("small"), "b", 0.0).unwrap();
+        alloc
+            .apply_launch(&aid("a0"), &fid("big"), v("cpus=8,mem_mib=8192"))
+            .unwrap();
+        alloc
+            .apply_launch(&aid("a1"), &fid("small"), v("cpus=1,mem_mib=1024"))
+            .unwrap();
+        deficits.push(alloc.deficits().deficit_of("b"));
+    }
+    // One task each: even under slot fairness; under DRF "small" is owed (8 − 1)/32 / 2.
+    assert!(deficits[0].abs() < 1e-9, "slot: {}", deficits[0]);
+    assert!(
+        (deficits[1] - 7.0 / 32.0 / 2.0).abs() < 1e-9,
+        "drf: {}",
+        deficits[1]
+    );
+}
+
+/// Group a holds half the cluster, so group b's deficit is 0.25 ≥ κ·C = 0.1: although a's
+/// framework scores better everywhere, b's is offered first. Without the preload the better
+/// scoring framework wins.
+#[test]
+fn kappa_gate_offers_only_to_the_most_deprived_group() {
+    for preload in [true, false] {
+        let mut alloc = allocator(deficit(0.1, FairnessFactor::Drf));
+        add_agents(&mut alloc, 10, v("cpus=16,mem_mib=16384"));
+        alloc.add_framework(fid("fa"), "a", 0.0).unwrap();
+        alloc.add_framework(fid("fb"), "b", 0.0).unwrap();
+        if preload {
+            for i in 0..5 {
+                alloc
+                    .apply_launch(&aid(&format!("a{i}")), &fid("fa"), v("cpus=16"))
+                    .unwrap();
+            }
+        }
+        alloc
+            .update_demand(
+                &fid("fa"),
+                &summary(&[("cpus=4,mem_mib=4096", 100, 1.0)], 10.0),
+            )
+            .unwrap();
+        alloc
+            .update_demand(
+                &fid("fb"),
+                &summary(&[("cpus=1,mem_mib=1024", 100, 0.1)], 10.0),
+            )
+            .unwrap();
+        let threshold = alloc.unfairness_threshold().unwrap();
+        assert!((threshold - 0.1).abs() < 1e-12);
+        let b_deficit = alloc.deficits().deficit_of("b");
+        assert_eq!(b_deficit >= threshold, preload);
+        let offers = alloc.allocate_all(0.0);
+        assert_eq!(
+            offers[0].framework.as_str(),
+            if preload { "fb" } else { "fa" }
+        );
+        if preload {
+            // b is served until its projected deficit is below κ·C: each agent lets fb expect
+            // 16 tasks of factor 1/160, lowering its deficit by 16/160 · (1 − 0.5) = 0.05.
+            let to_b = offers.iter().take_while(|o| o.framework.as_str() == "fb");
+            assert_eq!(to_b.count(), 3, "{:?}", offered_to(&offers));
+        }
+    }
+}
+
+/// After the gate opens, an offer to the better-scoring group is cut to the tasks that keep the
+/// other group within κ·C plus one task, instead of the whole agent.
+#[test]
+fn offers_are_capped_at_the_unfairness_bound() {
+    let mut alloc = allocator(deficit(0.1, FairnessFactor::Slot));
+    add_agents(&mut alloc, 1, v("cpus=64"));
+    add_agents_named(&mut alloc, "b", 1, v("cpus=16"));
+    // C = 80 slots, κ·C = 8 tasks.
+    alloc.add_framework(fid("fa"), "a", 0.0).unwrap();
+    alloc.add_framework(fid("fb"), "b", 0.0).unwrap();
+    alloc
+        .update_demand(&fid("fa"), &summary(&[("cpus=1", 100, 1.0)], 1.0))
+        .unwrap();
+    alloc
+        .update_demand(&fid("fb"), &summary(&[("cpus=1", 100, 0.01)], 1.0))
+        .unwrap();
+    let offers = alloc.allocate_all(0.0);
+    let first = &offers[0];
+    assert_eq!(first.framework.as_str(), "fa");
+    // Each task of a raises b's deficit by 1 · 0.5: 16 tasks reach κ·C = 8.
+    assert_eq!(first.resources, v("cpus=16"), "{offers:?}");
+    let agent = first.agent.clone();
+    alloc
+        .offer_answered(
+            &agent,
+            &fid("fa"),
+            &vec![v("cpus=1"); 16],
+            LeftoverAction::Decline,
+            0.0,
+        )
+        .unwrap();
+    assert!(alloc.deficits().deficit_of("b") <= 8.0 + 1.0);
+}
+
+/// Fig. 8's strict gate: while group b is at or above κ·C, an agent its tasks cannot use is not
+/// offered to anyone (group a could use it); once b's projected deficit is back below κ·C, the
+/// next cycle offers that agent again.
+#[test]
+fn the_gate_holds_agents_the_deprived_group_cannot_use() {
+    let mut alloc = allocator(deficit(0.1, FairnessFactor::Drf));
+    add_agents(&mut alloc, 2, v("cpus=16"));
+    alloc.add_framework(fid("fa"), "a", 0.0).unwrap();
+    alloc.add_framework(fid("fb"), "b", 0.0).unwrap();
+    // a holds 14 of 32 cpus: b's deficit is 0.5 · 14/32 ≈ 0.22 ≥ 0.1.
+    alloc
+        .apply_launch(&aid("a0"), &fid("fa"), v("cpus=14"))
+        .unwrap();
+    alloc
+        .update_demand(&fid("fa"), &summary(&[("cpus=1", 100, 1.0)], 1.0))
+        .unwrap();
+    alloc
+        .update_demand(&fid("fb"), &summary(&[("cpus=4", 100, 1.0)], 1.0))
+        .unwrap();
+    let offers = alloc.allocate_all(0.0);
+    assert_eq!(offers.len(), 1, "{offers:?}");
+    assert_eq!(
+        (offers[0].agent.as_str(), offers[0].framework.as_str()),
+        ("a1", "fb")
+    );
+    // fb's four expected tasks bring b below κ·C: a0's two cpus now go to fa.
+    let offers = alloc.allocate_all(0.0);
+    assert_eq!(offered_to(&offers), vec!["fa"]);
+    assert_eq!(offers[0].agent.as_str(), "a0");
+}
+
+/// A deprived group whose frameworks all declined an agent does not hold it idle.
+#[test]
+fn a_group_that_refuses_an_agent_does_not_hold_it() {
+    let mut alloc = allocator(deficit(0.1, FairnessFactor::Drf));
+    add_agents(&mut alloc, 2, v("cpus=16"));
+    alloc.add_framework(fid("fa"), "a", 0.0).unwrap();
+    alloc.add_framework(fid("fb"), "b", 0.0).unwrap();
+    alloc
+        .apply_launch(&aid("a0"), &fid("fa"), v("cpus=16"))
+        .unwrap();
+    for f in ["fa", "fb"] {
+        alloc
+            .update_demand(&fid(f), &summary(&[("cpus=1", 100, 1.0)], 1.0))
+            .unwrap();
+    }
+    assert_eq!(offered_to(&alloc.allocate_all(0.0)), vec!["fb"]);
+    alloc
+        .offer_answered(&aid("a1"), &fid("fb"), &[], LeftoverAction::Decline, 0.0)
+        .unwrap();
+    // b is still owed a quarter of the cluster, but fb refuses a1 for 5 s.
+    assert!(alloc.deficits().deficit_of("b") >= alloc.unfairness_threshold().unwrap());
+    assert_eq!(offered_to(&alloc.allocate_all(1.0)), vec!["fa"]);
+}
+
+fn add_agents_named(alloc: &mut Allocator, prefix: &str, n: usize, total: ResourceVec) {
+    for i in 0..n {
+        alloc
+            .add_agent(aid(&format!("{prefix}{i}")), total)
+            .unwrap();
+    }
+}
+
+#[test]
+fn drf_offers_to_the_least_dominant_share() {
+    let mut alloc = allocator(InterJobPolicy::Drf);
+    add_agents(&mut alloc, 4, v("cpus=16,mem_mib=16384"));
+    alloc.add_framework(fid("heavy"), "g", 0.0).unwrap();
+    alloc.add_framework(fid("light"), "g", 1.0).unwrap();
+    alloc.add_framework(fid("other"), "h", 2.0).unwrap();
+    alloc
+        .apply_launch(&aid("a0"), &fid("heavy"), v("cpus=8"))
+        .unwrap();
+    alloc
+        .apply_launch(&aid("a0"), &fid("light"), v("mem_mib=4096"))
+        .unwrap();
+    alloc
+        .apply_launch(&aid("a1"), &fid("other"), v("cpus=2"))
+        .unwrap();
+    for f in ["heavy", "light", "other"] {
+        alloc
+            .update_demand(&fid(f), &summary(&[("cpus=1,mem_mib=1024", 16, 1.0)], 1.0))
+            .unwrap();
+    }
+    let offers = alloc.allocate_all(0.0);
+    // Group h (2/64 of cpus) is below g (12/64 cpus-or-mem); within g, light (4096/65536 of
+    // memory) is below heavy (8/64 of cpus). Each framework's 16 tasks fill one agent.
+    assert_eq!(offered_to(&offers)[0], "other");
+    assert_eq!(offered_to(&offers)[1], "light");
+    assert!(offered_to(&offers).contains(&"heavy"));
+}
+
+#[test]
+fn drf_weights_groups() {
+    let mut alloc = allocator(InterJobPolicy::Drf);
+    add_agents(&mut alloc, 2, v("cpus=16"));
+    alloc.set_group_weight("gold", 4.0).unwrap();
+    alloc.add_framework(fid("g1"), "gold", 0.0).unwrap();
+    alloc.add_framework(fid("s1"), "silver", 0.0).unwrap();
+    // gold holds 8/32 (weighted 0.0625), silver 4/32 (weighted 0.125): gold goes first.
+    alloc
+        .apply_launch(&aid("a0"), &fid("g1"), v("cpus=8"))
+        .unwrap();
+    alloc
+        .apply_launch(&aid("a1"), &fid("s1"), v("cpus=4"))
+        .unwrap();
+    for f in ["g1", "s1"] {
+        alloc
+            .update_demand(&fid(f), &summary(&[("cpus=1", 100, 1.0)], 1.0))
+            .unwrap();
+    }
+    let offers = alloc.allocate_all(0.0);
+    assert_eq!(offered_to(&offers)[0], "g1");
+}
+
+#[test]
+fn capacity_scheduler_serves_the_queue_furthest_below_its_guarantee() {
+    let policy = InterJobPolicy::CapacityScheduler { max_capacity: 1.0 };
+    let mut alloc = allocator(policy);
+    add_agents(&mut alloc, 4, v("cpus=16"));
+    alloc.set_group_weight("big", 3.0).unwrap();
+    alloc.set_group_weight("small", 1.0).unwrap();
+    alloc.add_framework(fid("b1"), "big", 0.0).unwrap();
+    alloc.add_framework(fid("s1"), "small", 1.0).unwrap();
+    alloc.add_framework(fid("s2"), "small", 2.0).unwrap();
+    // big: 24/64 used of a 75% guarantee (ratio 0.5); small: 12/64 of 25% (ratio 0.75).
+    alloc
+        .apply_launch(&aid("a0"), &fid("b1"), v("cpus=16"))
+        .unwrap();
+    alloc
+        .apply_launch(&aid("a1"), &fid("b1"), v("cpus=8"))
+        .unwrap();
+    alloc
+        .apply_launch(&aid("a2"), &fid("s1"), v("cpus=12"))
+        .unwrap();
+    for f in ["b1", "s1", "s2"] {
+        alloc
+            .update_demand(&fid(f), &summary(&[("cpus=4", 1, 1.0)], 1.0))
+            .unwrap();
+    }
+    let offers = alloc.allocate_all(0.0);
+    assert_eq!(offered_to(&offers)[0], "b1");
+    // Then small (ratio 0.75 < big's (24 + 4·…)/48 after its offer): FIFO within it, s1 first.
+    assert_eq!(offered_to(&offers)[1], "s1");
+    assert_eq!(offered_to(&offers)[2], "s2");
+}
+
+#[test]
+fn capacity_scheduler_is_elastic_up_to_max_capacity() {
+    let policy = InterJobPolicy::CapacityScheduler { max_capacity: 0.5 };
+    let mut alloc = allocator(policy);
+    add_agents(&mut alloc, 4, v("cpus=16"));
+    alloc.set_group_weight("big", 3.0).unwrap();
+    alloc.set_group_weight("small", 1.0).unwrap();
+    alloc.add_framework(fid("s1"), "small", 0.0).unwrap();
+    // small holds 30 of 64 cpus: beyond its 25% guarantee (big is idle), 2 below its maximum.
+    alloc
+        .apply_launch(&aid("a0"), &fid("s1"), v("cpus=16"))
+        .unwrap();
+    alloc
+        .apply_launch(&aid("a1"), &fid("s1"), v("cpus=14"))
+        .unwrap();
+    alloc
+        .update_demand(&fid("s1"), &summary(&[("cpus=1", 50, 1.0)], 1.0))
+        .unwrap();
+    let offers = alloc.allocate_all(0.0);
+    let total: f64 = offers.iter().map(|o| o.resources[ResourceKind::Cpus]).sum();
+    assert_eq!(offers.len(), 1, "{offers:?}");
+    assert!((total - 2.0).abs() < 1e-9, "offered {total} cpus");
+}
+
+#[test]
+fn fifo_serves_in_registration_order() {
+    let mut alloc = allocator(InterJobPolicy::Fifo);
+    add_agents(&mut alloc, 3, v("cpus=4"));
+    alloc.add_framework(fid("first"), "g", 0.0).unwrap();
+    alloc.add_framework(fid("second"), "h", 1.0).unwrap();
+    alloc.add_framework(fid("third"), "g", 2.0).unwrap();
+    alloc
+        .update_demand(&fid("third"), &summary(&[("cpus=4", 1, 1.0)], 1.0))
+        .unwrap();
+    alloc
+        .update_demand(&fid("second"), &summary(&[("cpus=4", 1, 1.0)], 1.0))
+        .unwrap();
+    // "first" wants a task no agent can hold: skipped, not blocking.
+    alloc
+        .update_demand(&fid("first"), &summary(&[("cpus=8", 1, 1.0)], 1.0))
+        .unwrap();
+    let offers = alloc.allocate_all(0.0);
+    assert_eq!(offered_to(&offers), vec!["second", "third"]);
+}
+
+#[test]
+fn sjf_serves_least_remaining_work_first() {
+    let mut alloc = allocator(InterJobPolicy::Sjf);
+    add_agents(&mut alloc, 3, v("cpus=4"));
+    for (f, rw) in [("long", 500.0), ("short", 5.0), ("medium", 50.0)] {
+        alloc.add_framework(fid(f), "g", 0.0).unwrap();
+        alloc
+            .update_demand(&fid(f), &summary(&[("cpus=4", 1, 1.0)], rw))
+            .unwrap();
+    }
+    let offers = alloc.allocate_all(0.0);
+    assert_eq!(offered_to(&offers), vec!["short", "medium", "long"]);
+}
+
+#[test]
+fn tetris_prefers_aligned_shapes_then_less_remaining_work() {
+    let mut alloc = allocator(InterJobPolicy::Tetris);
+    // An agent with much cpu and little memory free.
+    alloc
+        .add_agent(aid("a0"), v("cpus=16,mem_mib=16384"))
+        .unwrap();
+    alloc.add_framework(fid("bg"), "g", 0.0).unwrap();
+    alloc
+        .apply_launch(&aid("a0"), &fid("bg"), v("mem_mib=12288"))
+        .unwrap();
+    alloc.add_framework(fid("memory"), "g", 1.0).unwrap();
+    alloc.add_framework(fid("compute"), "g", 2.0).unwrap();
+    alloc
+        .update_demand(
+            &fid("memory"),
+            &summary(&[("cpus=1,mem_mib=4096", 1, 1.0)], 1.0),
+        )
+        .unwrap();
+    alloc
+        .update_demand(
+            &fid("compute"),
+            &summary(&[("cpus=8,mem_mib=1024", 1, 1.0)], 1.0),
+        )
+        .unwrap();
+    let offers = alloc.allocate_all(0.0);
+    assert_eq!(offered_to(&offers), vec!["compute"]);
+
+    // Same shapes: the one with less remaining work wins once ε is learnt.
+    let mut alloc = allocator(InterJobPolicy::Tetris);
+    add_agents(&mut alloc, 2, v("cpus=16"));
+    alloc.add_framework(fid("long"), "g", 0.0).unwrap();
+    alloc.add_framework(fid("short"), "g", 1.0).unwrap();
+    alloc
+        .update_demand(&fid("long"), &summary(&[("cpus=16", 1, 1.0)], 1000.0))
+        .unwrap();
+    alloc
+        .update_demand(&fid("short"), &summary(&[("cpus=16", 1, 1.0)], 10.0))
+        .unwrap();
+    for offer in alloc.allocate_all(0.0) {
+        alloc.rescind_offer(&offer.agent, &offer.framework).unwrap();
+    }
+    let offers = alloc.allocate_all(1.0);
+    assert_eq!(offered_to(&offers), vec!["short", "long"]);
+}
+
+#[test]
+fn graphene_prefers_high_priority_packable_work() {
+    let mut alloc = allocator(deficit(0.5, FairnessFactor::Drf));
+    add_agents(&mut alloc, 1, v("cpus=16,mem_mib=16384"));
+    alloc.add_framework(fid("late"), "g", 0.0).unwrap();
+    alloc.add_framework(fid("early"), "g", 1.0).unwrap();
+    alloc
+        .update_demand(
+            &fid("late"),
+            &summary(&[("cpus=4,mem_mib=4096", 4, 0.2)], 1.0),
+        )
+        .unwrap();
+    alloc
+        .update_demand(
+            &fid("early"),
+            &summary(&[("cpus=4,mem_mib=4096", 4, 0.9)], 1.0),
+        )
+        .unwrap();
+    let offers = alloc.allocate_all(0.0);
+    assert_eq!(offered_to(&offers), vec!["early"]);
+}
+
+#[test]
+fn overbooking_is_offered_only_when_nothing_fits() {
+    let mut alloc = allocator(deficit(0.5, FairnessFactor::Drf));
+    alloc
+        .add_agent(aid("a0"), v("cpus=16,mem_mib=16384,net_mbps=1000"))
+        .unwrap();
+    alloc.add_framework(fid("bg"), "g", 0.0).unwrap();
+    alloc
+        .apply_launch(&aid("a0"), &fid("bg"), v("net_mbps=900"))
+        .unwrap();
+    alloc.add_framework(fid("net"), "g", 1.0).unwrap();
+    alloc
+        .update_demand(
+            &fid("net"),
+            &summary(&[("cpus=1,net_mbps=200", 3, 1.0)], 1.0),
+        )
+        .unwrap();
+    let offers = alloc.allocate_all(0.0);
+    assert_eq!(offered_to(&offers), vec!["net"]);
+    // It may launch one task beyond the free bandwidth (within the 25% allowance) ...
+    alloc
+        .offer_answered(
+            &aid("a0"),
+            &fid("net"),
+            &[v("cpus=1,net_mbps=200")],
+            LeftoverAction::Decline,
+            0.0,
+        )
+        .unwrap();
+    // ... but not more than the allowance.
+    alloc
+        .update_demand(
+            &fid("net"),
+            &summary(&[("cpus=1,net_mbps=200", 3, 1.0)], 1.0),
+        )
+        .unwrap();
+    alloc.revive(&fid("net")).unwrap();
+    let offers = alloc.allocate_all(10.0);
+    assert_eq!(offers.len(), 1);
+    let err = alloc.offer_answered(
+        &aid("a0"),
+        &fid("net"),
+        &[v("cpus=1,net_mbps=200"), v("cpus=1,net_mbps=200")],
+        LeftoverAction::Decline,
+        10.0,
+    );
+    assert!(
+        matches!(err, Err(AllocatorError::ExceedsOffer { .. })),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn yielded_leftovers_go_to_least_remaining_work_never_back_to_yielders() {
+    for policy in [InterJobPolicy::Drf, deficit(0.9, FairnessFactor::Drf)] {
+        let mut alloc = allocator(policy);
+        add_agents(&mut alloc, 1, v("cpus=16,mem_mib=16384"));
+        for (f, rw) in [
+            ("yielder", 1.0),
+            ("long", 900.0),
+            ("short", 20.0),
+            ("mid", 300.0),
+        ] {
+            alloc.add_framework(fid(f), "g", 0.0).unwrap();
+            alloc
+                .update_demand(&fid(f), &summary(&[("cpus=2,mem_mib=1024", 8, 1.0)], rw))
+                .unwrap();
+        }
+        let offers = alloc.allocate_all(0.0);
+        assert_eq!(offers.len(), 1);
+        let first = offers[0].framework.clone();
+        let mut holder = first.clone();
+        let mut order = vec![first.as_str().to_string()];
+        // Each holder launches one task and yields the rest.
+        loop {
+            let next = alloc
+                .offer_answered(
+                    &aid("a0"),
+                    &holder,
+                    &[v("cpus=2,mem_mib=1024")],
+                    LeftoverAction::Yield,
+                    0.0,
+                )
+                .unwrap();
+            let Some(next) = next else { break };
+            assert_eq!(next.kind, OfferKind::Leftover);
+            assert_eq!(
+                next.resources,
+                alloc.free_resources(&aid("a0")).unwrap() + next.resources
+            );
+            holder = next.framework.clone();
+            order.push(holder.as_str().to_string());
+        }
+        // Everyone got the agent once; after the first, by remaining work.
+        let rest: Vec<&str> = order[1..].iter().map(String::as_str).collect();
+        let mut expected = vec!["short", "mid", "long", "yielder"];
+        expected.retain(|f| *f != order[0]);
+        assert_eq!(rest, expected, "{policy:?}");
+        // The next cycle may offer it to anyone again.
+        assert_eq!(alloc.allocate_all(1.0).len(), 1);
+    }
+}
+
+#[test]
+fn leftover_ties_are_broken_by_packing() {
+    let mut alloc = allocator(InterJobPolicy::Fifo);
+    add_agents(&mut alloc, 1, v("cpus=16,mem_mib=16384"));
+    alloc.add_framework(fid("yielder"), "g", 0.0).unwrap();
+    alloc.add_framework(fid("small"), "g", 1.0).unwrap();
+    alloc.add_framework(fid("large"), "g", 2.0).unwrap();
+    alloc
+        .update_demand(&fid("yielder"), &summary(&[("cpus=1", 1, 1.0)], 1.0))
+        .unwrap();
+    alloc
+        .update_demand(
+            &fid("small"),
+            &summary(&[("cpus=1,mem_mib=512", 1, 1.0)], 5.0),
+        )
+        .unwrap();
+    alloc
+        .update_demand(
+            &fid("large"),
+            &summary(&[("cpus=6,mem_mib=6144", 1, 1.0)], 5.0),
+        )
+        .unwrap();
+    let offers = alloc.allocate_all(0.0);
+    assert_eq!(offered_to(&offers), vec!["yielder"]);
+    let next = alloc
+        .offer_answered(&aid("a0"), &fid("yielder"), &[], LeftoverAction::Yield, 0.0)
+        .unwrap()
+        .unwrap();
+    assert_eq!(next.framework.as_str(), "large");
+}
+
+#[test]
+fn decline_filters_expire() {
+    let mut alloc = allocator(InterJobPolicy::Fifo);
+    add_agents(&mut alloc, 1, v("cpus=4"));
+    alloc.add_framework(fid("f1"), "g", 0.0).unwrap();
+    alloc.add_framework(fid("f2"), "g", 1.0).unwrap();
+    for f in ["f1", "f2"] {
+        alloc
+            .update_demand(&fid(f), &summary(&[("cpus=1", 4, 1.0)], 1.0))
+            .unwrap();
+    }
+    assert_eq!(offered_to(&alloc.allocate_all(0.0)), vec!["f1"]);
+    alloc
+        .offer_answered(&aid("a0"), &fid("f1"), &[], LeftoverAction::Decline, 0.0)
+        .unwrap();
+    // Filtered for 5 s: f2 gets it; it declines too.
+    assert_eq!(offered_to(&alloc.allocate_all(1.0)), vec!["f2"]);
+    alloc
+        .offer_answered(&aid("a0"), &fid("f2"), &[], LeftoverAction::Decline, 1.0)
+        .unwrap();
+    assert!(alloc.allocate_all(4.9).is_empty());
+    assert_eq!(offered_to(&alloc.allocate_all(5.1)), vec!["f1"]);
+    // Declined again; f2's filter is still on until 6 s: nobody gets it at 5.2 ...
+    alloc
+        .offer_answered(&aid("a0"), &fid("f1"), &[], LeftoverAction::Decline, 5.1)
+        .unwrap();
+    assert!(alloc.allocate_all(5.2).is_empty());
+    // ... unless a framework revives, which clears its filters at once.
+    alloc.revive(&fid("f1")).unwrap();
+    assert_eq!(offered_to(&alloc.allocate_all(5.3)), vec!["f1"]);
+}
+
+#[test]
+fn suppressed_frameworks_get_no_offers() {
+    let mut alloc = allocator(InterJobPolicy::Fifo);
+    add_agents(&mut alloc, 1, v("cpus=4"));
+    alloc.add_framework(fid("f1"), "g", 0.0).unwrap();
+    alloc
+        .update_demand(&fid("f1"), &summary(&[("cpus=1", 4, 1.0)], 1.0))
+        .unwrap();
+    alloc.suppress(&fid("f1")).unwrap();
+    assert!(alloc.allocate_all(0.0).is_empty());
+    alloc.revive(&fid("f1")).unwrap();
+    assert_eq!(alloc.allocate_all(0.0).len(), 1);
+}
+
+#[test]
+fn shards_partition_agents_and_cycles_stay_in_their_shard() {
+    let mut alloc = Allocator::new(AllocatorConfig {
+        policy: InterJobPolicy::Fifo,
+        shards: 4,
+        ..AllocatorConfig::default()
+    })
+    .unwrap();
+    add_agents(&mut alloc, 40, v("cpus=4"));
+    alloc.add_framework(fid("f"), "g", 0.0).unwrap();
+    alloc
+        .update_demand(&fid("f"), &summary(&[("cpus=1", 1000, 1.0)], 1.0))
+        .unwrap();
+    let mut seen = std::collections::BTreeSet::new();
+    for shard in 0..4 {
+        let members = alloc.shard_agents(shard);
+        assert!(!members.is_empty(), "shard {shard} is empty");
+        for agent in &members {
+            assert!(seen.insert(agent.clone()), "{agent} in two shards");
+            assert_eq!(alloc.shard_of(agent), Some(shard));
+        }
+        let offers = alloc.allocate_shard(shard, 0.0);
+        assert_eq!(offers.len(), members.len());
+        assert!(offers.iter().all(|o| members.contains(&o.agent)));
+    }
+    assert_eq!(seen.len(), 40);
+    assert!(alloc.allocate_shard(4, 0.0).is_empty());
+    // The assignment depends on ids only, not on registration order.
+    let mut other = Allocator::new(AllocatorConfig {
+        policy: InterJobPolicy::Fifo,
+        shards: 4,
+        ..AllocatorConfig::default()
+    })
+    .unwrap();
+    for i in (0..40).rev() {
+        other.add_agent(aid(&format!("a{i}")), v("cpus=4")).unwrap();
+    }
+    for i in 0..40 {
+        let agent = aid(&format!("a{i}"));
+        assert_eq!(alloc.shard_of(&agent), other.shard_of(&agent));
+    }
+}
+
+#[test]
+fn removing_an_agent_or_framework_drops_its_offers() {
+    let mut alloc = allocator(InterJobPolicy::Fifo);
+    add_agents(&mut alloc, 2, v("cpus=4"));
+    alloc.add_framework(fid("f1"), "g", 0.0).unwrap();
+    alloc.add_framework(fid("f2"), "g", 1.0).unwrap();
+    alloc
+        .update_demand(&fid("f1"), &summary(&[("cpus=4", 1, 1.0)], 1.0))
+        .unwrap();
+    alloc
+        .update_demand(&fid("f2"), &summary(&[("cpus=4", 1, 1.0)], 1.0))
+        .unwrap();
+    let offers = alloc.allocate_all(0.0);
+    assert_eq!(offers.len(), 2);
+    let f1_agent = offers
+        .iter()
+        .find(|o| o.framework.as_str() == "f1")
+        .unwrap()
+        .agent
+        .clone();
+    alloc.remove_agent(&f1_agent).unwrap();
+    assert_eq!(alloc.outstanding_offers().len(), 1);
+    assert!(matches!(
+        alloc.offer_answered(&f1_agent, &fid("f1"), &[], LeftoverAction::Decline, 0.0),
+        Err(AllocatorError::State(StateError::UnknownAgent(_)))
+    ));
+    alloc.remove_framework(&fid("f2")).unwrap();
+    assert!(alloc.outstanding_offers().is_empty());
+    // The remaining agent is free again and goes to f1.
+    let offers = alloc.allocate_all(0.0);
+    assert_eq!(offered_to(&offers), vec!["f1"]);
+    assert!(alloc.remove_framework(&fid("f2")).is_err());
+}
+
+#[test]
+fn answers_are_validated_against_the_offer() {
+    let mut alloc = allocator(InterJobPolicy::Fifo);
+    add_agents(&mut alloc, 1, v("cpus=4,mem_mib=4096"));
+    alloc.add_framework(fid("f1"), "g", 0.0).unwrap();
+    alloc.add_framework(fid("f2"), "g", 1.0).unwrap();
+    alloc
+        .update_demand(&fid("f1"), &summary(&[("cpus=1", 8, 1.0)], 1.0))
+        .unwrap();
+    let offers = alloc.allocate_all(0.0);
+    assert_eq!(offered_to(&offers), vec!["f1"]);
+    assert!(matches!(
+        alloc.offer_answered(&aid("a0"), &fid("f2"), &[], LeftoverAction::Decline, 0.0),
+        Err(AllocatorError::NoSuchOffer { .. })
+    ));
+    assert!(matches!(
+        alloc.offer_answered(
+            &aid("a0"),
+            &fid("f1"),
+            &[v("cpus=5")],
+            LeftoverAction::Decline,
+            0.0
+        ),
+        Err(AllocatorError::ExceedsOffer { .. })
+    ));
+    // A failed answer leaves the offer out.
+    assert_eq!(alloc.outstanding_offers().len(), 1);
+    let bad = DemandSummary {
+        pending: vec![PendingDemand {
+            resources: Resources([("fpgas".to_string(), 1.0)].into_iter().collect()),
+            count: 1,
+            pri_score: 1.0,
+        }],
+        remaining_work: 1.0,
+    };
+    assert!(matches!(
+        alloc.update_demand(&fid("f1"), &bad),
+        Err(AllocatorError::InvalidDemand { .. })
+    ));
+    let nan = summary(&[("cpus=1", 1, f64::NAN)], 1.0);
+    assert!(alloc.update_demand(&fid("f1"), &nan).is_err());
+}
+
+#[test]
+fn fair_share_splits_the_group_share_among_its_frameworks() {
+    let mut alloc = allocator(InterJobPolicy::graphene());
+    add_agents(&mut alloc, 2, v("cpus=16,mem_mib=1000"));
+    alloc.set_group_weight("a", 3.0).unwrap();
+    alloc.add_framework(fid("a1"), "a", 0.0).unwrap();
+    alloc.add_framework(fid("a2"), "a", 0.0).unwrap();
+    alloc.add_framework(fid("b1"), "b", 0.0).unwrap();
+    // a: 3/4 of 32 cpus and 2000 MiB, halved between a1 and a2; b: 1/4.
+    assert_eq!(
+        alloc.fair_share(&fid("a1")).unwrap(),
+        v("cpus=12,mem_mib=750")
+    );
+    assert_eq!(
+        alloc.fair_share(&fid("b1")).unwrap(),
+        v("cpus=8,mem_mib=500")
+    );
+    assert!(alloc.fair_share(&fid("zz")).is_err());
+}
+
+#[test]
+fn a_new_leader_rebuilds_from_the_replicated_state() {
+    let mut alloc = allocator(InterJobPolicy::graphene());
+    add_agents(&mut alloc, 3, v("cpus=4"));
+    alloc.add_framework(fid("f1"), "g", 0.0).unwrap();
+    alloc.add_framework(fid("f2"), "h", 0.0).unwrap();
+    alloc
+        .apply_launch(&aid("a0"), &fid("f1"), v("cpus=4"))
+        .unwrap();
+    let state = alloc.state().clone();
+    let mut rebuilt = Allocator::from_state(alloc.config().clone(), state).unwrap();
+    assert_eq!(rebuilt.deficits(), alloc.deficits());
+    assert!(rebuilt.outstanding_offers().is_empty());
+    rebuilt
+        .update_demand(&fid("f2"), &summary(&[("cpus=4", 2, 1.0)], 1.0))
+        .unwrap();
+    // Two free agents; the used one is not offered.
+    let offers = rebuilt.allocate_all(0.0);
+    assert_eq!(offers.len(), 2);
+    assert!(offers.iter().all(|o| o.agent.as_str() != "a0"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Property tests
+// ---------------------------------------------------------------------------------------------
+
+/// A framework of the property tests: launches best-first from its summary.
+#[derive(Clone, Debug)]
+struct SimFramework {
+    id: FrameworkId,
+    shapes: Vec<(ResourceVec, u32)>,
+}
+
+impl SimFramework {
+    fn summary(&self) -> DemandSummary {
+        DemandSummary {
+            pending: self
+                .shapes
+                .iter()
+                .filter(|(_, c)| *c > 0)
+                .map(|(d, c)| PendingDemand {
+                    resources: Resources::from(*d),
+                    count: *c,
+                    pri_score: 0.5,
+                })
+                .collect(),
+            remaining_work: self.shapes.iter().map(|(_, c)| *c as f64).sum(),
+        }
+    }
+
+    /// Greedy in summary order, as the allocator projects.
+    fn launch(&mut self, offered: &ResourceVec) -> Vec<ResourceVec> {
+        let mut free = *offered;
+        let mut out = Vec::new();
+        for (d, c) in self.shapes.iter_mut() {
+            while *c > 0 && d.fits_in(&free) {
+                free = free.saturating_sub(d);
+                *c -= 1;
+                out.push(*d);
+            }
+        }
+        out
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Scenario {
+    factor: FairnessFactor,
+    kappa: f64,
+    weights: Vec<f64>,
+    agents: Vec<ResourceVec>,
+    /// (group, shapes with counts)
+    frameworks: Vec<(usize, Vec<(ResourceVec, u32)>)>,
+    /// Per round: fraction of running tasks released (per mille), and the seed of the choice.
+    releases: Vec<(u16, u64)>,
+    shards: usize,
+}
+
+fn shape_strategy() -> impl Strategy<Value = ResourceVec> {
+    (
+        prop::sample::select(vec![0.5, 1.0, 2.0, 4.0]),
+        prop::sample::select(vec![256.0, 1024.0, 4096.0]),
+    )
+        .prop_map(|(c, m)| {
+            ResourceVec::from_pairs(&[(ResourceKind::Cpus, c), (ResourceKind::MemMib, m)])
+        })
+}
+
+fn scenario_strategy() -> impl Strategy<Value = Scenario> {
+    (
+        prop::sample::select(vec![FairnessFactor::Slot, FairnessFactor::Drf]),
+        prop::sample::select(vec![0.02, 0.05, 0.1, 0.3]),
+        prop::collection::vec(1.0..4.0_f64, 2..5),
+        prop::collection::vec(
+            prop::sample::select(vec![4.0, 8.0, 16.0]).prop_map(|c| {
+                ResourceVec::from_pairs(&[
+                    (ResourceKind::Cpus, c),
+                    (ResourceKind::MemMib, c * 2048.0),
+                ])
+            }),
+            2..10,
+        ),
+        prop::collection::vec(
+            (
+                0usize..4,
+                prop::collection::vec((shape_strategy(), 1u32..60), 1..4),
+            ),
+            2..10,
+        ),
+        prop::collection::vec((0u16..1000, any::<u64>()), 5..25),
+        1usize..4,
+    )
+        .prop_map(
+            |(factor, kappa, weights, agents, frameworks, releases, shards)| {
+                let groups = weights.len();
+                Scenario {
+                    factor,
+                    kappa,
+                    weights,
+                    agents,
+                    frameworks: frameworks
+                        .into_iter()
+                        .map(|(g, shapes)| (g % groups, shapes))
+                        .collect(),
+                    releases,
+                    shards,
+                }
+            },
+        )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// With random groups, frameworks and demands, and rounds of allocate → launch → release:
+    /// after each round's launches, the deficit of a group whose frameworks have runnable work
+    /// that fits an agent's free resources is at most κ·C plus one task's factor. Also: no agent
+    /// is ever offered more than its free resources.
+    #[test]
+    fn deficits_stay_within_kappa_c_plus_one_task(scenario in scenario_strategy()) {
+        run_scenario(&scenario, std::env::var_os("FULLERENE_TRACE").is_some())?;
+    }
+}
+
+fn run_scenario(scenario: &Scenario, trace: bool) -> Result<(), TestCaseError> {
+    let mut alloc = Allocator::new(AllocatorConfig {
+        policy: InterJobPolicy::DeficitCounters {
+            factor: scenario.factor,
+            kappa: scenario.kappa,
+        },
+        shards: scenario.shards,
+        decline_filter_s: 0.0,
+        ..AllocatorConfig::default()
+    })
+    .unwrap();
+    for (g, w) in scenario.weights.iter().enumerate() {
+        alloc.set_group_weight(&format!("g{g}"), *w).unwrap();
+    }
+    for (i, total) in scenario.agents.iter().enumerate() {
+        alloc.add_agent(aid(&format!("a{i}")), *total).unwrap();
+    }
+    let mut frameworks: Vec<(SimFramework, String)> = Vec::new();
+    for (i, (g, shapes)) in scenario.frameworks.iter().enumerate() {
+        let fw = SimFramework {
+            id: fid(&format!("f{i}")),
+            shapes: shapes.clone(),
+        };
+        alloc
+            .add_framework(fw.id.clone(), &format!("g{g}"), i as f64)
+            .unwrap();
+        alloc.update_demand(&fw.id, &fw.summary()).unwrap();
+        frameworks.push((fw, format!("g{g}")));
+    }
+    let capacity = alloc.cluster_capacity();
+    let max_factor = frameworks
+        .iter()
+        .flat_map(|(fw, _)| {
+            fw.shapes
+                .iter()
+                .map(|(d, _)| scenario.factor.of(d, &capacity))
+        })
+        .fold(0.0, f64::max);
+    let threshold = alloc.unfairness_threshold().unwrap();
+    let mut running: Vec<(AgentId, FrameworkId, ResourceVec)> = Vec::new();
+    for (round, (release_per_mille, seed)) in scenario.releases.iter().enumerate() {
+        let now = round as f64;
+        if trace {
+            let d: Vec<String> = alloc
+                .deficits()
+                .iter()
+                .map(|(_, c)| format!("{}={:.3}(f={:.2})", c.name, c.deficit, c.share))
+                .collect();
+            eprintln!("round {round}: before allocation {d:?} threshold {threshold}");
+        }
+        let offers = alloc.allocate_all(now);
+        // No agent is offered more than its free resources.
+        for (idx, agent) in alloc.state().agents() {
+            let offered: ResourceVec = alloc.agents[idx.get()]
+                .offers
+                .iter()
+                .map(|o| o.resources)
+                .fold(ResourceVec::ZERO, |a, b| a + b);
+            prop_assert!(
+                (agent.used + offered).fits_in(&agent.total),
+                "agent {} used {} offered {} total {}",
+                agent.id,
+                agent.used,
+                offered,
+                agent.total
+            );
+        }
+        for offer in offers {
+            let (fw, group) = frameworks
+                .iter_mut()
+                .find(|(f, _)| f.id == offer.framework)
+                .unwrap();
+            let tasks = fw.launch(&offer.resources);
+            if trace {
+                eprintln!(
+                    "  offer {} -> {} ({group}): {} launches {}",
+                    offer.agent,
+                    offer.framework,
+                    offer.resources,
+                    tasks.len()
+                );
+            }
+            alloc
+                .offer_answered(
+                    &offer.agent,
+                    &offer.framework,
+                    &tasks,
+                    LeftoverAction::Decline,
+                    now,
+                )
+                .unwrap();
+            for t in tasks {
+                running.push((offer.agent.clone(), offer.framework.clone(), t));
+            }
+            alloc.update_demand(&fw.id, &fw.summary()).unwrap();
+            if trace {
+                let d: Vec<String> = alloc
+                    .deficits()
+                    .iter()
+                    .map(|(_, c)| format!("{}={:.3}", c.name, c.deficit))
+                    .collect();
+                eprintln!("    deficits {d:?}");
+            }
+        }
+        // The bound, for groups with work that fits somewhere.
+        for (g, _) in scenario.weights.iter().enumerate() {
+            let name = format!("g{g}");
+            let fits_somewhere =
+                frameworks
+                    .iter()
+                    .filter(|(_, group)| *group == name)
+                    .any(|(fw, _)| {
+                        fw.shapes.iter().any(|(d, c)| {
+                            *c > 0 && alloc.state().agents().any(|(_, a)| d.fits_in(&a.free()))
+                        })
+                    });
+            let d = alloc.deficits().deficit_of(&name);
+            if fits_somewhere {
+                prop_assert!(
+                    d <= threshold + max_factor + 1e-9,
+                    "round {round}: group {name} deficit {d} > κC {threshold} + {max_factor}; free: {:?}",
+                    alloc.state().agents().map(|(_, a)| format!("{}:{}", a.id, a.free())).collect::<Vec<_>>()
+                );
+            }
+        }
+        // Releases.
+        let mut rng_state = *seed | 1;
+        let mut kept = Vec::new();
+        for task in running.drain(..) {
+            rng_state ^= rng_state << 13;
+            rng_state ^= rng_state >> 7;
+            rng_state ^= rng_state << 17;
+            if (rng_state % 1000) < *release_per_mille as u64 {
+                if trace {
+                    eprintln!("  release {} {} {}", task.0, task.1, task.2);
+                }
+                alloc.release(&task.0, &task.1, task.2).unwrap();
+            } else {
+                kept.push(task);
+            }
+        }
+        running = kept;
+    }
+    Ok(())
+}
+
+/// The case that showed why the gate must be Fig. 8's strict one: group g2's 4-cpu tasks fit
+/// only one agent's remainder, and one-task offers to g0 on the other agents (which g2 cannot
+/// use) kept raising g2's deficit past κ·C.
+#[test]
+fn a_deprived_group_is_not_raised_on_agents_it_cannot_use() {
+    let r = |s: &str| v(s);
+    let scenario = Scenario {
+        factor: FairnessFactor::Slot,
+        kappa: 0.05,
+        weights: vec![
+            2.49253710069775,
+            1.0,
+            3.6550423882779035,
+            2.9879803546906025,
+        ],
+        agents: [
+            "cpus=8,mem_mib=16384",
+            "cpus=16,mem_mib=32768",
+            "cpus=16,mem_mib=32768",
+            "cpus=8,mem_mib=16384",
+            "cpus=4,mem_mib=8192",
+            "cpus=8,mem_mib=16384",
+            "cpus=16,mem_mib=32768",
+            "cpus=8,mem_mib=16384",
+        ]
+        .iter()
+        .map(|s| r(s))
+        .collect(),
+        frameworks: vec![
+            (
+                3,
+                vec![
+                    (r("cpus=0.5,mem_mib=256"), 35),
+                    (r("cpus=0.5,mem_mib=256"), 41),
+                    (r("cpus=4,mem_mib=4096"), 41),
+                ],
+            ),
+            (0, vec![(r("cpus=2,mem_mib=4096"), 35)]),
+            (
+                2,
+                vec![(r("cpus=1,mem_mib=256"), 5), (r("cpus=4,mem_mib=256"), 46)],
+            ),
+            (0, vec![(r("cpus=4,mem_mib=4096"), 33)]),
+            (1, vec![(r("cpus=0.5,mem_mib=256"), 1)]),
+        ],
+        releases: vec![
+            (584, 2148467423172012418),
+            (330, 2220891444363372370),
+            (0, 0),
+            (627, 4452349539506711220),
+            (930, 1010177736959276970),
+            (25, 13493381664144137522),
+            (0, 0),
+        ],
+        shards: 1,
+    };
+    run_scenario(&scenario, false).unwrap();
+}
