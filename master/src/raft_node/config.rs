@@ -1,0 +1,107 @@
+//! The node driver's knobs.
+
+use std::time::Duration;
+
+/// Configuration of a [`RaftNode`](super::RaftNode).
+///
+/// Times are in ticks; the shell calls [`RaftNode::tick`](super::RaftNode::tick) every
+/// [`tick_interval`](Self::tick_interval). The defaults assume a 50 ms tick on a LAN or
+/// loopback: a leader heartbeats every 2 ticks (100 ms), and a follower that hears nothing
+/// starts an election after a random timeout in [10, 20) ticks (500–1000 ms), so a crashed
+/// leader is replaced in about a second at worst and 0.5–0.75 s typically. Pre-vote and
+/// check-quorum are always on: an isolated leader steps down after an election timeout without
+/// a quorum, and a partitioned follower that rejoins cannot depose a healthy leader (Raft
+/// thesis §9.6).
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeConfig {
+    /// This master's Raft id (non-zero, unique in the group).
+    pub id: u64,
+    /// How often the shell ticks the node. Only the shell uses it; the node counts ticks.
+    pub tick_interval: Duration,
+    /// Ticks between a leader's heartbeats.
+    pub heartbeat_ticks: usize,
+    /// Base election timeout in ticks; the actual timeout is random in [this, 2 × this).
+    pub election_ticks: usize,
+    /// Whether raft-rs randomises the election timeout (the default, and what production
+    /// needs). raft-rs draws it from the thread's RNG, which a seeded simulation cannot
+    /// control; with `false` the timeout is exactly `election_ticks` and the simulation
+    /// supplies the randomness by jittering when it ticks each node.
+    pub randomized_election_timeout: bool,
+    /// Largest append message to a follower, in bytes of entries (at least one entry is always
+    /// sent). 1 MiB batches thousands of small commands yet keeps a lagging follower's catch-up
+    /// messages small, well below the codec's 4 MiB frame limit.
+    pub max_size_per_msg: u64,
+    /// Append messages in flight to one follower before the leader waits for
+    /// acknowledgements (with `max_size_per_msg`, bounds what a slow follower can buffer).
+    pub max_inflight_msgs: usize,
+    /// Bytes of uncommitted entries the leader accepts before refusing proposals (back
+    /// pressure when followers cannot keep up).
+    pub max_uncommitted_size: u64,
+    /// Bytes of committed entries handed to the state machine per `Ready`, so that one
+    /// `advance` stays short after a long partition heals.
+    pub max_committed_size_per_ready: u64,
+    /// Proposals queued between two `advance` calls before `propose` refuses more.
+    pub max_queued_proposals: usize,
+    /// Take a state-machine snapshot, and compact the log, every this many applied entries.
+    pub snapshot_interval: u64,
+    /// Entries kept in the log behind the latest snapshot, so that a follower that is only a
+    /// little behind catches up from the log rather than with a whole snapshot.
+    pub log_retention: u64,
+    /// Ticks a linearizable read may wait for the leader's confirmation before it fails.
+    pub read_timeout_ticks: usize,
+}
+
+impl NodeConfig {
+    /// The defaults for master `id` (see the type's documentation).
+    pub fn new(id: u64) -> NodeConfig {
+        NodeConfig {
+            id,
+            tick_interval: Duration::from_millis(50),
+            heartbeat_ticks: 2,
+            election_ticks: 10,
+            randomized_election_timeout: true,
+            max_size_per_msg: 1 << 20,
+            max_inflight_msgs: 256,
+            max_uncommitted_size: 64 << 20,
+            max_committed_size_per_ready: 16 << 20,
+            max_queued_proposals: 100_000,
+            snapshot_interval: 10_000,
+            log_retention: 5_000,
+            read_timeout_ticks: 20,
+        }
+    }
+
+    /// The raft-rs configuration, validated.
+    pub(crate) fn to_raft(&self, applied: u64) -> Result<raft::Config, String> {
+        if self.snapshot_interval == 0 {
+            return Err("snapshot_interval must be at least 1".to_string());
+        }
+        if self.read_timeout_ticks == 0 {
+            return Err("read_timeout_ticks must be at least 1".to_string());
+        }
+        if self.max_queued_proposals == 0 {
+            return Err("max_queued_proposals must be at least 1".to_string());
+        }
+        let config = raft::Config {
+            id: self.id,
+            election_tick: self.election_ticks,
+            // 0 means raft-rs's default range, [election, 2 × election).
+            max_election_tick: if self.randomized_election_timeout {
+                0
+            } else {
+                self.election_ticks + 1
+            },
+            heartbeat_tick: self.heartbeat_ticks,
+            applied,
+            max_size_per_msg: self.max_size_per_msg,
+            max_inflight_msgs: self.max_inflight_msgs,
+            check_quorum: true,
+            pre_vote: true,
+            max_uncommitted_size: self.max_uncommitted_size,
+            max_committed_size_per_ready: self.max_committed_size_per_ready,
+            ..raft::Config::default()
+        };
+        config.validate().map_err(|e| e.to_string())?;
+        Ok(config)
+    }
+}

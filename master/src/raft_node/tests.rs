@@ -1,0 +1,387 @@
+//! Tests of the node driver: a single master's Ready cycle, restart from storage, and the
+//! seeded in-memory clusters of 3 and 5 masters ([`super::sim`]).
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use fullerene_proto::{ResourceKind, ResourceVec, Resources};
+
+use super::sim::{run_chaos, Sim, SimConfig};
+use super::*;
+use crate::storage::MemStorage;
+
+fn register(n: u64) -> Command {
+    Command::RegisterAgent {
+        agent_id: format!("agent-{n}").as_str().into(),
+        hostname: format!("host-{n}"),
+        resources: Resources::from(ResourceVec::from_pairs(&[(ResourceKind::Cpus, 8.0)])),
+        attributes: BTreeMap::new(),
+        executors: vec!["sleep".into()],
+        at_ms: n,
+    }
+}
+
+fn config(id: u64) -> NodeConfig {
+    NodeConfig {
+        snapshot_interval: 50,
+        log_retention: 10,
+        ..NodeConfig::new(id)
+    }
+}
+
+/// A single master that has elected itself.
+fn single(store: MemStorage) -> RaftNode<MemStorage> {
+    let mut node = RaftNode::bootstrap(config(1), store, &[1], ClusterSettings::default()).unwrap();
+    node.campaign().unwrap();
+    let mut became_leader = false;
+    for _ in 0..10 {
+        let out = node.advance(Instant::now()).unwrap();
+        became_leader |= out.leader_changed.is_some_and(|c| c.is_self);
+        if node.is_leader() && !node.has_ready() {
+            break;
+        }
+    }
+    assert!(became_leader && node.is_leader());
+    node
+}
+
+/// Advances until nothing is left to do, collecting the answers.
+fn drain(node: &mut RaftNode<MemStorage>) -> NodeOutput {
+    let mut all = NodeOutput::default();
+    for _ in 0..100 {
+        if !node.has_ready() {
+            break;
+        }
+        let mut out = node.advance(Instant::now()).unwrap();
+        all.applied.append(&mut out.applied);
+        all.dropped.append(&mut out.dropped);
+        all.reads_ready.append(&mut out.reads_ready);
+        all.reads_failed.append(&mut out.reads_failed);
+    }
+    all
+}
+
+#[test]
+fn proposals_are_batched_into_one_synced_write_and_answered_in_order() {
+    let store = MemStorage::new("single");
+    let mut node = single(store.clone());
+    let writes_before = store.persist_count();
+    for n in 0..500 {
+        node.propose(&register(n), Token(n)).unwrap();
+    }
+    // A duplicate registration: committed, refused by the state machine.
+    node.propose(&register(7), Token(1_000)).unwrap();
+    let out = drain(&mut node);
+    assert_eq!(out.applied.len(), 501);
+    assert!(out.dropped.is_empty());
+    let tokens: Vec<u64> = out.applied.iter().map(|(t, _)| t.0).collect();
+    let mut expected: Vec<u64> = (0..500).collect();
+    expected.push(1_000);
+    assert_eq!(tokens, expected, "answers come in log order");
+    assert!(out.applied[..500].iter().all(|(_, r)| r.is_ok()));
+    assert!(matches!(
+        out.applied[500].1,
+        Err(CommandError::AgentAlreadyRegistered(_))
+    ));
+    assert_eq!(node.state().agents().len(), 500);
+    // One batch for the entries and hard state, one for the commit index: not one per command.
+    let writes = store.persist_count() - writes_before;
+    assert!(
+        writes <= 3,
+        "{writes} synced writes for one batch of 501 proposals"
+    );
+}
+
+#[test]
+fn only_the_leader_takes_proposals_and_reads_need_a_leader() {
+    let store = MemStorage::new("follower");
+    let mut node =
+        RaftNode::bootstrap(config(1), store, &[1, 2, 3], ClusterSettings::default()).unwrap();
+    assert_eq!(
+        node.propose(&register(1), Token(1)),
+        Err(ProposeError::NotLeader { leader: None })
+    );
+    assert_eq!(node.read_index(Token(2)), Err(ReadError::NoLeader));
+    assert!(matches!(
+        RaftNode::bootstrap(
+            config(4),
+            MemStorage::new("x"),
+            &[1, 2, 3],
+            ClusterSettings::default()
+        ),
+        Err(NodeError::Config(_))
+    ));
+}
+
+#[test]
+fn a_single_master_serves_linearizable_reads_after_its_writes() {
+    let mut node = single(MemStorage::new("reads"));
+    node.propose(&register(1), Token(1)).unwrap();
+    node.read_index(Token(2)).unwrap();
+    let out = drain(&mut node);
+    assert_eq!(out.applied.len(), 1);
+    assert_eq!(out.reads_ready, vec![Token(2)]);
+    assert_eq!(node.state().agents().len(), 1);
+}
+
+#[test]
+fn restart_from_storage_recovers_the_state_via_snapshot_and_log() {
+    let store = MemStorage::new("restart");
+    let mut node = single(store.clone());
+    for n in 0..137 {
+        node.propose(&register(n), Token(n)).unwrap();
+        if n % 10 == 0 {
+            drain(&mut node);
+        }
+    }
+    drain(&mut node);
+    let state = node.state().clone();
+    let applied = node.applied_index();
+    // Snapshots were taken and the log compacted behind them.
+    assert!(store.latest_snapshot().get_metadata().index >= 100);
+    assert!(raft::Storage::first_index(&store).unwrap() > 50);
+
+    let durable = store.crash();
+    drop(node);
+    let mut restarted = RaftNode::open(config(1), durable.clone()).unwrap();
+    // The entries after the snapshot are re-applied: those known committed at once, the rest
+    // (whose commit index was written unsynced and lost with the crash) once the master has
+    // led again and committed an entry of its new term.
+    drain(&mut restarted);
+    assert!(restarted.applied_index() >= durable.latest_snapshot().get_metadata().index);
+    restarted.campaign().unwrap();
+    drain(&mut restarted);
+    assert!(restarted.is_leader());
+    // One more entry: the new term's empty entry.
+    assert_eq!(restarted.applied_index(), applied + 1);
+    assert_eq!(*restarted.state(), state);
+    assert_eq!(restarted.membership().voters, vec![1]);
+}
+
+#[test]
+fn a_failed_write_is_fatal_and_leaves_the_store_as_it_was() {
+    let store = MemStorage::new("failing");
+    let mut node = single(store.clone());
+    node.propose(&register(1), Token(1)).unwrap();
+    drain(&mut node);
+    let last = raft::Storage::last_index(&store).unwrap();
+    node.propose(&register(2), Token(2)).unwrap();
+    store.fail_next_persist();
+    assert!(matches!(
+        node.advance(Instant::now()),
+        Err(NodeError::Storage(StorageError::Injected { .. }))
+    ));
+    drop(node);
+    let durable = store.crash();
+    assert_eq!(raft::Storage::last_index(&durable).unwrap(), last);
+    let mut restarted = RaftNode::open(config(1), durable).unwrap();
+    restarted.campaign().unwrap();
+    drain(&mut restarted);
+    assert_eq!(restarted.state().agents().len(), 1);
+}
+
+#[test]
+fn a_store_whose_state_snapshot_does_not_decode_is_refused() {
+    let mut store = MemStorage::new("garbled");
+    store.bootstrap(&[1], b"not a state").unwrap();
+    let err = RaftNode::open(config(1), store).unwrap_err();
+    assert!(
+        matches!(&err, NodeError::Storage(StorageError::Corrupt { location, .. }) if location == "memory:garbled"),
+        "{err}"
+    );
+}
+
+/// Seeds to run: `FULLERENE_RAFT_SEEDS=N` if set, else many more with
+/// `FULLERENE_LONG_TESTS=1`, else `default`.
+fn seed_count(default: u64) -> u64 {
+    if let Some(n) = std::env::var("FULLERENE_RAFT_SEEDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        return n;
+    }
+    if std::env::var("FULLERENE_LONG_TESTS").is_ok_and(|v| v == "1") {
+        return default * 20;
+    }
+    default
+}
+
+/// Runs every seed `s` in `0..count` with `s % shards == shard`, so that the seeds spread
+/// over the test harness's threads.
+fn chaos_shard(voters: usize, default_seeds: u64, shard: u64, shards: u64) {
+    let count = seed_count(default_seeds);
+    let mut totals = sim::SimStats::default();
+    for seed in (0..count).filter(|s| s % shards == shard) {
+        let stats =
+            run_chaos(seed, SimConfig::with_voters(voters)).unwrap_or_else(|e| panic!("{e}"));
+        totals.acknowledged += stats.acknowledged;
+        totals.rejected += stats.rejected;
+        totals.crashes += stats.crashes;
+        totals.partitions += stats.partitions;
+        totals.snapshots_installed += stats.snapshots_installed;
+        totals.reads_ok += stats.reads_ok;
+        totals.leaders += stats.leaders;
+        totals.proposed += stats.proposed;
+        totals.dropped += stats.dropped;
+        totals.reads_failed += stats.reads_failed;
+        totals.delivered += stats.delivered;
+        totals.lost += stats.lost;
+        totals.final_index += stats.final_index;
+    }
+    eprintln!("{voters} voters, shard {shard}/{shards}: {totals:?}");
+    // The runs must exercise what they claim to: faults happened, commands (valid and
+    // invalid) were acknowledged, snapshots were sent, reads were served.
+    if count / shards >= 20 {
+        assert!(totals.crashes > 0, "{totals:?}");
+        assert!(totals.partitions > 0, "{totals:?}");
+        assert!(
+            totals.acknowledged > totals.rejected && totals.rejected > 0,
+            "{totals:?}"
+        );
+        assert!(totals.snapshots_installed > 0, "{totals:?}");
+        assert!(totals.reads_ok > 0, "{totals:?}");
+        assert!(totals.leaders > count / shards, "{totals:?}");
+    }
+}
+
+#[test]
+fn chaos_three_masters_shard_0() {
+    chaos_shard(3, 160, 0, 2);
+}
+
+#[test]
+fn chaos_three_masters_shard_1() {
+    chaos_shard(3, 160, 1, 2);
+}
+
+#[test]
+fn chaos_five_masters_shard_0() {
+    chaos_shard(5, 80, 0, 2);
+}
+
+#[test]
+fn chaos_five_masters_shard_1() {
+    chaos_shard(5, 80, 1, 2);
+}
+
+#[test]
+fn the_same_seed_replays_the_same_run() {
+    let a = run_chaos(42, SimConfig::with_voters(3)).unwrap();
+    let b = run_chaos(42, SimConfig::with_voters(3)).unwrap();
+    assert_eq!(a, b);
+    let c = run_chaos(43, SimConfig::with_voters(3)).unwrap();
+    assert_ne!(a, c);
+}
+
+#[test]
+fn an_isolated_leader_steps_down_and_rejoins_without_disrupting() {
+    let mut sim = Sim::new(7, SimConfig::with_voters(3)).unwrap();
+    sim.run_until(500, |s| s.leader().is_some()).unwrap();
+    let old = sim.leader().unwrap();
+    let old_term = sim.node(old).unwrap().term();
+    sim.isolate(old);
+    // Check-quorum: the isolated leader steps down; the others elect a new one.
+    sim.run_until(500, |s| {
+        !s.node(old).unwrap().is_leader() && s.leader().is_some_and(|l| l != old)
+    })
+    .unwrap();
+    let new = sim.leader().unwrap();
+    let new_term = sim.node(new).unwrap().term();
+    assert!(new_term > old_term);
+    // Pre-vote: while cut off, the old leader cannot raise its term by campaigning.
+    sim.run_rounds(100).unwrap();
+    assert_eq!(sim.node(old).unwrap().term(), old_term);
+    sim.set_faults(false);
+    let token = sim.propose_command(&register(1)).unwrap();
+    sim.run_until(500, |s| s.answer(token).is_some() && s.converged())
+        .unwrap();
+    assert_eq!(
+        sim.leader(),
+        Some(new),
+        "the rejoining master did not depose the leader"
+    );
+    assert!(matches!(sim.answer(token), Some(Ok(Ok(_)))));
+    sim.heal_and_check().unwrap();
+}
+
+#[test]
+fn membership_add_a_learner_promote_it_and_remove_a_master() {
+    let mut sim = Sim::new(11, SimConfig::with_voters(3)).unwrap();
+    sim.run_until(500, |s| s.leader().is_some()).unwrap();
+    // Enough commands that the log is compacted: the newcomer needs a snapshot.
+    for n in 0..60 {
+        sim.propose_command(&register(n)).unwrap();
+        sim.round(false).unwrap();
+    }
+    sim.add_empty_master(4).unwrap();
+    let add = sim
+        .propose_membership(MembershipChange::to_conf_change(
+            &[MembershipChange::AddLearner(4)],
+            b"10.0.0.4:7000".to_vec(),
+        ))
+        .unwrap();
+    sim.run_until(500, |s| s.membership_result(add).is_some())
+        .unwrap();
+    let cs = sim.membership_result(add).unwrap().clone().unwrap();
+    assert_eq!(
+        (cs.voters.clone(), cs.learners.clone()),
+        (vec![1, 2, 3], vec![4])
+    );
+    sim.run_until(1_000, |s| {
+        s.node(4)
+            .is_some_and(|n| n.applied_index() >= 60 && n.state().agents().len() == 60)
+    })
+    .unwrap();
+
+    let promote = sim
+        .propose_membership(MembershipChange::to_conf_change(
+            &[MembershipChange::AddVoter(4)],
+            Vec::new(),
+        ))
+        .unwrap();
+    sim.run_until(500, |s| s.membership_result(promote).is_some())
+        .unwrap();
+    let cs = sim.membership_result(promote).unwrap().clone().unwrap();
+    assert_eq!(
+        (cs.voters.clone(), cs.learners.clone()),
+        (vec![1, 2, 3, 4], vec![])
+    );
+
+    // Remove a follower: it reports removed_self and stops.
+    let leader = sim.leader().unwrap();
+    let victim = [1, 2, 3].into_iter().find(|&id| id != leader).unwrap();
+    let remove = sim
+        .propose_membership(MembershipChange::to_conf_change(
+            &[MembershipChange::Remove(victim)],
+            Vec::new(),
+        ))
+        .unwrap();
+    sim.run_until(500, |s| {
+        s.membership_result(remove).is_some() && s.is_removed(victim)
+    })
+    .unwrap();
+    assert!(sim.node(victim).is_none());
+    let cs = sim.membership_result(remove).unwrap().clone().unwrap();
+    assert!(!cs.voters.contains(&victim) && cs.voters.len() == 3);
+
+    // A change while another is pending is refused, not silently lost.
+    let first = sim
+        .propose_membership(MembershipChange::to_conf_change(
+            &[MembershipChange::AddLearner(9)],
+            Vec::new(),
+        ))
+        .unwrap();
+    let second = sim
+        .propose_membership(MembershipChange::to_conf_change(
+            &[MembershipChange::AddLearner(10)],
+            Vec::new(),
+        ))
+        .unwrap();
+    sim.run_until(500, |s| {
+        s.membership_result(first).is_some() && s.membership_result(second).is_some()
+    })
+    .unwrap();
+    assert!(sim.membership_result(first).unwrap().is_ok());
+    assert!(sim.membership_result(second).unwrap().is_err());
+    sim.heal_and_check().unwrap();
+}

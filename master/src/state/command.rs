@@ -1,0 +1,295 @@
+//! The commands of the replicated log and what applying one reports.
+//!
+//! A command is proposed by the leader on behalf of an agent, a framework, an operator or its
+//! own timers, travels in a Raft entry (encoded with [`fullerene_proto::codec`], so it is
+//! versioned and decoded strictly), and is applied by every master in log order. Everything a
+//! command's effect depends on is inside it: identities come from the proposer's verified
+//! certificate (DESIGN.md, principle 4), and time is stamped by the leader (`at_ms`), never read
+//! by the state machine.
+
+use std::collections::BTreeMap;
+
+use fullerene_proto::messages::{StatusUpdate, TaskSpec, UnixMillis};
+use fullerene_proto::{AgentId, FrameworkId, Resources, TaskId};
+use serde::{Deserialize, Serialize};
+
+/// A task's identity: task ids are unique within their framework only.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct TaskKey {
+    /// The task's framework.
+    pub framework_id: FrameworkId,
+    /// The task's id within it.
+    pub task_id: TaskId,
+}
+
+impl TaskKey {
+    /// The key of `task_id` of `framework_id`.
+    pub fn new(framework_id: FrameworkId, task_id: TaskId) -> TaskKey {
+        TaskKey {
+            framework_id,
+            task_id,
+        }
+    }
+}
+
+impl std::fmt::Display for TaskKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.framework_id, self.task_id)
+    }
+}
+
+/// One change to the cluster state (DESIGN.md, "a task's life").
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Command {
+    /// A new agent registers (step 1). Fails if the id is already known.
+    RegisterAgent {
+        /// The agent, from its certificate.
+        agent_id: AgentId,
+        /// Its host name.
+        hostname: String,
+        /// Its total resources.
+        resources: Resources,
+        /// Placement attributes.
+        attributes: BTreeMap<String, String>,
+        /// Executors it can run (`command`, `sleep`).
+        executors: Vec<String>,
+        /// Leader's time.
+        at_ms: UnixMillis,
+    },
+    /// A known agent registers again, after its own restart, a network partition, a master
+    /// failover, or after it was declared lost. `running` lists the tasks it still runs; any
+    /// the master considers ended (or never heard of) must be killed, and the master's
+    /// non-terminal tasks on it that it does not report are lost.
+    ReregisterAgent {
+        /// The agent, from its certificate.
+        agent_id: AgentId,
+        /// Its host name.
+        hostname: String,
+        /// Its total resources.
+        resources: Resources,
+        /// Placement attributes.
+        attributes: BTreeMap<String, String>,
+        /// Executors it can run.
+        executors: Vec<String>,
+        /// The tasks it still runs.
+        running: Vec<TaskKey>,
+        /// Leader's time.
+        at_ms: UnixMillis,
+    },
+    /// An agent's capacity changed.
+    UpdateAgentResources {
+        /// The agent.
+        agent_id: AgentId,
+        /// The new totals.
+        resources: Resources,
+        /// Leader's time.
+        at_ms: UnixMillis,
+    },
+    /// The leader heard from an agent: refreshes its last heartbeat and brings an unreachable
+    /// agent back to active. The leader proposes it when an unreachable agent heartbeats, and
+    /// otherwise as rarely as it likes (heartbeats themselves are not replicated).
+    AgentHeartbeat {
+        /// The agent.
+        agent_id: AgentId,
+        /// Leader's time.
+        at_ms: UnixMillis,
+    },
+    /// An agent missed heartbeats for the first timeout: no new launches on it. Idempotent.
+    MarkAgentUnreachable {
+        /// The agent.
+        agent_id: AgentId,
+        /// Leader's time.
+        at_ms: UnixMillis,
+    },
+    /// An agent missed heartbeats for the second timeout: its tasks are LOST and their
+    /// resources released; if it comes back it must re-register and kill them. Idempotent.
+    MarkAgentLost {
+        /// The agent.
+        agent_id: AgentId,
+        /// Leader's time.
+        at_ms: UnixMillis,
+    },
+    /// A new framework subscribes (step 2) with the id the leader assigned.
+    SubscribeFramework {
+        /// The id assigned by the leader.
+        framework_id: FrameworkId,
+        /// The principal from its certificate.
+        principal: String,
+        /// Its name.
+        name: String,
+        /// Its fairness group.
+        group: String,
+        /// How long its tasks survive a disconnection.
+        failover_timeout_ms: u64,
+        /// Leader's time.
+        at_ms: UnixMillis,
+    },
+    /// A registered framework subscribes again with its id (a new scheduler process, or a
+    /// reconnection). Its group cannot change: deficits are accounted per group.
+    FailoverFramework {
+        /// The framework.
+        framework_id: FrameworkId,
+        /// The principal from the new connection's certificate; must own the framework.
+        principal: String,
+        /// Its (possibly new) name.
+        name: String,
+        /// Its (possibly new) failover timeout.
+        failover_timeout_ms: u64,
+        /// Leader's time.
+        at_ms: UnixMillis,
+    },
+    /// A framework's connection closed; the leader tears it down if it does not come back
+    /// within its failover timeout. Idempotent.
+    DisconnectFramework {
+        /// The framework.
+        framework_id: FrameworkId,
+        /// Leader's time.
+        at_ms: UnixMillis,
+    },
+    /// Unregister a framework: its non-terminal tasks are KILLED (agents are told to kill
+    /// them) and it can never be used again.
+    TeardownFramework {
+        /// The framework.
+        framework_id: FrameworkId,
+        /// The principal asking, when the framework asks itself; `None` when the master removes
+        /// it (failover timeout, operator).
+        principal: Option<String>,
+        /// Leader's time.
+        at_ms: UnixMillis,
+    },
+    /// Launch a bundle of tasks on one agent (step 5): the leader has checked the offers; the
+    /// state machine checks what state can refute (ids, capacity, executors).
+    LaunchTasks {
+        /// The framework.
+        framework_id: FrameworkId,
+        /// The principal of the accepting connection; must own the framework.
+        principal: String,
+        /// The agent all tasks run on.
+        agent_id: AgentId,
+        /// The bundle (at least one task).
+        tasks: Vec<TaskSpec>,
+        /// Leader's time.
+        at_ms: UnixMillis,
+    },
+    /// A task's status changed, as reported by its agent (step 6).
+    UpdateStatus {
+        /// The reporting agent, from its certificate; must be the task's agent.
+        agent_id: AgentId,
+        /// The update.
+        update: StatusUpdate,
+        /// Leader's time.
+        at_ms: UnixMillis,
+    },
+    /// A framework asks for one of its tasks to be killed.
+    KillTask {
+        /// The framework.
+        framework_id: FrameworkId,
+        /// The principal asking; must own the framework.
+        principal: String,
+        /// The task.
+        task_id: TaskId,
+        /// Leader's time.
+        at_ms: UnixMillis,
+    },
+    /// A framework acknowledged a task's updates up to `seq`. A terminal task whose last
+    /// update is acknowledged is forgotten.
+    AcknowledgeStatus {
+        /// The framework.
+        framework_id: FrameworkId,
+        /// The principal acknowledging; must own the framework.
+        principal: String,
+        /// The task.
+        task_id: TaskId,
+        /// The highest sequence number acknowledged.
+        seq: u64,
+    },
+    /// An operator sets a group's weight.
+    SetGroupWeight {
+        /// The group.
+        group: String,
+        /// Its weight (finite, ≥ 0).
+        weight: f64,
+    },
+    /// An operator sets how far fungible resources (disk and network bandwidth) may be
+    /// overbooked by launches, as a fraction of an agent's total (Graphene §5).
+    SetOverbookingAllowance {
+        /// The fraction (finite, ≥ 0).
+        allowance: f64,
+    },
+}
+
+impl Command {
+    /// A short name for logs and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Command::RegisterAgent { .. } => "register_agent",
+            Command::ReregisterAgent { .. } => "reregister_agent",
+            Command::UpdateAgentResources { .. } => "update_agent_resources",
+            Command::AgentHeartbeat { .. } => "agent_heartbeat",
+            Command::MarkAgentUnreachable { .. } => "mark_agent_unreachable",
+            Command::MarkAgentLost { .. } => "mark_agent_lost",
+            Command::SubscribeFramework { .. } => "subscribe_framework",
+            Command::FailoverFramework { .. } => "failover_framework",
+            Command::DisconnectFramework { .. } => "disconnect_framework",
+            Command::TeardownFramework { .. } => "teardown_framework",
+            Command::LaunchTasks { .. } => "launch_tasks",
+            Command::UpdateStatus { .. } => "update_status",
+            Command::KillTask { .. } => "kill_task",
+            Command::AcknowledgeStatus { .. } => "acknowledge_status",
+            Command::SetGroupWeight { .. } => "set_group_weight",
+            Command::SetOverbookingAllowance { .. } => "set_overbooking_allowance",
+        }
+    }
+}
+
+/// A task an agent must kill, with the grace period its spec asks for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskKill {
+    /// The agent running it.
+    pub agent_id: AgentId,
+    /// The task.
+    pub task: TaskKey,
+    /// Milliseconds between the polite signal and the kill.
+    pub grace_ms: u64,
+}
+
+/// What applying a valid command did, for the leader to act on (answer the proposer, tell
+/// agents and frameworks). Followers apply the same command and ignore it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CommandOutcome {
+    /// The state changed; nobody else needs telling.
+    Applied,
+    /// A duplicate or a request for what already holds: nothing changed (idempotent retries,
+    /// e.g. a status update with a sequence number already recorded).
+    Unchanged,
+    /// An agent registered or re-registered. `kill` lists tasks it must kill (ended on the
+    /// master's side, or unknown); `updates` the tasks it no longer runs, now LOST, for
+    /// their frameworks.
+    AgentRegistered {
+        /// Tasks the agent must kill.
+        kill: Vec<TaskKill>,
+        /// Status updates for the frameworks of tasks it lost.
+        updates: Vec<StatusUpdate>,
+    },
+    /// A bundle was launched: send it to the agent.
+    TasksLaunched {
+        /// The agent.
+        agent_id: AgentId,
+        /// The framework.
+        framework_id: FrameworkId,
+        /// The launched tasks, in bundle order.
+        tasks: Vec<TaskSpec>,
+    },
+    /// A status update was recorded: acknowledge it to the agent, forward it to the framework.
+    StatusRecorded(StatusUpdate),
+    /// A kill was recorded: send it to the agent.
+    KillRequested(TaskKill),
+    /// Tasks ended on the master's decision (agent lost, framework torn down): `updates` for
+    /// their frameworks, `kill` for agents that may still run them.
+    TasksEnded {
+        /// Status updates generated by the master.
+        updates: Vec<StatusUpdate>,
+        /// Kills to send.
+        kill: Vec<TaskKill>,
+    },
+}

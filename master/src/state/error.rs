@@ -1,0 +1,183 @@
+//! Why a command was refused at apply time.
+//!
+//! Validation happens when a committed command is applied, against the state every replica has
+//! at that point of the log, so all replicas refuse the same commands. A refused command
+//! changes nothing; its error goes back to the proposer.
+
+use fullerene_proto::messages::{AgentState, ErrorCode, TaskState, WireError};
+use fullerene_proto::resources::ResourceError;
+use fullerene_proto::{AgentId, FrameworkId, ResourceVec};
+
+use super::command::TaskKey;
+use crate::allocator::state::StateError;
+use crate::fairness::FairnessError;
+
+/// A command that the current state refutes.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum CommandError {
+    /// The agent is not registered.
+    #[error("unknown agent `{0}`")]
+    UnknownAgent(AgentId),
+    /// `RegisterAgent` for an id already registered (it should re-register).
+    #[error("agent `{0}` is already registered")]
+    AgentAlreadyRegistered(AgentId),
+    /// The agent was declared lost; it must re-register first.
+    #[error("agent `{0}` was declared lost and must re-register")]
+    AgentLost(AgentId),
+    /// Launch on an agent that is not active.
+    #[error("agent `{agent}` is {state:?}: no task can be launched on it")]
+    AgentNotActive {
+        /// The agent.
+        agent: AgentId,
+        /// Its state.
+        state: AgentState,
+    },
+    /// The framework is not registered.
+    #[error("unknown framework `{0}`")]
+    UnknownFramework(FrameworkId),
+    /// `SubscribeFramework` with an id in use (or used before).
+    #[error("framework `{0}` is already registered")]
+    FrameworkAlreadyRegistered(FrameworkId),
+    /// The framework was torn down; its id cannot be used again.
+    #[error("framework `{0}` was torn down")]
+    FrameworkTornDown(FrameworkId),
+    /// A principal acting on a framework (and so on its tasks) it does not own.
+    #[error("principal `{principal}` does not own framework `{framework}`")]
+    NotFrameworkOwner {
+        /// The framework.
+        framework: FrameworkId,
+        /// The principal that tried.
+        principal: String,
+    },
+    /// The task is not known (never launched, or forgotten after its end was acknowledged).
+    #[error("unknown task `{0}`")]
+    UnknownTask(TaskKey),
+    /// A task id already in use by the framework (within the bundle or among its tasks).
+    #[error("task `{0}` already exists")]
+    DuplicateTask(TaskKey),
+    /// A change to a task that has ended: a terminal task never changes.
+    #[error("task `{task}` already ended as {state:?}")]
+    TerminalTask {
+        /// The task.
+        task: TaskKey,
+        /// Its terminal state.
+        state: TaskState,
+    },
+    /// A state change that the task life cycle does not allow (e.g. RUNNING back to STAGING).
+    #[error("task `{task}` cannot go from {from:?} to {to:?}")]
+    BadTransition {
+        /// The task.
+        task: TaskKey,
+        /// Its state.
+        from: TaskState,
+        /// The state asked for.
+        to: TaskState,
+    },
+    /// An agent reporting on a task that runs elsewhere.
+    #[error("task `{task}` runs on agent `{runs_on}`, not on `{reported_by}`")]
+    TaskOnOtherAgent {
+        /// The task.
+        task: TaskKey,
+        /// Where it runs.
+        runs_on: AgentId,
+        /// Who reported.
+        reported_by: AgentId,
+    },
+    /// A status update whose own agent field disagrees with the reporting agent.
+    #[error("status update names agent `{named}` but was sent by `{sender}`")]
+    StatusAgentMismatch {
+        /// The agent the update names.
+        named: AgentId,
+        /// The agent that sent it.
+        sender: AgentId,
+    },
+    /// An acknowledgement of an update that was never recorded.
+    #[error("task `{task}`: acknowledged seq {acked} but the latest update is seq {latest}")]
+    AckBeyondLatest {
+        /// The task.
+        task: TaskKey,
+        /// The acknowledged sequence number.
+        acked: u64,
+        /// The latest recorded one.
+        latest: u64,
+    },
+    /// A launch bundle without tasks.
+    #[error("a launch must contain at least one task")]
+    EmptyBundle,
+    /// Resource amounts that are unknown, negative, NaN, infinite or (for a task) all zero.
+    #[error("invalid resources: {0}")]
+    InvalidResources(String),
+    /// The bundle does not fit in the agent's free capacity (with the overbooking allowance
+    /// for fungible kinds).
+    #[error("agent `{agent}` has {free} free, the bundle needs {requested}")]
+    InsufficientResources {
+        /// The agent.
+        agent: AgentId,
+        /// What the bundle asks for.
+        requested: ResourceVec,
+        /// What is free.
+        free: ResourceVec,
+    },
+    /// A task needing an executor the agent did not declare.
+    #[error("agent `{agent}` has no `{executor}` executor")]
+    UnknownExecutor {
+        /// The agent.
+        agent: AgentId,
+        /// The executor asked for.
+        executor: String,
+    },
+    /// An invalid group weight.
+    #[error(transparent)]
+    InvalidWeight(#[from] FairnessError),
+    /// An overbooking allowance that is negative, NaN or infinite.
+    #[error("invalid overbooking allowance {0}: must be finite and >= 0")]
+    InvalidAllowance(f64),
+    /// The allocation accounting refused a change the state machine had validated: a bug,
+    /// reported rather than hidden. The state is left as it was.
+    #[error("allocation accounting refused the change: {0}")]
+    Accounting(#[from] StateError),
+}
+
+impl From<ResourceError> for CommandError {
+    fn from(e: ResourceError) -> CommandError {
+        CommandError::InvalidResources(e.to_string())
+    }
+}
+
+impl CommandError {
+    /// The wire error code a client sees.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            CommandError::UnknownAgent(_)
+            | CommandError::AgentLost(_)
+            | CommandError::AgentNotActive { .. } => ErrorCode::UnknownAgent,
+            CommandError::AgentAlreadyRegistered(_) => ErrorCode::InvalidRequest,
+            CommandError::UnknownFramework(_) | CommandError::FrameworkTornDown(_) => {
+                ErrorCode::UnknownFramework
+            }
+            CommandError::FrameworkAlreadyRegistered(_) => ErrorCode::InvalidRequest,
+            CommandError::NotFrameworkOwner { .. } | CommandError::StatusAgentMismatch { .. } => {
+                ErrorCode::Unauthorized
+            }
+            CommandError::UnknownTask(_) | CommandError::TaskOnOtherAgent { .. } => {
+                ErrorCode::UnknownTask
+            }
+            CommandError::DuplicateTask(_) => ErrorCode::DuplicateTask,
+            CommandError::TerminalTask { .. }
+            | CommandError::BadTransition { .. }
+            | CommandError::AckBeyondLatest { .. }
+            | CommandError::EmptyBundle
+            | CommandError::InvalidResources(_)
+            | CommandError::InvalidWeight(_)
+            | CommandError::InvalidAllowance(_) => ErrorCode::InvalidRequest,
+            CommandError::InsufficientResources { .. } => ErrorCode::InsufficientResources,
+            CommandError::UnknownExecutor { .. } => ErrorCode::UnknownExecutor,
+            CommandError::Accounting(_) => ErrorCode::Internal,
+        }
+    }
+
+    /// The error as it travels to a client.
+    pub fn to_wire(&self) -> WireError {
+        WireError::new(self.code(), self.to_string())
+    }
+}

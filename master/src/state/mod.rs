@@ -1,0 +1,975 @@
+//! The replicated cluster state: the Raft state machine (DESIGN.md, principle 2).
+//!
+//! [`ClusterState`] holds what must survive a leader change: agents (totals, state, attributes,
+//! last heartbeat), frameworks (principal, group, failover timeout, connection), tasks (spec,
+//! state, per-task sequence number, agent), the groups' weights and the deficit counters. The
+//! allocation accounting (what each agent has charged, what each framework holds, the deficit
+//! counters of Graphene §5) is the allocator's [`AllocationState`], owned here and changed only
+//! through its `apply_*` methods as committed commands are applied; the allocator reads it and
+//! keeps no copy.
+//!
+//! [`ClusterState::apply`] is deterministic: it reads no clock (time comes in the commands,
+//! stamped by the leader), iterates only ordered maps, and validates a command completely
+//! before changing anything, so a refused command changes nothing on any replica.
+
+mod command;
+mod error;
+mod records;
+mod snapshot;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+
+use fullerene_proto::messages::{
+    AgentInfo, AgentState, Executor, FrameworkInfo, StatusReason, StatusUpdate, TaskInfo, TaskSpec,
+    TaskState, UnixMillis,
+};
+use fullerene_proto::{AgentId, FrameworkId, ResourceVec, Resources, TaskId};
+
+pub use command::{Command, CommandOutcome, TaskKey, TaskKill};
+pub use error::CommandError;
+pub use records::{AgentEntry, ClusterSettings, FrameworkEntry, TaskRecord};
+pub use snapshot::{SnapshotError, STATE_FORMAT_VERSION};
+
+use crate::allocator::state::AllocationState;
+use crate::fairness::FairnessFactor;
+
+/// The replicated state of a Fullerene cluster.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClusterState {
+    settings: ClusterSettings,
+    agents: BTreeMap<AgentId, AgentEntry>,
+    frameworks: BTreeMap<FrameworkId, FrameworkEntry>,
+    tasks: BTreeMap<TaskKey, TaskRecord>,
+    /// The allocator's accounting: agents' charges, frameworks' holdings, deficit counters.
+    allocation: AllocationState,
+}
+
+/// The name of the executor a task needs, as agents declare them.
+pub fn executor_name(executor: &Executor) -> &'static str {
+    match executor {
+        Executor::Command(_) => "command",
+        Executor::Sleep { .. } => "sleep",
+    }
+}
+
+impl ClusterState {
+    /// An empty cluster. Every founding master must start from the same settings (they are
+    /// part of the initial snapshot).
+    pub fn new(settings: ClusterSettings) -> ClusterState {
+        let allocation = AllocationState::new(settings.fairness_factor, settings.slot_size);
+        ClusterState {
+            settings,
+            agents: BTreeMap::new(),
+            frameworks: BTreeMap::new(),
+            tasks: BTreeMap::new(),
+            allocation,
+        }
+    }
+
+    /// The cluster-wide settings.
+    pub fn settings(&self) -> &ClusterSettings {
+        &self.settings
+    }
+
+    /// The allocator's replicated accounting (agents' charges, frameworks' holdings, deficit
+    /// counters), read by the allocator.
+    pub fn allocation(&self) -> &AllocationState {
+        &self.allocation
+    }
+
+    /// Every agent ever registered (lost ones included), by id.
+    pub fn agents(&self) -> &BTreeMap<AgentId, AgentEntry> {
+        &self.agents
+    }
+
+    /// Every framework ever subscribed (torn down ones included, as tombstones), by id.
+    pub fn frameworks(&self) -> &BTreeMap<FrameworkId, FrameworkEntry> {
+        &self.frameworks
+    }
+
+    /// Every task the master tracks: non-terminal ones, and terminal ones whose final update
+    /// the framework has not yet acknowledged.
+    pub fn tasks(&self) -> &BTreeMap<TaskKey, TaskRecord> {
+        &self.tasks
+    }
+
+    /// One task.
+    pub fn task(&self, key: &TaskKey) -> Option<&TaskRecord> {
+        self.tasks.get(key)
+    }
+
+    /// Resources charged on an agent (zero for a lost or unknown agent).
+    pub fn agent_used(&self, agent: &AgentId) -> ResourceVec {
+        self.allocation
+            .agent_by_id(agent)
+            .map(|a| a.used)
+            .unwrap_or(ResourceVec::ZERO)
+    }
+
+    /// An agent as the operator API shows it.
+    pub fn agent_info(&self, agent: &AgentId) -> Option<AgentInfo> {
+        let entry = self.agents.get(agent)?;
+        Some(AgentInfo {
+            id: entry.id.clone(),
+            hostname: entry.hostname.clone(),
+            total: entry.total.into(),
+            used: self.agent_used(agent).into(),
+            state: entry.state,
+            attributes: entry.attributes.clone(),
+            last_heartbeat_ms: entry.last_heartbeat_ms,
+        })
+    }
+
+    /// A framework as the operator API shows it.
+    pub fn framework_info(&self, framework: &FrameworkId) -> Option<FrameworkInfo> {
+        let entry = self.frameworks.get(framework)?;
+        let used = self
+            .allocation
+            .framework_by_id(framework)
+            .map(|f| f.held)
+            .unwrap_or(ResourceVec::ZERO);
+        Some(FrameworkInfo {
+            id: entry.id.clone(),
+            name: entry.name.clone(),
+            principal: entry.principal.clone(),
+            group: entry.group.clone(),
+            connected: entry.connected,
+            used: used.into(),
+            active_tasks: entry.active_tasks.len() as u64,
+        })
+    }
+
+    /// A task as reconciliation and the operator API show it.
+    pub fn task_info(&self, key: &TaskKey) -> Option<TaskInfo> {
+        let record = self.tasks.get(key)?;
+        Some(TaskInfo {
+            spec: record.spec.clone(),
+            framework_id: key.framework_id.clone(),
+            agent_id: record.agent_id.clone(),
+            state: record.state,
+            seq: record.seq,
+        })
+    }
+
+    /// Applies one committed command. On error nothing has changed.
+    pub fn apply(&mut self, command: &Command) -> Result<CommandOutcome, CommandError> {
+        match command {
+            Command::RegisterAgent {
+                agent_id,
+                hostname,
+                resources,
+                attributes,
+                executors,
+                at_ms,
+            } => self.register_agent(agent_id, hostname, resources, attributes, executors, *at_ms),
+            Command::ReregisterAgent {
+                agent_id,
+                hostname,
+                resources,
+                attributes,
+                executors,
+                running,
+                at_ms,
+            } => self.reregister_agent(
+                agent_id, hostname, resources, attributes, executors, running, *at_ms,
+            ),
+            Command::UpdateAgentResources {
+                agent_id,
+                resources,
+                at_ms,
+            } => self.update_agent_resources(agent_id, resources, *at_ms),
+            Command::AgentHeartbeat { agent_id, at_ms } => self.agent_heartbeat(agent_id, *at_ms),
+            Command::MarkAgentUnreachable { agent_id, at_ms } => {
+                self.mark_agent_unreachable(agent_id, *at_ms)
+            }
+            Command::MarkAgentLost { agent_id, at_ms } => self.mark_agent_lost(agent_id, *at_ms),
+            Command::SubscribeFramework {
+                framework_id,
+                principal,
+                name,
+                group,
+                failover_timeout_ms,
+                at_ms,
+            } => self.subscribe_framework(
+                framework_id,
+                principal,
+                name,
+                group,
+                *failover_timeout_ms,
+                *at_ms,
+            ),
+            Command::FailoverFramework {
+                framework_id,
+                principal,
+                name,
+                failover_timeout_ms,
+                at_ms,
+            } => {
+                self.failover_framework(framework_id, principal, name, *failover_timeout_ms, *at_ms)
+            }
+            Command::DisconnectFramework {
+                framework_id,
+                at_ms,
+            } => self.disconnect_framework(framework_id, *at_ms),
+            Command::TeardownFramework {
+                framework_id,
+                principal,
+                at_ms,
+            } => self.teardown_framework(framework_id, principal.as_deref(), *at_ms),
+            Command::LaunchTasks {
+                framework_id,
+                principal,
+                agent_id,
+                tasks,
+                at_ms,
+            } => self.launch_tasks(framework_id, principal, agent_id, tasks, *at_ms),
+            Command::UpdateStatus {
+                agent_id,
+                update,
+                at_ms,
+            } => self.update_status(agent_id, update, *at_ms),
+            Command::KillTask {
+                framework_id,
+                principal,
+                task_id,
+                at_ms,
+            } => self.kill_task(framework_id, principal, task_id, *at_ms),
+            Command::AcknowledgeStatus {
+                framework_id,
+                principal,
+                task_id,
+                seq,
+            } => self.acknowledge_status(framework_id, principal, task_id, *seq),
+            Command::SetGroupWeight { group, weight } => self.set_group_weight(group, *weight),
+            Command::SetOverbookingAllowance { allowance } => {
+                self.set_overbooking_allowance(*allowance)
+            }
+        }
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Agents
+    // -----------------------------------------------------------------------------------------
+
+    fn register_agent(
+        &mut self,
+        agent_id: &AgentId,
+        hostname: &str,
+        resources: &Resources,
+        attributes: &BTreeMap<String, String>,
+        executors: &[String],
+        at_ms: UnixMillis,
+    ) -> Result<CommandOutcome, CommandError> {
+        if self.agents.contains_key(agent_id) {
+            return Err(CommandError::AgentAlreadyRegistered(agent_id.clone()));
+        }
+        let total = resources.to_vec()?;
+        self.allocation.add_agent(agent_id.clone(), total)?;
+        self.agents.insert(
+            agent_id.clone(),
+            AgentEntry {
+                id: agent_id.clone(),
+                hostname: hostname.to_string(),
+                total,
+                state: AgentState::Active,
+                attributes: attributes.clone(),
+                executors: executors.to_vec(),
+                registered_at_ms: at_ms,
+                last_heartbeat_ms: at_ms,
+                tasks: Default::default(),
+            },
+        );
+        Ok(CommandOutcome::AgentRegistered {
+            kill: Vec::new(),
+            updates: Vec::new(),
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn reregister_agent(
+        &mut self,
+        agent_id: &AgentId,
+        hostname: &str,
+        resources: &Resources,
+        attributes: &BTreeMap<String, String>,
+        executors: &[String],
+        running: &[TaskKey],
+        at_ms: UnixMillis,
+    ) -> Result<CommandOutcome, CommandError> {
+        let Some(entry) = self.agents.get(agent_id) else {
+            return Err(CommandError::UnknownAgent(agent_id.clone()));
+        };
+        let total = resources.to_vec()?;
+        let was_lost = entry.state == AgentState::Lost;
+
+        // Reconcile: what the agent runs that the master considers ended or never launched
+        // there must be killed (DESIGN.md: at most one instance of a task once recovery
+        // completes); what the master has running there that the agent does not report is lost.
+        let reported: std::collections::BTreeSet<&TaskKey> = running.iter().collect();
+        let mut kill = Vec::new();
+        for key in running {
+            let alive_here = self
+                .tasks
+                .get(key)
+                .is_some_and(|t| &t.agent_id == agent_id && !t.state.is_terminal());
+            if !alive_here {
+                let grace_ms = self.tasks.get(key).map_or(0, |t| t.spec.kill_grace_ms);
+                kill.push(TaskKill {
+                    agent_id: agent_id.clone(),
+                    task: key.clone(),
+                    grace_ms,
+                });
+            }
+        }
+        let vanished: Vec<TaskKey> = entry
+            .tasks
+            .iter()
+            .filter(|k| !reported.contains(k))
+            .cloned()
+            .collect();
+
+        if was_lost {
+            self.allocation.add_agent(agent_id.clone(), total)?;
+        } else if self.agents[agent_id].total != total {
+            self.replace_agent_total(agent_id, total)?;
+        }
+        let mut updates = Vec::with_capacity(vanished.len());
+        for key in &vanished {
+            updates.push(self.end_task(
+                key,
+                TaskState::Lost,
+                StatusReason::AgentRestarted,
+                at_ms,
+            )?);
+        }
+        let entry = self
+            .agents
+            .get_mut(agent_id)
+            .ok_or_else(|| CommandError::UnknownAgent(agent_id.clone()))?;
+        entry.hostname = hostname.to_string();
+        entry.total = total;
+        entry.state = AgentState::Active;
+        entry.attributes = attributes.clone();
+        entry.executors = executors.to_vec();
+        entry.last_heartbeat_ms = at_ms;
+        Ok(CommandOutcome::AgentRegistered { kill, updates })
+    }
+
+    fn update_agent_resources(
+        &mut self,
+        agent_id: &AgentId,
+        resources: &Resources,
+        at_ms: UnixMillis,
+    ) -> Result<CommandOutcome, CommandError> {
+        let entry = self.live_agent(agent_id)?;
+        let total = resources.to_vec()?;
+        if entry.total == total {
+            return Ok(CommandOutcome::Unchanged);
+        }
+        self.replace_agent_total(agent_id, total)?;
+        if let Some(entry) = self.agents.get_mut(agent_id) {
+            entry.total = total;
+            entry.last_heartbeat_ms = entry.last_heartbeat_ms.max(at_ms);
+        }
+        Ok(CommandOutcome::Applied)
+    }
+
+    /// Changes an agent's total in the allocation accounting. `AllocationState` has no such
+    /// operation, so the agent is removed and re-added (it gets its slot back: slots are reused
+    /// last-freed-first) and its running tasks are charged again, in their order, at the new
+    /// cluster capacity — what a capacity change does to DRF factors anyway.
+    fn replace_agent_total(
+        &mut self,
+        agent_id: &AgentId,
+        total: ResourceVec,
+    ) -> Result<(), CommandError> {
+        if !total.is_valid() {
+            return Err(CommandError::InvalidResources(format!(
+                "{total}: amounts must be finite and >= 0"
+            )));
+        }
+        let released = self.allocation.remove_agent(agent_id)?;
+        self.allocation.add_agent(agent_id.clone(), total)?;
+        for task in released {
+            let framework = self
+                .allocation
+                .framework(task.framework)
+                .map(|f| f.id.clone())
+                .ok_or_else(|| {
+                    CommandError::Accounting(crate::allocator::state::StateError::UnknownFramework(
+                        FrameworkId::from("?"),
+                    ))
+                })?;
+            self.allocation
+                .apply_launch(agent_id, &framework, task.demand)?;
+        }
+        Ok(())
+    }
+
+    fn agent_heartbeat(
+        &mut self,
+        agent_id: &AgentId,
+        at_ms: UnixMillis,
+    ) -> Result<CommandOutcome, CommandError> {
+        self.live_agent(agent_id)?;
+        let entry = self
+            .agents
+            .get_mut(agent_id)
+            .ok_or_else(|| CommandError::UnknownAgent(agent_id.clone()))?;
+        entry.state = AgentState::Active;
+        entry.last_heartbeat_ms = entry.last_heartbeat_ms.max(at_ms);
+        Ok(CommandOutcome::Applied)
+    }
+
+    fn mark_agent_unreachable(
+        &mut self,
+        agent_id: &AgentId,
+        _at_ms: UnixMillis,
+    ) -> Result<CommandOutcome, CommandError> {
+        let entry = self.live_agent(agent_id)?;
+        if entry.state == AgentState::Unreachable {
+            return Ok(CommandOutcome::Unchanged);
+        }
+        if let Some(entry) = self.agents.get_mut(agent_id) {
+            entry.state = AgentState::Unreachable;
+        }
+        Ok(CommandOutcome::Applied)
+    }
+
+    fn mark_agent_lost(
+        &mut self,
+        agent_id: &AgentId,
+        at_ms: UnixMillis,
+    ) -> Result<CommandOutcome, CommandError> {
+        let entry = self
+            .agents
+            .get(agent_id)
+            .ok_or_else(|| CommandError::UnknownAgent(agent_id.clone()))?;
+        if entry.state == AgentState::Lost {
+            return Ok(CommandOutcome::Unchanged);
+        }
+        let on_agent: Vec<TaskKey> = entry.tasks.iter().cloned().collect();
+        // Removing the agent releases every task's charge (and deficit) in one go; the task
+        // records are ended below without releasing again.
+        self.allocation.remove_agent(agent_id)?;
+        let mut updates = Vec::with_capacity(on_agent.len());
+        let mut kill = Vec::with_capacity(on_agent.len());
+        for key in &on_agent {
+            let grace_ms = self.tasks.get(key).map_or(0, |t| t.spec.kill_grace_ms);
+            updates.push(self.finish_task_record(
+                key,
+                TaskState::Lost,
+                StatusReason::AgentLost,
+                at_ms,
+            )?);
+            kill.push(TaskKill {
+                agent_id: agent_id.clone(),
+                task: key.clone(),
+                grace_ms,
+            });
+        }
+        if let Some(entry) = self.agents.get_mut(agent_id) {
+            entry.state = AgentState::Lost;
+            entry.tasks.clear();
+        }
+        Ok(CommandOutcome::TasksEnded { updates, kill })
+    }
+
+    /// The entry of an agent that is registered and not lost.
+    fn live_agent(&self, agent_id: &AgentId) -> Result<&AgentEntry, CommandError> {
+        let entry = self
+            .agents
+            .get(agent_id)
+            .ok_or_else(|| CommandError::UnknownAgent(agent_id.clone()))?;
+        if entry.state == AgentState::Lost {
+            return Err(CommandError::AgentLost(agent_id.clone()));
+        }
+        Ok(entry)
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Frameworks
+    // -----------------------------------------------------------------------------------------
+
+    fn subscribe_framework(
+        &mut self,
+        framework_id: &FrameworkId,
+        principal: &str,
+        name: &str,
+        group: &str,
+        failover_timeout_ms: u64,
+        at_ms: UnixMillis,
+    ) -> Result<CommandOutcome, CommandError> {
+        if self.frameworks.contains_key(framework_id) {
+            return Err(CommandError::FrameworkAlreadyRegistered(
+                framework_id.clone(),
+            ));
+        }
+        self.allocation
+            .add_framework(framework_id.clone(), group, at_ms as f64 / 1000.0)?;
+        self.frameworks.insert(
+            framework_id.clone(),
+            FrameworkEntry {
+                id: framework_id.clone(),
+                name: name.to_string(),
+                principal: principal.to_string(),
+                group: group.to_string(),
+                failover_timeout_ms,
+                connected: true,
+                registered_at_ms: at_ms,
+                disconnected_at_ms: None,
+                torn_down_at_ms: None,
+                active_tasks: Default::default(),
+            },
+        );
+        Ok(CommandOutcome::Applied)
+    }
+
+    /// The entry of a framework that exists, is not torn down and is owned by `principal`.
+    fn owned_framework(
+        &self,
+        framework_id: &FrameworkId,
+        principal: Option<&str>,
+    ) -> Result<&FrameworkEntry, CommandError> {
+        let entry = self
+            .frameworks
+            .get(framework_id)
+            .ok_or_else(|| CommandError::UnknownFramework(framework_id.clone()))?;
+        if entry.torn_down_at_ms.is_some() {
+            return Err(CommandError::FrameworkTornDown(framework_id.clone()));
+        }
+        if let Some(principal) = principal {
+            if entry.principal != principal {
+                return Err(CommandError::NotFrameworkOwner {
+                    framework: framework_id.clone(),
+                    principal: principal.to_string(),
+                });
+            }
+        }
+        Ok(entry)
+    }
+
+    fn failover_framework(
+        &mut self,
+        framework_id: &FrameworkId,
+        principal: &str,
+        name: &str,
+        failover_timeout_ms: u64,
+        _at_ms: UnixMillis,
+    ) -> Result<CommandOutcome, CommandError> {
+        self.owned_framework(framework_id, Some(principal))?;
+        if let Some(entry) = self.frameworks.get_mut(framework_id) {
+            entry.name = name.to_string();
+            entry.failover_timeout_ms = failover_timeout_ms;
+            entry.connected = true;
+            entry.disconnected_at_ms = None;
+        }
+        Ok(CommandOutcome::Applied)
+    }
+
+    fn disconnect_framework(
+        &mut self,
+        framework_id: &FrameworkId,
+        at_ms: UnixMillis,
+    ) -> Result<CommandOutcome, CommandError> {
+        let entry = self.owned_framework(framework_id, None)?;
+        if !entry.connected {
+            return Ok(CommandOutcome::Unchanged);
+        }
+        if let Some(entry) = self.frameworks.get_mut(framework_id) {
+            entry.connected = false;
+            entry.disconnected_at_ms = Some(at_ms);
+        }
+        Ok(CommandOutcome::Applied)
+    }
+
+    fn teardown_framework(
+        &mut self,
+        framework_id: &FrameworkId,
+        principal: Option<&str>,
+        at_ms: UnixMillis,
+    ) -> Result<CommandOutcome, CommandError> {
+        let entry = self.owned_framework(framework_id, principal)?;
+        let active: Vec<TaskKey> = entry
+            .active_tasks
+            .iter()
+            .map(|t| TaskKey::new(framework_id.clone(), t.clone()))
+            .collect();
+        // Removing the framework releases its tasks' charges and deficits.
+        self.allocation.remove_framework(framework_id)?;
+        let mut updates = Vec::with_capacity(active.len());
+        let mut kill = Vec::with_capacity(active.len());
+        for key in &active {
+            let (agent_id, grace_ms) = match self.tasks.get(key) {
+                Some(t) => (t.agent_id.clone(), t.spec.kill_grace_ms),
+                None => continue,
+            };
+            updates.push(self.finish_task_record(
+                key,
+                TaskState::Killed,
+                StatusReason::FrameworkRemoved,
+                at_ms,
+            )?);
+            kill.push(TaskKill {
+                agent_id,
+                task: key.clone(),
+                grace_ms,
+            });
+        }
+        // Nobody will acknowledge the final updates of a framework that is gone: forget all
+        // its tasks now. The framework stays as a tombstone so that its id is never reused.
+        let forget: Vec<TaskKey> = self
+            .tasks
+            .range(TaskKey::new(framework_id.clone(), TaskId(String::new()))..)
+            .take_while(|(k, _)| &k.framework_id == framework_id)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in forget {
+            self.tasks.remove(&key);
+        }
+        if let Some(entry) = self.frameworks.get_mut(framework_id) {
+            entry.torn_down_at_ms = Some(at_ms);
+            entry.connected = false;
+            entry.active_tasks.clear();
+        }
+        Ok(CommandOutcome::TasksEnded { updates, kill })
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Tasks
+    // -----------------------------------------------------------------------------------------
+
+    fn launch_tasks(
+        &mut self,
+        framework_id: &FrameworkId,
+        principal: &str,
+        agent_id: &AgentId,
+        tasks: &[TaskSpec],
+        at_ms: UnixMillis,
+    ) -> Result<CommandOutcome, CommandError> {
+        // Validate everything before charging anything.
+        self.owned_framework(framework_id, Some(principal))?;
+        let agent = self.live_agent(agent_id)?;
+        if agent.state != AgentState::Active {
+            return Err(CommandError::AgentNotActive {
+                agent: agent_id.clone(),
+                state: agent.state,
+            });
+        }
+        if tasks.is_empty() {
+            return Err(CommandError::EmptyBundle);
+        }
+        let mut demands = Vec::with_capacity(tasks.len());
+        let mut requested = ResourceVec::ZERO;
+        let mut seen = std::collections::BTreeSet::new();
+        for spec in tasks {
+            let key = TaskKey::new(framework_id.clone(), spec.id.clone());
+            if self.tasks.contains_key(&key) || !seen.insert(spec.id.clone()) {
+                return Err(CommandError::DuplicateTask(key));
+            }
+            let demand = spec.resources.to_vec()?;
+            if demand.is_zero() {
+                return Err(CommandError::InvalidResources(format!(
+                    "task `{key}` asks for no resources"
+                )));
+            }
+            let executor = executor_name(&spec.executor);
+            if !agent.executors.iter().any(|e| e == executor) {
+                return Err(CommandError::UnknownExecutor {
+                    agent: agent_id.clone(),
+                    executor: executor.to_string(),
+                });
+            }
+            requested += demand;
+            demands.push(demand);
+        }
+        let used = self.agent_used(agent_id);
+        if !(used + requested)
+            .fits_with_overbooking(&agent.total, self.settings.overbooking_allowance)
+        {
+            return Err(CommandError::InsufficientResources {
+                agent: agent_id.clone(),
+                requested,
+                free: agent.total.saturating_sub(&used),
+            });
+        }
+
+        for (i, demand) in demands.iter().enumerate() {
+            if let Err(e) = self
+                .allocation
+                .apply_launch(agent_id, framework_id, *demand)
+            {
+                // Validated above, so this is a bug; undo the launches already charged so
+                // that the command still changes nothing.
+                for undo in demands[..i].iter().rev() {
+                    let _ = self.allocation.apply_release(agent_id, framework_id, *undo);
+                }
+                return Err(e.into());
+            }
+        }
+        for (spec, demand) in tasks.iter().zip(demands) {
+            let key = TaskKey::new(framework_id.clone(), spec.id.clone());
+            self.tasks.insert(
+                key.clone(),
+                TaskRecord {
+                    spec: spec.clone(),
+                    agent_id: agent_id.clone(),
+                    demand,
+                    state: TaskState::Staging,
+                    seq: 0,
+                    acked_seq: 0,
+                    reason: None,
+                    launched_at_ms: at_ms,
+                    updated_at_ms: at_ms,
+                    kill_requested: false,
+                },
+            );
+            if let Some(agent) = self.agents.get_mut(agent_id) {
+                agent.tasks.insert(key);
+            }
+            if let Some(framework) = self.frameworks.get_mut(framework_id) {
+                framework.active_tasks.insert(spec.id.clone());
+            }
+        }
+        Ok(CommandOutcome::TasksLaunched {
+            agent_id: agent_id.clone(),
+            framework_id: framework_id.clone(),
+            tasks: tasks.to_vec(),
+        })
+    }
+
+    /// Status updates carry a per-task `seq`. One at or below the recorded seq is a duplicate
+    /// (the agent retries until acknowledged) and succeeds without changing anything. A newer
+    /// one must be a valid transition: a terminal task never changes, and RUNNING never goes
+    /// back to STAGING. Gaps in `seq` are accepted: the master itself uses a number when it
+    /// ends a task (LOST, KILLED on teardown), so the agent's next number may already be taken.
+    fn update_status(
+        &mut self,
+        sender: &AgentId,
+        update: &StatusUpdate,
+        at_ms: UnixMillis,
+    ) -> Result<CommandOutcome, CommandError> {
+        if &update.agent_id != sender {
+            return Err(CommandError::StatusAgentMismatch {
+                named: update.agent_id.clone(),
+                sender: sender.clone(),
+            });
+        }
+        let key = TaskKey::new(update.framework_id.clone(), update.task_id.clone());
+        let record = self
+            .tasks
+            .get(&key)
+            .ok_or_else(|| CommandError::UnknownTask(key.clone()))?;
+        if &record.agent_id != sender {
+            return Err(CommandError::TaskOnOtherAgent {
+                task: key,
+                runs_on: record.agent_id.clone(),
+                reported_by: sender.clone(),
+            });
+        }
+        if update.seq <= record.seq {
+            return Ok(CommandOutcome::Unchanged);
+        }
+        if record.state.is_terminal() {
+            return Err(CommandError::TerminalTask {
+                task: key,
+                state: record.state,
+            });
+        }
+        if record.state == TaskState::Running && update.state == TaskState::Staging {
+            return Err(CommandError::BadTransition {
+                task: key,
+                from: record.state,
+                to: update.state,
+            });
+        }
+        if update.state.is_terminal() {
+            let demand = record.demand;
+            let agent_id = record.agent_id.clone();
+            self.allocation
+                .apply_release(&agent_id, &key.framework_id, demand)?;
+            self.detach_task(&key, &agent_id);
+        }
+        let record = self
+            .tasks
+            .get_mut(&key)
+            .ok_or_else(|| CommandError::UnknownTask(key.clone()))?;
+        record.state = update.state;
+        record.seq = update.seq;
+        record.reason = update.reason.clone();
+        record.updated_at_ms = at_ms;
+        Ok(CommandOutcome::StatusRecorded(update.clone()))
+    }
+
+    fn kill_task(
+        &mut self,
+        framework_id: &FrameworkId,
+        principal: &str,
+        task_id: &TaskId,
+        _at_ms: UnixMillis,
+    ) -> Result<CommandOutcome, CommandError> {
+        self.owned_framework(framework_id, Some(principal))?;
+        let key = TaskKey::new(framework_id.clone(), task_id.clone());
+        let record = self
+            .tasks
+            .get_mut(&key)
+            .ok_or_else(|| CommandError::UnknownTask(key.clone()))?;
+        if record.state.is_terminal() {
+            return Err(CommandError::TerminalTask {
+                task: key,
+                state: record.state,
+            });
+        }
+        // A repeated kill is not a change, but the leader sends it again: the first one may
+        // have been lost on its way to the agent.
+        record.kill_requested = true;
+        Ok(CommandOutcome::KillRequested(TaskKill {
+            agent_id: record.agent_id.clone(),
+            task: key,
+            grace_ms: record.spec.kill_grace_ms,
+        }))
+    }
+
+    fn acknowledge_status(
+        &mut self,
+        framework_id: &FrameworkId,
+        principal: &str,
+        task_id: &TaskId,
+        seq: u64,
+    ) -> Result<CommandOutcome, CommandError> {
+        self.owned_framework(framework_id, Some(principal))?;
+        let key = TaskKey::new(framework_id.clone(), task_id.clone());
+        let record = self
+            .tasks
+            .get_mut(&key)
+            .ok_or_else(|| CommandError::UnknownTask(key.clone()))?;
+        if seq > record.seq {
+            return Err(CommandError::AckBeyondLatest {
+                task: key,
+                acked: seq,
+                latest: record.seq,
+            });
+        }
+        if seq <= record.acked_seq {
+            return Ok(CommandOutcome::Unchanged);
+        }
+        record.acked_seq = seq;
+        if record.state.is_terminal() && record.acked_seq == record.seq {
+            self.tasks.remove(&key);
+        }
+        Ok(CommandOutcome::Applied)
+    }
+
+    /// Ends a non-terminal task on the master's decision: releases its charge, then records
+    /// the terminal state. Returns the status update for its framework.
+    fn end_task(
+        &mut self,
+        key: &TaskKey,
+        state: TaskState,
+        reason: StatusReason,
+        at_ms: UnixMillis,
+    ) -> Result<StatusUpdate, CommandError> {
+        let record = self
+            .tasks
+            .get(key)
+            .ok_or_else(|| CommandError::UnknownTask(key.clone()))?;
+        let (agent_id, demand) = (record.agent_id.clone(), record.demand);
+        self.allocation
+            .apply_release(&agent_id, &key.framework_id, demand)?;
+        self.finish_task_record(key, state, reason, at_ms)
+    }
+
+    /// Records a master-decided terminal state on a task whose charge is already released,
+    /// with the next sequence number, and detaches it from its agent and framework.
+    fn finish_task_record(
+        &mut self,
+        key: &TaskKey,
+        state: TaskState,
+        reason: StatusReason,
+        at_ms: UnixMillis,
+    ) -> Result<StatusUpdate, CommandError> {
+        let record = self
+            .tasks
+            .get_mut(key)
+            .ok_or_else(|| CommandError::UnknownTask(key.clone()))?;
+        record.state = state;
+        record.seq += 1;
+        record.reason = Some(reason.clone());
+        record.updated_at_ms = at_ms;
+        let update = StatusUpdate {
+            task_id: key.task_id.clone(),
+            framework_id: key.framework_id.clone(),
+            agent_id: record.agent_id.clone(),
+            state,
+            seq: record.seq,
+            reason: Some(reason),
+            message: String::new(),
+            timestamp_ms: at_ms,
+        };
+        let agent_id = record.agent_id.clone();
+        self.detach_task(key, &agent_id);
+        Ok(update)
+    }
+
+    /// Removes a task that ended from its agent's and its framework's lists of live tasks.
+    fn detach_task(&mut self, key: &TaskKey, agent_id: &AgentId) {
+        if let Some(agent) = self.agents.get_mut(agent_id) {
+            agent.tasks.remove(key);
+        }
+        if let Some(framework) = self.frameworks.get_mut(&key.framework_id) {
+            framework.active_tasks.remove(&key.task_id);
+        }
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Operator settings
+    // -----------------------------------------------------------------------------------------
+
+    fn set_group_weight(
+        &mut self,
+        group: &str,
+        weight: f64,
+    ) -> Result<CommandOutcome, CommandError> {
+        if !weight.is_finite() || weight < 0.0 {
+            return Err(crate::fairness::FairnessError::InvalidWeight {
+                group: group.to_string(),
+                weight,
+            }
+            .into());
+        }
+        self.allocation.set_group_weight(group, weight)?;
+        self.settings
+            .group_weights
+            .insert(group.to_string(), weight);
+        Ok(CommandOutcome::Applied)
+    }
+
+    fn set_overbooking_allowance(
+        &mut self,
+        allowance: f64,
+    ) -> Result<CommandOutcome, CommandError> {
+        if !allowance.is_finite() || allowance < 0.0 {
+            return Err(CommandError::InvalidAllowance(allowance));
+        }
+        self.settings.overbooking_allowance = allowance;
+        Ok(CommandOutcome::Applied)
+    }
+}
+
+impl Default for ClusterState {
+    fn default() -> ClusterState {
+        ClusterState::new(ClusterSettings::default())
+    }
+}
+
+impl ClusterSettings {
+    /// Settings with `factor` and the defaults for the rest.
+    pub fn with_factor(factor: FairnessFactor) -> ClusterSettings {
+        ClusterSettings {
+            fairness_factor: factor,
+            ..ClusterSettings::default()
+        }
+    }
+}

@@ -1,0 +1,118 @@
+//! The records [`ClusterState`](super::ClusterState) keeps besides the allocation accounting.
+//!
+//! They are serde types because they travel in snapshots (to followers, and to disk), which
+//! cross a process boundary: they are encoded only through [`fullerene_proto::codec`].
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use fullerene_proto::messages::{AgentState, StatusReason, TaskSpec, TaskState, UnixMillis};
+use fullerene_proto::{AgentId, FrameworkId, ResourceKind, ResourceVec, TaskId};
+use serde::{Deserialize, Serialize};
+
+use super::command::TaskKey;
+use crate::fairness::FairnessFactor;
+
+/// Cluster-wide settings, replicated like everything else.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClusterSettings {
+    /// How tasks count in the deficit counters (slot fairness or DRF, Graphene §5). Fixed when
+    /// the cluster is created: changing it would re-base every counter.
+    pub fairness_factor: FairnessFactor,
+    /// The slot [`FairnessFactor::Slot`] measures the cluster capacity in.
+    pub slot_size: ResourceVec,
+    /// How far launches may overbook an agent's fungible resources (disk and network
+    /// bandwidth), as a fraction of its total (Graphene §5); 0 allows no overbooking.
+    pub overbooking_allowance: f64,
+    /// Group weights an operator set (groups not listed weigh 1).
+    pub group_weights: BTreeMap<String, f64>,
+}
+
+impl Default for ClusterSettings {
+    /// DRF (the factor DESIGN.md describes first for multi-resource clusters), a one-CPU slot,
+    /// no overbooking, every group weighing 1.
+    fn default() -> ClusterSettings {
+        ClusterSettings {
+            fairness_factor: FairnessFactor::Drf,
+            slot_size: ResourceVec::from_pairs(&[(ResourceKind::Cpus, 1.0)]),
+            overbooking_allowance: 0.0,
+            group_weights: BTreeMap::new(),
+        }
+    }
+}
+
+/// An agent as the replicated state knows it. What is charged on it lives in the allocation
+/// accounting ([`ClusterState::agent_used`](super::ClusterState::agent_used)).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AgentEntry {
+    /// Its id.
+    pub id: AgentId,
+    /// Its host name.
+    pub hostname: String,
+    /// Its total resources.
+    pub total: ResourceVec,
+    /// Active, unreachable or lost.
+    pub state: AgentState,
+    /// Placement attributes.
+    pub attributes: BTreeMap<String, String>,
+    /// Executors it can run.
+    pub executors: Vec<String>,
+    /// When it first registered (leader's time).
+    pub registered_at_ms: UnixMillis,
+    /// When the leader last recorded hearing from it (registration, re-registration, resource
+    /// update, or a replicated heartbeat).
+    pub last_heartbeat_ms: UnixMillis,
+    /// Its non-terminal tasks.
+    pub tasks: BTreeSet<TaskKey>,
+}
+
+/// A framework as the replicated state knows it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FrameworkEntry {
+    /// Its id.
+    pub id: FrameworkId,
+    /// Its name.
+    pub name: String,
+    /// The principal that owns it (from the certificate that subscribed it).
+    pub principal: String,
+    /// Its fairness group.
+    pub group: String,
+    /// How long the leader waits for it to reconnect before tearing it down.
+    pub failover_timeout_ms: u64,
+    /// Whether a scheduler connection is open.
+    pub connected: bool,
+    /// When it subscribed (leader's time).
+    pub registered_at_ms: UnixMillis,
+    /// When its connection closed, while disconnected.
+    pub disconnected_at_ms: Option<UnixMillis>,
+    /// When it was torn down; a torn-down framework is a tombstone that keeps its id from
+    /// being reused.
+    pub torn_down_at_ms: Option<UnixMillis>,
+    /// Its non-terminal tasks.
+    pub active_tasks: BTreeSet<TaskId>,
+}
+
+/// A task the master tracks.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TaskRecord {
+    /// The task as launched.
+    pub spec: TaskSpec,
+    /// The agent it runs on.
+    pub agent_id: AgentId,
+    /// Its resources, as charged.
+    pub demand: ResourceVec,
+    /// Its latest state.
+    pub state: TaskState,
+    /// The sequence number of its latest update (0 before the first).
+    pub seq: u64,
+    /// The highest sequence number its framework acknowledged. A terminal task whose latest
+    /// update is acknowledged is forgotten; until then a new leader re-sends the update.
+    pub acked_seq: u64,
+    /// Why it reached its state, when known.
+    pub reason: Option<StatusReason>,
+    /// When it was launched (leader's time).
+    pub launched_at_ms: UnixMillis,
+    /// When its state last changed (leader's time).
+    pub updated_at_ms: UnixMillis,
+    /// Whether its framework asked for it to be killed (a new leader re-sends the kill).
+    pub kill_requested: bool,
+}

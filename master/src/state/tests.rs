@@ -1,0 +1,845 @@
+//! Validation, idempotence and snapshot tests of the state machine.
+
+use std::collections::BTreeMap;
+
+use fullerene_proto::messages::{
+    AgentState, Executor, StatusReason, StatusUpdate, TaskSpec, TaskState,
+};
+use fullerene_proto::{AgentId, ResourceVec, Resources};
+use proptest::prelude::*;
+
+use super::*;
+
+fn res(s: &str) -> Resources {
+    Resources::from(s.parse::<ResourceVec>().unwrap())
+}
+
+fn register_with(agent: &str, resources: &str, executors: &[&str]) -> Command {
+    Command::RegisterAgent {
+        agent_id: agent.into(),
+        hostname: format!("{agent}.example"),
+        resources: res(resources),
+        attributes: BTreeMap::new(),
+        executors: executors.iter().map(|e| e.to_string()).collect(),
+        at_ms: 1_000,
+    }
+}
+
+fn register(agent: &str, resources: &str) -> Command {
+    register_with(agent, resources, &["command", "sleep"])
+}
+
+fn reregister(agent: &str, resources: &str, running: Vec<TaskKey>) -> Command {
+    Command::ReregisterAgent {
+        agent_id: agent.into(),
+        hostname: format!("{agent}.example"),
+        resources: res(resources),
+        attributes: BTreeMap::new(),
+        executors: vec!["command".into(), "sleep".into()],
+        running,
+        at_ms: 9_000,
+    }
+}
+
+fn subscribe(framework: &str, principal: &str, group: &str) -> Command {
+    Command::SubscribeFramework {
+        framework_id: framework.into(),
+        principal: principal.into(),
+        name: framework.into(),
+        group: group.into(),
+        failover_timeout_ms: 60_000,
+        at_ms: 2_000,
+    }
+}
+
+fn spec(id: &str, resources: &str) -> TaskSpec {
+    TaskSpec {
+        id: id.into(),
+        name: id.into(),
+        executor: Executor::Sleep { duration_ms: 10 },
+        resources: res(resources),
+        origin: None,
+        kill_grace_ms: 500,
+    }
+}
+
+fn launch(framework: &str, principal: &str, agent: &str, tasks: Vec<TaskSpec>) -> Command {
+    Command::LaunchTasks {
+        framework_id: framework.into(),
+        principal: principal.into(),
+        agent_id: agent.into(),
+        tasks,
+        at_ms: 3_000,
+    }
+}
+
+fn status(agent: &str, framework: &str, task: &str, state: TaskState, seq: u64) -> Command {
+    Command::UpdateStatus {
+        agent_id: agent.into(),
+        update: StatusUpdate {
+            task_id: task.into(),
+            framework_id: framework.into(),
+            agent_id: agent.into(),
+            state,
+            seq,
+            reason: None,
+            message: String::new(),
+            timestamp_ms: 4_000,
+        },
+        at_ms: 4_000,
+    }
+}
+
+fn ack(framework: &str, principal: &str, task: &str, seq: u64) -> Command {
+    Command::AcknowledgeStatus {
+        framework_id: framework.into(),
+        principal: principal.into(),
+        task_id: task.into(),
+        seq,
+    }
+}
+
+fn key(framework: &str, task: &str) -> TaskKey {
+    TaskKey::new(framework.into(), task.into())
+}
+
+fn v(s: &str) -> ResourceVec {
+    s.parse().unwrap()
+}
+
+/// A cluster with agents a1 (8 cpus), a2 (4 cpus) and frameworks f1 (alice, g1), f2 (bob, g2).
+fn cluster() -> ClusterState {
+    let mut st = ClusterState::default();
+    for cmd in [
+        register("a1", "cpus=8,mem_mib=8192"),
+        register("a2", "cpus=4,mem_mib=4096"),
+        subscribe("f1", "alice", "g1"),
+        subscribe("f2", "bob", "g2"),
+    ] {
+        st.apply(&cmd).unwrap();
+    }
+    st
+}
+
+/// Applies `cmd`, expecting it to be refused without any change.
+fn refused(st: &mut ClusterState, cmd: &Command) -> CommandError {
+    let before = st.clone();
+    let err = st.apply(cmd).expect_err("command should be refused");
+    assert_eq!(*st, before, "a refused command changed the state: {err}");
+    err
+}
+
+/// Applies `cmd`, expecting success without any change.
+fn unchanged(st: &mut ClusterState, cmd: &Command) -> CommandOutcome {
+    let before = st.clone();
+    let outcome = st.apply(cmd).expect("command should succeed");
+    assert_eq!(*st, before, "an idempotent command changed the state");
+    outcome
+}
+
+#[test]
+fn launch_charges_the_agent_the_framework_and_the_deficits() {
+    let mut st = cluster();
+    let outcome = st
+        .apply(&launch(
+            "f1",
+            "alice",
+            "a1",
+            vec![spec("t1", "cpus=2,mem_mib=1024"), spec("t2", "cpus=2")],
+        ))
+        .unwrap();
+    assert!(matches!(outcome, CommandOutcome::TasksLaunched { ref tasks, .. } if tasks.len() == 2));
+    assert_eq!(st.agent_used(&"a1".into()), v("cpus=4,mem_mib=1024"));
+    assert_eq!(st.task(&key("f1", "t1")).unwrap().state, TaskState::Staging);
+    let deficits = st.allocation().deficits();
+    assert!(
+        deficits.deficit_of("g2") > 0.0,
+        "g2 is owed after g1 launched"
+    );
+    assert!(deficits.deficit_of("g1") < 0.0);
+    assert_eq!(st.framework_info(&"f1".into()).unwrap().active_tasks, 2);
+    assert_eq!(st.agents()[&AgentId::from("a1")].tasks.len(), 2);
+}
+
+#[test]
+fn launch_validation_refuses_without_changing_anything() {
+    let mut st = cluster();
+    st.apply(&launch("f1", "alice", "a2", vec![spec("t1", "cpus=3")]))
+        .unwrap();
+    st.apply(&register_with("a3", "cpus=4", &["command"]))
+        .unwrap();
+    let unknown_kind = TaskSpec {
+        resources: Resources([("fpgas".to_string(), 1.0)].into_iter().collect()),
+        ..spec("t3", "cpus=1")
+    };
+
+    type Check = fn(&CommandError) -> bool;
+    let cases: Vec<(Command, Check)> = vec![
+        (
+            launch("f1", "alice", "a2", vec![spec("t2", "cpus=2")]),
+            |e| matches!(e, CommandError::InsufficientResources { .. }),
+        ),
+        (
+            launch("f1", "alice", "a1", vec![spec("t1", "cpus=1")]),
+            |e| matches!(e, CommandError::DuplicateTask(_)),
+        ),
+        (
+            launch(
+                "f1",
+                "alice",
+                "a1",
+                vec![spec("t9", "cpus=1"), spec("t9", "cpus=1")],
+            ),
+            |e| matches!(e, CommandError::DuplicateTask(_)),
+        ),
+        (launch("f1", "alice", "a1", vec![]), |e| {
+            matches!(e, CommandError::EmptyBundle)
+        }),
+        (
+            launch("f1", "alice", "nope", vec![spec("t3", "cpus=1")]),
+            |e| matches!(e, CommandError::UnknownAgent(_)),
+        ),
+        (
+            launch("f9", "alice", "a1", vec![spec("t3", "cpus=1")]),
+            |e| matches!(e, CommandError::UnknownFramework(_)),
+        ),
+        (launch("f1", "bob", "a1", vec![spec("t3", "cpus=1")]), |e| {
+            matches!(e, CommandError::NotFrameworkOwner { .. })
+        }),
+        (
+            launch("f1", "alice", "a1", vec![spec("t3", "cpus=0")]),
+            |e| matches!(e, CommandError::InvalidResources(_)),
+        ),
+        (launch("f1", "alice", "a1", vec![unknown_kind]), |e| {
+            matches!(e, CommandError::InvalidResources(_))
+        }),
+        // The second task does not fit once the first is counted: nothing is launched.
+        (
+            launch(
+                "f1",
+                "alice",
+                "a1",
+                vec![spec("t4", "cpus=6"), spec("t5", "cpus=3")],
+            ),
+            |e| matches!(e, CommandError::InsufficientResources { .. }),
+        ),
+        (
+            launch("f1", "alice", "a3", vec![spec("t6", "cpus=1")]),
+            |e| matches!(e, CommandError::UnknownExecutor { .. }),
+        ),
+    ];
+    for (cmd, check) in cases {
+        let err = refused(&mut st, &cmd);
+        assert!(check(&err), "unexpected error {err:?}");
+    }
+
+    // Not on an unreachable agent, and not on a lost one.
+    st.apply(&Command::MarkAgentUnreachable {
+        agent_id: "a1".into(),
+        at_ms: 5_000,
+    })
+    .unwrap();
+    let err = refused(
+        &mut st,
+        &launch("f1", "alice", "a1", vec![spec("t7", "cpus=1")]),
+    );
+    assert!(matches!(
+        err,
+        CommandError::AgentNotActive {
+            state: AgentState::Unreachable,
+            ..
+        }
+    ));
+    st.apply(&Command::MarkAgentLost {
+        agent_id: "a1".into(),
+        at_ms: 6_000,
+    })
+    .unwrap();
+    let err = refused(
+        &mut st,
+        &launch("f1", "alice", "a1", vec![spec("t7", "cpus=1")]),
+    );
+    assert!(matches!(err, CommandError::AgentLost(_)));
+}
+
+#[test]
+fn overbooking_applies_to_fungible_resources_only() {
+    let mut st = ClusterState::default();
+    st.apply(&register("a1", "cpus=4,net_mbps=100")).unwrap();
+    st.apply(&subscribe("f1", "alice", "g1")).unwrap();
+    let over_net = launch("f1", "alice", "a1", vec![spec("t1", "cpus=1,net_mbps=110")]);
+    refused(&mut st, &over_net);
+    refused(
+        &mut st,
+        &Command::SetOverbookingAllowance { allowance: -0.5 },
+    );
+    st.apply(&Command::SetOverbookingAllowance { allowance: 0.2 })
+        .unwrap();
+    st.apply(&over_net).unwrap();
+    // CPUs are not fungible: never overbooked.
+    refused(
+        &mut st,
+        &launch("f1", "alice", "a1", vec![spec("t2", "cpus=3.5")]),
+    );
+}
+
+#[test]
+fn status_updates_follow_the_task_life_cycle_and_are_idempotent() {
+    let mut st = cluster();
+    st.apply(&launch("f1", "alice", "a1", vec![spec("t1", "cpus=2")]))
+        .unwrap();
+
+    let running = status("a1", "f1", "t1", TaskState::Running, 1);
+    let outcome = st.apply(&running).unwrap();
+    assert!(matches!(outcome, CommandOutcome::StatusRecorded(ref u) if u.seq == 1));
+    // The agent retries until acknowledged: a duplicate changes nothing and succeeds.
+    assert_eq!(unchanged(&mut st, &running), CommandOutcome::Unchanged);
+    // An older update arriving late is a duplicate too.
+    unchanged(&mut st, &status("a1", "f1", "t1", TaskState::Staging, 1));
+    // RUNNING cannot go back to STAGING.
+    let err = refused(&mut st, &status("a1", "f1", "t1", TaskState::Staging, 2));
+    assert!(matches!(err, CommandError::BadTransition { .. }));
+    // Only the task's agent reports on it, and the update must name its sender.
+    let err = refused(&mut st, &status("a2", "f1", "t1", TaskState::Failed, 2));
+    assert!(matches!(err, CommandError::TaskOnOtherAgent { .. }));
+    let mut forged = status("a2", "f1", "t1", TaskState::Failed, 2);
+    if let Command::UpdateStatus { agent_id, .. } = &mut forged {
+        *agent_id = "a1".into();
+    }
+    let err = refused(&mut st, &forged);
+    assert!(matches!(err, CommandError::StatusAgentMismatch { .. }));
+    let err = refused(&mut st, &status("a1", "f1", "nope", TaskState::Running, 1));
+    assert!(matches!(err, CommandError::UnknownTask(_)));
+
+    // Finishing releases the charge and the deficit.
+    let finished = status("a1", "f1", "t1", TaskState::Finished, 3);
+    st.apply(&finished).unwrap();
+    assert_eq!(st.agent_used(&"a1".into()), ResourceVec::ZERO);
+    assert!(st.allocation().deficits().deficit_of("g2").abs() < 1e-12);
+    assert_eq!(st.framework_info(&"f1".into()).unwrap().active_tasks, 0);
+    unchanged(&mut st, &finished);
+    // A terminal task never changes, LOST included.
+    let err = refused(&mut st, &status("a1", "f1", "t1", TaskState::Lost, 4));
+    assert!(matches!(err, CommandError::TerminalTask { .. }));
+    let err = refused(&mut st, &status("a1", "f1", "t1", TaskState::Running, 4));
+    assert!(matches!(err, CommandError::TerminalTask { .. }));
+}
+
+#[test]
+fn acknowledging_the_final_update_forgets_the_task() {
+    let mut st = cluster();
+    st.apply(&launch("f1", "alice", "a1", vec![spec("t1", "cpus=2")]))
+        .unwrap();
+    st.apply(&status("a1", "f1", "t1", TaskState::Running, 1))
+        .unwrap();
+    let err = refused(&mut st, &ack("f1", "alice", "t1", 2));
+    assert!(matches!(err, CommandError::AckBeyondLatest { .. }));
+    let err = refused(&mut st, &ack("f1", "bob", "t1", 1));
+    assert!(matches!(err, CommandError::NotFrameworkOwner { .. }));
+    st.apply(&ack("f1", "alice", "t1", 1)).unwrap();
+    assert_eq!(
+        unchanged(&mut st, &ack("f1", "alice", "t1", 1)),
+        CommandOutcome::Unchanged
+    );
+    assert_eq!(st.task(&key("f1", "t1")).unwrap().acked_seq, 1);
+    st.apply(&status("a1", "f1", "t1", TaskState::Failed, 2))
+        .unwrap();
+    st.apply(&ack("f1", "alice", "t1", 2)).unwrap();
+    assert!(st.task(&key("f1", "t1")).is_none());
+    // Its id may be used again once forgotten.
+    st.apply(&launch("f1", "alice", "a1", vec![spec("t1", "cpus=2")]))
+        .unwrap();
+}
+
+#[test]
+fn kills_are_recorded_and_checked_for_ownership() {
+    let mut st = cluster();
+    st.apply(&launch("f1", "alice", "a1", vec![spec("t1", "cpus=2")]))
+        .unwrap();
+    let kill = Command::KillTask {
+        framework_id: "f1".into(),
+        principal: "alice".into(),
+        task_id: "t1".into(),
+        at_ms: 5_000,
+    };
+    let outcome = st.apply(&kill).unwrap();
+    assert!(
+        matches!(outcome, CommandOutcome::KillRequested(ref k) if k.agent_id.as_str() == "a1" && k.grace_ms == 500)
+    );
+    assert!(st.task(&key("f1", "t1")).unwrap().kill_requested);
+    // Repeating it changes nothing but still says what to send.
+    let before = st.clone();
+    assert!(matches!(
+        st.apply(&kill).unwrap(),
+        CommandOutcome::KillRequested(_)
+    ));
+    assert_eq!(st, before);
+    let err = refused(
+        &mut st,
+        &Command::KillTask {
+            framework_id: "f1".into(),
+            principal: "bob".into(),
+            task_id: "t1".into(),
+            at_ms: 5_000,
+        },
+    );
+    assert!(matches!(err, CommandError::NotFrameworkOwner { .. }));
+    st.apply(&status("a1", "f1", "t1", TaskState::Killed, 1))
+        .unwrap();
+    let err = refused(&mut st, &kill);
+    assert!(matches!(err, CommandError::TerminalTask { .. }));
+}
+
+#[test]
+fn a_lost_agent_loses_its_tasks_and_must_kill_them_when_it_returns() {
+    let mut st = cluster();
+    st.apply(&launch(
+        "f1",
+        "alice",
+        "a1",
+        vec![spec("t1", "cpus=2"), spec("t2", "cpus=1")],
+    ))
+    .unwrap();
+    st.apply(&launch("f2", "bob", "a2", vec![spec("u1", "cpus=1")]))
+        .unwrap();
+    st.apply(&status("a1", "f1", "t1", TaskState::Running, 1))
+        .unwrap();
+
+    let outcome = st
+        .apply(&Command::MarkAgentLost {
+            agent_id: "a1".into(),
+            at_ms: 7_000,
+        })
+        .unwrap();
+    let CommandOutcome::TasksEnded { updates, kill } = outcome else {
+        panic!("expected TasksEnded");
+    };
+    assert_eq!(updates.len(), 2);
+    assert_eq!(kill.len(), 2);
+    let t1 = updates.iter().find(|u| u.task_id.as_str() == "t1").unwrap();
+    assert_eq!((t1.state, t1.seq), (TaskState::Lost, 2));
+    assert_eq!(t1.reason, Some(StatusReason::AgentLost));
+    assert_eq!(st.agents()[&AgentId::from("a1")].state, AgentState::Lost);
+    assert_eq!(st.agent_used(&"a1".into()), ResourceVec::ZERO);
+    assert!(st.allocation().agent_by_id(&"a1".into()).is_none());
+    // Only f2's task is held now.
+    assert!(st.allocation().deficits().deficit_of("g1") > 0.0);
+    // Marking it lost again changes nothing; an unreachable mark is refused.
+    unchanged(
+        &mut st,
+        &Command::MarkAgentLost {
+            agent_id: "a1".into(),
+            at_ms: 8_000,
+        },
+    );
+    refused(
+        &mut st,
+        &Command::MarkAgentUnreachable {
+            agent_id: "a1".into(),
+            at_ms: 8_000,
+        },
+    );
+    // The agent's late update about a LOST task is refused: a terminal task never changes.
+    let err = refused(&mut st, &status("a1", "f1", "t1", TaskState::Finished, 3));
+    assert!(matches!(err, CommandError::TerminalTask { .. }));
+    // A first registration of a known id is refused: it must re-register.
+    refused(&mut st, &register("a1", "cpus=8"));
+
+    // It comes back still running t1 and a task nobody knows: it must kill both.
+    let outcome = st
+        .apply(&reregister(
+            "a1",
+            "cpus=8,mem_mib=8192",
+            vec![key("f1", "t1"), key("f1", "ghost")],
+        ))
+        .unwrap();
+    let CommandOutcome::AgentRegistered { kill, updates } = outcome else {
+        panic!("expected AgentRegistered");
+    };
+    assert_eq!(kill.len(), 2);
+    assert_eq!(kill[0].grace_ms, 500);
+    assert!(updates.is_empty());
+    assert_eq!(st.agents()[&AgentId::from("a1")].state, AgentState::Active);
+    assert!(st.allocation().agent_by_id(&"a1".into()).is_some());
+    st.apply(&launch("f1", "alice", "a1", vec![spec("t3", "cpus=8")]))
+        .unwrap();
+}
+
+#[test]
+fn reregistration_loses_tasks_the_agent_no_longer_runs() {
+    let mut st = cluster();
+    st.apply(&launch(
+        "f1",
+        "alice",
+        "a1",
+        vec![spec("t1", "cpus=2"), spec("t2", "cpus=1")],
+    ))
+    .unwrap();
+    let outcome = st
+        .apply(&reregister(
+            "a1",
+            "cpus=8,mem_mib=8192",
+            vec![key("f1", "t1")],
+        ))
+        .unwrap();
+    let CommandOutcome::AgentRegistered { kill, updates } = outcome else {
+        panic!("expected AgentRegistered");
+    };
+    assert!(kill.is_empty());
+    assert_eq!(updates.len(), 1);
+    assert_eq!(updates[0].task_id.as_str(), "t2");
+    assert_eq!(updates[0].state, TaskState::Lost);
+    assert_eq!(st.agent_used(&"a1".into()), v("cpus=2"));
+    assert_eq!(st.task(&key("f1", "t1")).unwrap().state, TaskState::Staging);
+}
+
+#[test]
+fn capacity_changes_keep_running_tasks_charged() {
+    let mut st = cluster();
+    st.apply(&launch(
+        "f1",
+        "alice",
+        "a1",
+        vec![spec("t1", "cpus=2"), spec("t2", "cpus=3")],
+    ))
+    .unwrap();
+    st.apply(&Command::UpdateAgentResources {
+        agent_id: "a1".into(),
+        resources: res("cpus=16,mem_mib=8192"),
+        at_ms: 5_000,
+    })
+    .unwrap();
+    assert_eq!(st.agent_used(&"a1".into()), v("cpus=5"));
+    assert_eq!(
+        st.agents()[&AgentId::from("a1")].total,
+        v("cpus=16,mem_mib=8192")
+    );
+    assert_eq!(
+        st.allocation()
+            .agent_by_id(&"a1".into())
+            .unwrap()
+            .tasks
+            .len(),
+        2
+    );
+    // The same totals again: nothing to do.
+    unchanged(
+        &mut st,
+        &Command::UpdateAgentResources {
+            agent_id: "a1".into(),
+            resources: res("cpus=16,mem_mib=8192"),
+            at_ms: 6_000,
+        },
+    );
+    // Releasing a task after the change still finds its charge.
+    st.apply(&status("a1", "f1", "t2", TaskState::Finished, 1))
+        .unwrap();
+    assert_eq!(st.agent_used(&"a1".into()), v("cpus=2"));
+}
+
+#[test]
+fn unreachable_agents_come_back_with_a_heartbeat() {
+    let mut st = cluster();
+    let unreachable = Command::MarkAgentUnreachable {
+        agent_id: "a2".into(),
+        at_ms: 5_000,
+    };
+    st.apply(&unreachable).unwrap();
+    unchanged(&mut st, &unreachable);
+    st.apply(&Command::AgentHeartbeat {
+        agent_id: "a2".into(),
+        at_ms: 6_000,
+    })
+    .unwrap();
+    let agent = &st.agents()[&AgentId::from("a2")];
+    assert_eq!(
+        (agent.state, agent.last_heartbeat_ms),
+        (AgentState::Active, 6_000)
+    );
+    refused(
+        &mut st,
+        &Command::AgentHeartbeat {
+            agent_id: "zz".into(),
+            at_ms: 6_000,
+        },
+    );
+}
+
+#[test]
+fn frameworks_fail_over_only_with_their_principal_and_teardown_kills_their_tasks() {
+    let mut st = cluster();
+    refused(&mut st, &subscribe("f1", "alice", "g1"));
+    st.apply(&launch("f1", "alice", "a1", vec![spec("t1", "cpus=2")]))
+        .unwrap();
+    let disconnect = Command::DisconnectFramework {
+        framework_id: "f1".into(),
+        at_ms: 5_000,
+    };
+    st.apply(&disconnect).unwrap();
+    unchanged(&mut st, &disconnect);
+    assert!(!st.frameworks()[&"f1".into()].connected);
+
+    let failover = |principal: &str| Command::FailoverFramework {
+        framework_id: "f1".into(),
+        principal: principal.into(),
+        name: "f1-v2".into(),
+        failover_timeout_ms: 30_000,
+        at_ms: 6_000,
+    };
+    let err = refused(&mut st, &failover("mallory"));
+    assert!(matches!(err, CommandError::NotFrameworkOwner { .. }));
+    st.apply(&failover("alice")).unwrap();
+    let entry = &st.frameworks()[&"f1".into()];
+    assert!(entry.connected && entry.disconnected_at_ms.is_none());
+    assert_eq!(entry.name, "f1-v2");
+
+    let err = refused(
+        &mut st,
+        &Command::TeardownFramework {
+            framework_id: "f1".into(),
+            principal: Some("bob".into()),
+            at_ms: 7_000,
+        },
+    );
+    assert!(matches!(err, CommandError::NotFrameworkOwner { .. }));
+    let outcome = st
+        .apply(&Command::TeardownFramework {
+            framework_id: "f1".into(),
+            principal: None,
+            at_ms: 7_000,
+        })
+        .unwrap();
+    let CommandOutcome::TasksEnded { updates, kill } = outcome else {
+        panic!("expected TasksEnded");
+    };
+    assert_eq!(updates.len(), 1);
+    assert_eq!(updates[0].state, TaskState::Killed);
+    assert_eq!(kill[0].agent_id.as_str(), "a1");
+    assert_eq!(st.agent_used(&"a1".into()), ResourceVec::ZERO);
+    assert!(st.task(&key("f1", "t1")).is_none());
+    // The id is a tombstone: no failover, no new subscription, no launch.
+    assert!(matches!(
+        refused(&mut st, &failover("alice")),
+        CommandError::FrameworkTornDown(_)
+    ));
+    refused(&mut st, &subscribe("f1", "alice", "g1"));
+    refused(
+        &mut st,
+        &launch("f1", "alice", "a1", vec![spec("t2", "cpus=1")]),
+    );
+    // The agent's report of the kill is about a forgotten task.
+    refused(&mut st, &status("a1", "f1", "t1", TaskState::Killed, 2));
+}
+
+#[test]
+fn group_weights_are_validated_and_shift_the_shares() {
+    let mut st = cluster();
+    refused(
+        &mut st,
+        &Command::SetGroupWeight {
+            group: "g1".into(),
+            weight: f64::NAN,
+        },
+    );
+    st.apply(&Command::SetGroupWeight {
+        group: "g1".into(),
+        weight: 3.0,
+    })
+    .unwrap();
+    let deficits = st.allocation().deficits();
+    let g1 = deficits.find("g1").unwrap();
+    assert!((deficits.share(g1) - 0.75).abs() < 1e-12);
+    assert_eq!(st.settings().group_weights["g1"], 3.0);
+}
+
+#[test]
+fn snapshots_round_trip_and_reject_damage() {
+    let mut st = cluster();
+    st.apply(&launch(
+        "f1",
+        "alice",
+        "a1",
+        vec![spec("t1", "cpus=2"), spec("t2", "cpus=1")],
+    ))
+    .unwrap();
+    st.apply(&status("a1", "f1", "t1", TaskState::Running, 1))
+        .unwrap();
+    let bytes = st.encode_snapshot().unwrap();
+    let decoded = ClusterState::decode_snapshot(&bytes).unwrap();
+    assert_eq!(decoded, st);
+
+    // Every strict prefix is refused (truncation), as is any extra byte.
+    for cut in [0, 1, 4, bytes.len() / 2, bytes.len() - 1] {
+        assert!(
+            ClusterState::decode_snapshot(&bytes[..cut]).is_err(),
+            "prefix of {cut} bytes accepted"
+        );
+    }
+    let mut longer = bytes.clone();
+    longer.push(0);
+    assert!(matches!(
+        ClusterState::decode_snapshot(&longer),
+        Err(SnapshotError::TrailingBytes(1))
+    ));
+    // A garbled length or version byte is refused.
+    let mut garbled = bytes.clone();
+    garbled[4] ^= 0xff;
+    assert!(ClusterState::decode_snapshot(&garbled).is_err());
+    let mut huge = bytes.clone();
+    huge[0] = 0xff;
+    assert!(matches!(
+        ClusterState::decode_snapshot(&huge),
+        Err(SnapshotError::FrameTooLarge { .. })
+    ));
+}
+
+// -------------------------------------------------------------------------------------------
+// Property: whatever the command sequence, a refused command changes nothing, accounting stays
+// consistent with the task table, and replaying the same sequence gives the same state.
+// -------------------------------------------------------------------------------------------
+
+fn arb_command() -> impl Strategy<Value = Command> {
+    let agent = prop::sample::select(vec!["a1", "a2", "a3"]);
+    let framework = prop::sample::select(vec![("f1", "alice"), ("f2", "bob")]);
+    let task = prop::sample::select(vec!["t1", "t2", "t3", "t4"]);
+    let state = prop::sample::select(vec![
+        TaskState::Staging,
+        TaskState::Running,
+        TaskState::Finished,
+        TaskState::Failed,
+        TaskState::Killed,
+        TaskState::Lost,
+    ]);
+    let cpus = prop::sample::select(vec![0.0, 0.5, 1.0, 2.0, 5.0]);
+    prop_oneof![
+        (agent.clone(), 1u32..8).prop_map(|(a, c)| register(a, &format!("cpus={c},mem_mib=4096"))),
+        (
+            agent.clone(),
+            1u32..8,
+            prop::collection::vec((framework.clone(), task.clone()), 0..3)
+        )
+            .prop_map(|(a, c, running)| reregister(
+                a,
+                &format!("cpus={c},mem_mib=4096"),
+                running.into_iter().map(|((f, _), t)| key(f, t)).collect()
+            )),
+        agent.clone().prop_map(|a| Command::MarkAgentLost {
+            agent_id: a.into(),
+            at_ms: 5
+        }),
+        agent.clone().prop_map(|a| Command::MarkAgentUnreachable {
+            agent_id: a.into(),
+            at_ms: 5
+        }),
+        agent.clone().prop_map(|a| Command::AgentHeartbeat {
+            agent_id: a.into(),
+            at_ms: 6
+        }),
+        (agent.clone(), 1u32..8).prop_map(|(a, c)| Command::UpdateAgentResources {
+            agent_id: a.into(),
+            resources: res(&format!("cpus={c}")),
+            at_ms: 7
+        }),
+        framework
+            .clone()
+            .prop_map(|(f, p)| subscribe(f, p, if f == "f1" { "g1" } else { "g2" })),
+        framework
+            .clone()
+            .prop_map(|(f, _)| Command::TeardownFramework {
+                framework_id: f.into(),
+                principal: None,
+                at_ms: 8
+            }),
+        (
+            framework.clone(),
+            agent.clone(),
+            prop::collection::vec((task.clone(), cpus), 0..3),
+            any::<bool>()
+        )
+            .prop_map(|((f, p), a, tasks, wrong_principal)| launch(
+                f,
+                if wrong_principal { "mallory" } else { p },
+                a,
+                tasks
+                    .into_iter()
+                    .map(|(t, c)| spec(t, &format!("cpus={c}")))
+                    .collect()
+            )),
+        (
+            agent.clone(),
+            framework.clone(),
+            task.clone(),
+            state,
+            0u64..6
+        )
+            .prop_map(|(a, (f, _), t, s, seq)| status(a, f, t, s, seq)),
+        (framework.clone(), task.clone()).prop_map(|((f, p), t)| Command::KillTask {
+            framework_id: f.into(),
+            principal: p.into(),
+            task_id: t.into(),
+            at_ms: 9
+        }),
+        (framework, task, 0u64..4).prop_map(|((f, p), t, seq)| ack(f, p, t, seq)),
+    ]
+}
+
+/// The allocation accounting must agree with the task table.
+fn check_accounting(st: &ClusterState) {
+    for (id, agent) in st.agents() {
+        let mut used = ResourceVec::ZERO;
+        for key in &agent.tasks {
+            let task = &st.tasks()[key];
+            assert!(!task.state.is_terminal());
+            assert_eq!(&task.agent_id, id);
+            used += task.demand;
+        }
+        let charged = st.agent_used(id);
+        for (a, b) in used.0.iter().zip(charged.0.iter()) {
+            assert!(
+                (a - b).abs() < 1e-9,
+                "agent {id}: tasks {used} vs charged {charged}"
+            );
+        }
+        if agent.state == AgentState::Lost {
+            assert!(agent.tasks.is_empty());
+        }
+    }
+    for task in st.tasks().values() {
+        if !task.state.is_terminal() {
+            assert!(st.agents()[&task.agent_id]
+                .tasks
+                .iter()
+                .any(|k| k.task_id == task.spec.id));
+        }
+    }
+    let held: f64 = st.allocation().deficits().iter().map(|(_, g)| g.held).sum();
+    assert!((held - st.allocation().deficits().total_held()).abs() < 1e-9);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn refused_commands_change_nothing_and_replay_is_deterministic(
+        commands in prop::collection::vec(arb_command(), 1..60)
+    ) {
+        let mut st = ClusterState::default();
+        let mut results = Vec::new();
+        for cmd in &commands {
+            let before = st.clone();
+            let result = st.apply(cmd);
+            if result.is_err() || result == Ok(CommandOutcome::Unchanged) {
+                prop_assert_eq!(&st, &before, "{:?} -> {:?}", cmd, result);
+            }
+            check_accounting(&st);
+            results.push(result);
+        }
+        let mut replay = ClusterState::default();
+        for (cmd, result) in commands.iter().zip(&results) {
+            prop_assert_eq!(&replay.apply(cmd), result);
+        }
+        prop_assert_eq!(&replay, &st);
+        let decoded = ClusterState::decode_snapshot(&st.encode_snapshot().unwrap()).unwrap();
+        prop_assert_eq!(decoded, st);
+    }
+}

@@ -1,0 +1,628 @@
+//! An in-memory [`RaftStore`] for deterministic tests and the simulator.
+//!
+//! It keeps exactly what a disk would: every successful write is "durable" (it survives the
+//! node that made it), and nothing else is. A test crashes a master by dropping its
+//! [`RaftNode`](crate::raft_node::RaftNode) and calling [`MemStorage::crash`], which returns the
+//! durable contents as a fresh store for the restarted master and fences off the old handle, so
+//! that a zombie of the crashed process cannot write any more. [`MemStorage::fail_next_persist`]
+//! makes the next batch fail as a whole, as a crash in the middle of an atomic write would.
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
+use raft::{GetEntriesContext, RaftState};
+
+use super::{check_append, check_ordered, Durability, RaftStore, ReadyWrite, StorageError};
+
+/// The durable contents of a [`MemStorage`].
+#[derive(Debug, Clone, Default)]
+struct MemCore {
+    hard_state: HardState,
+    /// The latest state-machine snapshot, with the membership at its index.
+    snapshot: Snapshot,
+    /// Index and term of the entry just before the first stored one (the last compacted entry,
+    /// or the snapshot's), kept so that Raft can match logs at the first index.
+    truncated_index: u64,
+    truncated_term: u64,
+    /// `entries[i].index == truncated_index + 1 + i`.
+    entries: Vec<Entry>,
+    /// The commit index as of the last synced write: what survives a crash
+    /// (`hard_state.commit` may be ahead after [`Durability::Ordered`] writes).
+    synced_commit: u64,
+    fail_next_persist: bool,
+    /// Set on the old handle by [`MemStorage::crash`]: writes through it fail.
+    fenced: bool,
+    persist_count: u64,
+}
+
+impl MemCore {
+    fn first_index(&self) -> u64 {
+        self.truncated_index + 1
+    }
+
+    fn last_index(&self) -> u64 {
+        self.truncated_index + self.entries.len() as u64
+    }
+
+    fn term(&self, index: u64) -> Option<u64> {
+        if index == self.truncated_index {
+            return Some(self.truncated_term);
+        }
+        if index < self.first_index() || index > self.last_index() {
+            return None;
+        }
+        Some(self.entries[(index - self.first_index()) as usize].term)
+    }
+
+    fn is_initialized(&self) -> bool {
+        self.snapshot.get_metadata().index > 0
+            || self.hard_state != HardState::default()
+            || !self.entries.is_empty()
+    }
+}
+
+/// An in-memory Raft store. Clones share the same contents (like two handles on one disk).
+#[derive(Debug, Clone)]
+pub struct MemStorage {
+    name: Arc<str>,
+    core: Arc<Mutex<MemCore>>,
+}
+
+impl MemStorage {
+    /// An empty store, named `name` in error messages.
+    pub fn new(name: impl Into<String>) -> MemStorage {
+        MemStorage {
+            name: name.into().into(),
+            core: Arc::new(Mutex::new(MemCore::default())),
+        }
+    }
+
+    fn core(&self) -> MutexGuard<'_, MemCore> {
+        // A panic while holding the lock cannot leave the core half-written: every mutation is
+        // validated before it starts.
+        self.core.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn check_writable(&self, core: &mut MemCore) -> Result<(), StorageError> {
+        if core.fenced {
+            return Err(StorageError::Injected {
+                location: self.location(),
+            });
+        }
+        Ok(())
+    }
+
+    fn invalid(&self, detail: String) -> StorageError {
+        StorageError::InvalidWrite {
+            location: self.location(),
+            detail,
+        }
+    }
+
+    /// Makes the next [`RaftStore::persist`] fail without writing anything.
+    pub fn fail_next_persist(&self) {
+        self.core().fail_next_persist = true;
+    }
+
+    /// Cancels a failure armed by [`MemStorage::fail_next_persist`] that has not happened yet.
+    pub fn cancel_injected_failure(&self) {
+        self.core().fail_next_persist = false;
+    }
+
+    /// Simulates a crash of the process using this store: returns a new store holding what
+    /// was durably written (everything that returned `Ok`), for the restarted process, and
+    /// makes every later write through this handle (and its clones) fail.
+    pub fn crash(&self) -> MemStorage {
+        let mut core = self.core();
+        let mut durable = core.clone();
+        // Unsynced commit-index writes are lost with the machine.
+        durable.hard_state.commit = durable.synced_commit;
+        durable.fail_next_persist = false;
+        durable.fenced = false;
+        core.fenced = true;
+        MemStorage {
+            name: self.name.clone(),
+            core: Arc::new(Mutex::new(durable)),
+        }
+    }
+
+    /// How many batches [`RaftStore::persist`] has written (each one a synced write on a real
+    /// disk), for tests of batching.
+    pub fn persist_count(&self) -> u64 {
+        self.core().persist_count
+    }
+
+    /// Number of log entries currently stored (after compaction).
+    pub fn stored_entries(&self) -> usize {
+        self.core().entries.len()
+    }
+}
+
+fn raft_err(e: raft::StorageError) -> raft::Error {
+    raft::Error::Store(e)
+}
+
+impl raft::Storage for MemStorage {
+    fn initial_state(&self) -> raft::Result<RaftState> {
+        let core = self.core();
+        Ok(RaftState::new(
+            core.hard_state.clone(),
+            core.snapshot.get_metadata().get_conf_state().clone(),
+        ))
+    }
+
+    fn entries(
+        &self,
+        low: u64,
+        high: u64,
+        max_size: impl Into<Option<u64>>,
+        _context: GetEntriesContext,
+    ) -> raft::Result<Vec<Entry>> {
+        let core = self.core();
+        if low < core.first_index() {
+            return Err(raft_err(raft::StorageError::Compacted));
+        }
+        if high > core.last_index() + 1 || low > high {
+            return Err(raft_err(raft::StorageError::Unavailable));
+        }
+        let offset = core.first_index();
+        let mut entries = core.entries[(low - offset) as usize..(high - offset) as usize].to_vec();
+        raft::util::limit_size(&mut entries, max_size.into());
+        Ok(entries)
+    }
+
+    fn term(&self, idx: u64) -> raft::Result<u64> {
+        let core = self.core();
+        if idx < core.truncated_index {
+            return Err(raft_err(raft::StorageError::Compacted));
+        }
+        core.term(idx)
+            .ok_or_else(|| raft_err(raft::StorageError::Unavailable))
+    }
+
+    fn first_index(&self) -> raft::Result<u64> {
+        Ok(self.core().first_index())
+    }
+
+    fn last_index(&self) -> raft::Result<u64> {
+        Ok(self.core().last_index())
+    }
+
+    fn snapshot(&self, request_index: u64, to: u64) -> raft::Result<Snapshot> {
+        let core = self.core();
+        if core.snapshot.get_metadata().index < request_index
+            || !super::snapshot_covers(core.snapshot.get_metadata(), to)
+        {
+            return Err(raft_err(raft::StorageError::SnapshotTemporarilyUnavailable));
+        }
+        Ok(core.snapshot.clone())
+    }
+}
+
+impl RaftStore for MemStorage {
+    fn location(&self) -> String {
+        format!("memory:{}", self.name)
+    }
+
+    fn bootstrap(&mut self, voters: &[u64], initial_state: &[u8]) -> Result<(), StorageError> {
+        let mut core = self.core();
+        self.check_writable(&mut core)?;
+        if core.is_initialized() {
+            return Err(StorageError::AlreadyInitialized {
+                location: self.location(),
+            });
+        }
+        let snapshot = super::bootstrap_snapshot(voters, initial_state);
+        core.truncated_index = snapshot.get_metadata().index;
+        core.truncated_term = snapshot.get_metadata().term;
+        core.hard_state = super::bootstrap_hard_state();
+        core.synced_commit = core.hard_state.commit;
+        core.snapshot = snapshot;
+        core.persist_count += 1;
+        Ok(())
+    }
+
+    fn persist(&mut self, write: ReadyWrite<'_>) -> Result<(), StorageError> {
+        let mut core = self.core();
+        self.check_writable(&mut core)?;
+        if std::mem::take(&mut core.fail_next_persist) {
+            return Err(StorageError::Injected {
+                location: self.location(),
+            });
+        }
+        if write.is_empty() {
+            return Ok(());
+        }
+
+        // Validate the whole batch against the state it produces before changing anything,
+        // so that a refused batch leaves the store untouched (atomicity).
+        check_ordered(&write, &core.hard_state).map_err(|d| self.invalid(d))?;
+        let (mut first, mut last) = (core.first_index(), core.last_index());
+        if let Some(snapshot) = write.snapshot {
+            let index = snapshot.get_metadata().index;
+            if index < core.snapshot.get_metadata().index || index == 0 {
+                return Err(self.invalid(format!(
+                    "received snapshot at index {index} is older than the stored one at {}",
+                    core.snapshot.get_metadata().index
+                )));
+            }
+            first = index + 1;
+            last = index;
+        }
+        check_append(first, last, write.entries).map_err(|d| self.invalid(d))?;
+        if let Some(e) = write.entries.last() {
+            last = e.index;
+        }
+        let mut commit = core.hard_state.commit;
+        if let Some(hs) = write.hard_state {
+            commit = hs.commit;
+        }
+        if let Some(c) = write.commit {
+            commit = commit.max(c);
+        }
+        if let Some(snapshot) = write.snapshot {
+            commit = commit.max(snapshot.get_metadata().index);
+        }
+        if commit > last {
+            return Err(self.invalid(format!(
+                "commit index {commit} is beyond the last log index {last}"
+            )));
+        }
+
+        if let Some(snapshot) = write.snapshot {
+            let meta = snapshot.get_metadata();
+            core.entries.clear();
+            core.truncated_index = meta.index;
+            core.truncated_term = meta.term;
+            core.hard_state.term = core.hard_state.term.max(meta.term);
+            core.snapshot = snapshot.clone();
+        }
+        if let Some(head) = write.entries.first() {
+            let keep = (head.index - core.first_index()) as usize;
+            core.entries.truncate(keep);
+            core.entries.extend_from_slice(write.entries);
+        }
+        if let Some(hs) = write.hard_state {
+            core.hard_state = hs.clone();
+        }
+        core.hard_state.commit = commit;
+        if write.durability == Durability::Synced {
+            core.synced_commit = commit;
+        }
+        core.persist_count += 1;
+        Ok(())
+    }
+
+    fn save_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), StorageError> {
+        let mut core = self.core();
+        self.check_writable(&mut core)?;
+        let meta = snapshot.get_metadata();
+        let current = core.snapshot.get_metadata().index;
+        super::check_local_snapshot(
+            meta.index,
+            meta.term,
+            current,
+            core.hard_state.commit,
+            core.term(meta.index),
+        )
+        .map_err(|d| self.invalid(d))?;
+        core.snapshot = snapshot.clone();
+        // A synced write makes the earlier, ordered ones durable too.
+        core.synced_commit = core.hard_state.commit;
+        Ok(())
+    }
+
+    fn compact(&mut self, to: u64) -> Result<(), StorageError> {
+        let mut core = self.core();
+        self.check_writable(&mut core)?;
+        if to <= core.first_index() {
+            return Ok(());
+        }
+        let snapshot_index = core.snapshot.get_metadata().index;
+        if to > snapshot_index + 1 || to > core.last_index() + 1 {
+            return Err(self.invalid(format!(
+                "cannot compact to {to}: the snapshot covers up to {snapshot_index}, the log up to {}",
+                core.last_index()
+            )));
+        }
+        let term = core
+            .term(to - 1)
+            .ok_or_else(|| self.invalid(format!("no term for index {}", to - 1)))?;
+        let drop = (to - core.first_index()) as usize;
+        core.entries.drain(..drop);
+        core.truncated_index = to - 1;
+        core.truncated_term = term;
+        core.synced_commit = core.hard_state.commit;
+        Ok(())
+    }
+
+    fn applied(&self) -> u64 {
+        self.core().snapshot.get_metadata().index
+    }
+
+    fn latest_snapshot(&self) -> Snapshot {
+        self.core().snapshot.clone()
+    }
+
+    fn hard_state(&self) -> HardState {
+        self.core().hard_state.clone()
+    }
+
+    fn conf_state(&self) -> ConfState {
+        self.core().snapshot.get_metadata().get_conf_state().clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use raft::Storage;
+
+    use super::*;
+
+    fn entry(index: u64, term: u64) -> Entry {
+        Entry {
+            index,
+            term,
+            data: vec![index as u8; 16].into(),
+            ..Default::default()
+        }
+    }
+
+    fn bootstrapped() -> MemStorage {
+        let mut store = MemStorage::new("test");
+        store.bootstrap(&[1, 2, 3], b"state").unwrap();
+        store
+    }
+
+    #[test]
+    fn bootstrap_starts_the_log_after_an_initial_snapshot() {
+        let mut store = bootstrapped();
+        assert_eq!(store.first_index().unwrap(), 2);
+        assert_eq!(store.last_index().unwrap(), 1);
+        assert_eq!(store.term(1).unwrap(), 1);
+        assert_eq!(store.applied(), 1);
+        let state = store.initial_state().unwrap();
+        assert_eq!(state.conf_state.voters, vec![1, 2, 3]);
+        assert_eq!(state.hard_state.commit, 1);
+        assert!(matches!(
+            store.bootstrap(&[1], b"again"),
+            Err(StorageError::AlreadyInitialized { .. })
+        ));
+    }
+
+    #[test]
+    fn persist_overwrites_conflicting_tail_and_refuses_gaps() {
+        let mut store = bootstrapped();
+        let ents: Vec<Entry> = (2..=6).map(|i| entry(i, 2)).collect();
+        store
+            .persist(ReadyWrite {
+                entries: &ents,
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(store.last_index().unwrap(), 6);
+        store
+            .persist(ReadyWrite {
+                entries: &[entry(4, 3)],
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(store.last_index().unwrap(), 4);
+        assert_eq!(store.term(4).unwrap(), 3);
+        assert_eq!(store.term(3).unwrap(), 2);
+        let before = store.persist_count();
+        assert!(store
+            .persist(ReadyWrite {
+                entries: &[entry(9, 3)],
+                ..Default::default()
+            })
+            .is_err());
+        assert_eq!(store.persist_count(), before);
+        assert_eq!(store.last_index().unwrap(), 4);
+    }
+
+    #[test]
+    fn a_batch_with_a_commit_beyond_the_log_is_refused_whole() {
+        let mut store = bootstrapped();
+        let hs = HardState {
+            term: 2,
+            vote: 1,
+            commit: 9,
+            ..Default::default()
+        };
+        let ents = [entry(2, 2)];
+        let err = store
+            .persist(ReadyWrite {
+                entries: &ents,
+                hard_state: Some(&hs),
+                ..Default::default()
+            })
+            .unwrap_err();
+        assert!(matches!(err, StorageError::InvalidWrite { .. }));
+        assert_eq!(store.last_index().unwrap(), 1);
+        assert_eq!(store.hard_state().term, 1);
+    }
+
+    #[test]
+    fn compaction_keeps_the_term_of_the_last_dropped_entry() {
+        let mut store = bootstrapped();
+        let ents: Vec<Entry> = (2..=10).map(|i| entry(i, 2 + i / 5)).collect();
+        let hs = HardState {
+            term: 4,
+            commit: 10,
+            ..Default::default()
+        };
+        store
+            .persist(ReadyWrite {
+                entries: &ents,
+                hard_state: Some(&hs),
+                ..Default::default()
+            })
+            .unwrap();
+        // Compaction may not pass the snapshot.
+        assert!(store.compact(5).is_err());
+        let mut snap = Snapshot::default();
+        snap.mut_metadata().index = 8;
+        snap.mut_metadata().term = store.term(8).unwrap();
+        snap.data = b"state at 8".to_vec().into();
+        store.save_snapshot(&snap).unwrap();
+        assert_eq!(store.applied(), 8);
+        store.compact(6).unwrap();
+        assert_eq!(store.first_index().unwrap(), 6);
+        assert_eq!(store.term(5).unwrap(), 3);
+        assert!(matches!(
+            store.term(4),
+            Err(raft::Error::Store(raft::StorageError::Compacted))
+        ));
+        assert!(matches!(
+            store.entries(5, 7, None, GetEntriesContext::empty(false)),
+            Err(raft::Error::Store(raft::StorageError::Compacted))
+        ));
+        assert_eq!(
+            store
+                .entries(6, 11, None, GetEntriesContext::empty(false))
+                .unwrap()
+                .len(),
+            5
+        );
+        // An older snapshot than the stored one is refused.
+        snap.mut_metadata().index = 7;
+        snap.mut_metadata().term = store.term(7).unwrap();
+        assert!(store.save_snapshot(&snap).is_err());
+    }
+
+    #[test]
+    fn received_snapshot_replaces_the_log() {
+        let mut store = bootstrapped();
+        let ents: Vec<Entry> = (2..=4).map(|i| entry(i, 2)).collect();
+        store
+            .persist(ReadyWrite {
+                entries: &ents,
+                ..Default::default()
+            })
+            .unwrap();
+        let mut snap = Snapshot::default();
+        snap.mut_metadata().index = 20;
+        snap.mut_metadata().term = 5;
+        snap.mut_metadata().mut_conf_state().voters = vec![1, 2, 3, 4];
+        snap.data = b"leader state".to_vec().into();
+        let hs = HardState {
+            term: 5,
+            commit: 20,
+            ..Default::default()
+        };
+        store
+            .persist(ReadyWrite {
+                snapshot: Some(&snap),
+                hard_state: Some(&hs),
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(store.first_index().unwrap(), 21);
+        assert_eq!(store.last_index().unwrap(), 20);
+        assert_eq!(store.term(20).unwrap(), 5);
+        assert_eq!(store.applied(), 20);
+        assert_eq!(store.conf_state().voters, vec![1, 2, 3, 4]);
+        assert_eq!(&store.latest_snapshot().data[..], b"leader state");
+    }
+
+    #[test]
+    fn an_unsynced_commit_index_is_lost_in_a_crash_until_a_synced_write() {
+        let mut store = bootstrapped();
+        let ents: Vec<Entry> = (2..=5).map(|i| entry(i, 2)).collect();
+        let hs = HardState {
+            term: 2,
+            vote: 1,
+            commit: 2,
+            ..Default::default()
+        };
+        store
+            .persist(ReadyWrite {
+                entries: &ents,
+                hard_state: Some(&hs),
+                ..Default::default()
+            })
+            .unwrap();
+        let ordered = |commit| ReadyWrite {
+            durability: Durability::Ordered,
+            commit: Some(commit),
+            ..Default::default()
+        };
+        store.persist(ordered(4)).unwrap();
+        assert_eq!(store.hard_state().commit, 4);
+        assert_eq!(store.crash().hard_state().commit, 2);
+
+        let mut store = bootstrapped();
+        store
+            .persist(ReadyWrite {
+                entries: &ents,
+                hard_state: Some(&hs),
+                ..Default::default()
+            })
+            .unwrap();
+        store.persist(ordered(4)).unwrap();
+        // An unsynced write may change nothing but the commit index.
+        let vote = HardState {
+            term: 3,
+            vote: 2,
+            commit: 4,
+            ..Default::default()
+        };
+        assert!(store
+            .persist(ReadyWrite {
+                durability: Durability::Ordered,
+                hard_state: Some(&vote),
+                ..Default::default()
+            })
+            .is_err());
+        assert!(store
+            .persist(ReadyWrite {
+                durability: Durability::Ordered,
+                entries: &[entry(6, 2)],
+                ..Default::default()
+            })
+            .is_err());
+        // A later synced write makes it durable.
+        store
+            .persist(ReadyWrite {
+                entries: &[entry(6, 2)],
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(store.crash().hard_state().commit, 4);
+    }
+
+    #[test]
+    fn crash_keeps_durable_writes_and_fences_the_old_handle() {
+        let mut store = bootstrapped();
+        store
+            .persist(ReadyWrite {
+                entries: &[entry(2, 2)],
+                ..Default::default()
+            })
+            .unwrap();
+        store.fail_next_persist();
+        assert!(matches!(
+            store.persist(ReadyWrite {
+                entries: &[entry(3, 2)],
+                ..Default::default()
+            }),
+            Err(StorageError::Injected { .. })
+        ));
+        let mut restarted = store.crash();
+        assert_eq!(restarted.last_index().unwrap(), 2);
+        assert!(store
+            .persist(ReadyWrite {
+                entries: &[entry(3, 2)],
+                ..Default::default()
+            })
+            .is_err());
+        restarted
+            .persist(ReadyWrite {
+                entries: &[entry(3, 2)],
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(restarted.last_index().unwrap(), 3);
+    }
+}

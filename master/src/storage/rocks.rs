@@ -1,0 +1,1150 @@
+//! The [`RaftStore`] of real masters, on RocksDB (feature `rocksdb-storage`).
+//!
+//! # Layout
+//!
+//! Three column families:
+//!
+//! * `log`: one key per entry, the index as 8 big-endian bytes (so keys sort by index and a
+//!   range of entries is a range of keys); the value is the entry's term (8 big-endian bytes,
+//!   so that `term()` need not decode the entry) followed by the protobuf-encoded entry.
+//! * `meta`: `format_version` (u32 BE), `hard_state`, `conf_state` and `snapshot_meta`
+//!   (protobuf), `applied` (u64 BE, the snapshot's index) and `truncated` (index and term of
+//!   the last compacted entry, u64 BE each).
+//! * `state`: `snapshot`, the encoded `ClusterState` at the snapshot's index.
+//!
+//! Every write is one `WriteBatch` written with `sync` on, except the commit-index-only writes
+//! the driver marks [`Durability::Ordered`], which go to the write-ahead log without an fsync
+//! (RocksDB keeps the log's order, so the next synced write makes them durable too).
+//!
+//! # Refusing damaged data
+//!
+//! A master that serves from a damaged log can vote twice or forget committed commands, so
+//! [`RocksStorage::open`] checks everything it can before Raft starts: RocksDB's own checks
+//! (paranoid checks, SST file sizes checked against the manifest at open, WAL sizes tracked in
+//! the manifest, block checksums on every read) and then the store's invariants, reading every key: the
+//! format version; every metadata record decodes; the log is contiguous from the compaction
+//! point, each key matches its entry's index and term, terms never decrease; the snapshot is
+//! not behind the compaction point and its state is present; the commit index lies between the
+//! snapshot and the last entry. Any failure is a [`StorageError`] naming the directory.
+//!
+//! The WAL is recovered with `TolerateCorruptedTailRecords`: a torn record at the very end can
+//! only come from a write that never completed (every write is synced before it is
+//! acknowledged), so dropping it loses nothing anyone was told; damage anywhere else fails.
+
+use std::path::{Path, PathBuf};
+
+use protobuf::Message as _;
+use raft::eraftpb::{ConfState, Entry, HardState, Snapshot, SnapshotMetadata};
+use raft::{GetEntriesContext, RaftState};
+use rocksdb::{
+    ColumnFamily, ColumnFamilyDescriptor, DBRecoveryMode, Direction, IteratorMode, Options,
+    WriteBatch, WriteOptions, DB,
+};
+
+use super::{check_append, check_ordered, Durability, RaftStore, ReadyWrite, StorageError};
+
+/// Version of the on-disk layout. Bumped whenever it changes.
+pub const STORAGE_FORMAT_VERSION: u32 = 1;
+
+const CF_LOG: &str = "log";
+const CF_META: &str = "meta";
+const CF_STATE: &str = "state";
+
+const KEY_FORMAT: &[u8] = b"format_version";
+const KEY_HARD_STATE: &[u8] = b"hard_state";
+const KEY_CONF_STATE: &[u8] = b"conf_state";
+const KEY_SNAPSHOT_META: &[u8] = b"snapshot_meta";
+const KEY_APPLIED: &[u8] = b"applied";
+const KEY_TRUNCATED: &[u8] = b"truncated";
+const KEY_STATE: &[u8] = b"snapshot";
+
+fn log_key(index: u64) -> [u8; 8] {
+    index.to_be_bytes()
+}
+
+fn u64_from(bytes: &[u8]) -> Option<u64> {
+    Some(u64::from_be_bytes(bytes.try_into().ok()?))
+}
+
+/// A Raft store in a RocksDB directory.
+pub struct RocksStorage {
+    db: DB,
+    path: PathBuf,
+    write_options: WriteOptions,
+    /// For [`Durability::Ordered`] writes: to the write-ahead log, without fsync.
+    ordered_write_options: WriteOptions,
+    // Caches of what is on disk, so that raft-rs's frequent reads of indexes need no I/O.
+    hard_state: HardState,
+    snapshot_meta: SnapshotMetadata,
+    truncated_index: u64,
+    truncated_term: u64,
+    last_index: u64,
+}
+
+impl std::fmt::Debug for RocksStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RocksStorage")
+            .field("path", &self.path)
+            .field("first_index", &(self.truncated_index + 1))
+            .field("last_index", &self.last_index)
+            .field("applied", &self.snapshot_meta.index)
+            .finish_non_exhaustive()
+    }
+}
+
+fn db_options() -> Options {
+    let mut options = Options::default();
+    options.set_paranoid_checks(true);
+    options.set_track_and_verify_wals_in_manifest(true);
+    options.set_wal_recovery_mode(DBRecoveryMode::TolerateCorruptedTailRecords);
+    // Keeps the three families' flushed files consistent with each other.
+    options.set_atomic_flush(true);
+    options.set_keep_log_file_num(5);
+    options.set_max_total_wal_size(256 << 20);
+    options
+}
+
+fn column_families() -> Vec<ColumnFamilyDescriptor> {
+    [CF_LOG, CF_META, CF_STATE]
+        .into_iter()
+        .map(|name| ColumnFamilyDescriptor::new(name, Options::default()))
+        .collect()
+}
+
+/// True when `path` does not exist or is an empty directory: a new store may be created there.
+fn is_fresh(path: &Path) -> Result<bool, std::io::Error> {
+    match std::fs::read_dir(path) {
+        Ok(mut entries) => Ok(entries.next().is_none()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(true),
+        Err(e) => Err(e),
+    }
+}
+
+impl RocksStorage {
+    /// Opens the store in `path`, creating an empty one if `path` does not exist or is an
+    /// empty directory. An existing store is checked thoroughly (see the module
+    /// documentation); a damaged, truncated or foreign directory is refused with an error that
+    /// names it and says what is wrong.
+    pub fn open(path: impl AsRef<Path>) -> Result<RocksStorage, StorageError> {
+        let path = path.as_ref().to_path_buf();
+        let location = path.display().to_string();
+        let fresh = is_fresh(&path).map_err(|e| StorageError::Backend {
+            location: location.clone(),
+            detail: format!("cannot read the directory: {e}"),
+        })?;
+        let mut options = db_options();
+        options.create_if_missing(fresh);
+        options.create_missing_column_families(fresh);
+        let db = DB::open_cf_descriptors(&options, &path, column_families()).map_err(|e| {
+            StorageError::Corrupt {
+                location: location.clone(),
+                detail: format!(
+                    "RocksDB cannot open it (damaged, or not a master's data directory): {e}"
+                ),
+            }
+        })?;
+        let mut write_options = WriteOptions::default();
+        write_options.set_sync(true);
+        let mut ordered_write_options = WriteOptions::default();
+        ordered_write_options.set_sync(false);
+        let mut store = RocksStorage {
+            db,
+            path,
+            write_options,
+            ordered_write_options,
+            hard_state: HardState::default(),
+            snapshot_meta: SnapshotMetadata::default(),
+            truncated_index: 0,
+            truncated_term: 0,
+            last_index: 0,
+        };
+        if fresh {
+            let mut batch = WriteBatch::default();
+            batch.put_cf(
+                store.cf(CF_META)?,
+                KEY_FORMAT,
+                STORAGE_FORMAT_VERSION.to_be_bytes(),
+            );
+            store.write(batch)?;
+        } else {
+            store.load_and_check()?;
+        }
+        Ok(store)
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Writes RocksDB's memtables of every column family to table files (e.g. before copying
+    /// the directory); everything is durable without it, in the write-ahead log.
+    pub fn flush(&self) -> Result<(), StorageError> {
+        let cfs = [self.cf(CF_LOG)?, self.cf(CF_META)?, self.cf(CF_STATE)?];
+        self.db
+            .flush_cfs_opt(&cfs, &rocksdb::FlushOptions::default())
+            .map_err(|e| self.backend(e))
+    }
+
+    fn cf(&self, name: &str) -> Result<&ColumnFamily, StorageError> {
+        self.db
+            .cf_handle(name)
+            .ok_or_else(|| StorageError::Corrupt {
+                location: self.location(),
+                detail: format!("column family `{name}` is missing"),
+            })
+    }
+
+    fn backend(&self, e: rocksdb::Error) -> StorageError {
+        if e.kind() == rocksdb::ErrorKind::Corruption {
+            self.corrupt(format!("RocksDB reports corruption: {e}"))
+        } else {
+            StorageError::Backend {
+                location: self.location(),
+                detail: e.to_string(),
+            }
+        }
+    }
+
+    fn corrupt(&self, detail: String) -> StorageError {
+        StorageError::Corrupt {
+            location: self.location(),
+            detail,
+        }
+    }
+
+    fn invalid(&self, detail: String) -> StorageError {
+        StorageError::InvalidWrite {
+            location: self.location(),
+            detail,
+        }
+    }
+
+    fn write(&self, batch: WriteBatch) -> Result<(), StorageError> {
+        self.write_with(batch, Durability::Synced)
+    }
+
+    fn write_with(&self, batch: WriteBatch, durability: Durability) -> Result<(), StorageError> {
+        let options = match durability {
+            Durability::Synced => &self.write_options,
+            Durability::Ordered => &self.ordered_write_options,
+        };
+        self.db
+            .write_opt(batch, options)
+            .map_err(|e| self.backend(e))
+    }
+
+    fn get_meta(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
+        self.db
+            .get_cf(self.cf(CF_META)?, key)
+            .map_err(|e| self.backend(e))
+    }
+
+    fn decode_meta<M: protobuf::Message>(&self, key: &[u8]) -> Result<Option<M>, StorageError> {
+        match self.get_meta(key)? {
+            None => Ok(None),
+            Some(bytes) => M::parse_from_bytes(&bytes).map(Some).map_err(|e| {
+                self.corrupt(format!(
+                    "metadata `{}` does not decode: {e}",
+                    String::from_utf8_lossy(key)
+                ))
+            }),
+        }
+    }
+
+    /// Loads the caches and checks the invariants of an existing store.
+    fn load_and_check(&mut self) -> Result<(), StorageError> {
+        let format = self.get_meta(KEY_FORMAT)?.ok_or_else(|| {
+            self.corrupt(
+                "no format version: not a Fullerene master directory, or its metadata is lost"
+                    .to_string(),
+            )
+        })?;
+        let found = u32::from_be_bytes(
+            format
+                .as_slice()
+                .try_into()
+                .map_err(|_| self.corrupt("the format version is not 4 bytes".to_string()))?,
+        );
+        if found != STORAGE_FORMAT_VERSION {
+            return Err(StorageError::FormatVersion {
+                location: self.location(),
+                found,
+                expected: STORAGE_FORMAT_VERSION,
+            });
+        }
+
+        self.hard_state = self.decode_meta(KEY_HARD_STATE)?.unwrap_or_default();
+        self.snapshot_meta = self.decode_meta(KEY_SNAPSHOT_META)?.unwrap_or_default();
+        let conf_state: ConfState = self.decode_meta(KEY_CONF_STATE)?.unwrap_or_default();
+        if &conf_state != self.snapshot_meta.get_conf_state() {
+            return Err(
+                self.corrupt("the stored membership differs from the snapshot's".to_string())
+            );
+        }
+        let applied = match self.get_meta(KEY_APPLIED)? {
+            None => 0,
+            Some(b) => u64_from(&b)
+                .ok_or_else(|| self.corrupt("the applied index is not 8 bytes".to_string()))?,
+        };
+        if applied != self.snapshot_meta.index {
+            return Err(self.corrupt(format!(
+                "the applied index {applied} differs from the snapshot index {}",
+                self.snapshot_meta.index
+            )));
+        }
+        if let Some(b) = self.get_meta(KEY_TRUNCATED)? {
+            if b.len() != 16 {
+                return Err(self.corrupt("the compaction point is not 16 bytes".to_string()));
+            }
+            self.truncated_index = u64_from(&b[..8]).unwrap_or_default();
+            self.truncated_term = u64_from(&b[8..]).unwrap_or_default();
+        }
+
+        // Every entry, in order: contiguous, keys matching contents, terms non-decreasing.
+        let mut expected = self.truncated_index + 1;
+        let mut previous_term = self.truncated_term;
+        for item in self.db.iterator_cf(self.cf(CF_LOG)?, IteratorMode::Start) {
+            let (key, value) = item.map_err(|e| self.backend(e))?;
+            let index = u64_from(&key)
+                .ok_or_else(|| self.corrupt(format!("log key {key:?} is not 8 bytes")))?;
+            if index != expected {
+                return Err(self.corrupt(format!(
+                    "the log has index {index} where {expected} was expected (entries missing)"
+                )));
+            }
+            let entry = decode_log_value(&value)
+                .map_err(|detail| self.corrupt(format!("log entry {index}: {detail}")))?;
+            if entry.index != index {
+                return Err(self.corrupt(format!("log key {index} holds entry {}", entry.index)));
+            }
+            if entry.term < previous_term {
+                return Err(self.corrupt(format!(
+                    "log entry {index} has term {} after term {previous_term}",
+                    entry.term
+                )));
+            }
+            previous_term = entry.term;
+            expected += 1;
+        }
+        self.last_index = expected - 1;
+
+        let snapshot_index = self.snapshot_meta.index;
+        let commit = self.hard_state.commit;
+        if snapshot_index < self.truncated_index {
+            return Err(self.corrupt(format!(
+                "the log is compacted to {} but the snapshot is only at {snapshot_index}",
+                self.truncated_index
+            )));
+        }
+        if commit > self.last_index {
+            return Err(self.corrupt(format!(
+                "the commit index {commit} is beyond the last log entry {} (log truncated?)",
+                self.last_index
+            )));
+        }
+        if snapshot_index > commit {
+            return Err(self.corrupt(format!(
+                "the snapshot index {snapshot_index} is beyond the commit index {commit}"
+            )));
+        }
+        if self.hard_state.term < previous_term {
+            return Err(self.corrupt(format!(
+                "the current term {} is behind the log's last term {previous_term}",
+                self.hard_state.term
+            )));
+        }
+        if snapshot_index > 0 {
+            let state = self
+                .db
+                .get_pinned_cf(self.cf(CF_STATE)?, KEY_STATE)
+                .map_err(|e| self.backend(e))?;
+            match state {
+                Some(data) if !data.is_empty() => {}
+                _ => {
+                    return Err(self.corrupt(format!(
+                        "the state snapshot at index {snapshot_index} is missing"
+                    )))
+                }
+            }
+            if snapshot_index > self.truncated_index
+                && self.term_of(snapshot_index)? != Some(self.snapshot_meta.term)
+            {
+                return Err(self.corrupt(format!(
+                    "the snapshot's term {} disagrees with the log at index {snapshot_index}",
+                    self.snapshot_meta.term
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn term_of(&self, index: u64) -> Result<Option<u64>, StorageError> {
+        if index == self.truncated_index {
+            return Ok(Some(self.truncated_term));
+        }
+        if index < self.truncated_index || index > self.last_index {
+            return Ok(None);
+        }
+        let value = self
+            .db
+            .get_pinned_cf(self.cf(CF_LOG)?, log_key(index))
+            .map_err(|e| self.backend(e))?
+            .ok_or_else(|| self.corrupt(format!("log entry {index} is missing")))?;
+        if value.len() < 8 {
+            return Err(self.corrupt(format!("log entry {index} is too short")));
+        }
+        Ok(u64_from(&value[..8]))
+    }
+
+    fn snapshot_with_data(&self) -> Result<Snapshot, StorageError> {
+        let mut snapshot = Snapshot::default();
+        snapshot.set_metadata(self.snapshot_meta.clone());
+        if self.snapshot_meta.index > 0 {
+            let data = self
+                .db
+                .get_cf(self.cf(CF_STATE)?, KEY_STATE)
+                .map_err(|e| self.backend(e))?
+                .ok_or_else(|| self.corrupt("the state snapshot is missing".to_string()))?;
+            snapshot.data = data.into();
+        }
+        Ok(snapshot)
+    }
+
+    fn put_snapshot(
+        &self,
+        batch: &mut WriteBatch,
+        meta: &SnapshotMetadata,
+        data: &[u8],
+    ) -> Result<(), StorageError> {
+        let meta_bytes = meta
+            .write_to_bytes()
+            .map_err(|e| self.invalid(e.to_string()))?;
+        let conf_bytes = meta
+            .get_conf_state()
+            .write_to_bytes()
+            .map_err(|e| self.invalid(e.to_string()))?;
+        let cf_meta = self.cf(CF_META)?;
+        batch.put_cf(cf_meta, KEY_SNAPSHOT_META, meta_bytes);
+        batch.put_cf(cf_meta, KEY_CONF_STATE, conf_bytes);
+        batch.put_cf(cf_meta, KEY_APPLIED, meta.index.to_be_bytes());
+        batch.put_cf(self.cf(CF_STATE)?, KEY_STATE, data);
+        Ok(())
+    }
+
+    fn put_truncated(
+        &self,
+        batch: &mut WriteBatch,
+        index: u64,
+        term: u64,
+    ) -> Result<(), StorageError> {
+        let mut value = [0u8; 16];
+        value[..8].copy_from_slice(&index.to_be_bytes());
+        value[8..].copy_from_slice(&term.to_be_bytes());
+        batch.put_cf(self.cf(CF_META)?, KEY_TRUNCATED, value);
+        Ok(())
+    }
+}
+
+fn decode_log_value(value: &[u8]) -> Result<Entry, String> {
+    if value.len() < 8 {
+        return Err(format!("value of {} bytes is too short", value.len()));
+    }
+    let term = u64_from(&value[..8]).unwrap_or_default();
+    let entry =
+        Entry::parse_from_bytes(&value[8..]).map_err(|e| format!("does not decode: {e}"))?;
+    if entry.term != term {
+        return Err(format!(
+            "stored term {term} differs from the entry's term {}",
+            entry.term
+        ));
+    }
+    Ok(entry)
+}
+
+fn encode_log_value(entry: &Entry) -> Result<Vec<u8>, String> {
+    let mut value = Vec::with_capacity(8 + entry.compute_size() as usize);
+    value.extend_from_slice(&entry.term.to_be_bytes());
+    entry.write_to_vec(&mut value).map_err(|e| e.to_string())?;
+    Ok(value)
+}
+
+fn store_err(e: StorageError) -> raft::Error {
+    e.into_raft()
+}
+
+impl raft::Storage for RocksStorage {
+    fn initial_state(&self) -> raft::Result<RaftState> {
+        Ok(RaftState::new(
+            self.hard_state.clone(),
+            self.snapshot_meta.get_conf_state().clone(),
+        ))
+    }
+
+    fn entries(
+        &self,
+        low: u64,
+        high: u64,
+        max_size: impl Into<Option<u64>>,
+        _context: GetEntriesContext,
+    ) -> raft::Result<Vec<Entry>> {
+        if low <= self.truncated_index {
+            return Err(raft::Error::Store(raft::StorageError::Compacted));
+        }
+        if high > self.last_index + 1 || low > high {
+            return Err(raft::Error::Store(raft::StorageError::Unavailable));
+        }
+        let max_size = max_size.into();
+        let cf = self.cf(CF_LOG).map_err(store_err)?;
+        let mut entries = Vec::with_capacity((high - low).min(1024) as usize);
+        let mut size = 0u64;
+        let mut stopped_by_size = false;
+        let iter = self
+            .db
+            .iterator_cf(cf, IteratorMode::From(&log_key(low), Direction::Forward));
+        for item in iter {
+            let (key, value) = item.map_err(|e| store_err(self.backend(e)))?;
+            let index = u64_from(&key).unwrap_or(u64::MAX);
+            if index >= high {
+                break;
+            }
+            let entry = decode_log_value(&value)
+                .map_err(|d| store_err(self.corrupt(format!("log entry {index}: {d}"))))?;
+            size += value.len() as u64;
+            entries.push(entry);
+            // Stop reading once the limit is certainly passed; `limit_size` trims exactly.
+            if max_size.is_some_and(|max| size > max) {
+                stopped_by_size = true;
+                break;
+            }
+        }
+        let contiguous = entries
+            .iter()
+            .enumerate()
+            .all(|(i, e)| e.index == low + i as u64);
+        let complete = stopped_by_size || entries.len() as u64 == high - low;
+        if !contiguous || !complete {
+            return Err(store_err(
+                self.corrupt(format!("log entries in [{low}, {high}) are missing")),
+            ));
+        }
+        raft::util::limit_size(&mut entries, max_size);
+        Ok(entries)
+    }
+
+    fn term(&self, idx: u64) -> raft::Result<u64> {
+        if idx < self.truncated_index {
+            return Err(raft::Error::Store(raft::StorageError::Compacted));
+        }
+        match self.term_of(idx).map_err(store_err)? {
+            Some(term) => Ok(term),
+            None => Err(raft::Error::Store(raft::StorageError::Unavailable)),
+        }
+    }
+
+    fn first_index(&self) -> raft::Result<u64> {
+        Ok(self.truncated_index + 1)
+    }
+
+    fn last_index(&self) -> raft::Result<u64> {
+        Ok(self.last_index)
+    }
+
+    fn snapshot(&self, request_index: u64, to: u64) -> raft::Result<Snapshot> {
+        if self.snapshot_meta.index < request_index
+            || !super::snapshot_covers(&self.snapshot_meta, to)
+        {
+            return Err(raft::Error::Store(
+                raft::StorageError::SnapshotTemporarilyUnavailable,
+            ));
+        }
+        self.snapshot_with_data().map_err(store_err)
+    }
+}
+
+impl RaftStore for RocksStorage {
+    fn location(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    fn bootstrap(&mut self, voters: &[u64], initial_state: &[u8]) -> Result<(), StorageError> {
+        if self.snapshot_meta.index > 0
+            || self.hard_state != HardState::default()
+            || self.last_index > 0
+        {
+            return Err(StorageError::AlreadyInitialized {
+                location: self.location(),
+            });
+        }
+        let snapshot = super::bootstrap_snapshot(voters, initial_state);
+        let hard_state = super::bootstrap_hard_state();
+        let meta = snapshot.get_metadata();
+        let mut batch = WriteBatch::default();
+        self.put_snapshot(&mut batch, meta, initial_state)?;
+        self.put_truncated(&mut batch, meta.index, meta.term)?;
+        let hs_bytes = hard_state
+            .write_to_bytes()
+            .map_err(|e| self.invalid(e.to_string()))?;
+        batch.put_cf(self.cf(CF_META)?, KEY_HARD_STATE, hs_bytes);
+        self.write(batch)?;
+        self.truncated_index = meta.index;
+        self.truncated_term = meta.term;
+        self.last_index = meta.index;
+        self.snapshot_meta = meta.clone();
+        self.hard_state = hard_state;
+        Ok(())
+    }
+
+    fn persist(&mut self, write: ReadyWrite<'_>) -> Result<(), StorageError> {
+        if write.is_empty() {
+            return Ok(());
+        }
+        // Validate against the state the batch produces (as MemStorage does) so that an
+        // invalid batch is refused whole.
+        check_ordered(&write, &self.hard_state).map_err(|d| self.invalid(d))?;
+        let (mut first, mut last) = (self.truncated_index + 1, self.last_index);
+        if let Some(snapshot) = write.snapshot {
+            let index = snapshot.get_metadata().index;
+            if index < self.snapshot_meta.index || index == 0 {
+                return Err(self.invalid(format!(
+                    "received snapshot at index {index} is older than the stored one at {}",
+                    self.snapshot_meta.index
+                )));
+            }
+            first = index + 1;
+            last = index;
+        }
+        check_append(first, last, write.entries).map_err(|d| self.invalid(d))?;
+        let new_last = write.entries.last().map_or(last, |e| e.index);
+        let mut hard_state = write
+            .hard_state
+            .cloned()
+            .unwrap_or_else(|| self.hard_state.clone());
+        hard_state.commit = hard_state.commit.max(write.commit.unwrap_or(0));
+        if let Some(snapshot) = write.snapshot {
+            let meta = snapshot.get_metadata();
+            hard_state.commit = hard_state.commit.max(meta.index);
+            hard_state.term = hard_state.term.max(meta.term);
+        }
+        if hard_state.commit > new_last {
+            return Err(self.invalid(format!(
+                "commit index {} is beyond the last log index {new_last}",
+                hard_state.commit
+            )));
+        }
+
+        let mut batch = WriteBatch::default();
+        let cf_log = self.cf(CF_LOG)?;
+        if let Some(snapshot) = write.snapshot {
+            let meta = snapshot.get_metadata();
+            if self.last_index > self.truncated_index {
+                batch.delete_range_cf(
+                    cf_log,
+                    log_key(self.truncated_index + 1),
+                    log_key(self.last_index + 1),
+                );
+            }
+            self.put_snapshot(&mut batch, meta, &snapshot.data)?;
+            self.put_truncated(&mut batch, meta.index, meta.term)?;
+        }
+        if let Some(head) = write.entries.first() {
+            if head.index <= last {
+                batch.delete_range_cf(cf_log, log_key(head.index), log_key(last + 1));
+            }
+            for entry in write.entries {
+                let value = encode_log_value(entry).map_err(|d| self.invalid(d))?;
+                batch.put_cf(cf_log, log_key(entry.index), value);
+            }
+        }
+        if hard_state != self.hard_state {
+            let bytes = hard_state
+                .write_to_bytes()
+                .map_err(|e| self.invalid(e.to_string()))?;
+            batch.put_cf(self.cf(CF_META)?, KEY_HARD_STATE, bytes);
+        }
+        self.write_with(batch, write.durability)?;
+
+        if let Some(snapshot) = write.snapshot {
+            let meta = snapshot.get_metadata();
+            self.snapshot_meta = meta.clone();
+            self.truncated_index = meta.index;
+            self.truncated_term = meta.term;
+        }
+        self.last_index = new_last;
+        self.hard_state = hard_state;
+        Ok(())
+    }
+
+    fn save_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), StorageError> {
+        let meta = snapshot.get_metadata();
+        let log_term = self.term_of(meta.index)?;
+        super::check_local_snapshot(
+            meta.index,
+            meta.term,
+            self.snapshot_meta.index,
+            self.hard_state.commit,
+            log_term,
+        )
+        .map_err(|d| self.invalid(d))?;
+        let mut batch = WriteBatch::default();
+        self.put_snapshot(&mut batch, meta, &snapshot.data)?;
+        self.write(batch)?;
+        self.snapshot_meta = meta.clone();
+        Ok(())
+    }
+
+    fn compact(&mut self, to: u64) -> Result<(), StorageError> {
+        let first = self.truncated_index + 1;
+        if to <= first {
+            return Ok(());
+        }
+        if to > self.snapshot_meta.index + 1 || to > self.last_index + 1 {
+            return Err(self.invalid(format!(
+                "cannot compact to {to}: the snapshot covers up to {}, the log up to {}",
+                self.snapshot_meta.index, self.last_index
+            )));
+        }
+        let term = self
+            .term_of(to - 1)?
+            .ok_or_else(|| self.invalid(format!("no term for index {}", to - 1)))?;
+        let mut batch = WriteBatch::default();
+        batch.delete_range_cf(self.cf(CF_LOG)?, log_key(first), log_key(to));
+        self.put_truncated(&mut batch, to - 1, term)?;
+        self.write(batch)?;
+        self.truncated_index = to - 1;
+        self.truncated_term = term;
+        Ok(())
+    }
+
+    fn applied(&self) -> u64 {
+        self.snapshot_meta.index
+    }
+
+    fn latest_snapshot(&self) -> Snapshot {
+        match self.snapshot_with_data() {
+            Ok(snapshot) => snapshot,
+            Err(e) => {
+                // Only reachable if the disk fails after `open` checked the snapshot; the
+                // metadata alone makes `RaftNode::open` report the decode failure.
+                tracing::error!(location = %self.location(), error = %e, "cannot read the state snapshot");
+                let mut snapshot = Snapshot::default();
+                snapshot.set_metadata(self.snapshot_meta.clone());
+                snapshot
+            }
+        }
+    }
+
+    fn hard_state(&self) -> HardState {
+        self.hard_state.clone()
+    }
+
+    fn conf_state(&self) -> ConfState {
+        self.snapshot_meta.get_conf_state().clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs::{self, OpenOptions};
+    use std::io::{Seek, SeekFrom, Write};
+    use std::time::Instant;
+
+    use raft::Storage;
+
+    use super::*;
+    use crate::raft_node::{NodeConfig, RaftNode, Token};
+    use crate::state::{ClusterSettings, Command};
+
+    fn entry(index: u64, term: u64, size: usize) -> Entry {
+        Entry {
+            index,
+            term,
+            data: vec![(index % 251) as u8; size].into(),
+            ..Default::default()
+        }
+    }
+
+    /// A store with a bootstrap snapshot, 300 entries of 1 KiB (commit 250), a snapshot at
+    /// 200 and the log compacted to 150; flushed so that the data is in table files.
+    fn populated(dir: &Path) -> RocksStorage {
+        let mut store = RocksStorage::open(dir).unwrap();
+        store.bootstrap(&[1, 2, 3], b"initial state").unwrap();
+        for chunk in (2..=301).collect::<Vec<u64>>().chunks(50) {
+            let ents: Vec<Entry> = chunk.iter().map(|&i| entry(i, 2 + i / 100, 1024)).collect();
+            let hs = HardState {
+                term: 5,
+                vote: 2,
+                commit: (*chunk.last().unwrap()).min(250),
+                ..Default::default()
+            };
+            store
+                .persist(ReadyWrite {
+                    entries: &ents,
+                    hard_state: Some(&hs),
+                    ..Default::default()
+                })
+                .unwrap();
+        }
+        let mut snap = Snapshot::default();
+        snap.mut_metadata().index = 200;
+        snap.mut_metadata().term = store.term(200).unwrap();
+        snap.mut_metadata().mut_conf_state().voters = vec![1, 2, 3];
+        snap.data = b"state at 200".to_vec().into();
+        store.save_snapshot(&snap).unwrap();
+        store.compact(150).unwrap();
+        store.flush().unwrap();
+        store
+    }
+
+    fn files_with(dir: &Path, suffix: &str) -> Vec<std::path::PathBuf> {
+        let mut files: Vec<_> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.file_name().unwrap().to_string_lossy().ends_with(suffix))
+            .collect();
+        files.sort_by_key(|p| std::cmp::Reverse(fs::metadata(p).unwrap().len()));
+        files
+    }
+
+    fn assert_refused(dir: &Path, what: &str) -> StorageError {
+        let err = RocksStorage::open(dir).expect_err(what);
+        let message = err.to_string();
+        assert!(
+            message.contains(&dir.display().to_string()),
+            "{what}: the error must name the directory: {message}"
+        );
+        err
+    }
+
+    #[test]
+    fn everything_written_survives_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = populated(dir.path());
+        let before = (
+            store.first_index().unwrap(),
+            store.last_index().unwrap(),
+            store.hard_state(),
+            store
+                .entries(150, 302, None, GetEntriesContext::empty(false))
+                .unwrap(),
+        );
+        assert_eq!((before.0, before.1), (150, 301));
+        drop(store);
+        let store = RocksStorage::open(dir.path()).unwrap();
+        assert_eq!(store.first_index().unwrap(), before.0);
+        assert_eq!(store.last_index().unwrap(), before.1);
+        assert_eq!(store.hard_state(), before.2);
+        assert_eq!(
+            store
+                .entries(150, 302, None, GetEntriesContext::empty(false))
+                .unwrap(),
+            before.3
+        );
+        assert_eq!(store.term(149).unwrap(), 3);
+        assert!(matches!(
+            store.term(148),
+            Err(raft::Error::Store(raft::StorageError::Compacted))
+        ));
+        assert_eq!(store.applied(), 200);
+        assert_eq!(&store.latest_snapshot().data[..], b"state at 200");
+        assert_eq!(store.conf_state().voters, vec![1, 2, 3]);
+        // Paging by size returns a prefix, never nothing.
+        let page = store
+            .entries(150, 302, Some(5_000), GetEntriesContext::empty(false))
+            .unwrap();
+        assert!(!page.is_empty() && page.len() < 10, "{}", page.len());
+        assert_eq!(page[0].index, 150);
+    }
+
+    #[test]
+    fn a_received_snapshot_and_a_conflicting_tail_are_written_atomically() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = populated(dir.path());
+        // A new leader overwrites the uncommitted tail from 260.
+        let ents: Vec<Entry> = (260..=265).map(|i| entry(i, 9, 16)).collect();
+        store
+            .persist(ReadyWrite {
+                entries: &ents,
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(store.last_index().unwrap(), 265);
+        assert_eq!(store.term(259).unwrap(), 4);
+        assert_eq!(store.term(260).unwrap(), 9);
+        // A snapshot from the leader replaces everything.
+        let mut snap = Snapshot::default();
+        snap.mut_metadata().index = 400;
+        snap.mut_metadata().term = 10;
+        snap.mut_metadata().mut_conf_state().voters = vec![1, 2, 3, 4];
+        snap.data = b"leader state".to_vec().into();
+        let hs = HardState {
+            term: 10,
+            commit: 400,
+            ..Default::default()
+        };
+        store
+            .persist(ReadyWrite {
+                snapshot: Some(&snap),
+                hard_state: Some(&hs),
+                entries: &[entry(401, 10, 8)],
+                ..Default::default()
+            })
+            .unwrap();
+        drop(store);
+        let store = RocksStorage::open(dir.path()).unwrap();
+        assert_eq!(store.first_index().unwrap(), 401);
+        assert_eq!(store.last_index().unwrap(), 401);
+        assert_eq!(store.applied(), 400);
+        assert_eq!(store.conf_state().voters, vec![1, 2, 3, 4]);
+        assert_eq!(&store.latest_snapshot().data[..], b"leader state");
+        // A snapshot is served only to a member it covers.
+        assert!(store.snapshot(0, 4).is_ok());
+        assert!(matches!(
+            store.snapshot(0, 5),
+            Err(raft::Error::Store(
+                raft::StorageError::SnapshotTemporarilyUnavailable
+            ))
+        ));
+    }
+
+    #[test]
+    fn invalid_writes_are_refused_and_change_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = populated(dir.path());
+        let hs = HardState {
+            term: 5,
+            commit: 400,
+            ..Default::default()
+        };
+        assert!(matches!(
+            store.persist(ReadyWrite {
+                hard_state: Some(&hs),
+                ..Default::default()
+            }),
+            Err(StorageError::InvalidWrite { .. })
+        ));
+        assert!(store
+            .persist(ReadyWrite {
+                entries: &[entry(100, 9, 8)],
+                ..Default::default()
+            })
+            .is_err());
+        assert!(store.compact(250).is_err(), "compaction past the snapshot");
+        drop(store);
+        let store = RocksStorage::open(dir.path()).unwrap();
+        assert_eq!(store.hard_state().commit, 250);
+        assert_eq!(store.last_index().unwrap(), 301);
+    }
+
+    #[test]
+    fn a_master_restarts_from_rocksdb_with_its_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = NodeConfig {
+            snapshot_interval: 40,
+            log_retention: 10,
+            ..NodeConfig::new(1)
+        };
+        let mut node = RaftNode::bootstrap(
+            config.clone(),
+            RocksStorage::open(dir.path()).unwrap(),
+            &[1],
+            ClusterSettings::default(),
+        )
+        .unwrap();
+        node.campaign().unwrap();
+        let mut answered = 0;
+        for n in 0..100u64 {
+            node.propose(
+                &Command::SetGroupWeight {
+                    group: format!("g{n}"),
+                    weight: 1.0 + n as f64,
+                },
+                Token(n),
+            )
+            .ok();
+            answered += node.advance(Instant::now()).unwrap().applied.len();
+        }
+        while node.has_ready() {
+            answered += node.advance(Instant::now()).unwrap().applied.len();
+        }
+        assert!(answered >= 99, "{answered}");
+        let state = node.state().clone();
+        let applied = node.applied_index();
+        drop(node);
+        let mut node = RaftNode::open(config, RocksStorage::open(dir.path()).unwrap()).unwrap();
+        while node.has_ready() {
+            node.advance(Instant::now()).unwrap();
+        }
+        assert_eq!(node.applied_index(), applied);
+        assert_eq!(*node.state(), state);
+    }
+
+    #[test]
+    fn a_truncated_table_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(populated(dir.path()));
+        let sst = files_with(dir.path(), ".sst").remove(0);
+        let len = fs::metadata(&sst).unwrap().len();
+        OpenOptions::new()
+            .write(true)
+            .open(&sst)
+            .unwrap()
+            .set_len(len / 2)
+            .unwrap();
+        assert_refused(dir.path(), "truncated table file");
+    }
+
+    #[test]
+    fn a_garbled_table_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(populated(dir.path()));
+        let sst = files_with(dir.path(), ".sst").remove(0);
+        let len = fs::metadata(&sst).unwrap().len();
+        let mut file = OpenOptions::new().write(true).open(&sst).unwrap();
+        file.seek(SeekFrom::Start(len / 3)).unwrap();
+        file.write_all(&[0xA5; 512]).unwrap();
+        drop(file);
+        let err = assert_refused(dir.path(), "garbled table file");
+        assert!(matches!(err, StorageError::Corrupt { .. }), "{err}");
+    }
+
+    #[test]
+    fn a_damaged_manifest_or_missing_current_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(populated(dir.path()));
+        let manifest = files_with(dir.path(), "")
+            .into_iter()
+            .find(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("MANIFEST-")
+            })
+            .unwrap();
+        let len = fs::metadata(&manifest).unwrap().len();
+        OpenOptions::new()
+            .write(true)
+            .open(&manifest)
+            .unwrap()
+            .set_len(len / 2)
+            .unwrap();
+        assert_refused(dir.path(), "truncated manifest");
+
+        let dir = tempfile::tempdir().unwrap();
+        drop(populated(dir.path()));
+        fs::remove_file(dir.path().join("CURRENT")).unwrap();
+        assert_refused(dir.path(), "missing CURRENT");
+    }
+
+    #[test]
+    fn a_directory_that_is_not_a_store_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("notes.txt"), b"hello").unwrap();
+        assert_refused(dir.path(), "foreign directory");
+    }
+
+    /// Opens the raw database of a closed store, to damage it logically.
+    fn raw(dir: &Path) -> DB {
+        DB::open_cf_descriptors(&db_options(), dir, column_families()).unwrap()
+    }
+
+    #[test]
+    fn logical_damage_is_refused() {
+        type Damage = fn(&DB);
+        let cases: Vec<(&str, Damage, &str)> = vec![
+            (
+                "an entry missing from the middle of the log",
+                |db| {
+                    db.delete_cf(db.cf_handle(CF_LOG).unwrap(), log_key(170))
+                        .unwrap()
+                },
+                "entries missing",
+            ),
+            (
+                "the tail of the log lost below the commit index",
+                |db| {
+                    let cf = db.cf_handle(CF_LOG).unwrap();
+                    db.delete_range_cf(cf, log_key(240), log_key(400)).unwrap();
+                },
+                "beyond the last log entry",
+            ),
+            (
+                "an entry under the wrong key",
+                |db| {
+                    let cf = db.cf_handle(CF_LOG).unwrap();
+                    let value = encode_log_value(&entry(999, 3, 8)).unwrap();
+                    db.put_cf(cf, log_key(180), value).unwrap();
+                },
+                "holds entry",
+            ),
+            (
+                "another format version",
+                |db| {
+                    let cf = db.cf_handle(CF_META).unwrap();
+                    db.put_cf(cf, KEY_FORMAT, 7u32.to_be_bytes()).unwrap();
+                },
+                "format version 7",
+            ),
+            (
+                "no format version",
+                |db| {
+                    db.delete_cf(db.cf_handle(CF_META).unwrap(), KEY_FORMAT)
+                        .unwrap()
+                },
+                "no format version",
+            ),
+            (
+                "a hard state that does not decode",
+                |db| {
+                    let cf = db.cf_handle(CF_META).unwrap();
+                    db.put_cf(cf, KEY_HARD_STATE, [0xff, 0xff, 0xff]).unwrap();
+                },
+                "does not decode",
+            ),
+            (
+                "the state snapshot lost",
+                |db| {
+                    db.delete_cf(db.cf_handle(CF_STATE).unwrap(), KEY_STATE)
+                        .unwrap()
+                },
+                "state snapshot at index 200 is missing",
+            ),
+            (
+                "an applied index that disagrees with the snapshot",
+                |db| {
+                    let cf = db.cf_handle(CF_META).unwrap();
+                    db.put_cf(cf, KEY_APPLIED, 7u64.to_be_bytes()).unwrap();
+                },
+                "applied index 7",
+            ),
+        ];
+        for (what, damage, expected) in cases {
+            let dir = tempfile::tempdir().unwrap();
+            drop(populated(dir.path()));
+            {
+                let db = raw(dir.path());
+                damage(&db);
+            }
+            let err = assert_refused(dir.path(), what);
+            assert!(err.to_string().contains(expected), "{what}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_state_snapshot_that_does_not_decode_stops_the_master() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = RocksStorage::open(dir.path()).unwrap();
+        store
+            .bootstrap(&[1], b"garbage, not a ClusterState")
+            .unwrap();
+        drop(store);
+        let err = RaftNode::open(NodeConfig::new(1), RocksStorage::open(dir.path()).unwrap())
+            .unwrap_err();
+        let message = err.to_string();
+        assert!(
+            message.contains(&dir.path().display().to_string()),
+            "{message}"
+        );
+        assert!(message.contains("does not decode"), "{message}");
+    }
+}
