@@ -5,3 +5,10 @@
 //! counters for fairness, Graphene §5; leftover redistribution, Carbyne §3.3.4), and serves
 //! agents, frameworks and operators. The decision logic lives in sans-IO modules that the
 //! simulator drives unchanged.
+
+pub mod allocator;
+pub mod fairness;
+pub mod raft_node;
+pub mod server;
+pub mod state;
+pub mod storage;

@@ -586,6 +586,15 @@ pub enum OperatorRequest {
         /// Its id.
         id: MasterId,
     },
+    /// Set a fairness group's weight (a replicated command; answered `Done` once committed).
+    SetGroupWeight {
+        /// The group.
+        group: String,
+        /// Its weight (finite, ≥ 0).
+        weight: f64,
+    },
+    /// The group weights operators set (a linearizable read).
+    GroupWeights,
 }
 
 /// A master's state in a cluster status answer.
@@ -686,6 +695,8 @@ pub enum OperatorResponse {
     Frameworks(Vec<FrameworkInfo>),
     /// For [`OperatorRequest::ListTasks`].
     Tasks(Vec<TaskInfo>),
+    /// For [`OperatorRequest::GroupWeights`]: every weight set (groups not listed weigh 1).
+    GroupWeights(BTreeMap<String, f64>),
     /// A change was committed.
     Done,
     /// This master is not the leader.

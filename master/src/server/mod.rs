@@ -1,0 +1,195 @@
+//! The master process's I/O shell around the sans-IO [`RaftNode`]: the QUIC server, peer
+//! transport between masters, leader routing for clients, and the operator requests.
+//!
+//! The shell is thin on purpose (DESIGN.md, principle 1): every decision about the log, the
+//! membership and the state belongs to [`RaftNode`]; the shell only moves bytes and time.
+//!
+//! # Tasks
+//!
+//! - **The node loop** ([`serve`]) owns the node. It wakes on the tick interval
+//!   ([`NodeConfig::tick_interval`](crate::raft_node::NodeConfig)), on inbound peer messages,
+//!   on client requests and on delivery reports, drains whatever else is queued (so a burst of
+//!   proposals becomes one Raft batch), and runs [`RaftNode::advance`] while it has work.
+//! - **One sender task per peer** ([`peer`]) keeps one QUIC connection and one `Peer` session
+//!   to that master, reconnecting with exponential backoff. Messages for an unreachable peer
+//!   are dropped and reported with [`RaftNode::report_unreachable`]: Raft retransmits, so a
+//!   queue of stale messages would only delay the fresh ones.
+//! - **The accept loop** ([`sessions`]) admits connections and dispatches sessions by kind:
+//!   `Peer` (masters only: the transport admits it for master certificates alone), `Operator`,
+//!   `Agent` and `Framework`.
+//!
+//! # Leader routing (the replicated-master issue, item 5)
+//!
+//! Any master answers. Requests only the leader serves are answered by followers with a
+//! [`Redirect`](fullerene_proto::messages::Redirect) naming the leader's address, or `None`
+//! while no leader is known. Reads on the leader are linearizable: they go through ReadIndex
+//! (Raft thesis §6.4) and fail after a timeout (ReadIndex requests are not queued while there
+//! is no leader).
+
+pub mod client;
+mod node_loop;
+pub mod peer;
+pub mod sessions;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fullerene_proto::transport::{Client, Server, TlsMaterial, TransportConfig, TransportError};
+use tokio::sync::{mpsc, watch};
+
+use crate::raft_node::{NodeError, RaftNode};
+use crate::storage::RaftStore;
+
+pub use client::{OperatorClient, OperatorClientError};
+
+/// How long a removed master keeps its connections open before it exits.
+const REMOVED_LINGER: Duration = Duration::from_millis(500);
+
+/// How the shell runs, besides the node's own [`NodeConfig`](crate::raft_node::NodeConfig).
+#[derive(Clone, Debug)]
+pub struct ShellConfig {
+    /// Where each master (this one included) is reached, by Raft id: the same address serves
+    /// peers and clients. Members added later are learned from their membership change.
+    pub members: BTreeMap<u64, SocketAddr>,
+    /// Transport settings for outbound peer connections.
+    pub transport: TransportConfig,
+    /// How long an operator request may wait for its answer (a commit or a ReadIndex
+    /// confirmation) before the client is told the cluster is unavailable.
+    pub request_timeout: Duration,
+    /// Batches of Raft messages queued per peer before new ones are dropped (and the peer
+    /// reported unreachable).
+    pub peer_queue: usize,
+    /// Longest wait between reconnection attempts to an unreachable peer.
+    pub max_reconnect_backoff: Duration,
+}
+
+impl ShellConfig {
+    /// Defaults: a 2 s request timeout (the issue's ReadIndex timeout), 1,024 queued batches per
+    /// peer, reconnection backoff up to 1 s (well under the 500 ms–1 s election timeout's
+    /// multiple, so a restarted peer is found again within about a second).
+    pub fn new(members: BTreeMap<u64, SocketAddr>) -> ShellConfig {
+        ShellConfig {
+            members,
+            transport: TransportConfig::default(),
+            request_timeout: Duration::from_secs(2),
+            peer_queue: 1024,
+            max_reconnect_backoff: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Why [`serve`] returned normally.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MasterExit {
+    /// The shutdown future completed (SIGTERM, ctrl-c, or a test).
+    Shutdown,
+    /// This master was removed from the group by a membership change: it stops serving.
+    Removed,
+}
+
+/// A failure that stops the master.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The QUIC transport could not be set up.
+    #[error("transport: {0}")]
+    Transport(#[from] TransportError),
+    /// The Raft node failed (storage damage, an undecodable committed entry, ...).
+    #[error(transparent)]
+    Node(#[from] NodeError),
+    /// The certificate does not name this master.
+    #[error("the certificate names {identity}, but this is master {id} (expected id master-{id})")]
+    IdentityMismatch {
+        /// The certificate's identity.
+        identity: String,
+        /// The node's Raft id.
+        id: u64,
+    },
+    /// The Prometheus endpoint could not be started.
+    #[error("cannot serve metrics on {addr}: {detail}")]
+    Metrics {
+        /// The requested address.
+        addr: SocketAddr,
+        /// Why.
+        detail: String,
+    },
+}
+
+/// Installs the Prometheus exporter as the process's `metrics` recorder, serving
+/// `GET /metrics` on `addr`. The node's gauges and counters (term, commit and applied index,
+/// proposals, apply latency, leader changes, snapshot sizes) are recorded through the
+/// `metrics` facade and appear there. Must run inside a tokio runtime.
+pub fn install_prometheus(addr: SocketAddr) -> Result<(), ServerError> {
+    metrics_exporter_prometheus::PrometheusBuilder::new()
+        .with_http_listener(addr)
+        .install()
+        .map_err(|e| ServerError::Metrics {
+            addr,
+            detail: e.to_string(),
+        })
+}
+
+/// What the node loop publishes for the session tasks: who leads, as far as this master knows.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct LeaderView {
+    /// The leader and its address, when known (an address is needed to redirect).
+    pub leader: Option<fullerene_proto::messages::LeaderInfo>,
+    /// Whether this master leads.
+    pub is_self: bool,
+}
+
+/// Runs the master until `shutdown` completes or this master is removed from the group.
+///
+/// `server` is the bound QUIC endpoint (its certificate must name `master-<id>` of `node`);
+/// `tls` is the same material, used for outbound peer connections. On return every task the
+/// shell started is stopped and the endpoint closed.
+pub async fn serve<S, F>(
+    node: RaftNode<S>,
+    server: Server,
+    tls: &TlsMaterial,
+    config: ShellConfig,
+    shutdown: F,
+) -> Result<MasterExit, ServerError>
+where
+    S: RaftStore,
+    F: Future<Output = ()>,
+{
+    let id = node.id();
+    if server.identity().master_id().map(|m| m.0) != Some(id) {
+        return Err(ServerError::IdentityMismatch {
+            identity: server.identity().to_string(),
+            id,
+        });
+    }
+    let client = Arc::new(Client::new(tls, config.transport.clone())?);
+    let (events_tx, events_rx) = mpsc::channel(node_loop::EVENT_QUEUE);
+    let (leader_tx, leader_rx) = watch::channel(LeaderView::default());
+    let context = Arc::new(sessions::SessionContext {
+        this: id,
+        events: events_tx.clone(),
+        leader: leader_rx,
+        request_timeout: config.request_timeout,
+    });
+    let local_addr = server.local_addr();
+    let (stop_accepting, stop_rx) = tokio::sync::oneshot::channel();
+    let accept = tokio::spawn(sessions::accept_loop(server, Arc::clone(&context), stop_rx));
+    tracing::info!(master = id, %local_addr, "master serving");
+    let mut shell = node_loop::Shell::new(node, config, Arc::clone(&client), events_tx, leader_tx);
+    let result = shell.run(events_rx, shutdown).await;
+    if matches!(result, Ok(MasterExit::Removed)) {
+        // Lets the answer to the removal and the commit messages for the others leave
+        // before the connections close.
+        tokio::time::sleep(REMOVED_LINGER).await;
+    }
+    shell.stop_peers();
+    // The accept loop closes the endpoint, which tells clients and peers at once rather than
+    // after their idle timeout.
+    let _ = stop_accepting.send(());
+    if let Err(error) = accept.await {
+        tracing::warn!(%error, "the accept loop ended abnormally");
+    }
+    client.close();
+    result
+}
