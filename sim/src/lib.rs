@@ -1,2 +1,43 @@
 //! A discrete-event simulator that drives the master's allocator and the SDK's scheduling
 //! policies, unchanged, in virtual time over workload files (`shared/workloads/FORMAT.md`).
+//!
+//! Each job runs as its own framework (as a Spark application does on Mesos, or a Tez
+//! application master on YARN) in the fairness group its workload line names; the master's
+//! [`Allocator`](fullerene_master::allocator::Allocator) offers machines' free resources to the
+//! frameworks, whose [`JobPolicy`](fullerene_sdk::policy::JobPolicy) answers with bundles of
+//! tasks or yields; tasks run for their durations (longer on an overbooked link), and their
+//! completions free resources. The same inputs give the same output, byte for byte: time is
+//! virtual, ties are broken by creation order, randomness comes from the seed, and nothing in
+//! the output depends on hash-map order or thread scheduling.
+//!
+//! - [`config`], [`arrivals`], [`workload`]: the scenario (`fullerene sim`'s flags).
+//! - [`runner`]: [`run`] one policy, [`compare`] several on identical arrivals, [`plan_jobs`].
+//! - [`engine`]: the event loop, with `framework` (private): one simulated framework.
+//! - [`metrics`], [`report`], [`plot`]: JCTs, makespan, Jain's index, utilisation; the
+//!   JSON report, the table, the SVG plots.
+
+#![warn(missing_docs)]
+
+pub mod arrivals;
+pub mod config;
+pub mod engine;
+pub mod error;
+mod framework;
+pub mod metrics;
+pub mod plot;
+pub mod policies;
+pub mod report;
+pub mod runner;
+pub mod workload;
+
+pub use arrivals::{ArrivalSpec, ArrivalSpecError};
+pub use config::{reference_machine, SimConfig, REFERENCE_MACHINE};
+pub use engine::{RunStats, TaskRecord};
+pub use error::SimError;
+pub use fullerene_sdk::policy::PolicyKind;
+pub use metrics::{FairnessSummary, UtilizationTimeline};
+pub use plot::{plot_jct_cdf, plot_utilization};
+pub use policies::{allocator_policy, parse_policy_list};
+pub use report::{attach_ratios, render_table, JobResult, Ratios, Scenario, SimReport};
+pub use runner::{compare, plan_jobs, run, simulate, PlanSet, Progress, ProgressFn, SimOutcome};
+pub use workload::{prepare_jobs, SimJob};

@@ -1,0 +1,172 @@
+//! Runs the project's target scenario and prints the comparison table:
+//! TPC-H jobs from `tpch-decima.jsonl`, Poisson arrivals with a 25 s mean gap, two fairness
+//! groups, a cluster of a few reference machines, every policy, DRF as the baseline.
+//!
+//! ```text
+//! cargo run --release -p fullerene-sim --example compare -- \
+//!     [--workload FILE] [--machines 5] [--jobs 100] [--groups 2] [--seed 0] \
+//!     [--arrivals poisson:25] [--compare graphene+carbyne,graphene,...] [--baseline drf] \
+//!     [--overbook 0.25] [--kappa 0.1] [--timing] \
+//!     [--json FILE] [--plot FILE.svg] [--utilization-plot FILE.svg]
+//! ```
+//!
+//! Wall-clock times of planning and of each run are printed on stderr.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use fullerene_sdk::read_workload;
+use fullerene_sim::{
+    compare, parse_policy_list, plan_jobs, plot_jct_cdf, plot_utilization, render_table, simulate,
+    PolicyKind, Progress, SimConfig,
+};
+
+struct Args {
+    workload: PathBuf,
+    config: SimConfig,
+    policies: Vec<PolicyKind>,
+    baseline: Option<PolicyKind>,
+    json: Option<PathBuf>,
+    plot: Option<PathBuf>,
+    utilization_plot: Option<PathBuf>,
+    timing: bool,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        workload: PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../shared/workloads/tpch-decima.jsonl"),
+        config: SimConfig {
+            machines: 5,
+            jobs: Some(100),
+            groups: Some(2),
+            ..SimConfig::default()
+        },
+        policies: PolicyKind::ALL.to_vec(),
+        baseline: Some(PolicyKind::Drf),
+        json: None,
+        plot: None,
+        utilization_plot: None,
+        timing: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        if flag == "--timing" {
+            args.timing = true;
+            continue;
+        }
+        let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        let number = |v: &str| v.parse::<u64>().map_err(|e| format!("{flag} {v}: {e}"));
+        match flag.as_str() {
+            "--workload" => args.workload = PathBuf::from(value),
+            "--machines" => args.config.machines = number(&value)? as usize,
+            "--machine" => args.config.machine = value.parse().map_err(|e| format!("{e}"))?,
+            "--jobs" => args.config.jobs = Some(number(&value)? as usize),
+            "--groups" => args.config.groups = Some(number(&value)? as usize),
+            "--seed" => args.config.seed = number(&value)?,
+            "--overbook" => {
+                args.config.overbook_allowance = value.parse().map_err(|e| format!("{e}"))?
+            }
+            "--kappa" => args.config.kappa = value.parse().map_err(|e| format!("{e}"))?,
+            "--arrivals" => args.config.arrivals = value.parse().map_err(|e| format!("{e}"))?,
+            "--compare" => args.policies = parse_policy_list(&value).map_err(|e| e.to_string())?,
+            "--baseline" => {
+                args.baseline = match value.as_str() {
+                    "none" => None,
+                    name => Some(name.parse().map_err(|e| format!("{e}"))?),
+                }
+            }
+            "--json" => args.json = Some(PathBuf::from(value)),
+            "--plot" => args.plot = Some(PathBuf::from(value)),
+            "--utilization-plot" => args.utilization_plot = Some(PathBuf::from(value)),
+            other => return Err(format!("unknown flag {other}")),
+        }
+    }
+    Ok(args)
+}
+
+fn main() -> ExitCode {
+    match real_main() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn real_main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = parse_args()?;
+    let file_jobs = read_workload(&args.workload)?;
+    let last_report = Mutex::new(Instant::now());
+    let progress = |p: &Progress| {
+        let mut last = last_report.lock().unwrap_or_else(|e| e.into_inner());
+        if last.elapsed().as_secs_f64() < 2.0 {
+            return;
+        }
+        *last = Instant::now();
+        match p {
+            Progress::Planning { done, total } => eprintln!("  planned {done}/{total} jobs"),
+            Progress::Simulating {
+                policy,
+                jobs_done,
+                jobs_total,
+                now_s,
+            } => eprintln!("  {policy}: {jobs_done}/{jobs_total} jobs done at t={now_s:.0}s"),
+        }
+    };
+
+    if args.timing {
+        // Times planning and each policy on its own, sequentially, for the speed figures.
+        let start = Instant::now();
+        let plans = plan_jobs(&file_jobs, &args.config, Some(&progress))?;
+        eprintln!("planning: {:.2}s", start.elapsed().as_secs_f64());
+        for &policy in &args.policies {
+            let start = Instant::now();
+            let outcome = simulate(&file_jobs, &args.config, policy, Some(&plans), None)?;
+            eprintln!(
+                "{policy}: {:.2}s wall, {} tasks, {} offers, {} cycles, avg JCT {:.1}s",
+                start.elapsed().as_secs_f64(),
+                outcome.stats.tasks,
+                outcome.stats.offers,
+                outcome.stats.allocation_cycles,
+                outcome.report.avg_jct_s
+            );
+        }
+        return Ok(());
+    }
+
+    let start = Instant::now();
+    let reports = compare(
+        &file_jobs,
+        &args.config,
+        &args.policies,
+        args.baseline,
+        Some(&progress),
+    )?;
+    eprintln!(
+        "{} jobs on {} machines ({}), arrivals {}, seed {}: {:.2}s wall",
+        reports.first().map_or(0, |r| r.scenario.jobs),
+        args.config.machines,
+        args.config.machine,
+        args.config.arrivals,
+        args.config.seed,
+        start.elapsed().as_secs_f64()
+    );
+    print!(
+        "{}",
+        render_table(&reports, args.baseline.map(PolicyKind::name))
+    );
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_vec_pretty(&reports)?)?;
+    }
+    if let Some(path) = &args.plot {
+        plot_jct_cdf(&reports, path)?;
+    }
+    if let (Some(path), Some(first)) = (&args.utilization_plot, reports.first()) {
+        plot_utilization(first, path)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,825 @@
+//! The event loop: virtual time, a deterministic event queue, the machines, and the exchange of
+//! offers and answers between the master's [`Allocator`] and the frameworks' policies.
+//!
+//! # Events and cycles
+//!
+//! Time is in seconds (`f64`). Events are job arrivals, task completions and allocation ticks,
+//! kept in a binary heap ordered by time and then by a sequence number given at insertion, so
+//! that simultaneous events are handled in the order they were created, identically on every
+//! run. All events of one time are handled as a batch (a completion frees resources, updates the
+//! job's state and marks its demand summary stale; an arrival registers a framework), and then
+//! an allocation cycle runs: stale demand summaries are sent, the allocator decides its offers,
+//! each offer goes to its framework's policy, and the answer is applied (launches charged to the
+//! machine, the leftover declined or yielded; a yield is redistributed at once through
+//! [`Allocator::offer_answered`], whose re-offer is handed on before the cycle ends). Cycles
+//! repeat at the same instant until one launches nothing. With
+//! [`SimConfig::offer_interval_s`] > 0 cycles run instead on ticks at multiples of the interval.
+//!
+//! # Overbooking and slowdown
+//!
+//! Graphene §5 lets the matcher overbook fungible resources (disk and network bandwidth); the
+//! paper says tasks then slow down but not by how much. We model a fair-shared link: while a
+//! machine's charged demand `D` of a fungible resource exceeds its capacity `C`, every task using
+//! that resource progresses at rate `C / D` (each gets the same fraction of its demand), and a
+//! task using several overbooked resources progresses at the slowest of those rates. Rates are
+//! recomputed, and completions rescheduled, whenever a launch or a completion on the machine
+//! changes its load. Utilisation counts at most the capacity: an overbooked link carries no more
+//! than its bandwidth.
+//!
+//! An offer's resources are the machine's free resources floored at zero (the wire cannot carry
+//! less). A policy that overbooks must know how far the machine is overbooked already, or its
+//! bundle pushes the machine past the allowance; so the [`OfferContext::free`] the engine hands
+//! the policy is the offer capped by `capacity − charged`, which is negative on a fungible kind
+//! the machine has overbooked (Graphene's matcher documents that it accounts for a negative
+//! `free` there). Only overbooking policies ever make it negative.
+//!
+//! # Stalls
+//!
+//! Declines may set filters in the allocator (Mesos' `refuse_seconds`,
+//! [`SimConfig::decline_filter_s`]), so a cycle may offer nothing although work is pending and
+//! resources are free; a framework revives (clears its filters) when a completion makes new
+//! tasks runnable, as Mesos frameworks do when new work arrives. When no event is left but jobs are
+//! unfinished, the engine schedules a retry tick once the filters have expired; if a few retries
+//! in a row launch nothing, the run fails with [`SimError::Stalled`] rather than spinning.
+
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+
+use fullerene_master::allocator::{
+    Allocator, AllocatorConfig, AllocatorError, OfferDecision as AllocatorOffer,
+};
+use fullerene_proto::resources::EPSILON;
+use fullerene_proto::{AgentId, FrameworkId, ResourceKind, ResourceVec};
+use fullerene_sdk::planner::Plan;
+use fullerene_sdk::policy::{build, LeftoverAction, OfferContext, PolicyKind, PolicyParams};
+use fullerene_sdk::{Job, TaskRef};
+
+use crate::config::SimConfig;
+use crate::error::SimError;
+use crate::framework::SimFramework;
+use crate::metrics::UsageRecorder;
+use crate::policies::allocator_policy;
+use crate::runner::{Progress, ProgressFn};
+use crate::workload::SimJob;
+
+/// How many retry ticks in a row may launch nothing before a run is declared stalled.
+const MAX_IDLE_RETRIES: u32 = 3;
+
+/// One task's run, as recorded when [`SimConfig::record_trace`] is set.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct TaskRecord {
+    /// Index of the job in the run's job list.
+    pub job: usize,
+    /// The task.
+    pub task: TaskRef,
+    /// The machine it ran on.
+    pub machine: usize,
+    /// Its demand, charged to the machine while it ran.
+    pub demand: ResourceVec,
+    /// Launch time, seconds.
+    pub start_s: f64,
+    /// Completion time, seconds (its duration after it, longer if it was slowed down).
+    pub finish_s: f64,
+}
+
+/// Counters of what the engine did, for performance reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RunStats {
+    /// Events handled: arrivals, completions (stale ones of rescheduled tasks excluded) and
+    /// allocation ticks.
+    pub events: u64,
+    /// Allocation cycles that produced at least one offer.
+    pub allocation_cycles: u64,
+    /// Offers handed to frameworks (re-offers of yielded leftovers included).
+    pub offers: u64,
+    /// Tasks launched.
+    pub tasks: u64,
+    /// Task completions rescheduled because a machine's overbooking changed.
+    pub reschedules: u64,
+}
+
+/// What a run produced, before it is summarised into a report.
+pub(crate) struct EngineOutput {
+    /// Per job of the run, its completion time.
+    pub finish_s: Vec<f64>,
+    /// The integrated usage.
+    pub recorder: UsageRecorder,
+    /// Every task's run, when recorded.
+    pub trace: Vec<TaskRecord>,
+    /// Counters.
+    pub stats: RunStats,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum EventKind {
+    Arrival {
+        job: usize,
+    },
+    /// Valid while the task in `slot` still expects the completion pushed with `seq` (a
+    /// reschedule or a reused slot makes older completions stale).
+    Completion {
+        slot: usize,
+    },
+    AllocationTick,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Event {
+    time_s: f64,
+    seq: u64,
+    kind: EventKind,
+}
+
+impl PartialEq for Event {
+    fn eq(&self, other: &Event) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Event {}
+
+impl PartialOrd for Event {
+    fn partial_cmp(&self, other: &Event) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Event {
+    /// Reversed, so that [`BinaryHeap`] pops the earliest event, and of equal times the first
+    /// created.
+    fn cmp(&self, other: &Event) -> Ordering {
+        other
+            .time_s
+            .total_cmp(&self.time_s)
+            .then(other.seq.cmp(&self.seq))
+    }
+}
+
+struct Machine {
+    capacity: ResourceVec,
+    /// Σ demand of the running tasks (may exceed `capacity` on fungible kinds).
+    allocated: ResourceVec,
+    /// Slots of the running tasks.
+    running: Vec<usize>,
+}
+
+impl Machine {
+    fn overloaded(&self) -> bool {
+        ResourceKind::ALL
+            .into_iter()
+            .any(|k| k.is_fungible() && self.allocated[k] > self.capacity[k] + EPSILON)
+    }
+
+    /// What the machine's tasks actually use: their demand, capped at the capacity.
+    fn used(&self) -> ResourceVec {
+        self.allocated.min(&self.capacity)
+    }
+
+    /// The progress rate of a task with `demand` here (see the module's documentation).
+    fn rate_for(&self, demand: &ResourceVec) -> f64 {
+        let mut rate: f64 = 1.0;
+        for k in ResourceKind::ALL {
+            if k.is_fungible() && demand[k] > 0.0 && self.allocated[k] > self.capacity[k] + EPSILON
+            {
+                rate = rate.min(self.capacity[k] / self.allocated[k]);
+            }
+        }
+        rate
+    }
+}
+
+struct RunningTask {
+    framework: usize,
+    task: TaskRef,
+    machine: usize,
+    demand: ResourceVec,
+    /// Seconds of work left at full speed, as of `since_s`.
+    remaining_s: f64,
+    rate: f64,
+    since_s: f64,
+    /// Sequence number of its pending completion event (0: none yet).
+    completion_seq: u64,
+    trace: Option<usize>,
+}
+
+/// One simulation run of one policy.
+pub(crate) struct Engine<'a> {
+    config: &'a SimConfig,
+    kind: PolicyKind,
+    file_jobs: &'a [Job],
+    jobs: &'a [SimJob],
+    plans: &'a [Option<Plan>],
+    params: PolicyParams,
+    progress: Option<&'a ProgressFn<'a>>,
+
+    allocator: Allocator,
+    cluster_capacity: ResourceVec,
+    machines: Vec<Machine>,
+    agent_ids: Vec<AgentId>,
+    agent_index: BTreeMap<AgentId, usize>,
+    frameworks: Vec<Option<SimFramework<'a>>>,
+    framework_ids: Vec<FrameworkId>,
+    framework_index: BTreeMap<FrameworkId, usize>,
+    job_groups: Vec<usize>,
+    dirty: Vec<usize>,
+    is_dirty: Vec<bool>,
+
+    queue: BinaryHeap<Event>,
+    seq: u64,
+    now_s: f64,
+    tick_pending: bool,
+    idle_retries: u32,
+    /// Some framework yielded resources in the current allocation.
+    yielded: bool,
+
+    tasks: Vec<Option<RunningTask>>,
+    free_slots: Vec<usize>,
+
+    recorder: UsageRecorder,
+    trace: Vec<TaskRecord>,
+    finish_s: Vec<f64>,
+    finished: usize,
+    stats: RunStats,
+}
+
+impl<'a> Engine<'a> {
+    /// Sets up the cluster and queues the arrivals. `plans` is indexed by the job's source in
+    /// `file_jobs` and must hold a plan for every source the Graphene kinds use.
+    pub fn new(
+        config: &'a SimConfig,
+        kind: PolicyKind,
+        file_jobs: &'a [Job],
+        jobs: &'a [SimJob],
+        plans: &'a [Option<Plan>],
+        progress: Option<&'a ProgressFn<'a>>,
+    ) -> Result<Engine<'a>, SimError> {
+        let allocator_config = AllocatorConfig {
+            policy: allocator_policy(kind, config.kappa),
+            overbook_allowance: config.overbook_allowance,
+            decline_filter_s: config.decline_filter_s,
+            ..AllocatorConfig::default()
+        };
+        let mut allocator = Allocator::new(allocator_config)?;
+        let mut machines = Vec::with_capacity(config.machines);
+        let mut agent_ids = Vec::with_capacity(config.machines);
+        let mut agent_index = BTreeMap::new();
+        for m in 0..config.machines {
+            let id = AgentId(format!("agent-{m:05}"));
+            allocator.add_agent(id.clone(), config.machine)?;
+            agent_index.insert(id.clone(), m);
+            agent_ids.push(id);
+            machines.push(Machine {
+                capacity: config.machine,
+                allocated: ResourceVec::ZERO,
+                running: Vec::new(),
+            });
+        }
+        let cluster_capacity = config.machine.scale(config.machines as f64);
+
+        let groups: Vec<&str> = {
+            let mut g: Vec<&str> = jobs.iter().map(|j| j.group.as_str()).collect();
+            g.sort_unstable();
+            g.dedup();
+            g
+        };
+        let job_groups: Vec<usize> = jobs
+            .iter()
+            .map(|j| groups.binary_search(&j.group.as_str()).unwrap_or(0))
+            .collect();
+        let framework_ids: Vec<FrameworkId> = (0..jobs.len())
+            .map(|i| FrameworkId(format!("job-{i:06}")))
+            .collect();
+        let framework_index = framework_ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| (id.clone(), i))
+            .collect();
+        let origin = jobs
+            .iter()
+            .map(|j| j.arrival_s)
+            .fold(f64::INFINITY, f64::min);
+        let origin = if origin.is_finite() { origin } else { 0.0 };
+
+        let mut params = PolicyParams::default();
+        // The matcher overbooks by the same allowance the allocator and the machines enforce.
+        params.matcher.overbook_allowance = config.overbook_allowance;
+        params.carbyne.seed = config.seed;
+        // A task due before the next allocation cycle must start now (CarbyneParams).
+        params.carbyne.lookahead_s = config.offer_interval_s.max(config.reoffer_interval_s);
+
+        let mut engine = Engine {
+            config,
+            kind,
+            file_jobs,
+            jobs,
+            plans,
+            params,
+            progress,
+            allocator,
+            cluster_capacity,
+            machines,
+            agent_ids,
+            agent_index,
+            frameworks: (0..jobs.len()).map(|_| None).collect(),
+            framework_ids,
+            framework_index,
+            job_groups,
+            dirty: Vec::new(),
+            is_dirty: vec![false; jobs.len()],
+            queue: BinaryHeap::new(),
+            seq: 0,
+            now_s: origin,
+            tick_pending: false,
+            idle_retries: 0,
+            yielded: false,
+            tasks: Vec::new(),
+            free_slots: Vec::new(),
+            recorder: UsageRecorder::new(groups.len(), cluster_capacity, origin),
+            trace: Vec::new(),
+            finish_s: vec![f64::NAN; jobs.len()],
+            finished: 0,
+            stats: RunStats::default(),
+        };
+        for (i, job) in jobs.iter().enumerate() {
+            engine.push(job.arrival_s, EventKind::Arrival { job: i });
+        }
+        Ok(engine)
+    }
+
+    /// Runs until every job has finished.
+    pub fn run(mut self) -> Result<EngineOutput, SimError> {
+        while let Some(first) = self.queue.pop() {
+            let now = first.time_s;
+            self.recorder.advance_to(now);
+            self.now_s = now;
+            let mut changed = false;
+            let mut tick = false;
+            let mut next = Some(first);
+            while let Some(event) = next {
+                match event.kind {
+                    EventKind::Arrival { job } => {
+                        self.arrive(job)?;
+                        self.stats.events += 1;
+                        changed = true;
+                    }
+                    EventKind::Completion { slot } => {
+                        if self.complete(slot, event.seq)? {
+                            self.stats.events += 1;
+                            changed = true;
+                        }
+                    }
+                    EventKind::AllocationTick => {
+                        self.stats.events += 1;
+                        self.tick_pending = false;
+                        tick = true;
+                    }
+                }
+                next = match self.queue.peek() {
+                    Some(e) if e.time_s == now => self.queue.pop(),
+                    _ => None,
+                };
+            }
+            if self.config.offer_interval_s > 0.0 {
+                if tick {
+                    self.allocate()?;
+                }
+                if changed && !self.tick_pending {
+                    let at = self.next_tick_at(now);
+                    self.push(at, EventKind::AllocationTick);
+                    self.tick_pending = true;
+                }
+            } else if changed || tick {
+                self.allocate()?;
+            }
+            if self.queue.is_empty() && self.finished < self.jobs.len() {
+                self.schedule_retry()?;
+            }
+        }
+        if self.finished < self.jobs.len() {
+            return Err(self.stalled());
+        }
+        let end = self.finish_s.iter().copied().fold(self.now_s, f64::max);
+        self.recorder.advance_to(end);
+        Ok(EngineOutput {
+            finish_s: self.finish_s,
+            recorder: self.recorder,
+            trace: self.trace,
+            stats: self.stats,
+        })
+    }
+
+    fn push(&mut self, time_s: f64, kind: EventKind) -> u64 {
+        self.seq += 1;
+        self.queue.push(Event {
+            time_s,
+            seq: self.seq,
+            kind,
+        });
+        self.seq
+    }
+
+    /// `at` itself in event-driven mode; with an offer interval, the first multiple of it at or
+    /// after `at` (ticks stay on the interval's grid, as Mesos' periodic allocation does).
+    fn next_tick_at(&self, at: f64) -> f64 {
+        let interval = self.config.offer_interval_s;
+        if interval > 0.0 {
+            (at / interval).ceil() * interval
+        } else {
+            at
+        }
+    }
+
+    fn schedule_retry(&mut self) -> Result<(), SimError> {
+        if self.idle_retries >= MAX_IDLE_RETRIES {
+            return Err(self.stalled());
+        }
+        self.idle_retries += 1;
+        // Once the filters set by declines have expired; at least a second, so that retries
+        // without filters still advance time.
+        let gap = self
+            .config
+            .decline_filter_s
+            .max(self.config.offer_interval_s)
+            .max(1.0);
+        self.push(self.now_s + gap, EventKind::AllocationTick);
+        self.tick_pending = true;
+        Ok(())
+    }
+
+    fn stalled(&self) -> SimError {
+        let unfinished: Vec<usize> = (0..self.jobs.len())
+            .filter(|&j| self.finish_s[j].is_nan())
+            .collect();
+        SimError::Stalled {
+            now_s: self.now_s,
+            unfinished: unfinished.len(),
+            first_job: unfinished
+                .first()
+                .map(|&j| self.jobs[j].name.clone())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// A job arrives: its framework registers in its group, builds its policy and sends its
+    /// first demand summary.
+    fn arrive(&mut self, j: usize) -> Result<(), SimError> {
+        let sim_job = &self.jobs[j];
+        let job = &self.file_jobs[sim_job.source];
+        let pri_scores = if self.kind.needs_pri_scores() {
+            match self.plans.get(sim_job.source).and_then(Option::as_ref) {
+                Some(plan) => Some(plan.pri_scores.as_slice()),
+                None => {
+                    return Err(SimError::MissingPlan {
+                        job: sim_job.name.clone(),
+                    })
+                }
+            }
+        } else {
+            None
+        };
+        let policy = build(
+            self.kind,
+            job,
+            pri_scores.map(<[Vec<f64>]>::to_vec),
+            &self.params,
+        )
+        .map_err(|source| SimError::Policy {
+            job: sim_job.name.clone(),
+            source,
+        })?;
+        let id = self.framework_ids[j].clone();
+        self.allocator
+            .add_framework(id.clone(), &sim_job.group, self.now_s)?;
+        let group = self.job_groups[j];
+        self.frameworks[j] = Some(SimFramework::new(id, job, group, policy, pri_scores));
+        self.recorder.job_arrived(group);
+        self.mark_dirty(j);
+        Ok(())
+    }
+
+    fn mark_dirty(&mut self, f: usize) {
+        if !self.is_dirty[f] {
+            self.is_dirty[f] = true;
+            self.dirty.push(f);
+        }
+    }
+
+    /// Sends the demand summaries that changed since the last cycle, in framework order.
+    fn flush_demands(&mut self) -> Result<(), SimError> {
+        let mut dirty = std::mem::take(&mut self.dirty);
+        dirty.sort_unstable();
+        for &f in &dirty {
+            self.is_dirty[f] = false;
+            if let Some(fw) = &self.frameworks[f] {
+                let summary = fw.demand_summary(&self.cluster_capacity);
+                self.allocator.update_demand(&fw.id, &summary)?;
+            }
+        }
+        dirty.clear();
+        self.dirty = dirty;
+        Ok(())
+    }
+
+    /// Allocation cycles at the current instant until one launches nothing; then, if some
+    /// framework yielded, a re-offer tick ([`SimConfig::reoffer_interval_s`]).
+    fn allocate(&mut self) -> Result<(), SimError> {
+        self.yielded = false;
+        self.allocation_rounds()?;
+        if self.yielded && !self.tick_pending {
+            let at = self.next_tick_at(self.now_s + self.config.reoffer_interval_s);
+            self.push(at, EventKind::AllocationTick);
+            self.tick_pending = true;
+        }
+        Ok(())
+    }
+
+    fn allocation_rounds(&mut self) -> Result<(), SimError> {
+        loop {
+            self.flush_demands()?;
+            let offers = self.allocator.allocate_all(self.now_s);
+            if offers.is_empty() {
+                return Ok(());
+            }
+            self.stats.allocation_cycles += 1;
+            let mut launched_any = false;
+            let mut pending: VecDeque<AllocatorOffer> = offers.into();
+            while let Some(offer) = pending.pop_front() {
+                let (launched, reoffer) = self.handle_offer(offer)?;
+                launched_any |= launched;
+                if let Some(reoffer) = reoffer {
+                    pending.push_back(reoffer);
+                }
+            }
+            if !launched_any {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Hands one offer to its framework's policy and applies the answer. Returns whether tasks
+    /// were launched, and the re-offer of a yielded leftover.
+    fn handle_offer(
+        &mut self,
+        offer: AllocatorOffer,
+    ) -> Result<(bool, Option<AllocatorOffer>), SimError> {
+        self.stats.offers += 1;
+        let m = *self
+            .agent_index
+            .get(&offer.agent)
+            .ok_or_else(|| SimError::Internal(format!("offer of unknown agent {}", offer.agent)))?;
+        let f = *self.framework_index.get(&offer.framework).ok_or_else(|| {
+            SimError::Internal(format!("offer to unknown framework {}", offer.framework))
+        })?;
+        let fair_share = self.allocator.fair_share(&offer.framework)?;
+        // The allocator floors free resources at zero, which hides a fungible resource that is
+        // already overbooked; the matcher bounds its overbooking relative to `free` ("may go
+        // negative on fungible kinds"), so it is told the machine's true headroom.
+        let machine = &self.machines[m];
+        let free = offer.resources.min(&(machine.capacity - machine.allocated));
+        let context = OfferContext {
+            machine: m,
+            free,
+            capacity: self.machines[m].capacity,
+            kind: offer.kind,
+            now_s: self.now_s,
+            cluster_capacity: self.cluster_capacity,
+            fair_share,
+        };
+        let now = self.now_s;
+        let allowance = self.config.overbook_allowance;
+        let fw = self.frameworks[f].as_mut().ok_or_else(|| {
+            SimError::Internal(format!(
+                "offer to framework {} whose job is not running",
+                offer.framework
+            ))
+        })?;
+        let invalid = |fw: &SimFramework<'_>, reason: String| SimError::InvalidDecision {
+            policy: fw.policy_name().to_string(),
+            job: self.jobs[f].name.clone(),
+            machine: m,
+            now_s: now,
+            reason,
+        };
+        let (decision, demands) = match fw.answer(&context) {
+            Ok(answer) => answer,
+            Err(reason) => return Err(invalid(fw, reason)),
+        };
+        let total = demands.iter().fold(ResourceVec::ZERO, |acc, d| acc + *d);
+        let machine = &self.machines[m];
+        if !(machine.allocated + total).fits_with_overbooking(&machine.capacity, allowance) {
+            return Err(invalid(
+                fw,
+                format!(
+                    "the bundle needs {total} but the machine has {} charged of {} (overbooking allowance {allowance})",
+                    machine.allocated, machine.capacity
+                ),
+            ));
+        }
+        let reoffer = match self.allocator.offer_answered(
+            &offer.agent,
+            &offer.framework,
+            &demands,
+            decision.leftover,
+            now,
+        ) {
+            Ok(reoffer) => reoffer,
+            Err(AllocatorError::ExceedsOffer {
+                launched, offered, ..
+            }) => {
+                return Err(invalid(
+                    fw,
+                    format!("the bundle needs {launched}, more than the offer of {offered}"),
+                ))
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if decision.leftover == LeftoverAction::Yield
+            && !offer.resources.saturating_sub(&total).is_zero()
+        {
+            self.yielded = true;
+        }
+        let launched = !decision.launch.is_empty();
+        if launched {
+            self.launch(f, m, &decision.launch);
+            self.mark_dirty(f);
+            self.idle_retries = 0;
+        }
+        Ok((launched, reoffer))
+    }
+
+    /// Starts a validated bundle on machine `m`.
+    fn launch(&mut self, f: usize, m: usize, bundle: &[TaskRef]) {
+        let now = self.now_s;
+        let was_overloaded = self.machines[m].overloaded();
+        let old_used = self.machines[m].used();
+        let Some(fw) = self.frameworks[f].as_mut() else {
+            return;
+        };
+        let group = fw.group;
+        let mut new_slots = Vec::with_capacity(bundle.len());
+        for &task in bundle {
+            let demand = fw.job.demand(task);
+            fw.state.mark_launched(task, m, now);
+            self.recorder.charge(group, &demand);
+            self.machines[m].allocated += demand;
+            let trace = self.config.record_trace.then(|| {
+                self.trace.push(TaskRecord {
+                    job: f,
+                    task,
+                    machine: m,
+                    demand,
+                    start_s: now,
+                    finish_s: f64::NAN,
+                });
+                self.trace.len() - 1
+            });
+            let running = RunningTask {
+                framework: f,
+                task,
+                machine: m,
+                demand,
+                remaining_s: fw.job.duration(task),
+                rate: 1.0,
+                since_s: now,
+                completion_seq: 0,
+                trace,
+            };
+            let slot = match self.free_slots.pop() {
+                Some(slot) => {
+                    self.tasks[slot] = Some(running);
+                    slot
+                }
+                None => {
+                    self.tasks.push(Some(running));
+                    self.tasks.len() - 1
+                }
+            };
+            self.machines[m].running.push(slot);
+            new_slots.push(slot);
+        }
+        self.stats.tasks += bundle.len() as u64;
+        let new_used = self.machines[m].used();
+        self.recorder.used_changed(&old_used, &new_used);
+        debug_assert!(
+            self.machines[m]
+                .allocated
+                .fits_with_overbooking(&self.machines[m].capacity, self.config.overbook_allowance),
+            "machine {m} charged beyond its capacity and allowance"
+        );
+        let rerate_all = was_overloaded || self.machines[m].overloaded();
+        self.rerate(m, rerate_all, &new_slots);
+    }
+
+    /// Brings the progress of machine `m`'s tasks up to now and (re)schedules the completions
+    /// whose rate changed: all tasks when `all` (the machine's overbooking changed), otherwise
+    /// only `new_slots` (nothing is slowed down, so the others keep their completion time).
+    fn rerate(&mut self, m: usize, all: bool, new_slots: &[usize]) {
+        let now = self.now_s;
+        let slots: Vec<usize> = if all {
+            self.machines[m].running.clone()
+        } else {
+            new_slots.to_vec()
+        };
+        let mut schedule = Vec::new();
+        for slot in slots {
+            let Some(task) = self.tasks[slot].as_mut() else {
+                continue;
+            };
+            let rate = self.machines[m].rate_for(&task.demand);
+            task.remaining_s = (task.remaining_s - task.rate * (now - task.since_s)).max(0.0);
+            task.since_s = now;
+            let scheduled = task.completion_seq != 0;
+            if scheduled && rate == task.rate {
+                continue;
+            }
+            if scheduled {
+                self.stats.reschedules += 1;
+            }
+            task.rate = rate;
+            schedule.push((now + task.remaining_s / rate, slot));
+        }
+        for (at, slot) in schedule {
+            let seq = self.push(at, EventKind::Completion { slot });
+            if let Some(task) = self.tasks[slot].as_mut() {
+                task.completion_seq = seq;
+            }
+        }
+    }
+
+    /// A completion event; false when it is stale (the task was rescheduled since, or finished
+    /// and its slot reused).
+    fn complete(&mut self, slot: usize, seq: u64) -> Result<bool, SimError> {
+        match self.tasks.get(slot) {
+            Some(Some(task)) if task.completion_seq == seq => {}
+            _ => return Ok(false),
+        }
+        let Some(task) = self.tasks[slot].take() else {
+            return Ok(false);
+        };
+        self.free_slots.push(slot);
+        let now = self.now_s;
+        let m = task.machine;
+        let machine = &mut self.machines[m];
+        let was_overloaded = machine.overloaded();
+        let old_used = machine.used();
+        if let Some(pos) = machine.running.iter().position(|&s| s == slot) {
+            machine.running.swap_remove(pos);
+        }
+        machine.allocated = if machine.running.is_empty() {
+            // Drop the rounding residue of many additions and subtractions.
+            ResourceVec::ZERO
+        } else {
+            machine.allocated.saturating_sub(&task.demand)
+        };
+        let new_used = machine.used();
+        self.recorder.used_changed(&old_used, &new_used);
+        if let Some(index) = task.trace {
+            self.trace[index].finish_s = now;
+        }
+        let f = task.framework;
+        let agent = self.agent_ids[m].clone();
+        let fw = self.frameworks[f].as_mut().ok_or_else(|| {
+            SimError::Internal(format!("completion for job {f}, which is not running"))
+        })?;
+        self.recorder.release(fw.group, &task.demand);
+        self.allocator.release(&agent, &fw.id, task.demand)?;
+        let runnable_before = fw.state.num_runnable();
+        fw.state.mark_finished(fw.job, task.task, now);
+        let complete = fw.state.is_complete();
+        if !complete
+            && fw.state.num_runnable() > runnable_before
+            && self.config.decline_filter_s > 0.0
+        {
+            self.allocator.revive(&fw.id)?;
+        }
+        if was_overloaded {
+            self.rerate(m, true, &[]);
+        }
+        if complete {
+            self.finish_job(f)?;
+        } else {
+            self.mark_dirty(f);
+        }
+        Ok(true)
+    }
+
+    /// The job's last task finished: its framework unregisters.
+    fn finish_job(&mut self, f: usize) -> Result<(), SimError> {
+        let Some(fw) = self.frameworks[f].take() else {
+            return Ok(());
+        };
+        self.allocator.remove_framework(&fw.id)?;
+        self.recorder.job_finished(fw.group);
+        self.finish_s[f] = self.now_s;
+        self.finished += 1;
+        if let Some(progress) = self.progress {
+            progress(&Progress::Simulating {
+                policy: self.kind,
+                jobs_done: self.finished,
+                jobs_total: self.jobs.len(),
+                now_s: self.now_s,
+            });
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,94 @@
+//! One simulated framework: a job run as its own framework, as a Spark application runs on Mesos
+//! or a Tez application master on YARN. It holds the job's [`JobState`], its intra-job
+//! [`JobPolicy`] and, for the Graphene policies, the offline plan's priScores, and answers
+//! offers exactly as the production DAG-job framework does.
+
+use std::collections::BTreeSet;
+
+use fullerene_proto::messages::DemandSummary;
+use fullerene_proto::{FrameworkId, ResourceVec};
+use fullerene_sdk::policy::{JobPolicy, JobState, OfferContext, OfferDecision};
+use fullerene_sdk::{Job, TaskRef};
+
+/// A framework's live state during a run.
+pub(crate) struct SimFramework<'a> {
+    /// The id it registered with.
+    pub id: FrameworkId,
+    /// The job's DAG (shared by cycled copies).
+    pub job: &'a Job,
+    /// Index of its group in the run's sorted group list.
+    pub group: usize,
+    /// Progress of its tasks.
+    pub state: JobState,
+    policy: Box<dyn JobPolicy>,
+    pri_scores: Option<&'a [Vec<f64>]>,
+}
+
+impl<'a> SimFramework<'a> {
+    /// A framework that just arrived: nothing ran yet.
+    pub fn new(
+        id: FrameworkId,
+        job: &'a Job,
+        group: usize,
+        policy: Box<dyn JobPolicy>,
+        pri_scores: Option<&'a [Vec<f64>]>,
+    ) -> SimFramework<'a> {
+        SimFramework {
+            id,
+            job,
+            group,
+            state: JobState::new(job),
+            policy,
+            pri_scores,
+        }
+    }
+
+    /// The policy's name, for errors.
+    pub fn policy_name(&self) -> &str {
+        self.policy.name()
+    }
+
+    /// The summary of pending demand the framework keeps the master informed of (DESIGN.md,
+    /// step 2), remaining work measured in seconds of the whole cluster.
+    pub fn demand_summary(&self, cluster_capacity: &ResourceVec) -> DemandSummary {
+        self.state
+            .demand_summary(self.job, cluster_capacity, self.pri_scores)
+    }
+
+    /// Asks the policy for a bundle and checks it the way the master checks an accept: every
+    /// task runnable and named once. Returns the decision and the bundle's demands, or why it is
+    /// invalid. Fitting the machine is checked by the caller, which knows the machine.
+    pub fn answer(
+        &mut self,
+        offer: &OfferContext,
+    ) -> Result<(OfferDecision, Vec<ResourceVec>), String> {
+        let decision = self.policy.on_offer(self.job, &self.state, offer);
+        let mut seen = BTreeSet::new();
+        let mut demands = Vec::with_capacity(decision.launch.len());
+        for &task in &decision.launch {
+            if !seen.insert(task) {
+                return Err(format!(
+                    "task {} is launched twice",
+                    describe(self.job, task)
+                ));
+            }
+            if !self.state.is_runnable(task) {
+                return Err(format!(
+                    "task {} is not runnable (status {:?})",
+                    describe(self.job, task),
+                    self.state.status(task)
+                ));
+            }
+            demands.push(self.job.demand(task));
+        }
+        Ok((decision, demands))
+    }
+}
+
+/// `stage-id.index (stage name)` for error messages.
+pub(crate) fn describe(job: &Job, task: TaskRef) -> String {
+    match job.stages.get(task.stage()) {
+        Some(stage) => format!("{}.{} (`{}`)", stage.id, task.index, stage.name),
+        None => format!("#{}.{}", task.stage, task.index),
+    }
+}

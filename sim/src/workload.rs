@@ -1,0 +1,322 @@
+//! Turns a workload file's jobs into the jobs of one experiment: how many (`--jobs`), in which
+//! fairness groups (`--groups`), arriving when (`--arrivals`).
+
+use std::collections::BTreeSet;
+
+use fullerene_proto::ResourceVec;
+use fullerene_sdk::workload::DEFAULT_GROUP;
+use fullerene_sdk::Job;
+
+use crate::arrivals::{poisson_arrivals, ArrivalSpec};
+use crate::config::SimConfig;
+use crate::error::SimError;
+
+/// One job of an experiment. Copies made by cycling share their source's DAG (and plan).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SimJob {
+    /// Unique name: the file's name, suffixed `#k` for the k-th extra copy.
+    pub name: String,
+    /// Fairness group.
+    pub group: String,
+    /// Arrival time, seconds.
+    pub arrival_s: f64,
+    /// Index of the job's DAG in the workload file's jobs.
+    pub source: usize,
+}
+
+/// Selects, groups and times the jobs of an experiment.
+///
+/// - `--jobs N` takes the first N jobs of the file; when N exceeds the file, it cycles through
+///   it again, naming the k-th extra copy of job `x` `x#k` (so `q1`, ..., `q22`, `q1#1`, ...).
+///   Copies keep their source's DAG and durations, and therefore share its Graphene plan.
+/// - `--groups K` moves jobs of group `default` (lines that name no group) round-robin, in
+///   selection order, into `g0..g{K-1}`; named groups are kept.
+/// - Arrivals: `zero` puts every job at 0; `poisson:M` gives the i-th selected job the i-th
+///   time of a seeded Poisson process ([`poisson_arrivals`]); `trace` uses `arrival_s`, and the
+///   k-th extra copy of a job arrives at `arrival_s + k · P`, P the largest `arrival_s` of the
+///   file, so that cycling replays the trace after itself.
+///
+/// Also checks, for every selected DAG, that each stage's task demand fits an empty machine,
+/// since a task that fits no machine would wait forever.
+pub fn prepare_jobs(file_jobs: &[Job], config: &SimConfig) -> Result<Vec<SimJob>, SimError> {
+    validate_config(config)?;
+    if file_jobs.is_empty() {
+        return Err(SimError::NoJobs);
+    }
+    let count = config.jobs.unwrap_or(file_jobs.len());
+    if count == 0 {
+        return Err(SimError::NoJobs);
+    }
+    for job in file_jobs.iter().take(count) {
+        check_fits(job, &config.machine)?;
+    }
+
+    let trace_period = match config.arrivals {
+        ArrivalSpec::Trace => {
+            let mut period: f64 = 0.0;
+            for job in file_jobs {
+                let a = job.arrival_s.ok_or_else(|| SimError::MissingArrival {
+                    job: job.name.clone(),
+                })?;
+                period = period.max(a);
+            }
+            period
+        }
+        _ => 0.0,
+    };
+    let poisson = match config.arrivals {
+        ArrivalSpec::Poisson { mean_gap_s } => poisson_arrivals(count, mean_gap_s, config.seed),
+        _ => Vec::new(),
+    };
+
+    let mut names = BTreeSet::new();
+    let mut default_jobs_seen = 0usize;
+    let mut jobs = Vec::with_capacity(count);
+    for i in 0..count {
+        let source = i % file_jobs.len();
+        let copy = i / file_jobs.len();
+        let job = &file_jobs[source];
+        let name = if copy == 0 {
+            job.name.clone()
+        } else {
+            format!("{}#{copy}", job.name)
+        };
+        if !names.insert(name.clone()) {
+            return Err(SimError::DuplicateJobName { name });
+        }
+        let group = match config.groups {
+            Some(k) if job.group == DEFAULT_GROUP => {
+                let g = format!("g{}", default_jobs_seen % k);
+                default_jobs_seen += 1;
+                g
+            }
+            _ => job.group.clone(),
+        };
+        let arrival_s = match config.arrivals {
+            ArrivalSpec::Zero => 0.0,
+            ArrivalSpec::Poisson { .. } => poisson.get(i).copied().unwrap_or(0.0),
+            ArrivalSpec::Trace => {
+                // Checked above: every job of the file has an arrival time.
+                job.arrival_s.unwrap_or(0.0) + copy as f64 * trace_period
+            }
+        };
+        jobs.push(SimJob {
+            name,
+            group,
+            arrival_s,
+            source,
+        });
+    }
+    Ok(jobs)
+}
+
+fn validate_config(config: &SimConfig) -> Result<(), SimError> {
+    let invalid = |reason: String| Err(SimError::InvalidConfig { reason });
+    if config.machines == 0 {
+        return invalid("the cluster needs at least one machine".into());
+    }
+    if !config.machine.is_valid() || config.machine.is_zero() {
+        return invalid(format!(
+            "machine capacity `{}` must be finite, non-negative and not all zero",
+            config.machine
+        ));
+    }
+    if config.groups == Some(0) {
+        return invalid("--groups must be at least 1".into());
+    }
+    if !(config.offer_interval_s.is_finite() && config.offer_interval_s >= 0.0) {
+        return invalid(format!(
+            "offer interval {} must be a finite number of seconds >= 0",
+            config.offer_interval_s
+        ));
+    }
+    if !(config.reoffer_interval_s.is_finite() && config.reoffer_interval_s > 0.0) {
+        return invalid(format!(
+            "re-offer interval {} must be a finite number of seconds > 0",
+            config.reoffer_interval_s
+        ));
+    }
+    if !(config.decline_filter_s.is_finite() && config.decline_filter_s >= 0.0) {
+        return invalid(format!(
+            "decline filter {} must be a finite number of seconds >= 0",
+            config.decline_filter_s
+        ));
+    }
+    if !(config.kappa.is_finite() && (0.0..1.0).contains(&config.kappa)) {
+        return invalid(format!("kappa {} must be in [0, 1)", config.kappa));
+    }
+    if !(config.overbook_allowance.is_finite() && config.overbook_allowance >= 0.0) {
+        return invalid(format!(
+            "overbooking allowance {} must be finite and >= 0",
+            config.overbook_allowance
+        ));
+    }
+    Ok(())
+}
+
+/// A stage whose task demand exceeds an empty machine can never run, whatever the policy (even
+/// one that overbooks bandwidth, since the others would not).
+fn check_fits(job: &Job, machine: &ResourceVec) -> Result<(), SimError> {
+    for stage in &job.stages {
+        if !stage.demand.fits_in(machine) {
+            return Err(SimError::DemandFitsNoMachine {
+                job: job.name.clone(),
+                stage: stage.id,
+                stage_name: stage.name.clone(),
+                demand: stage.demand.to_string(),
+                machine: machine.to_string(),
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fullerene_sdk::job::StageSpec;
+    use fullerene_sdk::workload::parse_workload;
+    use std::path::Path;
+
+    fn job(name: &str, group: &str, arrival: Option<f64>, cpus: f64) -> Job {
+        let mut demand = ResourceVec::ZERO;
+        demand[fullerene_proto::ResourceKind::Cpus] = cpus;
+        Job::new(
+            name,
+            group,
+            arrival,
+            vec![StageSpec {
+                id: 3,
+                name: "map".into(),
+                parents: vec![],
+                durations: vec![1.0],
+                demand,
+            }],
+        )
+        .unwrap()
+    }
+
+    fn config(arrivals: ArrivalSpec) -> SimConfig {
+        SimConfig {
+            arrivals,
+            ..SimConfig::default()
+        }
+    }
+
+    #[test]
+    fn cycling_suffixes_names_and_groups_spread_round_robin() {
+        let file = vec![
+            job("a", DEFAULT_GROUP, None, 1.0),
+            job("b", "named", None, 1.0),
+            job("c", DEFAULT_GROUP, None, 1.0),
+        ];
+        let cfg = SimConfig {
+            jobs: Some(7),
+            groups: Some(2),
+            ..config(ArrivalSpec::Zero)
+        };
+        let jobs = prepare_jobs(&file, &cfg).unwrap();
+        let names: Vec<&str> = jobs.iter().map(|j| j.name.as_str()).collect();
+        assert_eq!(names, ["a", "b", "c", "a#1", "b#1", "c#1", "a#2"]);
+        let groups: Vec<&str> = jobs.iter().map(|j| j.group.as_str()).collect();
+        assert_eq!(groups, ["g0", "named", "g1", "g0", "named", "g1", "g0"]);
+        assert_eq!(jobs[6].source, 0);
+        assert!(jobs.iter().all(|j| j.arrival_s == 0.0));
+
+        let first_two = prepare_jobs(
+            &file,
+            &SimConfig {
+                jobs: Some(2),
+                ..config(ArrivalSpec::Zero)
+            },
+        )
+        .unwrap();
+        assert_eq!(first_two.len(), 2);
+        assert_eq!(first_two[0].group, DEFAULT_GROUP);
+    }
+
+    #[test]
+    fn trace_arrivals_need_arrival_s_and_cycle_after_the_trace() {
+        let file = vec![
+            job("a", "g", Some(5.0), 1.0),
+            job("b", "g", Some(20.0), 1.0),
+        ];
+        let cfg = SimConfig {
+            jobs: Some(3),
+            ..config(ArrivalSpec::Trace)
+        };
+        let jobs = prepare_jobs(&file, &cfg).unwrap();
+        let arrivals: Vec<f64> = jobs.iter().map(|j| j.arrival_s).collect();
+        assert_eq!(arrivals, [5.0, 20.0, 25.0]);
+
+        let missing = vec![job("a", "g", Some(5.0), 1.0), job("b", "g", None, 1.0)];
+        let err = prepare_jobs(&missing, &config(ArrivalSpec::Trace)).unwrap_err();
+        assert!(matches!(&err, SimError::MissingArrival { job } if job == "b"));
+        assert!(err.to_string().contains("`b`"), "{err}");
+    }
+
+    #[test]
+    fn poisson_arrivals_follow_the_seed() {
+        let file: Vec<Job> = (0..5)
+            .map(|i| job(&format!("j{i}"), "g", None, 1.0))
+            .collect();
+        let cfg = |seed| SimConfig {
+            seed,
+            ..config(ArrivalSpec::Poisson { mean_gap_s: 10.0 })
+        };
+        let a = prepare_jobs(&file, &cfg(1)).unwrap();
+        let b = prepare_jobs(&file, &cfg(1)).unwrap();
+        let c = prepare_jobs(&file, &cfg(2)).unwrap();
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        assert_eq!(a[0].arrival_s, 0.0);
+        assert!(a.windows(2).all(|w| w[0].arrival_s <= w[1].arrival_s));
+    }
+
+    #[test]
+    fn a_stage_that_fits_no_machine_is_named() {
+        let file = vec![job("small", "g", None, 1.0), job("huge", "g", None, 64.0)];
+        let err = prepare_jobs(&file, &config(ArrivalSpec::Zero)).unwrap_err();
+        assert!(
+            matches!(&err, SimError::DemandFitsNoMachine { job, stage: 3, .. } if job == "huge"),
+            "{err}"
+        );
+        let text = err.to_string();
+        assert!(text.contains("huge") && text.contains("map"), "{text}");
+        // Only the selected jobs are checked.
+        let cfg = SimConfig {
+            jobs: Some(1),
+            ..config(ArrivalSpec::Zero)
+        };
+        assert!(prepare_jobs(&file, &cfg).is_ok());
+    }
+
+    #[test]
+    fn bad_configs_are_rejected() {
+        let file = parse_workload(
+            r#"{"name":"a","stages":[{"id":0,"tasks":1,"duration_s":1}]}"#,
+            Path::new("w"),
+        )
+        .unwrap();
+        for cfg in [
+            SimConfig {
+                machines: 0,
+                ..SimConfig::default()
+            },
+            SimConfig {
+                groups: Some(0),
+                ..SimConfig::default()
+            },
+            SimConfig {
+                offer_interval_s: -1.0,
+                ..SimConfig::default()
+            },
+            SimConfig {
+                jobs: Some(0),
+                ..SimConfig::default()
+            },
+        ] {
+            assert!(prepare_jobs(&file, &cfg).is_err(), "{cfg:?}");
+        }
+    }
+}
