@@ -1,5 +1,204 @@
-//! The `fullerene` command.
+//! The `fullerene` command: one binary for operators, framework authors and developers.
 
-fn main() {
-    println!("fullerene");
+mod commands;
+mod config;
+mod output;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
+
+use crate::output::JsonOutput;
+
+/// Fullerene: a cluster manager with two-level offers, Graphene's DAG-aware packing and
+/// Carbyne's altruism.
+///
+/// Every flag can also come from the config file (`--config`, one TOML table per subcommand, keys
+/// named like the long flags) or from the environment variable shown in each command's help.
+/// Precedence: flags, then environment, then config file, then defaults.
+#[derive(Parser, Debug)]
+#[command(
+    name = "fullerene",
+    version,
+    about,
+    long_about,
+    propagate_version = true
+)]
+struct Cli {
+    /// Config file (TOML) with defaults for any subcommand's flags.
+    #[arg(long, global = true, env = "FULLERENE_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
+
+    /// Log filter: a level (error, warn, info, debug, trace) or a tracing directive list such
+    /// as `info,fullerene_master=debug`.
+    #[arg(
+        long,
+        global = true,
+        env = "FULLERENE_LOG",
+        default_value = "warn",
+        value_name = "FILTER"
+    )]
+    log_level: String,
+
+    /// Machine-readable output: JSON on standard output instead of tables; with `--json=FILE`
+    /// (or `--json FILE.json`), tables on standard output and the JSON written to FILE.
+    #[arg(long, global = true, num_args = 0..=1, require_equals = true, value_name = "FILE")]
+    json: Option<Option<PathBuf>>,
+
+    #[command(subcommand)]
+    command: Commands,
+}
+
+#[derive(Subcommand, Debug)]
+enum Commands {
+    /// Certificates for the cluster's mutual TLS.
+    #[command(subcommand)]
+    Certs(commands::certs::CertsCommand),
+    /// Simulate workloads under one or several scheduling policies, in virtual time.
+    Sim(commands::sim::SimArgs),
+    /// Build Graphene's offline schedule for jobs and compare it with the lower bound.
+    Plan(commands::plan::PlanArgs),
+    /// Run a replicated master (Raft over RocksDB, mutual-TLS QUIC).
+    Master(commands::master::MasterArgs),
+    /// Operator view and membership of the replicated masters.
+    #[command(subcommand)]
+    Cluster(commands::cluster::ClusterCommand),
+}
+
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<()> {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let args = with_config_file(normalize_json_flag(args))?;
+    let matches = Cli::command().get_matches_from(args);
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    init_tracing(&cli.log_level)?;
+    let json = JsonOutput::from_flag(cli.json);
+    match cli.command {
+        Commands::Certs(cmd) => commands::certs::run(cmd, &json),
+        Commands::Sim(args) => commands::sim::run(args, &json),
+        Commands::Plan(args) => commands::plan::run(args, &json),
+        Commands::Master(args) => commands::master::run(args),
+        Commands::Cluster(cmd) => commands::cluster::run(cmd, &json),
+    }
+}
+
+/// Finds `--config FILE` (or `FULLERENE_CONFIG`) before the full parse, and folds the file's
+/// values into the arguments.
+fn with_config_file(args: Vec<OsString>) -> Result<Vec<OsString>> {
+    let mut path: Option<PathBuf> = std::env::var_os("FULLERENE_CONFIG").map(PathBuf::from);
+    let mut iter = args.iter().skip(1);
+    while let Some(arg) = iter.next() {
+        let Some(text) = arg.to_str() else { continue };
+        if text == "--" {
+            break;
+        }
+        if let Some(value) = text.strip_prefix("--config=") {
+            path = Some(PathBuf::from(value));
+        } else if text == "--config" {
+            path = iter.next().map(PathBuf::from);
+        }
+    }
+    match path {
+        Some(path) => config::apply_config_file(&Cli::command(), args, &path),
+        None => Ok(args),
+    }
+}
+
+/// `--json FILE.json` means `--json=FILE.json`; any other word after `--json` is not its
+/// value (it may be a subcommand or a positional argument), so `--json` stays a bare flag.
+fn normalize_json_flag(args: Vec<OsString>) -> Vec<OsString> {
+    let mut out = Vec::with_capacity(args.len());
+    let mut iter = args.into_iter().peekable();
+    while let Some(arg) = iter.next() {
+        if arg == "--" {
+            out.push(arg);
+            out.extend(iter);
+            break;
+        }
+        if arg == "--json" {
+            let next_is_file = iter
+                .peek()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.ends_with(".json") || n == "-");
+            if next_is_file {
+                let mut joined = OsString::from("--json=");
+                joined.push(iter.next().unwrap_or_default());
+                out.push(joined);
+                continue;
+            }
+        }
+        out.push(arg);
+    }
+    out
+}
+
+fn init_tracing(filter: &str) -> Result<()> {
+    let filter = EnvFilter::try_new(filter)
+        .map_err(|e| anyhow::anyhow!("invalid --log-level `{filter}`: {e}"))?;
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(true)
+        .init();
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    fn parse(words: &[&str]) -> Cli {
+        let args = normalize_json_flag(words.iter().map(OsString::from).collect());
+        Cli::try_parse_from(args).expect("parses")
+    }
+
+    #[test]
+    fn json_flag_takes_a_file_only_when_one_is_given() {
+        let cli = parse(&["fullerene", "--json", "certs", "init", "--dir", "d"]);
+        assert!(matches!(
+            JsonOutput::from_flag(cli.json),
+            JsonOutput::Stdout
+        ));
+        let cli = parse(&[
+            "fullerene",
+            "certs",
+            "init",
+            "--dir",
+            "d",
+            "--json",
+            "out.json",
+        ]);
+        assert!(
+            matches!(JsonOutput::from_flag(cli.json), JsonOutput::File(p) if p == std::path::Path::new("out.json"))
+        );
+        let cli = parse(&["fullerene", "sim", "--json=report", "--jobs", "3"]);
+        assert!(
+            matches!(JsonOutput::from_flag(cli.json), JsonOutput::File(p) if p == std::path::Path::new("report"))
+        );
+        let cli = parse(&["fullerene", "sim", "--json"]);
+        assert!(matches!(
+            JsonOutput::from_flag(cli.json),
+            JsonOutput::Stdout
+        ));
+    }
 }

@@ -1,0 +1,265 @@
+//! `fullerene master`: one replicated master process (Raft over RocksDB, mutual-TLS QUIC).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use fullerene_master::raft_node::{NodeConfig, RaftNode};
+use fullerene_master::server::{self, MasterExit, ShellConfig};
+use fullerene_master::state::ClusterSettings;
+use fullerene_master::storage::{RaftStore, RocksStorage};
+use fullerene_proto::certs::CertPaths;
+use fullerene_proto::transport::{Role, Server, TlsMaterial, TransportConfig};
+
+/// Flags of `fullerene master` (all of them also under `[master]` in the config file).
+#[derive(Args, Debug)]
+pub struct MasterArgs {
+    /// This master's Raft id (its certificate must be `master-<ID>`).
+    #[arg(long, env = "FULLERENE_MASTER_ID", value_parser = clap::value_parser!(u64).range(1..))]
+    pub id: u64,
+    /// Address to serve peers, agents, frameworks and operators on (QUIC over UDP).
+    #[arg(long, env = "FULLERENE_MASTER_LISTEN", value_name = "ADDR")]
+    pub listen: SocketAddr,
+    /// The masters of the group, this one included: `1=127.0.0.1:5050,2=...`. A fresh data
+    /// directory bootstraps a new group with exactly these voters (unless `--join`).
+    #[arg(long, env = "FULLERENE_MASTER_PEERS", value_name = "ID=ADDR,...", value_delimiter = ',', value_parser = parse_peer)]
+    pub peers: Vec<(u64, SocketAddr)>,
+    /// The RocksDB directory of this master's Raft log and state.
+    #[arg(long, env = "FULLERENE_MASTER_DATA_DIR", value_name = "DIR")]
+    pub data_dir: PathBuf,
+    /// Start empty and wait to be added by `fullerene cluster add-master` (a master added to a
+    /// running group), instead of bootstrapping a new group on a fresh data directory.
+    #[arg(long)]
+    pub join: bool,
+    /// Directory laid out by `fullerene certs init`: `ca.pem`, `master-<ID>.pem`,
+    /// `master-<ID>-key.pem`. Overridden file by file by `--ca`, `--cert`, `--key`.
+    #[arg(long, env = "FULLERENE_CERTS_DIR", value_name = "DIR")]
+    pub certs: Option<PathBuf>,
+    /// The cluster CA certificate.
+    #[arg(long, value_name = "FILE")]
+    pub ca: Option<PathBuf>,
+    /// This master's certificate.
+    #[arg(long, value_name = "FILE")]
+    pub cert: Option<PathBuf>,
+    /// This master's private key.
+    #[arg(long, value_name = "FILE")]
+    pub key: Option<PathBuf>,
+    /// Serve Prometheus metrics (`GET /metrics`) on this address.
+    #[arg(long, env = "FULLERENE_METRICS_LISTEN", value_name = "ADDR")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Raft tick interval in milliseconds.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..))]
+    pub tick_ms: u64,
+    /// Ticks between the leader's heartbeats.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..))]
+    pub heartbeat_ticks: u64,
+    /// Ticks without a heartbeat before a follower campaigns (randomised in [N, 2N)).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(2..))]
+    pub election_ticks: u64,
+    /// Applied entries between state snapshots (and log compactions).
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub snapshot_interval: u64,
+    /// How long an operator request waits for a commit or a read confirmation, in milliseconds.
+    #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub request_timeout_ms: u64,
+}
+
+fn parse_peer(text: &str) -> Result<(u64, SocketAddr), String> {
+    let (id, addr) = text
+        .split_once('=')
+        .ok_or_else(|| format!("`{text}` is not ID=ADDR"))?;
+    let id: u64 = id
+        .trim()
+        .parse()
+        .map_err(|e| format!("`{id}` is not a master id: {e}"))?;
+    if id == 0 {
+        return Err("master ids start at 1".to_string());
+    }
+    let addr: SocketAddr = addr
+        .trim()
+        .parse()
+        .map_err(|e| format!("`{addr}` is not an address: {e}"))?;
+    Ok((id, addr))
+}
+
+/// The CA, certificate and key paths: explicit flags, else the `--certs` layout.
+pub fn tls_paths(
+    certs: Option<&Path>,
+    ca: Option<PathBuf>,
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+    role: Role,
+    n: usize,
+) -> Result<(PathBuf, PathBuf, PathBuf)> {
+    let layout = certs.map(|dir| (dir.join("ca.pem"), CertPaths::of_member(dir, role, n)));
+    let pick = |given: Option<PathBuf>, from_layout: Option<PathBuf>, what: &str| {
+        given.or(from_layout).with_context(|| {
+            format!("no {what} given: pass --certs DIR (a `fullerene certs init` directory) or --{what} FILE")
+        })
+    };
+    Ok((
+        pick(ca, layout.as_ref().map(|(ca, _)| ca.clone()), "ca")?,
+        pick(cert, layout.as_ref().map(|(_, p)| p.cert.clone()), "cert")?,
+        pick(key, layout.as_ref().map(|(_, p)| p.key.clone()), "key")?,
+    ))
+}
+
+/// Runs `fullerene master` until SIGTERM/ctrl-c or until this master is removed.
+pub fn run(args: MasterArgs) -> Result<()> {
+    let mut members = BTreeMap::new();
+    for (id, addr) in &args.peers {
+        if members.insert(*id, *addr).is_some() {
+            bail!("--peers names master {id} twice");
+        }
+    }
+    if !args.join && !members.contains_key(&args.id) {
+        bail!(
+            "--peers must include this master ({}={}), or pass --join for a master added later",
+            args.id,
+            args.listen
+        );
+    }
+    members.entry(args.id).or_insert(args.listen);
+    let id_usize = usize::try_from(args.id).context("master id too large")?;
+    let (ca, cert, key) = tls_paths(
+        args.certs.as_deref(),
+        args.ca.clone(),
+        args.cert.clone(),
+        args.key.clone(),
+        Role::Master,
+        id_usize,
+    )?;
+    let tls = TlsMaterial::load(&ca, &cert, &key).context("cannot load the TLS material")?;
+
+    let mut node_config = NodeConfig::new(args.id);
+    node_config.tick_interval = Duration::from_millis(args.tick_ms);
+    node_config.heartbeat_ticks = usize::try_from(args.heartbeat_ticks)?;
+    node_config.election_ticks = usize::try_from(args.election_ticks)?;
+    node_config.snapshot_interval = args.snapshot_interval;
+    // A read waits as long as an operator request may (rounded up to whole ticks).
+    node_config.read_timeout_ticks =
+        usize::try_from(args.request_timeout_ms.div_ceil(args.tick_ms).max(1))?;
+    if node_config.election_ticks <= node_config.heartbeat_ticks {
+        bail!("--election-ticks must be larger than --heartbeat-ticks");
+    }
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    // The recorder must be installed before the node registers its gauges and counters:
+    // `metrics` binds each handle to the recorder present when it is created.
+    if let Some(addr) = args.metrics_listen {
+        let _entered = runtime.enter();
+        server::install_prometheus(addr)?;
+        tracing::info!(%addr, "serving Prometheus metrics");
+    }
+
+    let store = RocksStorage::open(&args.data_dir).with_context(|| {
+        format!(
+            "master {} refuses to start on data directory {}",
+            args.id,
+            args.data_dir.display()
+        )
+    })?;
+    let fresh = store.latest_snapshot().get_metadata().index == 0
+        && store.hard_state() == Default::default();
+    let node = if fresh && !args.join {
+        let voters: Vec<u64> = members.keys().copied().collect();
+        tracing::info!(master = args.id, ?voters, dir = %args.data_dir.display(), "bootstrapping a new group");
+        RaftNode::bootstrap(node_config, store, &voters, ClusterSettings::default())
+    } else {
+        if fresh {
+            tracing::info!(master = args.id, "starting empty; waiting to be added to the group");
+        }
+        RaftNode::open(node_config, store)
+    }
+    .with_context(|| {
+        format!(
+            "master {} cannot start on data directory {}",
+            args.id,
+            args.data_dir.display()
+        )
+    })?;
+
+    let mut shell = ShellConfig::new(members);
+    shell.request_timeout = Duration::from_millis(args.request_timeout_ms);
+    let exit = runtime.block_on(async {
+        let endpoint = Server::bind(args.listen, &tls, TransportConfig::default())
+            .with_context(|| format!("cannot serve on {}", args.listen))?;
+        let exit = server::serve(node, endpoint, &tls, shell, shutdown_signal()).await?;
+        anyhow::Ok(exit)
+    })?;
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    match exit {
+        MasterExit::Shutdown => tracing::info!(master = args.id, "stopped"),
+        MasterExit::Removed => {
+            tracing::warn!(master = args.id, "removed from the group; exiting");
+            eprintln!("master {} was removed from the group; exiting", args.id);
+        }
+    }
+    Ok(())
+}
+
+/// Completes on SIGTERM or ctrl-c (SIGINT).
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(error) = tokio::signal::ctrl_c().await {
+            tracing::warn!(%error, "cannot listen for ctrl-c");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = terminate => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peers_parse_as_id_equals_address() {
+        assert_eq!(
+            parse_peer("2=127.0.0.1:5051"),
+            Ok((2, "127.0.0.1:5051".parse().expect("an address")))
+        );
+        assert!(parse_peer("0=127.0.0.1:5051").is_err());
+        assert!(parse_peer("127.0.0.1:5051").is_err());
+        assert!(parse_peer("x=127.0.0.1:5051").is_err());
+        assert!(parse_peer("1=localhost").is_err());
+    }
+
+    #[test]
+    fn certificate_paths_follow_the_certs_layout_unless_given() {
+        let dir = Path::new("/etc/fullerene/certs");
+        let (ca, cert, key) =
+            tls_paths(Some(dir), None, None, None, Role::Master, 2).expect("paths");
+        assert_eq!(ca, dir.join("ca.pem"));
+        assert_eq!(cert, dir.join("master-2.pem"));
+        assert_eq!(key, dir.join("master-2-key.pem"));
+        let own = PathBuf::from("/tmp/mine.pem");
+        let (_, cert, _) =
+            tls_paths(Some(dir), None, Some(own.clone()), None, Role::Master, 2).expect("paths");
+        assert_eq!(cert, own);
+        assert!(tls_paths(None, None, None, None, Role::Master, 2).is_err());
+    }
+}

@@ -1,0 +1,37 @@
+//! One module per subcommand: argument definitions (clap derive) and the thin code that calls
+//! the libraries and presents their results.
+
+pub mod certs;
+pub mod cluster;
+pub mod master;
+pub mod plan;
+pub mod sim;
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Result};
+
+/// Where the shared workloads are looked for when `--workload` is not given: beside the
+/// checkout (the layout of development machines and CI), then below the current directory.
+const DEFAULT_WORKLOADS: [&str; 2] = [
+    "../shared/workloads/tpch-decima.jsonl",
+    "shared/workloads/tpch-decima.jsonl",
+];
+
+/// The workload to read: the one given, or the default TPC-H file if it can be found.
+pub fn resolve_workload(given: Option<PathBuf>) -> Result<PathBuf> {
+    if let Some(path) = given {
+        return Ok(path);
+    }
+    for candidate in DEFAULT_WORKLOADS {
+        let path = PathBuf::from(candidate);
+        if path.is_file() {
+            return Ok(path);
+        }
+    }
+    bail!(
+        "no --workload given and the default workload was not found at {}; pass --workload FILE \
+         or set FULLERENE_WORKLOAD",
+        DEFAULT_WORKLOADS.join(" or ")
+    )
+}

@@ -1,0 +1,186 @@
+//! `fullerene sim`: run workloads through the real allocator and policies in virtual time.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use fullerene_proto::ResourceVec;
+use fullerene_sdk::policy::PolicyKind;
+use fullerene_sdk::read_workload;
+use fullerene_sim::{
+    compare, parse_policy_list, plot_jct_cdf, plot_utilization, render_table, ArrivalSpec,
+    Progress, SimConfig,
+};
+use indicatif::ProgressBar;
+
+use crate::commands::plan::progress_bar;
+use crate::commands::resolve_workload;
+use crate::output::JsonOutput;
+
+/// Flags of `fullerene sim`.
+#[derive(Args, Debug)]
+pub struct SimArgs {
+    /// Workload file (JSON Lines, `shared/workloads/FORMAT.md`). Default: the shared TPC-H file.
+    #[arg(long, env = "FULLERENE_WORKLOAD", value_name = "FILE")]
+    workload: Option<PathBuf>,
+    /// The policy to run: graphene+carbyne, graphene, carbyne, drf, tetris, cp, bfs, fifo, sjf.
+    #[arg(long, default_value = "graphene+carbyne", conflicts_with = "compare")]
+    policy: String,
+    /// Several policies, comma-separated, run on identical arrivals.
+    #[arg(long, value_name = "LIST")]
+    compare: Option<String>,
+    /// Report every policy's ratios to this one (run too if not in --compare).
+    #[arg(long, value_name = "NAME")]
+    baseline: Option<String>,
+    /// Number of machines.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    machines: u32,
+    /// Capacity of each machine.
+    #[arg(long, value_name = "RESOURCES", default_value = fullerene_sim::REFERENCE_MACHINE)]
+    machine: ResourceVec,
+    /// Job arrivals: `zero` (all at 0), `poisson:MEAN_GAP_S`, or `trace` (the file's arrival_s).
+    #[arg(long, value_name = "SPEC", default_value = "poisson:25")]
+    arrivals: ArrivalSpec,
+    /// Number of jobs: the file's first N, cycling through it when N is larger. Default: all.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
+    jobs: Option<u32>,
+    /// Spread the jobs of group `default` round-robin over K groups `g0..g{K-1}`.
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    groups: Option<u32>,
+    /// Seed of every random choice.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// κ of the deficit counters: only the most deprived group is served while its deficit is
+    /// at least κ·C (Graphene §5).
+    #[arg(long, default_value_t = SimConfig::default().kappa)]
+    kappa: f64,
+    /// Virtual seconds between allocation cycles (0: after every batch of events).
+    #[arg(long, default_value_t = 0.0, value_name = "SECONDS")]
+    offer_interval: f64,
+    /// Draw the JCT CDFs of every policy to this SVG file.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
+    /// Draw each policy's utilisation over time to FILE-<policy>.svg.
+    #[arg(long, value_name = "FILE.svg")]
+    plot_utilization: Option<PathBuf>,
+}
+
+/// Runs `fullerene sim`.
+pub fn run(args: SimArgs, json: &JsonOutput) -> Result<()> {
+    let policies: Vec<PolicyKind> = match &args.compare {
+        Some(list) => parse_policy_list(list)?,
+        None => vec![args.policy.parse()?],
+    };
+    if policies.is_empty() {
+        bail!("--compare names no policy");
+    }
+    let baseline: Option<PolicyKind> = args.baseline.as_deref().map(str::parse).transpose()?;
+    if !(args.kappa.is_finite() && args.kappa >= 0.0) {
+        bail!("--kappa must be a finite number >= 0, not {}", args.kappa);
+    }
+    if !(args.offer_interval.is_finite() && args.offer_interval >= 0.0) {
+        bail!("--offer-interval must be a finite number of seconds >= 0");
+    }
+    let workload = resolve_workload(args.workload.clone())?;
+    let jobs = read_workload(&workload)?;
+    let config = SimConfig {
+        machines: args.machines as usize,
+        machine: args.machine,
+        arrivals: args.arrivals.clone(),
+        jobs: args.jobs.map(|n| n as usize),
+        groups: args.groups.map(|k| k as usize),
+        seed: args.seed,
+        offer_interval_s: args.offer_interval,
+        kappa: args.kappa,
+        ..SimConfig::default()
+    };
+
+    let bar = progress_bar(0);
+    let tracker = ProgressTracker::new(&bar);
+    let progress = |p: &Progress| tracker.update(p);
+    let reports = compare(&jobs, &config, &policies, baseline, Some(&progress))
+        .with_context(|| format!("simulating {}", workload.display()))?;
+    bar.finish_and_clear();
+
+    if let Some(path) = &args.plot {
+        plot_jct_cdf(&reports, path)?;
+        eprintln!("wrote {}", path.display());
+    }
+    if let Some(path) = &args.plot_utilization {
+        for report in &reports {
+            let file = suffixed(path, &report.policy);
+            plot_utilization(report, &file)?;
+            eprintln!("wrote {}", file.display());
+        }
+    }
+    let baseline_name = baseline.map(|b| b.name());
+    json.emit(&reports, || render_table(&reports, baseline_name))
+}
+
+/// `jct.svg` + `drf` → `jct-drf.svg`.
+fn suffixed(path: &std::path::Path, suffix: &str) -> PathBuf {
+    let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("plot");
+    let ext = path.extension().and_then(|s| s.to_str()).unwrap_or("svg");
+    let clean: String = suffix
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    path.with_file_name(format!("{stem}-{clean}.{ext}"))
+}
+
+/// Folds the progress of parallel runs into one bar.
+struct ProgressTracker<'a> {
+    bar: &'a ProgressBar,
+    jobs_done: Mutex<BTreeMap<String, (usize, usize)>>,
+}
+
+impl<'a> ProgressTracker<'a> {
+    fn new(bar: &'a ProgressBar) -> ProgressTracker<'a> {
+        ProgressTracker {
+            bar,
+            jobs_done: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    fn update(&self, progress: &Progress) {
+        match *progress {
+            Progress::Planning { done, total } => {
+                self.bar.set_length(total as u64);
+                self.bar.set_position(done as u64);
+                self.bar.set_message("planning jobs (Graphene offline)");
+            }
+            Progress::Simulating {
+                policy,
+                jobs_done,
+                jobs_total,
+                now_s,
+            } => {
+                let Ok(mut runs) = self.jobs_done.lock() else {
+                    return;
+                };
+                runs.insert(policy.name().to_string(), (jobs_done, jobs_total));
+                let done: usize = runs.values().map(|(d, _)| d).sum();
+                let total: usize = runs.values().map(|(_, t)| t).sum();
+                self.bar.set_length(total as u64);
+                self.bar.set_position(done as u64);
+                self.bar
+                    .set_message(format!("simulating {} runs, t = {now_s:.0} s", runs.len()));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utilization_plots_get_one_file_per_policy() {
+        assert_eq!(
+            suffixed(std::path::Path::new("out/util.svg"), "graphene+carbyne"),
+            PathBuf::from("out/util-graphene-carbyne.svg")
+        );
+    }
+}

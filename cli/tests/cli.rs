@@ -1,0 +1,250 @@
+//! The `fullerene` binary as a user runs it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use fullerene_proto::transport::{Role, TlsMaterial};
+
+fn fullerene() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fullerene"));
+    cmd.env_remove("FULLERENE_CONFIG")
+        .env_remove("FULLERENE_WORKLOAD")
+        .env_remove("FULLERENE_LOG");
+    cmd
+}
+
+fn run(args: &[&str]) -> Output {
+    fullerene().args(args).output().expect("fullerene runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn workload() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/workloads/tpch-decima.jsonl")
+}
+
+#[test]
+fn help_lists_the_subcommands() {
+    let out = run(&["--help"]);
+    assert!(out.status.success());
+    for sub in ["certs", "sim", "plan"] {
+        assert!(
+            stdout(&out).contains(sub),
+            "--help lacks {sub}: {}",
+            stdout(&out)
+        );
+    }
+}
+
+#[test]
+fn certs_init_writes_certificates_the_transport_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let out = run(&[
+        "certs",
+        "init",
+        "--dir",
+        d,
+        "--masters",
+        "3",
+        "--agents",
+        "2",
+        "--frameworks",
+        "1",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let agent = TlsMaterial::load(
+        &dir.path().join("ca.pem"),
+        &dir.path().join("agent-2.pem"),
+        &dir.path().join("agent-2-key.pem"),
+    )
+    .unwrap();
+    assert_eq!(agent.identity().role, Role::Agent);
+    assert_eq!(agent.identity().id, "agent-2");
+    let master = TlsMaterial::load(
+        &dir.path().join("ca.pem"),
+        &dir.path().join("master-3.pem"),
+        &dir.path().join("master-3-key.pem"),
+    )
+    .unwrap();
+    assert_eq!(master.identity().role, Role::Master);
+
+    // A second init refuses to replace the CA, and says how to.
+    let again = run(&["certs", "init", "--dir", d]);
+    assert!(!again.status.success());
+    assert!(
+        stderr(&again).contains("already exists"),
+        "{}",
+        stderr(&again)
+    );
+    assert!(stderr(&again).contains("--force"), "{}", stderr(&again));
+}
+
+#[test]
+fn bad_flags_and_inputs_get_clear_errors() {
+    let out = run(&["sim", "--machines", "0"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("--machines"), "{}", stderr(&out));
+
+    let out = run(&["sim", "--machine", "cpus=4,fpgas=1"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("fpgas"), "{}", stderr(&out));
+
+    let out = run(&["sim", "--compare", "graphene,yarn"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("yarn"), "{}", stderr(&out));
+
+    let w = workload();
+    let out = run(&[
+        "plan",
+        "--workload",
+        w.to_str().unwrap(),
+        "--job",
+        "no-such-job",
+    ]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("no-such-job"), "{}", stderr(&out));
+
+    let dir = tempfile::tempdir().unwrap();
+    let cyclic = dir.path().join("cyclic.jsonl");
+    std::fs::write(
+        &cyclic,
+        "{\"name\":\"c\",\"stages\":[{\"id\":0,\"parents\":[1],\"tasks\":1,\"duration_s\":1},{\"id\":1,\"parents\":[0],\"tasks\":1,\"duration_s\":1}]}\n",
+    )
+    .unwrap();
+    let out = run(&["plan", "--workload", cyclic.to_str().unwrap(), "--all"]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("cyclic.jsonl:1") && err.contains("cycle"),
+        "{err}"
+    );
+}
+
+#[test]
+fn config_file_supplies_flags_and_rejects_unknown_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("fullerene.toml");
+    let certs = dir.path().join("certs");
+    std::fs::write(
+        &config,
+        format!(
+            "[certs.init]\ndir = {:?}\nmasters = 1\nagents = 0\nframeworks = 0\noperators = 0\n",
+            certs
+        ),
+    )
+    .unwrap();
+    let out = run(&[
+        "--config",
+        config.to_str().unwrap(),
+        "--json",
+        "certs",
+        "init",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let files: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(files.as_array().unwrap().len(), 2, "the CA and one master");
+    assert!(certs.join("master-1.pem").exists());
+
+    std::fs::write(&config, "[certs.init]\ndirectory = \"x\"\n").unwrap();
+    let out = run(&[
+        "--config",
+        config.to_str().unwrap(),
+        "certs",
+        "init",
+        "--dir",
+        "y",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("unknown key `directory`"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn plan_reports_a_job_against_its_lower_bound() {
+    let w = workload();
+    let out = run(&[
+        "plan",
+        "--workload",
+        w.to_str().unwrap(),
+        "--job",
+        "tpch-q1-2g",
+        "--machines",
+        "2",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let makespan = report["makespan_s"].as_f64().unwrap();
+    let new_lb = report["bounds"]["new_lb"].as_f64().unwrap();
+    assert!(new_lb > 0.0 && makespan >= new_lb - 1e-9, "{report}");
+    assert_eq!(report["tasks"].as_u64(), Some(417));
+}
+
+#[test]
+fn sim_compares_policies_on_identical_arrivals() {
+    let w = workload();
+    let dir = tempfile::tempdir().unwrap();
+    let plot = dir.path().join("jct.svg");
+    let json = dir.path().join("sim.json");
+    let out = run(&[
+        "sim",
+        "--workload",
+        w.to_str().unwrap(),
+        "--jobs",
+        "4",
+        "--machines",
+        "2",
+        "--arrivals",
+        "zero",
+        "--groups",
+        "2",
+        "--compare",
+        "graphene+carbyne,drf,fifo",
+        "--baseline",
+        "drf",
+        "--plot",
+        plot.to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("graphene+carbyne"),
+        "{}",
+        stdout(&out)
+    );
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    assert!(
+        svg.starts_with("<svg") || svg.contains("<svg"),
+        "not an SVG"
+    );
+    let reports: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let reports = reports.as_array().unwrap();
+    assert_eq!(reports.len(), 3);
+    for r in reports {
+        for key in [
+            "avg_jct_s",
+            "median_jct_s",
+            "p95_jct_s",
+            "makespan_s",
+            "jain_60s_mean",
+            "jain_60s_min",
+            "utilization",
+            "jobs",
+        ] {
+            assert!(r.get(key).is_some(), "report lacks {key}: {r}");
+        }
+        assert_eq!(r["jobs"].as_array().unwrap().len(), 4);
+    }
+}
