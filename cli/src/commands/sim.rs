@@ -88,7 +88,7 @@ pub fn run(args: SimArgs, json: &JsonOutput) -> Result<()> {
     let config = SimConfig {
         machines: args.machines as usize,
         machine: args.machine,
-        arrivals: args.arrivals.clone(),
+        arrivals: args.arrivals,
         jobs: args.jobs.map(|n| n as usize),
         groups: args.groups.map(|k| k as usize),
         seed: args.seed,

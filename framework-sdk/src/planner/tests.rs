@@ -352,7 +352,7 @@ fn assert_complete(job: &Job, tasks: impl Iterator<Item = TaskRef>, expected: &H
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(5000))]
+    #![proptest_config(ProptestConfig::with_cases(200))]
 
     #[test]
     fn plans_are_valid_complete_and_no_shorter_than_the_lower_bounds(
