@@ -9,7 +9,7 @@
 //! | `graphene+carbyne` | deficit counters (DRF factor), best perfScore, leftover SRTF | [`CarbynePolicy`] around [`GrapheneMatcher`] |
 //! | `graphene` | deficit counters (DRF factor), best perfScore | [`GrapheneMatcher`] |
 //! | `carbyne` | DRF, leftover redistribution | [`CarbynePolicy`] around [`TetrisPolicy`] (Carbyne §5: "using Tetris as an intra-job scheduler") |
-//! | `drf` | DRF | [`DrfPolicy`] (Tez's breadth-first order, Carbyne §5.1) |
+//! | `drf` | DRF | [`drf_policy`] (Tez's breadth-first order, Carbyne §5.1) |
 //! | `tetris` | Tetris (packing + SRTF across jobs) | [`TetrisPolicy`] |
 //! | `cp` | capacity scheduler | [`CriticalPathPolicy`] |
 //! | `bfs` | capacity scheduler | [`BfsPolicy`] (Tez) |
@@ -21,7 +21,7 @@ use std::str::FromStr;
 
 use crate::job::Job;
 use crate::policy::baselines::{
-    BfsPolicy, CriticalPathPolicy, DrfPolicy, FifoPolicy, SjfPolicy, TetrisPolicy,
+    drf_policy, BfsPolicy, CriticalPathPolicy, FifoPolicy, SjfPolicy, TetrisPolicy,
 };
 use crate::policy::carbyne::{CarbyneParams, CarbynePolicy};
 use crate::policy::graphene::{GrapheneMatcher, MatcherParams};
@@ -176,7 +176,7 @@ pub fn build(
             Box::new(TetrisPolicy::new(job)),
             params.carbyne,
         )),
-        PolicyKind::Drf => Box::new(DrfPolicy::new(job)),
+        PolicyKind::Drf => Box::new(drf_policy(job)),
         PolicyKind::Tetris => Box::new(TetrisPolicy::new(job)),
         PolicyKind::CriticalPath => Box::new(CriticalPathPolicy::new(job)),
         PolicyKind::Bfs => Box::new(BfsPolicy::new(job)),

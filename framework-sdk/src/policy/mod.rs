@@ -74,7 +74,7 @@ pub mod scoring;
 mod tests;
 
 pub use baselines::{
-    BfsPolicy, CriticalPathPolicy, DrfPolicy, FifoPolicy, SjfPolicy, TetrisPolicy,
+    drf_policy, BfsPolicy, CriticalPathPolicy, FifoPolicy, SjfPolicy, TetrisPolicy,
 };
 pub use bundle::{IntraJobPolicy, StageCandidates};
 pub use carbyne::{CarbyneParams, CarbynePolicy};

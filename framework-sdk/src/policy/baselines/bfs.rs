@@ -30,6 +30,7 @@ pub fn breadth_first_levels(job: &Job) -> Vec<u32> {
 /// gets the machine is the capacity scheduler's part, in the allocator.
 #[derive(Clone, Debug)]
 pub struct BfsPolicy {
+    name: &'static str,
     levels: Vec<u32>,
     queues: RunnableQueues,
 }
@@ -37,7 +38,14 @@ pub struct BfsPolicy {
 impl BfsPolicy {
     /// The policy for `job`.
     pub fn new(job: &Job) -> BfsPolicy {
+        BfsPolicy::named(job, "bfs")
+    }
+
+    /// The same order under another name: the DRF baseline's intra-job side is Tez's
+    /// breadth-first order too (see [`super::drf`]).
+    pub(crate) fn named(job: &Job, name: &'static str) -> BfsPolicy {
         BfsPolicy {
+            name,
             levels: breadth_first_levels(job),
             queues: RunnableQueues::new(job, StageOrder::by_index(job)),
         }
@@ -50,7 +58,7 @@ impl BfsPolicy {
 
 impl JobPolicy for BfsPolicy {
     fn name(&self) -> &str {
-        "bfs"
+        self.name
     }
 
     fn on_offer(&mut self, job: &Job, state: &JobState, offer: &OfferContext) -> OfferDecision {

@@ -7,75 +7,23 @@
 //! (which framework is offered a machine: the one with the smallest dominant share); within the
 //! job it fills the offer in Tez's breadth-first order.
 
-use crate::job::{Job, TaskRef};
-use crate::policy::baselines::breadth_first_levels;
-use crate::policy::bundle::{fit_limit, greedy_fill, RunnableQueues, StageOrder};
-use crate::policy::{
-    IntraJobPolicy, JobPolicy, JobState, LeftoverAction, OfferContext, OfferDecision,
-};
+use crate::job::Job;
+use crate::policy::baselines::BfsPolicy;
 
 /// The DRF baseline's intra-job policy (Carbyne §5.1): on every offer the job, chosen by DRF,
 /// takes runnable tasks in Tez's breadth-first order (level, then stage, then index), skipping
-/// those that do not fit on any resource, until nothing more fits.
-#[derive(Clone, Debug)]
-pub struct DrfPolicy {
-    levels: Vec<u32>,
-    queues: RunnableQueues,
-}
-
-impl DrfPolicy {
-    /// The policy for `job`.
-    pub fn new(job: &Job) -> DrfPolicy {
-        DrfPolicy {
-            levels: breadth_first_levels(job),
-            queues: RunnableQueues::new(job, StageOrder::by_index(job)),
-        }
-    }
-
-    fn key(&self, stage: usize, t: TaskRef) -> (u32, usize, u32) {
-        (self.levels[stage], stage, t.index)
-    }
-}
-
-impl JobPolicy for DrfPolicy {
-    fn name(&self) -> &str {
-        "drf"
-    }
-
-    fn on_offer(&mut self, job: &Job, state: &JobState, offer: &OfferContext) -> OfferDecision {
-        let cands = self.queues.candidates(job, state, fit_limit(offer.free));
-        OfferDecision {
-            launch: greedy_fill(&offer.free, cands, |c, t| self.key(c.stage, t)),
-            leftover: LeftoverAction::Decline,
-        }
-    }
-
-    fn replan(&mut self, _job: &Job, _state: &JobState) {
-        self.queues.reset();
-    }
-}
-
-impl IntraJobPolicy for DrfPolicy {
-    fn bundle_among(
-        &mut self,
-        job: &Job,
-        state: &JobState,
-        offer: &OfferContext,
-        tasks: &[TaskRef],
-    ) -> Vec<TaskRef> {
-        let runnable = tasks.iter().copied().filter(|t| state.is_runnable(*t));
-        let cands = self
-            .queues
-            .order()
-            .candidates_from(job, runnable, fit_limit(offer.free));
-        greedy_fill(&offer.free, cands, |c, t| self.key(c.stage, t))
-    }
+/// those that do not fit on any resource, until nothing more fits. It is [`BfsPolicy`] under
+/// the name `drf`: the two baselines differ only in the allocator.
+pub fn drf_policy(job: &Job) -> BfsPolicy {
+    BfsPolicy::named(job, "drf")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::job::TaskRef;
     use crate::policy::baselines::test_util::{job, offer};
+    use crate::policy::{JobPolicy, JobState};
 
     #[test]
     fn fills_multi_resource_offers_in_breadth_first_order() {
@@ -87,7 +35,8 @@ mod tests {
         let mut state = JobState::new(&j);
         state.mark_launched(TaskRef::new(0, 0), 0, 0.0);
         state.mark_finished(&j, TaskRef::new(0, 0), 1.0);
-        let mut p = DrfPolicy::new(&j);
+        let mut p = drf_policy(&j);
+        assert_eq!(p.name(), "drf");
         // Level 0 (stage 2) first: its three tasks take 30000 MiB, leaving room for one
         // task of the level-1 stage, which is then memory-bound.
         let d = p.on_offer(&j, &state, &offer("cpus=16,mem_mib=65536"));

@@ -5,7 +5,7 @@
 //! | --- | --- | --- |
 //! | [`FifoPolicy`] | stage order (topological), then task index | FIFO |
 //! | [`BfsPolicy`] | breadth-first: distance from the roots, then stage, then index | Tez (Graphene §2.2, §7.1) |
-//! | [`DrfPolicy`] | Tez's breadth-first order, the DRF baseline's intra-job side | Carbyne §5.1, Graphene Table 3 |
+//! | [`drf_policy`] | Tez's breadth-first order, the DRF baseline's intra-job side | Carbyne §5.1, Graphene Table 3 |
 //! | [`CriticalPathPolicy`] | longest remaining path to the job's end first | CPSched (Graphene §2.2) |
 //! | [`TetrisPolicy`] | best alignment with the free resources, SRTF among equals | Tetris (Graphene §2.2) |
 //! | [`SjfPolicy`] | shortest task first | SJF |
@@ -24,7 +24,7 @@ mod tetris;
 
 pub use bfs::{breadth_first_levels, BfsPolicy};
 pub use critical_path::{downstream_path_lengths, CriticalPathPolicy};
-pub use drf::DrfPolicy;
+pub use drf::drf_policy;
 pub use fifo::FifoPolicy;
 pub use sjf::SjfPolicy;
 pub use tetris::TetrisPolicy;
