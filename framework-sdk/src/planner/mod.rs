@@ -81,7 +81,8 @@ impl PlanCluster {
 pub struct PlannerConfig {
     /// Number of LongScore thresholds `l ∈ {δ, 2δ, …, 1}`, `δ = 1 / long_score_steps`
     /// (Fig. 9, line 6). The paper leaves δ open. We use 10 (δ = 0.1): on the TPC-H workload
-    /// a finer grid (20) explores about twice the candidates for schedules about 0.1% shorter.
+    /// a finer grid (20) explores 1.8 times the candidates, and takes about twice as long, for
+    /// a median schedule 0.06% shorter.
     pub long_score_steps: u32,
     /// Number of FragScore thresholds `f ∈ {δ, 2δ, …, 1}` (Fig. 9, line 7). FragScore is per
     /// stage, so at most one set per stage is discriminative; 10 separates stages whose
@@ -90,8 +91,9 @@ pub struct PlannerConfig {
     /// Candidate sets T holding more than this fraction of the tasks being planned are pruned
     /// without exploration (§4.4: "if |T| is very large, the approach of placing troublesome
     /// tasks first … is unlikely to help"). The paper gives no value; in its production DAGs
-    /// the median T holds 17% of the tasks. At least one candidate (the smallest) always
-    /// remains.
+    /// the median T holds 17% of the tasks. We prune sets of more than half the tasks: on the
+    /// TPC-H workload, keeping them explores 27% more candidates for a median schedule 0.04%
+    /// shorter. At least one candidate (the smallest) always remains.
     pub max_troublesome_fraction: f64,
     /// Split the DAG at total-order cuts and plan the parts separately (§4.4).
     pub split_at_cuts: bool,
