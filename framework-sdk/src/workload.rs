@@ -11,6 +11,10 @@ use serde::Deserialize;
 
 use crate::job::{Job, JobError, StageSpec};
 
+/// The most tasks one stage may have. Far above any real stage (the TPC-H traces peak at a few
+/// thousand), low enough that a corrupt count cannot make the reader allocate without bound.
+pub const MAX_TASKS_PER_STAGE: i64 = 10_000_000;
+
 /// The default fairness group of a job whose line names none.
 pub const DEFAULT_GROUP: &str = "default";
 
@@ -128,6 +132,12 @@ fn build_job(raw: RawJob) -> Result<Job, String> {
                 s.id, s.tasks
             ));
         }
+        if s.tasks > MAX_TASKS_PER_STAGE {
+            return Err(format!(
+                "job `{name}`: stage {} has tasks = {} (at most {MAX_TASKS_PER_STAGE})",
+                s.id, s.tasks
+            ));
+        }
         let tasks = s.tasks as usize;
         let durations = match (s.durations_s, s.duration_s) {
             (Some(ds), _) if ds.len() == tasks => ds,
@@ -201,6 +211,8 @@ mod tests {
 
         let zero = r#"{"name":"z","stages":[{"id":0,"tasks":0,"duration_s":1}]}"#;
         assert!(parse(zero).unwrap_err().to_string().contains("tasks = 0"));
+        let huge = r#"{"name":"h","stages":[{"id":0,"tasks":9223372036854775807,"duration_s":1}]}"#;
+        assert!(parse(huge).unwrap_err().to_string().contains("at most"));
         let unknown = r#"{"name":"u","stages":[{"id":0,"parents":[4],"tasks":1,"duration_s":1}]}"#;
         assert!(parse(unknown)
             .unwrap_err()
