@@ -6,6 +6,7 @@ use fullerene_proto::ResourceVec;
 use fullerene_sdk::policy::scoring::DEFAULT_OVERBOOK_ALLOWANCE;
 
 use crate::arrivals::ArrivalSpec;
+use crate::workload::JobOrder;
 
 /// The reference machine of the shared workloads (`workloads/FORMAT.md`).
 pub const REFERENCE_MACHINE: &str = "cpus=16,mem_mib=65536,disk_mbps=1000,net_mbps=10000";
@@ -19,12 +20,17 @@ pub struct SimConfig {
     pub machine: ResourceVec,
     /// How jobs arrive (`--arrivals`).
     pub arrivals: ArrivalSpec,
-    /// How many jobs to run (`--jobs`): the first N of the file, cycling through it when N is
-    /// larger (see [`crate::workload::prepare_jobs`]). `None`: every job once.
+    /// How many jobs to run (`--jobs`): the first N of the file in [`SimConfig::job_order`],
+    /// going through it again when N is larger (see [`crate::workload::prepare_jobs`]).
+    /// `None`: every job once.
     pub jobs: Option<usize>,
+    /// Which jobs `--jobs N` takes (`--job-order`): the file's first N, or N of a seeded random
+    /// permutation of the file.
+    pub job_order: JobOrder,
     /// Spread the jobs of group `default` round-robin over `g0..g{K-1}` (`--groups`).
     pub groups: Option<usize>,
-    /// Seed of every random choice (`--seed`): Poisson arrivals only, today.
+    /// Seed of every random choice (`--seed`): Poisson arrivals, the random job order and
+    /// Carbyne's altruism draws.
     pub seed: u64,
     /// Virtual seconds between allocation cycles. 0 (the default) runs a cycle after every
     /// batch of same-time events, as an event-driven Mesos master does when resources free up;
@@ -65,6 +71,7 @@ impl Default for SimConfig {
             machine: reference_machine(),
             arrivals: ArrivalSpec::Poisson { mean_gap_s: 25.0 },
             jobs: None,
+            job_order: JobOrder::File,
             groups: None,
             seed: 0,
             offer_interval_s: 0.0,

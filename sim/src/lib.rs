@@ -40,4 +40,4 @@ pub use plot::{plot_jct_cdf, plot_utilization};
 pub use policies::{allocator_policy, parse_policy_list};
 pub use report::{attach_ratios, render_table, JobResult, Ratios, Scenario, SimReport};
 pub use runner::{compare, plan_jobs, run, simulate, PlanSet, Progress, ProgressFn, SimOutcome};
-pub use workload::{prepare_jobs, SimJob};
+pub use workload::{job_sources, prepare_jobs, JobOrder, JobOrderError, SimJob};

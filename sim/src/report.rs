@@ -56,6 +56,9 @@ pub struct Scenario {
     pub arrivals: String,
     /// Number of jobs simulated.
     pub jobs: usize,
+    /// Which jobs were taken, in `--job-order` syntax (`file` or `random`).
+    #[serde(default)]
+    pub job_order: String,
     /// Number of distinct fairness groups among them.
     pub groups: usize,
     /// The seed.
@@ -241,6 +244,7 @@ mod tests {
                 machine: "cpus=1".into(),
                 arrivals: "zero".into(),
                 jobs: 1,
+                job_order: "file".into(),
                 groups: 1,
                 seed: 0,
             },

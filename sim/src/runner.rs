@@ -95,13 +95,24 @@ fn plan_sources(
     config: &SimConfig,
     progress: Option<&ProgressFn<'_>>,
 ) -> Result<PlanSet, SimError> {
+    // Only the sources the scenario uses: a random sample of a large file need not plan the
+    // rest of it.
     let used = jobs.iter().map(|j| j.source).max().map_or(0, |s| s + 1);
+    let mut wanted = vec![false; used];
+    for job in jobs {
+        wanted[job.source] = true;
+    }
+    let total = wanted.iter().filter(|&&w| w).count();
     let cluster = PlanCluster::new(config.machines, config.machine);
     let planner = PlannerConfig::default();
     let done = AtomicUsize::new(0);
-    let results: Vec<Result<Plan, SimError>> = file_jobs[..used]
+    let results: Vec<Option<Result<Plan, SimError>>> = file_jobs[..used]
         .par_iter()
-        .map(|job| {
+        .zip(wanted.par_iter())
+        .map(|(job, &wanted)| {
+            if !wanted {
+                return None;
+            }
             let result = plan(job, &cluster, &planner).map_err(|source| SimError::Plan {
                 job: job.name.clone(),
                 source,
@@ -110,15 +121,15 @@ fn plan_sources(
             if let Some(progress) = progress {
                 progress(&Progress::Planning {
                     done: finished,
-                    total: used,
+                    total,
                 });
             }
-            result
+            Some(result)
         })
         .collect();
     let mut plans = Vec::with_capacity(used);
     for result in results {
-        plans.push(Some(result?));
+        plans.push(result.transpose()?);
     }
     Ok(PlanSet {
         plans,
@@ -152,7 +163,9 @@ pub fn simulate(
     let computed;
     let plans: &[Option<Plan>] = if policy.needs_pri_scores() {
         match plans {
-            Some(set) if set.fits(config) => &set.plans,
+            Some(set) if set.fits(config) && jobs.iter().all(|j| set.get(j.source).is_some()) => {
+                &set.plans
+            }
             _ => {
                 computed = plan_sources(file_jobs, &jobs, config, progress)?;
                 &computed.plans
@@ -267,6 +280,7 @@ fn build_report(
             machine: config.machine.to_string(),
             arrivals: config.arrivals.to_string(),
             jobs: jobs.len(),
+            job_order: config.job_order.to_string(),
             groups: groups.len(),
             seed: config.seed,
         },

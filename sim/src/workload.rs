@@ -2,14 +2,89 @@
 //! fairness groups (`--groups`), arriving when (`--arrivals`).
 
 use std::collections::BTreeSet;
+use std::fmt;
+use std::str::FromStr;
 
 use fullerene_proto::ResourceVec;
 use fullerene_sdk::workload::DEFAULT_GROUP;
 use fullerene_sdk::Job;
 
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
 use crate::arrivals::{poisson_arrivals, ArrivalSpec};
 use crate::config::SimConfig;
 use crate::error::SimError;
+
+/// Which of the file's jobs an experiment runs, and in what order (`--job-order`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum JobOrder {
+    /// The file's order: `--jobs N` runs its first N jobs.
+    #[default]
+    File,
+    /// A seeded random permutation of the file (seed [`SimConfig::seed`]): `--jobs N` runs N
+    /// jobs drawn without replacement, a random sample of the file's mix of queries and input
+    /// sizes, as Decima's and Graphene's evaluations sample TPC-H jobs. Files are often sorted
+    /// (the TPC-H files by input size), so their first N jobs are not a representative mix.
+    Random,
+}
+
+/// Why a job order could not be parsed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown job order `{0}`: expected `file` or `random`")]
+pub struct JobOrderError(String);
+
+impl FromStr for JobOrder {
+    type Err = JobOrderError;
+
+    fn from_str(s: &str) -> Result<JobOrder, JobOrderError> {
+        match s.trim() {
+            "file" => Ok(JobOrder::File),
+            "random" => Ok(JobOrder::Random),
+            other => Err(JobOrderError(other.to_string())),
+        }
+    }
+}
+
+impl fmt::Display for JobOrder {
+    /// The same syntax [`FromStr`] accepts.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            JobOrder::File => "file",
+            JobOrder::Random => "random",
+        })
+    }
+}
+
+/// The ChaCha stream of the job order's draws: the arrivals use stream 0 of the same seed, so
+/// that the jobs drawn and their arrival times are independent.
+const JOB_ORDER_STREAM: u64 = 1;
+
+/// The sources (indices into the file) of the `count` jobs an experiment runs, in selection
+/// order. [`JobOrder::File`] cycles through the file; [`JobOrder::Random`] draws a fresh seeded
+/// permutation for every pass through it, so that each pass holds every job once.
+pub fn job_sources(file_len: usize, count: usize, order: JobOrder, seed: u64) -> Vec<usize> {
+    if file_len == 0 {
+        return Vec::new();
+    }
+    match order {
+        JobOrder::File => (0..count).map(|i| i % file_len).collect(),
+        JobOrder::Random => {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            rng.set_stream(JOB_ORDER_STREAM);
+            let mut out = Vec::with_capacity(count);
+            let mut pass: Vec<usize> = Vec::with_capacity(file_len);
+            while out.len() < count {
+                pass.clear();
+                pass.extend(0..file_len);
+                pass.shuffle(&mut rng);
+                out.extend(pass.iter().take(count - out.len()));
+            }
+            out
+        }
+    }
+}
 
 /// One job of an experiment. Copies made by cycling share their source's DAG (and plan).
 #[derive(Clone, Debug, PartialEq)]
@@ -26,9 +101,11 @@ pub struct SimJob {
 
 /// Selects, groups and times the jobs of an experiment.
 ///
-/// - `--jobs N` takes the first N jobs of the file; when N exceeds the file, it cycles through
-///   it again, naming the k-th extra copy of job `x` `x#k` (so `q1`, ..., `q22`, `q1#1`, ...).
-///   Copies keep their source's DAG and durations, and therefore share its Graphene plan.
+/// - `--jobs N` takes the first N jobs of the file, or with `--job-order random` N jobs of a
+///   seeded random permutation of it ([`job_sources`]); when N exceeds the file, it goes
+///   through it again (a new permutation for `random`), naming the k-th extra copy of job `x`
+///   `x#k` (so `q1`, ..., `q22`, `q1#1`, ...). Copies keep their source's DAG and durations,
+///   and therefore share its Graphene plan.
 /// - `--groups K` moves jobs of group `default` (lines that name no group) round-robin, in
 ///   selection order, into `g0..g{K-1}`; named groups are kept.
 /// - Arrivals: `zero` puts every job at 0; `poisson:M` gives the i-th selected job the i-th
@@ -47,8 +124,12 @@ pub fn prepare_jobs(file_jobs: &[Job], config: &SimConfig) -> Result<Vec<SimJob>
     if count == 0 {
         return Err(SimError::NoJobs);
     }
-    for job in file_jobs.iter().take(count) {
-        check_fits(job, &config.machine)?;
+    let sources = job_sources(file_jobs.len(), count, config.job_order, config.seed);
+    let mut checked = vec![false; file_jobs.len()];
+    for &source in &sources {
+        if !std::mem::replace(&mut checked[source], true) {
+            check_fits(&file_jobs[source], &config.machine)?;
+        }
     }
 
     let trace_period = match config.arrivals {
@@ -72,8 +153,7 @@ pub fn prepare_jobs(file_jobs: &[Job], config: &SimConfig) -> Result<Vec<SimJob>
     let mut names = BTreeSet::new();
     let mut default_jobs_seen = 0usize;
     let mut jobs = Vec::with_capacity(count);
-    for i in 0..count {
-        let source = i % file_jobs.len();
+    for (i, &source) in sources.iter().enumerate() {
         let copy = i / file_jobs.len();
         let job = &file_jobs[source];
         let name = if copy == 0 {
@@ -271,6 +351,73 @@ mod tests {
         assert_ne!(a, c);
         assert_eq!(a[0].arrival_s, 0.0);
         assert!(a.windows(2).all(|w| w[0].arrival_s <= w[1].arrival_s));
+    }
+
+    #[test]
+    fn random_order_is_a_seeded_permutation_per_pass() {
+        let order = |count, seed| job_sources(10, count, JobOrder::Random, seed);
+        assert_eq!(order(25, 3), order(25, 3));
+        assert_ne!(order(10, 3), order(10, 4));
+        let all = order(25, 3);
+        for pass in all.chunks(10) {
+            let mut sorted = pass.to_vec();
+            sorted.sort_unstable();
+            sorted.dedup();
+            assert_eq!(
+                sorted.len(),
+                pass.len(),
+                "each pass holds a job once: {pass:?}"
+            );
+        }
+        assert_ne!(all[..10], (0..10).collect::<Vec<_>>()[..], "shuffled");
+        // A prefix of a longer draw: --jobs N and --jobs M > N start alike.
+        assert_eq!(order(4, 3)[..], all[..4]);
+        assert_eq!(
+            job_sources(3, 7, JobOrder::File, 9),
+            vec![0, 1, 2, 0, 1, 2, 0]
+        );
+        assert!(job_sources(0, 5, JobOrder::Random, 1).is_empty());
+    }
+
+    #[test]
+    fn random_order_keeps_names_unique_and_arrivals_independent() {
+        let file: Vec<Job> = (0..6)
+            .map(|i| job(&format!("j{i}"), DEFAULT_GROUP, None, 1.0))
+            .collect();
+        let cfg = |order| SimConfig {
+            jobs: Some(14),
+            groups: Some(2),
+            job_order: order,
+            seed: 5,
+            ..config(ArrivalSpec::Poisson { mean_gap_s: 10.0 })
+        };
+        let random = prepare_jobs(&file, &cfg(JobOrder::Random)).unwrap();
+        let in_file = prepare_jobs(&file, &cfg(JobOrder::File)).unwrap();
+        let names: BTreeSet<&str> = random.iter().map(|j| j.name.as_str()).collect();
+        assert_eq!(names.len(), 14);
+        for job in &random {
+            let copy = job.name.split_once('#').map(|(base, _)| base);
+            assert_eq!(copy.unwrap_or(&job.name), file[job.source].name);
+        }
+        let sources: Vec<usize> = random.iter().map(|j| j.source).collect();
+        assert_ne!(
+            sources,
+            in_file.iter().map(|j| j.source).collect::<Vec<_>>()
+        );
+        // The i-th job arrives at the same time whichever job it is, and groups still alternate.
+        for (r, f) in random.iter().zip(&in_file) {
+            assert_eq!(r.arrival_s, f.arrival_s);
+            assert_eq!(r.group, f.group);
+        }
+    }
+
+    #[test]
+    fn job_orders_parse_and_display() {
+        for order in [JobOrder::File, JobOrder::Random] {
+            assert_eq!(order.to_string().parse::<JobOrder>(), Ok(order));
+        }
+        let err = "shuffle".parse::<JobOrder>().unwrap_err();
+        assert!(err.to_string().contains("`shuffle`"), "{err}");
     }
 
     #[test]

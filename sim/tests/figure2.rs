@@ -94,3 +94,27 @@ fn figure_3_graphene_beats_the_capacity_scheduler_and_cpsched_with_two_jobs() {
         );
     }
 }
+
+/// Carbyne over Graphene on Figs. 2 and 3: altruism must not cost these jobs anything. A lone
+/// job's yield comes straight back to it (nobody else wants it), and of two jobs each gets back
+/// what the other cannot use (Carbyne §3.3.1, Pseudocode 1's leftover scheduler runs over every
+/// job, donors included). When donors were left out of their own leftovers, the two jobs of
+/// Fig. 3 averaged well above Graphene's 2T.
+#[test]
+fn carbyne_over_graphene_keeps_graphene_s_schedules_on_figures_2_and_3() {
+    let lone = vec![figure_2("fig2", "g")];
+    let jct = |jobs: &[Job], kind| run(jobs, &config(), kind, None).unwrap();
+    let alone = jct(&lone, PolicyKind::GrapheneCarbyne);
+    assert!(alone.avg_jct_s < 1.1, "alone: {}", alone.avg_jct_s);
+
+    let two = vec![figure_2("fig3-a", "a"), figure_2("fig3-b", "b")];
+    let both = jct(&two, PolicyKind::GrapheneCarbyne);
+    let graphene = jct(&two, PolicyKind::Graphene);
+    assert!(
+        both.avg_jct_s < 2.2 && both.avg_jct_s <= graphene.avg_jct_s + 0.05,
+        "graphene+carbyne {} vs graphene {}",
+        both.avg_jct_s,
+        graphene.avg_jct_s
+    );
+    assert!(both.makespan_s < 2.2, "makespan {}", both.makespan_s);
+}

@@ -11,7 +11,7 @@ use fullerene_sdk::policy::PolicyKind;
 use fullerene_sdk::read_workload;
 use fullerene_sim::{
     compare, parse_policy_list, plot_jct_cdf, plot_utilization, render_table, ArrivalSpec,
-    Progress, SimConfig,
+    JobOrder, Progress, SimConfig,
 };
 use indicatif::ProgressBar;
 
@@ -43,9 +43,14 @@ pub struct SimArgs {
     /// Job arrivals: `zero` (all at 0), `poisson:MEAN_GAP_S`, or `trace` (the file's arrival_s).
     #[arg(long, value_name = "SPEC", default_value = "poisson:25")]
     arrivals: ArrivalSpec,
-    /// Number of jobs: the file's first N, cycling through it when N is larger. Default: all.
+    /// Number of jobs: the first N in --job-order, going through the file again when N is
+    /// larger. Default: all.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
     jobs: Option<u32>,
+    /// Which jobs --jobs takes: `file` (the file's first N) or `random` (N drawn without
+    /// replacement by a permutation seeded with --seed, a representative mix of a sorted file).
+    #[arg(long, value_name = "ORDER", default_value = "file")]
+    job_order: JobOrder,
     /// Spread the jobs of group `default` round-robin over K groups `g0..g{K-1}`.
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..=100_000))]
     groups: Option<u32>,
@@ -90,6 +95,7 @@ pub fn run(args: SimArgs, json: &JsonOutput) -> Result<()> {
         machine: args.machine,
         arrivals: args.arrivals,
         jobs: args.jobs.map(|n| n as usize),
+        job_order: args.job_order,
         groups: args.groups.map(|k| k as usize),
         seed: args.seed,
         offer_interval_s: args.offer_interval,

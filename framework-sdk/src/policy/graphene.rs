@@ -426,6 +426,30 @@ mod tests {
     }
 
     #[test]
+    fn a_bundle_overbooks_a_link_only_while_it_has_bandwidth_free() {
+        let cap = "cpus=16,net_mbps=1000";
+        let job = Job::new(
+            "j",
+            "g",
+            None,
+            vec![spec(0, &[], &[1.0; 6], "cpus=1,net_mbps=300")],
+        )
+        .unwrap();
+        let state = JobState::new(&job);
+        let mut m = GrapheneMatcher::new(
+            vec![vec![1.0; 6]],
+            MatcherParams {
+                overbook_allowance: 0.5,
+                ..MatcherParams::default()
+            },
+        );
+        let d = m.on_offer(&job, &state, &offer(0, "cpus=16,net_mbps=1000", cap));
+        // Three fit (900 of 1000); the fourth uses the last 100 and overbooks by 200; a fifth
+        // would stay within the 50% allowance (1500) but finds the link already full.
+        assert_eq!(d.launch.len(), 4, "{:?}", d.launch);
+    }
+
+    #[test]
     fn eta_is_learned_from_scored_candidates() {
         let job = Job::new("j", "g", None, vec![spec(0, &[], &[5.0; 3], "cpus=2")]).unwrap();
         let state = JobState::new(&job);

@@ -39,10 +39,13 @@ pub fn packing_score(
 }
 
 /// Overbooking score `oScore` of Fig. 8, which the paper omits "for brevity". Ours: a task that
-/// does not fit only because of fungible resources, and stays within `allowance` of them, scores
-/// the packing alignment over its non-fungible resources scaled down by how much it overbooks
-/// (the slowdown it inflicts); anything else scores 0. Fig. 8's lexicographic order ranks every
-/// positive [`packing_score`] above every `oScore`, which [`PerfScore`]'s ordering implements.
+/// does not fit only because of fungible resources, stays within `allowance` of them, and finds
+/// some of each of them still free (so that overbooking puts idle bandwidth to use rather than
+/// only slowing a full link down), scores the packing alignment over its non-fungible resources
+/// scaled down by how much it overbooks (the slowdown it inflicts); anything else scores 0. A
+/// bundle therefore crosses a link's capacity at most once. Fig. 8's lexicographic order ranks
+/// every positive [`packing_score`] above every `oScore`, which [`PerfScore`]'s ordering
+/// implements.
 pub fn overbooking_score(
     available: &ResourceVec,
     demand: &ResourceVec,
@@ -61,6 +64,13 @@ pub fn overbooking_score(
             continue;
         }
         if !kind.is_fungible() {
+            return 0.0;
+        }
+        // Only idle bandwidth is worth overbooking into (tech report §5: overbook "if the
+        // cost of doing so (slowing down of all tasks using that resource) is less than the
+        // benefit"): a link with some capacity free carries more once the task joins, but a
+        // full or overbooked one carries no more, and every task on it only slows down.
+        if have <= fullerene_proto::resources::EPSILON {
             return 0.0;
         }
         let excess = (need - have) / capacity[kind].max(fullerene_proto::resources::EPSILON);
@@ -216,6 +226,10 @@ mod tests {
         assert!((packing_score(&free, &cpu_heavy, &cap(), 0.8) - 0.8 * a).abs() < 1e-12);
     }
 
+    fn disk_user() -> ResourceVec {
+        "cpus=1,disk_mbps=100".parse().unwrap()
+    }
+
     #[test]
     fn overbooking_only_for_small_fungible_excess() {
         let free: ResourceVec = "cpus=8,mem_mib=8192,net_mbps=1000".parse().unwrap();
@@ -235,6 +249,14 @@ mod tests {
         assert_eq!(
             overbooking_score(&overbooked, &net_only, &cap(), 0.25),
             overbooking_score(&free, &net_only, &cap(), 0.25)
+        );
+        // No bandwidth left at all: overbooking would only slow the link's tasks down.
+        let mut full = free;
+        full[ResourceKind::NetMbps] = 0.0;
+        assert_eq!(overbooking_score(&full, &small_excess, &cap(), 0.25), 0.0);
+        assert_eq!(
+            overbooking_score(&overbooked, &disk_user(), &cap(), 0.25),
+            0.0
         );
     }
 

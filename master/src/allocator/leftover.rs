@@ -5,9 +5,15 @@
 //! cycle: to the framework with the least remaining work (shortest remaining time first, which
 //! lowers the average completion time) among those with a pending shape that fits them, ties
 //! broken by the best packing score of a fitting shape (which uses the leftover best), then by
-//! registration order. The yielder, and any framework that already yielded this agent's
-//! resources in the current cycle, is never chosen: resources yielded altruistically must not
-//! come straight back.
+//! registration order. The yielder of a regular offer is a candidate like every other
+//! framework: Pseudocode 1's `LEFTOVERSCHEDULER` runs over all jobs in SRTF order, donors
+//! included, so a donor gets back what no job with less remaining work can use, which keeps
+//! altruism work-conserving (§3.3.1: J1 "is instead running that task at time 0 to ensure work
+//! conservation").
+//! A framework that yields a *leftover* offer has had its turn: it is left out of this agent's
+//! leftovers for the rest of the cycle, which also ends every chain of yields. (Leaving every
+//! donor out idles whatever only the donor could use until the next cycle, so that altruism
+//! delays the donor even when nobody else wants its resources.)
 //!
 //! Under [`InterJobPolicy::DeficitCounters`] the κ·C gate applies to leftovers too: while the
 //! most deprived runnable group with pending work (leaving out groups whose frameworks all

@@ -37,7 +37,8 @@
 //! behind small ones that take every hole as it opens), with two exceptions that keep the
 //! cluster live: a group none of whose pending shapes fits *any* agent's capacity does not stop
 //! the cluster, and a group all of whose frameworks refuse an agent (a decline filter, an offer
-//! of it already held, or a yield of it in this cycle) does not hold that agent idle.
+//! of it already held, or a yield of a leftover of it in this cycle) does not hold that agent
+//! idle.
 //!
 //! One decision here hands a framework a whole agent, on which it may launch many tasks. So that
 //! the bound still holds at task granularity, the allocator (policy
@@ -355,7 +356,8 @@ struct AgentSoft {
     offers: Vec<OutstandingOffer>,
     /// Decline filters: framework refuses this agent until the time.
     filters: Vec<(FrameworkIdx, f64)>,
-    /// Frameworks that yielded this agent since its shard's last cycle began.
+    /// Frameworks that yielded a leftover offer of this agent since its shard's last cycle
+    /// began (a yield of a regular offer does not count: see [`Allocator::offer_answered`]).
     yielders: Vec<FrameworkIdx>,
 }
 
@@ -716,8 +718,10 @@ impl Allocator {
     /// launches there (charged now, as a committed `LaunchTasks` would be); the rest of the offer
     /// is declined (the framework is not offered this agent again for
     /// [`AllocatorConfig::decline_filter_s`]) or yielded, in which case it is redistributed at
-    /// once (Carbyne §3.3.4: least remaining work first, then best packing, never back to a
-    /// framework that yielded this agent in the current cycle) and the re-offer returned.
+    /// once (Carbyne §3.3.4: least remaining work first, then best packing) and the re-offer
+    /// returned. The yielder of a regular offer takes part in that redistribution in its SRTF
+    /// place, as every job does in Pseudocode 1's `LEFTOVERSCHEDULER`; a framework that yields a
+    /// leftover offer is left out of the agent's leftovers until the next cycle.
     ///
     /// Validation (DESIGN.md step 5): the offer must be out to this framework, and the tasks
     /// must fit in it, fungible kinds up to the overbooking allowance of the agent's capacity.
@@ -770,6 +774,10 @@ impl Allocator {
             });
         }
         self.drop_offer(a, f);
+        // The answer replaces the offer's projected launches: what the framework did not
+        // launch is pending again for the rest of the cycle (a leftover it yielded may come
+        // back to it, see below), and what it launched is consumed just after.
+        self.frameworks[f.get()].cycle_stamp = 0;
         for d in launched {
             self.state.apply_launch_idx(a, f, *d)?;
             self.consume_shape(f, d);
@@ -792,9 +800,17 @@ impl Allocator {
                 Ok(None)
             }
             LeftoverAction::Yield => {
-                let yielders = &mut self.agents[a.get()].yielders;
-                if !yielders.contains(&f) {
-                    yielders.push(f);
+                // A framework that yields a *regular* offer stays a candidate for the leftover,
+                // in its SRTF place: Pseudocode 1's LEFTOVERSCHEDULER runs over all jobs, donors
+                // included, which is what keeps altruism work-conserving (Carbyne §3.3.1: J1
+                // "is instead running that task at time 0 to ensure work conservation"). One
+                // that yields a *leftover* offer has had its turn and is left out for the rest
+                // of the cycle, which also ends every chain of yields.
+                if offer.kind == OfferKind::Leftover {
+                    let yielders = &mut self.agents[a.get()].yielders;
+                    if !yielders.contains(&f) {
+                        yielders.push(f);
+                    }
                 }
                 Ok(self.redistribute(a, remainder, now_s))
             }

@@ -283,7 +283,7 @@ impl Allocator {
     }
 
     /// Frameworks that must not get agent `a` now: those with an active decline filter, those
-    /// holding an offer of it, and (for leftovers) those that yielded it this cycle.
+    /// holding an offer of it, and (for leftovers) those that yielded a leftover of it this cycle.
     fn exclusions(&self, a: AgentIdx, now_s: f64, leftover: bool) -> Exclusions {
         let soft = &self.agents[a.get()];
         let mut out: Vec<FrameworkIdx> = soft

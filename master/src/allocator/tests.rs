@@ -527,7 +527,7 @@ fn overbooking_is_offered_only_when_nothing_fits() {
             0.0,
         )
         .unwrap();
-    // ... but not more than the allowance.
+    // ... but not into a link that is already full: that would only slow its tasks down.
     alloc
         .update_demand(
             &fid("net"),
@@ -535,6 +535,14 @@ fn overbooking_is_offered_only_when_nothing_fits() {
         )
         .unwrap();
     alloc.revive(&fid("net")).unwrap();
+    assert!(alloc.allocate_all(10.0).is_empty());
+    // Offered the agent for a task that fits, it may not launch beyond the allowance either.
+    alloc
+        .update_demand(
+            &fid("net"),
+            &summary(&[("cpus=1,net_mbps=200", 3, 1.0), ("cpus=1", 1, 1.0)], 1.0),
+        )
+        .unwrap();
     let offers = alloc.allocate_all(10.0);
     assert_eq!(offers.len(), 1);
     let err = alloc.offer_answered(
@@ -551,7 +559,7 @@ fn overbooking_is_offered_only_when_nothing_fits() {
 }
 
 #[test]
-fn yielded_leftovers_go_to_least_remaining_work_never_back_to_yielders() {
+fn yielded_leftovers_go_to_least_remaining_work_donors_included() {
     for policy in [InterJobPolicy::Drf, deficit(0.9, FairnessFactor::Drf)] {
         let mut alloc = allocator(policy);
         add_agents(&mut alloc, 1, v("cpus=16,mem_mib=16384"));
@@ -571,7 +579,9 @@ fn yielded_leftovers_go_to_least_remaining_work_never_back_to_yielders() {
         let first = offers[0].framework.clone();
         let mut holder = first.clone();
         let mut order = vec![first.as_str().to_string()];
-        // Each holder launches one task and yields the rest.
+        // Each holder launches one task and yields the rest: the regular offer's holder stays a
+        // candidate (Pseudocode 1's leftover scheduler runs over every job), a leftover's
+        // holder that yields it is out for the rest of the cycle.
         loop {
             let next = alloc
                 .offer_answered(
@@ -591,14 +601,93 @@ fn yielded_leftovers_go_to_least_remaining_work_never_back_to_yielders() {
             holder = next.framework.clone();
             order.push(holder.as_str().to_string());
         }
-        // Everyone got the agent once; after the first, by remaining work.
+        // After the regular offer, every framework got one leftover, by remaining work, the
+        // first holder included.
         let rest: Vec<&str> = order[1..].iter().map(String::as_str).collect();
-        let mut expected = vec!["short", "mid", "long", "yielder"];
-        expected.retain(|f| *f != order[0]);
-        assert_eq!(rest, expected, "{policy:?}");
+        assert_eq!(rest, ["yielder", "short", "mid", "long"], "{policy:?}");
         // The next cycle may offer it to anyone again.
         assert_eq!(alloc.allocate_all(1.0).len(), 1);
     }
+}
+
+/// Carbyne §3.3.1: altruism must not idle what nobody else can use. A framework alone on the
+/// cluster that takes nothing from a regular offer and yields it gets it straight back as a
+/// leftover (its offer's projected launches are forgotten with the answer), so that it can run
+/// greedily at once rather than a cycle later.
+#[test]
+fn a_lone_donor_gets_its_yield_back_at_once() {
+    for policy in [
+        InterJobPolicy::Drf,
+        deficit(0.1, FairnessFactor::Drf),
+        InterJobPolicy::Fifo,
+    ] {
+        let mut alloc = allocator(policy);
+        add_agents(&mut alloc, 1, v("cpus=16,mem_mib=16384"));
+        alloc.add_framework(fid("donor"), "g", 0.0).unwrap();
+        // Few enough tasks that the offer's projection covers all of them.
+        alloc
+            .update_demand(
+                &fid("donor"),
+                &summary(&[("cpus=2,mem_mib=1024", 4, 1.0)], 50.0),
+            )
+            .unwrap();
+        let offers = alloc.allocate_all(0.0);
+        assert_eq!(offered_to(&offers), vec!["donor"], "{policy:?}");
+        let back = alloc
+            .offer_answered(&aid("a0"), &fid("donor"), &[], LeftoverAction::Yield, 0.0)
+            .unwrap()
+            .unwrap_or_else(|| panic!("{policy:?}: the yield idles the agent"));
+        assert_eq!(back.framework.as_str(), "donor");
+        assert_eq!(back.kind, OfferKind::Leftover);
+        assert_eq!(back.resources, offers[0].resources, "{policy:?}");
+        // Yielding the leftover too ends the chain: nobody else wants it.
+        let again = alloc
+            .offer_answered(&aid("a0"), &fid("donor"), &[], LeftoverAction::Yield, 0.0)
+            .unwrap();
+        assert_eq!(again, None, "{policy:?}");
+    }
+}
+
+/// A donor with more remaining work than another framework that fits the leftover gives way to
+/// it, and gets back only what that framework leaves.
+#[test]
+fn a_donor_gives_way_to_shorter_work_and_takes_the_rest() {
+    let mut alloc = allocator(InterJobPolicy::Drf);
+    add_agents(&mut alloc, 1, v("cpus=16,mem_mib=16384"));
+    alloc.add_framework(fid("donor"), "g", 0.0).unwrap();
+    alloc.add_framework(fid("short"), "g", 1.0).unwrap();
+    alloc
+        .update_demand(
+            &fid("donor"),
+            &summary(&[("cpus=2,mem_mib=1024", 20, 1.0)], 500.0),
+        )
+        .unwrap();
+    let offers = alloc.allocate_all(0.0);
+    assert_eq!(offered_to(&offers), vec!["donor"]);
+    // The short framework appears after the cycle began (its summary arrives now).
+    alloc
+        .update_demand(
+            &fid("short"),
+            &summary(&[("cpus=4,mem_mib=1024", 1, 1.0)], 5.0),
+        )
+        .unwrap();
+    let to_short = alloc
+        .offer_answered(&aid("a0"), &fid("donor"), &[], LeftoverAction::Yield, 0.0)
+        .unwrap()
+        .unwrap();
+    assert_eq!(to_short.framework.as_str(), "short");
+    let to_donor = alloc
+        .offer_answered(
+            &aid("a0"),
+            &fid("short"),
+            &[v("cpus=4,mem_mib=1024")],
+            LeftoverAction::Yield,
+            0.0,
+        )
+        .unwrap()
+        .unwrap();
+    assert_eq!(to_donor.framework.as_str(), "donor");
+    assert_eq!(to_donor.resources, v("cpus=12,mem_mib=15360"));
 }
 
 #[test]
@@ -608,8 +697,9 @@ fn leftover_ties_are_broken_by_packing() {
     alloc.add_framework(fid("yielder"), "g", 0.0).unwrap();
     alloc.add_framework(fid("small"), "g", 1.0).unwrap();
     alloc.add_framework(fid("large"), "g", 2.0).unwrap();
+    // More remaining work than the others, so the leftover goes to one of them.
     alloc
-        .update_demand(&fid("yielder"), &summary(&[("cpus=1", 1, 1.0)], 1.0))
+        .update_demand(&fid("yielder"), &summary(&[("cpus=1", 1, 1.0)], 100.0))
         .unwrap();
     alloc
         .update_demand(
