@@ -1,3 +1,30 @@
 //! The Fullerene agent: one per machine. It reports the machine's resources to the leading
 //! master, runs tasks as child processes within their limits, and delivers their status updates
 //! reliably (checkpointed on disk, retried until acknowledged).
+//!
+//! - [`core`]: the sans-IO task table and per-task status streams;
+//! - [`checkpoint`]: the on-disk log every update is written to before it is sent;
+//! - [`executor`] and [`cgroups`]: processes in sandboxes and process groups, limits, kills,
+//!   re-attachment after a restart, and the built-in `sleep` executor;
+//! - [`machine`]: resource detection and the `--resources` / `--attributes` syntax;
+//! - [`shell`]: the tokio shell (connection, registration, redirects, heartbeats, retries);
+//! - [`metrics`]: the Prometheus metrics it publishes.
+
+pub mod cgroups;
+pub mod checkpoint;
+pub mod core;
+pub mod executor;
+pub mod machine;
+pub mod metrics;
+pub mod shell;
+
+pub use shell::{run, AgentConfig, AgentError};
+
+/// Wall-clock milliseconds since the Unix epoch (0 if the clock is before 1970). Only for
+/// deadlines of sleep tasks and update timestamps: clocks never decide correctness.
+pub fn now_ms() -> fullerene_proto::messages::UnixMillis {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}

@@ -1,0 +1,377 @@
+use super::*;
+use fullerene_proto::messages::CommandSpec;
+use fullerene_proto::resources::Resources;
+
+fn config() -> CoreConfig {
+    CoreConfig::new(
+        AgentId::from("agent-1"),
+        "cpus=4,mem_mib=4096".parse().expect("resources"),
+    )
+}
+
+fn fw(name: &str) -> FrameworkId {
+    FrameworkId::from(name)
+}
+
+fn spec(id: &str, resources: &str) -> TaskSpec {
+    TaskSpec {
+        id: TaskId::from(id),
+        name: id.to_string(),
+        executor: Executor::Command(CommandSpec {
+            program: "true".into(),
+            args: vec![],
+            env: BTreeMap::new(),
+        }),
+        resources: Resources::from(resources.parse::<ResourceVec>().expect("resources")),
+        origin: None,
+        kill_grace_ms: 750,
+    }
+}
+
+fn sleep_spec(id: &str) -> TaskSpec {
+    TaskSpec {
+        executor: Executor::Sleep { duration_ms: 10 },
+        ..spec(id, "cpus=1")
+    }
+}
+
+/// Runs actions the way the shell does, keeping the persisted records and the sent updates.
+#[derive(Default)]
+struct Log {
+    records: Vec<Record>,
+    sent: Vec<StatusUpdate>,
+    starts: Vec<TaskId>,
+    kills: Vec<(TaskId, u64)>,
+}
+
+impl Log {
+    fn take(&mut self, actions: Vec<Action>) {
+        for action in actions {
+            match action {
+                Action::Persist(record) => self.records.push(record),
+                Action::Send(update) => {
+                    // Invariant: the update was persisted before it is sent.
+                    assert!(
+                        self.records.contains(&Record::Update(update.clone())),
+                        "sent before persisted: {update:?}"
+                    );
+                    self.sent.push(update);
+                }
+                Action::Start { spec, .. } => self.starts.push(spec.id),
+                Action::Kill { task_id, grace_ms } => self.kills.push((task_id, grace_ms)),
+            }
+        }
+    }
+}
+
+fn seqs(updates: &[StatusUpdate], task: &str) -> Vec<(u64, TaskState)> {
+    updates
+        .iter()
+        .filter(|u| u.task_id.as_str() == task)
+        .map(|u| (u.seq, u.state))
+        .collect()
+}
+
+fn running(core: &mut AgentCore, log: &mut Log, id: &str, resources: &str) {
+    log.take(core.launch(&fw("f"), vec![spec(id, resources)], 1));
+    log.take(core.started(
+        &TaskId::from(id),
+        Runtime::Process {
+            pid: 100,
+            start_ticks: 7,
+        },
+        String::new(),
+        2,
+    ));
+}
+
+#[test]
+fn a_task_streams_running_then_finished_and_leaves_once_acked() {
+    let mut core = AgentCore::new(config());
+    let mut log = Log::default();
+    running(&mut core, &mut log, "t1", "cpus=1,mem_mib=100");
+    assert_eq!(log.starts, vec![TaskId::from("t1")]);
+    assert_eq!(core.used(), "cpus=1,mem_mib=100".parse().expect("r"));
+    log.take(core.finished(&TaskId::from("t1"), Outcome::Exited(0), String::new(), 3));
+    assert_eq!(
+        seqs(&log.sent, "t1"),
+        vec![(1, TaskState::Running), (2, TaskState::Finished)]
+    );
+    assert_eq!(log.sent[1].reason, Some(StatusReason::Exited { code: 0 }));
+    assert_eq!(log.sent[1].agent_id, AgentId::from("agent-1"));
+    // Resources are free as soon as the task ended, acked or not.
+    assert_eq!(core.used(), ResourceVec::ZERO);
+    assert_eq!(core.backlog(), 2);
+
+    let ack1 = core.ack(&StatusAck {
+        task_id: TaskId::from("t1"),
+        seq: 1,
+    });
+    assert_eq!(ack1.len(), 1);
+    assert_eq!(seqs(&core.unacked(), "t1"), vec![(2, TaskState::Finished)]);
+    // A duplicate ack changes nothing and records nothing.
+    assert!(core
+        .ack(&StatusAck {
+            task_id: TaskId::from("t1"),
+            seq: 1
+        })
+        .is_empty());
+    core.ack(&StatusAck {
+        task_id: TaskId::from("t1"),
+        seq: 2,
+    });
+    assert!(core.task(&TaskId::from("t1")).is_none());
+    assert_eq!(core.backlog(), 0);
+}
+
+#[test]
+fn resend_is_every_unacked_update_in_per_task_order() {
+    let mut core = AgentCore::new(config());
+    let mut log = Log::default();
+    running(&mut core, &mut log, "a", "cpus=1");
+    running(&mut core, &mut log, "b", "cpus=1");
+    log.take(core.finished(&TaskId::from("a"), Outcome::Exited(3), "boom".into(), 5));
+    log.take(core.finished(&TaskId::from("b"), Outcome::Signaled(9), String::new(), 6));
+    core.ack(&StatusAck {
+        task_id: TaskId::from("b"),
+        seq: 1,
+    });
+    let resend = core.unacked();
+    assert_eq!(
+        seqs(&resend, "a"),
+        vec![(1, TaskState::Running), (2, TaskState::Failed)]
+    );
+    assert_eq!(seqs(&resend, "b"), vec![(2, TaskState::Failed)]);
+    let failed_a = &resend[1];
+    assert_eq!(failed_a.reason, Some(StatusReason::Exited { code: 3 }));
+    assert!(failed_a.message.contains("boom"), "{}", failed_a.message);
+    // An ack for everything acks only what was sent: no future seq is pre-acknowledged.
+    core.ack(&StatusAck {
+        task_id: TaskId::from("a"),
+        seq: 99,
+    });
+    assert!(core.task(&TaskId::from("a")).is_none());
+    // Registration lists what is left, with its latest seq.
+    let tasks = core.register_tasks();
+    assert_eq!(tasks.len(), 1);
+    assert_eq!((tasks[0].spec.id.as_str(), tasks[0].seq), ("b", 2));
+}
+
+#[test]
+fn duplicate_launch_and_duplicate_executor_reports_are_harmless() {
+    let mut core = AgentCore::new(config());
+    let mut log = Log::default();
+    running(&mut core, &mut log, "t", "cpus=1");
+    assert!(core
+        .launch(&fw("f"), vec![spec("t", "cpus=1")], 9)
+        .is_empty());
+    let runtime = Runtime::Sleep { deadline_ms: 5 };
+    // A second `started` records the runtime but sends no second RUNNING.
+    let again = core.started(&TaskId::from("t"), runtime, String::new(), 9);
+    assert!(again.iter().all(|a| !matches!(a, Action::Send(_))));
+    log.take(core.finished(&TaskId::from("t"), Outcome::Exited(0), String::new(), 10));
+    assert!(core
+        .finished(&TaskId::from("t"), Outcome::Exited(1), String::new(), 11)
+        .is_empty());
+    assert_eq!(
+        seqs(&log.sent, "t"),
+        vec![(1, TaskState::Running), (2, TaskState::Finished)]
+    );
+}
+
+#[test]
+fn insufficient_resources_fail_the_task_and_change_nothing_else() {
+    let mut core = AgentCore::new(config());
+    let mut log = Log::default();
+    running(&mut core, &mut log, "big", "cpus=3,mem_mib=1000");
+    let before_used = core.used();
+    let before_other = core.task(&TaskId::from("big")).cloned();
+    let actions = core.launch(
+        &fw("f"),
+        vec![spec("too-big", "cpus=2"), spec("fits", "cpus=1")],
+        4,
+    );
+    log.take(actions);
+    let failed = seqs(&log.sent, "too-big");
+    assert_eq!(failed, vec![(1, TaskState::Failed)]);
+    let update = log.sent.iter().find(|u| u.task_id.as_str() == "too-big");
+    let update = update.expect("update");
+    assert_eq!(update.reason, Some(StatusReason::InsufficientResources));
+    assert!(update.message.contains("cpus=2"), "{}", update.message);
+    assert!(update.message.contains("cpus=1"), "{}", update.message);
+    // The refused task holds nothing; the next task of the bundle still fits.
+    assert_eq!(log.starts, vec![TaskId::from("big"), TaskId::from("fits")]);
+    assert_eq!(core.used(), before_used + "cpus=1".parse().expect("r"));
+    assert_eq!(core.task(&TaskId::from("big")).cloned(), before_other);
+}
+
+#[test]
+fn bandwidth_may_be_overbooked_within_the_allowance_but_memory_not() {
+    let mut core = AgentCore::new(CoreConfig::new(
+        AgentId::from("agent-1"),
+        "cpus=8,mem_mib=1000,net_mbps=100".parse().expect("r"),
+    ));
+    let mut log = Log::default();
+    log.take(core.launch(&fw("f"), vec![spec("n1", "net_mbps=120")], 1));
+    log.take(core.launch(&fw("f"), vec![spec("n2", "net_mbps=10")], 1));
+    log.take(core.launch(&fw("f"), vec![spec("m", "mem_mib=1001")], 1));
+    assert_eq!(log.starts, vec![TaskId::from("n1")]);
+    assert_eq!(seqs(&log.sent, "n2"), vec![(1, TaskState::Failed)]);
+    assert_eq!(seqs(&log.sent, "m"), vec![(1, TaskState::Failed)]);
+}
+
+#[test]
+fn unknown_executor_and_invalid_resources_fail_clearly() {
+    let mut config = config();
+    config.executors.remove(EXECUTOR_SLEEP);
+    let mut core = AgentCore::new(config);
+    let mut log = Log::default();
+    let mut bad = spec("bad", "cpus=1");
+    bad.resources.0.insert("unicorns".into(), 1.0);
+    log.take(core.launch(&fw("f"), vec![sleep_spec("s"), bad], 1));
+    assert!(log.starts.is_empty());
+    assert_eq!(log.sent.len(), 2);
+    assert_eq!(log.sent[0].task_id.as_str(), "s");
+    assert_eq!(log.sent[0].reason, Some(StatusReason::UnknownExecutor));
+    assert!(
+        log.sent[0].message.contains("`sleep`"),
+        "{}",
+        log.sent[0].message
+    );
+    assert_eq!(log.sent[1].reason, Some(StatusReason::LaunchFailed));
+    assert!(
+        log.sent[1].message.contains("unicorns"),
+        "{}",
+        log.sent[1].message
+    );
+    assert_eq!(core.used(), ResourceVec::ZERO);
+    assert_eq!(core.active_count(), 0);
+}
+
+#[test]
+fn registered_kill_list_kills_running_tasks_as_agent_lost() {
+    let mut core = AgentCore::new(config());
+    let mut log = Log::default();
+    running(&mut core, &mut log, "keep", "cpus=1");
+    running(&mut core, &mut log, "lost", "cpus=1");
+    log.take(core.registered(&[TaskId::from("lost"), TaskId::from("never-heard-of")]));
+    assert_eq!(log.kills, vec![(TaskId::from("lost"), 750)]);
+    // Asking again while the kill runs does not start a second one.
+    assert!(core.registered(&[TaskId::from("lost")]).is_empty());
+    log.take(core.finished(
+        &TaskId::from("lost"),
+        Outcome::Signaled(15),
+        String::new(),
+        9,
+    ));
+    let last = log.sent.last().expect("update");
+    assert_eq!((last.state, last.seq), (TaskState::Killed, 2));
+    assert_eq!(last.reason, Some(StatusReason::AgentLost));
+    assert_eq!(
+        core.task(&TaskId::from("keep")).map(|e| e.state),
+        Some(TaskState::Running)
+    );
+}
+
+#[test]
+fn kill_needs_the_tasks_own_framework_and_ends_as_killed() {
+    let mut core = AgentCore::new(config());
+    let mut log = Log::default();
+    running(&mut core, &mut log, "t", "cpus=1");
+    assert!(core.kill(&TaskId::from("t"), &fw("other"), 5).is_empty());
+    assert!(core.kill(&TaskId::from("nope"), &fw("f"), 5).is_empty());
+    log.take(core.kill(&TaskId::from("t"), &fw("f"), 5));
+    assert_eq!(log.kills, vec![(TaskId::from("t"), 5)]);
+    // Even if the process exits 0 during the grace period, the task was killed.
+    log.take(core.finished(&TaskId::from("t"), Outcome::Exited(0), String::new(), 9));
+    let last = log.sent.last().expect("update");
+    assert_eq!(last.state, TaskState::Killed);
+    assert_eq!(last.reason, Some(StatusReason::KilledByFramework));
+}
+
+#[test]
+fn recovery_from_records_or_from_a_snapshot_gives_the_same_table() {
+    let mut core = AgentCore::new(config());
+    let mut log = Log::default();
+    running(&mut core, &mut log, "a", "cpus=1");
+    running(&mut core, &mut log, "b", "cpus=1");
+    log.take(core.launch(&fw("f"), vec![spec("refused", "cpus=9")], 3));
+    log.take(core.kill(&TaskId::from("b"), &fw("f"), 40));
+    log.take(core.launch(&fw("f"), vec![sleep_spec("c")], 3));
+    log.take(core.finished(&TaskId::from("a"), Outcome::Exited(0), String::new(), 4));
+    log.take(core.ack(&StatusAck {
+        task_id: TaskId::from("a"),
+        seq: 1,
+    }));
+
+    let from_log = AgentCore::recover(config(), log.records.clone());
+    let from_snapshot = AgentCore::recover(config(), core.snapshot());
+    for recovered in [&from_log, &from_snapshot] {
+        assert_eq!(recovered.tasks, core.tasks);
+        assert_eq!(recovered.unacked(), core.unacked());
+        assert_eq!(recovered.used(), core.used());
+    }
+    let resume = from_log.to_resume();
+    let ids: Vec<&str> = resume.iter().map(|r| r.task_id.as_str()).collect();
+    assert_eq!(ids, vec!["b", "c"]);
+    assert_eq!(resume[0].kill, Some((KillCause::Framework, 40)));
+    assert_eq!(
+        resume[0].runtime,
+        Some(Runtime::Process {
+            pid: 100,
+            start_ticks: 7
+        })
+    );
+    assert_eq!(resume[1].runtime, None);
+    // The next update of a recovered task continues its sequence.
+    let mut recovered = from_snapshot;
+    let actions = recovered.finished(&TaskId::from("b"), Outcome::Signaled(9), String::new(), 9);
+    let sent: Vec<_> = actions
+        .into_iter()
+        .filter_map(|a| match a {
+            Action::Send(u) => Some((u.seq, u.state)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(sent, vec![(2, TaskState::Killed)]);
+}
+
+#[test]
+fn a_task_that_vanished_across_a_restart_fails_as_agent_restarted() {
+    let mut core = AgentCore::new(config());
+    let mut log = Log::default();
+    running(&mut core, &mut log, "t", "cpus=1");
+    log.take(core.finished(&TaskId::from("t"), Outcome::Vanished, String::new(), 3));
+    let last = log.sent.last().expect("update");
+    assert_eq!(last.state, TaskState::Failed);
+    assert_eq!(last.reason, Some(StatusReason::AgentRestarted));
+}
+
+#[test]
+fn an_oversized_spec_fails_and_is_recorded_stripped() {
+    let mut core = AgentCore::new(config());
+    let mut log = Log::default();
+    let mut huge = spec("huge", "cpus=1");
+    if let Executor::Command(c) = &mut huge.executor {
+        c.args.push("x".repeat(2 * MAX_SPEC_BYTES));
+    }
+    log.take(core.launch(&fw("f"), vec![huge], 1));
+    assert!(log.starts.is_empty());
+    let failed = log.sent.last().expect("update");
+    assert_eq!(
+        (failed.task_id.as_str(), failed.state),
+        ("huge", TaskState::Failed)
+    );
+    assert_eq!(failed.reason, Some(StatusReason::LaunchFailed));
+    assert!(
+        failed.message.contains("over the agent's limit"),
+        "{}",
+        failed.message
+    );
+    // Every record it produced fits in a checkpoint record.
+    for record in &log.records {
+        let size = codec::encode(record).expect("encodes").len();
+        assert!(size < MAX_SPEC_BYTES, "{size}");
+    }
+    assert_eq!(core.used(), ResourceVec::ZERO);
+}

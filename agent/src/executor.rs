@@ -1,0 +1,641 @@
+//! Executors: how tasks run, are killed, and are found again after an agent restart.
+//!
+//! - `command` runs the task's program in its sandbox directory
+//!   (`<work-dir>/sandboxes/<framework>/<task>`), with stdout and stderr in the files `stdout`
+//!   and `stderr` there, and a clean environment (`PATH`, `LANG`, `LC_ALL` and `TZ` from the
+//!   agent; `HOME` and `FULLERENE_SANDBOX` the sandbox; `FULLERENE_TASK_ID` and
+//!   `FULLERENE_FRAMEWORK_ID`; then the task's own variables), under a small `/bin/sh` wrapper that leads its own process group and
+//!   writes the program's exit code to `.fullerene-exit-code` in the sandbox: the code survives
+//!   an agent crash. With cgroups v2 the wrapper joins the task's cgroup before it starts the
+//!   program ([`crate::cgroups`]).
+//! - `sleep` runs no process and finishes at a wall-clock deadline, which the core checkpoints,
+//!   so a restarted agent finishes it on time.
+//!
+//! A kill sends SIGTERM to the task's process group, waits the grace period for the group to
+//! empty, then sends SIGKILL. After a restart the agent re-attaches to a wrapper by pid, checking
+//! its start time (`/proc/<pid>/stat`, field 22) so that a reused pid is never taken for the
+//! task, and polls it until it ends.
+//!
+//! Exit codes follow the shell's convention: a program ended by signal N shows as code 128+N
+//! and is reported as [`Outcome::Signaled`].
+
+use std::collections::HashMap;
+use std::fs::{self, File};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use fullerene_proto::ids::{FrameworkId, TaskId};
+use fullerene_proto::messages::{CommandSpec, Executor, TaskSpec, UnixMillis};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::cgroups::{component, Limits};
+use crate::core::{Outcome, Resume, Runtime};
+
+/// The file in a sandbox that receives the task's standard output.
+pub const STDOUT_FILE: &str = "stdout";
+/// The file in a sandbox that receives the task's standard error.
+pub const STDERR_FILE: &str = "stderr";
+/// The file in a sandbox where the wrapper writes the program's exit code.
+pub const EXIT_CODE_FILE: &str = ".fullerene-exit-code";
+
+/// The wrapper: join the cgroup if there is one, run the program, record its exit code. Only
+/// shell built-ins after the program runs, so a task's own `PATH` cannot break the recording.
+const WRAPPER: &str = r#"if [ -n "${FULLERENE_CGROUP_PROCS:-}" ]; then
+  echo $$ > "$FULLERENE_CGROUP_PROCS" || { echo "fullerene: cannot join cgroup $FULLERENE_CGROUP_PROCS" >&2; exit 125; }
+fi
+unset FULLERENE_CGROUP_PROCS
+"$@"
+code=$?
+echo "$code" > .fullerene-exit-code
+exit "$code"
+"#;
+
+/// How often a re-attached process (not the agent's child) and a group being killed are polled.
+const POLL: Duration = Duration::from_millis(50);
+/// How long to wait for a group to vanish after SIGKILL before giving up on it.
+const KILL_WAIT: Duration = Duration::from_secs(5);
+/// The longest grace period honoured (a day): anything longer is as good as never.
+const MAX_GRACE: Duration = Duration::from_secs(24 * 3600);
+/// How much of a failed task's stderr goes into its status message.
+const STDERR_TAIL_BYTES: u64 = 512;
+
+/// A task's execution ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExecEvent {
+    /// The task.
+    pub task_id: TaskId,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// Details for humans (stderr tail, escalation to SIGKILL).
+    pub detail: String,
+}
+
+/// A task the executor started.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Started {
+    /// How to find it again.
+    pub runtime: Runtime,
+    /// What its RUNNING update says (sandbox, whether limits are enforced).
+    pub note: String,
+}
+
+struct Handle {
+    kill: mpsc::UnboundedSender<u64>,
+    join: JoinHandle<()>,
+}
+
+/// The running tasks' supervisors. Each reports the end of its task once, as an [`ExecEvent`].
+///
+/// Dropping `Executors` stops supervising without touching the processes, which keep running
+/// (as across an agent restart); [`Executors::resume`] finds them again.
+pub struct Executors {
+    work_dir: PathBuf,
+    limits: Limits,
+    events: mpsc::UnboundedSender<ExecEvent>,
+    tasks: HashMap<TaskId, Handle>,
+}
+
+impl Executors {
+    /// Executors with sandboxes under `<work_dir>/sandboxes`, and the receiver of their events.
+    pub fn new(work_dir: &Path, limits: Limits) -> (Executors, mpsc::UnboundedReceiver<ExecEvent>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let executors = Executors {
+            // Sandbox paths are handed to tasks, which run elsewhere: never relative.
+            work_dir: std::path::absolute(work_dir).unwrap_or_else(|_| work_dir.to_path_buf()),
+            limits,
+            events: tx,
+            tasks: HashMap::new(),
+        };
+        (executors, rx)
+    }
+
+    /// Whether and how limits are enforced.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// A task's sandbox directory.
+    pub fn sandbox(&self, framework_id: &FrameworkId, task_id: &TaskId) -> PathBuf {
+        self.work_dir
+            .join("sandboxes")
+            .join(component(framework_id.as_str()))
+            .join(component(task_id.as_str()))
+    }
+
+    /// Whether a supervisor runs for this task.
+    pub fn is_running(&self, task_id: &TaskId) -> bool {
+        self.tasks.contains_key(task_id)
+    }
+
+    /// Starts a task. `Err` says why it could not start (a LaunchFailed update).
+    pub fn start(
+        &mut self,
+        framework_id: &FrameworkId,
+        spec: &TaskSpec,
+        now_ms: UnixMillis,
+    ) -> Result<Started, String> {
+        match &spec.executor {
+            Executor::Sleep { duration_ms } => {
+                let deadline_ms = now_ms.saturating_add(*duration_ms);
+                self.watch_sleep(&spec.id, deadline_ms, now_ms);
+                Ok(Started {
+                    runtime: Runtime::Sleep { deadline_ms },
+                    note: format!("sleep executor: no process; ends after {duration_ms} ms"),
+                })
+            }
+            Executor::Command(command) => self.start_command(framework_id, spec, command),
+        }
+    }
+
+    fn start_command(
+        &mut self,
+        framework_id: &FrameworkId,
+        spec: &TaskSpec,
+        command: &CommandSpec,
+    ) -> Result<Started, String> {
+        let sandbox = self.sandbox(framework_id, &spec.id);
+        fs::create_dir_all(&sandbox)
+            .map_err(|e| format!("cannot create sandbox {}: {e}", sandbox.display()))?;
+        // A stale code from an earlier run of the same id must not be taken for this run's.
+        match fs::remove_file(sandbox.join(EXIT_CODE_FILE)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(format!("cannot clear {}: {e}", EXIT_CODE_FILE)),
+        }
+        resolve_program(&command.program, &sandbox, command.env.get("PATH"))?;
+        let open = |name: &str| {
+            File::create(sandbox.join(name))
+                .map_err(|e| format!("cannot create {}: {e}", sandbox.join(name).display()))
+        };
+        let stdout = open(STDOUT_FILE)?;
+        let stderr = open(STDERR_FILE)?;
+        let cgroup_key = cgroup_key(framework_id, &spec.id);
+        let procs = match &self.limits {
+            Limits::Enforced(cgroup) => {
+                let resources = spec
+                    .resources
+                    .to_vec()
+                    .map_err(|e| format!("invalid resources: {e}"))?;
+                Some(cgroup.create_task(&cgroup_key, &resources)?)
+            }
+            Limits::NotEnforced { .. } => None,
+        };
+        let mut cmd = tokio::process::Command::new("/bin/sh");
+        cmd.arg("-c")
+            .arg(WRAPPER)
+            .arg("fullerene-task")
+            .arg(&command.program)
+            .args(&command.args)
+            .current_dir(&sandbox)
+            // A clean environment: the agent's own settings are none of the task's business.
+            .env_clear()
+            .envs(inherited_env())
+            .env("HOME", &sandbox)
+            .env("FULLERENE_SANDBOX", &sandbox)
+            .env("FULLERENE_TASK_ID", spec.id.as_str())
+            .env("FULLERENE_FRAMEWORK_ID", framework_id.as_str())
+            .envs(&command.env)
+            .env(
+                "FULLERENE_CGROUP_PROCS",
+                procs.as_deref().map(Path::as_os_str).unwrap_or_default(),
+            )
+            .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(stderr)
+            // Its own group, so that a kill reaches everything the task started and a signal
+            // to the agent's group (ctrl-c) does not reach the task.
+            .process_group(0)
+            .kill_on_drop(false);
+        let child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot start /bin/sh for {}: {e}", command.program))?;
+        let pid = child
+            .id()
+            .and_then(|p| i32::try_from(p).ok())
+            .ok_or_else(|| "the task's process ended before its pid was read".to_string())?;
+        let start_ticks = proc_stat(pid)
+            .map(|s| s.start_ticks)
+            .ok_or_else(|| format!("cannot read /proc/{pid}/stat of the task's process"))?;
+        let ctx = ProcessCtx {
+            task_id: spec.id.clone(),
+            pid,
+            start_ticks,
+            sandbox: sandbox.clone(),
+            limits: self.limits.clone(),
+            cgroup_key,
+        };
+        let (kill_tx, kill_rx) = mpsc::unbounded_channel();
+        let events = self.events.clone();
+        let join = tokio::spawn(async move {
+            let outcome = supervise_child(child, &ctx, kill_rx).await;
+            ctx.finish(outcome, &events);
+        });
+        self.tasks.insert(
+            spec.id.clone(),
+            Handle {
+                kill: kill_tx,
+                join,
+            },
+        );
+        Ok(Started {
+            runtime: Runtime::Process { pid, start_ticks },
+            note: format!("sandbox {}; {}", sandbox.display(), self.limits.note()),
+        })
+    }
+
+    fn watch_sleep(&mut self, task_id: &TaskId, deadline_ms: UnixMillis, now_ms: UnixMillis) {
+        let (kill_tx, mut kill_rx) = mpsc::unbounded_channel::<u64>();
+        let events = self.events.clone();
+        let id = task_id.clone();
+        let remaining = Duration::from_millis(deadline_ms.saturating_sub(now_ms));
+        let join = tokio::spawn(async move {
+            let outcome = tokio::select! {
+                () = tokio::time::sleep(remaining) => Outcome::SleepDone,
+                Some(_) = kill_rx.recv() => Outcome::Stopped,
+            };
+            let _ = events.send(ExecEvent {
+                task_id: id,
+                outcome,
+                detail: String::new(),
+            });
+        });
+        self.tasks.insert(
+            task_id.clone(),
+            Handle {
+                kill: kill_tx,
+                join,
+            },
+        );
+    }
+
+    /// Finds a recovered task again: re-attaches to its process or sleep, or reports at once
+    /// (as an event) that it is gone. A kill that was under way is carried on.
+    pub fn resume(&mut self, resume: &Resume, now_ms: UnixMillis) {
+        match &resume.runtime {
+            None => {
+                // Recorded as launched but not as started: whether a process was spawned is
+                // unknown, so there is nothing to attach to.
+                let _ = self.events.send(ExecEvent {
+                    task_id: resume.task_id.clone(),
+                    outcome: Outcome::Vanished,
+                    detail: "it had not been recorded as started".into(),
+                });
+                return;
+            }
+            Some(Runtime::Sleep { deadline_ms }) => {
+                self.watch_sleep(&resume.task_id, *deadline_ms, now_ms);
+            }
+            Some(Runtime::Process { pid, start_ticks }) => {
+                let ctx = ProcessCtx {
+                    task_id: resume.task_id.clone(),
+                    pid: *pid,
+                    start_ticks: *start_ticks,
+                    sandbox: self.sandbox(&resume.framework_id, &resume.task_id),
+                    limits: self.limits.clone(),
+                    cgroup_key: cgroup_key(&resume.framework_id, &resume.task_id),
+                };
+                if process_alive(*pid, *start_ticks) {
+                    tracing::info!(task = %resume.task_id, pid, "re-attached to a running task");
+                } else {
+                    tracing::info!(task = %resume.task_id, pid, "a recovered task's process has ended");
+                }
+                let (kill_tx, kill_rx) = mpsc::unbounded_channel();
+                let events = self.events.clone();
+                let join = tokio::spawn(async move {
+                    let outcome = supervise_reattached(&ctx, kill_rx).await;
+                    ctx.finish(outcome, &events);
+                });
+                self.tasks.insert(
+                    resume.task_id.clone(),
+                    Handle {
+                        kill: kill_tx,
+                        join,
+                    },
+                );
+            }
+        }
+        if let Some((_, grace_ms)) = resume.kill {
+            self.kill(&resume.task_id, grace_ms);
+        }
+    }
+
+    /// Kills a task: SIGTERM to its group, `grace_ms`, then SIGKILL. Returns false if no
+    /// supervisor runs for it (it had not started or has already ended).
+    pub fn kill(&mut self, task_id: &TaskId, grace_ms: u64) -> bool {
+        match self.tasks.get(task_id) {
+            Some(handle) => handle.kill.send(grace_ms).is_ok(),
+            None => false,
+        }
+    }
+
+    /// Forgets a task whose [`ExecEvent`] arrived.
+    pub fn reap(&mut self, task_id: &TaskId) {
+        self.tasks.remove(task_id);
+    }
+}
+
+impl Drop for Executors {
+    fn drop(&mut self) {
+        // Stop supervising; the processes go on and are found again by `resume`.
+        for handle in self.tasks.values() {
+            handle.join.abort();
+        }
+    }
+}
+
+/// The variables of the agent's environment a task gets: where to find programs, and locale
+/// and time zone.
+fn inherited_env() -> Vec<(String, String)> {
+    ["PATH", "LANG", "LC_ALL", "TZ"]
+        .into_iter()
+        .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
+        .collect()
+}
+
+fn cgroup_key(framework_id: &FrameworkId, task_id: &TaskId) -> String {
+    format!("{framework_id}/{task_id}")
+}
+
+/// Checks that the program can be run, so that a typo is a clear LaunchFailed, not exit 127.
+fn resolve_program(program: &str, sandbox: &Path, path_var: Option<&String>) -> Result<(), String> {
+    let executable = |p: &Path| {
+        fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.is_empty() {
+        return Err("the command's program is empty".into());
+    }
+    if program.contains('/') {
+        let path = sandbox.join(program);
+        return if executable(&path) {
+            Ok(())
+        } else {
+            Err(format!(
+                "program {program} does not exist or is not executable"
+            ))
+        };
+    }
+    let search = path_var
+        .cloned()
+        .or_else(|| std::env::var("PATH").ok())
+        .unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+    if search
+        .split(':')
+        .filter(|d| !d.is_empty())
+        .any(|dir| executable(&Path::new(dir).join(program)))
+    {
+        Ok(())
+    } else {
+        Err(format!("program `{program}` not found in PATH ({search})"))
+    }
+}
+
+/// What a process supervisor knows about its task.
+struct ProcessCtx {
+    task_id: TaskId,
+    pid: i32,
+    start_ticks: u64,
+    sandbox: PathBuf,
+    limits: Limits,
+    cgroup_key: String,
+}
+
+/// How a supervised process ended.
+enum Ended {
+    /// It ended by itself (or by a signal from elsewhere).
+    Outcome(Outcome),
+    /// A kill ended it; `escalated` when SIGTERM was not enough.
+    Killed { outcome: Outcome, escalated: bool },
+}
+
+impl ProcessCtx {
+    /// Cleans up after the wrapper has ended and reports the outcome.
+    fn finish(&self, ended: Ended, events: &mpsc::UnboundedSender<ExecEvent>) {
+        // Whatever the task left behind in its group goes with it.
+        if !group_members(self.pid).is_empty() {
+            signal_group(self.pid, self.start_ticks, libc::SIGKILL);
+        }
+        let mut oom_killed = false;
+        if let Limits::Enforced(cgroup) = &self.limits {
+            oom_killed = cgroup.oom_kills(&self.cgroup_key) > 0;
+            cgroup.remove_task(&self.cgroup_key);
+        }
+        let (outcome, detail) = match ended {
+            // A kill by the OOM killer is the memory limit at work, not a crash of the task.
+            Ended::Outcome(Outcome::Signaled(libc::SIGKILL)) if oom_killed => (
+                Outcome::LimitExceeded("memory (memory.max)".into()),
+                stderr_tail(&self.sandbox),
+            ),
+            Ended::Outcome(outcome) => {
+                let detail = match outcome {
+                    Outcome::Exited(0) => String::new(),
+                    _ => stderr_tail(&self.sandbox),
+                };
+                (outcome, detail)
+            }
+            Ended::Killed {
+                outcome,
+                escalated: true,
+            } => (
+                outcome,
+                "it did not stop within its grace period after SIGTERM; SIGKILL sent".into(),
+            ),
+            Ended::Killed { outcome, .. } => (outcome, String::new()),
+        };
+        let _ = events.send(ExecEvent {
+            task_id: self.task_id.clone(),
+            outcome,
+            detail,
+        });
+    }
+
+    fn recorded_outcome(&self) -> Option<Outcome> {
+        let text = fs::read_to_string(self.sandbox.join(EXIT_CODE_FILE)).ok()?;
+        text.trim().parse::<i32>().ok().map(outcome_of_code)
+    }
+}
+
+async fn supervise_child(
+    mut child: tokio::process::Child,
+    ctx: &ProcessCtx,
+    mut kill_rx: mpsc::UnboundedReceiver<u64>,
+) -> Ended {
+    tokio::select! {
+        status = child.wait() => Ended::Outcome(outcome_of_status(status, ctx)),
+        Some(grace_ms) = kill_rx.recv() => {
+            let escalated = terminate_group(ctx.pid, ctx.start_ticks, grace_ms).await;
+            let status = child.wait().await;
+            let outcome = if escalated {
+                Outcome::Signaled(libc::SIGKILL)
+            } else {
+                outcome_of_status(status, ctx)
+            };
+            Ended::Killed { outcome, escalated }
+        }
+    }
+}
+
+async fn supervise_reattached(
+    ctx: &ProcessCtx,
+    mut kill_rx: mpsc::UnboundedReceiver<u64>,
+) -> Ended {
+    loop {
+        if !process_alive(ctx.pid, ctx.start_ticks) {
+            return Ended::Outcome(ctx.recorded_outcome().unwrap_or(Outcome::Vanished));
+        }
+        tokio::select! {
+            () = tokio::time::sleep(POLL) => {}
+            Some(grace_ms) = kill_rx.recv() => {
+                let escalated = terminate_group(ctx.pid, ctx.start_ticks, grace_ms).await;
+                let outcome = if escalated {
+                    Outcome::Signaled(libc::SIGKILL)
+                } else {
+                    ctx.recorded_outcome().unwrap_or(Outcome::Signaled(libc::SIGTERM))
+                };
+                return Ended::Killed { outcome, escalated };
+            }
+        }
+    }
+}
+
+fn outcome_of_status(status: std::io::Result<ExitStatus>, ctx: &ProcessCtx) -> Outcome {
+    use std::os::unix::process::ExitStatusExt;
+    match status {
+        Ok(status) => match (status.code(), status.signal()) {
+            (Some(code), _) => outcome_of_code(code),
+            (None, Some(signal)) => Outcome::Signaled(signal),
+            (None, None) => ctx.recorded_outcome().unwrap_or(Outcome::Vanished),
+        },
+        Err(error) => {
+            tracing::warn!(task = %ctx.task_id, %error, "cannot wait for the task's process");
+            ctx.recorded_outcome().unwrap_or(Outcome::Vanished)
+        }
+    }
+}
+
+/// The shell's convention: 128+N means "ended by signal N".
+fn outcome_of_code(code: i32) -> Outcome {
+    if (129..=128 + 64).contains(&code) {
+        Outcome::Signaled(code - 128)
+    } else {
+        Outcome::Exited(code)
+    }
+}
+
+/// SIGTERM to the group, up to `grace_ms` for it to empty, then SIGKILL. True if SIGKILL was
+/// needed.
+async fn terminate_group(pgid: i32, start_ticks: u64, grace_ms: u64) -> bool {
+    signal_group(pgid, start_ticks, libc::SIGTERM);
+    // The grace period comes from the master: a huge one must not overflow the clock.
+    let grace = Duration::from_millis(grace_ms).min(MAX_GRACE);
+    let deadline = Instant::now() + grace;
+    loop {
+        if group_members(pgid).is_empty() {
+            return false;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            break;
+        }
+        tokio::time::sleep(POLL.min(deadline - now)).await;
+    }
+    signal_group(pgid, start_ticks, libc::SIGKILL);
+    let give_up = Instant::now() + KILL_WAIT;
+    while !group_members(pgid).is_empty() && Instant::now() < give_up {
+        tokio::time::sleep(POLL).await;
+    }
+    true
+}
+
+/// Signals the process group `pgid`, unless its leader's pid now belongs to another process.
+///
+/// While any process of the group lives, the kernel does not reuse `pgid` as a pid; so if the
+/// leader's pid is taken by a process with another start time, the task's group is gone.
+fn signal_group(pgid: i32, start_ticks: u64, signal: i32) {
+    if let Some(stat) = proc_stat(pgid) {
+        if stat.start_ticks != start_ticks {
+            return;
+        }
+    }
+    // SAFETY: kill(2) with a negative pid signals a process group; no memory is involved.
+    let rc = unsafe { libc::kill(-pgid, signal) };
+    if rc != 0 {
+        let error = std::io::Error::last_os_error();
+        if error.raw_os_error() != Some(libc::ESRCH) {
+            tracing::warn!(pgid, signal, %error, "cannot signal a task's process group");
+        }
+    }
+}
+
+/// The fields of `/proc/<pid>/stat` the executor needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcStat {
+    /// The state letter (`R`, `S`, `Z`, ...).
+    pub state: char,
+    /// The process group.
+    pub pgrp: i32,
+    /// Start time in clock ticks since boot.
+    pub start_ticks: u64,
+}
+
+/// Reads `/proc/<pid>/stat`; `None` if there is no such process.
+pub fn proc_stat(pid: i32) -> Option<ProcStat> {
+    parse_stat(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// Parses a `/proc/<pid>/stat` line. The command name (field 2) may hold spaces and
+/// parentheses, so the fields are counted from the last `)`.
+pub fn parse_stat(text: &str) -> Option<ProcStat> {
+    let after = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    // fields[0] is field 3 (state), so field N is fields[N - 3].
+    Some(ProcStat {
+        state: fields.first()?.chars().next()?,
+        pgrp: fields.get(2)?.parse().ok()?,
+        start_ticks: fields.get(19)?.parse().ok()?,
+    })
+}
+
+/// Whether `pid` is the live (not zombie) process that started at `start_ticks`.
+pub fn process_alive(pid: i32, start_ticks: u64) -> bool {
+    proc_stat(pid).is_some_and(|s| s.start_ticks == start_ticks && !matches!(s.state, 'Z' | 'X'))
+}
+
+/// The live (not zombie) processes of group `pgid`.
+pub fn group_members(pgid: i32) -> Vec<i32> {
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            proc_stat(*pid).is_some_and(|s| s.pgrp == pgid && !matches!(s.state, 'Z' | 'X'))
+        })
+        .collect()
+}
+
+fn stderr_tail(sandbox: &Path) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut file) = File::open(sandbox.join(STDERR_FILE)) else {
+        return String::new();
+    };
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let start = len.saturating_sub(STDERR_TAIL_BYTES);
+    let mut bytes = Vec::new();
+    if file.seek(SeekFrom::Start(start)).is_err() || file.read_to_end(&mut bytes).is_err() {
+        return String::new();
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    let text = text.trim();
+    if text.is_empty() {
+        String::new()
+    } else {
+        format!("stderr: {text}")
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,883 @@
+//! The agent's I/O shell (tokio): the connection to the leading master, registration and
+//! redirects, heartbeats, status delivery until acknowledged, and the executors.
+//!
+//! The shell owns the [`AgentCore`], the [`Checkpoint`] and the [`Executors`] and runs one loop
+//! that waits for the next event and executes the core's [`Action`]s in order: records are
+//! appended to the checkpoint and fsynced before any update is sent and before any task starts.
+//!
+//! # Connection
+//!
+//! The agent connects to one of `masters` (QUIC, mutual TLS), opens an `Agent` session and sends
+//! `Register` with every task it still runs or has unacknowledged updates for. `Registered`
+//! completes the registration (the agent kills the tasks it lists); `Redirect` with a leader sends
+//! the agent there at once, without one (no leader yet) to the next master after a backoff. A lost
+//! session (closed, timed out, or a `Redirect` from a master that stopped leading) is re-opened
+//! the same way, with exponential backoff and jitter across the masters. After each registration
+//! every unacknowledged update is resent, each task's in order; while a session lasts, updates
+//! left unacknowledged for `status_retry` are resent too (the master drops duplicates). A master
+//! that sends nothing, not even heartbeat acks, for ten heartbeat intervals (at least 10 s) is
+//! given up like a lost one. Frames are written by a task of their own, so the agent keeps
+//! reading while the master is slow to read.
+//!
+//! Stopping the agent (the `shutdown` future) leaves its tasks running: a restarted agent
+//! re-attaches to them from the checkpoint.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use fullerene_proto::ids::AgentId;
+use fullerene_proto::messages::{AgentToMaster, LeaderInfo, MasterToAgent, SessionOpen, WireError};
+use fullerene_proto::resources::{ResourceKind, ResourceVec};
+use fullerene_proto::transport::{
+    Client, Connection, FramedRecv, FramedSend, PeerIdentity, TlsMaterial, TransportConfig,
+    TransportError,
+};
+use rand::{Rng, SeedableRng};
+use tokio::sync::mpsc;
+use tokio::time::{Instant, Interval, MissedTickBehavior};
+
+use crate::cgroups::Limits;
+use crate::checkpoint::{Checkpoint, CheckpointError};
+use crate::core::{Action, AgentCore, CoreConfig, Outcome, EXECUTOR_COMMAND, EXECUTOR_SLEEP};
+use crate::executor::{ExecEvent, Executors};
+use crate::metrics as m;
+use crate::now_ms;
+
+/// Everything the agent is configured with.
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    /// The masters to try, in order (any of them; followers redirect to the leader).
+    pub masters: Vec<SocketAddr>,
+    /// The checkpoint and the task sandboxes live here.
+    pub work_dir: PathBuf,
+    /// The host name reported to the master.
+    pub hostname: String,
+    /// The resources offered.
+    pub resources: ResourceVec,
+    /// Placement attributes (rack, zone, ...).
+    pub attributes: BTreeMap<String, String>,
+    /// The executors offered ([`EXECUTOR_COMMAND`], [`EXECUTOR_SLEEP`]).
+    pub executors: BTreeSet<String>,
+    /// How far bandwidth may be overbooked (see [`CoreConfig::overbook_allowance`]).
+    pub overbook_allowance: f64,
+    /// The local address of the agent's QUIC socket (`None`: any address, a free port).
+    pub bind: Option<SocketAddr>,
+    /// QUIC timeouts and limits.
+    pub transport: TransportConfig,
+    /// The first reconnection delay; it doubles per failed attempt up to `backoff_max`, and each
+    /// delay is drawn uniformly from its upper half (jitter).
+    pub backoff_min: Duration,
+    /// The largest reconnection delay.
+    pub backoff_max: Duration,
+    /// How long to wait for the answer to `Register`.
+    pub register_timeout: Duration,
+    /// Updates still unacknowledged after this long in a session are sent again.
+    pub status_retry: Duration,
+    /// Where a cgroup v2 hierarchy is looked for.
+    pub cgroup_root: PathBuf,
+    /// Re-measures the machine now and then; a change is reported with `UpdateResources`.
+    pub resource_check: Option<ResourceCheck>,
+}
+
+/// How the agent notices that the machine's capacity changed (hot-plugged memory or CPUs).
+#[derive(Clone)]
+pub struct ResourceCheck {
+    /// How often to measure.
+    pub interval: Duration,
+    /// The measurement: the totals to offer now (detected values with the operator's
+    /// overrides applied).
+    pub measure: Arc<dyn Fn() -> ResourceVec + Send + Sync>,
+}
+
+impl std::fmt::Debug for ResourceCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResourceCheck")
+            .field("interval", &self.interval)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AgentConfig {
+    /// A configuration with the defaults: both executors, 100 ms to 5 s backoff, 10 s status
+    /// retry, cgroups at `/sys/fs/cgroup`.
+    pub fn new(masters: Vec<SocketAddr>, work_dir: PathBuf, resources: ResourceVec) -> AgentConfig {
+        AgentConfig {
+            masters,
+            work_dir,
+            hostname: crate::machine::hostname(),
+            resources,
+            attributes: BTreeMap::new(),
+            executors: [EXECUTOR_COMMAND, EXECUTOR_SLEEP]
+                .into_iter()
+                .map(String::from)
+                .collect(),
+            overbook_allowance: 0.25,
+            bind: None,
+            transport: TransportConfig::default(),
+            backoff_min: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(5),
+            register_timeout: Duration::from_secs(10),
+            status_retry: Duration::from_secs(10),
+            cgroup_root: PathBuf::from(crate::cgroups::DEFAULT_ROOT),
+            resource_check: None,
+        }
+    }
+}
+
+/// Why the agent stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// No master address was given.
+    #[error("no master addresses: pass --masters ADDR,...")]
+    NoMasters,
+    /// The certificate is not an agent's.
+    #[error("the certificate names {0}, not an agent (role `agent`); use an agent-<n> certificate from `fullerene certs init`")]
+    NotAnAgent(PeerIdentity),
+    /// Another agent uses the work directory.
+    #[error("work directory {path} is in use by another agent (lock {lock} is held)")]
+    WorkDirLocked {
+        /// The work directory.
+        path: PathBuf,
+        /// Its lock file.
+        lock: PathBuf,
+    },
+    /// The work directory cannot be used.
+    #[error("work directory {path}: {source}")]
+    WorkDir {
+        /// The work directory.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The checkpoint cannot be read or written: no update may be sent that is not on disk.
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    /// The QUIC client could not be set up.
+    #[error("cannot set up the QUIC client: {0}")]
+    Transport(#[from] TransportError),
+    /// The Prometheus endpoint could not be started.
+    #[error("cannot serve metrics on {addr}: {detail}")]
+    Metrics {
+        /// The address.
+        addr: SocketAddr,
+        /// What went wrong.
+        detail: String,
+    },
+}
+
+/// Serves Prometheus metrics (`GET /metrics`) on `addr`. Call inside the tokio runtime, before
+/// [`run`], so that the agent's metrics are registered with it.
+pub fn install_prometheus(addr: SocketAddr) -> Result<(), AgentError> {
+    metrics_exporter_prometheus::PrometheusBuilder::new()
+        .with_http_listener(addr)
+        .install()
+        .map_err(|e| AgentError::Metrics {
+            addr,
+            detail: e.to_string(),
+        })?;
+    m::describe();
+    Ok(())
+}
+
+/// Runs the agent until `shutdown` completes (tasks keep running) or a fatal error.
+pub async fn run<F>(
+    mut config: AgentConfig,
+    tls: TlsMaterial,
+    shutdown: F,
+) -> Result<(), AgentError>
+where
+    F: Future<Output = ()>,
+{
+    if config.masters.is_empty() {
+        return Err(AgentError::NoMasters);
+    }
+    // Tasks see their sandbox paths from their own working directory: make them absolute.
+    config.work_dir =
+        std::path::absolute(&config.work_dir).map_err(|source| AgentError::WorkDir {
+            path: config.work_dir.clone(),
+            source,
+        })?;
+    let agent_id = tls
+        .identity()
+        .agent_id()
+        .ok_or_else(|| AgentError::NotAnAgent(tls.identity().clone()))?;
+    let _lock = lock_work_dir(&config.work_dir)?;
+    let (checkpoint, recovered) = Checkpoint::open(&config.work_dir)?;
+    let core_config = CoreConfig {
+        agent_id: agent_id.clone(),
+        total: config.resources,
+        executors: config.executors.clone(),
+        overbook_allowance: config.overbook_allowance,
+    };
+    let core = AgentCore::recover(core_config, recovered.records);
+    let limits = Limits::detect(&config.cgroup_root, agent_id.as_str());
+    match &limits {
+        Limits::Enforced(cgroup) => {
+            tracing::info!(cgroup = %cgroup.base().display(), "task limits enforced with cgroup v2")
+        }
+        Limits::NotEnforced { reason } => {
+            tracing::warn!(%reason, "task resource limits are NOT enforced on this agent")
+        }
+    }
+    m::limits_enforced(limits.enforced());
+    let (mut executors, exec_rx) = Executors::new(&config.work_dir, limits);
+    let now = now_ms();
+    let resumed = core.to_resume();
+    if !resumed.is_empty() || core.backlog() > 0 {
+        tracing::info!(
+            tasks = resumed.len(),
+            unacked = core.backlog(),
+            "recovered from the checkpoint"
+        );
+    }
+    for resume in &resumed {
+        executors.resume(resume, now);
+    }
+    let client = match config.bind {
+        Some(local) => Client::bind(local, &tls, config.transport.clone())?,
+        None => Client::new(&tls, config.transport.clone())?,
+    };
+    let client = Arc::new(client);
+    tracing::info!(
+        agent = %agent_id,
+        resources = %config.resources,
+        masters = ?config.masters,
+        "agent starting"
+    );
+    let status_retry = config.status_retry;
+    let resource_check = config.resource_check.as_ref().map(|check| {
+        let mut interval =
+            tokio::time::interval_at(Instant::now() + check.interval, check.interval);
+        interval.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        interval
+    });
+    let mut shell = Shell {
+        agent_id,
+        config,
+        core,
+        checkpoint,
+        executors,
+        exec_rx,
+        client,
+        connecting: None,
+        session: None,
+        next_attempt: Some((Instant::now(), None)),
+        attempt: 0,
+        master_index: 0,
+        redirects: 0,
+        heartbeat_seq: 0,
+        retry: tokio::time::interval(status_retry),
+        acked_since_retry: true,
+        resource_check,
+        rng: rand::rngs::StdRng::from_entropy(),
+    };
+    shell
+        .retry
+        .set_missed_tick_behavior(MissedTickBehavior::Delay);
+    shell.publish();
+    let result = shell.run_loop(shutdown).await;
+    shell.stop();
+    result
+}
+
+/// An open, registered session.
+struct Live {
+    connection: Connection,
+    /// Frames for the session's writer task. Writing happens there, never in the main loop, so
+    /// the agent always reads: a master that blocks writing launches while the agent writes
+    /// updates cannot deadlock the two on QUIC flow control.
+    outbox: mpsc::UnboundedSender<AgentToMaster>,
+    writer: tokio::task::JoinHandle<()>,
+    rx: FramedRecv,
+    heartbeat: Interval,
+    /// How long the master may stay silent (no answer even to heartbeats) before the session
+    /// is given up.
+    silence_limit: Duration,
+    last_heard: Instant,
+    addr: SocketAddr,
+}
+
+/// A registration the master accepted.
+struct Joined {
+    connection: Connection,
+    tx: FramedSend,
+    rx: FramedRecv,
+    addr: SocketAddr,
+    heartbeat_interval_ms: u64,
+    kill: Vec<fullerene_proto::ids::TaskId>,
+}
+
+/// How a registration attempt ended.
+enum Registration {
+    Registered(Box<Joined>),
+    Redirect(Option<LeaderInfo>),
+    Refused(WireError),
+    Failed(String),
+}
+
+enum Event {
+    Shutdown,
+    Exec(ExecEvent),
+    Registration(Registration),
+    AttemptDue,
+    Master(Result<Option<MasterToAgent>, TransportError>),
+    Heartbeat,
+    Retry,
+    CheckResources,
+}
+
+struct Shell {
+    agent_id: AgentId,
+    config: AgentConfig,
+    core: AgentCore,
+    checkpoint: Checkpoint,
+    executors: Executors,
+    exec_rx: mpsc::UnboundedReceiver<ExecEvent>,
+    client: Arc<Client>,
+    connecting: Option<tokio::task::JoinHandle<Registration>>,
+    session: Option<Live>,
+    /// When to try next, and where (a redirect's leader) if not the next master in the list.
+    next_attempt: Option<(Instant, Option<SocketAddr>)>,
+    attempt: u32,
+    master_index: usize,
+    redirects: u32,
+    heartbeat_seq: u64,
+    retry: Interval,
+    acked_since_retry: bool,
+    resource_check: Option<Interval>,
+    rng: rand::rngs::StdRng,
+}
+
+impl Shell {
+    async fn run_loop<F: Future<Output = ()>>(&mut self, shutdown: F) -> Result<(), AgentError> {
+        tokio::pin!(shutdown);
+        loop {
+            let event = self.next_event(&mut shutdown).await;
+            match event {
+                Event::Shutdown => return Ok(()),
+                Event::Exec(event) => {
+                    self.executors.reap(&event.task_id);
+                    let actions =
+                        self.core
+                            .finished(&event.task_id, event.outcome, event.detail, now_ms());
+                    self.apply(actions).await?;
+                }
+                Event::AttemptDue => self.start_attempt(),
+                Event::Registration(result) => {
+                    self.connecting = None;
+                    self.on_registration(result).await?;
+                }
+                Event::Master(Ok(Some(message))) => {
+                    if let Some(live) = self.session.as_mut() {
+                        live.last_heard = Instant::now();
+                    }
+                    self.on_master(message).await?
+                }
+                Event::Master(Ok(None)) => self.lose_session("the master closed the session"),
+                Event::Master(Err(error)) => self.lose_session(&error.to_string()),
+                Event::Heartbeat => {
+                    if let Some(live) = &self.session {
+                        let silent = live.last_heard.elapsed();
+                        if silent > live.silence_limit {
+                            self.lose_session(&format!(
+                                "no message from the master for {silent:?}, not even heartbeat acks"
+                            ));
+                            continue;
+                        }
+                    }
+                    self.heartbeat_seq += 1;
+                    let seq = self.heartbeat_seq;
+                    self.send(AgentToMaster::Heartbeat { seq });
+                }
+                Event::Retry => {
+                    if self.session.is_some() && !self.acked_since_retry && self.core.backlog() > 0
+                    {
+                        tracing::debug!(
+                            backlog = self.core.backlog(),
+                            "resending unacknowledged updates"
+                        );
+                        self.resend_unacked();
+                    }
+                    self.acked_since_retry = false;
+                }
+                Event::CheckResources => self.check_resources(),
+            }
+            self.publish();
+        }
+    }
+
+    async fn next_event<F: Future<Output = ()>>(
+        &mut self,
+        shutdown: &mut std::pin::Pin<&mut F>,
+    ) -> Event {
+        let Shell {
+            exec_rx,
+            connecting,
+            session,
+            next_attempt,
+            retry,
+            resource_check,
+            ..
+        } = self;
+        let due = match next_attempt {
+            Some((at, _)) if connecting.is_none() && session.is_none() => Some(*at),
+            _ => None,
+        };
+        let attempt_due = async {
+            match due {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        let registration = async {
+            match connecting.as_mut() {
+                Some(handle) => match handle.await {
+                    Ok(result) => result,
+                    Err(e) => Registration::Failed(format!("registration task failed: {e}")),
+                },
+                None => std::future::pending().await,
+            }
+        };
+        let (master, heartbeat) = match session.as_mut() {
+            Some(live) => (Some(&mut live.rx), Some(&mut live.heartbeat)),
+            None => (None, None),
+        };
+        let from_master = async {
+            match master {
+                Some(rx) => rx.recv::<MasterToAgent>().await,
+                None => std::future::pending().await,
+            }
+        };
+        let heartbeat = async {
+            match heartbeat {
+                Some(interval) => {
+                    interval.tick().await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = shutdown.as_mut() => Event::Shutdown,
+            Some(event) = exec_rx.recv() => Event::Exec(event),
+            result = registration => Event::Registration(result),
+            () = attempt_due => Event::AttemptDue,
+            message = from_master => Event::Master(message),
+            () = heartbeat => Event::Heartbeat,
+            _ = retry.tick() => Event::Retry,
+            () = async {
+                match resource_check.as_mut() {
+                    Some(interval) => {
+                        interval.tick().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            } => Event::CheckResources,
+        }
+    }
+
+    /// Executes the core's actions in order; `Start`s and `Kill`s may produce more.
+    async fn apply(&mut self, actions: Vec<Action>) -> Result<(), AgentError> {
+        let mut queue: VecDeque<Action> = actions.into();
+        // Updates wait here until one fsync has made them all durable, so that a bundle of
+        // launches costs a couple of fsyncs, not one per update.
+        let mut outbox = Vec::new();
+        while let Some(action) = queue.pop_front() {
+            match action {
+                Action::Persist(record) => self.checkpoint.append(&record)?,
+                Action::Send(update) => outbox.push(update),
+                Action::Start { framework_id, spec } => {
+                    // The launch is durable before its process exists, so a restarted agent
+                    // knows about every process it may have started.
+                    self.checkpoint.sync()?;
+                    m::launched();
+                    let now = now_ms();
+                    let more = match self.executors.start(&framework_id, &spec, now) {
+                        Ok(started) => {
+                            tracing::info!(task = %spec.id, framework = %framework_id, "task started");
+                            self.core
+                                .started(&spec.id, started.runtime, started.note, now)
+                        }
+                        Err(why) => {
+                            tracing::warn!(task = %spec.id, %why, "task could not start");
+                            self.core.finished(
+                                &spec.id,
+                                Outcome::LaunchFailed(why),
+                                String::new(),
+                                now,
+                            )
+                        }
+                    };
+                    for (i, action) in more.into_iter().enumerate() {
+                        queue.insert(i, action);
+                    }
+                }
+                Action::Kill { task_id, grace_ms } => {
+                    self.checkpoint.sync()?;
+                    if !self.executors.kill(&task_id, grace_ms) {
+                        let more = self.core.finished(
+                            &task_id,
+                            Outcome::NotRunning,
+                            String::new(),
+                            now_ms(),
+                        );
+                        for (i, action) in more.into_iter().enumerate() {
+                            queue.insert(i, action);
+                        }
+                    }
+                }
+            }
+        }
+        // Durable before it leaves the machine.
+        self.checkpoint.sync()?;
+        for update in outbox {
+            self.send(AgentToMaster::Status(update));
+        }
+        if self.checkpoint.should_compact() {
+            self.checkpoint.compact(&self.core.snapshot())?;
+        }
+        Ok(())
+    }
+
+    /// Queues a frame for the session, if there is one; a session whose writer has stopped is
+    /// lost (what was not acked is resent after the next registration).
+    fn send(&mut self, message: AgentToMaster) {
+        let Some(live) = self.session.as_mut() else {
+            return;
+        };
+        if live.outbox.send(message).is_err() {
+            self.lose_session("the session's writer stopped");
+        }
+    }
+
+    fn resend_unacked(&mut self) {
+        for update in self.core.unacked() {
+            if self.session.is_none() {
+                return;
+            }
+            self.send(AgentToMaster::Status(update));
+        }
+    }
+
+    fn start_attempt(&mut self) {
+        let Some((_, target)) = self.next_attempt.take() else {
+            return;
+        };
+        let addr = target.unwrap_or_else(|| {
+            let addr = self.config.masters[self.master_index % self.config.masters.len()];
+            self.master_index = (self.master_index + 1) % self.config.masters.len();
+            addr
+        });
+        let register = AgentToMaster::Register {
+            hostname: self.config.hostname.clone(),
+            resources: self.core.config().total.into(),
+            attributes: self.config.attributes.clone(),
+            tasks: self.core.register_tasks(),
+            executors: self.config.executors.iter().cloned().collect(),
+        };
+        tracing::debug!(master = %addr, attempt = self.attempt, "registering");
+        let client = Arc::clone(&self.client);
+        let timeout = self.config.register_timeout;
+        self.connecting = Some(tokio::spawn(async move {
+            match tokio::time::timeout(timeout, register_with(&client, addr, register)).await {
+                Ok(result) => result,
+                Err(_) => Registration::Failed(format!(
+                    "no answer from {addr} to the registration within {timeout:?}"
+                )),
+            }
+        }));
+    }
+
+    async fn on_registration(&mut self, result: Registration) -> Result<(), AgentError> {
+        match result {
+            Registration::Registered(joined) => {
+                let Joined {
+                    connection,
+                    tx,
+                    rx,
+                    addr,
+                    heartbeat_interval_ms,
+                    kill,
+                } = *joined;
+                tracing::info!(
+                    master = %addr,
+                    heartbeat_ms = heartbeat_interval_ms,
+                    tasks = self.core.tasks().count(),
+                    "registered"
+                );
+                // The interval comes from the master: keep it sane (10 ms to an hour).
+                let period = Duration::from_millis(heartbeat_interval_ms.clamp(10, 3_600_000));
+                let mut heartbeat = tokio::time::interval_at(Instant::now() + period, period);
+                heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
+                let (outbox, writer) = spawn_writer(tx, connection.clone());
+                self.session = Some(Live {
+                    connection,
+                    outbox,
+                    writer,
+                    rx,
+                    heartbeat,
+                    silence_limit: (period * 10).max(Duration::from_secs(10)),
+                    last_heard: Instant::now(),
+                    addr,
+                });
+                self.attempt = 0;
+                self.redirects = 0;
+                self.acked_since_retry = true;
+                // Unacknowledged updates go first, in order, then whatever the kills produce.
+                self.resend_unacked();
+                let actions = self.core.registered(&kill);
+                self.apply(actions).await?;
+            }
+            Registration::Redirect(Some(leader)) if self.redirects < 3 => {
+                tracing::info!(leader = %leader.addr, id = %leader.id, "redirected to the leader");
+                self.redirects += 1;
+                self.next_attempt = Some((Instant::now(), Some(leader.addr)));
+            }
+            Registration::Redirect(leader) => {
+                tracing::info!(?leader, "no usable leader yet; backing off");
+                self.redirects = 0;
+                self.back_off();
+            }
+            Registration::Refused(error) => {
+                tracing::warn!(%error, "registration refused; backing off");
+                self.back_off();
+            }
+            Registration::Failed(why) => {
+                // A master briefly away is routine; an agent that cannot register at all must
+                // be visible at the default log level.
+                if self.attempt >= 3 {
+                    tracing::warn!(%why, attempts = self.attempt + 1, "cannot register with any master yet; backing off");
+                } else {
+                    tracing::info!(%why, "registration failed; backing off");
+                }
+                self.back_off();
+            }
+        }
+        Ok(())
+    }
+
+    async fn on_master(&mut self, message: MasterToAgent) -> Result<(), AgentError> {
+        match message {
+            MasterToAgent::Launch {
+                framework_id,
+                tasks,
+            } => {
+                let actions = self.core.launch(&framework_id, tasks, now_ms());
+                self.apply(actions).await?;
+            }
+            MasterToAgent::Kill {
+                task_id,
+                framework_id,
+                grace_ms,
+            } => {
+                let actions = self.core.kill(&task_id, &framework_id, grace_ms);
+                self.apply(actions).await?;
+            }
+            MasterToAgent::StatusAck(ack) => {
+                let actions = self.core.ack(&ack);
+                if !actions.is_empty() {
+                    self.acked_since_retry = true;
+                }
+                self.apply(actions).await?;
+            }
+            MasterToAgent::HeartbeatAck { .. } => {}
+            MasterToAgent::Registered { kill, .. } => {
+                let actions = self.core.registered(&kill);
+                self.apply(actions).await?;
+            }
+            MasterToAgent::Redirect(redirect) => {
+                let from = self.session.as_ref().map(|l| l.addr);
+                tracing::info!(?from, leader = ?redirect.leader, "the master is no longer the leader");
+                m::reconnect();
+                self.drop_session("redirected");
+                match redirect.leader {
+                    Some(leader) => self.next_attempt = Some((Instant::now(), Some(leader.addr))),
+                    None => self.back_off(),
+                }
+            }
+            MasterToAgent::Error(error) => {
+                tracing::warn!(%error, "the master reported an error");
+            }
+        }
+        Ok(())
+    }
+
+    /// Measures the machine; new totals go to the core and, if registered, to the master (a
+    /// later registration carries them anyway).
+    fn check_resources(&mut self) {
+        let Some(check) = &self.config.resource_check else {
+            return;
+        };
+        let measured = (check.measure)();
+        let current = self.core.config().total;
+        if measured == current {
+            return;
+        }
+        tracing::info!(from = %current, to = %measured, "the machine's capacity changed");
+        self.core.set_total(measured);
+        self.send(AgentToMaster::UpdateResources {
+            resources: measured.into(),
+        });
+    }
+
+    fn lose_session(&mut self, why: &str) {
+        if self.session.is_none() {
+            return;
+        }
+        tracing::warn!(%why, "session with the master lost; reconnecting");
+        m::reconnect();
+        self.drop_session(why);
+        self.back_off();
+    }
+
+    fn drop_session(&mut self, why: &str) {
+        if let Some(live) = self.session.take() {
+            live.connection.close(why);
+            live.writer.abort();
+        }
+    }
+
+    /// Schedules the next attempt, at the next master, after an exponential, jittered delay.
+    fn back_off(&mut self) {
+        let base = self.config.backoff_min.as_millis() as u64;
+        let max = self.config.backoff_max.as_millis() as u64;
+        let delay = base
+            .saturating_mul(1u64 << self.attempt.min(20))
+            .min(max)
+            .max(1);
+        let jittered = self.rng.gen_range(delay / 2..=delay);
+        self.attempt = self.attempt.saturating_add(1);
+        self.next_attempt = Some((Instant::now() + Duration::from_millis(jittered), None));
+    }
+
+    fn publish(&self) {
+        m::tasks_running(self.core.running_count());
+        m::backlog(self.core.backlog());
+        m::connected(self.session.is_some());
+        let used = self.core.used();
+        m::used_cpus(used[ResourceKind::Cpus]);
+    }
+
+    fn stop(&mut self) {
+        if let Err(error) = self.checkpoint.sync() {
+            tracing::warn!(%error, "cannot sync the checkpoint at shutdown");
+        }
+        if let Some(handle) = self.connecting.take() {
+            handle.abort();
+        }
+        self.drop_session("agent shutting down");
+        self.client.close();
+        tracing::info!(
+            agent = %self.agent_id,
+            tasks = self.core.active_count(),
+            "agent stopped; its tasks keep running"
+        );
+    }
+}
+
+/// The writer task of a session: sends queued frames in order; on a failure it closes the
+/// connection, which ends the session for the main loop's reader too.
+fn spawn_writer(
+    mut tx: FramedSend,
+    connection: Connection,
+) -> (
+    mpsc::UnboundedSender<AgentToMaster>,
+    tokio::task::JoinHandle<()>,
+) {
+    let (outbox, mut queue) = mpsc::unbounded_channel::<AgentToMaster>();
+    let writer = tokio::spawn(async move {
+        while let Some(message) = queue.recv().await {
+            if let Err(error) = tx.send(&message).await {
+                connection.close(&format!("cannot send: {error}"));
+                return;
+            }
+        }
+        let _ = tx.finish().await;
+    });
+    (outbox, writer)
+}
+
+/// Connects, opens the agent session, registers and waits for the answer.
+async fn register_with(client: &Client, addr: SocketAddr, register: AgentToMaster) -> Registration {
+    let connection = match client.connect(addr).await {
+        Ok(connection) => connection,
+        Err(e) => return Registration::Failed(format!("cannot connect to {addr}: {e}")),
+    };
+    let session = match connection.open_session(SessionOpen::Agent).await {
+        Ok(session) => session,
+        Err(TransportError::SessionRefused(error)) => return Registration::Refused(error),
+        Err(e) => return Registration::Failed(format!("cannot open a session with {addr}: {e}")),
+    };
+    let (mut tx, mut rx) = (session.tx, session.rx);
+    if let Err(e) = tx.send(&register).await {
+        return Registration::Failed(format!("cannot register with {addr}: {e}"));
+    }
+    loop {
+        match rx.recv::<MasterToAgent>().await {
+            Ok(Some(MasterToAgent::Registered {
+                agent_id: _,
+                heartbeat_interval_ms,
+                kill,
+            })) => {
+                return Registration::Registered(Box::new(Joined {
+                    connection,
+                    tx,
+                    rx,
+                    addr,
+                    heartbeat_interval_ms,
+                    kill,
+                }))
+            }
+            Ok(Some(MasterToAgent::Redirect(redirect))) => {
+                connection.close("redirected");
+                return Registration::Redirect(redirect.leader);
+            }
+            Ok(Some(MasterToAgent::Error(error))) => {
+                connection.close("registration refused");
+                return Registration::Refused(error);
+            }
+            Ok(Some(other)) => {
+                tracing::debug!(?other, "ignoring a message before the registration answer");
+            }
+            Ok(None) => {
+                return Registration::Failed(format!("{addr} closed the session before answering"))
+            }
+            Err(e) => {
+                return Registration::Failed(format!("no registration answer from {addr}: {e}"))
+            }
+        }
+    }
+}
+
+/// Holds `<work-dir>/agent.lock` with `flock` for as long as the agent runs.
+struct WorkDirLock {
+    _file: std::fs::File,
+}
+
+fn lock_work_dir(dir: &Path) -> Result<WorkDirLock, AgentError> {
+    use std::os::fd::AsRawFd;
+    let io = |source| AgentError::WorkDir {
+        path: dir.to_path_buf(),
+        source,
+    };
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let lock = dir.join("agent.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock)
+        .map_err(io)?;
+    // SAFETY: flock on a file descriptor this function owns; no memory is involved.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        return Err(AgentError::WorkDirLocked {
+            path: dir.to_path_buf(),
+            lock,
+        });
+    }
+    Ok(WorkDirLock { _file: file })
+}

@@ -1,0 +1,279 @@
+//! Shared by the agent's component tests: a scripted master (a real proto `Server` on loopback,
+//! with certificates from `generate_dev_cluster`, that answers as the test says) and an agent
+//! running in the test's runtime.
+
+#![allow(dead_code)] // each test crate uses its own subset
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use fullerene_agent::{AgentConfig, AgentError};
+use fullerene_proto::certs::{generate_dev_cluster, CertCounts, CertPaths, GeneratedCerts};
+use fullerene_proto::ids::{AgentId, FrameworkId, TaskId};
+use fullerene_proto::messages::{
+    AgentToMaster, CommandSpec, Executor, MasterToAgent, SessionOpen, StatusAck, StatusUpdate,
+    TaskInfo, TaskSpec,
+};
+use fullerene_proto::resources::{ResourceVec, Resources};
+use fullerene_proto::transport::{Connection, Role, Server, Session, TlsMaterial, TransportConfig};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tokio::time::timeout;
+
+pub const WAIT: Duration = Duration::from_secs(20);
+
+pub struct Certs {
+    pub _dir: tempfile::TempDir,
+    pub generated: GeneratedCerts,
+}
+
+impl Certs {
+    pub fn new() -> Certs {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let counts = CertCounts {
+            masters: 2,
+            agents: 1,
+            ..CertCounts::default()
+        };
+        let generated =
+            generate_dev_cluster(&dir.path().join("certs"), counts, false).expect("certs");
+        Certs {
+            _dir: dir,
+            generated,
+        }
+    }
+
+    pub fn tls(&self, role: Role, n: usize) -> TlsMaterial {
+        let paths = CertPaths::of_member(&self.generated.dir, role, n);
+        TlsMaterial::load(&self.generated.ca_cert, &paths.cert, &paths.key).expect("tls")
+    }
+}
+
+/// A master that does what the test tells it.
+pub struct ScriptedMaster {
+    pub server: Server,
+}
+
+impl ScriptedMaster {
+    pub fn bind(certs: &Certs, n: usize) -> ScriptedMaster {
+        let server = Server::bind(
+            "127.0.0.1:0".parse().expect("addr"),
+            &certs.tls(Role::Master, n),
+            TransportConfig::default(),
+        )
+        .expect("bind");
+        ScriptedMaster { server }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.server.local_addr()
+    }
+
+    /// The next agent session and its `Register`.
+    pub async fn accept(&mut self) -> Registering {
+        let connection = timeout(WAIT, self.server.accept())
+            .await
+            .expect("an agent connects")
+            .expect("server open")
+            .expect("handshake");
+        let session = timeout(WAIT, connection.accept_session())
+            .await
+            .expect("a session opens")
+            .expect("session");
+        assert_eq!(session.kind, SessionOpen::Agent);
+        assert_eq!(session.peer.agent_id(), Some(AgentId::from("agent-1")));
+        let mut agent = AgentSession {
+            connection,
+            session,
+            heartbeats: 0,
+            last_heartbeat: 0,
+        };
+        match agent.next().await {
+            AgentToMaster::Register { tasks, .. } => agent.registered_tasks(tasks),
+            other => panic!("expected Register first, got {other:?}"),
+        }
+    }
+}
+
+pub struct AgentSession {
+    pub connection: Connection,
+    pub session: Session,
+    pub heartbeats: u64,
+    pub last_heartbeat: u64,
+}
+
+/// A session whose `Register` carried `tasks`.
+pub struct Registering {
+    pub agent: AgentSession,
+    pub tasks: Vec<TaskInfo>,
+}
+
+impl AgentSession {
+    pub fn registered_tasks(self, tasks: Vec<TaskInfo>) -> Registering {
+        Registering { agent: self, tasks }
+    }
+
+    /// The next message other than a heartbeat (which it counts).
+    pub async fn next(&mut self) -> AgentToMaster {
+        loop {
+            let message = timeout(WAIT, self.session.rx.recv::<AgentToMaster>())
+                .await
+                .expect("a message in time")
+                .expect("session alive")
+                .expect("not closed");
+            match message {
+                AgentToMaster::Heartbeat { seq } => {
+                    self.heartbeats += 1;
+                    assert!(
+                        seq > self.last_heartbeat,
+                        "heartbeat seq {seq} did not increase"
+                    );
+                    self.last_heartbeat = seq;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    pub async fn status(&mut self) -> StatusUpdate {
+        match self.next().await {
+            AgentToMaster::Status(update) => update,
+            other => panic!("expected a status update, got {other:?}"),
+        }
+    }
+
+    pub async fn send(&mut self, message: MasterToAgent) {
+        self.session.tx.send(&message).await.expect("send");
+    }
+
+    pub async fn ack(&mut self, update: &StatusUpdate) {
+        self.send(MasterToAgent::StatusAck(StatusAck {
+            task_id: update.task_id.clone(),
+            seq: update.seq,
+        }))
+        .await;
+    }
+
+    pub async fn launch(&mut self, tasks: Vec<TaskSpec>) {
+        self.send(MasterToAgent::Launch {
+            framework_id: FrameworkId::from("fw"),
+            tasks,
+        })
+        .await;
+    }
+
+    pub fn drop_connection(self) {
+        self.connection.close("scripted master drops the session");
+    }
+}
+
+impl Registering {
+    pub async fn accept(self, kill: Vec<TaskId>) -> AgentSession {
+        let mut agent = self.agent;
+        agent
+            .send(MasterToAgent::Registered {
+                agent_id: AgentId::from("agent-1"),
+                heartbeat_interval_ms: 50,
+                kill,
+            })
+            .await;
+        agent
+    }
+}
+
+pub struct RunningAgent {
+    pub stop: Option<oneshot::Sender<()>>,
+    pub handle: JoinHandle<Result<(), AgentError>>,
+}
+
+impl RunningAgent {
+    pub fn start(certs: &Certs, masters: Vec<SocketAddr>, work_dir: &Path) -> RunningAgent {
+        RunningAgent::start_with(certs, masters, work_dir, |_| {})
+    }
+
+    pub fn start_with(
+        certs: &Certs,
+        masters: Vec<SocketAddr>,
+        work_dir: &Path,
+        tweak: impl FnOnce(&mut AgentConfig),
+    ) -> RunningAgent {
+        let mut config = AgentConfig::new(
+            masters,
+            work_dir.to_path_buf(),
+            "cpus=4,mem_mib=4096".parse::<ResourceVec>().expect("r"),
+        );
+        config.hostname = "test-host".into();
+        config.attributes = BTreeMap::from([("rack".to_string(), "r1".to_string())]);
+        config.backoff_min = Duration::from_millis(20);
+        config.backoff_max = Duration::from_millis(200);
+        // Long enough that every resend in these tests comes from a new session.
+        config.status_retry = Duration::from_secs(600);
+        config.cgroup_root = work_dir.join("no-cgroups-here");
+        tweak(&mut config);
+        let tls = certs.tls(Role::Agent, 1);
+        let (stop, stopped) = oneshot::channel();
+        let handle = tokio::spawn(fullerene_agent::run(config, tls, async move {
+            let _ = stopped.await;
+        }));
+        RunningAgent {
+            stop: Some(stop),
+            handle,
+        }
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let result = timeout(WAIT, &mut self.handle)
+            .await
+            .expect("the agent stops")
+            .expect("no panic");
+        result.expect("the agent stopped cleanly");
+    }
+}
+
+impl RunningAgent {
+    /// Ends the agent as a crash would: its task is dropped mid-flight, with no orderly stop
+    /// (no final checkpoint sync, no connection close).
+    pub async fn crash(mut self) {
+        self.handle.abort();
+        let _ = timeout(WAIT, &mut self.handle).await.expect("aborted");
+    }
+}
+
+impl Drop for RunningAgent {
+    fn drop(&mut self) {
+        self.handle.abort();
+    }
+}
+
+pub fn sh(id: &str, script: &str) -> TaskSpec {
+    TaskSpec {
+        id: TaskId::from(id),
+        name: id.into(),
+        executor: Executor::Command(CommandSpec {
+            program: "sh".into(),
+            args: vec!["-c".into(), script.into()],
+            env: BTreeMap::new(),
+        }),
+        resources: Resources::from("cpus=1,mem_mib=64".parse::<ResourceVec>().expect("r")),
+        origin: None,
+        kill_grace_ms: 100,
+    }
+}
+
+pub fn sleep_task(id: &str, duration_ms: u64) -> TaskSpec {
+    TaskSpec {
+        executor: Executor::Sleep { duration_ms },
+        ..sh(id, "unused")
+    }
+}
+
+pub fn work_dir() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("work");
+    (dir, path)
+}
