@@ -5,12 +5,18 @@
 //!   of the tech report's §6.
 //! - `policy`: the online, per-offer policies: Graphene's matcher (Graphene §5, tech report
 //!   Fig. 8), Carbyne's altruism (Carbyne §3.3), and the baselines.
+//! - `driver`: the framework driver (a sans-IO core and a thin tokio/QUIC shell) and the
+//!   `Scheduler` trait.
+//! - `dag`: the DAG-job framework: one framework per job, planned with Graphene, matched online
+//!   and yielding with Carbyne, with bounded retries (a sans-IO core and a `Scheduler`).
 //!
-//! Everything here is sans-IO: no sockets, threads, clocks or disks (DESIGN.md, principle 1),
+//! Everything but the driver's shell is sans-IO: no sockets, threads, clocks or disks (DESIGN.md, principle 1),
 //! so the simulator runs the same code as production frameworks.
 
 #![warn(missing_docs)]
 
+pub mod dag;
+pub mod driver;
 pub mod job;
 pub mod lower_bound;
 pub mod planner;

@@ -1,0 +1,655 @@
+//! The sans-IO core of one DAG job run as its own framework: given offers, status updates and
+//! failed calls (with the time in milliseconds), what to send the master.
+//!
+//! It keeps the job's [`JobState`] and the same [`JobPolicy`] the simulator uses
+//! (`sim/src/framework.rs`), built by [`policy::build`] from Graphene's offline plan: the plan
+//! is made when the cluster's shape is first known (from the first offers, unless configured)
+//! and re-made over what is left of the DAG ([`plan_remaining`]) after tasks are lost
+//! (DESIGN.md, "a task's life", steps 2, 4 and 7).
+//!
+//! Policies reason in the job's own seconds (the durations of the workload file); tasks run
+//! for their durations times `time_scale`, so the core's clock for the policies is the real
+//! time since submission divided by `time_scale`.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use fullerene_proto::messages::{
+    CommandSpec, DemandSummary, ErrorCode, Executor, FrameworkRequest, Leftover, Offer,
+    StatusReason, StatusUpdate, TaskOrigin, TaskSpec, TaskState, WireError,
+};
+use fullerene_proto::{AgentId, ResourceVec, Resources, TaskId};
+use serde::Serialize;
+
+use crate::job::{Job, TaskRef};
+use crate::planner::{plan_remaining, PlanCluster, PlanError, PlannerConfig};
+use crate::policy::{
+    self, JobPolicy, JobState, LeftoverAction, OfferContext, PolicyError, PolicyKind, PolicyParams,
+    TaskStatus,
+};
+
+/// How each task runs on its agent.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ExecutorTemplate {
+    /// The agents' built-in `sleep` executor, for the task's duration × `time_scale`.
+    Sleep,
+    /// `sh -c TEMPLATE`, with `{job}`, `{stage}` (id), `{stage_name}`, `{index}`, `{attempt}`,
+    /// `{duration_s}` and `{duration_ms}` (scaled) replaced.
+    Command(String),
+}
+
+/// How the DAG-job framework runs a job.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DagConfig {
+    /// The intra-job policy (the allocator's half of the scheme is the master's).
+    pub policy: PolicyKind,
+    /// The policies' parameters.
+    pub params: PolicyParams,
+    /// Graphene's offline planner.
+    pub planner: PlannerConfig,
+    /// What each task runs.
+    pub executor: ExecutorTemplate,
+    /// Real seconds per second of the workload's durations (0.1 runs ten times faster).
+    pub time_scale: f64,
+    /// Attempts a task gets before the job fails (FAILED, LOST or KILLED each end one).
+    pub max_attempts: u32,
+    /// How long an offer declined while nothing is runnable is refused.
+    pub idle_refuse_ms: u64,
+    /// The cluster to plan for; `None`: the agents seen in offers, each with the most it ever
+    /// offered (at least the job's largest task, so that planning never fails on a partial
+    /// view).
+    pub plan_cluster: Option<PlanCluster>,
+    /// Jobs running at once: the job's fair share is estimated as the cluster over this (the
+    /// master does not tell frameworks their share; Carbyne §3.3.1 needs an estimate).
+    pub concurrent_jobs: usize,
+    /// Grace between the polite signal and the kill, for tasks this framework kills.
+    pub kill_grace_ms: u64,
+}
+
+impl Default for DagConfig {
+    fn default() -> DagConfig {
+        DagConfig {
+            policy: PolicyKind::GrapheneCarbyne,
+            params: PolicyParams::default(),
+            planner: PlannerConfig::default(),
+            executor: ExecutorTemplate::Sleep,
+            time_scale: 1.0,
+            max_attempts: 3,
+            idle_refuse_ms: 1_000,
+            plan_cluster: None,
+            concurrent_jobs: 1,
+            kill_grace_ms: 2_000,
+        }
+    }
+}
+
+/// Why a job cannot be run.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum DagError {
+    /// The policy could not be built.
+    #[error("job `{job}`: {source}")]
+    Policy {
+        /// The job.
+        job: String,
+        /// Why.
+        source: PolicyError,
+    },
+    /// Graphene's planner refused the job.
+    #[error("job `{job}`: planning failed: {source}")]
+    Plan {
+        /// The job.
+        job: String,
+        /// Why.
+        source: PlanError,
+    },
+    /// A time scale that is not a positive number.
+    #[error("time scale {0} must be a finite number > 0")]
+    TimeScale(f64),
+    /// No attempt at all.
+    #[error("max attempts must be at least 1")]
+    MaxAttempts,
+}
+
+/// Where a job is.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum JobOutcome {
+    /// Tasks remain.
+    Running,
+    /// Every task finished; `jct_ms` from submission to the last FINISHED.
+    Finished {
+        /// Job completion time, milliseconds.
+        jct_ms: u64,
+    },
+    /// A task ran out of attempts (or the framework could not go on).
+    Failed {
+        /// What happened.
+        reason: String,
+    },
+}
+
+/// A snapshot of a job's progress, for progress bars and reports.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct JobProgress {
+    /// The job's name.
+    pub name: String,
+    /// Its fairness group.
+    pub group: String,
+    /// Tasks in the job.
+    pub tasks: usize,
+    /// Tasks finished.
+    pub finished: usize,
+    /// Tasks launched and not yet ended.
+    pub running: usize,
+    /// Task attempts that ended without success (retried or not).
+    pub failed_attempts: u64,
+    /// Where it is.
+    pub outcome: JobOutcome,
+}
+
+#[derive(Clone, Debug)]
+struct Machine {
+    index: usize,
+    /// The most this agent ever offered: the best estimate of its capacity the protocol gives.
+    capacity: ResourceVec,
+}
+
+/// One job's decisions (see the module documentation).
+pub struct DagJob {
+    job: Job,
+    config: DagConfig,
+    state: JobState,
+    policy: Option<Box<dyn JobPolicy>>,
+    pri_scores: Option<Vec<Vec<f64>>>,
+    replan: bool,
+    machines: BTreeMap<AgentId, Machine>,
+    /// Task id of each launch → the task and its launch number.
+    launches: HashMap<TaskId, (TaskRef, u32)>,
+    /// The current launch number of each task (ids carry it, so a retry never reuses an id,
+    /// which the master refuses).
+    current: HashMap<TaskRef, u32>,
+    failures: HashMap<TaskRef, u32>,
+    failed_attempts: u64,
+    submitted_ms: u64,
+    outcome: JobOutcome,
+    last_demand: Option<DemandSummary>,
+    had_runnable: bool,
+}
+
+impl std::fmt::Debug for DagJob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DagJob")
+            .field("job", &self.job.name)
+            .field("outcome", &self.outcome)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DagJob {
+    /// A job submitted at `now_ms`. With a configured plan cluster, plans now (so that a job
+    /// the planner refuses is refused before anything runs).
+    pub fn new(job: Job, config: DagConfig, now_ms: u64) -> Result<DagJob, DagError> {
+        if !(config.time_scale.is_finite() && config.time_scale > 0.0) {
+            return Err(DagError::TimeScale(config.time_scale));
+        }
+        if config.max_attempts == 0 {
+            return Err(DagError::MaxAttempts);
+        }
+        let state = JobState::new(&job);
+        let mut dag = DagJob {
+            job,
+            config,
+            state,
+            policy: None,
+            pri_scores: None,
+            replan: false,
+            machines: BTreeMap::new(),
+            launches: HashMap::new(),
+            current: HashMap::new(),
+            failures: HashMap::new(),
+            failed_attempts: 0,
+            submitted_ms: now_ms,
+            outcome: JobOutcome::Running,
+            last_demand: None,
+            had_runnable: true,
+        };
+        if !dag.config.policy.needs_pri_scores() || dag.config.plan_cluster.is_some() {
+            dag.ensure_policy()?;
+        }
+        Ok(dag)
+    }
+
+    /// The job.
+    pub fn job(&self) -> &Job {
+        &self.job
+    }
+
+    /// Where the job is.
+    pub fn outcome(&self) -> &JobOutcome {
+        &self.outcome
+    }
+
+    /// True once the job finished or failed.
+    pub fn is_done(&self) -> bool {
+        self.outcome != JobOutcome::Running
+    }
+
+    /// A progress snapshot.
+    pub fn progress(&self) -> JobProgress {
+        JobProgress {
+            name: self.job.name.clone(),
+            group: self.job.group.clone(),
+            tasks: self.state.num_tasks(),
+            finished: self.state.num_finished(),
+            running: self.state.num_running(),
+            failed_attempts: self.failed_attempts,
+            outcome: self.outcome.clone(),
+        }
+    }
+
+    /// What to send once subscribed: the demand, so that the allocator offers.
+    pub fn on_subscribed(&mut self) -> Vec<FrameworkRequest> {
+        self.last_demand = None;
+        let mut out = Vec::new();
+        self.push_demand(&mut out);
+        out
+    }
+
+    /// The framework could not go on (its driver stopped): the job fails with `reason`.
+    pub fn fail(&mut self, reason: impl Into<String>) {
+        if !self.is_done() {
+            self.outcome = JobOutcome::Failed {
+                reason: reason.into(),
+            };
+        }
+    }
+
+    /// Answers offers: a bundle per offer chosen by the policy, the rest declined or yielded
+    /// as the policy says.
+    pub fn on_offers(&mut self, offers: &[Offer], now_ms: u64) -> Vec<FrameworkRequest> {
+        let mut out = Vec::new();
+        let mut usable = Vec::with_capacity(offers.len());
+        for offer in offers {
+            match offer.resources.to_vec() {
+                Ok(free) => {
+                    let next = self.machines.len();
+                    let machine = self
+                        .machines
+                        .entry(offer.agent_id.clone())
+                        .or_insert(Machine {
+                            index: next,
+                            capacity: ResourceVec::ZERO,
+                        });
+                    machine.capacity = machine.capacity.max(&free);
+                    usable.push((offer, free));
+                }
+                Err(error) => {
+                    tracing::warn!(offer = %offer.id, %error, "declining an offer with unreadable resources");
+                    out.push(FrameworkRequest::Decline {
+                        offer_ids: vec![offer.id],
+                        refuse_ms: self.config.idle_refuse_ms,
+                    });
+                }
+            }
+        }
+        if self.is_done() {
+            out.push(FrameworkRequest::Decline {
+                offer_ids: usable.iter().map(|(o, _)| o.id).collect(),
+                refuse_ms: 60_000,
+            });
+            return out;
+        }
+        if let Err(error) = self.ensure_policy() {
+            self.outcome = JobOutcome::Failed {
+                reason: error.to_string(),
+            };
+            out.push(FrameworkRequest::Decline {
+                offer_ids: usable.iter().map(|(o, _)| o.id).collect(),
+                refuse_ms: 60_000,
+            });
+            out.push(FrameworkRequest::Suppress);
+            return out;
+        }
+        let now_s = self.job_seconds(now_ms);
+        let cluster_capacity = self.cluster_capacity();
+        let fair_share = cluster_capacity.scale(1.0 / self.config.concurrent_jobs.max(1) as f64);
+        for (offer, free) in usable {
+            let machine = &self.machines[&offer.agent_id];
+            let (index, capacity) = (machine.index, machine.capacity);
+            let context = OfferContext {
+                machine: index,
+                free,
+                capacity,
+                kind: offer.kind,
+                now_s,
+                cluster_capacity,
+                fair_share,
+            };
+            let Some(policy) = self.policy.as_mut() else {
+                break;
+            };
+            let decision = policy.on_offer(&self.job, &self.state, &context);
+            let mut seen = BTreeSet::new();
+            let mut tasks = Vec::with_capacity(decision.launch.len());
+            for task in decision.launch {
+                // The policy's contract; checked anyway since the master would refuse the
+                // whole bundle for one bad task.
+                if !seen.insert(task) || !self.state.is_runnable(task) {
+                    tracing::warn!(?task, "policy chose a task that is not runnable; skipped");
+                    continue;
+                }
+                self.state.mark_launched(task, index, now_s);
+                tasks.push(self.task_spec(task));
+            }
+            let leftover = match decision.leftover {
+                LeftoverAction::Decline => Leftover::Decline { refuse_ms: 0 },
+                LeftoverAction::Yield => Leftover::Yield,
+            };
+            out.push(if !tasks.is_empty() {
+                FrameworkRequest::Accept {
+                    offer_ids: vec![offer.id],
+                    tasks,
+                    leftover,
+                }
+            } else if decision.leftover == LeftoverAction::Yield {
+                FrameworkRequest::Yield {
+                    offer_ids: vec![offer.id],
+                }
+            } else {
+                let refuse_ms = if self.state.num_runnable() == 0 {
+                    self.config.idle_refuse_ms
+                } else {
+                    0
+                };
+                FrameworkRequest::Decline {
+                    offer_ids: vec![offer.id],
+                    refuse_ms,
+                }
+            });
+        }
+        self.push_demand(&mut out);
+        out
+    }
+
+    /// Takes a task's new status into account.
+    pub fn on_update(&mut self, update: &StatusUpdate, now_ms: u64) -> Vec<FrameworkRequest> {
+        let mut out = Vec::new();
+        let Some(&(task, launch)) = self.launches.get(&update.task_id) else {
+            tracing::debug!(task = %update.task_id, "update for a task this job does not know");
+            return out;
+        };
+        // A late report of an earlier attempt: that attempt was already given up on.
+        if self.current.get(&task) != Some(&launch)
+            || self.state.status(task) != Some(TaskStatus::Running)
+        {
+            return out;
+        }
+        let now_s = self.job_seconds(now_ms);
+        match update.state {
+            TaskState::Staging | TaskState::Running => return out,
+            TaskState::Finished => {
+                self.state.mark_finished(&self.job, task, now_s);
+                if self.state.is_complete() && !self.is_done() {
+                    self.outcome = JobOutcome::Finished {
+                        jct_ms: now_ms.saturating_sub(self.submitted_ms),
+                    };
+                    out.push(FrameworkRequest::Suppress);
+                }
+            }
+            TaskState::Failed | TaskState::Lost | TaskState::Killed => {
+                // The master answers reconciliation of a task it never launched with LOST /
+                // UnknownTask: no attempt ran, so none is counted.
+                let ran = update.reason != Some(StatusReason::UnknownTask);
+                if ran {
+                    self.failed_attempts += 1;
+                    let failures = {
+                        let count = self.failures.entry(task).or_insert(0);
+                        *count += 1;
+                        *count
+                    };
+                    if failures >= self.config.max_attempts && !self.is_done() {
+                        self.state.mark_lost(task);
+                        self.give_up(task, failures, update, &mut out);
+                        return out;
+                    }
+                }
+                self.state.mark_lost(task);
+                self.replan = true;
+            }
+        }
+        if self.is_done() {
+            return out;
+        }
+        self.push_demand(&mut out);
+        out
+    }
+
+    /// A call failed: tasks of an accept the master refused become runnable again; those of
+    /// an accept whose outcome is unknown are reconciled explicitly (the master answers LOST
+    /// for the ones it never launched).
+    pub fn on_call_failed(
+        &mut self,
+        request: &FrameworkRequest,
+        error: &WireError,
+    ) -> Vec<FrameworkRequest> {
+        let mut out = Vec::new();
+        let FrameworkRequest::Accept { tasks, .. } = request else {
+            return out;
+        };
+        let mut unknown = Vec::new();
+        for spec in tasks {
+            let Some(&(task, launch)) = self.launches.get(&spec.id) else {
+                continue;
+            };
+            if self.current.get(&task) != Some(&launch)
+                || self.state.status(task) != Some(TaskStatus::Running)
+            {
+                continue;
+            }
+            if error.code == ErrorCode::OutcomeUnknown {
+                unknown.push(spec.id.clone());
+            } else {
+                self.state.mark_lost(task);
+            }
+        }
+        if !unknown.is_empty() {
+            out.push(FrameworkRequest::Reconcile { task_ids: unknown });
+        }
+        if !self.is_done() {
+            self.push_demand(&mut out);
+        }
+        out
+    }
+
+    /// Ids of the tasks launched and not known to have ended (to kill them, or reconcile).
+    pub fn running_task_ids(&self) -> Vec<TaskId> {
+        let mut ids: Vec<TaskId> = self
+            .state
+            .running_tasks()
+            .filter_map(|(task, _, _)| {
+                let launch = self.current.get(&task)?;
+                Some(self.task_id(task, *launch))
+            })
+            .collect();
+        ids.sort();
+        ids
+    }
+
+    fn give_up(
+        &mut self,
+        task: TaskRef,
+        failures: u32,
+        update: &StatusUpdate,
+        out: &mut Vec<FrameworkRequest>,
+    ) {
+        let stage = &self.job.stages[task.stage()];
+        let detail = match (&update.reason, update.message.is_empty()) {
+            (Some(reason), true) => format!("{:?} ({reason:?})", update.state),
+            (Some(reason), false) => {
+                format!("{:?} ({reason:?}): {}", update.state, update.message)
+            }
+            (None, true) => format!("{:?}", update.state),
+            (None, false) => format!("{:?}: {}", update.state, update.message),
+        };
+        self.outcome = JobOutcome::Failed {
+            reason: format!(
+                "task {}.{} of stage `{}` ended without success {failures} times (the limit); last: {detail}",
+                stage.id, task.index, stage.name
+            ),
+        };
+        for task_id in self.running_task_ids() {
+            out.push(FrameworkRequest::Kill { task_id });
+        }
+        out.push(FrameworkRequest::Suppress);
+    }
+
+    /// Builds the policy, planning first when it follows Graphene's plan; re-plans what is
+    /// left after losses.
+    fn ensure_policy(&mut self) -> Result<(), DagError> {
+        if self.policy.is_some() && !self.replan {
+            return Ok(());
+        }
+        let kind = self.config.policy;
+        if !kind.needs_pri_scores() {
+            match self.policy.as_mut() {
+                Some(policy) => policy.replan(&self.job, &self.state),
+                None => {
+                    let policy = policy::build(kind, &self.job, None, &self.config.params)
+                        .map_err(|source| DagError::Policy {
+                            job: self.job.name.clone(),
+                            source,
+                        })?;
+                    self.policy = Some(policy);
+                }
+            }
+            self.replan = false;
+            return Ok(());
+        }
+        let cluster = self.plan_cluster();
+        let state = &self.state;
+        let plan = plan_remaining(&self.job, &cluster, &self.config.planner, &|t| {
+            state.status(t) == Some(TaskStatus::Finished)
+        })
+        .map_err(|source| DagError::Plan {
+            job: self.job.name.clone(),
+            source,
+        })?;
+        let policy = policy::build(
+            kind,
+            &self.job,
+            Some(plan.pri_scores.clone()),
+            &self.config.params,
+        )
+        .map_err(|source| DagError::Policy {
+            job: self.job.name.clone(),
+            source,
+        })?;
+        self.pri_scores = Some(plan.pri_scores);
+        self.policy = Some(policy);
+        self.replan = false;
+        Ok(())
+    }
+
+    fn plan_cluster(&self) -> PlanCluster {
+        if let Some(cluster) = &self.config.plan_cluster {
+            return cluster.clone();
+        }
+        let largest_task = self
+            .job
+            .stages
+            .iter()
+            .fold(ResourceVec::ZERO, |acc, s| acc.max(&s.demand));
+        let machine = self
+            .machines
+            .values()
+            .fold(largest_task, |acc, m| acc.max(&m.capacity));
+        PlanCluster::new(self.machines.len().max(1), machine)
+    }
+
+    fn cluster_capacity(&self) -> ResourceVec {
+        let seen = self
+            .machines
+            .values()
+            .fold(ResourceVec::ZERO, |acc, m| acc + m.capacity);
+        if !seen.is_zero() {
+            return seen;
+        }
+        match &self.config.plan_cluster {
+            Some(cluster) => cluster.total_capacity(),
+            None => self.plan_cluster().total_capacity(),
+        }
+    }
+
+    fn push_demand(&mut self, out: &mut Vec<FrameworkRequest>) {
+        let capacity = self.cluster_capacity();
+        let demand = self
+            .state
+            .demand_summary(&self.job, &capacity, self.pri_scores.as_deref());
+        let runnable = self.state.num_runnable() > 0;
+        // Work became runnable again (a stage unlocked, a task lost): earlier declines may be
+        // filtering agents that could run it now.
+        if runnable && !self.had_runnable {
+            out.push(FrameworkRequest::Revive);
+        }
+        self.had_runnable = runnable;
+        if self.last_demand.as_ref() != Some(&demand) {
+            self.last_demand = Some(demand.clone());
+            out.push(FrameworkRequest::UpdateDemand(demand));
+        }
+    }
+
+    fn job_seconds(&self, now_ms: u64) -> f64 {
+        now_ms.saturating_sub(self.submitted_ms) as f64 / 1000.0 / self.config.time_scale
+    }
+
+    fn task_id(&self, task: TaskRef, launch: u32) -> TaskId {
+        let stage = &self.job.stages[task.stage()];
+        TaskId(format!(
+            "{}/{}.{}/{}",
+            self.job.name, stage.id, task.index, launch
+        ))
+    }
+
+    fn task_spec(&mut self, task: TaskRef) -> TaskSpec {
+        let launch = self.current.get(&task).map_or(0, |l| l + 1);
+        self.current.insert(task, launch);
+        let id = self.task_id(task, launch);
+        self.launches.insert(id.clone(), (task, launch));
+        let stage = &self.job.stages[task.stage()];
+        let duration_s = self.job.duration(task) * self.config.time_scale;
+        let duration_ms = (duration_s * 1000.0).round().max(0.0) as u64;
+        let executor = match &self.config.executor {
+            ExecutorTemplate::Sleep => Executor::Sleep { duration_ms },
+            ExecutorTemplate::Command(template) => {
+                let command = template
+                    .replace("{job}", &self.job.name)
+                    .replace("{stage_name}", &stage.name)
+                    .replace("{stage}", &stage.id.to_string())
+                    .replace("{index}", &task.index.to_string())
+                    .replace("{attempt}", &launch.to_string())
+                    .replace("{duration_s}", &format!("{duration_s:.3}"))
+                    .replace("{duration_ms}", &duration_ms.to_string());
+                Executor::Command(CommandSpec {
+                    program: "sh".into(),
+                    args: vec!["-c".into(), command],
+                    env: BTreeMap::new(),
+                })
+            }
+        };
+        TaskSpec {
+            name: format!(
+                "{} {}.{} ({})",
+                self.job.name, stage.id, task.index, stage.name
+            ),
+            id,
+            executor,
+            resources: Resources::from(self.job.demand(task)),
+            origin: Some(TaskOrigin {
+                job: self.job.name.clone(),
+                stage: stage.id,
+                index: task.index,
+                attempt: launch,
+            }),
+            kill_grace_ms: self.config.kill_grace_ms,
+        }
+    }
+}

@@ -1,0 +1,18 @@
+//! The DAG-job framework shipped with the SDK (issue #6, item 4): runs jobs of a workload file,
+//! each as its own framework (one subscription per job, its group from the workload line, as
+//! the simulator does). Each job is planned with Graphene's offline planner, answers offers
+//! with the same online policy the simulator runs (Graphene's matcher inside Carbyne's
+//! altruism by default, or any [`PolicyKind`](crate::policy::PolicyKind)), tracks stage
+//! completion, retries tasks that fail or are lost (a bounded number of times, then the job
+//! fails with the reason) and re-plans what is left of the DAG.
+//!
+//! - [`job`]: the sans-IO core: given offers, updates and failed calls, what to send;
+//! - [`run`]: the [`Scheduler`](crate::driver::Scheduler) around it and [`run_jobs`].
+
+pub mod job;
+pub mod run;
+#[cfg(test)]
+mod tests;
+
+pub use job::{DagConfig, DagError, DagJob, ExecutorTemplate, JobOutcome, JobProgress};
+pub use run::{run_jobs, DagScheduler, JobReport, ProgressFn, RunError, RunJobsOptions};

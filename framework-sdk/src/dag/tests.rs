@@ -1,0 +1,290 @@
+use std::collections::BTreeMap;
+
+use fullerene_proto::messages::{
+    ErrorCode, Executor, FrameworkRequest, Leftover, Offer, OfferKind, StatusReason, StatusUpdate,
+    TaskSpec, TaskState, WireError,
+};
+use fullerene_proto::{AgentId, FrameworkId, OfferId, ResourceVec, Resources, TaskId};
+
+use super::job::*;
+use crate::job::{Job, StageSpec};
+use crate::policy::PolicyKind;
+
+fn rv(s: &str) -> ResourceVec {
+    s.parse().expect("resource vector")
+}
+
+/// Stage 0: two 10 s tasks of 1 cpu; stage 1 (after 0): one 4 s task of 2 cpus.
+fn two_stage_job() -> Job {
+    Job::new(
+        "q1",
+        "analytics",
+        None,
+        vec![
+            StageSpec {
+                id: 10,
+                name: "scan".into(),
+                parents: vec![],
+                durations: vec![10.0, 10.0],
+                demand: rv("cpus=1,mem_mib=100"),
+            },
+            StageSpec {
+                id: 20,
+                name: "join".into(),
+                parents: vec![10],
+                durations: vec![4.0],
+                demand: rv("cpus=2,mem_mib=100"),
+            },
+        ],
+    )
+    .expect("job")
+}
+
+fn config(policy: PolicyKind) -> DagConfig {
+    DagConfig {
+        policy,
+        time_scale: 0.5,
+        ..DagConfig::default()
+    }
+}
+
+fn offer(id: u64, agent: &str, resources: &str) -> Offer {
+    Offer {
+        id: OfferId(id),
+        framework_id: FrameworkId::from("f1"),
+        agent_id: AgentId::from(agent),
+        hostname: agent.into(),
+        attributes: BTreeMap::new(),
+        resources: Resources::from(rv(resources)),
+        kind: OfferKind::Regular,
+        expires_at_ms: u64::MAX,
+    }
+}
+
+fn update(task: &TaskId, state: TaskState, reason: Option<StatusReason>) -> StatusUpdate {
+    StatusUpdate {
+        task_id: task.clone(),
+        framework_id: FrameworkId::from("f1"),
+        agent_id: AgentId::from("a1"),
+        state,
+        seq: 1,
+        reason,
+        message: "exit 1".into(),
+        timestamp_ms: 0,
+    }
+}
+
+fn accepted(calls: &[FrameworkRequest]) -> Vec<TaskSpec> {
+    calls
+        .iter()
+        .filter_map(|c| match c {
+            FrameworkRequest::Accept { tasks, .. } => Some(tasks.clone()),
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
+#[test]
+fn runs_a_dag_stage_by_stage_to_completion_and_measures_the_jct() {
+    for policy in PolicyKind::ALL {
+        let mut dag = DagJob::new(two_stage_job(), config(policy), 1_000).expect("dag");
+        let first = dag.on_subscribed();
+        assert!(
+            matches!(&first[..], [FrameworkRequest::UpdateDemand(d)] if d.pending[0].count == 2),
+            "{policy}: {first:?}"
+        );
+        let calls = dag.on_offers(&[offer(1, "a1", "cpus=4,mem_mib=1000")], 1_100);
+        let tasks = accepted(&calls);
+        assert_eq!(tasks.len(), 2, "{policy}: both scans fit: {calls:?}");
+        for (spec, index) in tasks.iter().zip([0u32, 1]) {
+            assert!(spec.id.as_str().starts_with("q1/10."), "{}", spec.id);
+            let origin = spec.origin.clone().expect("origin");
+            assert_eq!((origin.stage, origin.attempt), (10, 0));
+            assert!(origin.index <= 1);
+            let _ = index;
+            // 10 s scaled by 0.5.
+            assert_eq!(spec.executor, Executor::Sleep { duration_ms: 5_000 });
+            assert_eq!(spec.resources, Resources::from(rv("cpus=1,mem_mib=100")));
+        }
+        // The join cannot run yet: an offer now is declined or yielded, never accepted.
+        let calls = dag.on_offers(&[offer(2, "a2", "cpus=4,mem_mib=1000")], 1_200);
+        assert!(accepted(&calls).is_empty(), "{policy}: {calls:?}");
+        assert!(
+            calls.iter().any(|c| matches!(
+                c,
+                FrameworkRequest::Decline { .. } | FrameworkRequest::Yield { .. }
+            )),
+            "{policy}: {calls:?}"
+        );
+        dag.on_update(&update(&tasks[0].id, TaskState::Running, None), 1_300);
+        dag.on_update(&update(&tasks[0].id, TaskState::Finished, None), 6_000);
+        let calls = dag.on_update(&update(&tasks[1].id, TaskState::Finished, None), 6_100);
+        assert!(
+            calls.contains(&FrameworkRequest::Revive),
+            "{policy}: the join became runnable: {calls:?}"
+        );
+        let calls = dag.on_offers(&[offer(3, "a1", "cpus=4,mem_mib=1000")], 6_200);
+        let join = accepted(&calls);
+        assert_eq!(join.len(), 1, "{policy}: {calls:?}");
+        assert_eq!(join[0].origin.as_ref().map(|o| o.stage), Some(20));
+        assert_eq!(dag.progress().finished, 2);
+        let calls = dag.on_update(&update(&join[0].id, TaskState::Finished, None), 8_500);
+        assert!(calls.contains(&FrameworkRequest::Suppress));
+        assert_eq!(dag.outcome(), &JobOutcome::Finished { jct_ms: 7_500 });
+        // Finished jobs decline everything.
+        let calls = dag.on_offers(&[offer(4, "a1", "cpus=4")], 9_000);
+        assert!(matches!(&calls[..], [FrameworkRequest::Decline { .. }]));
+    }
+}
+
+#[test]
+fn failed_tasks_are_retried_with_new_ids_then_the_job_fails_with_the_reason() {
+    let mut cfg = config(PolicyKind::Fifo);
+    cfg.max_attempts = 2;
+    let mut dag = DagJob::new(two_stage_job(), cfg, 0).expect("dag");
+    let tasks = accepted(&dag.on_offers(&[offer(1, "a1", "cpus=4,mem_mib=1000")], 10));
+    assert_eq!(tasks.len(), 2);
+    let (failing, other) = (&tasks[0], &tasks[1]);
+    let calls = dag.on_update(&update(&failing.id, TaskState::Failed, None), 20);
+    assert!(calls
+        .iter()
+        .any(|c| matches!(c, FrameworkRequest::UpdateDemand(_))));
+    assert_eq!(dag.outcome(), &JobOutcome::Running);
+    let retry = accepted(&dag.on_offers(&[offer(2, "a1", "cpus=1,mem_mib=1000")], 30));
+    assert_eq!(retry.len(), 1);
+    assert_ne!(retry[0].id, failing.id, "a retry gets a new id");
+    let (o1, o2) = (
+        failing.origin.clone().unwrap(),
+        retry[0].origin.clone().unwrap(),
+    );
+    assert_eq!((o1.stage, o1.index), (o2.stage, o2.index), "same task");
+    assert_eq!(o2.attempt, 1);
+    // A late report of the first attempt changes nothing.
+    assert!(dag
+        .on_update(&update(&failing.id, TaskState::Finished, None), 35)
+        .is_empty());
+    assert_eq!(dag.progress().finished, 0);
+    // The second failure is the last allowed: the job fails and kills what still runs.
+    let calls = dag.on_update(&update(&retry[0].id, TaskState::Lost, None), 40);
+    assert!(calls.contains(&FrameworkRequest::Kill {
+        task_id: other.id.clone()
+    }));
+    match dag.outcome() {
+        JobOutcome::Failed { reason } => {
+            assert!(reason.contains("stage `scan`"), "{reason}");
+            assert!(reason.contains("2 times"), "{reason}");
+        }
+        other => panic!("expected a failure, got {other:?}"),
+    }
+    assert_eq!(dag.progress().failed_attempts, 2);
+}
+
+#[test]
+fn refused_accepts_return_tasks_and_unknown_outcomes_are_reconciled() {
+    let mut dag = DagJob::new(two_stage_job(), config(PolicyKind::Bfs), 0).expect("dag");
+    let calls = dag.on_offers(&[offer(1, "a1", "cpus=4,mem_mib=1000")], 10);
+    let accept = calls
+        .iter()
+        .find(|c| matches!(c, FrameworkRequest::Accept { .. }))
+        .cloned()
+        .expect("an accept");
+    let refused = WireError::new(ErrorCode::InsufficientResources, "taken");
+    dag.on_call_failed(&accept, &refused);
+    assert_eq!(dag.progress().running, 0);
+    assert_eq!(dag.progress().failed_attempts, 0, "no attempt ran");
+    let again = dag.on_offers(&[offer(2, "a1", "cpus=4,mem_mib=1000")], 20);
+    let tasks = accepted(&again);
+    assert_eq!(tasks.len(), 2);
+    let accept = again
+        .iter()
+        .find(|c| matches!(c, FrameworkRequest::Accept { .. }))
+        .cloned()
+        .expect("an accept");
+    let calls = dag.on_call_failed(
+        &accept,
+        &WireError::new(ErrorCode::OutcomeUnknown, "session lost"),
+    );
+    let mut ids: Vec<TaskId> = tasks.iter().map(|t| t.id.clone()).collect();
+    ids.sort();
+    assert!(calls.contains(&FrameworkRequest::Reconcile { task_ids: ids }));
+    assert_eq!(dag.progress().running, 2, "still possibly running");
+    // The master never launched one: LOST / UnknownTask does not count as an attempt.
+    dag.on_update(
+        &update(
+            &tasks[0].id,
+            TaskState::Lost,
+            Some(StatusReason::UnknownTask),
+        ),
+        30,
+    );
+    assert_eq!(dag.progress().failed_attempts, 0);
+    assert_eq!(dag.progress().running, 1);
+}
+
+#[test]
+fn leftover_follows_the_policy_and_bad_configs_are_refused() {
+    let mut dag = DagJob::new(two_stage_job(), config(PolicyKind::Tetris), 0).expect("dag");
+    let calls = dag.on_offers(&[offer(1, "a1", "cpus=8,mem_mib=1000")], 0);
+    assert!(calls.iter().any(|c| matches!(
+        c,
+        FrameworkRequest::Accept {
+            leftover: Leftover::Decline { .. },
+            ..
+        }
+    )));
+    let mut bad = config(PolicyKind::Fifo);
+    bad.time_scale = 0.0;
+    assert_eq!(
+        DagJob::new(two_stage_job(), bad, 0).err(),
+        Some(DagError::TimeScale(0.0))
+    );
+    let mut bad = config(PolicyKind::Fifo);
+    bad.max_attempts = 0;
+    assert_eq!(
+        DagJob::new(two_stage_job(), bad, 0).err(),
+        Some(DagError::MaxAttempts)
+    );
+}
+
+#[test]
+fn command_template_is_expanded() {
+    let mut cfg = config(PolicyKind::Fifo);
+    cfg.executor =
+        ExecutorTemplate::Command("run {job} {stage_name} {stage}.{index} {duration_ms}".into());
+    let mut dag = DagJob::new(two_stage_job(), cfg, 0).expect("dag");
+    let tasks = accepted(&dag.on_offers(&[offer(1, "a1", "cpus=1,mem_mib=1000")], 0));
+    assert_eq!(tasks.len(), 1);
+    match &tasks[0].executor {
+        Executor::Command(spec) => {
+            assert_eq!(spec.program, "sh");
+            assert_eq!(
+                spec.args,
+                vec!["-c".to_string(), "run q1 scan 10.0 5000".into()]
+            );
+        }
+        other => panic!("expected a command, got {other:?}"),
+    }
+}
+
+#[test]
+fn lost_tasks_are_replanned_and_run_again_under_graphene() {
+    let mut dag =
+        DagJob::new(two_stage_job(), config(PolicyKind::GrapheneCarbyne), 0).expect("dag");
+    let tasks = accepted(&dag.on_offers(&[offer(1, "a1", "cpus=2,mem_mib=1000")], 0));
+    assert_eq!(tasks.len(), 2);
+    dag.on_update(&update(&tasks[0].id, TaskState::Finished, None), 5_000);
+    dag.on_update(
+        &update(&tasks[1].id, TaskState::Lost, Some(StatusReason::AgentLost)),
+        5_000,
+    );
+    // The lost scan runs again on another agent, then the join.
+    let retry = accepted(&dag.on_offers(&[offer(2, "a2", "cpus=2,mem_mib=1000")], 5_100));
+    assert_eq!(retry.len(), 1);
+    assert_eq!(retry[0].origin.as_ref().map(|o| o.attempt), Some(1));
+    dag.on_update(&update(&retry[0].id, TaskState::Finished, None), 10_000);
+    let join = accepted(&dag.on_offers(&[offer(3, "a2", "cpus=2,mem_mib=1000")], 10_100));
+    assert_eq!(join.len(), 1);
+    dag.on_update(&update(&join[0].id, TaskState::Finished, None), 12_000);
+    assert_eq!(dag.outcome(), &JobOutcome::Finished { jct_ms: 12_000 });
+}

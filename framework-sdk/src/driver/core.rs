@@ -1,0 +1,616 @@
+//! The driver's sans-IO core: what to send and whom to tell, given what the master said.
+//!
+//! The core holds the subscription (framework id, phase), the call ids and the calls waiting
+//! for their answers, the offers held, the highest status sequence number seen per task, and
+//! the demand and suppression the master must be told again after a reconnect. It never
+//! touches a socket or a clock: the shell ([`super::shell`]) feeds it events with the time in
+//! milliseconds and carries out the [`Action`]s it returns, in order.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::net::SocketAddr;
+
+use fullerene_proto::messages::{
+    CallOk, DemandSummary, ErrorCode, FrameworkCall, FrameworkRequest, MasterToFramework, Offer,
+    Redirect, StatusAck, StatusUpdate, WireError,
+};
+use fullerene_proto::{FrameworkId, OfferId};
+
+/// What a driver needs to know to subscribe and to find the leader.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DriverConfig {
+    /// Masters to try, in order; the leader is found by following redirects.
+    pub masters: Vec<SocketAddr>,
+    /// The framework's human-readable name.
+    pub name: String,
+    /// Its fairness group.
+    pub group: String,
+    /// How long the master keeps the framework's tasks after a disconnect.
+    pub failover_timeout_ms: u64,
+    /// First reconnection delay; doubles per failed attempt.
+    pub backoff_initial_ms: u64,
+    /// Largest reconnection delay.
+    pub backoff_max_ms: u64,
+    /// Seed of the jitter applied to reconnection delays (so that frameworks that lost the same
+    /// master do not all come back at once).
+    pub jitter_seed: u64,
+}
+
+impl DriverConfig {
+    /// A configuration with the usual timings: 60 s failover, backoff from 100 ms to 5 s.
+    pub fn new(
+        masters: Vec<SocketAddr>,
+        name: impl Into<String>,
+        group: impl Into<String>,
+    ) -> DriverConfig {
+        DriverConfig {
+            masters,
+            name: name.into(),
+            group: group.into(),
+            failover_timeout_ms: 60_000,
+            backoff_initial_ms: 100,
+            backoff_max_ms: 5_000,
+            jitter_seed: 0x5eed,
+        }
+    }
+}
+
+/// Why a driver cannot go on.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum DriverError {
+    /// The configuration lists no master.
+    #[error("no master address given: pass at least one with --masters")]
+    NoMasters,
+    /// The master refused the subscription for good (e.g. the framework id is unknown because
+    /// its failover timeout passed, or the certificate is not a framework's).
+    #[error("subscription of framework `{name}` refused: {error}")]
+    SubscriptionRefused {
+        /// The framework's name.
+        name: String,
+        /// The master's answer.
+        error: WireError,
+    },
+    /// The TLS material or transport settings are unusable.
+    #[error("transport setup failed: {0}")]
+    Transport(String),
+}
+
+/// What the scheduler is told.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DriverEvent {
+    /// First subscription succeeded.
+    Registered {
+        /// The id the master assigned.
+        framework_id: FrameworkId,
+    },
+    /// Subscribed again with the same id after a lost session; the driver has asked for
+    /// reconciliation, so an update per task follows.
+    Reconnected {
+        /// The framework's id.
+        framework_id: FrameworkId,
+    },
+    /// The session was lost: offers held are void, calls in flight have unknown outcomes.
+    Disconnected {
+        /// Why.
+        reason: String,
+    },
+    /// New offers.
+    Offers(Vec<Offer>),
+    /// Offers withdrawn.
+    Rescinded(Vec<OfferId>),
+    /// A task's new status (duplicates are filtered out; the driver acknowledges it after the
+    /// scheduler saw it).
+    Update(StatusUpdate),
+    /// A call the scheduler made failed. `OutcomeUnknown` means the session was lost before the
+    /// answer: the call may or may not have taken effect.
+    CallFailed {
+        /// The call as made.
+        request: FrameworkRequest,
+        /// Why.
+        error: WireError,
+    },
+    /// The driver stops: nothing more will happen.
+    Fatal(DriverError),
+}
+
+/// What the shell must do, in order.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// Connect to `addr` and open a framework session, after `delay_ms`.
+    Connect {
+        /// The master.
+        addr: SocketAddr,
+        /// How long to wait first.
+        delay_ms: u64,
+    },
+    /// Send a call on the current session.
+    Send(FrameworkCall),
+    /// Drop the current session (after a redirect).
+    CloseSession,
+    /// Tell the scheduler.
+    Deliver(DriverEvent),
+    /// Stop the driver.
+    Stop,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Waiting to connect (a `Connect` action is out).
+    Connecting,
+    /// Session open, `Subscribe` sent with this call id.
+    Subscribing(u64),
+    /// Subscribed: calls flow.
+    Subscribed,
+    /// Fatal error or teardown.
+    Stopped,
+}
+
+#[derive(Clone, Debug)]
+struct PendingCall {
+    request: FrameworkRequest,
+    /// Made by the scheduler (its failures are reported) rather than by the driver itself.
+    from_scheduler: bool,
+}
+
+/// The sans-IO driver (see the module documentation).
+#[derive(Debug)]
+pub struct DriverCore {
+    config: DriverConfig,
+    phase: Phase,
+    framework_id: Option<FrameworkId>,
+    /// Whether a subscription ever succeeded (a later one is a reconnection).
+    ever_subscribed: bool,
+    next_call_id: u64,
+    pending: BTreeMap<u64, PendingCall>,
+    offers: BTreeMap<OfferId, Offer>,
+    /// Highest status sequence number delivered per task.
+    seen_seq: HashMap<fullerene_proto::TaskId, u64>,
+    /// The last demand the scheduler gave, re-sent after every subscription.
+    demand: Option<DemandSummary>,
+    suppressed: bool,
+    /// Calls made while not subscribed that still make sense afterwards (kills, reconciles).
+    queued: VecDeque<FrameworkRequest>,
+    /// Index into `masters` of the next master to try after a failure.
+    next_master: usize,
+    /// Failed attempts since the last subscription, for the backoff.
+    attempts: u32,
+    /// Redirects followed since the last subscription.
+    redirects: u32,
+    current: Option<SocketAddr>,
+    rng: u64,
+}
+
+impl DriverCore {
+    /// A driver that has not connected yet.
+    pub fn new(config: DriverConfig) -> Result<DriverCore, DriverError> {
+        if config.masters.is_empty() {
+            return Err(DriverError::NoMasters);
+        }
+        let rng = config.jitter_seed | 1;
+        Ok(DriverCore {
+            config,
+            phase: Phase::Connecting,
+            framework_id: None,
+            ever_subscribed: false,
+            next_call_id: 1,
+            pending: BTreeMap::new(),
+            offers: BTreeMap::new(),
+            seen_seq: HashMap::new(),
+            demand: None,
+            suppressed: false,
+            queued: VecDeque::new(),
+            next_master: 0,
+            attempts: 0,
+            redirects: 0,
+            current: None,
+            rng,
+        })
+    }
+
+    /// The first action: connect to the first master now.
+    pub fn start(&mut self) -> Vec<Action> {
+        let addr = self.config.masters[0];
+        self.next_master = 1 % self.config.masters.len();
+        self.current = Some(addr);
+        vec![Action::Connect { addr, delay_ms: 0 }]
+    }
+
+    /// The framework's id, once subscribed.
+    pub fn framework_id(&self) -> Option<&FrameworkId> {
+        self.framework_id.as_ref()
+    }
+
+    /// True while subscribed (calls go out at once).
+    pub fn is_subscribed(&self) -> bool {
+        self.phase == Phase::Subscribed
+    }
+
+    /// True once the driver stopped.
+    pub fn is_stopped(&self) -> bool {
+        self.phase == Phase::Stopped
+    }
+
+    /// The offers held (received, not yet answered, rescinded or voided).
+    pub fn offers(&self) -> impl Iterator<Item = &Offer> {
+        self.offers.values()
+    }
+
+    /// Calls sent and not yet answered.
+    pub fn pending_calls(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// The master being connected to, or connected.
+    pub fn current_master(&self) -> Option<SocketAddr> {
+        self.current
+    }
+
+    /// The session to the master chosen by the last `Connect` is open: subscribe.
+    pub fn connected(&mut self) -> Vec<Action> {
+        if self.phase == Phase::Stopped {
+            return vec![Action::CloseSession];
+        }
+        let call = FrameworkRequest::Subscribe {
+            framework_id: self.framework_id.clone(),
+            name: self.config.name.clone(),
+            group: self.config.group.clone(),
+            failover_timeout_ms: self.config.failover_timeout_ms,
+        };
+        let (id, send) = self.make_call(call, false);
+        self.phase = Phase::Subscribing(id);
+        vec![send]
+    }
+
+    /// Connecting (or opening the session) failed: try the next master after a backoff.
+    pub fn connect_failed(&mut self, _reason: &str) -> Vec<Action> {
+        if self.phase == Phase::Stopped {
+            return Vec::new();
+        }
+        self.attempts = self.attempts.saturating_add(1);
+        vec![self.retry_next()]
+    }
+
+    /// The session ended (closed, reset, idle timeout, leader gone): offers are void and
+    /// calls in flight have unknown outcomes; reconnect.
+    pub fn session_lost(&mut self, reason: &str) -> Vec<Action> {
+        if self.phase == Phase::Stopped {
+            return Vec::new();
+        }
+        let was_subscribed = self.phase == Phase::Subscribed;
+        let mut actions = self.void_session();
+        if was_subscribed {
+            actions.push(Action::Deliver(DriverEvent::Disconnected {
+                reason: reason.to_string(),
+            }));
+            // A leader that just died is usually replaced by another master: start over from
+            // the list, the one that failed last.
+            self.attempts = 0;
+        }
+        self.attempts = self.attempts.saturating_add(1);
+        actions.push(self.retry_next());
+        actions
+    }
+
+    /// A message from the master.
+    pub fn received(&mut self, message: MasterToFramework) -> Vec<Action> {
+        if self.phase == Phase::Stopped {
+            return Vec::new();
+        }
+        match message {
+            MasterToFramework::CallResult { call_id, result } => self.call_result(call_id, result),
+            MasterToFramework::Redirect(redirect) => self.redirected(redirect),
+            MasterToFramework::Offers(offers) => {
+                if self.phase != Phase::Subscribed {
+                    return Vec::new();
+                }
+                for offer in &offers {
+                    self.offers.insert(offer.id, offer.clone());
+                }
+                vec![Action::Deliver(DriverEvent::Offers(offers))]
+            }
+            MasterToFramework::Rescind { offer_ids } => {
+                for id in &offer_ids {
+                    self.offers.remove(id);
+                }
+                vec![Action::Deliver(DriverEvent::Rescinded(offer_ids))]
+            }
+            MasterToFramework::Update(update) => self.update(update),
+        }
+    }
+
+    /// A call by the scheduler. While not subscribed, demand and suppression are remembered
+    /// and sent after the next subscription, kills and reconciles are queued, and answers to
+    /// offers fail at once (offers do not survive a session).
+    pub fn call(&mut self, request: FrameworkRequest) -> Vec<Action> {
+        match self.phase {
+            Phase::Stopped => {
+                return vec![Action::Deliver(DriverEvent::CallFailed {
+                    request,
+                    error: WireError::new(ErrorCode::Unavailable, "the driver has stopped"),
+                })]
+            }
+            Phase::Subscribed => {}
+            Phase::Connecting | Phase::Subscribing(_) => {
+                return self.call_while_disconnected(request);
+            }
+        }
+        self.remember(&request);
+        if let FrameworkRequest::Accept { offer_ids, .. }
+        | FrameworkRequest::Decline { offer_ids, .. }
+        | FrameworkRequest::Yield { offer_ids } = &request
+        {
+            for id in offer_ids {
+                self.offers.remove(id);
+            }
+        }
+        let teardown = matches!(request, FrameworkRequest::Teardown);
+        let (_, send) = self.make_call(request, true);
+        let mut actions = vec![send];
+        if teardown {
+            self.phase = Phase::Stopped;
+            actions.push(Action::Stop);
+        }
+        actions
+    }
+
+    fn call_while_disconnected(&mut self, request: FrameworkRequest) -> Vec<Action> {
+        match request {
+            FrameworkRequest::UpdateDemand(_)
+            | FrameworkRequest::Suppress
+            | FrameworkRequest::Revive => {
+                self.remember(&request);
+                Vec::new()
+            }
+            FrameworkRequest::Kill { .. }
+            | FrameworkRequest::Reconcile { .. }
+            | FrameworkRequest::Teardown => {
+                self.queued.push_back(request);
+                Vec::new()
+            }
+            FrameworkRequest::Accept { .. }
+            | FrameworkRequest::Decline { .. }
+            | FrameworkRequest::Yield { .. } => vec![Action::Deliver(DriverEvent::CallFailed {
+                request,
+                error: WireError::new(
+                    ErrorCode::UnknownOffer,
+                    "not connected to the leader: offers held before the disconnect are void",
+                ),
+            })],
+            // Subscriptions and acknowledgements are the driver's own business.
+            FrameworkRequest::Subscribe { .. } | FrameworkRequest::Acknowledge(_) => Vec::new(),
+        }
+    }
+
+    fn remember(&mut self, request: &FrameworkRequest) {
+        match request {
+            FrameworkRequest::UpdateDemand(demand) => self.demand = Some(demand.clone()),
+            FrameworkRequest::Suppress => self.suppressed = true,
+            FrameworkRequest::Revive => self.suppressed = false,
+            _ => {}
+        }
+    }
+
+    fn make_call(&mut self, request: FrameworkRequest, from_scheduler: bool) -> (u64, Action) {
+        let call_id = self.next_call_id;
+        self.next_call_id += 1;
+        // Acknowledgements are fire-and-forget: a lost one only makes the master resend the
+        // update, which the sequence numbers absorb.
+        if !matches!(request, FrameworkRequest::Acknowledge(_)) {
+            self.pending.insert(
+                call_id,
+                PendingCall {
+                    request: request.clone(),
+                    from_scheduler,
+                },
+            );
+        }
+        (
+            call_id,
+            Action::Send(FrameworkCall {
+                call_id,
+                call: request,
+            }),
+        )
+    }
+
+    fn call_result(&mut self, call_id: u64, result: Result<CallOk, WireError>) -> Vec<Action> {
+        let Some(call) = self.pending.remove(&call_id) else {
+            return Vec::new();
+        };
+        if self.phase == Phase::Subscribing(call_id) {
+            return self.subscribe_result(result);
+        }
+        match result {
+            Ok(_) => Vec::new(),
+            Err(error) if call.from_scheduler => vec![Action::Deliver(DriverEvent::CallFailed {
+                request: call.request,
+                error,
+            })],
+            Err(error) => {
+                tracing::debug!(%error, ?call.request, "a driver call failed");
+                Vec::new()
+            }
+        }
+    }
+
+    fn subscribe_result(&mut self, result: Result<CallOk, WireError>) -> Vec<Action> {
+        match result {
+            Ok(CallOk::Subscribed { framework_id, .. }) => {
+                self.phase = Phase::Subscribed;
+                self.attempts = 0;
+                self.redirects = 0;
+                let reconnected = self.ever_subscribed;
+                self.ever_subscribed = true;
+                self.framework_id = Some(framework_id.clone());
+                let event = if reconnected {
+                    DriverEvent::Reconnected { framework_id }
+                } else {
+                    DriverEvent::Registered { framework_id }
+                };
+                let mut actions = vec![Action::Deliver(event)];
+                // Reconcile first, so that the scheduler learns what became of its tasks
+                // before it decides on new offers.
+                let (_, send) =
+                    self.make_call(FrameworkRequest::Reconcile { task_ids: vec![] }, false);
+                actions.push(send);
+                if let Some(demand) = self.demand.clone() {
+                    let (_, send) = self.make_call(FrameworkRequest::UpdateDemand(demand), false);
+                    actions.push(send);
+                }
+                if self.suppressed {
+                    let (_, send) = self.make_call(FrameworkRequest::Suppress, false);
+                    actions.push(send);
+                }
+                while let Some(request) = self.queued.pop_front() {
+                    actions.extend(self.call(request));
+                }
+                actions
+            }
+            Ok(CallOk::Done) => {
+                // Not an answer to Subscribe: the master is confused; try elsewhere.
+                self.attempts = self.attempts.saturating_add(1);
+                let mut actions = self.void_session();
+                actions.push(Action::CloseSession);
+                actions.push(self.retry_next());
+                actions
+            }
+            Err(error) => match error.code {
+                ErrorCode::NotLeader
+                | ErrorCode::Unavailable
+                | ErrorCode::OutcomeUnknown
+                | ErrorCode::Internal => {
+                    self.attempts = self.attempts.saturating_add(1);
+                    let mut actions = self.void_session();
+                    actions.push(Action::CloseSession);
+                    actions.push(self.retry_next());
+                    actions
+                }
+                _ => {
+                    self.phase = Phase::Stopped;
+                    vec![
+                        Action::CloseSession,
+                        Action::Deliver(DriverEvent::Fatal(DriverError::SubscriptionRefused {
+                            name: self.config.name.clone(),
+                            error,
+                        })),
+                        Action::Stop,
+                    ]
+                }
+            },
+        }
+    }
+
+    fn redirected(&mut self, redirect: Redirect) -> Vec<Action> {
+        let was_subscribed = self.phase == Phase::Subscribed;
+        let mut actions = self.void_session();
+        actions.push(Action::CloseSession);
+        if was_subscribed {
+            actions.push(Action::Deliver(DriverEvent::Disconnected {
+                reason: "the master is no longer the leader".to_string(),
+            }));
+        }
+        self.redirects = self.redirects.saturating_add(1);
+        match redirect.leader {
+            Some(leader) => {
+                if !self.config.masters.contains(&leader.addr) {
+                    self.config.masters.push(leader.addr);
+                }
+                // Go to the leader at once, unless redirects go round in circles (a stale
+                // view of the leader): then back off like any failure.
+                let delay_ms = if self.redirects <= 2 {
+                    0
+                } else {
+                    self.attempts = self.attempts.saturating_add(1);
+                    self.backoff_ms()
+                };
+                self.current = Some(leader.addr);
+                actions.push(Action::Connect {
+                    addr: leader.addr,
+                    delay_ms,
+                });
+            }
+            None => {
+                self.attempts = self.attempts.saturating_add(1);
+                actions.push(self.retry_next());
+            }
+        }
+        actions
+    }
+
+    fn update(&mut self, update: StatusUpdate) -> Vec<Action> {
+        let ack = FrameworkRequest::Acknowledge(StatusAck {
+            task_id: update.task_id.clone(),
+            seq: update.seq,
+        });
+        let duplicate = self
+            .seen_seq
+            .get(&update.task_id)
+            .is_some_and(|&seen| update.seq <= seen);
+        let mut actions = Vec::with_capacity(2);
+        if !duplicate {
+            self.seen_seq.insert(update.task_id.clone(), update.seq);
+            actions.push(Action::Deliver(DriverEvent::Update(update)));
+        }
+        // Acknowledged after delivery (the shell carries actions out in order), and again for
+        // a duplicate: the master resends until it hears the ack.
+        if self.phase == Phase::Subscribed {
+            let (_, send) = self.make_call(ack, false);
+            actions.push(send);
+        }
+        actions
+    }
+
+    /// Forgets what does not survive a session: offers, and calls in flight (those of the
+    /// scheduler are reported with `OutcomeUnknown`).
+    fn void_session(&mut self) -> Vec<Action> {
+        self.offers.clear();
+        self.phase = Phase::Connecting;
+        let pending = std::mem::take(&mut self.pending);
+        pending
+            .into_values()
+            .filter(|call| call.from_scheduler)
+            .map(|call| {
+                Action::Deliver(DriverEvent::CallFailed {
+                    request: call.request,
+                    error: WireError::new(
+                        ErrorCode::OutcomeUnknown,
+                        "the session to the master was lost before the answer",
+                    ),
+                })
+            })
+            .collect()
+    }
+
+    fn retry_next(&mut self) -> Action {
+        self.phase = Phase::Connecting;
+        let masters = &self.config.masters;
+        let addr = masters[self.next_master % masters.len()];
+        self.next_master = (self.next_master + 1) % masters.len();
+        self.current = Some(addr);
+        Action::Connect {
+            addr,
+            delay_ms: self.backoff_ms(),
+        }
+    }
+
+    /// Exponential backoff with "equal jitter": half the delay fixed, half random, so that
+    /// retries spread out but never come sooner than half the nominal delay.
+    fn backoff_ms(&mut self) -> u64 {
+        let exponent = self.attempts.saturating_sub(1).min(20);
+        let nominal = self
+            .config
+            .backoff_initial_ms
+            .saturating_mul(1u64 << exponent)
+            .min(self.config.backoff_max_ms);
+        let half = nominal / 2;
+        half + self.next_random() % (nominal - half + 1)
+    }
+
+    /// splitmix64: deterministic for a seed, which the tests rely on.
+    fn next_random(&mut self) -> u64 {
+        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+}

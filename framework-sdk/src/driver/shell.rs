@@ -1,0 +1,382 @@
+//! The driver's thin tokio shell: connects with proto's QUIC [`Client`], carries out the core's
+//! [`Action`]s, and calls the [`Scheduler`].
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use fullerene_proto::messages::{
+    DemandSummary, FrameworkRequest, Leftover, MasterToFramework, Offer, SessionOpen, StatusUpdate,
+    TaskSpec, WireError,
+};
+use fullerene_proto::transport::{
+    Client, Connection, FramedRecv, FramedSend, TlsMaterial, TransportConfig,
+};
+use fullerene_proto::{FrameworkId, OfferId, TaskId};
+
+use super::core::{Action, DriverConfig, DriverCore, DriverError, DriverEvent};
+
+/// What a framework author implements: the driver calls it from one task, one event at a time,
+/// with a [`DriverHandle`] to answer through. Every method but [`Scheduler::offers`] and
+/// [`Scheduler::status_update`] has a default that does nothing.
+pub trait Scheduler: Send {
+    /// The first subscription succeeded.
+    fn registered(&mut self, _driver: &mut DriverHandle, _framework_id: &FrameworkId) {}
+
+    /// Subscribed again with the same id after a lost session; an update per task follows
+    /// (reconciliation).
+    fn reconnected(&mut self, _driver: &mut DriverHandle, _framework_id: &FrameworkId) {}
+
+    /// The session was lost: offers held are void. The driver reconnects by itself.
+    fn disconnected(&mut self, _driver: &mut DriverHandle, _reason: &str) {}
+
+    /// New offers: answer each with accept, decline or yield.
+    fn offers(&mut self, driver: &mut DriverHandle, offers: Vec<Offer>);
+
+    /// Offers withdrawn by the master.
+    fn rescinded(&mut self, _driver: &mut DriverHandle, _offer_ids: &[OfferId]) {}
+
+    /// A task's status changed. The driver acknowledges it when this returns.
+    fn status_update(&mut self, driver: &mut DriverHandle, update: &StatusUpdate);
+
+    /// A call failed (`OutcomeUnknown`: the session was lost before the answer).
+    fn call_failed(
+        &mut self,
+        _driver: &mut DriverHandle,
+        _request: &FrameworkRequest,
+        _error: &WireError,
+    ) {
+    }
+
+    /// Called about every [`RunOptions::tick`], for the scheduler's own timers.
+    fn tick(&mut self, _driver: &mut DriverHandle) {}
+
+    /// The driver stops for good with this error.
+    fn fatal(&mut self, _error: &DriverError) {}
+}
+
+/// The scheduler's way to talk to the master: calls are collected while a callback runs and
+/// sent when it returns.
+#[derive(Debug)]
+pub struct DriverHandle {
+    calls: Vec<FrameworkRequest>,
+    stop: bool,
+    now_ms: u64,
+    framework_id: Option<FrameworkId>,
+}
+
+impl DriverHandle {
+    fn new(now_ms: u64) -> DriverHandle {
+        DriverHandle {
+            calls: Vec::new(),
+            stop: false,
+            now_ms,
+            framework_id: None,
+        }
+    }
+
+    /// Milliseconds since the driver's epoch ([`RunOptions::epoch`]).
+    pub fn now_ms(&self) -> u64 {
+        self.now_ms
+    }
+
+    /// The framework's id, once subscribed.
+    pub fn framework_id(&self) -> Option<&FrameworkId> {
+        self.framework_id.as_ref()
+    }
+
+    /// Any call, as is.
+    pub fn call(&mut self, request: FrameworkRequest) {
+        self.calls.push(request);
+    }
+
+    /// Launches `tasks` on the agent of `offer_ids`.
+    pub fn accept(&mut self, offer_ids: Vec<OfferId>, tasks: Vec<TaskSpec>, leftover: Leftover) {
+        self.call(FrameworkRequest::Accept {
+            offer_ids,
+            tasks,
+            leftover,
+        });
+    }
+
+    /// Declines offers, refusing them for `refuse_ms`.
+    pub fn decline(&mut self, offer_ids: Vec<OfferId>, refuse_ms: u64) {
+        self.call(FrameworkRequest::Decline {
+            offer_ids,
+            refuse_ms,
+        });
+    }
+
+    /// Yields offers for redistribution (Carbyne §3.3.4).
+    pub fn yield_offers(&mut self, offer_ids: Vec<OfferId>) {
+        self.call(FrameworkRequest::Yield { offer_ids });
+    }
+
+    /// Kills a task.
+    pub fn kill(&mut self, task_id: TaskId) {
+        self.call(FrameworkRequest::Kill { task_id });
+    }
+
+    /// Tells the master the pending demand.
+    pub fn update_demand(&mut self, demand: DemandSummary) {
+        self.call(FrameworkRequest::UpdateDemand(demand));
+    }
+
+    /// Stops the driver after the calls made so far are sent (tasks keep running until the
+    /// failover timeout; call [`DriverHandle::teardown`] to end them at once).
+    pub fn stop(&mut self) {
+        self.stop = true;
+    }
+
+    /// Unregisters the framework (its tasks are killed) and stops the driver.
+    pub fn teardown(&mut self) {
+        self.call(FrameworkRequest::Teardown);
+        self.stop = true;
+    }
+}
+
+/// How the shell runs.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// Transport settings (keep-alive, idle timeout, frame limit).
+    pub transport: TransportConfig,
+    /// The instant `DriverHandle::now_ms` counts from.
+    pub epoch: Instant,
+    /// How often [`Scheduler::tick`] is called.
+    pub tick: Duration,
+    /// How long a connection and session open may take before it counts as failed.
+    pub connect_timeout: Duration,
+}
+
+impl Default for RunOptions {
+    fn default() -> RunOptions {
+        RunOptions {
+            transport: TransportConfig::default(),
+            epoch: Instant::now(),
+            tick: Duration::from_millis(200),
+            connect_timeout: Duration::from_secs(3),
+        }
+    }
+}
+
+struct Live {
+    // Kept so that the connection stays open while the session is used.
+    _connection: Connection,
+    tx: FramedSend,
+    rx: FramedRecv,
+}
+
+/// Runs a driver until the scheduler stops it or the subscription is refused for good;
+/// returns the scheduler.
+pub async fn run<S: Scheduler>(
+    config: DriverConfig,
+    tls: &TlsMaterial,
+    options: RunOptions,
+    scheduler: S,
+) -> Result<S, DriverError> {
+    let client = Client::new(tls, options.transport.clone())
+        .map_err(|e| DriverError::Transport(e.to_string()))?;
+    let result = run_with_client(&client, config, options, scheduler).await;
+    client.close();
+    result
+}
+
+/// [`run`] over an existing client endpoint (several drivers may share one).
+pub async fn run_with_client<S: Scheduler>(
+    client: &Client,
+    config: DriverConfig,
+    options: RunOptions,
+    mut scheduler: S,
+) -> Result<S, DriverError> {
+    let mut core = DriverCore::new(config)?;
+    let mut shell = Shell {
+        live: None,
+        connect: None,
+        stopping: false,
+        fatal: None,
+        epoch: options.epoch,
+    };
+    let actions = core.start();
+    shell.carry_out(&mut core, &mut scheduler, actions).await;
+    let mut tick = tokio::time::interval(options.tick);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        if shell.stopping {
+            break;
+        }
+        if let Some(live) = shell.live.as_mut() {
+            let event = tokio::select! {
+                received = live.rx.recv::<MasterToFramework>() => Some(received),
+                _ = tick.tick() => None,
+            };
+            let actions = match event {
+                Some(Ok(Some(message))) => core.received(message),
+                Some(Ok(None)) => {
+                    shell.live = None;
+                    core.session_lost("the master closed the session")
+                }
+                Some(Err(e)) => {
+                    shell.live = None;
+                    core.session_lost(&e.to_string())
+                }
+                None => shell.tick(&mut scheduler, &mut core),
+            };
+            shell.carry_out(&mut core, &mut scheduler, actions).await;
+            continue;
+        }
+        let Some((addr, at)) = shell.connect else {
+            // Nothing to connect to and no session: only a stop gets here.
+            break;
+        };
+        tokio::select! {
+            _ = tokio::time::sleep_until(at.into()) => {
+                shell.connect = None;
+                let outcome = tokio::time::timeout(options.connect_timeout, open(client, addr)).await;
+                let actions = match outcome {
+                    Ok(Ok(live)) => {
+                        shell.live = Some(live);
+                        core.connected()
+                    }
+                    Ok(Err(e)) => {
+                        tracing::debug!(%addr, error = %e, "could not reach a master");
+                        core.connect_failed(&e)
+                    }
+                    Err(_) => core.connect_failed("timed out"),
+                };
+                shell.carry_out(&mut core, &mut scheduler, actions).await;
+            }
+            _ = tick.tick() => {
+                let actions = shell.tick(&mut scheduler, &mut core);
+                shell.carry_out(&mut core, &mut scheduler, actions).await;
+            }
+        }
+    }
+    if let Some(mut live) = shell.live.take() {
+        // Lets the last calls (a teardown) reach the master and be answered before the
+        // connection goes: the master's side ends when it has read everything, or we give up
+        // after a second.
+        let _ = live.tx.finish().await;
+        let _ = tokio::time::timeout(Duration::from_secs(1), async {
+            while let Ok(Some(_)) = live.rx.recv::<MasterToFramework>().await {}
+        })
+        .await;
+    }
+    match shell.fatal {
+        Some(error) => Err(error),
+        None => Ok(scheduler),
+    }
+}
+
+async fn open(client: &Client, addr: SocketAddr) -> Result<Live, String> {
+    let connection = client.connect(addr).await.map_err(|e| e.to_string())?;
+    let session = connection
+        .open_session(SessionOpen::Framework)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(Live {
+        _connection: connection,
+        tx: session.tx,
+        rx: session.rx,
+    })
+}
+
+struct Shell {
+    live: Option<Live>,
+    connect: Option<(SocketAddr, Instant)>,
+    stopping: bool,
+    fatal: Option<DriverError>,
+    epoch: Instant,
+}
+
+impl Shell {
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn handle(&self, core: &DriverCore) -> DriverHandle {
+        let mut handle = DriverHandle::new(self.now_ms());
+        handle.framework_id = core.framework_id().cloned();
+        handle
+    }
+
+    fn tick<S: Scheduler>(&mut self, scheduler: &mut S, core: &mut DriverCore) -> Vec<Action> {
+        let mut handle = self.handle(core);
+        scheduler.tick(&mut handle);
+        self.drain(core, handle)
+    }
+
+    /// Feeds what the scheduler asked for in one callback to the core, in order.
+    fn drain(&mut self, core: &mut DriverCore, handle: DriverHandle) -> Vec<Action> {
+        if handle.stop {
+            self.stopping = true;
+        }
+        handle
+            .calls
+            .into_iter()
+            .flat_map(|request| core.call(request))
+            .collect()
+    }
+
+    async fn carry_out<S: Scheduler>(
+        &mut self,
+        core: &mut DriverCore,
+        scheduler: &mut S,
+        actions: Vec<Action>,
+    ) {
+        let mut queue: std::collections::VecDeque<Action> = actions.into();
+        while let Some(action) = queue.pop_front() {
+            match action {
+                Action::Connect { addr, delay_ms } => {
+                    self.connect = Some((addr, Instant::now() + Duration::from_millis(delay_ms)));
+                }
+                Action::Send(call) => {
+                    let Some(live) = self.live.as_mut() else {
+                        continue;
+                    };
+                    if let Err(e) = live.tx.send(&call).await {
+                        self.live = None;
+                        queue.extend(core.session_lost(&e.to_string()));
+                    }
+                }
+                Action::CloseSession => {
+                    if let Some(mut live) = self.live.take() {
+                        let _ = live.tx.finish().await;
+                    }
+                }
+                Action::Stop => {
+                    self.stopping = true;
+                }
+                Action::Deliver(event) => {
+                    let mut handle = self.handle(core);
+                    match event {
+                        DriverEvent::Registered { framework_id } => {
+                            scheduler.registered(&mut handle, &framework_id)
+                        }
+                        DriverEvent::Reconnected { framework_id } => {
+                            scheduler.reconnected(&mut handle, &framework_id)
+                        }
+                        DriverEvent::Disconnected { reason } => {
+                            scheduler.disconnected(&mut handle, &reason)
+                        }
+                        DriverEvent::Offers(offers) => scheduler.offers(&mut handle, offers),
+                        DriverEvent::Rescinded(ids) => scheduler.rescinded(&mut handle, &ids),
+                        DriverEvent::Update(update) => {
+                            scheduler.status_update(&mut handle, &update)
+                        }
+                        DriverEvent::CallFailed { request, error } => {
+                            scheduler.call_failed(&mut handle, &request, &error)
+                        }
+                        DriverEvent::Fatal(error) => {
+                            scheduler.fatal(&error);
+                            self.fatal = Some(error);
+                        }
+                    }
+                    // After what the core already queued: the acknowledgement of an update
+                    // goes out before whatever the scheduler did about it (a teardown), and
+                    // the reconciliation after a subscription before the scheduler's calls.
+                    let more = self.drain(core, handle);
+                    queue.extend(more);
+                }
+            }
+        }
+    }
+}
