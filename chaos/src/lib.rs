@@ -1,3 +1,9 @@
-//! Fault injection for Fullerene: a deterministic simulation of the whole protocol under a seed,
-//! a runner of real processes that kills, pauses and partitions them, and the invariant checker
-//! of DESIGN.md ("Failure model and invariants").
+//! Fault injection for Fullerene, on real processes: [`LocalMasters`] starts `fullerene master`
+//! processes on loopback, kills them with SIGKILL and restarts them on their data directories.
+//! The integration tests (`tests/`) and `fullerene bench raft` drive failures through it.
+//! (The deterministic in-memory Raft cluster lives beside the node it tests, in
+//! `fullerene_master::raft_node::sim`.)
+
+pub mod cluster;
+
+pub use cluster::{free_loopback_addr, free_loopback_tcp_addr, ClusterError, LocalMasters};

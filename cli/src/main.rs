@@ -63,9 +63,32 @@ enum Commands {
     Plan(commands::plan::PlanArgs),
     /// Run a replicated master (Raft over RocksDB, mutual-TLS QUIC).
     Master(commands::master::MasterArgs),
+    /// Run the agent of this machine: report its resources to the masters, run tasks in
+    /// sandboxes (cgroups v2 limits where available) and deliver their status updates reliably.
+    ///
+    /// Every status update is checkpointed in the work directory before it is sent and resent
+    /// until the master acknowledges it; a restarted agent recovers its tasks from there,
+    /// re-attaches to processes still running and re-registers with the same id (the one in its
+    /// certificate). Stopping the agent (SIGTERM, ctrl-c) leaves its tasks running.
+    ///
+    /// Example: `fullerene agent --masters 127.0.0.1:5051,127.0.0.1:5052 --work-dir data/a1
+    /// --certs certs --id 1 --resources disk_mbps=1000,net_mbps=10000 --attributes rack=r1`
+    Agent(commands::agent::AgentArgs),
     /// Operator view and membership of the replicated masters.
     #[command(subcommand)]
     Cluster(commands::cluster::ClusterCommand),
+    /// The agents the masters know: address, state, resources used and total, last heartbeat.
+    Agents(commands::cluster::ClusterArgs),
+    /// The frameworks the masters know: group, connection, active tasks.
+    Frameworks(commands::cluster::ClusterArgs),
+    /// The tasks the masters track (all, or one framework's with `--framework`).
+    Tasks(commands::status::TasksArgs),
+    /// Benchmarks on real processes (Raft commit rate, latency and failover time).
+    #[command(subcommand)]
+    Bench(commands::bench::BenchCommand),
+    /// Run DAG jobs from a workload file on a running cluster (the SDK's DAG-job framework).
+    #[command(subcommand)]
+    Job(commands::job::JobCommand),
 }
 
 fn main() -> std::process::ExitCode {
@@ -93,7 +116,13 @@ fn run() -> Result<()> {
         Commands::Sim(args) => commands::sim::run(args, &json),
         Commands::Plan(args) => commands::plan::run(args, &json),
         Commands::Master(args) => commands::master::run(args),
+        Commands::Agent(args) => commands::agent::run(args),
         Commands::Cluster(cmd) => commands::cluster::run(cmd, &json),
+        Commands::Bench(cmd) => commands::bench::run(cmd, &json),
+        Commands::Job(cmd) => commands::job::run(cmd, &json),
+        Commands::Agents(args) => commands::status::agents(args, &json),
+        Commands::Frameworks(args) => commands::status::frameworks(args, &json),
+        Commands::Tasks(args) => commands::status::tasks(args, &json),
     }
 }
 

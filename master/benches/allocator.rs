@@ -14,7 +14,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use fullerene_master::allocator::{Allocator, AllocatorConfig, InterJobPolicy};
+use fullerene_master::allocator::{AllocatorConfig, InterJobPolicy, StandaloneAllocator};
 use fullerene_master::fairness::FairnessFactor;
 use fullerene_proto::messages::{DemandSummary, PendingDemand};
 use fullerene_proto::{AgentId, FrameworkId, ResourceVec, Resources};
@@ -42,9 +42,9 @@ fn random_shape(rng: &mut ChaCha8Rng) -> ResourceVec {
 }
 
 /// Builds the cluster with `shards` shards under `policy`.
-fn build(policy: InterJobPolicy, shards: usize, seed: u64) -> Allocator {
+fn build(policy: InterJobPolicy, shards: usize, seed: u64) -> StandaloneAllocator {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let mut allocator = Allocator::new(AllocatorConfig {
+    let mut allocator = StandaloneAllocator::new(AllocatorConfig {
         policy,
         shards,
         ..AllocatorConfig::default()
@@ -100,7 +100,7 @@ fn build(policy: InterJobPolicy, shards: usize, seed: u64) -> Allocator {
     allocator
 }
 
-fn rescind_all(allocator: &mut Allocator) {
+fn rescind_all(allocator: &mut StandaloneAllocator) {
     for offer in allocator.outstanding_offers() {
         allocator
             .rescind_offer(&offer.agent, &offer.framework)

@@ -8,6 +8,7 @@
 
 pub mod allocator;
 pub mod fairness;
+pub mod offers;
 pub mod raft_node;
 pub mod server;
 pub mod state;

@@ -15,10 +15,13 @@ pub const WIRE_VERSION: u8 = 1;
 /// thousand offers; small enough that a hostile peer cannot make a process allocate much.
 pub const MAX_MESSAGE_BYTES: usize = 4 << 20;
 
-type WireConfig = Configuration<LittleEndian, Varint, Limit<MAX_MESSAGE_BYTES>>;
+/// The largest value [`encode_large`] and [`decode_large`] accept (1 GiB): for state that is
+/// stored or sent in [`MAX_MESSAGE_BYTES`]-sized pieces and reassembled, such as the
+/// allocation accounting of a large cluster's snapshot.
+pub const MAX_LARGE_BYTES: usize = 1 << 30;
 
-fn wire_config() -> WireConfig {
-    bincode::config::standard().with_limit::<MAX_MESSAGE_BYTES>()
+fn config<const LIMIT: usize>() -> Configuration<LittleEndian, Varint, Limit<LIMIT>> {
+    bincode::config::standard().with_limit::<LIMIT>()
 }
 
 /// Why a message could not be encoded or decoded.
@@ -61,22 +64,41 @@ pub enum CodecError {
 
 /// Encodes `message` as version byte + bincode.
 pub fn encode<T: Serialize>(message: &T) -> Result<Vec<u8>, CodecError> {
+    encode_limited::<T, MAX_MESSAGE_BYTES>(message)
+}
+
+/// Decodes one message of type `T` that must span `bytes` exactly.
+pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
+    decode_limited::<T, MAX_MESSAGE_BYTES>(bytes)
+}
+
+/// [`encode`] with the [`MAX_LARGE_BYTES`] limit, for values the caller splits into pieces.
+pub fn encode_large<T: Serialize>(message: &T) -> Result<Vec<u8>, CodecError> {
+    encode_limited::<T, MAX_LARGE_BYTES>(message)
+}
+
+/// [`decode`] with the [`MAX_LARGE_BYTES`] limit, for values reassembled from pieces that
+/// were each checked against [`MAX_MESSAGE_BYTES`].
+pub fn decode_large<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
+    decode_limited::<T, MAX_LARGE_BYTES>(bytes)
+}
+
+fn encode_limited<T: Serialize, const LIMIT: usize>(message: &T) -> Result<Vec<u8>, CodecError> {
     let mut out = vec![WIRE_VERSION];
     // bincode's limit bounds only decoding; the size check below bounds encoding.
-    let body = bincode::serde::encode_to_vec(message, wire_config())
+    let body = bincode::serde::encode_to_vec(message, config::<LIMIT>())
         .map_err(|e| CodecError::Encode(e.to_string()))?;
     out.extend_from_slice(&body);
-    if out.len() > MAX_MESSAGE_BYTES {
+    if out.len() > LIMIT {
         return Err(CodecError::TooLarge {
             size: out.len(),
-            limit: MAX_MESSAGE_BYTES,
+            limit: LIMIT,
         });
     }
     Ok(out)
 }
 
-/// Decodes one message of type `T` that must span `bytes` exactly.
-pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
+fn decode_limited<T: DeserializeOwned, const LIMIT: usize>(bytes: &[u8]) -> Result<T, CodecError> {
     let (&version, body) = bytes.split_first().ok_or(CodecError::Empty)?;
     if version != WIRE_VERSION {
         return Err(CodecError::UnsupportedVersion {
@@ -84,17 +106,17 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
             expected: WIRE_VERSION,
         });
     }
-    if bytes.len() > MAX_MESSAGE_BYTES {
+    if bytes.len() > LIMIT {
         return Err(CodecError::TooLarge {
             size: bytes.len(),
-            limit: MAX_MESSAGE_BYTES,
+            limit: LIMIT,
         });
     }
     let (message, consumed) =
-        bincode::serde::decode_from_slice(body, wire_config()).map_err(|e| match e {
+        bincode::serde::decode_from_slice(body, config::<LIMIT>()).map_err(|e| match e {
             bincode::error::DecodeError::LimitExceeded => CodecError::TooLarge {
                 size: bytes.len(),
-                limit: MAX_MESSAGE_BYTES,
+                limit: LIMIT,
             },
             other => CodecError::Malformed(other.to_string()),
         })?;

@@ -107,6 +107,10 @@ pub enum ErrorCode {
     Unavailable,
     /// A bug or an unexpected local failure (disk full, ...): the message says which.
     Internal,
+    /// A write reached the leader but its outcome is unknown (leadership changed, or no answer
+    /// before the timeout): it may or may not have been applied. Retrying is safe only for
+    /// idempotent requests; otherwise read the state first.
+    OutcomeUnknown,
 }
 
 /// A typed error that travels on the wire.
@@ -595,6 +599,60 @@ pub enum OperatorRequest {
     },
     /// The group weights operators set (a linearizable read).
     GroupWeights,
+    /// The whole cluster state at once: agents, frameworks, open offers, tasks and fairness
+    /// groups (what the HTTP API's `/state` serves).
+    State,
+}
+
+impl OperatorRequest {
+    /// Whether sending the request twice has the same effect as once: reads, and setting a
+    /// weight to a value. A client may retry these after a lost answer; membership changes
+    /// it may not (a retried `AddMaster` that had committed would be refused as a duplicate,
+    /// hiding the success).
+    pub fn is_idempotent(&self) -> bool {
+        !matches!(
+            self,
+            OperatorRequest::AddMaster { .. } | OperatorRequest::RemoveMaster { .. }
+        )
+    }
+}
+
+/// The cluster state as operators see it (one linearizable read on the leader).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+pub struct ClusterView {
+    /// The leader that answered, and its term.
+    pub leader: MasterId,
+    /// The log index the view reflects.
+    pub applied: u64,
+    /// Every agent.
+    pub agents: Vec<AgentInfo>,
+    /// Every framework (torn-down ones included until forgotten).
+    pub frameworks: Vec<FrameworkInfo>,
+    /// Offers out now (the leader's soft state; a new leader starts with none).
+    pub offers: Vec<Offer>,
+    /// Every task the master tracks.
+    pub tasks: Vec<TaskInfo>,
+    /// The fairness groups with their deficit counters (Graphene §5).
+    pub groups: Vec<GroupInfo>,
+}
+
+/// A fairness group in a [`ClusterView`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+pub struct GroupInfo {
+    /// The group's name.
+    pub name: String,
+    /// Its weight.
+    pub weight: f64,
+    /// Registered frameworks in it.
+    pub frameworks: u32,
+    /// Its fair share `f_g` of the cluster, as a fraction.
+    pub share: f64,
+    /// The factors of its running tasks (`H_g`).
+    pub held: f64,
+    /// Its deficit counter: positive when it holds less than its share.
+    pub deficit: f64,
 }
 
 /// A master's state in a cluster status answer.
@@ -632,7 +690,7 @@ pub struct ClusterStatus {
 }
 
 /// State of an agent as the master sees it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub enum AgentState {
     /// Heartbeating.
@@ -661,6 +719,9 @@ pub struct AgentInfo {
     pub attributes: BTreeMap<String, String>,
     /// When the master last heard from it.
     pub last_heartbeat_ms: UnixMillis,
+    /// The address its session to the leader comes from (`None` while it has no session on
+    /// the leader, e.g. just after a failover).
+    pub address: Option<std::net::SocketAddr>,
 }
 
 /// A framework as the master sees it.
@@ -697,6 +758,8 @@ pub enum OperatorResponse {
     Tasks(Vec<TaskInfo>),
     /// For [`OperatorRequest::GroupWeights`]: every weight set (groups not listed weigh 1).
     GroupWeights(BTreeMap<String, f64>),
+    /// For [`OperatorRequest::State`].
+    State(ClusterView),
     /// A change was committed.
     Done,
     /// This master is not the leader.
@@ -716,4 +779,21 @@ pub enum PeerMessage {
     /// Raft messages, each an encoded `raft::eraftpb::Message`: opaque here, so that `proto`
     /// does not depend on raft-rs's protobuf types.
     Raft(Vec<Vec<u8>>),
+    /// One piece of an encoded Raft message too large for one frame (a snapshot of a large
+    /// state). The pieces of one message follow each other on the session, in order, until
+    /// they add up to `total` bytes.
+    RaftPart {
+        /// The whole message's length in bytes.
+        total: u64,
+        /// The next piece.
+        bytes: Vec<u8>,
+    },
+    /// Sent back on a peer's own session by a master that does not count the sender as a
+    /// member: as of log index `as_of` (committed, so true for every master) the sender was
+    /// not in the group. A master that has applied less than `as_of` learns from this that it
+    /// was removed, even if it missed the removal itself.
+    NotAMember {
+        /// The log index at which the answering master's membership was last set.
+        as_of: u64,
+    },
 }

@@ -1,5 +1,5 @@
 //! The event loop: virtual time, a deterministic event queue, the machines, and the exchange of
-//! offers and answers between the master's [`Allocator`] and the frameworks' policies.
+//! offers and answers between the master's allocator ([`StandaloneAllocator`]) and the frameworks' policies.
 //!
 //! # Events and cycles
 //!
@@ -11,7 +11,7 @@
 //! an allocation cycle runs: stale demand summaries are sent, the allocator decides its offers,
 //! each offer goes to its framework's policy, and the answer is applied (launches charged to the
 //! machine, the leftover declined or yielded; a yield is redistributed at once through
-//! [`Allocator::offer_answered`], whose re-offer is handed on before the cycle ends). Cycles
+//! [`StandaloneAllocator::offer_answered`], whose re-offer is handed on before the cycle ends). Cycles
 //! repeat at the same instant until one launches nothing. With
 //! [`SimConfig::offer_interval_s`] > 0 cycles run instead on ticks at multiples of the interval.
 //!
@@ -46,7 +46,7 @@ use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 
 use fullerene_master::allocator::{
-    Allocator, AllocatorConfig, AllocatorError, OfferDecision as AllocatorOffer,
+    AllocatorConfig, AllocatorError, OfferDecision as AllocatorOffer, StandaloneAllocator,
 };
 use fullerene_proto::resources::EPSILON;
 use fullerene_proto::{AgentId, FrameworkId, ResourceKind, ResourceVec};
@@ -212,7 +212,7 @@ pub(crate) struct Engine<'a> {
     params: PolicyParams,
     progress: Option<&'a ProgressFn<'a>>,
 
-    allocator: Allocator,
+    allocator: StandaloneAllocator,
     cluster_capacity: ResourceVec,
     machines: Vec<Machine>,
     agent_ids: Vec<AgentId>,
@@ -259,7 +259,7 @@ impl<'a> Engine<'a> {
             decline_filter_s: config.decline_filter_s,
             ..AllocatorConfig::default()
         };
-        let mut allocator = Allocator::new(allocator_config)?;
+        let mut allocator = StandaloneAllocator::new(allocator_config)?;
         let mut machines = Vec::with_capacity(config.machines);
         let mut agent_ids = Vec::with_capacity(config.machines);
         let mut agent_index = BTreeMap::new();

@@ -205,8 +205,20 @@ async fn a_damaged_data_directory_is_refused_with_an_error_naming_it() {
 
     let data_dir = cluster.data_dir(1);
     assert!(truncate_all_files(&data_dir) > 0);
-    let mut child = cluster
-        .master_command(1, false)
+    let (status, stderr) = run_to_exit(cluster.master_command(1, false)).await;
+    assert!(
+        !status.success(),
+        "the master exited 0 on a damaged data directory"
+    );
+    assert!(
+        stderr.contains(&data_dir.display().to_string()),
+        "the error does not name the data directory: {stderr}"
+    );
+}
+
+/// Runs `command` until it exits (it must, within 20 s) and returns its stderr.
+async fn run_to_exit(mut command: std::process::Command) -> (std::process::ExitStatus, String) {
+    let mut child = command
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -219,22 +231,43 @@ async fn a_damaged_data_directory_is_refused_with_an_error_naming_it() {
         if started.elapsed() > Duration::from_secs(20) {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("the master started on a damaged data directory and kept running");
+            panic!("the master kept running");
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    assert!(
-        !status.success(),
-        "the master exited 0 on a damaged data directory"
-    );
     let mut stderr = String::new();
     if let Some(mut pipe) = child.stderr.take() {
         pipe.read_to_string(&mut stderr)
             .expect("read the master's error output");
     }
+    (status, stderr)
+}
+
+/// A member whose data directory is gone must not bootstrap a new group on its own (it could
+/// vote twice in a term): without `--bootstrap` or `--join` an empty directory is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wiped_data_directory_is_refused_without_an_explicit_bootstrap() {
+    let mut cluster = MasterCluster::start(1, 1);
+    let mut client = cluster.operator_client(&[1], Duration::from_secs(5));
     assert!(
-        stderr.contains(&data_dir.display().to_string()),
-        "the error does not name the data directory: {stderr}"
+        wait_for_leader(&mut client, Duration::from_secs(20))
+            .await
+            .is_some(),
+        "the single master did not lead\n{}",
+        cluster.logs()
+    );
+    cluster.kill(1);
+    let data_dir = cluster.data_dir(1);
+    std::fs::remove_dir_all(&data_dir).expect("wipe the data directory");
+
+    let (status, stderr) = run_to_exit(cluster.plain_master_command(1, false)).await;
+    assert!(
+        !status.success(),
+        "the master started on a wiped data directory"
+    );
+    assert!(
+        stderr.contains("--bootstrap") && stderr.contains(&data_dir.display().to_string()),
+        "the error does not say what to do about which directory: {stderr}"
     );
 }
 
@@ -322,4 +355,132 @@ async fn a_master_is_added_and_a_removed_master_stops_serving() {
         other => panic!("cannot read the group weights: {other:?}"),
     };
     assert_eq!(weights.get("before-the-change"), Some(&3.0));
+}
+
+/// A follower removed while it was down never sees its removal committed; when it restarts,
+/// the members it contacts tell it so, and it stops serving instead of campaigning forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_removed_while_down_stops_when_it_restarts() {
+    let mut cluster = MasterCluster::start(3, 3);
+    let mut client = cluster.operator_client(&[1, 2, 3], Duration::from_secs(10));
+    let Some(status) = wait_for_leader(&mut client, Duration::from_secs(20)).await else {
+        panic!("no leader was elected\n{}", cluster.logs());
+    };
+    let leader = status.leader.expect("a leader").id.0;
+    let victim = [1, 2, 3]
+        .into_iter()
+        .find(|id| *id != leader)
+        .expect("a follower");
+    cluster.kill(victim);
+    let others: Vec<u64> = [1, 2, 3].into_iter().filter(|id| *id != victim).collect();
+    let mut client = cluster.operator_client(&others, Duration::from_secs(10));
+    let answer = client
+        .request(&OperatorRequest::RemoveMaster {
+            id: MasterId(victim),
+        })
+        .await;
+    assert!(
+        matches!(answer, Ok(OperatorResponse::Done)),
+        "remove-master: {answer:?}\n{}",
+        cluster.logs()
+    );
+    // More entries after the removal, so the members' view is newer than the victim's log.
+    let request = OperatorRequest::SetGroupWeight {
+        group: "after-the-removal".to_string(),
+        weight: 1.5,
+    };
+    assert!(matches!(
+        client.request(&request).await,
+        Ok(OperatorResponse::Done)
+    ));
+
+    cluster.spawn(victim, false);
+    assert_eq!(
+        cluster.wait_exit(victim, Duration::from_secs(20)),
+        Some(true),
+        "the master removed while down kept running (or failed)\n{}",
+        cluster.logs()
+    );
+    let log = std::fs::read_to_string(cluster.log_path(victim)).expect("the victim's log");
+    assert!(
+        log.contains("a member says this master was removed"),
+        "the victim did not stop on a member's word\n{log}"
+    );
+    let Some(status) = wait_for_leader(&mut client, Duration::from_secs(10)).await else {
+        panic!(
+            "the remaining masters lost their leader\n{}",
+            cluster.logs()
+        );
+    };
+    let mut members: Vec<u64> = status.members.iter().map(|m| m.id.0).collect();
+    members.sort_unstable();
+    assert_eq!(members, others);
+}
+
+/// A state whose snapshot is larger than one transport frame (4 MiB) still reaches a new
+/// master: the snapshot message travels in parts. Slow (it commits ~150,000 commands first),
+/// so it runs only with `FULLERENE_LONG_TESTS=1`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_larger_than_a_frame_reaches_a_joining_master() {
+    if std::env::var_os("FULLERENE_LONG_TESTS").is_none() {
+        eprintln!("skipped: set FULLERENE_LONG_TESTS=1 to run");
+        return;
+    }
+    let cluster = MasterCluster::start(1, 2);
+    let mut client = cluster.operator_client(&[1], Duration::from_secs(10));
+    assert!(wait_for_leader(&mut client, Duration::from_secs(20))
+        .await
+        .is_some());
+    // ~150,000 groups with a weight: the state's snapshot grows past 4 MiB.
+    const CLIENTS: u32 = 128;
+    const GROUPS_PER_CLIENT: u32 = 1_200;
+    let mut writers = Vec::new();
+    for c in 0..CLIENTS {
+        let mut client = cluster.operator_client(&[1], Duration::from_secs(30));
+        writers.push(tokio::spawn(async move {
+            for n in 0..GROUPS_PER_CLIENT {
+                let request = OperatorRequest::SetGroupWeight {
+                    group: format!("a-rather-long-group-name-{c:04}-{n:06}"),
+                    weight: 1.5,
+                };
+                assert!(matches!(
+                    client.request(&request).await,
+                    Ok(OperatorResponse::Done)
+                ));
+            }
+        }));
+    }
+    for writer in writers {
+        writer.await.expect("a writer");
+    }
+    let mut cluster = cluster;
+    cluster.spawn(2, true);
+    let add = OperatorRequest::AddMaster {
+        id: MasterId(2),
+        addr: cluster.addrs[&2],
+    };
+    assert!(matches!(
+        client.request(&add).await,
+        Ok(OperatorResponse::Done)
+    ));
+    let started = Instant::now();
+    loop {
+        if let Some(status) = cluster_status(&mut client).await {
+            let joined = status.members.iter().find(|m| m.id == MasterId(2));
+            if joined.is_some_and(|m| m.voter && m.matched >= status.commit) {
+                break;
+            }
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "master 2 did not catch up\n{}",
+            cluster.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let log = std::fs::read_to_string(cluster.log_path(2)).expect("master 2's log");
+    assert!(
+        log.contains("installed a snapshot"),
+        "master 2 caught up without a snapshot\n{log}"
+    );
 }

@@ -120,7 +120,8 @@ pub fn run(command: ClusterCommand, json: &JsonOutput) -> Result<()> {
     })
 }
 
-fn operator_client(args: &ClusterArgs) -> Result<OperatorClient> {
+/// An operator client for `args`' masters and certificate.
+pub(crate) fn operator_client(args: &ClusterArgs) -> Result<OperatorClient> {
     let (ca, cert, key) = tls_paths(
         args.certs.as_deref(),
         args.ca.clone(),

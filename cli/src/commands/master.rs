@@ -23,17 +23,24 @@ pub struct MasterArgs {
     /// Address to serve peers, agents, frameworks and operators on (QUIC over UDP).
     #[arg(long, env = "FULLERENE_MASTER_LISTEN", value_name = "ADDR")]
     pub listen: SocketAddr,
-    /// The masters of the group, this one included: `1=127.0.0.1:5050,2=...`. A fresh data
-    /// directory bootstraps a new group with exactly these voters (unless `--join`).
+    /// The masters of the group, this one included: `1=127.0.0.1:5050,2=...`. With
+    /// `--bootstrap` on a fresh data directory, the new group's voters are exactly these.
     #[arg(long, env = "FULLERENE_MASTER_PEERS", value_name = "ID=ADDR,...", value_delimiter = ',', value_parser = parse_peer)]
     pub peers: Vec<(u64, SocketAddr)>,
     /// The RocksDB directory of this master's Raft log and state.
     #[arg(long, env = "FULLERENE_MASTER_DATA_DIR", value_name = "DIR")]
     pub data_dir: PathBuf,
     /// Start empty and wait to be added by `fullerene cluster add-master` (a master added to a
-    /// running group), instead of bootstrapping a new group on a fresh data directory.
-    #[arg(long)]
+    /// running group).
+    #[arg(long, conflicts_with = "bootstrap")]
     pub join: bool,
+    /// Create a new group from `--peers` if the data directory is empty. Give it only when the
+    /// group is first created, to each of its first masters: a master of a running group whose
+    /// data directory was lost must rejoin (`cluster remove-master`, then `--join` and
+    /// `cluster add-master`), because a fresh bootstrap would forget the votes it cast and
+    /// could elect a second leader in a term. Ignored when the directory already holds state.
+    #[arg(long, env = "FULLERENE_MASTER_BOOTSTRAP")]
+    pub bootstrap: bool,
     /// Directory laid out by `fullerene certs init`: `ca.pem`, `master-<ID>.pem`,
     /// `master-<ID>-key.pem`. Overridden file by file by `--ca`, `--cert`, `--key`.
     #[arg(long, env = "FULLERENE_CERTS_DIR", value_name = "DIR")]
@@ -47,11 +54,18 @@ pub struct MasterArgs {
     /// This master's private key.
     #[arg(long, value_name = "FILE")]
     pub key: Option<PathBuf>,
-    /// Serve Prometheus metrics (`GET /metrics`) on this address.
-    #[arg(long, env = "FULLERENE_METRICS_LISTEN", value_name = "ADDR")]
-    pub metrics_listen: Option<SocketAddr>,
-    /// Raft tick interval in milliseconds.
-    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..))]
+    /// Serve the HTTP API on this address: `GET /state` (the cluster state as JSON; followers
+    /// redirect to the leader) and `GET /metrics` (Prometheus).
+    #[arg(
+        long,
+        alias = "metrics-listen",
+        env = "FULLERENE_MASTER_HTTP_LISTEN",
+        value_name = "ADDR"
+    )]
+    pub http_listen: Option<SocketAddr>,
+    /// Raft tick interval in milliseconds (25 ms suits a LAN: failover in about half a
+    /// second; raise it on slower networks).
+    #[arg(long, env = "FULLERENE_MASTER_TICK_MS", default_value_t = 25, value_parser = clap::value_parser!(u64).range(1..))]
     pub tick_ms: u64,
     /// Ticks between the leader's heartbeats.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..))]
@@ -62,6 +76,25 @@ pub struct MasterArgs {
     /// Applied entries between state snapshots (and log compactions).
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub snapshot_interval: u64,
+    /// How often agents heartbeat, in milliseconds.
+    #[arg(long, env = "FULLERENE_AGENT_HEARTBEAT_MS", default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(10..))]
+    pub agent_heartbeat_ms: u64,
+    /// Silence after which an agent is marked unreachable (no new launches on it), in ms.
+    #[arg(long, env = "FULLERENE_AGENT_UNREACHABLE_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(10..))]
+    pub agent_unreachable_ms: u64,
+    /// Silence after which an agent is marked lost (its tasks LOST, its resources leave the
+    /// pool), in ms; counted from the last heartbeat, so it must exceed the unreachable one.
+    #[arg(long, env = "FULLERENE_AGENT_LOST_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(10..))]
+    pub agent_lost_ms: u64,
+    /// How often the leader runs an allocation cycle, in milliseconds.
+    #[arg(long, env = "FULLERENE_ALLOCATION_INTERVAL_MS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+    pub allocation_interval_ms: u64,
+    /// How long an offer stays valid before it is rescinded and offered again, in milliseconds.
+    #[arg(long, env = "FULLERENE_OFFER_TTL_MS", default_value_t = fullerene_master::offers::DEFAULT_OFFER_TTL_MS, value_parser = clap::value_parser!(u64).range(1..))]
+    pub offer_ttl_ms: u64,
+    /// Agent shards, each with its own allocation cycle.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub allocator_shards: u64,
     /// How long an operator request waits for a commit or a read confirmation, in milliseconds.
     #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub request_timeout_ms: u64,
@@ -152,11 +185,16 @@ pub fn run(args: MasterArgs) -> Result<()> {
         .context("cannot start the async runtime")?;
     // The recorder must be installed before the node registers its gauges and counters:
     // `metrics` binds each handle to the recorder present when it is created.
-    if let Some(addr) = args.metrics_listen {
-        let _entered = runtime.enter();
-        server::install_prometheus(addr)?;
-        tracing::info!(%addr, "serving Prometheus metrics");
-    }
+    let metrics = match args.http_listen {
+        Some(_) => {
+            let _entered = runtime.enter();
+            Some(
+                server::http::install_recorder()
+                    .map_err(|e| anyhow::anyhow!("cannot install the metrics recorder: {e}"))?,
+            )
+        }
+        None => None,
+    };
 
     let store = RocksStorage::open(&args.data_dir).with_context(|| {
         format!(
@@ -167,10 +205,24 @@ pub fn run(args: MasterArgs) -> Result<()> {
     })?;
     let fresh = store.latest_snapshot().get_metadata().index == 0
         && store.hard_state() == Default::default();
-    let node = if fresh && !args.join {
+    if fresh && !args.join && !args.bootstrap {
+        bail!(
+            "master {} has no state in {}: pass --bootstrap to create a new group (only when the \
+             group is first set up), or --join to be added to a running one with \
+             `fullerene cluster add-master`; a master that lost its data directory must rejoin, \
+             never bootstrap again",
+            args.id,
+            args.data_dir.display()
+        );
+    }
+    let node = if fresh && args.bootstrap {
         let voters: Vec<u64> = members.keys().copied().collect();
         tracing::info!(master = args.id, ?voters, dir = %args.data_dir.display(), "bootstrapping a new group");
-        RaftNode::bootstrap(node_config, store, &voters, ClusterSettings::default())
+        let settings = ClusterSettings {
+            master_addresses: members.clone(),
+            ..ClusterSettings::default()
+        };
+        RaftNode::bootstrap(node_config, store, &voters, settings)
     } else {
         if fresh {
             tracing::info!(master = args.id, "starting empty; waiting to be added to the group");
@@ -185,8 +237,28 @@ pub fn run(args: MasterArgs) -> Result<()> {
         )
     })?;
 
+    if args.agent_lost_ms <= args.agent_unreachable_ms
+        || args.agent_unreachable_ms <= args.agent_heartbeat_ms
+    {
+        bail!(
+            "agent timeouts must grow: --agent-heartbeat-ms ({}) < --agent-unreachable-ms ({}) < --agent-lost-ms ({})",
+            args.agent_heartbeat_ms,
+            args.agent_unreachable_ms,
+            args.agent_lost_ms
+        );
+    }
     let mut shell = ShellConfig::new(members);
     shell.request_timeout = Duration::from_millis(args.request_timeout_ms);
+    shell.http_addr = args.http_listen;
+    shell.allocation_interval = Duration::from_millis(args.allocation_interval_ms);
+    shell.offer_ttl = Duration::from_millis(args.offer_ttl_ms);
+    shell.allocator_shards = usize::try_from(args.allocator_shards)?;
+    shell.metrics = metrics;
+    shell.agent_timeouts = server::AgentTimeouts {
+        heartbeat_interval: Duration::from_millis(args.agent_heartbeat_ms),
+        unreachable_after: Duration::from_millis(args.agent_unreachable_ms),
+        lost_after: Duration::from_millis(args.agent_lost_ms),
+    };
     let exit = runtime.block_on(async {
         let endpoint = Server::bind(args.listen, &tls, TransportConfig::default())
             .with_context(|| format!("cannot serve on {}", args.listen))?;

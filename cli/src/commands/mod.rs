@@ -1,11 +1,15 @@
 //! One module per subcommand: argument definitions (clap derive) and the thin code that calls
 //! the libraries and presents their results.
 
+pub mod agent;
+pub mod bench;
 pub mod certs;
 pub mod cluster;
+pub mod job;
 pub mod master;
 pub mod plan;
 pub mod sim;
+pub mod status;
 
 use std::path::PathBuf;
 

@@ -45,11 +45,12 @@ impl Allocator {
     /// any, and returns the offer.
     pub(super) fn redistribute(
         &mut self,
+        state: &AllocationState,
         a: AgentIdx,
         leftover: ResourceVec,
         now_s: f64,
     ) -> Option<OfferDecision> {
-        let total = self.state.agent(a)?.total;
+        let total = state.agent(a)?.total;
         let exclusions: Vec<FrameworkIdx> = {
             let soft = &self.agents[a.get()];
             soft.filters
@@ -60,8 +61,7 @@ impl Allocator {
                 .chain(soft.yielders.iter().copied())
                 .collect()
         };
-        let frameworks: Vec<(FrameworkIdx, GroupIdx, u64)> = self
-            .state
+        let frameworks: Vec<(FrameworkIdx, GroupIdx, u64)> = state
             .frameworks()
             .filter(|(f, _)| self.frameworks[f.get()].counted && !exclusions.contains(f))
             .map(|(f, r)| (f, r.group, r.registration))
@@ -93,11 +93,12 @@ impl Allocator {
         let mut headroom = f64::INFINITY;
         let mut gate = None;
         if let InterJobPolicy::DeficitCounters { kappa, .. } = self.config.policy {
-            let projected = self.projected_deficits();
-            let threshold = kappa * self.state.capacity_units();
-            let runnable = self.runnable_groups();
-            if let Some(&most_deprived) =
-                self.gate_order(&projected, &runnable, &exclusions).first()
+            let projected = self.projected_deficits(state);
+            let threshold = kappa * state.capacity_units();
+            let runnable = self.runnable_groups(state);
+            if let Some(&most_deprived) = self
+                .gate_order(state, &projected, &runnable, &exclusions)
+                .first()
             {
                 if projected[most_deprived.get()] >= threshold {
                     candidates.retain(|c| c.group == most_deprived);
@@ -112,7 +113,7 @@ impl Allocator {
                 .then(x.registration.cmp(&y.registration))
         })?;
         if let Some((projected, threshold, runnable)) = gate {
-            headroom = self.headroom(chosen.group, &projected, threshold, &runnable);
+            headroom = self.headroom(state, chosen.group, &projected, threshold, &runnable);
         }
         let choice = Choice {
             framework: chosen.framework,
@@ -124,6 +125,14 @@ impl Allocator {
                 value: chosen.packing,
             },
         };
-        Some(self.make_offer(a, choice, leftover, headroom, OfferKind::Leftover, None))
+        Some(self.make_offer(
+            state,
+            a,
+            choice,
+            leftover,
+            headroom,
+            OfferKind::Leftover,
+            None,
+        ))
     }
 }

@@ -68,6 +68,7 @@
 
 mod leftover;
 mod policies;
+mod standalone;
 pub mod state;
 #[cfg(test)]
 mod tests;
@@ -83,11 +84,12 @@ use fullerene_sdk::policy::scoring::{
 
 pub use fullerene_proto::messages::OfferKind;
 pub use fullerene_sdk::policy::LeftoverAction;
+pub use standalone::StandaloneAllocator;
 pub use state::{
     AgentIdx, AgentRecord, AllocationState, FrameworkIdx, FrameworkRecord, RunningTask, StateError,
 };
 
-use crate::fairness::{DeficitCounters, FairnessFactor, GroupIdx};
+use crate::fairness::{FairnessFactor, GroupIdx};
 
 /// Default κ of the κ·C bound. The papers leave κ to the operator; a tenth of the cluster leaves
 /// room for packing and short-job preference to matter (Graphene §7 credits "some short-term
@@ -351,8 +353,15 @@ struct OutstandingOffer {
 /// Soft state per agent slot.
 #[derive(Clone, Debug, Default, PartialEq)]
 struct AgentSoft {
+    /// The agent this slot was placed for, with the capacity it had then.
+    placed: Option<(AgentId, ResourceVec)>,
     shard: usize,
     offered: ResourceVec,
+    /// Resources of accepted offers whose launch is not yet charged to the state (the master
+    /// charges when the `LaunchTasks` command is applied): not free, not offered again.
+    launching: ResourceVec,
+    /// Not offered at all (an unreachable agent takes no new launches).
+    paused: bool,
     offers: Vec<OutstandingOffer>,
     /// Decline filters: framework refuses this agent until the time.
     filters: Vec<(FrameworkIdx, f64)>,
@@ -364,6 +373,8 @@ struct AgentSoft {
 /// Soft state per framework slot.
 #[derive(Clone, Debug, Default, PartialEq)]
 struct FrameworkSoft {
+    /// The framework this slot was set up for, with its group.
+    placed: Option<(FrameworkId, GroupIdx)>,
     demand: Demand,
     suppressed: bool,
     /// Resources out on offers to it.
@@ -417,11 +428,14 @@ struct GroupSoft {
     offered: ResourceVec,
 }
 
-/// The allocator.
+/// The allocator's soft state over a replicated [`AllocationState`] it reads but never holds:
+/// every method that needs the state takes it as an argument, so the master's leader passes
+/// the state machine's own accounting (the replicated-master issue: the allocator "does not
+/// keep its own copy of anything replicated"). [`StandaloneAllocator`] pairs it with a state
+/// of its own for the simulator and the tests.
 #[derive(Debug)]
 pub struct Allocator {
     config: AllocatorConfig,
-    state: AllocationState,
     agents: Vec<AgentSoft>,
     frameworks: Vec<FrameworkSoft>,
     groups: Vec<GroupSoft>,
@@ -448,32 +462,14 @@ pub struct Allocator {
 const MAX_CAPACITY_CLASSES: usize = 64;
 
 impl Allocator {
-    /// An allocator over an empty cluster.
+    /// An allocator with no soft state yet: no offers out, no filters, no demand until
+    /// frameworks send their summaries. It learns the agents and frameworks from the state it
+    /// is given (see [`Allocator::sync`]), so a new leader builds one and goes on.
     pub fn new(config: AllocatorConfig) -> Result<Allocator, AllocatorError> {
         config.validate()?;
-        let state = AllocationState::new(config.policy.fairness_factor(), config.slot_size);
-        Allocator::from_state(config, state)
-    }
-
-    /// An allocator over a recovered replicated state, as a new leader builds it: shards are
-    /// derived from the agents, and the soft state starts empty (no offers out, no filters, no
-    /// demand until frameworks re-send their summaries).
-    pub fn from_state(
-        config: AllocatorConfig,
-        state: AllocationState,
-    ) -> Result<Allocator, AllocatorError> {
-        config.validate()?;
-        if state.deficits().factor() != config.policy.fairness_factor() {
-            return Err(AllocatorError::InvalidConfig(format!(
-                "the state counts deficits by {} but the policy by {}",
-                state.deficits().factor().name(),
-                config.policy.fairness_factor().name()
-            )));
-        }
         let shards = config.shards;
-        let mut allocator = Allocator {
+        Ok(Allocator {
             config,
-            state,
             agents: Vec::new(),
             frameworks: Vec::new(),
             groups: Vec::new(),
@@ -484,18 +480,19 @@ impl Allocator {
             eta: EtaEstimator::new(DEFAULT_ETA_MULTIPLIER),
             epsilon: EtaEstimator::new(TETRIS_EPSILON_MULTIPLIER),
             capacity_classes: HashMap::new(),
-        };
-        let agents: Vec<(AgentIdx, AgentId)> = allocator
-            .state
-            .agents()
-            .map(|(i, a)| (i, a.id.clone()))
-            .collect();
-        for (idx, id) in agents {
-            allocator.place_agent(idx, &id);
+        })
+    }
+
+    /// Checks that `state` counts deficits the way this allocator's policy does.
+    pub fn check_state(&self, state: &AllocationState) -> Result<(), AllocatorError> {
+        if state.deficits().factor() != self.config.policy.fairness_factor() {
+            return Err(AllocatorError::InvalidConfig(format!(
+                "the state counts deficits by {} but the policy by {}",
+                state.deficits().factor().name(),
+                self.config.policy.fairness_factor().name()
+            )));
         }
-        allocator.grow_frameworks();
-        allocator.grow_groups();
-        Ok(allocator)
+        Ok(())
     }
 
     /// The configuration.
@@ -503,93 +500,62 @@ impl Allocator {
         &self.config
     }
 
-    /// The replicated state the allocator reads.
-    pub fn state(&self) -> &AllocationState {
-        &self.state
-    }
-
-    /// Registers an agent with `total` resources and assigns it to its shard.
-    pub fn add_agent(&mut self, id: AgentId, total: ResourceVec) -> Result<(), AllocatorError> {
-        let idx = self.state.add_agent(id.clone(), total)?;
-        self.place_agent(idx, &id);
-        Ok(())
-    }
-
-    /// Removes an agent: offers of it are dropped, its tasks released.
-    pub fn remove_agent(&mut self, id: &AgentId) -> Result<(), AllocatorError> {
-        let idx = self.state.agent_idx(id)?;
-        self.drop_agent_offers(idx);
-        if let Some(total) = self.state.agent(idx).map(|r| r.total) {
-            let key = capacity_key(&total);
-            if let Some(entry) = self.capacity_classes.get_mut(&key) {
-                entry.1 -= 1;
-                if entry.1 == 0 {
-                    self.capacity_classes.remove(&key);
+    /// Brings the soft state in step with `state`'s agents, frameworks and groups: a new
+    /// agent is placed in its shard, a removed one (or one whose capacity changed) loses its
+    /// offers, a removed framework its offers, filters and demand. Every public method that
+    /// reads the state calls it first, so changes applied to the state between calls (a
+    /// committed registration, a lost agent) are never missed. Linear in the slots.
+    pub fn sync(&mut self, state: &AllocationState) {
+        let agent_slots = state.agent_slots();
+        if self.agents.len() < agent_slots {
+            self.agents.resize_with(agent_slots, AgentSoft::default);
+        }
+        for slot in 0..self.agents.len() {
+            let idx = AgentIdx(slot as u32);
+            let now = state.agent(idx).map(|r| (r.id.clone(), r.total));
+            if self.agents[slot].placed != now {
+                if self.agents[slot].placed.is_some() {
+                    self.unplace_agent(idx);
+                }
+                if let Some((id, total)) = now {
+                    self.place_agent(idx, &id, total);
                 }
             }
         }
-        let soft = std::mem::take(&mut self.agents[idx.get()]);
-        let shard = &mut self.shards[soft.shard];
-        if let Ok(pos) = shard.binary_search(&idx) {
-            shard.remove(pos);
+        let framework_slots = state.framework_slots();
+        if self.frameworks.len() < framework_slots {
+            self.frameworks
+                .resize_with(framework_slots, FrameworkSoft::default);
         }
-        self.state.remove_agent(id)?;
-        Ok(())
-    }
-
-    /// Registers a framework in `group` (created with weight 1 if new) at `now_s`.
-    pub fn add_framework(
-        &mut self,
-        id: FrameworkId,
-        group: &str,
-        now_s: f64,
-    ) -> Result<(), AllocatorError> {
-        let idx = self.state.add_framework(id, group, now_s)?;
-        self.grow_frameworks();
-        self.grow_groups();
-        self.frameworks[idx.get()] = FrameworkSoft::default();
-        Ok(())
-    }
-
-    /// Removes a framework: its offers are dropped, its filters forgotten, its tasks released.
-    pub fn remove_framework(&mut self, id: &FrameworkId) -> Result<(), AllocatorError> {
-        let idx = self.state.framework_idx(id)?;
-        self.set_demanding(idx, false);
-        for a in 0..self.agents.len() {
-            let soft = &mut self.agents[a];
-            soft.filters.retain(|(f, _)| *f != idx);
-            soft.yielders.retain(|f| *f != idx);
-            if soft.offers.iter().any(|o| o.framework == idx) {
-                self.drop_offer(AgentIdx(a as u32), idx);
+        let groups = state.deficits().len();
+        if self.groups.len() < groups {
+            self.groups.resize_with(groups, GroupSoft::default);
+        }
+        for slot in 0..self.frameworks.len() {
+            let idx = FrameworkIdx(slot as u32);
+            let now = state.framework(idx).map(|r| (r.id.clone(), r.group));
+            if self.frameworks[slot].placed != now {
+                if self.frameworks[slot].placed.is_some() {
+                    self.forget_framework(idx);
+                }
+                self.frameworks[slot] = FrameworkSoft {
+                    placed: now,
+                    ..FrameworkSoft::default()
+                };
             }
         }
-        self.frameworks[idx.get()] = FrameworkSoft::default();
-        self.state.remove_framework(id)?;
-        Ok(())
-    }
-
-    /// Sets a group's weight: its share under deficit counters and DRF, its guaranteed
-    /// capacity under the capacity scheduler.
-    pub fn set_group_weight(&mut self, group: &str, weight: f64) -> Result<(), AllocatorError> {
-        if !weight.is_finite() || weight < 0.0 {
-            return Err(AllocatorError::InvalidWeight {
-                group: group.to_string(),
-                weight,
-            });
-        }
-        self.state.set_group_weight(group, weight)?;
-        self.grow_groups();
-        Ok(())
     }
 
     /// Replaces a framework's demand summary (converted once to dense vectors). Shapes with a
     /// zero count are dropped.
     pub fn update_demand(
         &mut self,
+        state: &AllocationState,
         id: &FrameworkId,
         summary: &DemandSummary,
     ) -> Result<(), AllocatorError> {
-        let idx = self.state.framework_idx(id)?;
+        self.sync(state);
+        let idx = state.framework_idx(id)?;
         let malformed = |reason: String| AllocatorError::MalformedDemand {
             framework: id.clone(),
             reason,
@@ -645,16 +611,26 @@ impl Allocator {
     }
 
     /// Stops offering to a framework until [`Allocator::revive`] (Mesos SUPPRESS).
-    pub fn suppress(&mut self, id: &FrameworkId) -> Result<(), AllocatorError> {
-        let idx = self.state.framework_idx(id)?;
+    pub fn suppress(
+        &mut self,
+        state: &AllocationState,
+        id: &FrameworkId,
+    ) -> Result<(), AllocatorError> {
+        self.sync(state);
+        let idx = state.framework_idx(id)?;
         self.frameworks[idx.get()].suppressed = true;
         self.set_demanding(idx, false);
         Ok(())
     }
 
     /// Resumes offers to a framework and clears its decline filters (Mesos REVIVE).
-    pub fn revive(&mut self, id: &FrameworkId) -> Result<(), AllocatorError> {
-        let idx = self.state.framework_idx(id)?;
+    pub fn revive(
+        &mut self,
+        state: &AllocationState,
+        id: &FrameworkId,
+    ) -> Result<(), AllocatorError> {
+        self.sync(state);
+        let idx = state.framework_idx(id)?;
         self.frameworks[idx.get()].suppressed = false;
         for soft in self.agents.iter_mut() {
             soft.filters.retain(|(f, _)| *f != idx);
@@ -670,19 +646,19 @@ impl Allocator {
     }
 
     /// The shard an agent belongs to.
-    pub fn shard_of(&self, id: &AgentId) -> Option<usize> {
-        let idx = self.state.agent_idx(id).ok()?;
+    pub fn shard_of(&self, state: &AllocationState, id: &AgentId) -> Option<usize> {
+        let idx = state.agent_idx(id).ok()?;
         Some(self.agents[idx.get()].shard)
     }
 
     /// The agents of a shard, in visiting order of slot (empty for an unknown shard).
-    pub fn shard_agents(&self, shard: usize) -> Vec<AgentId> {
+    pub fn shard_agents(&self, state: &AllocationState, shard: usize) -> Vec<AgentId> {
         self.shards
             .get(shard)
             .map(|agents| {
                 agents
                     .iter()
-                    .filter_map(|a| self.state.agent(*a).map(|r| r.id.clone()))
+                    .filter_map(|a| state.agent(*a).map(|r| r.id.clone()))
                     .collect()
             })
             .unwrap_or_default()
@@ -691,31 +667,40 @@ impl Allocator {
     /// Runs one cycle of shard `shard` at `now_s`: decides, for each of its agents with free
     /// resources, which framework is offered them. A shard index ≥ [`Allocator::shard_count`]
     /// has no agents and yields no offers.
-    pub fn allocate_shard(&mut self, shard: usize, now_s: f64) -> Vec<OfferDecision> {
+    pub fn allocate_shard(
+        &mut self,
+        state: &AllocationState,
+        shard: usize,
+        now_s: f64,
+    ) -> Vec<OfferDecision> {
+        self.sync(state);
         if shard >= self.shards.len() {
             return Vec::new();
         }
         self.begin_cycle();
-        let mut index = self.build_index();
+        let mut index = self.build_index(state);
         let mut out = Vec::new();
-        self.run_shard(shard, now_s, &mut index, &mut out);
+        self.run_shard(state, shard, now_s, &mut index, &mut out);
         out
     }
 
     /// Runs every shard's cycle at `now_s`, in shard order, sharing one projection of pending
     /// work and deficits.
-    pub fn allocate_all(&mut self, now_s: f64) -> Vec<OfferDecision> {
+    pub fn allocate_all(&mut self, state: &AllocationState, now_s: f64) -> Vec<OfferDecision> {
+        self.sync(state);
         self.begin_cycle();
-        let mut index = self.build_index();
+        let mut index = self.build_index(state);
         let mut out = Vec::new();
         for shard in 0..self.shards.len() {
-            self.run_shard(shard, now_s, &mut index, &mut out);
+            self.run_shard(state, shard, now_s, &mut index, &mut out);
         }
         out
     }
 
     /// A framework answered the offer of `agent`: `launched` are the demands of the tasks it
-    /// launches there (charged now, as a committed `LaunchTasks` would be); the rest of the offer
+    /// launches there, held back as launching until the state charges them (when the
+    /// `LaunchTasks` command is applied; then call [`Allocator::launch_settled`]); the rest of
+    /// the offer
     /// is declined (the framework is not offered this agent again for
     /// [`AllocatorConfig::decline_filter_s`]) or yielded, in which case it is redistributed at
     /// once (Carbyne §3.3.4: least remaining work first, then best packing) and the re-offer
@@ -727,14 +712,16 @@ impl Allocator {
     /// must fit in it, fungible kinds up to the overbooking allowance of the agent's capacity.
     pub fn offer_answered(
         &mut self,
+        state: &AllocationState,
         agent: &AgentId,
         framework: &FrameworkId,
         launched: &[ResourceVec],
         leftover: LeftoverAction,
         now_s: f64,
     ) -> Result<Option<OfferDecision>, AllocatorError> {
-        let a = self.state.agent_idx(agent)?;
-        let f = self.state.framework_idx(framework)?;
+        self.sync(state);
+        let a = state.agent_idx(agent)?;
+        let f = state.framework_idx(framework)?;
         let Some(offer) = self.agents[a.get()]
             .offers
             .iter()
@@ -753,14 +740,14 @@ impl Allocator {
             }
             total += *d;
         }
-        let record = self
-            .state
+        let record = state
             .agent(a)
             .ok_or_else(|| StateError::UnknownAgent(agent.clone()))?;
+        let launching = self.agents[a.get()].launching;
         let within = ResourceKind::ALL.into_iter().all(|k| {
             if k.is_fungible() {
                 total[k] <= offer.resources[k] + EPSILON
-                    || record.used[k] + total[k]
+                    || record.used[k] + launching[k] + total[k]
                         <= record.total[k] * (1.0 + self.config.overbook_allowance) + EPSILON
             } else {
                 total[k] <= offer.resources[k] + EPSILON
@@ -779,13 +766,13 @@ impl Allocator {
         // back to it, see below), and what it launched is consumed just after.
         self.frameworks[f.get()].cycle_stamp = 0;
         for d in launched {
-            self.state.apply_launch_idx(a, f, *d)?;
             self.consume_shape(f, d);
         }
+        self.agents[a.get()].launching += total;
         let remainder = offer
             .resources
             .saturating_sub(&total)
-            .min(&self.unoffered_free(a));
+            .min(&self.unoffered_free(state, a));
         if remainder.is_zero() {
             return Ok(None);
         }
@@ -812,7 +799,7 @@ impl Allocator {
                         yielders.push(f);
                     }
                 }
-                Ok(self.redistribute(a, remainder, now_s))
+                Ok(self.redistribute(state, a, remainder, now_s))
             }
         }
     }
@@ -821,11 +808,13 @@ impl Allocator {
     /// its resources are free again and no filter is set.
     pub fn rescind_offer(
         &mut self,
+        state: &AllocationState,
         agent: &AgentId,
         framework: &FrameworkId,
     ) -> Result<(), AllocatorError> {
-        let a = self.state.agent_idx(agent)?;
-        let f = self.state.framework_idx(framework)?;
+        self.sync(state);
+        let a = state.agent_idx(agent)?;
+        let f = state.framework_idx(framework)?;
         if !self.drop_offer(a, f) {
             return Err(AllocatorError::NoSuchOffer {
                 agent: agent.clone(),
@@ -835,75 +824,89 @@ impl Allocator {
         Ok(())
     }
 
-    /// A task of `framework` on `agent` holding `resources` ended: its resources are free and
-    /// the deficit counters updated (see [`crate::fairness`] for what a release does to them).
-    pub fn release(
-        &mut self,
-        agent: &AgentId,
-        framework: &FrameworkId,
-        resources: ResourceVec,
-    ) -> Result<(), AllocatorError> {
-        self.state.apply_release(agent, framework, resources)?;
-        Ok(())
+    /// Stops (`true`) or resumes offering `agent`'s resources, keeping its accounting: the
+    /// master pauses an agent that stopped heartbeating, which may come back.
+    pub fn pause_agent(&mut self, state: &AllocationState, agent: &AgentId, paused: bool) {
+        self.sync(state);
+        if let Ok(a) = state.agent_idx(agent) {
+            self.agents[a.get()].paused = paused;
+        }
     }
 
-    /// Charges a task that was launched outside this allocator's offers: tasks an agent reports
-    /// running when it re-registers after a failover, or found by reconciliation. Tasks
-    /// launched through an offer are charged by [`Allocator::offer_answered`].
-    pub fn apply_launch(
+    /// Replaces the decline filter of `framework` on `agent`: it is not offered the agent again
+    /// before `until_s` (a framework's own `refuse` duration instead of the default).
+    pub fn set_decline_filter(
         &mut self,
+        state: &AllocationState,
         agent: &AgentId,
         framework: &FrameworkId,
+        until_s: f64,
+    ) {
+        self.sync(state);
+        let (Ok(a), Ok(f)) = (state.agent_idx(agent), state.framework_idx(framework)) else {
+            return;
+        };
+        let filters = &mut self.agents[a.get()].filters;
+        filters.retain(|(g, _)| *g != f);
+        filters.push((f, until_s));
+    }
+
+    /// The launch of an accepted offer (`resources` in all, as [`Allocator::offer_answered`]
+    /// was told) is charged to the state, or was refused: either way its resources stop being
+    /// held back as launching.
+    pub fn launch_settled(
+        &mut self,
+        state: &AllocationState,
+        agent: &AgentId,
         resources: ResourceVec,
-    ) -> Result<(), AllocatorError> {
-        self.state.apply_launch(agent, framework, resources)?;
-        Ok(())
+    ) {
+        self.sync(state);
+        if let Ok(a) = state.agent_idx(agent) {
+            let soft = &mut self.agents[a.get()];
+            soft.launching = soft.launching.saturating_sub(&resources);
+        }
     }
 
     /// The resources `framework` would hold under its group's fair share split evenly among the
     /// group's registered frameworks: Carbyne's input for T_k (§3.3.1).
-    pub fn fair_share(&self, framework: &FrameworkId) -> Result<ResourceVec, AllocatorError> {
-        let record = self
-            .state
+    pub fn fair_share(
+        &self,
+        state: &AllocationState,
+        framework: &FrameworkId,
+    ) -> Result<ResourceVec, AllocatorError> {
+        let record = state
             .framework_by_id(framework)
             .ok_or_else(|| StateError::UnknownFramework(framework.clone()))?;
-        let group = self.state.deficits().group(record.group);
+        let group = state.deficits().group(record.group);
         let members = group.frameworks.max(1) as f64;
-        Ok(self.state.capacity().scale(group.share / members))
-    }
-
-    /// The deficit counters.
-    pub fn deficits(&self) -> &DeficitCounters {
-        self.state.deficits()
+        Ok(state.capacity().scale(group.share / members))
     }
 
     /// κ·C in the deficit factor's unit, under [`InterJobPolicy::DeficitCounters`].
-    pub fn unfairness_threshold(&self) -> Option<f64> {
+    pub fn unfairness_threshold(&self, state: &AllocationState) -> Option<f64> {
         match self.config.policy {
-            InterJobPolicy::DeficitCounters { kappa, .. } => {
-                Some(kappa * self.state.capacity_units())
-            }
+            InterJobPolicy::DeficitCounters { kappa, .. } => Some(kappa * state.capacity_units()),
             _ => None,
         }
     }
 
     /// Sum of the agents' totals.
-    pub fn cluster_capacity(&self) -> ResourceVec {
-        self.state.capacity()
+    pub fn cluster_capacity(&self, state: &AllocationState) -> ResourceVec {
+        state.capacity()
     }
 
     /// An agent's resources that are neither used nor out on an offer.
-    pub fn free_resources(&self, agent: &AgentId) -> Option<ResourceVec> {
-        let idx = self.state.agent_idx(agent).ok()?;
-        Some(self.unoffered_free(idx))
+    pub fn free_resources(&self, state: &AllocationState, agent: &AgentId) -> Option<ResourceVec> {
+        let idx = state.agent_idx(agent).ok()?;
+        Some(self.unoffered_free(state, idx))
     }
 
     /// Every offer that is out, by agent slot order.
-    pub fn outstanding_offers(&self) -> Vec<OfferDecision> {
+    pub fn outstanding_offers(&self, state: &AllocationState) -> Vec<OfferDecision> {
         let mut out = Vec::new();
-        for (idx, record) in self.state.agents() {
+        for (idx, record) in state.agents() {
             for offer in &self.agents[idx.get()].offers {
-                if let Some(fw) = self.state.framework(offer.framework) {
+                if let Some(fw) = state.framework(offer.framework) {
                     out.push(OfferDecision {
                         agent: record.id.clone(),
                         framework: fw.id.clone(),
@@ -925,19 +928,15 @@ impl Allocator {
     // Internals
     // -----------------------------------------------------------------------------------------
 
-    fn place_agent(&mut self, idx: AgentIdx, id: &AgentId) {
-        if self.agents.len() <= idx.get() {
-            self.agents.resize_with(idx.get() + 1, AgentSoft::default);
-        }
+    fn place_agent(&mut self, idx: AgentIdx, id: &AgentId, total: ResourceVec) {
         let shard = shard_for(id, self.shards.len());
-        if let Some(total) = self.state.agent(idx).map(|r| r.total) {
-            self.capacity_classes
-                .entry(capacity_key(&total))
-                .or_insert((total, 0))
-                .1 += 1;
-        }
+        self.capacity_classes
+            .entry(capacity_key(&total))
+            .or_insert((total, 0))
+            .1 += 1;
         self.agents[idx.get()] = AgentSoft {
             shard,
+            placed: Some((id.clone(), total)),
             ..AgentSoft::default()
         };
         let list = &mut self.shards[shard];
@@ -946,26 +945,46 @@ impl Allocator {
         }
     }
 
-    fn grow_frameworks(&mut self) {
-        let n = self.state.framework_slots();
-        if self.frameworks.len() < n {
-            self.frameworks.resize_with(n, FrameworkSoft::default);
+    /// An agent left the state (or changed capacity): its offers are dropped and its slot
+    /// forgotten.
+    fn unplace_agent(&mut self, idx: AgentIdx) {
+        self.drop_agent_offers(idx);
+        let soft = std::mem::take(&mut self.agents[idx.get()]);
+        if let Some((_, total)) = soft.placed {
+            let key = capacity_key(&total);
+            if let Some(entry) = self.capacity_classes.get_mut(&key) {
+                entry.1 -= 1;
+                if entry.1 == 0 {
+                    self.capacity_classes.remove(&key);
+                }
+            }
+        }
+        let shard = &mut self.shards[soft.shard];
+        if let Ok(pos) = shard.binary_search(&idx) {
+            shard.remove(pos);
         }
     }
 
-    fn grow_groups(&mut self) {
-        let n = self.state.deficits().len();
-        if self.groups.len() < n {
-            self.groups.resize_with(n, GroupSoft::default);
+    /// A framework left the state: its offers are dropped, its filters forgotten.
+    fn forget_framework(&mut self, idx: FrameworkIdx) {
+        self.set_demanding(idx, false);
+        for a in 0..self.agents.len() {
+            let soft = &mut self.agents[a];
+            soft.filters.retain(|(f, _)| *f != idx);
+            soft.yielders.retain(|f| *f != idx);
+            if soft.offers.iter().any(|o| o.framework == idx) {
+                self.drop_offer(AgentIdx(a as u32), idx);
+            }
         }
+        self.frameworks[idx.get()] = FrameworkSoft::default();
     }
 
     /// Keeps the per-group count of demanding frameworks in step with one framework's status.
     fn set_demanding(&mut self, f: FrameworkIdx, demanding: bool) {
-        let Some(group) = self.state.framework(f).map(|r| r.group) else {
+        let soft = &mut self.frameworks[f.get()];
+        let Some((_, group)) = soft.placed else {
             return;
         };
-        let soft = &mut self.frameworks[f.get()];
         if soft.counted == demanding {
             return;
         }
@@ -978,10 +997,16 @@ impl Allocator {
         }
     }
 
-    /// `total − used − offered` of an agent, floored at zero.
-    fn unoffered_free(&self, a: AgentIdx) -> ResourceVec {
-        match self.state.agent(a) {
-            Some(record) => record.free().saturating_sub(&self.agents[a.get()].offered),
+    /// `total − used − offered − launching` of an agent, floored at zero.
+    fn unoffered_free(&self, state: &AllocationState, a: AgentIdx) -> ResourceVec {
+        match state.agent(a) {
+            Some(record) => {
+                let soft = &self.agents[a.get()];
+                record
+                    .free()
+                    .saturating_sub(&soft.offered)
+                    .saturating_sub(&soft.launching)
+            }
             None => ResourceVec::ZERO,
         }
     }

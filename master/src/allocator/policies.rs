@@ -112,7 +112,7 @@ enum FitMode {
 
 impl Allocator {
     /// Builds the cycle's candidate index.
-    pub(super) fn build_index(&mut self) -> CycleIndex {
+    pub(super) fn build_index(&mut self, state: &AllocationState) -> CycleIndex {
         let mut min_capacity = ResourceVec([f64::INFINITY; NUM_RESOURCES]);
         for (total, _) in self.capacity_classes.values() {
             for k in ResourceKind::ALL {
@@ -138,7 +138,7 @@ impl Allocator {
                 | InterJobPolicy::CapacityScheduler { .. }
                 | InterJobPolicy::Drf
         );
-        let groups = self.state.deficits().len();
+        let groups = state.deficits().len();
         let mut index = CycleIndex {
             lists: vec![BTreeSet::new(); if per_group { groups.max(1) } else { 1 }],
             per_group,
@@ -146,10 +146,9 @@ impl Allocator {
             min_capacity,
             min_demand: ResourceVec([f64::INFINITY; NUM_RESOURCES]),
             srpt_weight,
-            runnable: self.runnable_groups(),
+            runnable: self.runnable_groups(state),
         };
-        let candidates: Vec<FrameworkIdx> = self
-            .state
+        let candidates: Vec<FrameworkIdx> = state
             .frameworks()
             .filter(|(f, _)| self.frameworks[f.get()].counted)
             .map(|(f, _)| f)
@@ -161,17 +160,22 @@ impl Allocator {
                     index.min_demand = index.min_demand.min(&shape.demand);
                 }
             }
-            self.relist(&mut index, f);
+            self.relist(state, &mut index, f);
         }
         index
     }
 
     /// The key of `f` in its cycle set under the configured policy, from its projected pending
     /// work; `None` when the cycle has offered for all of it.
-    fn list_key(&mut self, index: &CycleIndex, f: FrameworkIdx) -> Option<f64> {
-        let capacity = self.state.capacity();
+    fn list_key(
+        &mut self,
+        state: &AllocationState,
+        index: &CycleIndex,
+        f: FrameworkIdx,
+    ) -> Option<f64> {
+        let capacity = state.capacity();
         let (registration, held) = {
-            let record = self.state.framework(f)?;
+            let record = state.framework(f)?;
             (record.registration, record.held)
         };
         let policy = self.config.policy;
@@ -194,11 +198,9 @@ impl Allocator {
     }
 
     /// (Re)places `f` in its cycle set after its projected work or share changed.
-    fn relist(&mut self, index: &mut CycleIndex, f: FrameworkIdx) {
-        let Some((group, registration)) = self
-            .state
-            .framework(f)
-            .map(|r| (r.group.get(), r.registration))
+    fn relist(&mut self, state: &AllocationState, index: &mut CycleIndex, f: FrameworkIdx) {
+        let Some((group, registration)) =
+            state.framework(f).map(|r| (r.group.get(), r.registration))
         else {
             return;
         };
@@ -211,7 +213,7 @@ impl Allocator {
                 set.remove(&(OrdF64(old), registration, f));
             }
         }
-        if let Some(key) = self.list_key(index, f) {
+        if let Some(key) = self.list_key(state, index, f) {
             if index.lists.len() <= list {
                 index.lists.resize(list + 1, BTreeSet::new());
             }
@@ -223,6 +225,7 @@ impl Allocator {
     /// One shard's cycle.
     pub(super) fn run_shard(
         &mut self,
+        state: &AllocationState,
         shard: usize,
         now_s: f64,
         index: &mut CycleIndex,
@@ -240,11 +243,14 @@ impl Allocator {
             let soft = &mut self.agents[a.get()];
             soft.yielders.clear();
             soft.filters.retain(|(_, until)| *until > now_s);
-            let free = self.unoffered_free(a);
+            if soft.paused {
+                continue;
+            }
+            let free = self.unoffered_free(state, a);
             if free.is_zero() {
                 continue;
             }
-            let Some(total) = self.state.agent(a).map(|r| r.total) else {
+            let Some(total) = state.agent(a).map(|r| r.total) else {
                 continue;
             };
             if !self.could_fit_any(index, &free, &total, overbook) {
@@ -252,7 +258,9 @@ impl Allocator {
             }
             let exclusions = self.exclusions(a, now_s, false);
             let view = AgentView::new(free, total);
-            if let Some(decision) = self.decide(a, &view, &exclusions, index, OfferKind::Regular) {
+            if let Some(decision) =
+                self.decide(state, a, &view, &exclusions, index, OfferKind::Regular)
+            {
                 out.push(decision);
             }
         }
@@ -302,6 +310,7 @@ impl Allocator {
     /// Chooses the framework for one agent under the configured policy and makes the offer.
     fn decide(
         &mut self,
+        state: &AllocationState,
         a: AgentIdx,
         view: &AgentView,
         exclusions: &Exclusions,
@@ -311,18 +320,19 @@ impl Allocator {
         let free = view.free;
         match self.config.policy {
             InterJobPolicy::DeficitCounters { kappa, .. } => {
-                let projected = self.projected_deficits();
-                let threshold = kappa * self.state.capacity_units();
-                let choice = self.choose_deficit(view, exclusions, index, &projected, threshold)?;
+                let projected = self.projected_deficits(state);
+                let threshold = kappa * state.capacity_units();
+                let choice =
+                    self.choose_deficit(state, view, exclusions, index, &projected, threshold)?;
                 self.eta.observe(
                     choice.p_score,
                     self.frameworks[choice.framework.get()]
                         .demand
                         .remaining_work,
                 );
-                let group = self.state.framework(choice.framework)?.group;
-                let headroom = self.headroom(group, &projected, threshold, &index.runnable);
-                Some(self.make_offer(a, choice, free, headroom, kind, Some(index)))
+                let group = state.framework(choice.framework)?.group;
+                let headroom = self.headroom(state, group, &projected, threshold, &index.runnable);
+                Some(self.make_offer(state, a, choice, free, headroom, kind, Some(index)))
             }
             InterJobPolicy::Tetris => {
                 let choice = self.best_in_list(
@@ -340,28 +350,28 @@ impl Allocator {
                         .demand
                         .remaining_work,
                 );
-                Some(self.make_offer(a, choice, free, f64::INFINITY, kind, Some(index)))
+                Some(self.make_offer(state, a, choice, free, f64::INFINITY, kind, Some(index)))
             }
             InterJobPolicy::Fifo | InterJobPolicy::Sjf => {
                 let choice = self.first_fit_in_list(index.lists.first()?, &free, exclusions)?;
-                Some(self.make_offer(a, choice, free, f64::INFINITY, kind, Some(index)))
+                Some(self.make_offer(state, a, choice, free, f64::INFINITY, kind, Some(index)))
             }
             InterJobPolicy::CapacityScheduler { max_capacity } => {
                 let (choice, limit) =
-                    self.choose_capacity(&free, exclusions, index, max_capacity)?;
-                Some(self.make_offer(a, choice, limit, f64::INFINITY, kind, Some(index)))
+                    self.choose_capacity(state, &free, exclusions, index, max_capacity)?;
+                Some(self.make_offer(state, a, choice, limit, f64::INFINITY, kind, Some(index)))
             }
             InterJobPolicy::Drf => {
-                let choice = self.choose_drf(&free, exclusions, index)?;
-                Some(self.make_offer(a, choice, free, f64::INFINITY, kind, Some(index)))
+                let choice = self.choose_drf(state, &free, exclusions, index)?;
+                Some(self.make_offer(state, a, choice, free, f64::INFINITY, kind, Some(index)))
             }
         }
     }
 
     /// Deficits projected through the outstanding offers' expected launches:
     /// `D_g + f_g·I − I_g`, with `I_g` the expected charge of group g's offers.
-    pub(super) fn projected_deficits(&self) -> Vec<f64> {
-        let deficits = self.state.deficits();
+    pub(super) fn projected_deficits(&self, state: &AllocationState) -> Vec<f64> {
+        let deficits = state.deficits();
         deficits
             .iter()
             .map(|(g, counter)| {
@@ -374,7 +384,7 @@ impl Allocator {
     /// Per group: whether it has a framework with pending work (not suppressed) of a shape
     /// that fits some agent's total capacity. Only such groups take part in the κ·C gate: a
     /// group whose tasks no machine can hold must not stop the cluster.
-    pub(super) fn runnable_groups(&self) -> Vec<bool> {
+    pub(super) fn runnable_groups(&self, state: &AllocationState) -> Vec<bool> {
         let mut runnable = vec![false; self.groups.len()];
         let capacities: Vec<ResourceVec> = if self.capacity_classes.len() <= MAX_CAPACITY_CLASSES {
             self.capacity_classes.values().map(|(c, _)| *c).collect()
@@ -386,7 +396,7 @@ impl Allocator {
                 .values()
                 .fold(ResourceVec::ZERO, |m, (c, _)| m.max(c))]
         };
-        for (f, record) in self.state.frameworks() {
+        for (f, record) in state.frameworks() {
             let g = record.group.get();
             if runnable[g] || !self.frameworks[f.get()].counted {
                 continue;
@@ -404,6 +414,7 @@ impl Allocator {
     /// the groups all of whose demanding frameworks are in `exclusions` (they refuse the agent).
     pub(super) fn gate_order(
         &self,
+        state: &AllocationState,
         projected: &[f64],
         runnable: &[bool],
         exclusions: &[FrameworkIdx],
@@ -415,7 +426,7 @@ impl Allocator {
                 continue;
             }
             seen.push(f);
-            if let Some(record) = self.state.framework(f) {
+            if let Some(record) = state.framework(f) {
                 refusing[record.group.get()] += 1;
             }
         }
@@ -442,12 +453,13 @@ impl Allocator {
     /// carries one task, the granularity of Fig. 8).
     pub(super) fn headroom(
         &self,
+        state: &AllocationState,
         served: GroupIdx,
         projected: &[f64],
         threshold: f64,
         runnable: &[bool],
     ) -> f64 {
-        let deficits = self.state.deficits();
+        let deficits = state.deficits();
         let mut headroom = f64::INFINITY;
         for (g, soft) in self.groups.iter().enumerate() {
             if g == served.get()
@@ -474,13 +486,14 @@ impl Allocator {
     /// considered only when nothing fits.
     fn choose_deficit(
         &mut self,
+        state: &AllocationState,
         view: &AgentView,
         exclusions: &Exclusions,
         index: &CycleIndex,
         projected: &[f64],
         threshold: f64,
     ) -> Option<Choice> {
-        let order = self.gate_order(projected, &index.runnable, &exclusions.0);
+        let order = self.gate_order(state, projected, &index.runnable, &exclusions.0);
         let most_deprived = *order.first()?;
         if projected[most_deprived.get()] >= threshold {
             let list = index.lists.get(most_deprived.get())?;
@@ -672,13 +685,14 @@ impl Allocator {
     /// maximum.
     fn choose_capacity(
         &mut self,
+        state: &AllocationState,
         free: &ResourceVec,
         exclusions: &Exclusions,
         index: &CycleIndex,
         max_capacity: f64,
     ) -> Option<(Choice, ResourceVec)> {
-        let capacity = self.state.capacity();
-        let deficits = self.state.deficits();
+        let capacity = state.capacity();
+        let deficits = state.deficits();
         let weight_sum: f64 = deficits.iter().map(|(_, c)| c.weight).sum();
         let mut queues: Vec<(f64, GroupIdx, ResourceVec)> = Vec::new();
         for (g, counter) in deficits.iter() {
@@ -686,7 +700,7 @@ impl Allocator {
             if soft.demanding == 0 {
                 continue;
             }
-            let used = self.state.group_held(g) + soft.offered;
+            let used = state.group_held(g) + soft.offered;
             let used_share = used.dominant_share(&capacity);
             if used_share >= max_capacity - EPSILON {
                 continue;
@@ -721,19 +735,20 @@ impl Allocator {
     /// frameworks within the group by dominant share, the first with a shape that fits.
     fn choose_drf(
         &mut self,
+        state: &AllocationState,
         free: &ResourceVec,
         exclusions: &Exclusions,
         index: &CycleIndex,
     ) -> Option<Choice> {
-        let capacity = self.state.capacity();
-        let deficits = self.state.deficits();
+        let capacity = state.capacity();
+        let deficits = state.deficits();
         let mut groups: Vec<(f64, GroupIdx)> = Vec::new();
         for (g, counter) in deficits.iter() {
             let soft = &self.groups[g.get()];
             if soft.demanding == 0 {
                 continue;
             }
-            let used = self.state.group_held(g) + soft.offered;
+            let used = state.group_held(g) + soft.offered;
             let share = used.dominant_share(&capacity);
             let weighted = if counter.weight > 0.0 {
                 share / counter.weight
@@ -760,8 +775,10 @@ impl Allocator {
     /// at the task whose charge reaches `headroom`. A framework that launches best-first from a
     /// capped offer launches exactly the projected tasks: the offer holds nothing else. For an
     /// overbooked choice the projection is one task of the winning shape.
+    #[allow(clippy::too_many_arguments)] // the state is passed in, not held (see `Allocator`)
     pub(super) fn make_offer(
         &mut self,
+        state: &AllocationState,
         a: AgentIdx,
         choice: Choice,
         limit: ResourceVec,
@@ -770,8 +787,8 @@ impl Allocator {
         index: Option<&mut CycleIndex>,
     ) -> OfferDecision {
         let f = choice.framework;
-        let factor_kind = self.state.deficits().factor();
-        let capacity = self.state.capacity();
+        let factor_kind = state.deficits().factor();
+        let capacity = state.capacity();
         let soft = self.cycle_counts(f);
         let mut remaining = limit;
         let mut bundle = ResourceVec::ZERO;
@@ -817,11 +834,7 @@ impl Allocator {
             limit
         };
         soft.offered += resources;
-        let group = self
-            .state
-            .framework(f)
-            .map(|r| r.group)
-            .unwrap_or(GroupIdx(0));
+        let group = state.framework(f).map(|r| r.group).unwrap_or(GroupIdx(0));
         if let Some(group_soft) = self.groups.get_mut(group.get()) {
             group_soft.offered += resources;
             group_soft.inflight += charge;
@@ -837,16 +850,14 @@ impl Allocator {
             expected_charge: charge,
         });
         if let Some(index) = index {
-            self.relist(index, f);
+            self.relist(state, index, f);
         }
         OfferDecision {
-            agent: self
-                .state
+            agent: state
                 .agent(a)
                 .map(|r| r.id.clone())
                 .unwrap_or_else(|| AgentId::from("")),
-            framework: self
-                .state
+            framework: state
                 .framework(f)
                 .map(|r| r.id.clone())
                 .unwrap_or_else(|| FrameworkId::from("")),

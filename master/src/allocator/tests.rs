@@ -39,8 +39,8 @@ fn summary(shapes: &[(&str, u32, f64)], remaining_work: f64) -> DemandSummary {
     }
 }
 
-fn allocator(policy: InterJobPolicy) -> Allocator {
-    Allocator::new(AllocatorConfig {
+fn allocator(policy: InterJobPolicy) -> StandaloneAllocator {
+    StandaloneAllocator::new(AllocatorConfig {
         policy,
         ..AllocatorConfig::default()
     })
@@ -51,7 +51,7 @@ fn deficit(kappa: f64, factor: FairnessFactor) -> InterJobPolicy {
     InterJobPolicy::DeficitCounters { factor, kappa }
 }
 
-fn add_agents(alloc: &mut Allocator, n: usize, total: ResourceVec) {
+fn add_agents(alloc: &mut StandaloneAllocator, n: usize, total: ResourceVec) {
     for i in 0..n {
         alloc.add_agent(aid(&format!("a{i}")), total).unwrap();
     }
@@ -68,13 +68,13 @@ fn config_is_validated() {
         deficit(-0.1, FairnessFactor::Drf),
         InterJobPolicy::CapacityScheduler { max_capacity: 0.0 },
     ] {
-        assert!(Allocator::new(AllocatorConfig {
+        assert!(StandaloneAllocator::new(AllocatorConfig {
             policy,
             ..AllocatorConfig::default()
         })
         .is_err());
     }
-    assert!(Allocator::new(AllocatorConfig {
+    assert!(StandaloneAllocator::new(AllocatorConfig {
         shards: 0,
         ..AllocatorConfig::default()
     })
@@ -279,7 +279,7 @@ fn a_group_that_refuses_an_agent_does_not_hold_it() {
     assert_eq!(offered_to(&alloc.allocate_all(1.0)), vec!["fa"]);
 }
 
-fn add_agents_named(alloc: &mut Allocator, prefix: &str, n: usize, total: ResourceVec) {
+fn add_agents_named(alloc: &mut StandaloneAllocator, prefix: &str, n: usize, total: ResourceVec) {
     for i in 0..n {
         alloc
             .add_agent(aid(&format!("{prefix}{i}")), total)
@@ -770,7 +770,7 @@ fn suppressed_frameworks_get_no_offers() {
 
 #[test]
 fn shards_partition_agents_and_cycles_stay_in_their_shard() {
-    let mut alloc = Allocator::new(AllocatorConfig {
+    let mut alloc = StandaloneAllocator::new(AllocatorConfig {
         policy: InterJobPolicy::Fifo,
         shards: 4,
         ..AllocatorConfig::default()
@@ -796,7 +796,7 @@ fn shards_partition_agents_and_cycles_stay_in_their_shard() {
     assert_eq!(seen.len(), 40);
     assert!(alloc.allocate_shard(4, 0.0).is_empty());
     // The assignment depends on ids only, not on registration order.
-    let mut other = Allocator::new(AllocatorConfig {
+    let mut other = StandaloneAllocator::new(AllocatorConfig {
         policy: InterJobPolicy::Fifo,
         shards: 4,
         ..AllocatorConfig::default()
@@ -918,7 +918,7 @@ fn a_new_leader_rebuilds_from_the_replicated_state() {
         .apply_launch(&aid("a0"), &fid("f1"), v("cpus=4"))
         .unwrap();
     let state = alloc.state().clone();
-    let mut rebuilt = Allocator::from_state(alloc.config().clone(), state).unwrap();
+    let mut rebuilt = StandaloneAllocator::from_state(alloc.config().clone(), state).unwrap();
     assert_eq!(rebuilt.deficits(), alloc.deficits());
     assert!(rebuilt.outstanding_offers().is_empty());
     rebuilt
@@ -1053,7 +1053,7 @@ proptest! {
 }
 
 fn run_scenario(scenario: &Scenario, trace: bool) -> Result<(), TestCaseError> {
-    let mut alloc = Allocator::new(AllocatorConfig {
+    let mut alloc = StandaloneAllocator::new(AllocatorConfig {
         policy: InterJobPolicy::DeficitCounters {
             factor: scenario.factor,
             kappa: scenario.kappa,
@@ -1105,7 +1105,7 @@ fn run_scenario(scenario: &Scenario, trace: bool) -> Result<(), TestCaseError> {
         let offers = alloc.allocate_all(now);
         // No agent is offered more than its free resources.
         for (idx, agent) in alloc.state().agents() {
-            let offered: ResourceVec = alloc.agents[idx.get()]
+            let offered: ResourceVec = alloc.allocator().agents[idx.get()]
                 .offers
                 .iter()
                 .map(|o| o.resources)

@@ -1068,6 +1068,7 @@ impl<S: RaftStore> RaftNode<S> {
                         .map_err(|e| e.to_string());
                     if let Ok(cs) = &result {
                         self.force_snapshot = true;
+                        record_addresses(&mut self.state, &change);
                         let id = self.config.id;
                         let member = cs.voters.contains(&id)
                             || cs.learners.contains(&id)
@@ -1227,4 +1228,22 @@ fn conf_change_v1_to_v2(v1: ConfChange) -> ConfChangeV2 {
         context: v1.context,
         ..Default::default()
     }
+}
+
+/// Records in the state the addresses a membership change carries in its context (the
+/// shell's convention: an added master's `ip:port`), and forgets removed masters.
+fn record_addresses(state: &mut ClusterState, change: &ConfChangeV2) {
+    let addr = std::str::from_utf8(&change.context)
+        .ok()
+        .and_then(|text| text.parse::<std::net::SocketAddr>().ok());
+    let mut added = Vec::new();
+    let mut removed = Vec::new();
+    for single in &change.changes {
+        match single.get_change_type() {
+            raft::eraftpb::ConfChangeType::AddNode
+            | raft::eraftpb::ConfChangeType::AddLearnerNode => added.push((single.node_id, addr)),
+            raft::eraftpb::ConfChangeType::RemoveNode => removed.push(single.node_id),
+        }
+    }
+    state.record_membership(&added, &removed);
 }

@@ -23,6 +23,7 @@
 //! * no proposal reported as superseded or dropped is in the log;
 //! * every proposal made to a master that stayed up was answered.
 
+use protobuf::Message as _;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
@@ -1153,7 +1154,23 @@ impl Sim {
                 .oracle
                 .get(&index)
                 .ok_or_else(|| format!("no master was seen applying index {index}"))?;
-            if entry.entry_type != EntryType::EntryNormal || entry.data.is_empty() {
+            if entry.entry_type != EntryType::EntryNormal {
+                // Membership changes record the added masters' addresses in the state.
+                let change = if entry.entry_type == EntryType::EntryConfChangeV2 {
+                    let mut v2 = raft::eraftpb::ConfChangeV2::default();
+                    v2.merge_from_bytes(&entry.data).ok().map(|_| v2)
+                } else {
+                    let mut v1 = raft::eraftpb::ConfChange::default();
+                    v1.merge_from_bytes(&entry.data)
+                        .ok()
+                        .map(|_| super::conf_change_v1_to_v2(v1))
+                };
+                if let Some(change) = change {
+                    super::record_addresses(&mut replay, &change);
+                }
+                continue;
+            }
+            if entry.data.is_empty() {
                 continue;
             }
             let command: Command = codec::decode(&entry.data)

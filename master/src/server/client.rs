@@ -16,6 +16,16 @@ pub enum OperatorClientError {
     /// The masters answered with an error.
     #[error("the master refused the request: {0}")]
     Refused(WireError),
+    /// A request that is not idempotent reached a master, but no answer says whether it was
+    /// applied (the connection dropped, the leader changed, or the time ran out): it is not
+    /// retried, since applying it twice differs from once. Read the state to find out.
+    #[error("master {master} took the request but its outcome is unknown ({detail}); check `fullerene cluster status` before retrying")]
+    OutcomeUnknown {
+        /// The master that took the request.
+        master: SocketAddr,
+        /// What happened.
+        detail: String,
+    },
     /// No leader could be reached before the deadline.
     #[error("no leader answered within {timeout:?} (last problem: {last})")]
     NoLeader {
@@ -32,19 +42,32 @@ pub enum OperatorClientError {
 /// running), `Unavailable` answers and unreachable masters are retried, cycling through the
 /// known addresses with a short pause, until the deadline. The session to the master that
 /// answered last is reused.
+///
+/// Retries are safe because a redirect or an `Unavailable` answer means nothing was proposed.
+/// A request that is not [idempotent](OperatorRequest::is_idempotent) is never sent twice
+/// once a master may have proposed it: a lost answer after it was sent, or an `OutcomeUnknown`
+/// answer, ends with [`OperatorClientError::OutcomeUnknown`].
 #[derive(Debug)]
 pub struct OperatorClient {
     client: Client,
     masters: Vec<SocketAddr>,
     deadline: Duration,
+    retry_pause: Duration,
     current: Option<Link>,
+    /// Masters that failed to answer recently, and until when they are passed over: after a
+    /// leader dies, followers keep redirecting to it until they time out, and following them
+    /// would cost a connection timeout per redirect.
+    shunned: std::collections::HashMap<SocketAddr, Instant>,
 }
+
+/// How long a master that failed to answer is passed over.
+const SHUN_FOR: Duration = Duration::from_secs(1);
 
 /// How long connecting to one master may take: a master that is down must not use up the
 /// whole deadline while the others are up.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// Pause between rounds of attempts while no leader answers.
+/// Default pause between rounds of attempts while no leader answers.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
 
 impl OperatorClient {
@@ -55,8 +78,33 @@ impl OperatorClient {
             client,
             masters,
             deadline,
+            retry_pause: RETRY_PAUSE,
             current: None,
+            shunned: Default::default(),
         }
+    }
+
+    /// Pauses `pause` (instead of 100 ms) between rounds of attempts while no leader answers:
+    /// shorter for a benchmark that times failovers, so the pause does not blur the figure.
+    pub fn with_retry_pause(mut self, pause: Duration) -> OperatorClient {
+        self.retry_pause = pause;
+        self
+    }
+
+    fn is_shunned(&self, addr: SocketAddr) -> bool {
+        self.shunned
+            .get(&addr)
+            .is_some_and(|until| Instant::now() < *until)
+    }
+
+    fn shun(&mut self, addr: SocketAddr) {
+        self.shunned.insert(addr, Instant::now() + SHUN_FOR);
+    }
+
+    /// Passes over `addr` for `duration`, as if it had just failed to answer (for a caller
+    /// that knows a master is down, such as a benchmark that killed it).
+    pub fn avoid(&mut self, addr: SocketAddr, duration: Duration) {
+        self.shunned.insert(addr, Instant::now() + duration);
     }
 
     /// The address of the master that answered the last request.
@@ -82,28 +130,61 @@ impl OperatorClient {
                 (_, Some(addr)) => addr,
                 (Some(link), None) => link.addr,
                 (None, None) => {
-                    let addr = self.masters[next_candidate % self.masters.len()];
+                    // The next master not recently failed (any, when all have).
+                    let count = self.masters.len();
+                    let mut addr = self.masters[next_candidate % count];
+                    for step in 0..count {
+                        let candidate = self.masters[(next_candidate + step) % count];
+                        if !self.is_shunned(candidate) {
+                            addr = candidate;
+                            next_candidate += step;
+                            break;
+                        }
+                    }
                     next_candidate += 1;
-                    if next_candidate % self.masters.len() == 0 {
-                        sleep(RETRY_PAUSE).await;
+                    if next_candidate % count == 0 {
+                        sleep(self.retry_pause).await;
                     }
                     addr
                 }
             };
             let remaining = self.deadline.saturating_sub(started.elapsed());
-            match timeout(remaining, self.exchange(target, request)).await {
+            let mut sent = false;
+            let outcome_unknown = |detail: String| OperatorClientError::OutcomeUnknown {
+                master: target,
+                detail,
+            };
+            let result = timeout(remaining, self.exchange(target, request, &mut sent)).await;
+            match result {
                 Err(_) => {
-                    last = format!("{target} did not answer in time");
                     self.current = None;
+                    self.shun(target);
+                    if sent && !request.is_idempotent() {
+                        return Err(outcome_unknown("no answer in time".to_string()));
+                    }
+                    last = format!("{target} did not answer in time");
                 }
                 Ok(Err(error)) => {
-                    last = format!("{target}: {error}");
                     self.current = None;
+                    self.shun(target);
+                    if sent && !request.is_idempotent() {
+                        return Err(outcome_unknown(error));
+                    }
+                    last = format!("{target}: {error}");
+                }
+                Ok(Ok(OperatorResponse::Error(error)))
+                    if error.code == fullerene_proto::messages::ErrorCode::OutcomeUnknown =>
+                {
+                    if !request.is_idempotent() {
+                        return Err(outcome_unknown(error.message));
+                    }
+                    last = format!("{target}: {error}");
+                    sleep(self.retry_pause).await;
                 }
                 Ok(Ok(OperatorResponse::Redirect(redirect))) => {
                     self.current = None;
                     match redirect.leader {
-                        Some(leader) if leader.addr != target => {
+                        Some(leader) if leader.addr != target && !self.is_shunned(leader.addr) => {
                             if !self.masters.contains(&leader.addr) {
                                 self.masters.push(leader.addr);
                             }
@@ -111,7 +192,7 @@ impl OperatorClient {
                         }
                         _ => {
                             last = format!("{target} knows no leader yet");
-                            sleep(RETRY_PAUSE).await;
+                            sleep(self.retry_pause).await;
                         }
                     }
                 }
@@ -119,12 +200,15 @@ impl OperatorClient {
                     if error.code == fullerene_proto::messages::ErrorCode::Unavailable =>
                 {
                     last = format!("{target}: {error}");
-                    sleep(RETRY_PAUSE).await;
+                    sleep(self.retry_pause).await;
                 }
                 Ok(Ok(OperatorResponse::Error(error))) => {
                     return Err(OperatorClientError::Refused(error))
                 }
-                Ok(Ok(response)) => return Ok(response),
+                Ok(Ok(response)) => {
+                    self.shunned.remove(&target);
+                    return Ok(response);
+                }
             }
         }
         Err(OperatorClientError::NoLeader {
@@ -134,11 +218,13 @@ impl OperatorClient {
     }
 
     /// One request and its answer on the session to `target` (opened if needed); the error
-    /// says what failed, for the caller's last-problem message.
+    /// says what failed, for the caller's last-problem message. `sent` is set once the request
+    /// may have reached the master.
     async fn exchange(
         &mut self,
         target: SocketAddr,
         request: &OperatorRequest,
+        sent: &mut bool,
     ) -> Result<OperatorResponse, String> {
         let link = match self.current.take() {
             Some(link) if link.addr == target => link,
@@ -160,6 +246,7 @@ impl OperatorClient {
             }
         };
         let link = self.current.insert(link);
+        *sent = true;
         link.session
             .tx
             .send(request)

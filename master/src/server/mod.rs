@@ -26,7 +26,10 @@
 //! (Raft thesis §6.4) and fail after a timeout (ReadIndex requests are not queued while there
 //! is no leader).
 
+pub mod agents;
 pub mod client;
+pub(crate) mod frameworks;
+pub mod http;
 mod node_loop;
 pub mod peer;
 pub mod sessions;
@@ -43,6 +46,7 @@ use tokio::sync::{mpsc, watch};
 use crate::raft_node::{NodeError, RaftNode};
 use crate::storage::RaftStore;
 
+pub use agents::AgentTimeouts;
 pub use client::{OperatorClient, OperatorClientError};
 
 /// How long a removed master keeps its connections open before it exits.
@@ -64,6 +68,19 @@ pub struct ShellConfig {
     pub peer_queue: usize,
     /// Longest wait between reconnection attempts to an unreachable peer.
     pub max_reconnect_backoff: Duration,
+    /// Agents' heartbeat interval and when silent agents are marked unreachable and lost.
+    pub agent_timeouts: agents::AgentTimeouts,
+    /// Where this master's HTTP API (`/state`, `/metrics`) listens, if it has one (announced
+    /// in the replicated state when this master leads, so followers can redirect to it).
+    pub http_addr: Option<SocketAddr>,
+    /// The Prometheus recorder `/metrics` renders (see [`http::install_recorder`]).
+    pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
+    /// How often the leader runs an allocation cycle (offers to frameworks with demand).
+    pub allocation_interval: Duration,
+    /// How long an offer stays valid before it is rescinded and offered again.
+    pub offer_ttl: Duration,
+    /// Agent shards, each with its own allocation cycle (the allocator's shards).
+    pub allocator_shards: usize,
 }
 
 impl ShellConfig {
@@ -77,6 +94,12 @@ impl ShellConfig {
             request_timeout: Duration::from_secs(2),
             peer_queue: 1024,
             max_reconnect_backoff: Duration::from_secs(1),
+            agent_timeouts: agents::AgentTimeouts::default(),
+            http_addr: None,
+            metrics: None,
+            allocation_interval: Duration::from_millis(100),
+            offer_ttl: Duration::from_millis(crate::offers::DEFAULT_OFFER_TTL_MS),
+            allocator_shards: 1,
         }
     }
 }
@@ -107,28 +130,14 @@ pub enum ServerError {
         /// The node's Raft id.
         id: u64,
     },
-    /// The Prometheus endpoint could not be started.
-    #[error("cannot serve metrics on {addr}: {detail}")]
-    Metrics {
+    /// The HTTP API could not listen.
+    #[error("cannot serve the HTTP API on {addr}: {source}")]
+    Http {
         /// The requested address.
         addr: SocketAddr,
         /// Why.
-        detail: String,
+        source: std::io::Error,
     },
-}
-
-/// Installs the Prometheus exporter as the process's `metrics` recorder, serving
-/// `GET /metrics` on `addr`. The node's gauges and counters (term, commit and applied index,
-/// proposals, apply latency, leader changes, snapshot sizes) are recorded through the
-/// `metrics` facade and appear there. Must run inside a tokio runtime.
-pub fn install_prometheus(addr: SocketAddr) -> Result<(), ServerError> {
-    metrics_exporter_prometheus::PrometheusBuilder::new()
-        .with_http_listener(addr)
-        .install()
-        .map_err(|e| ServerError::Metrics {
-            addr,
-            detail: e.to_string(),
-        })
 }
 
 /// What the node loop publishes for the session tasks: who leads, as far as this master knows.
@@ -138,6 +147,19 @@ pub(crate) struct LeaderView {
     pub leader: Option<fullerene_proto::messages::LeaderInfo>,
     /// Whether this master leads.
     pub is_self: bool,
+    /// The leader's HTTP API, when it announced one.
+    pub leader_http: Option<SocketAddr>,
+}
+
+/// What the node loop publishes for peer sessions: the members, and the log index at which
+/// this master's view of them was last set (a conf change applied, a snapshot installed, or
+/// the restart point). Empty for a master waiting to be added.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct MembershipView {
+    /// Voters and learners.
+    pub members: std::collections::BTreeSet<u64>,
+    /// The index this view is true at (and after, until the next change).
+    pub as_of: u64,
 }
 
 /// Runs the master until `shutdown` completes or this master is removed from the group.
@@ -166,17 +188,45 @@ where
     let client = Arc::new(Client::new(tls, config.transport.clone())?);
     let (events_tx, events_rx) = mpsc::channel(node_loop::EVENT_QUEUE);
     let (leader_tx, leader_rx) = watch::channel(LeaderView::default());
+    let (membership_tx, membership_rx) = watch::channel(MembershipView::default());
     let context = Arc::new(sessions::SessionContext {
         this: id,
         events: events_tx.clone(),
         leader: leader_rx,
+        membership: membership_rx,
         request_timeout: config.request_timeout,
     });
     let local_addr = server.local_addr();
+    let (stop_http, http_stopped) = watch::channel(false);
+    let http_task = match config.http_addr {
+        Some(addr) => {
+            let listener = http::bind(addr)
+                .await
+                .map_err(|source| ServerError::Http { addr, source })?;
+            tracing::info!(master = id, %addr, "serving the HTTP API (/state, /metrics)");
+            let http_context = Arc::new(http::HttpContext {
+                sessions: Arc::clone(&context),
+                metrics: config.metrics.clone(),
+            });
+            Some(tokio::spawn(http::serve(
+                listener,
+                http_context,
+                http_stopped,
+            )))
+        }
+        None => None,
+    };
     let (stop_accepting, stop_rx) = tokio::sync::oneshot::channel();
     let accept = tokio::spawn(sessions::accept_loop(server, Arc::clone(&context), stop_rx));
     tracing::info!(master = id, %local_addr, "master serving");
-    let mut shell = node_loop::Shell::new(node, config, Arc::clone(&client), events_tx, leader_tx);
+    let mut shell = node_loop::Shell::new(
+        node,
+        config,
+        Arc::clone(&client),
+        events_tx,
+        leader_tx,
+        membership_tx,
+    );
     let result = shell.run(events_rx, shutdown).await;
     if matches!(result, Ok(MasterExit::Removed)) {
         // Lets the answer to the removal and the commit messages for the others leave
@@ -191,5 +241,9 @@ where
         tracing::warn!(%error, "the accept loop ended abnormally");
     }
     client.close();
+    let _ = stop_http.send(true);
+    if let Some(task) = http_task {
+        let _ = task.await;
+    }
     result
 }

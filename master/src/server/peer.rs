@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fullerene_proto::messages::{PeerMessage, SessionOpen};
-use fullerene_proto::transport::{Client, Connection, Session};
+use fullerene_proto::transport::{Client, Connection, FramedRecv, FramedSend};
 use tokio::sync::mpsc;
 use tokio::time::{timeout, Instant};
 
@@ -23,6 +23,9 @@ const MIN_RECONNECT_BACKOFF: Duration = Duration::from_millis(50);
 /// Batches are merged into one frame up to this many bytes, well under the transport's frame
 /// limit (4 MiB by default) so that a merged frame is never refused for its size.
 const MAX_MERGED_BYTES: usize = 1 << 20;
+
+/// A Raft message larger than this goes out as consecutive `RaftPart` frames of this size.
+const PART_BYTES: usize = 1 << 20;
 
 /// How long a connection attempt (QUIC and TLS handshakes, then the session open) may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -85,8 +88,9 @@ struct PeerSender {
     addr: SocketAddr,
     client: Arc<Client>,
     events: mpsc::Sender<Event>,
-    /// The open connection and session (the connection is kept so it stays open).
-    link: Option<(Connection, Session)>,
+    /// The open connection and the session's sending half (the connection is kept so it
+    /// stays open; the receiving half has its own task, see [`watch_answers`]).
+    link: Option<(Connection, FramedSend)>,
     backoff: Duration,
     max_backoff: Duration,
     /// No reconnection attempt before this instant.
@@ -146,10 +150,10 @@ impl PeerSender {
                 }
             }
         }
-        let Some((_, session)) = self.link.as_mut() else {
+        let Some((_, tx)) = self.link.as_mut() else {
             return false;
         };
-        match session.tx.send(&PeerMessage::Raft(messages)).await {
+        match send_in_frames(tx, messages).await {
             Ok(()) => true,
             Err(error) => {
                 tracing::info!(peer = self.peer, %error, "lost the session to the peer");
@@ -166,8 +170,9 @@ impl PeerSender {
         self.backoff = (self.backoff * 2).min(self.max_backoff);
     }
 
-    /// Connects and opens the `Peer` session; the error says why not, for the log.
-    async fn connect(&self) -> Result<(Connection, Session), String> {
+    /// Connects and opens the `Peer` session, and starts watching it for answers; the error
+    /// says why not, for the log.
+    async fn connect(&self) -> Result<(Connection, FramedSend), String> {
         let connection = self
             .client
             .connect(self.addr)
@@ -186,6 +191,54 @@ impl PeerSender {
             .open_session(SessionOpen::Peer)
             .await
             .map_err(|e| e.to_string())?;
-        Ok((connection, session))
+        tokio::spawn(watch_answers(self.peer, session.rx, self.events.clone()));
+        Ok((connection, session.tx))
+    }
+}
+
+/// Sends `messages` in order: small ones together in one `Raft` frame, any larger than
+/// [`PART_BYTES`] as consecutive `RaftPart` frames.
+async fn send_in_frames(
+    tx: &mut FramedSend,
+    messages: Vec<Vec<u8>>,
+) -> Result<(), fullerene_proto::transport::TransportError> {
+    let mut small = Vec::new();
+    for message in messages {
+        if message.len() <= PART_BYTES {
+            small.push(message);
+            continue;
+        }
+        if !small.is_empty() {
+            tx.send(&PeerMessage::Raft(std::mem::take(&mut small)))
+                .await?;
+        }
+        let total = message.len() as u64;
+        for piece in message.chunks(PART_BYTES) {
+            tx.send(&PeerMessage::RaftPart {
+                total,
+                bytes: piece.to_vec(),
+            })
+            .await?;
+        }
+    }
+    if !small.is_empty() {
+        tx.send(&PeerMessage::Raft(small)).await?;
+    }
+    Ok(())
+}
+
+/// Reads what the peer answers on our session: only `NotAMember`, which is passed to the node
+/// loop. Ends with the session.
+async fn watch_answers(peer: u64, mut rx: FramedRecv, events: mpsc::Sender<Event>) {
+    loop {
+        match rx.recv::<PeerMessage>().await {
+            Ok(Some(PeerMessage::NotAMember { as_of })) => {
+                let _ = events.send(Event::NotAMember { from: peer, as_of }).await;
+            }
+            Ok(Some(_)) => {
+                tracing::warn!(peer, "unexpected frame on our own peer session; ignored");
+            }
+            Ok(None) | Err(_) => return,
+        }
     }
 }

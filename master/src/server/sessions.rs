@@ -3,17 +3,20 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use fullerene_proto::ids::FrameworkId;
 use fullerene_proto::messages::{
-    AgentToMaster, ErrorCode, FrameworkCall, MasterToAgent, MasterToFramework, OperatorRequest,
-    OperatorResponse, PeerMessage, Redirect, SessionOpen, WireError,
+    AgentToMaster, CallOk, ErrorCode, FrameworkCall, FrameworkRequest, MasterToAgent,
+    MasterToFramework, OperatorRequest, OperatorResponse, PeerMessage, SessionOpen, WireError,
 };
 use fullerene_proto::transport::{Connection, Server, Session, StreamErrorCode};
 use protobuf::Message as _;
 use raft::eraftpb::Message;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::node_loop::Event;
-use super::LeaderView;
+use super::agents::AgentLink;
+use super::frameworks::FrameworkLink;
+use super::node_loop::{AgentRegistration, Event};
+use super::{LeaderView, MembershipView};
 
 /// What every session task needs.
 #[derive(Debug)]
@@ -24,6 +27,8 @@ pub(crate) struct SessionContext {
     pub events: mpsc::Sender<Event>,
     /// Who leads.
     pub leader: watch::Receiver<LeaderView>,
+    /// Who the members are.
+    pub membership: watch::Receiver<MembershipView>,
     /// How long an operator request waits for the node's answer.
     pub request_timeout: Duration,
 }
@@ -56,7 +61,11 @@ async fn serve_connection(connection: Connection, context: Arc<SessionContext>) 
     loop {
         match connection.accept_session().await {
             Ok(session) => {
-                tokio::spawn(serve_session(session, Arc::clone(&context)));
+                tokio::spawn(serve_session(
+                    session,
+                    connection.remote_address(),
+                    Arc::clone(&context),
+                ));
             }
             Err(error) => {
                 tracing::debug!(peer = %connection.peer(), %error, "connection ended");
@@ -66,24 +75,31 @@ async fn serve_connection(connection: Connection, context: Arc<SessionContext>) 
     }
 }
 
-async fn serve_session(session: Session, context: Arc<SessionContext>) {
+async fn serve_session(
+    session: Session,
+    remote: std::net::SocketAddr,
+    context: Arc<SessionContext>,
+) {
     match session.kind {
         SessionOpen::Peer => serve_peer(session, &context).await,
         SessionOpen::Operator => serve_operator(session, &context).await,
-        SessionOpen::Agent => serve_agent(session, &context).await,
+        SessionOpen::Agent => serve_agent(session, remote, &context).await,
         SessionOpen::Framework => serve_framework(session, &context).await,
     }
 }
 
 /// Raft traffic from another master. The transport admits `Peer` sessions from master
 /// certificates only; each message's `from` must be the id in that certificate, so a master
-/// cannot speak for another.
+/// cannot speak for another. A message too large for one frame (a big snapshot) arrives as
+/// consecutive `RaftPart`s. A master that is not a member is told so on its own session
+/// (`NotAMember`), so that one which missed its removal stops serving.
 async fn serve_peer(mut session: Session, context: &SessionContext) {
     let Some(from) = session.peer.master_id() else {
         tracing::warn!(peer = %session.peer, "peer session from a certificate without a master id");
         session.rx.stop(StreamErrorCode::SessionRefused);
         return;
     };
+    let mut assembling: Option<(usize, Vec<u8>)> = None;
     loop {
         let frame = match session.rx.recv::<PeerMessage>().await {
             Ok(Some(frame)) => frame,
@@ -93,7 +109,50 @@ async fn serve_peer(mut session: Session, context: &SessionContext) {
                 return;
             }
         };
-        let PeerMessage::Raft(messages) = frame;
+        let messages = match frame {
+            PeerMessage::Raft(messages) if assembling.is_none() => messages,
+            PeerMessage::RaftPart { total, bytes } => {
+                match add_part(&mut assembling, total, bytes) {
+                    Ok(Some(whole)) => vec![whole],
+                    Ok(None) => continue,
+                    Err(problem) => {
+                        tracing::warn!(
+                            peer = from.0,
+                            problem,
+                            "bad multi-part raft message; closing the session"
+                        );
+                        session.rx.stop(StreamErrorCode::MalformedFrame);
+                        return;
+                    }
+                }
+            }
+            PeerMessage::Raft(_) | PeerMessage::NotAMember { .. } => {
+                tracing::warn!(peer = from.0, "unexpected peer frame; closing the session");
+                session.rx.stop(StreamErrorCode::MalformedFrame);
+                return;
+            }
+        };
+        let not_a_member = {
+            let view = context.membership.borrow();
+            (!view.members.is_empty() && !view.members.contains(&from.0)).then_some(view.as_of)
+        };
+        if let Some(as_of) = not_a_member {
+            tracing::info!(
+                peer = from.0,
+                as_of,
+                "raft traffic from a master that is not a member; telling it"
+            );
+            if session
+                .tx
+                .send(&PeerMessage::NotAMember { as_of })
+                .await
+                .is_ok()
+            {
+                let _ = session.tx.finish().await;
+            }
+            session.rx.stop(StreamErrorCode::SessionRefused);
+            return;
+        }
         for bytes in messages {
             let message = match Message::parse_from_bytes(&bytes) {
                 Ok(message) => message,
@@ -120,6 +179,33 @@ async fn serve_peer(mut session: Session, context: &SessionContext) {
     }
 }
 
+/// Adds one `RaftPart` to the message being assembled; returns the whole message once its
+/// parts add up to its announced length.
+fn add_part(
+    assembling: &mut Option<(usize, Vec<u8>)>,
+    total: u64,
+    bytes: Vec<u8>,
+) -> Result<Option<Vec<u8>>, String> {
+    let total = usize::try_from(total)
+        .ok()
+        .filter(|&total| total <= fullerene_proto::codec::MAX_LARGE_BYTES)
+        .ok_or_else(|| format!("a raft message of {total} bytes is over the limit"))?;
+    let (expected, buffer) = assembling.get_or_insert_with(|| (total, Vec::new()));
+    if *expected != total {
+        return Err(format!(
+            "a part announces {total} bytes inside a message of {expected}"
+        ));
+    }
+    if bytes.is_empty() || buffer.len() + bytes.len() > total {
+        return Err(format!("parts overrun the announced {total} bytes"));
+    }
+    buffer.extend_from_slice(&bytes);
+    if buffer.len() < total {
+        return Ok(None);
+    }
+    Ok(assembling.take().map(|(_, whole)| whole))
+}
+
 async fn serve_operator(mut session: Session, context: &SessionContext) {
     loop {
         let request = match session.rx.recv::<OperatorRequest>().await {
@@ -129,6 +215,12 @@ async fn serve_operator(mut session: Session, context: &SessionContext) {
                 tracing::debug!(peer = %session.peer, %error, "operator session ended");
                 return;
             }
+        };
+        // A write that was handed to the node may commit even if no answer comes in time.
+        let lost_answer = if request.is_idempotent() {
+            ErrorCode::Unavailable
+        } else {
+            ErrorCode::OutcomeUnknown
         };
         let (reply_tx, reply_rx) = oneshot::channel();
         let response = if context
@@ -141,10 +233,16 @@ async fn serve_operator(mut session: Session, context: &SessionContext) {
         } else {
             match tokio::time::timeout(context.request_timeout, reply_rx).await {
                 Ok(Ok(response)) => response,
-                Ok(Err(_)) => unavailable("the master is shutting down"),
-                Err(_) => unavailable(&format!(
-                    "no answer within {:?} (no quorum, or the leader changed); retry",
-                    context.request_timeout
+                Ok(Err(_)) => OperatorResponse::Error(WireError::new(
+                    lost_answer,
+                    "the master is shutting down",
+                )),
+                Err(_) => OperatorResponse::Error(WireError::new(
+                    lost_answer,
+                    format!(
+                        "no answer within {:?} (no quorum, or the leader changed)",
+                        context.request_timeout
+                    ),
                 )),
             }
         };
@@ -160,46 +258,270 @@ fn unavailable(message: &str) -> OperatorResponse {
     OperatorResponse::Error(WireError::new(ErrorCode::Unavailable, message))
 }
 
-/// The message agents and frameworks get from the leader until their endpoints exist.
-const NOT_IMPLEMENTED: &str = "not implemented until the agent/offer issues";
+/// Distinguishes the sessions of one agent or framework (a reconnect may overlap the old
+/// session's end).
+static AGENT_SESSIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
-/// Agents: a follower redirects to the leader; the leader does not serve agents yet.
-async fn serve_agent(mut session: Session, context: &SessionContext) {
-    match session.rx.recv::<AgentToMaster>().await {
-        Ok(Some(_)) => {}
-        Ok(None) | Err(_) => return,
-    }
-    let view = context.leader.borrow().clone();
-    let reply = if view.is_self {
-        MasterToAgent::Error(WireError::new(ErrorCode::Unavailable, NOT_IMPLEMENTED))
-    } else {
-        MasterToAgent::Redirect(Redirect {
-            leader: view.leader,
-        })
+/// Frames queued for one agent before pushes are dropped (the agent then re-registers).
+const AGENT_QUEUE: usize = 4096;
+
+/// An agent's session. The first frame must be `Register`; the node loop answers it once the
+/// registration commits (or redirects). Heartbeats are answered here; status updates and
+/// resource changes go to the node loop, which acknowledges updates after they commit and
+/// pushes launches and kills through the session's queue.
+async fn serve_agent(mut session: Session, remote: std::net::SocketAddr, context: &SessionContext) {
+    let Some(agent_id) = session.peer.agent_id() else {
+        tracing::warn!(peer = %session.peer, "agent session from a certificate without an agent id");
+        session.rx.stop(StreamErrorCode::SessionRefused);
+        return;
     };
-    if session.tx.send(&reply).await.is_ok() {
-        let _ = session.tx.finish().await;
+    let registration = match session.rx.recv::<AgentToMaster>().await {
+        Ok(Some(AgentToMaster::Register {
+            hostname,
+            resources,
+            attributes,
+            tasks,
+            executors,
+        })) => AgentRegistration {
+            hostname,
+            resources,
+            attributes,
+            tasks,
+            executors,
+        },
+        Ok(Some(_)) => {
+            let error = WireError::new(
+                ErrorCode::InvalidRequest,
+                "an agent session must start with Register",
+            );
+            if session.tx.send(&MasterToAgent::Error(error)).await.is_ok() {
+                let _ = session.tx.finish().await;
+            }
+            return;
+        }
+        Ok(None) | Err(_) => return,
+    };
+    let id = AGENT_SESSIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let (outbound, mut queue) = mpsc::channel(AGENT_QUEUE);
+    let link = AgentLink {
+        session: id,
+        address: remote,
+        outbound,
+    };
+    let registered = context
+        .events
+        .send(Event::AgentRegister {
+            agent_id: agent_id.clone(),
+            registration,
+            link,
+        })
+        .await;
+    if registered.is_err() {
+        return;
+    }
+    loop {
+        tokio::select! {
+            pushed = queue.recv() => {
+                let Some(message) = pushed else { break };
+                let ends = matches!(message, MasterToAgent::Redirect(_) | MasterToAgent::Error(_));
+                if session.tx.send(&message).await.is_err() || ends {
+                    break;
+                }
+            }
+            frame = session.rx.recv::<AgentToMaster>() => {
+                let event = match frame {
+                    Ok(Some(AgentToMaster::Heartbeat { seq })) => {
+                        if session.tx.send(&MasterToAgent::HeartbeatAck { seq }).await.is_err() {
+                            break;
+                        }
+                        Event::AgentHeartbeat(agent_id.clone())
+                    }
+                    Ok(Some(AgentToMaster::Status(update))) => {
+                        if update.agent_id != agent_id {
+                            tracing::warn!(agent = %agent_id, claimed = %update.agent_id, "status update for another agent; closing the session");
+                            session.rx.stop(StreamErrorCode::SessionRefused);
+                            break;
+                        }
+                        Event::AgentStatus(agent_id.clone(), update)
+                    }
+                    Ok(Some(AgentToMaster::UpdateResources { resources })) => {
+                        Event::AgentResources(agent_id.clone(), resources)
+                    }
+                    Ok(Some(AgentToMaster::Register { .. })) => {
+                        tracing::warn!(agent = %agent_id, "a second Register on one session; closing it");
+                        session.rx.stop(StreamErrorCode::SessionRefused);
+                        break;
+                    }
+                    Ok(None) => break,
+                    Err(error) => {
+                        tracing::debug!(agent = %agent_id, %error, "agent session ended");
+                        break;
+                    }
+                };
+                if context.events.send(event).await.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    let _ = session.tx.finish().await;
+    let _ = context.events.send(Event::AgentGone(agent_id, id)).await;
+}
+
+/// Frames queued for one framework before pushes are dropped (it reconciles when it
+/// reconnects).
+const FRAMEWORK_QUEUE: usize = 4096;
+
+/// A framework's session. The first call must be `Subscribe`; the node loop answers it once
+/// the subscription commits (or redirects). Later calls are passed to the node loop with the
+/// framework's id, which is known from the `Subscribed` answer; pushes (offers, rescinds,
+/// updates, answers) arrive through the session's queue.
+async fn serve_framework(mut session: Session, context: &SessionContext) {
+    let principal = session.peer.id.clone();
+    let first = match session.rx.recv::<FrameworkCall>().await {
+        Ok(Some(call)) => call,
+        Ok(None) | Err(_) => return,
+    };
+    let FrameworkRequest::Subscribe {
+        framework_id,
+        name,
+        group,
+        failover_timeout_ms,
+    } = first.call
+    else {
+        let reply = MasterToFramework::CallResult {
+            call_id: first.call_id,
+            result: Err(WireError::new(
+                ErrorCode::InvalidRequest,
+                "a framework session must start with Subscribe",
+            )),
+        };
+        if session.tx.send(&reply).await.is_ok() {
+            let _ = session.tx.finish().await;
+        }
+        return;
+    };
+    let id = AGENT_SESSIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let (outbound, mut queue) = mpsc::channel(FRAMEWORK_QUEUE);
+    let link = FrameworkLink {
+        session: id,
+        principal: principal.clone(),
+        outbound,
+    };
+    let subscribe = Event::FrameworkSubscribe {
+        call_id: first.call_id,
+        framework_id,
+        name,
+        group,
+        failover_timeout_ms,
+        link,
+    };
+    if context.events.send(subscribe).await.is_err() {
+        return;
+    }
+    let mut subscribed: Option<FrameworkId> = None;
+    loop {
+        tokio::select! {
+            pushed = queue.recv() => {
+                let Some(message) = pushed else { break };
+                if let MasterToFramework::CallResult {
+                    result: Ok(CallOk::Subscribed { framework_id, .. }),
+                    ..
+                } = &message
+                {
+                    subscribed = Some(framework_id.clone());
+                }
+                // A redirect, or a refused subscription, ends the session.
+                let ends = matches!(message, MasterToFramework::Redirect(_))
+                    || (subscribed.is_none()
+                        && matches!(message, MasterToFramework::CallResult { result: Err(_), .. }));
+                if session.tx.send(&message).await.is_err() || ends {
+                    break;
+                }
+            }
+            frame = session.rx.recv::<FrameworkCall>() => {
+                let call = match frame {
+                    Ok(Some(call)) => call,
+                    Ok(None) => break,
+                    Err(error) => {
+                        tracing::debug!(principal, %error, "framework session ended");
+                        break;
+                    }
+                };
+                let refusal = match (&subscribed, &call.call) {
+                    (_, FrameworkRequest::Subscribe { .. }) => {
+                        Some("already subscribed on this session")
+                    }
+                    (None, _) => Some("the subscription is not answered yet"),
+                    (Some(_), _) => None,
+                };
+                if let Some(why) = refusal {
+                    let reply = MasterToFramework::CallResult {
+                        call_id: call.call_id,
+                        result: Err(WireError::new(ErrorCode::InvalidRequest, why)),
+                    };
+                    if session.tx.send(&reply).await.is_err() {
+                        break;
+                    }
+                    continue;
+                }
+                let Some(framework_id) = subscribed.clone() else { continue };
+                let event = Event::FrameworkCall {
+                    framework_id,
+                    session: id,
+                    call,
+                };
+                if context.events.send(event).await.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    let _ = session.tx.finish().await;
+    if let Some(framework_id) = subscribed {
+        let _ = context
+            .events
+            .send(Event::FrameworkGone(framework_id, id))
+            .await;
     }
 }
 
-/// Frameworks: a follower redirects to the leader; the leader does not serve frameworks yet.
-async fn serve_framework(mut session: Session, context: &SessionContext) {
-    let call_id = match session.rx.recv::<FrameworkCall>().await {
-        Ok(Some(call)) => call.call_id,
-        Ok(None) | Err(_) => return,
-    };
-    let view = context.leader.borrow().clone();
-    let reply = if view.is_self {
-        MasterToFramework::CallResult {
-            call_id,
-            result: Err(WireError::new(ErrorCode::Unavailable, NOT_IMPLEMENTED)),
-        }
-    } else {
-        MasterToFramework::Redirect(Redirect {
-            leader: view.leader,
-        })
-    };
-    if session.tx.send(&reply).await.is_ok() {
-        let _ = session.tx.finish().await;
+#[cfg(test)]
+mod tests {
+    use super::add_part;
+
+    #[test]
+    fn parts_reassemble_a_message_and_refuse_overruns_and_mixed_totals() {
+        let mut assembling = None;
+        assert_eq!(add_part(&mut assembling, 5, vec![1, 2]), Ok(None));
+        assert_eq!(
+            add_part(&mut assembling, 5, vec![3, 4, 5]),
+            Ok(Some(vec![1, 2, 3, 4, 5]))
+        );
+        assert!(
+            assembling.is_none(),
+            "a finished message leaves nothing behind"
+        );
+
+        assert_eq!(add_part(&mut assembling, 3, vec![1, 2]), Ok(None));
+        assert!(
+            add_part(&mut assembling, 4, vec![3]).is_err(),
+            "another total mid-message"
+        );
+        let mut assembling = None;
+        assert!(
+            add_part(&mut assembling, 2, vec![1, 2, 3]).is_err(),
+            "an overrun"
+        );
+        let mut assembling = None;
+        assert!(
+            add_part(&mut assembling, 2, Vec::new()).is_err(),
+            "an empty part"
+        );
+        let mut assembling = None;
+        assert!(
+            add_part(&mut assembling, u64::MAX, vec![1]).is_err(),
+            "a total over the limit"
+        );
     }
 }

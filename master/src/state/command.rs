@@ -216,6 +216,14 @@ pub enum Command {
         /// The fraction (finite, ≥ 0).
         allowance: f64,
     },
+    /// A master says where its HTTP API (`/state`, `/metrics`) listens, or that it has none.
+    /// A new leader proposes it for itself, so followers can redirect HTTP clients to it.
+    AnnounceMasterHttp {
+        /// The master's Raft id.
+        master: u64,
+        /// Its HTTP address.
+        addr: Option<std::net::SocketAddr>,
+    },
 }
 
 impl Command {
@@ -238,6 +246,7 @@ impl Command {
             Command::AcknowledgeStatus { .. } => "acknowledge_status",
             Command::SetGroupWeight { .. } => "set_group_weight",
             Command::SetOverbookingAllowance { .. } => "set_overbooking_allowance",
+            Command::AnnounceMasterHttp { .. } => "announce_master_http",
         }
     }
 }

@@ -73,6 +73,25 @@ impl ClusterState {
         &self.settings
     }
 
+    /// Applies the address side of a committed membership change (the Raft driver calls it
+    /// when it applies the change): masters added with an address are recorded, removed ones
+    /// forgotten. Deterministic, like every change to the state.
+    pub fn record_membership(
+        &mut self,
+        added: &[(u64, Option<std::net::SocketAddr>)],
+        removed: &[u64],
+    ) {
+        for (id, addr) in added {
+            if let Some(addr) = addr {
+                self.settings.master_addresses.insert(*id, *addr);
+            }
+        }
+        for id in removed {
+            self.settings.master_addresses.remove(id);
+            self.settings.master_http_addresses.remove(id);
+        }
+    }
+
     /// The allocator's replicated accounting (agents' charges, frameworks' holdings, deficit
     /// counters), read by the allocator.
     pub fn allocation(&self) -> &AllocationState {
@@ -119,6 +138,8 @@ impl ClusterState {
             state: entry.state,
             attributes: entry.attributes.clone(),
             last_heartbeat_ms: entry.last_heartbeat_ms,
+            // Soft state of the leader's sessions, filled in by the leader.
+            address: None,
         })
     }
 
@@ -153,6 +174,24 @@ impl ClusterState {
         })
     }
 
+    /// Runs `change`, restoring the state if it fails. For the commands whose checks cannot
+    /// all come before their first change: re-registration and capacity changes rebuild an
+    /// agent's accounting, and a new total too small for what runs there is only found while
+    /// re-charging its tasks. Both are rare (an agent restart, an operator edit), so the copy
+    /// they cost is paid seldom; every other command validates fully before it changes
+    /// anything.
+    fn all_or_nothing(
+        &mut self,
+        change: impl FnOnce(&mut ClusterState) -> Result<CommandOutcome, CommandError>,
+    ) -> Result<CommandOutcome, CommandError> {
+        let before = self.clone();
+        let result = change(self);
+        if result.is_err() {
+            *self = before;
+        }
+        result
+    }
+
     /// Applies one committed command. On error nothing has changed.
     pub fn apply(&mut self, command: &Command) -> Result<CommandOutcome, CommandError> {
         match command {
@@ -172,14 +211,17 @@ impl ClusterState {
                 executors,
                 running,
                 at_ms,
-            } => self.reregister_agent(
-                agent_id, hostname, resources, attributes, executors, running, *at_ms,
-            ),
+            } => self.all_or_nothing(|state| {
+                state.reregister_agent(
+                    agent_id, hostname, resources, attributes, executors, running, *at_ms,
+                )
+            }),
             Command::UpdateAgentResources {
                 agent_id,
                 resources,
                 at_ms,
-            } => self.update_agent_resources(agent_id, resources, *at_ms),
+            } => self
+                .all_or_nothing(|state| state.update_agent_resources(agent_id, resources, *at_ms)),
             Command::AgentHeartbeat { agent_id, at_ms } => self.agent_heartbeat(agent_id, *at_ms),
             Command::MarkAgentUnreachable { agent_id, at_ms } => {
                 self.mark_agent_unreachable(agent_id, *at_ms)
@@ -245,6 +287,18 @@ impl ClusterState {
             Command::SetGroupWeight { group, weight } => self.set_group_weight(group, *weight),
             Command::SetOverbookingAllowance { allowance } => {
                 self.set_overbooking_allowance(*allowance)
+            }
+            Command::AnnounceMasterHttp { master, addr } => {
+                let http = &mut self.settings.master_http_addresses;
+                let changed = match addr {
+                    Some(addr) => http.insert(*master, *addr) != Some(*addr),
+                    None => http.remove(master).is_some(),
+                };
+                Ok(if changed {
+                    CommandOutcome::Applied
+                } else {
+                    CommandOutcome::Unchanged
+                })
             }
         }
     }

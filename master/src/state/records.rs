@@ -25,6 +25,13 @@ pub struct ClusterSettings {
     pub overbooking_allowance: f64,
     /// Group weights an operator set (groups not listed weigh 1).
     pub group_weights: BTreeMap<String, f64>,
+    /// Where each master serves (peers and clients alike), by Raft id: the founders' from the
+    /// bootstrap, then each added master's from its membership change. Kept in the replicated
+    /// state so that a master restarting from a snapshot, or joining, learns every member's
+    /// address without being told on its command line.
+    pub master_addresses: BTreeMap<u64, std::net::SocketAddr>,
+    /// Where each master's HTTP API listens, as each announced it on becoming leader.
+    pub master_http_addresses: BTreeMap<u64, std::net::SocketAddr>,
 }
 
 impl Default for ClusterSettings {
@@ -36,6 +43,8 @@ impl Default for ClusterSettings {
             slot_size: ResourceVec::from_pairs(&[(ResourceKind::Cpus, 1.0)]),
             overbooking_allowance: 0.0,
             group_weights: BTreeMap::new(),
+            master_addresses: BTreeMap::new(),
+            master_http_addresses: BTreeMap::new(),
         }
     }
 }

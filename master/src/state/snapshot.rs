@@ -4,16 +4,18 @@
 //! [`fullerene_proto::codec`] message (version byte, bincode, size limit, strict decoding):
 //!
 //! ```text
-//! Header { format, agents, frameworks, tasks }
-//! Settings, Allocation
+//! Header { format, agents, frameworks, tasks, core_bytes }
+//! CorePart × ⌈core_bytes / 1 MiB⌉
 //! Agent × agents, Framework × frameworks, Task × tasks
 //! End
 //! ```
 //!
 //! One frame per record rather than one message for the whole state keeps every message far
-//! below the codec's 4 MiB limit however many tasks the cluster runs (only the allocation
-//! accounting, tens of bytes per running task, is one frame). The header's counts and the
-//! `End` frame make a truncated snapshot an error rather than a smaller, wrong state.
+//! below the codec's 4 MiB limit however many tasks the cluster runs. The core, the settings
+//! (group weights, member addresses) and the allocation accounting (tens of bytes per running
+//! task and per group), is one value, encoded with the codec's large limit and cut into 1 MiB
+//! parts, so a cluster with millions of running tasks or groups still snapshots. The header's counts and the `End` frame make a truncated snapshot an error
+//! rather than a smaller, wrong state.
 
 use fullerene_proto::codec::{self, CodecError, MAX_MESSAGE_BYTES};
 use fullerene_proto::FrameworkId;
@@ -25,7 +27,10 @@ use crate::allocator::state::AllocationState;
 
 /// Version of the snapshot layout (independent of the codec's wire version). Bumped whenever
 /// a record type changes.
-pub const STATE_FORMAT_VERSION: u32 = 1;
+pub const STATE_FORMAT_VERSION: u32 = 2;
+
+/// Bytes of the encoded core (settings and allocation) per `CorePart` frame.
+const CORE_PART_BYTES: usize = 1 << 20;
 
 /// Why a snapshot could not be encoded or decoded.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -88,9 +93,9 @@ enum RecordRef<'a> {
         agents: u64,
         frameworks: u64,
         tasks: u64,
+        core_bytes: u64,
     },
-    Settings(&'a ClusterSettings),
-    Allocation(&'a AllocationState),
+    CorePart(&'a [u8]),
     Agent(&'a AgentEntry),
     Framework(&'a FrameworkEntry),
     Task(&'a FrameworkId, &'a TaskRecord),
@@ -105,9 +110,9 @@ enum Record {
         agents: u64,
         frameworks: u64,
         tasks: u64,
+        core_bytes: u64,
     },
-    Settings(ClusterSettings),
-    Allocation(AllocationState),
+    CorePart(Vec<u8>),
     Agent(AgentEntry),
     Framework(FrameworkEntry),
     Task(FrameworkId, TaskRecord),
@@ -118,8 +123,7 @@ impl Record {
     fn name(&self) -> &'static str {
         match self {
             Record::Header { .. } => "header",
-            Record::Settings(_) => "settings",
-            Record::Allocation(_) => "allocation",
+            Record::CorePart(_) => "core part",
             Record::Agent(_) => "agent",
             Record::Framework(_) => "framework",
             Record::Task(..) => "task",
@@ -199,6 +203,12 @@ impl FrameReader<'_> {
 impl ClusterState {
     /// Encodes the whole state as a snapshot (see the module documentation for the layout).
     pub fn encode_snapshot(&self) -> Result<Vec<u8>, SnapshotError> {
+        let core = codec::encode_large(&(&self.settings, &self.allocation)).map_err(|source| {
+            SnapshotError::Encode {
+                record: "core",
+                source,
+            }
+        })?;
         let mut out = Vec::new();
         push_frame(
             &mut out,
@@ -207,15 +217,13 @@ impl ClusterState {
                 agents: self.agents.len() as u64,
                 frameworks: self.frameworks.len() as u64,
                 tasks: self.tasks.len() as u64,
+                core_bytes: core.len() as u64,
             },
             "header",
         )?;
-        push_frame(&mut out, &RecordRef::Settings(&self.settings), "settings")?;
-        push_frame(
-            &mut out,
-            &RecordRef::Allocation(&self.allocation),
-            "allocation",
-        )?;
+        for part in core.chunks(CORE_PART_BYTES) {
+            push_frame(&mut out, &RecordRef::CorePart(part), "core part")?;
+        }
         for agent in self.agents.values() {
             push_frame(&mut out, &RecordRef::Agent(agent), "agent")?;
         }
@@ -234,29 +242,51 @@ impl ClusterState {
     /// disagree with the header, or bytes after the end are all errors.
     pub fn decode_snapshot(data: &[u8]) -> Result<ClusterState, SnapshotError> {
         let mut reader = FrameReader { data, offset: 0 };
-        let (format, agents, frameworks, tasks) = reader.expect("header", |r| match r {
-            Record::Header {
-                format,
-                agents,
-                frameworks,
-                tasks,
-            } => Some((format, agents, frameworks, tasks)),
-            _ => None,
-        })?;
+        let (format, agents, frameworks, tasks, core_bytes) =
+            reader.expect("header", |r| match r {
+                Record::Header {
+                    format,
+                    agents,
+                    frameworks,
+                    tasks,
+                    core_bytes,
+                } => Some((format, agents, frameworks, tasks, core_bytes)),
+                _ => None,
+            })?;
         if format != STATE_FORMAT_VERSION {
             return Err(SnapshotError::FormatVersion {
                 found: format,
                 expected: STATE_FORMAT_VERSION,
             });
         }
-        let settings = reader.expect("settings", |r| match r {
-            Record::Settings(s) => Some(s),
-            _ => None,
-        })?;
-        let allocation = reader.expect("allocation", |r| match r {
-            Record::Allocation(a) => Some(a),
-            _ => None,
-        })?;
+        let core_bytes = usize::try_from(core_bytes)
+            .ok()
+            .filter(|&n| n <= codec::MAX_LARGE_BYTES)
+            .ok_or_else(|| {
+                SnapshotError::Inconsistent(format!(
+                    "the header claims {core_bytes} bytes of settings and accounting (limit {})",
+                    codec::MAX_LARGE_BYTES
+                ))
+            })?;
+        // Grown as parts arrive, so a lying header cannot make us allocate up front.
+        let mut encoded = Vec::new();
+        while encoded.len() < core_bytes {
+            let part = reader.expect("core part", |r| match r {
+                Record::CorePart(p) => Some(p),
+                _ => None,
+            })?;
+            if part.is_empty() || encoded.len() + part.len() > core_bytes {
+                return Err(SnapshotError::Inconsistent(format!(
+                    "core parts do not add up to the header's {core_bytes} bytes"
+                )));
+            }
+            encoded.extend_from_slice(&part);
+        }
+        let (settings, allocation): (ClusterSettings, AllocationState) =
+            codec::decode_large(&encoded).map_err(|source| SnapshotError::Frame {
+                offset: reader.offset,
+                source,
+            })?;
         let mut state = ClusterState {
             settings,
             allocation,

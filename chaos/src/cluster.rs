@@ -1,0 +1,375 @@
+//! Real `fullerene master` processes on loopback, for failure tests and benchmarks.
+//!
+//! [`LocalMasters`] lays out development certificates, one data directory and one log file per
+//! master under a directory (a temporary one unless told otherwise), gives each master a
+//! loopback UDP port the OS just handed out, and SIGKILLs every process it started when
+//! dropped. It starts, kills and restarts masters by Raft id; what the processes do is the
+//! real binary's business, so nothing is mocked.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fullerene_master::server::OperatorClient;
+use fullerene_proto::certs::{generate_dev_cluster, CertCounts, CertPaths};
+use fullerene_proto::transport::{Client, Role, TlsMaterial, TransportConfig};
+use tempfile::TempDir;
+
+/// Why a local cluster could not be set up or driven.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// A file or process operation failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The certificates could not be made or loaded.
+    #[error("certificates: {0}")]
+    Certs(String),
+    /// No master with this id was set up.
+    #[error("master {0} is not part of this cluster (ids 1..={1})")]
+    UnknownMaster(u64, u64),
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ClusterError {
+    let what = what.into();
+    move |source| ClusterError::Io { what, source }
+}
+
+/// A loopback address with a UDP port the OS just handed out (and that is free again).
+pub fn free_loopback_addr() -> Result<SocketAddr, ClusterError> {
+    let socket = UdpSocket::bind("127.0.0.1:0").map_err(io("bind a loopback UDP socket"))?;
+    socket
+        .local_addr()
+        .map_err(io("read a bound socket's address"))
+}
+
+/// A loopback address with a TCP port the OS just handed out (and that is free again).
+pub fn free_loopback_tcp_addr() -> Result<SocketAddr, ClusterError> {
+    let listener = TcpListener::bind("127.0.0.1:0").map_err(io("bind a loopback TCP socket"))?;
+    listener
+        .local_addr()
+        .map_err(io("read a bound socket's address"))
+}
+
+/// Where the cluster's files live: a temporary directory removed on drop, or a kept one.
+enum Home {
+    Temporary(TempDir),
+    Kept(PathBuf),
+}
+
+impl Home {
+    fn path(&self) -> &Path {
+        match self {
+            Home::Temporary(dir) => dir.path(),
+            Home::Kept(path) => path,
+        }
+    }
+}
+
+/// Real master processes on loopback, stopped (SIGKILL) when dropped.
+pub struct LocalMasters {
+    home: Home,
+    binary: PathBuf,
+    /// Every master's address, by Raft id (those added later too).
+    pub addrs: BTreeMap<u64, SocketAddr>,
+    /// Every master's HTTP API address (`/state`, `/metrics`), by Raft id.
+    pub http_addrs: BTreeMap<u64, SocketAddr>,
+    /// The ids bootstrapped as the initial voters.
+    pub founders: Vec<u64>,
+    /// Flags added to every `fullerene master` command line (Raft timing, for instance).
+    pub extra_args: Vec<String>,
+    /// How many agent certificates there are (`agent-1` ..).
+    agent_certs: u64,
+    processes: BTreeMap<u64, Child>,
+    agents: BTreeMap<u64, Child>,
+}
+
+impl LocalMasters {
+    /// Certificates for `max_masters` masters, `agents` agents, as many frameworks and one
+    /// operator under `home` (a new temporary directory when `None`), with addresses for every
+    /// master; no process is started yet (see [`LocalMasters::start_founders`]).
+    pub fn prepare(
+        binary: PathBuf,
+        founders: u64,
+        max_masters: u64,
+        agents: u64,
+        home: Option<PathBuf>,
+    ) -> Result<LocalMasters, ClusterError> {
+        let home = match home {
+            Some(path) => {
+                std::fs::create_dir_all(&path).map_err(io(format!("create {}", path.display())))?;
+                Home::Kept(path)
+            }
+            None => {
+                Home::Temporary(tempfile::tempdir().map_err(io("create a temporary directory"))?)
+            }
+        };
+        let counts = CertCounts {
+            masters: usize::try_from(max_masters)
+                .map_err(|_| ClusterError::Certs("too many masters".to_string()))?,
+            agents: usize::try_from(agents)
+                .map_err(|_| ClusterError::Certs("too many agents".to_string()))?,
+            frameworks: usize::try_from(agents)
+                .map_err(|_| ClusterError::Certs("too many frameworks".to_string()))?,
+            operators: 1,
+        };
+        generate_dev_cluster(&home.path().join("certs"), counts, true)
+            .map_err(|e| ClusterError::Certs(e.to_string()))?;
+        let mut addrs = BTreeMap::new();
+        let mut http_addrs = BTreeMap::new();
+        for id in 1..=max_masters {
+            addrs.insert(id, free_loopback_addr()?);
+            http_addrs.insert(id, free_loopback_tcp_addr()?);
+        }
+        Ok(LocalMasters {
+            home,
+            binary,
+            addrs,
+            http_addrs,
+            founders: (1..=founders).collect(),
+            extra_args: Vec::new(),
+            agent_certs: agents,
+            processes: BTreeMap::new(),
+            agents: BTreeMap::new(),
+        })
+    }
+
+    /// Starts every founder as a new group.
+    pub fn start_founders(&mut self) -> Result<(), ClusterError> {
+        for id in self.founders.clone() {
+            self.spawn(id, false)?;
+        }
+        Ok(())
+    }
+
+    /// The directory holding certificates, data directories and logs.
+    pub fn dir(&self) -> &Path {
+        self.home.path()
+    }
+
+    /// The certificates directory (`fullerene certs init` layout).
+    pub fn certs_dir(&self) -> PathBuf {
+        self.home.path().join("certs")
+    }
+
+    /// Master `id`'s data directory.
+    pub fn data_dir(&self, id: u64) -> PathBuf {
+        self.home.path().join(format!("master-{id}-data"))
+    }
+
+    /// Master `id`'s log file (its standard error; appended to across restarts).
+    pub fn log_path(&self, id: u64) -> PathBuf {
+        self.home.path().join(format!("master-{id}.log"))
+    }
+
+    /// The command line that runs master `id` (`join` for a master added later).
+    pub fn master_command(&self, id: u64, join: bool) -> Result<Command, ClusterError> {
+        // Founders always pass --bootstrap: it only acts on an empty data directory, which a
+        // restarted founder never has here.
+        let mut command = self.plain_master_command(id, join)?;
+        command.arg(if join { "--join" } else { "--bootstrap" });
+        Ok(command)
+    }
+
+    /// The command line of master `id` with neither `--bootstrap` nor `--join`: how an
+    /// operator restarts a member.
+    pub fn plain_master_command(&self, id: u64, join: bool) -> Result<Command, ClusterError> {
+        let addr = self.addr(id)?;
+        let mut peers = Vec::new();
+        for member in self.founders.iter().chain(join.then_some(&id)) {
+            peers.push(format!("{member}={}", self.addr(*member)?));
+        }
+        let mut command = Command::new(&self.binary);
+        command
+            .arg("--log-level")
+            .arg("info")
+            .arg("master")
+            .arg("--id")
+            .arg(id.to_string())
+            .arg("--listen")
+            .arg(addr.to_string())
+            .arg("--peers")
+            .arg(peers.join(","))
+            .arg("--data-dir")
+            .arg(self.data_dir(id))
+            .arg("--certs")
+            .arg(self.certs_dir());
+        if let Some(http) = self.http_addrs.get(&id) {
+            command.arg("--http-listen").arg(http.to_string());
+        }
+        command.args(&self.extra_args);
+        Ok(command)
+    }
+
+    fn addr(&self, id: u64) -> Result<SocketAddr, ClusterError> {
+        self.addrs
+            .get(&id)
+            .copied()
+            .ok_or(ClusterError::UnknownMaster(id, self.addrs.len() as u64))
+    }
+
+    /// Starts master `id` (again, after a kill: on the same data directory).
+    pub fn spawn(&mut self, id: u64, join: bool) -> Result<(), ClusterError> {
+        let path = self.log_path(id);
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(io(format!("open {}", path.display())))?;
+        let child = self
+            .master_command(id, join)?
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .map_err(io(format!("start {}", self.binary.display())))?;
+        self.processes.insert(id, child);
+        Ok(())
+    }
+
+    /// Whether master `id` was started and has not been killed or seen exiting.
+    pub fn is_running(&self, id: u64) -> bool {
+        self.processes.contains_key(&id)
+    }
+
+    /// SIGKILLs master `id` and waits for it (nothing happens if it is not running).
+    pub fn kill(&mut self, id: u64) {
+        if let Some(mut child) = self.processes.remove(&id) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Waits up to `timeout` for master `id` to exit by itself; its exit success if it did.
+    pub fn wait_exit(&mut self, id: u64, timeout: Duration) -> Option<bool> {
+        let started = Instant::now();
+        while started.elapsed() < timeout {
+            let child = self.processes.get_mut(&id)?;
+            if let Ok(Some(status)) = child.try_wait() {
+                self.processes.remove(&id);
+                return Some(status.success());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// Agent `n`'s work directory.
+    pub fn agent_work_dir(&self, n: u64) -> PathBuf {
+        self.home.path().join(format!("agent-{n}-work"))
+    }
+
+    /// Agent `n`'s log file (its standard error; appended to across restarts).
+    pub fn agent_log_path(&self, n: u64) -> PathBuf {
+        self.home.path().join(format!("agent-{n}.log"))
+    }
+
+    /// The command line that runs agent `n` (certificate `agent-<n>`) against every master,
+    /// with `extra` flags (resources, executors, ...).
+    pub fn agent_command(&self, n: u64, extra: &[&str]) -> Command {
+        let masters: Vec<String> = self.addrs.values().map(ToString::to_string).collect();
+        let mut command = Command::new(&self.binary);
+        command
+            .arg("--log-level")
+            .arg("info")
+            .arg("agent")
+            .arg("--id")
+            .arg(n.to_string())
+            .arg("--masters")
+            .arg(masters.join(","))
+            .arg("--work-dir")
+            .arg(self.agent_work_dir(n))
+            .arg("--certs")
+            .arg(self.certs_dir())
+            .args(extra);
+        command
+    }
+
+    /// Starts agent `n` (again, after a kill: on the same work directory).
+    pub fn spawn_agent(&mut self, n: u64, extra: &[&str]) -> Result<(), ClusterError> {
+        let path = self.agent_log_path(n);
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(io(format!("open {}", path.display())))?;
+        let child = self
+            .agent_command(n, extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .map_err(io(format!("start {}", self.binary.display())))?;
+        self.agents.insert(n, child);
+        Ok(())
+    }
+
+    /// SIGKILLs agent `n` and waits for it (its tasks' processes keep running, as they would
+    /// if the agent crashed).
+    pub fn kill_agent(&mut self, n: u64) {
+        if let Some(mut child) = self.agents.remove(&n) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// An operator client for the masters `ids`; must be called inside a tokio runtime.
+    pub fn operator_client(
+        &self,
+        ids: &[u64],
+        deadline: Duration,
+    ) -> Result<OperatorClient, ClusterError> {
+        let certs = self.certs_dir();
+        let paths = CertPaths::of_member(&certs, Role::Operator, 1);
+        let tls = TlsMaterial::load(&certs.join("ca.pem"), &paths.cert, &paths.key)
+            .map_err(|e| ClusterError::Certs(e.to_string()))?;
+        let client = Client::new(&tls, TransportConfig::default())
+            .map_err(|e| ClusterError::Certs(e.to_string()))?;
+        let mut masters = Vec::new();
+        for id in ids {
+            masters.push(self.addr(*id)?);
+        }
+        Ok(OperatorClient::new(client, masters, deadline))
+    }
+
+    /// The last `lines` lines of every master's log, for an error message.
+    pub fn logs(&self, lines: usize) -> String {
+        let mut text = String::new();
+        let masters = self
+            .addrs
+            .keys()
+            .map(|id| (format!("master {id}"), self.log_path(*id)));
+        let agents = (1..=self.agent_certs).map(|n| (format!("agent {n}"), self.agent_log_path(n)));
+        for (name, path) in masters.chain(agents) {
+            if let Ok(log) = std::fs::read_to_string(path) {
+                let tail: Vec<&str> = log.lines().rev().take(lines).collect();
+                text.push_str(&format!("--- {name} (last lines) ---\n"));
+                for line in tail.into_iter().rev() {
+                    text.push_str(line);
+                    text.push('\n');
+                }
+            }
+        }
+        text
+    }
+}
+
+impl Drop for LocalMasters {
+    fn drop(&mut self) {
+        let agents: Vec<u64> = self.agents.keys().copied().collect();
+        for n in agents {
+            self.kill_agent(n);
+        }
+        let ids: Vec<u64> = self.processes.keys().copied().collect();
+        for id in ids {
+            self.kill(id);
+        }
+    }
+}

@@ -1,0 +1,404 @@
+//! `fullerene job`: submit DAG jobs to a running cluster with the SDK's DAG-job framework.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use fullerene_proto::transport::{Role, TlsMaterial, TransportConfig};
+use fullerene_sdk::dag::{
+    run_jobs, DagConfig, ExecutorTemplate, JobOutcome, JobProgress, JobReport, ProgressFn,
+    RunJobsOptions,
+};
+use fullerene_sdk::policy::PolicyKind;
+use fullerene_sdk::read_workload;
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde::Serialize;
+
+use crate::commands::master::tls_paths;
+use crate::output::{table, JsonOutput};
+
+/// Job commands.
+#[derive(Subcommand, Debug)]
+pub enum JobCommand {
+    /// Run the jobs of a workload file on the cluster, each as its own framework (planned with
+    /// Graphene, matched online, yielding with Carbyne), show a progress bar per job, then a
+    /// JCT summary.
+    ///
+    /// Every job is submitted at once (arrival times in the file are not replayed); its JCT
+    /// runs from then to its last task's FINISHED. A job whose task fails or is lost
+    /// `--max-attempts` times fails with the reason; the command then exits non-zero.
+    ///
+    /// Example: `fullerene job run ../shared/workloads/tpch-decima.jsonl --masters
+    /// 127.0.0.1:5051 --certs certs --jobs 5 --time-scale 0.05`. Config file table: `[job.run]`.
+    Run(JobRunArgs),
+}
+
+/// Flags of `fullerene job run`.
+#[derive(Args, Debug)]
+pub struct JobRunArgs {
+    /// The workload file (JSON Lines, `shared/workloads/FORMAT.md`).
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    /// Any of the masters (the framework follows redirects to the leader).
+    #[arg(
+        long,
+        env = "FULLERENE_MASTERS",
+        value_name = "ADDR,...",
+        value_delimiter = ',',
+        required = true
+    )]
+    pub masters: Vec<SocketAddr>,
+    /// Directory laid out by `fullerene certs init` (uses `framework-<N>`, see `--framework`).
+    #[arg(long, env = "FULLERENE_CERTS_DIR", value_name = "DIR")]
+    pub certs: Option<PathBuf>,
+    /// Which framework certificate of `--certs` to use.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub framework: usize,
+    /// The cluster CA certificate.
+    #[arg(long, value_name = "FILE")]
+    pub ca: Option<PathBuf>,
+    /// The framework's certificate.
+    #[arg(long, value_name = "FILE")]
+    pub cert: Option<PathBuf>,
+    /// The framework's private key.
+    #[arg(long, value_name = "FILE")]
+    pub key: Option<PathBuf>,
+    /// The intra-job policy: graphene+carbyne, graphene, carbyne, drf, tetris, cp, bfs, fifo,
+    /// sjf.
+    #[arg(long, env = "FULLERENE_POLICY", default_value = "graphene+carbyne")]
+    pub policy: String,
+    /// Real seconds per second of the workload's task durations (0.05 runs 20 times faster).
+    #[arg(
+        long,
+        env = "FULLERENE_TIME_SCALE",
+        default_value_t = 1.0,
+        value_name = "X"
+    )]
+    pub time_scale: f64,
+    /// Run only the first N jobs of the file.
+    #[arg(long, value_name = "N")]
+    pub jobs: Option<usize>,
+    /// Put every job in this fairness group (default: each job's group from the file).
+    #[arg(long, value_name = "GROUP")]
+    pub group: Option<String>,
+    /// Run each task as `sh -c TEMPLATE` instead of with the agents' `sleep` executor;
+    /// `{job}`, `{stage}`, `{stage_name}`, `{index}`, `{attempt}`, `{duration_s}` and
+    /// `{duration_ms}` are replaced (durations scaled by --time-scale).
+    #[arg(long, value_name = "TEMPLATE")]
+    pub command: Option<String>,
+    /// Attempts a task gets (FAILED or LOST each end one) before its job fails.
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub max_attempts: u32,
+    /// How long the master keeps a job's tasks while its framework is disconnected.
+    #[arg(long, default_value_t = 60, value_name = "SECS")]
+    pub failover_timeout_secs: u64,
+}
+
+/// Runs a `job` subcommand.
+pub fn run(command: JobCommand, json: &JsonOutput) -> Result<()> {
+    match command {
+        JobCommand::Run(args) => run_jobs_command(args, json),
+    }
+}
+
+fn run_jobs_command(args: JobRunArgs, json: &JsonOutput) -> Result<()> {
+    let policy: PolicyKind = args.policy.parse().context("invalid --policy")?;
+    if !(args.time_scale.is_finite() && args.time_scale > 0.0) {
+        bail!(
+            "invalid --time-scale {}: it must be a number > 0",
+            args.time_scale
+        );
+    }
+    if args.max_attempts == 0 {
+        bail!("invalid --max-attempts 0: a task needs at least one attempt");
+    }
+    let mut jobs = read_workload(&args.file)?;
+    if let Some(n) = args.jobs {
+        jobs.truncate(n);
+    }
+    if jobs.is_empty() {
+        bail!("{} holds no job to run", args.file.display());
+    }
+    let (ca, cert, key) = tls_paths(
+        args.certs.as_deref(),
+        args.ca.clone(),
+        args.cert.clone(),
+        args.key.clone(),
+        Role::Framework,
+        args.framework,
+    )?;
+    let tls = TlsMaterial::load(&ca, &cert, &key).context("cannot load the TLS material")?;
+    let options = RunJobsOptions {
+        masters: args.masters.clone(),
+        dag: DagConfig {
+            policy,
+            time_scale: args.time_scale,
+            max_attempts: args.max_attempts,
+            executor: match &args.command {
+                Some(template) => ExecutorTemplate::Command(template.clone()),
+                None => ExecutorTemplate::Sleep,
+            },
+            ..DagConfig::default()
+        },
+        group: args.group.clone(),
+        failover_timeout_ms: args.failover_timeout_secs.saturating_mul(1000),
+        transport: TransportConfig::default(),
+    };
+
+    let bars = Bars::new(&jobs, matches!(json, JsonOutput::Stdout));
+    let progress: ProgressFn = {
+        let bars = bars.bars.clone();
+        Arc::new(move |index: usize, p: &JobProgress| {
+            if let Some(bar) = bars.get(index) {
+                update_bar(bar, p);
+            }
+        })
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let reports = runtime.block_on(run_jobs(jobs, &tls, options, Some(progress)))?;
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    bars.finish();
+
+    let summary = Summary::of(&args.file, policy, args.time_scale, reports);
+    json.emit(&summary, || summary.render())?;
+    if summary.failed > 0 {
+        bail!(
+            "{} of {} jobs failed (see the table)",
+            summary.failed,
+            summary.jobs.len()
+        );
+    }
+    Ok(())
+}
+
+struct Bars {
+    _multi: MultiProgress,
+    bars: Arc<Vec<ProgressBar>>,
+}
+
+impl Bars {
+    fn new(jobs: &[fullerene_sdk::Job], hidden: bool) -> Bars {
+        let multi = if hidden {
+            MultiProgress::with_draw_target(ProgressDrawTarget::hidden())
+        } else {
+            MultiProgress::new()
+        };
+        let width = jobs.iter().map(|j| j.name.len()).max().unwrap_or(8).min(32);
+        let style = ProgressStyle::with_template(&format!(
+            "{{prefix:<{width}}} [{{elapsed_precise}}] {{bar:30}} {{pos}}/{{len}} {{msg}}"
+        ))
+        .unwrap_or_else(|_| ProgressStyle::default_bar());
+        let bars = jobs
+            .iter()
+            .map(|job| {
+                let bar = multi.add(ProgressBar::new(job.num_tasks() as u64));
+                bar.set_style(style.clone());
+                bar.set_prefix(job.name.clone());
+                bar.set_message("waiting for offers");
+                bar
+            })
+            .collect();
+        Bars {
+            _multi: multi,
+            bars: Arc::new(bars),
+        }
+    }
+
+    fn finish(&self) {
+        for bar in self.bars.iter() {
+            if !bar.is_finished() {
+                bar.abandon();
+            }
+        }
+    }
+}
+
+fn update_bar(bar: &ProgressBar, p: &JobProgress) {
+    bar.set_position(p.finished as u64);
+    match &p.outcome {
+        JobOutcome::Running => {
+            let retries = if p.failed_attempts > 0 {
+                format!(", {} failed attempts", p.failed_attempts)
+            } else {
+                String::new()
+            };
+            bar.set_message(format!("{} running{retries}", p.running));
+        }
+        JobOutcome::Finished { jct_ms } => {
+            bar.finish_with_message(format!("done in {:.1} s", *jct_ms as f64 / 1000.0));
+        }
+        JobOutcome::Failed { reason } => {
+            bar.abandon_with_message(format!("FAILED: {reason}"));
+        }
+    }
+}
+
+/// What `job run` prints (and `--json` writes).
+#[derive(Debug, Serialize)]
+struct Summary {
+    workload: String,
+    policy: String,
+    time_scale: f64,
+    finished: usize,
+    failed: usize,
+    /// JCT statistics over the finished jobs, seconds.
+    jct_avg_s: Option<f64>,
+    jct_median_s: Option<f64>,
+    jct_p95_s: Option<f64>,
+    jobs: Vec<JobReport>,
+}
+
+impl Summary {
+    fn of(file: &Path, policy: PolicyKind, time_scale: f64, jobs: Vec<JobReport>) -> Summary {
+        let mut jcts: Vec<f64> = jobs
+            .iter()
+            .filter_map(|j| match j.outcome {
+                JobOutcome::Finished { jct_ms } => Some(jct_ms as f64 / 1000.0),
+                _ => None,
+            })
+            .collect();
+        jcts.sort_by(f64::total_cmp);
+        let finished = jcts.len();
+        Summary {
+            workload: file.display().to_string(),
+            policy: policy.name().to_string(),
+            time_scale,
+            finished,
+            failed: jobs.len() - finished,
+            jct_avg_s: (!jcts.is_empty()).then(|| jcts.iter().sum::<f64>() / finished as f64),
+            jct_median_s: quantile(&jcts, 0.5),
+            jct_p95_s: quantile(&jcts, 0.95),
+            jobs,
+        }
+    }
+
+    fn render(&self) -> String {
+        let mut per_job = table(&[
+            "job",
+            "group",
+            "tasks",
+            "JCT (s)",
+            "failed attempts",
+            "outcome",
+        ]);
+        for job in &self.jobs {
+            let (jct, outcome) = match &job.outcome {
+                JobOutcome::Finished { jct_ms } => (
+                    format!("{:.2}", *jct_ms as f64 / 1000.0),
+                    "finished".to_string(),
+                ),
+                JobOutcome::Failed { reason } => ("-".to_string(), format!("failed: {reason}")),
+                JobOutcome::Running => ("-".to_string(), "running".to_string()),
+            };
+            per_job.add_row(vec![
+                job.name.clone(),
+                job.group.clone(),
+                job.tasks.to_string(),
+                jct,
+                job.failed_attempts.to_string(),
+                outcome,
+            ]);
+        }
+        let fmt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
+        let mut totals = table(&[
+            "policy",
+            "jobs finished",
+            "failed",
+            "avg JCT (s)",
+            "median (s)",
+            "p95 (s)",
+        ]);
+        totals.add_row(vec![
+            self.policy.clone(),
+            self.finished.to_string(),
+            self.failed.to_string(),
+            fmt(self.jct_avg_s),
+            fmt(self.jct_median_s),
+            fmt(self.jct_p95_s),
+        ]);
+        format!("{per_job}\n{totals}")
+    }
+}
+
+/// Nearest-rank quantile of sorted values.
+fn quantile(sorted: &[f64], q: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    Some(sorted[rank.clamp(1, sorted.len()) - 1])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(name: &str, outcome: JobOutcome) -> JobReport {
+        JobReport {
+            name: name.into(),
+            group: "g".into(),
+            framework_id: None,
+            tasks: 3,
+            outcome,
+            failed_attempts: 0,
+        }
+    }
+
+    #[test]
+    fn config_file_table_job_run_fills_flags_not_given() {
+        use clap::{CommandFactory, FromArgMatches};
+        let file = tempfile::NamedTempFile::new().expect("temp file");
+        std::fs::write(
+            file.path(),
+            "[job.run]\npolicy = \"drf\"\ntime_scale = 0.1\nmasters = [\"127.0.0.1:7\"]\n",
+        )
+        .expect("write");
+        let args = ["fullerene", "job", "run", "w.jsonl", "--policy", "fifo"]
+            .iter()
+            .map(std::ffi::OsString::from)
+            .collect();
+        let args = crate::config::apply_config_file(&crate::Cli::command(), args, file.path())
+            .expect("config applies");
+        let matches = crate::Cli::command().get_matches_from(args);
+        let cli = crate::Cli::from_arg_matches(&matches).expect("parses");
+        let crate::Commands::Job(JobCommand::Run(run)) = cli.command else {
+            panic!("not `job run`");
+        };
+        assert_eq!(run.policy, "fifo", "the flag beats the file");
+        assert_eq!(run.time_scale, 0.1);
+        assert_eq!(
+            run.masters,
+            vec!["127.0.0.1:7".parse::<SocketAddr>().unwrap()]
+        );
+        assert_eq!(run.file, PathBuf::from("w.jsonl"));
+    }
+
+    #[test]
+    fn summary_counts_and_quantiles_cover_finished_jobs_only() {
+        let jobs = vec![
+            report("a", JobOutcome::Finished { jct_ms: 1_000 }),
+            report("b", JobOutcome::Finished { jct_ms: 3_000 }),
+            report(
+                "c",
+                JobOutcome::Failed {
+                    reason: "boom".into(),
+                },
+            ),
+            report("d", JobOutcome::Finished { jct_ms: 2_000 }),
+        ];
+        let s = Summary::of(Path::new("w.jsonl"), PolicyKind::Graphene, 1.0, jobs);
+        assert_eq!((s.finished, s.failed), (3, 1));
+        assert_eq!(s.jct_avg_s, Some(2.0));
+        assert_eq!(s.jct_median_s, Some(2.0));
+        assert_eq!(s.jct_p95_s, Some(3.0));
+        let text = s.render();
+        assert!(text.contains("failed: boom"), "{text}");
+        assert_eq!(quantile(&[], 0.5), None);
+    }
+}

@@ -1,0 +1,210 @@
+//! `fullerene agents`, `fullerene frameworks`, `fullerene tasks`: what the leader knows, for
+//! operators (linearizable reads; any master answers, followers redirect).
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use fullerene_proto::messages::{
+    AgentInfo, AgentState, FrameworkInfo, OperatorRequest, OperatorResponse, TaskInfo,
+};
+use fullerene_proto::{FrameworkId, ResourceKind, Resources};
+
+use crate::commands::cluster::{operator_client, ClusterArgs};
+use crate::output::{table, JsonOutput};
+
+/// Flags of `fullerene tasks`.
+#[derive(Args, Debug)]
+pub struct TasksArgs {
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// Only this framework's tasks.
+    #[arg(long, value_name = "ID")]
+    pub framework: Option<String>,
+}
+
+async fn ask(args: &ClusterArgs, request: OperatorRequest) -> Result<OperatorResponse> {
+    let mut client = operator_client(args)?;
+    client
+        .request(&request)
+        .await
+        .context("the masters did not answer")
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+/// `fullerene agents`.
+pub fn agents(args: ClusterArgs, json: &JsonOutput) -> Result<()> {
+    let agents = match runtime()?.block_on(ask(&args, OperatorRequest::ListAgents))? {
+        OperatorResponse::Agents(agents) => agents,
+        other => bail!("unexpected answer to a list of agents: {other:?}"),
+    };
+    json.emit(&agents, || render_agents(&agents, now_ms()))
+}
+
+/// `fullerene frameworks`.
+pub fn frameworks(args: ClusterArgs, json: &JsonOutput) -> Result<()> {
+    let frameworks = match runtime()?.block_on(ask(&args, OperatorRequest::ListFrameworks))? {
+        OperatorResponse::Frameworks(frameworks) => frameworks,
+        other => bail!("unexpected answer to a list of frameworks: {other:?}"),
+    };
+    json.emit(&frameworks, || render_frameworks(&frameworks))
+}
+
+/// `fullerene tasks`.
+pub fn tasks(args: TasksArgs, json: &JsonOutput) -> Result<()> {
+    let request = OperatorRequest::ListTasks {
+        framework_id: args.framework.map(FrameworkId),
+    };
+    let tasks = match runtime()?.block_on(ask(&args.cluster, request))? {
+        OperatorResponse::Tasks(tasks) => tasks,
+        other => bail!("unexpected answer to a list of tasks: {other:?}"),
+    };
+    json.emit(&tasks, || render_tasks(&tasks))
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// `used/total` of one resource, in the resource's unit.
+fn usage(used: &Resources, total: &Resources, kind: ResourceKind) -> String {
+    let name = kind.name();
+    let of = |r: &Resources| r.0.get(name).copied().unwrap_or(0.0);
+    format!("{}/{}", trim(of(used)), trim(of(total)))
+}
+
+fn trim(value: f64) -> String {
+    if value.fract() == 0.0 {
+        format!("{value:.0}")
+    } else {
+        format!("{value:.2}")
+    }
+}
+
+fn render_agents(agents: &[AgentInfo], now_ms: u64) -> String {
+    if agents.is_empty() {
+        return "no agents registered".to_string();
+    }
+    let mut out = table(&[
+        "agent",
+        "address",
+        "host",
+        "state",
+        "cpus",
+        "mem MiB",
+        "disk MB/s",
+        "net MB/s",
+        "gpus",
+        "last heard",
+    ]);
+    for agent in agents {
+        let state = match agent.state {
+            AgentState::Active => "active",
+            AgentState::Unreachable => "unreachable",
+            AgentState::Lost => "lost",
+        };
+        let heard = now_ms.saturating_sub(agent.last_heartbeat_ms);
+        out.add_row(vec![
+            agent.id.to_string(),
+            agent
+                .address
+                .map_or_else(|| "-".to_string(), |a| a.to_string()),
+            agent.hostname.clone(),
+            state.to_string(),
+            usage(&agent.used, &agent.total, ResourceKind::Cpus),
+            usage(&agent.used, &agent.total, ResourceKind::MemMib),
+            usage(&agent.used, &agent.total, ResourceKind::DiskMbps),
+            usage(&agent.used, &agent.total, ResourceKind::NetMbps),
+            usage(&agent.used, &agent.total, ResourceKind::Gpus),
+            format!("{:.1} s ago", heard as f64 / 1000.0),
+        ]);
+    }
+    out.to_string()
+}
+
+fn render_frameworks(frameworks: &[FrameworkInfo]) -> String {
+    if frameworks.is_empty() {
+        return "no frameworks subscribed".to_string();
+    }
+    let mut out = table(&[
+        "framework",
+        "name",
+        "principal",
+        "group",
+        "connected",
+        "active tasks",
+        "cpus used",
+    ]);
+    for framework in frameworks {
+        out.add_row(vec![
+            framework.id.to_string(),
+            framework.name.clone(),
+            framework.principal.clone(),
+            framework.group.clone(),
+            framework.connected.to_string(),
+            framework.active_tasks.to_string(),
+            trim(framework.used.0.get("cpus").copied().unwrap_or(0.0)),
+        ]);
+    }
+    out.to_string()
+}
+
+fn render_tasks(tasks: &[TaskInfo]) -> String {
+    if tasks.is_empty() {
+        return "no tasks".to_string();
+    }
+    let mut out = table(&["task", "framework", "agent", "state", "seq", "job/stage"]);
+    for task in tasks {
+        let origin = task
+            .spec
+            .origin
+            .as_ref()
+            .map_or_else(|| "-".to_string(), |o| format!("{}/{}", o.job, o.stage));
+        out.add_row(vec![
+            task.spec.id.to_string(),
+            task.framework_id.to_string(),
+            task.agent_id.to_string(),
+            format!("{:?}", task.state).to_uppercase(),
+            task.seq.to_string(),
+            origin,
+        ]);
+    }
+    out.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fullerene_proto::AgentId;
+
+    #[test]
+    fn the_agents_table_shows_usage_state_and_age() {
+        let resources = |cpus: f64| Resources([("cpus".to_string(), cpus)].into_iter().collect());
+        let agent = AgentInfo {
+            id: AgentId("agent-1".to_string()),
+            hostname: "node1".to_string(),
+            total: resources(8.0),
+            used: resources(2.5),
+            state: AgentState::Unreachable,
+            attributes: Default::default(),
+            last_heartbeat_ms: 1_000,
+            address: None,
+        };
+        let text = render_agents(&[agent], 4_500);
+        assert!(
+            text.contains("agent-1") && text.contains("unreachable"),
+            "{text}"
+        );
+        assert!(text.contains("2.50/8"), "{text}");
+        assert!(text.contains("3.5 s ago"), "{text}");
+        assert_eq!(render_agents(&[], 0), "no agents registered");
+    }
+}

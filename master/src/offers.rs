@@ -1,0 +1,882 @@
+//! The offers out on the leader (the offers issue, item 1), as a sans-IO book: each offer's id,
+//! framework, agent, resources and expiry, and the checks an accept must pass before its tasks
+//! are proposed (DESIGN.md, "a task's life", step 5).
+//!
+//! The allocator decides *what* to offer ([`crate::allocator::Allocator`]); this book turns
+//! its decisions into [`Offer`]s with ids and expiries, finds them again when a framework
+//! answers, and says which to rescind when an agent is lost, a framework leaves, an offer
+//! expires, or the leader steps down. Offers are soft state: a new leader starts with an empty
+//! book (and a new id epoch, its term), so no offer outlives its leader.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use fullerene_proto::messages::{
+    AgentState, DemandSummary, ErrorCode, Leftover, Offer, OfferKind, TaskSpec, UnixMillis,
+    WireError,
+};
+use fullerene_proto::resources::EPSILON;
+use fullerene_proto::{AgentId, FrameworkId, OfferId, ResourceKind, ResourceVec};
+
+use crate::allocator::{
+    Allocator, AllocatorConfig, AllocatorError, InterJobPolicy, LeftoverAction, OfferDecision,
+    DEFAULT_KAPPA,
+};
+use crate::state::{ClusterSettings, ClusterState};
+
+/// An offer out to a framework.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OpenOffer {
+    /// What the framework was sent.
+    pub offer: Offer,
+    /// The offered resources, dense.
+    pub resources: ResourceVec,
+}
+
+/// Why an accept (or a decline, or a yield) names offers it may not use.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum OfferError {
+    /// No offer ids at all.
+    #[error("no offer named")]
+    NoOffers,
+    /// The offer is unknown: never made, already answered, rescinded or expired.
+    #[error("offer {0} is unknown, already answered, rescinded or expired")]
+    Unknown(OfferId),
+    /// The offer was made to another framework.
+    #[error("offer {0} was made to another framework")]
+    NotYours(OfferId),
+    /// The offers are of more than one agent.
+    #[error("offers {0} and {1} are of different agents; one accept uses one agent's offers")]
+    MixedAgents(OfferId, OfferId),
+    /// The tasks ask for more than the offers hold.
+    #[error("the tasks ask for {asked} but the offers hold {offered}")]
+    Insufficient {
+        /// The tasks' summed demand.
+        asked: ResourceVec,
+        /// The offers' summed resources.
+        offered: ResourceVec,
+    },
+}
+
+impl OfferError {
+    /// The error as a framework receives it.
+    pub fn to_wire(&self) -> WireError {
+        let code = match self {
+            OfferError::NoOffers => ErrorCode::InvalidRequest,
+            OfferError::Unknown(_) => ErrorCode::UnknownOffer,
+            OfferError::NotYours(_) => ErrorCode::OfferNotYours,
+            OfferError::MixedAgents(..) => ErrorCode::MixedAgents,
+            OfferError::Insufficient { .. } => ErrorCode::InsufficientResources,
+        };
+        WireError::new(code, self.to_string())
+    }
+}
+
+/// The leader's open offers.
+#[derive(Debug)]
+pub struct OfferBook {
+    offers: BTreeMap<OfferId, OpenOffer>,
+    /// Offers held, by framework (for rescinds when it leaves).
+    by_framework: BTreeMap<FrameworkId, BTreeSet<OfferId>>,
+    /// Offers of each agent (for rescinds when it is lost).
+    by_agent: BTreeMap<AgentId, BTreeSet<OfferId>>,
+    /// The leader's term, in the ids' high bits: ids never repeat across leaders.
+    epoch: u64,
+    next: u64,
+}
+
+/// Bits of an offer id for the counter; the term takes the rest.
+const COUNTER_BITS: u32 = 40;
+
+impl OfferBook {
+    /// An empty book for the leader of `term`.
+    pub fn new(term: u64) -> OfferBook {
+        OfferBook {
+            offers: BTreeMap::new(),
+            by_framework: BTreeMap::new(),
+            by_agent: BTreeMap::new(),
+            epoch: term,
+            next: 1,
+        }
+    }
+
+    /// Records an offer of `resources` of `agent` to `framework`, valid until
+    /// `expires_at_ms`, and returns it as the framework will receive it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn open(
+        &mut self,
+        framework: &FrameworkId,
+        agent: &AgentId,
+        hostname: &str,
+        attributes: &BTreeMap<String, String>,
+        resources: ResourceVec,
+        kind: OfferKind,
+        expires_at_ms: UnixMillis,
+    ) -> Offer {
+        let id = OfferId((self.epoch << COUNTER_BITS) | (self.next & ((1 << COUNTER_BITS) - 1)));
+        self.next += 1;
+        let offer = Offer {
+            id,
+            framework_id: framework.clone(),
+            agent_id: agent.clone(),
+            hostname: hostname.to_string(),
+            attributes: attributes.clone(),
+            resources: resources.into(),
+            kind,
+            expires_at_ms,
+        };
+        self.offers.insert(
+            id,
+            OpenOffer {
+                offer: offer.clone(),
+                resources,
+            },
+        );
+        self.by_framework
+            .entry(framework.clone())
+            .or_default()
+            .insert(id);
+        self.by_agent.entry(agent.clone()).or_default().insert(id);
+        offer
+    }
+
+    /// Checks that `framework` may use `offer_ids` (all open, all its own, all of one agent)
+    /// and returns that agent and what the offers hold together. `now_ms` past an offer's
+    /// expiry makes it unknown.
+    pub fn check(
+        &self,
+        framework: &FrameworkId,
+        offer_ids: &[OfferId],
+        now_ms: UnixMillis,
+    ) -> Result<(AgentId, ResourceVec), OfferError> {
+        let Some(first) = offer_ids.first() else {
+            return Err(OfferError::NoOffers);
+        };
+        let mut agent: Option<(&AgentId, OfferId)> = None;
+        let mut total = ResourceVec::ZERO;
+        for id in offer_ids {
+            let open = self
+                .offers
+                .get(id)
+                .filter(|open| open.offer.expires_at_ms > now_ms)
+                .ok_or(OfferError::Unknown(*id))?;
+            if &open.offer.framework_id != framework {
+                return Err(OfferError::NotYours(*id));
+            }
+            match agent {
+                Some((a, seen)) if a != &open.offer.agent_id => {
+                    return Err(OfferError::MixedAgents(seen, *id))
+                }
+                _ => agent = Some((&open.offer.agent_id, *id)),
+            }
+            total += open.resources;
+        }
+        let agent = agent.map_or_else(|| AgentId(String::new()), |(a, _)| a.clone());
+        debug_assert!(self.offers.contains_key(first));
+        Ok((agent, total))
+    }
+
+    /// Checks that tasks asking for `asked` fit `offered`: every kind within the offer, except
+    /// fungible ones (disk and network bandwidth), which may overbook the agent up to
+    /// `overbook_limit` (what its total times (1 + allowance) leaves above its current use),
+    /// Graphene §5.
+    pub fn check_fit(
+        asked: &ResourceVec,
+        offered: &ResourceVec,
+        overbook_limit: &ResourceVec,
+    ) -> Result<(), OfferError> {
+        let fits = ResourceKind::ALL.into_iter().all(|kind| {
+            asked[kind] <= offered[kind] + EPSILON
+                || (kind.is_fungible() && asked[kind] <= overbook_limit[kind] + EPSILON)
+        });
+        if fits {
+            Ok(())
+        } else {
+            Err(OfferError::Insufficient {
+                asked: *asked,
+                offered: *offered,
+            })
+        }
+    }
+
+    /// Removes and returns the offers `ids` (answered: accepted, declined or yielded).
+    pub fn take(&mut self, ids: &[OfferId]) -> Vec<OpenOffer> {
+        ids.iter().filter_map(|id| self.remove(*id)).collect()
+    }
+
+    /// Removes and returns every offer expired at `now_ms`.
+    pub fn expire(&mut self, now_ms: UnixMillis) -> Vec<OpenOffer> {
+        let due: Vec<OfferId> = self
+            .offers
+            .iter()
+            .filter(|(_, open)| open.offer.expires_at_ms <= now_ms)
+            .map(|(id, _)| *id)
+            .collect();
+        self.take(&due)
+    }
+
+    /// Removes and returns every offer of `agent` (it was lost or changed capacity).
+    pub fn of_agent(&mut self, agent: &AgentId) -> Vec<OpenOffer> {
+        let ids: Vec<OfferId> = self
+            .by_agent
+            .get(agent)
+            .map(|ids| ids.iter().copied().collect())
+            .unwrap_or_default();
+        self.take(&ids)
+    }
+
+    /// Removes and returns every offer to `framework` (it left or disconnected).
+    pub fn of_framework(&mut self, framework: &FrameworkId) -> Vec<OpenOffer> {
+        let ids: Vec<OfferId> = self
+            .by_framework
+            .get(framework)
+            .map(|ids| ids.iter().copied().collect())
+            .unwrap_or_default();
+        self.take(&ids)
+    }
+
+    /// Removes and returns every offer (the leader steps down).
+    pub fn clear(&mut self) -> Vec<OpenOffer> {
+        let ids: Vec<OfferId> = self.offers.keys().copied().collect();
+        self.take(&ids)
+    }
+
+    /// The open offers, oldest first.
+    pub fn offers(&self) -> impl Iterator<Item = &Offer> {
+        self.offers.values().map(|open| &open.offer)
+    }
+
+    /// How many offers are open.
+    pub fn len(&self) -> usize {
+        self.offers.len()
+    }
+
+    /// Whether no offer is open.
+    pub fn is_empty(&self) -> bool {
+        self.offers.is_empty()
+    }
+
+    fn remove(&mut self, id: OfferId) -> Option<OpenOffer> {
+        let open = self.offers.remove(&id)?;
+        if let Some(ids) = self.by_framework.get_mut(&open.offer.framework_id) {
+            ids.remove(&id);
+            if ids.is_empty() {
+                self.by_framework.remove(&open.offer.framework_id);
+            }
+        }
+        if let Some(ids) = self.by_agent.get_mut(&open.offer.agent_id) {
+            ids.remove(&id);
+            if ids.is_empty() {
+                self.by_agent.remove(&open.offer.agent_id);
+            }
+        }
+        Some(open)
+    }
+}
+
+/// How long an offer stays valid by default. Mesos leaves offers open until rescinded; a
+/// bound keeps a framework that stopped answering from holding resources: after it, the
+/// offer is rescinded and its resources offered again.
+pub const DEFAULT_OFFER_TTL_MS: u64 = 5_000;
+
+/// What an accepted offer leads to.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Accepted {
+    /// The agent the tasks run on.
+    pub agent: AgentId,
+    /// The tasks' summed demand, held back as launching until the launch is settled
+    /// ([`OfferManager::launch_settled`]).
+    pub launching: ResourceVec,
+    /// A yielded leftover's re-offer to another framework, already in the book.
+    pub reoffer: Option<Offer>,
+}
+
+/// The leader's offer machinery (the offers issue, item 1): the allocator's soft state over
+/// the replicated accounting, and the book of open offers. Sans-IO: the node loop calls it
+/// with the applied state and the time, and sends what it returns.
+#[derive(Debug)]
+pub struct OfferManager {
+    allocator: Allocator,
+    book: OfferBook,
+    offer_ttl_ms: u64,
+}
+
+impl OfferManager {
+    /// A manager for the leader of `term`, allocating by Graphene's deficit counters (§5)
+    /// with the cluster's own fairness factor, slot and overbooking allowance, so that the
+    /// allocator and the state machine judge launches alike.
+    pub fn new(
+        settings: &ClusterSettings,
+        shards: usize,
+        term: u64,
+        offer_ttl_ms: u64,
+    ) -> Result<OfferManager, AllocatorError> {
+        let config = AllocatorConfig {
+            policy: InterJobPolicy::DeficitCounters {
+                factor: settings.fairness_factor,
+                kappa: DEFAULT_KAPPA,
+            },
+            shards: shards.max(1),
+            overbook_allowance: settings.overbooking_allowance,
+            slot_size: settings.slot_size,
+            ..AllocatorConfig::default()
+        };
+        Ok(OfferManager {
+            allocator: Allocator::new(config)?,
+            book: OfferBook::new(term),
+            offer_ttl_ms,
+        })
+    }
+
+    /// The open offers.
+    pub fn offers(&self) -> impl Iterator<Item = &Offer> {
+        self.book.offers()
+    }
+
+    /// One allocation cycle at `now_ms`: returns the offers to send, and the offers to rescind
+    /// (expired, or of an agent that is no longer active, or to a framework that left or has
+    /// no session: `connected` says which have one).
+    pub fn cycle(
+        &mut self,
+        state: &ClusterState,
+        connected: impl Fn(&FrameworkId) -> bool,
+        now_ms: UnixMillis,
+    ) -> (Vec<Offer>, Vec<Offer>) {
+        let accounting = state.allocation();
+        self.allocator.sync(accounting);
+        let mut rescinded = Vec::new();
+        for open in self.book.expire(now_ms) {
+            self.forget(state, &open);
+            rescinded.push(open.offer);
+        }
+        // Offers whose agent stopped being active or whose framework left go back.
+        let stale: Vec<OfferId> = self
+            .book
+            .offers()
+            .filter(|offer| {
+                !agent_active(state, &offer.agent_id)
+                    || !framework_live(state, &offer.framework_id)
+                    || !connected(&offer.framework_id)
+            })
+            .map(|offer| offer.id)
+            .collect();
+        for open in self.book.take(&stale) {
+            self.forget(state, &open);
+            rescinded.push(open.offer);
+        }
+        for (agent_id, entry) in state.agents() {
+            let pause = entry.state != AgentState::Active;
+            self.allocator.pause_agent(accounting, agent_id, pause);
+        }
+        let decisions = self
+            .allocator
+            .allocate_all(accounting, now_ms as f64 / 1000.0);
+        let mut offers = Vec::with_capacity(decisions.len());
+        for decision in decisions {
+            if !connected(&decision.framework) {
+                // Nobody to send it to: give it back at once (a new leader learns of sessions
+                // as frameworks re-subscribe).
+                let _ =
+                    self.allocator
+                        .rescind_offer(accounting, &decision.agent, &decision.framework);
+                continue;
+            }
+            offers.push(self.open(state, &decision, now_ms));
+        }
+        (offers, rescinded)
+    }
+
+    /// A framework's new demand summary.
+    pub fn update_demand(
+        &mut self,
+        state: &ClusterState,
+        framework: &FrameworkId,
+        summary: &DemandSummary,
+    ) -> Result<(), WireError> {
+        self.allocator
+            .update_demand(state.allocation(), framework, summary)
+            .map_err(|e| WireError::new(ErrorCode::InvalidRequest, e.to_string()))
+    }
+
+    /// Stops or resumes offers to a framework.
+    pub fn set_suppressed(
+        &mut self,
+        state: &ClusterState,
+        framework: &FrameworkId,
+        suppressed: bool,
+    ) -> Result<(), WireError> {
+        let accounting = state.allocation();
+        let result = if suppressed {
+            self.allocator.suppress(accounting, framework)
+        } else {
+            self.allocator.revive(accounting, framework)
+        };
+        result.map_err(|e| WireError::new(ErrorCode::UnknownFramework, e.to_string()))
+    }
+
+    /// Checks an accept (DESIGN.md step 5: offers open and made to this framework, of one
+    /// agent, the tasks within them, fungible kinds up to the overbooking allowance), closes
+    /// the offers and holds the tasks' resources back as launching. The state machine checks
+    /// the rest when the launch is applied (task ids new, executors known, capacity).
+    pub fn accept(
+        &mut self,
+        state: &ClusterState,
+        framework: &FrameworkId,
+        offer_ids: &[OfferId],
+        tasks: &[TaskSpec],
+        leftover: Leftover,
+        now_ms: UnixMillis,
+    ) -> Result<Accepted, WireError> {
+        let (agent, offered) = self
+            .book
+            .check(framework, offer_ids, now_ms)
+            .map_err(|e| e.to_wire())?;
+        if tasks.is_empty() {
+            return Err(WireError::new(
+                ErrorCode::InvalidRequest,
+                "an accept needs at least one task (use decline or yield to give offers back)",
+            ));
+        }
+        let mut demands = Vec::with_capacity(tasks.len());
+        for task in tasks {
+            let demand = task.resources.to_vec().map_err(|e| {
+                WireError::new(
+                    ErrorCode::InvalidRequest,
+                    format!("task `{}`: {e}", task.id),
+                )
+            })?;
+            demands.push(demand);
+        }
+        let asked = demands
+            .iter()
+            .fold(ResourceVec::ZERO, |sum, demand| sum + *demand);
+        let limit = self.overbook_limit(state, &agent);
+        OfferBook::check_fit(&asked, &offered, &limit).map_err(|e| e.to_wire())?;
+        let action = match leftover {
+            Leftover::Decline { .. } => LeftoverAction::Decline,
+            Leftover::Yield => LeftoverAction::Yield,
+        };
+        let accounting = state.allocation();
+        let now_s = now_ms as f64 / 1000.0;
+        let decision = self
+            .allocator
+            .offer_answered(accounting, &agent, framework, &demands, action, now_s)
+            .map_err(|e| WireError::new(ErrorCode::InsufficientResources, e.to_string()))?;
+        self.book.take(offer_ids);
+        if let Leftover::Decline { refuse_ms } = leftover {
+            self.allocator.set_decline_filter(
+                accounting,
+                &agent,
+                framework,
+                now_s + refuse_ms as f64 / 1000.0,
+            );
+        }
+        let reoffer = decision.map(|d| self.open(state, &d, now_ms));
+        Ok(Accepted {
+            agent,
+            launching: asked,
+            reoffer,
+        })
+    }
+
+    /// Gives offers back: declined (not offered to this framework again for `refuse_ms`) or
+    /// yielded (re-offered at once to others, Carbyne §3.3.4). Returns the re-offers.
+    pub fn give_back(
+        &mut self,
+        state: &ClusterState,
+        framework: &FrameworkId,
+        offer_ids: &[OfferId],
+        leftover: Leftover,
+        now_ms: UnixMillis,
+    ) -> Result<Vec<Offer>, WireError> {
+        for id in offer_ids {
+            self.book
+                .check(framework, std::slice::from_ref(id), now_ms)
+                .map_err(|e| e.to_wire())?;
+        }
+        let accounting = state.allocation();
+        let now_s = now_ms as f64 / 1000.0;
+        let mut reoffers = Vec::new();
+        for open in self.book.take(offer_ids) {
+            let agent = open.offer.agent_id.clone();
+            let action = match leftover {
+                Leftover::Decline { .. } => LeftoverAction::Decline,
+                Leftover::Yield => LeftoverAction::Yield,
+            };
+            match self
+                .allocator
+                .offer_answered(accounting, &agent, framework, &[], action, now_s)
+            {
+                Ok(Some(decision)) => reoffers.push(self.open(state, &decision, now_ms)),
+                Ok(None) => {}
+                Err(error) => tracing::debug!(%error, "an offer given back was already gone"),
+            }
+            if let Leftover::Decline { refuse_ms } = leftover {
+                self.allocator.set_decline_filter(
+                    accounting,
+                    &agent,
+                    framework,
+                    now_s + refuse_ms as f64 / 1000.0,
+                );
+            }
+        }
+        Ok(reoffers)
+    }
+
+    /// The launch of an accept was applied (charged to the state) or refused: its resources
+    /// stop being held back.
+    pub fn launch_settled(
+        &mut self,
+        state: &ClusterState,
+        agent: &AgentId,
+        launching: ResourceVec,
+    ) {
+        self.allocator
+            .launch_settled(state.allocation(), agent, launching);
+    }
+
+    /// Every open offer is withdrawn (the leader steps down). Returns them.
+    pub fn clear(&mut self) -> Vec<Offer> {
+        self.book
+            .clear()
+            .into_iter()
+            .map(|open| open.offer)
+            .collect()
+    }
+
+    /// What the tasks of one accept may use of fungible kinds: the agent's total times
+    /// (1 + allowance), less what runs there.
+    fn overbook_limit(&self, state: &ClusterState, agent: &AgentId) -> ResourceVec {
+        let accounting = state.allocation();
+        let Ok(idx) = accounting.agent_idx(agent) else {
+            return ResourceVec::ZERO;
+        };
+        let Some(record) = accounting.agent(idx) else {
+            return ResourceVec::ZERO;
+        };
+        let allowance = self.allocator.config().overbook_allowance;
+        record
+            .total
+            .scale(1.0 + allowance)
+            .saturating_sub(&record.used)
+    }
+
+    fn open(
+        &mut self,
+        state: &ClusterState,
+        decision: &OfferDecision,
+        now_ms: UnixMillis,
+    ) -> Offer {
+        let (hostname, attributes) = state
+            .agents()
+            .get(&decision.agent)
+            .map(|entry| (entry.hostname.clone(), entry.attributes.clone()))
+            .unwrap_or_default();
+        self.book.open(
+            &decision.framework,
+            &decision.agent,
+            &hostname,
+            &attributes,
+            decision.resources,
+            decision.kind,
+            now_ms + self.offer_ttl_ms,
+        )
+    }
+
+    /// Tells the allocator an offer in the book is withdrawn.
+    fn forget(&mut self, state: &ClusterState, open: &OpenOffer) {
+        let _ = self.allocator.rescind_offer(
+            state.allocation(),
+            &open.offer.agent_id,
+            &open.offer.framework_id,
+        );
+    }
+}
+
+fn agent_active(state: &ClusterState, agent: &AgentId) -> bool {
+    state
+        .agents()
+        .get(agent)
+        .is_some_and(|entry| entry.state == AgentState::Active)
+}
+
+fn framework_live(state: &ClusterState, framework: &FrameworkId) -> bool {
+    state
+        .frameworks()
+        .get(framework)
+        .is_some_and(|entry| entry.torn_down_at_ms.is_none())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cpus(n: f64) -> ResourceVec {
+        ResourceVec::from_pairs(&[(ResourceKind::Cpus, n)])
+    }
+
+    fn open(book: &mut OfferBook, framework: &str, agent: &str, n: f64, expires: u64) -> OfferId {
+        book.open(
+            &FrameworkId(framework.to_string()),
+            &AgentId(agent.to_string()),
+            "host",
+            &BTreeMap::new(),
+            cpus(n),
+            OfferKind::Regular,
+            expires,
+        )
+        .id
+    }
+
+    #[test]
+    fn an_accept_uses_open_offers_of_its_own_framework_and_one_agent() {
+        let mut book = OfferBook::new(3);
+        let a = open(&mut book, "fw-1", "agent-1", 4.0, 1_000);
+        let b = open(&mut book, "fw-1", "agent-1", 2.0, 1_000);
+        let c = open(&mut book, "fw-1", "agent-2", 1.0, 1_000);
+        let d = open(&mut book, "fw-2", "agent-1", 1.0, 1_000);
+        assert_ne!(a, b);
+        assert_eq!(a.0 >> COUNTER_BITS, 3, "ids carry the leader's term");
+        let fw1 = FrameworkId("fw-1".to_string());
+        let (agent, total) = book.check(&fw1, &[a, b], 10).expect("usable");
+        assert_eq!(agent.as_str(), "agent-1");
+        assert_eq!(total, cpus(6.0));
+        assert_eq!(
+            book.check(&fw1, &[a, c], 10),
+            Err(OfferError::MixedAgents(a, c))
+        );
+        assert_eq!(book.check(&fw1, &[d], 10), Err(OfferError::NotYours(d)));
+        assert_eq!(book.check(&fw1, &[], 10), Err(OfferError::NoOffers));
+        assert_eq!(
+            book.check(&fw1, &[a], 1_000),
+            Err(OfferError::Unknown(a)),
+            "expired"
+        );
+        assert_eq!(book.take(&[a]).len(), 1);
+        assert_eq!(
+            book.check(&fw1, &[a], 10),
+            Err(OfferError::Unknown(a)),
+            "answered"
+        );
+        assert_eq!(
+            book.check(&fw1, &[a], 10).map_err(|e| e.to_wire().code),
+            Err(ErrorCode::UnknownOffer)
+        );
+    }
+
+    #[test]
+    fn rescinds_find_offers_by_agent_framework_and_expiry() {
+        let mut book = OfferBook::new(1);
+        open(&mut book, "fw-1", "agent-1", 1.0, 100);
+        open(&mut book, "fw-2", "agent-1", 1.0, 500);
+        open(&mut book, "fw-2", "agent-2", 1.0, 500);
+        assert_eq!(book.expire(200).len(), 1);
+        assert_eq!(book.of_agent(&AgentId("agent-1".to_string())).len(), 1);
+        assert_eq!(book.len(), 1);
+        assert_eq!(book.of_framework(&FrameworkId("fw-2".to_string())).len(), 1);
+        assert!(book.is_empty());
+    }
+
+    #[test]
+    fn tasks_fit_the_offer_or_overbook_fungible_resources_only() {
+        let offered =
+            ResourceVec::from_pairs(&[(ResourceKind::Cpus, 4.0), (ResourceKind::DiskMbps, 100.0)]);
+        let limit =
+            ResourceVec::from_pairs(&[(ResourceKind::Cpus, 4.0), (ResourceKind::DiskMbps, 125.0)]);
+        let ask = |c: f64, d: f64| {
+            ResourceVec::from_pairs(&[(ResourceKind::Cpus, c), (ResourceKind::DiskMbps, d)])
+        };
+        assert!(OfferBook::check_fit(&ask(4.0, 100.0), &offered, &limit).is_ok());
+        assert!(
+            OfferBook::check_fit(&ask(2.0, 120.0), &offered, &limit).is_ok(),
+            "disk overbooks"
+        );
+        assert!(
+            OfferBook::check_fit(&ask(2.0, 130.0), &offered, &limit).is_err(),
+            "past the allowance"
+        );
+        assert!(
+            OfferBook::check_fit(&ask(4.5, 10.0), &offered, &limit).is_err(),
+            "cpus never overbook"
+        );
+    }
+
+    mod manager {
+        use super::super::*;
+        use crate::state::Command;
+        use fullerene_proto::messages::{Executor, PendingDemand};
+        use fullerene_proto::{Resources, TaskId};
+
+        fn res(text: &str) -> Resources {
+            Resources::from(text.parse::<ResourceVec>().expect("resources"))
+        }
+
+        fn cluster() -> ClusterState {
+            let mut state = ClusterState::default();
+            state
+                .apply(&Command::RegisterAgent {
+                    agent_id: AgentId("agent-1".to_string()),
+                    hostname: "node1".to_string(),
+                    resources: res("cpus=4,mem_mib=4096"),
+                    attributes: Default::default(),
+                    executors: vec!["sleep".to_string()],
+                    at_ms: 0,
+                })
+                .expect("agent");
+            for fw in ["fw-1", "fw-2"] {
+                state
+                    .apply(&Command::SubscribeFramework {
+                        framework_id: FrameworkId(fw.to_string()),
+                        principal: "framework-1".to_string(),
+                        name: fw.to_string(),
+                        group: "default".to_string(),
+                        failover_timeout_ms: 1_000,
+                        at_ms: 0,
+                    })
+                    .expect("framework");
+            }
+            state
+        }
+
+        fn demand(count: u32) -> DemandSummary {
+            DemandSummary {
+                pending: vec![PendingDemand {
+                    resources: res("cpus=1,mem_mib=512"),
+                    count,
+                    pri_score: 1.0,
+                }],
+                remaining_work: f64::from(count),
+            }
+        }
+
+        fn task(id: &str, resources: &str) -> TaskSpec {
+            TaskSpec {
+                id: TaskId(id.to_string()),
+                name: id.to_string(),
+                executor: Executor::Sleep { duration_ms: 10 },
+                resources: res(resources),
+                origin: None,
+                kill_grace_ms: 0,
+            }
+        }
+
+        #[test]
+        fn offers_go_to_demand_and_an_accept_holds_its_resources_until_settled() {
+            let mut state = cluster();
+            let fw1 = FrameworkId("fw-1".to_string());
+            let mut offers = OfferManager::new(state.settings(), 1, 2, 1_000).expect("manager");
+            offers
+                .update_demand(&state, &fw1, &demand(2))
+                .expect("demand");
+            let (sent, rescinded) = offers.cycle(&state, |_| true, 0);
+            assert!(rescinded.is_empty());
+            assert_eq!(sent.len(), 1, "{sent:?}");
+            let offer = sent[0].clone();
+            assert_eq!(offer.framework_id, fw1);
+            assert_eq!(offer.hostname, "node1");
+
+            // Another framework cannot use it; asking for more than it holds is refused.
+            let fw2 = FrameworkId("fw-2".to_string());
+            let tasks = [
+                task("t1", "cpus=1,mem_mib=512"),
+                task("t2", "cpus=1,mem_mib=512"),
+            ];
+            let refused = offers.accept(&state, &fw2, &[offer.id], &tasks, Leftover::Yield, 1);
+            assert_eq!(refused.map_err(|e| e.code), Err(ErrorCode::OfferNotYours));
+            let greedy = [task("big", "cpus=5")];
+            let refused = offers.accept(&state, &fw1, &[offer.id], &greedy, Leftover::Yield, 1);
+            assert_eq!(
+                refused.map_err(|e| e.code),
+                Err(ErrorCode::InsufficientResources)
+            );
+
+            let accepted = offers
+                .accept(
+                    &state,
+                    &fw1,
+                    &[offer.id],
+                    &tasks,
+                    Leftover::Decline { refuse_ms: 0 },
+                    1,
+                )
+                .expect("accepted");
+            assert_eq!(accepted.agent.as_str(), "agent-1");
+            assert_eq!(
+                accepted.launching,
+                "cpus=2,mem_mib=1024".parse().expect("vec")
+            );
+            // Answered: the offer is gone.
+            let again = offers.accept(&state, &fw1, &[offer.id], &tasks, Leftover::Yield, 1);
+            assert_eq!(again.map_err(|e| e.code), Err(ErrorCode::UnknownOffer));
+            // While launching, those resources are not offered again.
+            offers
+                .update_demand(&state, &fw1, &demand(4))
+                .expect("demand");
+            let (sent, _) = offers.cycle(&state, |_| true, 10);
+            let cpus: f64 = sent
+                .iter()
+                .map(|o| o.resources.0.get("cpus").copied().unwrap_or(0.0))
+                .sum();
+            assert!(
+                cpus <= 2.0 + 1e-9,
+                "launching resources offered again: {sent:?}"
+            );
+            // The launch commits: charged in the state, no longer held back.
+            state
+                .apply(&Command::LaunchTasks {
+                    framework_id: fw1.clone(),
+                    principal: "framework-1".to_string(),
+                    agent_id: accepted.agent.clone(),
+                    tasks: tasks.to_vec(),
+                    at_ms: 2,
+                })
+                .expect("launched");
+            offers.launch_settled(&state, &accepted.agent, accepted.launching);
+            assert_eq!(state.allocation().agents().count(), 1);
+        }
+
+        #[test]
+        fn offers_expire_and_are_rescinded_when_their_framework_has_no_session() {
+            let state = cluster();
+            let fw1 = FrameworkId("fw-1".to_string());
+            let mut offers = OfferManager::new(state.settings(), 1, 2, 1_000).expect("manager");
+            offers
+                .update_demand(&state, &fw1, &demand(1))
+                .expect("demand");
+            // No session: nothing is sent (and nothing is held).
+            let (sent, _) = offers.cycle(&state, |_| false, 0);
+            assert!(sent.is_empty());
+            let (sent, _) = offers.cycle(&state, |_| true, 0);
+            assert_eq!(sent.len(), 1);
+            let (sent, rescinded) = offers.cycle(&state, |_| true, 1_000);
+            assert_eq!(rescinded.len(), 1, "the offer expired");
+            assert_eq!(sent.len(), 1, "expired resources are offered again");
+            assert_ne!(sent[0].id, rescinded[0].id, "under a new id");
+            let (_, rescinded) = offers.cycle(&state, |_| false, 1_002);
+            assert_eq!(rescinded.len(), 1, "the framework lost its session");
+        }
+
+        #[test]
+        fn a_yield_is_reoffered_to_another_framework_with_demand() {
+            let state = cluster();
+            let fw1 = FrameworkId("fw-1".to_string());
+            let fw2 = FrameworkId("fw-2".to_string());
+            let mut offers = OfferManager::new(state.settings(), 1, 2, 1_000).expect("manager");
+            offers
+                .update_demand(&state, &fw1, &demand(3))
+                .expect("demand");
+            let (sent, _) = offers.cycle(&state, |_| true, 0);
+            let offer = sent.into_iter().next().expect("an offer");
+            // The yield goes to the least remaining work (Carbyne §3.3.4): fw-2's.
+            offers
+                .update_demand(&state, &fw2, &demand(1))
+                .expect("demand");
+            let reoffers = offers
+                .give_back(&state, &fw1, &[offer.id], Leftover::Yield, 1)
+                .expect("yielded");
+            assert!(
+                reoffers.iter().any(|o| o.framework_id == fw2),
+                "the yield went to {reoffers:?}"
+            );
+        }
+    }
+}

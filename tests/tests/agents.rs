@@ -1,0 +1,175 @@
+//! Agents and the master on real processes (the agents issue): registration through the
+//! leader, liveness (unreachable, then lost, after the configured silences), and
+//! re-registration with the same id after a restart.
+//!
+//! Needs the binary: `cargo build -p fullerene` first (see `fullerene_tests::fullerene_binary`).
+
+use std::time::{Duration, Instant};
+
+use fullerene_master::server::OperatorClient;
+use fullerene_proto::messages::{AgentInfo, AgentState, OperatorRequest, OperatorResponse};
+use fullerene_proto::AgentId;
+use fullerene_tests::MasterCluster;
+
+/// Master flags for quick liveness decisions.
+const FAST_LIVENESS: [&str; 6] = [
+    "--agent-heartbeat-ms",
+    "200",
+    "--agent-unreachable-ms",
+    "1000",
+    "--agent-lost-ms",
+    "2500",
+];
+
+async fn agents(client: &mut OperatorClient) -> Vec<AgentInfo> {
+    match client.request(&OperatorRequest::ListAgents).await {
+        Ok(OperatorResponse::Agents(agents)) => agents,
+        _ => Vec::new(),
+    }
+}
+
+/// Polls until agent `id` is in `state`, up to `timeout`.
+async fn wait_for_agent(
+    client: &mut OperatorClient,
+    id: &AgentId,
+    state: AgentState,
+    timeout: Duration,
+) -> Option<AgentInfo> {
+    let started = Instant::now();
+    while started.elapsed() < timeout {
+        if let Some(agent) = agents(client)
+            .await
+            .into_iter()
+            .find(|a| &a.id == id && a.state == state)
+        {
+            return Some(agent);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    None
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_registers_is_declared_lost_when_silent_and_comes_back_with_its_id() {
+    let mut cluster = MasterCluster::start_with(1, 1, 1, &FAST_LIVENESS);
+    let mut client = cluster.operator_client(&[1], Duration::from_secs(10));
+    cluster.spawn_agent(1, &["--resources", "cpus=4,mem_mib=4096,disk_mbps=100"]);
+    let id = AgentId("agent-1".to_string());
+    let Some(agent) = wait_for_agent(
+        &mut client,
+        &id,
+        AgentState::Active,
+        Duration::from_secs(20),
+    )
+    .await
+    else {
+        panic!("the agent did not register\n{}", cluster.logs());
+    };
+    assert_eq!(agent.total.0.get("cpus"), Some(&4.0), "{agent:?}");
+    assert!(
+        agent.address.is_some_and(|a| a.ip().is_loopback()),
+        "the leader does not show where the agent's session comes from: {agent:?}"
+    );
+
+    // The operator's view: `fullerene agents --json`.
+    let output = std::process::Command::new(fullerene_tests::fullerene_binary())
+        .args(["--json", "agents", "--masters"])
+        .arg(cluster.addrs[&1].to_string())
+        .arg("--certs")
+        .arg(cluster.certs_dir())
+        .output()
+        .expect("run fullerene agents");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let listed: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(listed[0]["id"], "agent-1", "{listed}");
+    assert_eq!(listed[0]["state"], "Active", "{listed}");
+
+    cluster.kill_agent(1);
+    assert!(
+        wait_for_agent(
+            &mut client,
+            &id,
+            AgentState::Unreachable,
+            Duration::from_secs(10)
+        )
+        .await
+        .is_some(),
+        "a silent agent was not marked unreachable\n{}",
+        cluster.logs()
+    );
+    assert!(
+        wait_for_agent(&mut client, &id, AgentState::Lost, Duration::from_secs(10))
+            .await
+            .is_some(),
+        "a silent agent was not declared lost\n{}",
+        cluster.logs()
+    );
+
+    cluster.spawn_agent(1, &["--resources", "cpus=4,mem_mib=4096,disk_mbps=100"]);
+    assert!(
+        wait_for_agent(
+            &mut client,
+            &id,
+            AgentState::Active,
+            Duration::from_secs(20)
+        )
+        .await
+        .is_some(),
+        "the restarted agent did not come back\n{}",
+        cluster.logs()
+    );
+    assert_eq!(
+        agents(&mut client).await.len(),
+        1,
+        "the agent came back under another id"
+    );
+}
+
+/// An agent whose certificate comes from another cluster's CA is refused at the handshake and
+/// never registers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_with_a_foreign_certificate_is_refused() {
+    let cluster = MasterCluster::start_with(1, 1, 1, &FAST_LIVENESS);
+    let mut client = cluster.operator_client(&[1], Duration::from_secs(10));
+    let foreign = cluster.dir().join("foreign-certs");
+    fullerene_proto::certs::generate_dev_cluster(
+        &foreign,
+        fullerene_proto::certs::CertCounts {
+            masters: 1,
+            agents: 1,
+            frameworks: 0,
+            operators: 0,
+        },
+        false,
+    )
+    .expect("a second CA");
+    let mut command = std::process::Command::new(fullerene_tests::fullerene_binary());
+    command
+        .args(["--log-level", "info", "agent", "--id", "1", "--masters"])
+        .arg(cluster.addrs[&1].to_string())
+        .arg("--work-dir")
+        .arg(cluster.dir().join("foreign-agent-work"))
+        .arg("--certs")
+        .arg(&foreign)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let mut agent = command.spawn().expect("start the foreign agent");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let registered = agents(&mut client).await;
+    let _ = agent.kill();
+    let output = agent.wait_with_output().expect("the agent's output");
+    assert!(
+        registered.is_empty(),
+        "an agent with a foreign certificate registered: {registered:?}"
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.to_lowercase().contains("certificate") || stderr.to_lowercase().contains("tls"),
+        "the agent does not say why it cannot connect: {stderr}"
+    );
+}
