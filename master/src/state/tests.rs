@@ -693,6 +693,21 @@ fn snapshots_round_trip_and_reject_damage() {
     ));
 }
 
+/// Agents name tasks by id alone, so two frameworks may not have one id on one agent at once.
+#[test]
+fn a_task_id_another_framework_uses_on_the_agent_is_refused() {
+    let mut st = cluster();
+    st.apply(&launch("f1", "alice", "a1", vec![spec("t1", "cpus=1")]))
+        .unwrap();
+    let before = st.clone();
+    let refused = st.apply(&launch("f2", "bob", "a1", vec![spec("t1", "cpus=1")]));
+    assert!(matches!(refused, Err(CommandError::DuplicateTask(_))), "{refused:?}");
+    assert_eq!(st, before);
+    // On another agent the id is free.
+    st.apply(&launch("f2", "bob", "a2", vec![spec("t1", "cpus=1")]))
+        .unwrap();
+}
+
 /// The allocation accounting grows with the cluster; past the codec's 4 MiB message limit it
 /// is split into parts, so a large cluster still snapshots (and restores exactly).
 #[test]

@@ -79,6 +79,71 @@ pub struct RocksStorage {
     truncated_index: u64,
     truncated_term: u64,
     last_index: u64,
+    /// The newest entries, contiguous up to `last_index`: what the leader sends followers and
+    /// what raft-rs asks terms of, served without a RocksDB read (and without walking the
+    /// range tombstones compaction leaves behind). Kept after each write succeeds.
+    tail: TailCache,
+}
+
+/// Recent log entries, contiguous, ending at the last index.
+#[derive(Debug, Default)]
+struct TailCache {
+    entries: std::collections::VecDeque<Entry>,
+    bytes: usize,
+}
+
+/// Most entries and bytes the tail cache holds.
+const TAIL_MAX_ENTRIES: usize = 16_384;
+const TAIL_MAX_BYTES: usize = 32 << 20;
+
+impl TailCache {
+    fn first(&self) -> Option<u64> {
+        self.entries.front().map(|e| e.index)
+    }
+
+    fn get(&self, index: u64) -> Option<&Entry> {
+        let first = self.first()?;
+        let offset = usize::try_from(index.checked_sub(first)?).ok()?;
+        self.entries.get(offset)
+    }
+
+    /// Appends `new` (contiguous), dropping any cached suffix it overwrites; a gap clears the
+    /// cache first.
+    fn append(&mut self, new: &[Entry]) {
+        let Some(head) = new.first() else { return };
+        while self.entries.back().is_some_and(|e| e.index >= head.index) {
+            if let Some(e) = self.entries.pop_back() {
+                self.bytes -= e.compute_size() as usize;
+            }
+        }
+        if self.entries.back().is_some_and(|e| e.index + 1 != head.index) {
+            self.clear();
+        }
+        for entry in new {
+            self.bytes += entry.compute_size() as usize;
+            self.entries.push_back(entry.clone());
+        }
+        while self.entries.len() > TAIL_MAX_ENTRIES || self.bytes > TAIL_MAX_BYTES {
+            match self.entries.pop_front() {
+                Some(e) => self.bytes -= e.compute_size() as usize,
+                None => break,
+            }
+        }
+    }
+
+    /// Forgets entries below `to`.
+    fn compact(&mut self, to: u64) {
+        while self.entries.front().is_some_and(|e| e.index < to) {
+            if let Some(e) = self.entries.pop_front() {
+                self.bytes -= e.compute_size() as usize;
+            }
+        }
+    }
+
+    fn clear(&mut self) {
+        self.entries.clear();
+        self.bytes = 0;
+    }
 }
 
 impl std::fmt::Debug for RocksStorage {
@@ -157,6 +222,7 @@ impl RocksStorage {
             truncated_index: 0,
             truncated_term: 0,
             last_index: 0,
+            tail: TailCache::default(),
         };
         if fresh {
             let mut batch = WriteBatch::default();
@@ -386,6 +452,9 @@ impl RocksStorage {
         if index < self.truncated_index || index > self.last_index {
             return Ok(None);
         }
+        if let Some(entry) = self.tail.get(index) {
+            return Ok(Some(entry.term));
+        }
         let value = self
             .db
             .get_pinned_cf(self.cf(CF_LOG)?, log_key(index))
@@ -495,6 +564,15 @@ impl raft::Storage for RocksStorage {
             return Err(raft::Error::Store(raft::StorageError::Unavailable));
         }
         let max_size = max_size.into();
+        if self.tail.first().is_some_and(|first| first <= low) && high <= self.last_index + 1 {
+            let mut entries: Vec<Entry> = (low..high)
+                .map_while(|index| self.tail.get(index).cloned())
+                .collect();
+            if entries.len() as u64 == high - low {
+                raft::util::limit_size(&mut entries, max_size);
+                return Ok(entries);
+            }
+        }
         let cf = self.cf(CF_LOG).map_err(store_err)?;
         let mut entries = Vec::with_capacity((high - low).min(1024) as usize);
         let mut size = 0u64;
@@ -669,7 +747,9 @@ impl RaftStore for RocksStorage {
             self.snapshot_meta = meta.clone();
             self.truncated_index = meta.index;
             self.truncated_term = meta.term;
+            self.tail.clear();
         }
+        self.tail.append(write.entries);
         self.last_index = new_last;
         self.hard_state = hard_state;
         Ok(())
@@ -713,6 +793,7 @@ impl RaftStore for RocksStorage {
         self.write(batch)?;
         self.truncated_index = to - 1;
         self.truncated_term = term;
+        self.tail.compact(to);
         Ok(())
     }
 
@@ -814,6 +895,32 @@ mod tests {
             "{what}: the error must name the directory: {message}"
         );
         err
+    }
+
+    #[test]
+    fn the_tail_cache_stays_contiguous_through_overwrites_gaps_and_compaction() {
+        let mut tail = TailCache::default();
+        tail.append(&[entry(1, 1, 10), entry(2, 1, 10), entry(3, 1, 10)]);
+        assert_eq!(tail.first(), Some(1));
+        assert_eq!(tail.get(3).map(|e| e.term), Some(1));
+        // A new leader's entries overwrite the suffix from index 2.
+        tail.append(&[entry(2, 2, 10), entry(3, 2, 10), entry(4, 2, 10)]);
+        assert_eq!(tail.get(2).map(|e| e.term), Some(2));
+        assert_eq!(tail.get(4).map(|e| e.term), Some(2));
+        assert_eq!(tail.get(1).map(|e| e.term), Some(1));
+        tail.compact(3);
+        assert_eq!(tail.first(), Some(3));
+        assert!(tail.get(2).is_none());
+        // A gap (entries after a snapshot) restarts the cache.
+        tail.append(&[entry(10, 3, 10)]);
+        assert_eq!(tail.first(), Some(10));
+        assert!(tail.get(4).is_none());
+        let big: Vec<Entry> = (11..11 + TAIL_MAX_ENTRIES as u64 + 5)
+            .map(|i| entry(i, 3, 1))
+            .collect();
+        tail.append(&big);
+        assert_eq!(tail.entries.len(), TAIL_MAX_ENTRIES);
+        assert_eq!(tail.entries.back().map(|e| e.index), big.last().map(|e| e.index));
     }
 
     #[test]
