@@ -34,6 +34,9 @@ pub enum JobCommand {
     /// Example: `fullerene job run ../shared/workloads/tpch-decima.jsonl --masters
     /// 127.0.0.1:5051 --certs certs --jobs 5 --time-scale 0.05`. Config file table: `[job.run]`.
     Run(JobRunArgs),
+    /// The jobs the masters know: each DAG-job framework with its tasks by state (a
+    /// linearizable read on the leader). `--json` for machines.
+    Status(crate::commands::cluster::ClusterArgs),
 }
 
 /// Flags of `fullerene job run`.
@@ -101,6 +104,7 @@ pub struct JobRunArgs {
 pub fn run(command: JobCommand, json: &JsonOutput) -> Result<()> {
     match command {
         JobCommand::Run(args) => run_jobs_command(args, json),
+        JobCommand::Status(args) => crate::commands::status::job_status(args, json),
     }
 }
 

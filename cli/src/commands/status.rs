@@ -68,6 +68,86 @@ pub fn tasks(args: TasksArgs, json: &JsonOutput) -> Result<()> {
     json.emit(&tasks, || render_tasks(&tasks))
 }
 
+/// One job in `fullerene job status`: a framework and its tasks counted by state.
+#[derive(Debug, serde::Serialize)]
+pub struct JobStatus {
+    /// The framework running the job.
+    pub framework: String,
+    /// Its name (the job's, for the DAG-job framework).
+    pub name: String,
+    /// Its fairness group.
+    pub group: String,
+    /// Whether its scheduler is connected.
+    pub connected: bool,
+    /// Tasks the master tracks, by state (terminal ones until acknowledged).
+    pub tasks: std::collections::BTreeMap<String, u64>,
+}
+
+/// `fullerene job status`.
+pub fn job_status(args: ClusterArgs, json: &JsonOutput) -> Result<()> {
+    let runtime = runtime()?;
+    let frameworks = match runtime.block_on(ask(&args, OperatorRequest::ListFrameworks))? {
+        OperatorResponse::Frameworks(frameworks) => frameworks,
+        other => bail!("unexpected answer to a list of frameworks: {other:?}"),
+    };
+    let tasks = match runtime.block_on(ask(
+        &args,
+        OperatorRequest::ListTasks { framework_id: None },
+    ))? {
+        OperatorResponse::Tasks(tasks) => tasks,
+        other => bail!("unexpected answer to a list of tasks: {other:?}"),
+    };
+    let jobs = job_statuses(&frameworks, &tasks);
+    json.emit(&jobs, || render_jobs(&jobs))
+}
+
+fn job_statuses(frameworks: &[FrameworkInfo], tasks: &[TaskInfo]) -> Vec<JobStatus> {
+    frameworks
+        .iter()
+        .map(|framework| {
+            let mut counts = std::collections::BTreeMap::new();
+            for task in tasks.iter().filter(|t| t.framework_id == framework.id) {
+                *counts
+                    .entry(format!("{:?}", task.state).to_lowercase())
+                    .or_insert(0) += 1;
+            }
+            JobStatus {
+                framework: framework.id.to_string(),
+                name: framework.name.clone(),
+                group: framework.group.clone(),
+                connected: framework.connected,
+                tasks: counts,
+            }
+        })
+        .collect()
+}
+
+fn render_jobs(jobs: &[JobStatus]) -> String {
+    if jobs.is_empty() {
+        return "no jobs (no frameworks subscribed)".to_string();
+    }
+    let mut out = table(&["job", "framework", "group", "connected", "tasks by state"]);
+    for job in jobs {
+        let tasks = if job.tasks.is_empty() {
+            "-".to_string()
+        } else {
+            job.tasks
+                .iter()
+                .map(|(state, n)| format!("{state} {n}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        out.add_row(vec![
+            job.name.clone(),
+            job.framework.clone(),
+            job.group.clone(),
+            job.connected.to_string(),
+            tasks,
+        ]);
+    }
+    out.to_string()
+}
+
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -206,5 +286,48 @@ mod tests {
         assert!(text.contains("2.50/8"), "{text}");
         assert!(text.contains("3.5 s ago"), "{text}");
         assert_eq!(render_agents(&[], 0), "no agents registered");
+    }
+
+    #[test]
+    fn job_status_counts_each_frameworks_tasks_by_state() {
+        use fullerene_proto::messages::{Executor, TaskSpec, TaskState};
+        let framework = |id: &str| FrameworkInfo {
+            id: FrameworkId(id.to_string()),
+            name: format!("job-{id}"),
+            principal: "framework-1".to_string(),
+            group: "default".to_string(),
+            connected: true,
+            used: Resources::default(),
+            active_tasks: 0,
+        };
+        let task = |id: &str, framework: &str, state: TaskState| TaskInfo {
+            spec: TaskSpec {
+                id: fullerene_proto::TaskId(id.to_string()),
+                name: id.to_string(),
+                executor: Executor::Sleep { duration_ms: 1 },
+                resources: Resources::default(),
+                origin: None,
+                kill_grace_ms: 0,
+            },
+            framework_id: FrameworkId(framework.to_string()),
+            agent_id: AgentId("agent-1".to_string()),
+            state,
+            seq: 1,
+        };
+        let jobs = job_statuses(
+            &[framework("a"), framework("b")],
+            &[
+                task("t1", "a", TaskState::Running),
+                task("t2", "a", TaskState::Running),
+                task("t3", "a", TaskState::Finished),
+            ],
+        );
+        assert_eq!(jobs[0].tasks.get("running"), Some(&2));
+        assert_eq!(jobs[0].tasks.get("finished"), Some(&1));
+        assert!(jobs[1].tasks.is_empty());
+        assert!(
+            render_jobs(&jobs).contains("running 2, finished 1")
+                || render_jobs(&jobs).contains("finished 1, running 2")
+        );
     }
 }
