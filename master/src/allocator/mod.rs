@@ -436,6 +436,8 @@ struct GroupSoft {
 #[derive(Debug)]
 pub struct Allocator {
     config: AllocatorConfig,
+    /// The state's structure version at the last [`Allocator::sync`].
+    synced: Option<u64>,
     agents: Vec<AgentSoft>,
     frameworks: Vec<FrameworkSoft>,
     groups: Vec<GroupSoft>,
@@ -470,6 +472,7 @@ impl Allocator {
         let shards = config.shards;
         Ok(Allocator {
             config,
+            synced: None,
             agents: Vec::new(),
             frameworks: Vec::new(),
             groups: Vec::new(),
@@ -506,14 +509,25 @@ impl Allocator {
     /// reads the state calls it first, so changes applied to the state between calls (a
     /// committed registration, a lost agent) are never missed. Linear in the slots.
     pub fn sync(&mut self, state: &AllocationState) {
+        // Nothing structural changed since the last look (launches and releases need none).
+        if self.synced == Some(state.structure_version()) {
+            return;
+        }
+        self.synced = Some(state.structure_version());
         let agent_slots = state.agent_slots();
         if self.agents.len() < agent_slots {
             self.agents.resize_with(agent_slots, AgentSoft::default);
         }
         for slot in 0..self.agents.len() {
             let idx = AgentIdx(slot as u32);
-            let now = state.agent(idx).map(|r| (r.id.clone(), r.total));
-            if self.agents[slot].placed != now {
+            let record = state.agent(idx);
+            let unchanged = match (&self.agents[slot].placed, record) {
+                (Some((id, total)), Some(r)) => *id == r.id && *total == r.total,
+                (None, None) => true,
+                _ => false,
+            };
+            if !unchanged {
+                let now = record.map(|r| (r.id.clone(), r.total));
                 if self.agents[slot].placed.is_some() {
                     self.unplace_agent(idx);
                 }
@@ -533,8 +547,14 @@ impl Allocator {
         }
         for slot in 0..self.frameworks.len() {
             let idx = FrameworkIdx(slot as u32);
-            let now = state.framework(idx).map(|r| (r.id.clone(), r.group));
-            if self.frameworks[slot].placed != now {
+            let record = state.framework(idx);
+            let unchanged = match (&self.frameworks[slot].placed, record) {
+                (Some((id, group)), Some(r)) => *id == r.id && *group == r.group,
+                (None, None) => true,
+                _ => false,
+            };
+            if !unchanged {
+                let now = record.map(|r| (r.id.clone(), r.group));
                 if self.frameworks[slot].placed.is_some() {
                     self.forget_framework(idx);
                 }

@@ -197,6 +197,9 @@ pub struct AllocationState {
     slot_size: ResourceVec,
     capacity: ResourceVec,
     slots: f64,
+    /// Counts changes to the agents, frameworks and groups (not to what runs), so that an
+    /// allocator reading this state knows cheaply when it must re-read them.
+    structure: u64,
 }
 
 impl AllocationState {
@@ -209,6 +212,7 @@ impl AllocationState {
             frameworks: Slots::new(),
             framework_ids: HashMap::new(),
             next_registration: 0,
+            structure: 0,
             deficits: DeficitCounters::new(factor),
             group_held: Vec::new(),
             running_tasks: 0,
@@ -236,6 +240,7 @@ impl AllocationState {
         self.capacity += total;
         self.slots += slot_count(&total, &self.slot_size);
         self.capacity_changed();
+        self.structure += 1;
         Ok(idx)
     }
 
@@ -255,6 +260,7 @@ impl AllocationState {
         self.capacity = (self.capacity - record.total).max(&ResourceVec::ZERO);
         self.slots = (self.slots - slot_count(&record.total, &self.slot_size)).max(0.0);
         self.capacity_changed();
+        self.structure += 1;
         Ok(record.tasks)
     }
 
@@ -282,6 +288,7 @@ impl AllocationState {
         }));
         self.framework_ids.insert(id, idx);
         self.deficits.framework_joined(group);
+        self.structure += 1;
         Ok(idx)
     }
 
@@ -318,6 +325,7 @@ impl AllocationState {
         if let Some(record) = self.frameworks.remove(idx.0) {
             self.deficits.framework_left(record.group);
         }
+        self.structure += 1;
         Ok(released)
     }
 
@@ -325,6 +333,7 @@ impl AllocationState {
     pub fn set_group_weight(&mut self, group: &str, weight: f64) -> Result<GroupIdx, StateError> {
         let idx = self.deficits.set_weight(group, weight)?;
         self.grow_groups();
+        self.structure += 1;
         Ok(idx)
     }
 
@@ -533,6 +542,11 @@ impl AllocationState {
     /// Number of registered frameworks.
     pub fn framework_count(&self) -> usize {
         self.framework_ids.len()
+    }
+
+    /// A number that changes whenever an agent, a framework or a group is added or removed.
+    pub fn structure_version(&self) -> u64 {
+        self.structure
     }
 
     /// The deficit counters.
