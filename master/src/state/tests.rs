@@ -701,7 +701,10 @@ fn a_task_id_another_framework_uses_on_the_agent_is_refused() {
         .unwrap();
     let before = st.clone();
     let refused = st.apply(&launch("f2", "bob", "a1", vec![spec("t1", "cpus=1")]));
-    assert!(matches!(refused, Err(CommandError::DuplicateTask(_))), "{refused:?}");
+    assert!(
+        matches!(refused, Err(CommandError::DuplicateTask(_))),
+        "{refused:?}"
+    );
     assert_eq!(st, before);
     // On another agent the id is free.
     st.apply(&launch("f2", "bob", "a2", vec![spec("t1", "cpus=1")]))

@@ -116,7 +116,11 @@ impl TailCache {
                 self.bytes -= e.compute_size() as usize;
             }
         }
-        if self.entries.back().is_some_and(|e| e.index + 1 != head.index) {
+        if self
+            .entries
+            .back()
+            .is_some_and(|e| e.index + 1 != head.index)
+        {
             self.clear();
         }
         for entry in new {
@@ -920,7 +924,10 @@ mod tests {
             .collect();
         tail.append(&big);
         assert_eq!(tail.entries.len(), TAIL_MAX_ENTRIES);
-        assert_eq!(tail.entries.back().map(|e| e.index), big.last().map(|e| e.index));
+        assert_eq!(
+            tail.entries.back().map(|e| e.index),
+            big.last().map(|e| e.index)
+        );
     }
 
     #[test]
