@@ -95,9 +95,25 @@ pub struct MasterArgs {
     /// Agent shards, each with its own allocation cycle.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub allocator_shards: u64,
+    /// How far launches may overbook an agent's disk and network bandwidth, as a fraction of
+    /// its total (Graphene §5). Part of the replicated settings: used when `--bootstrap`
+    /// creates the group, ignored afterwards. Keep the agents' `--overbook-allowance` equal.
+    #[arg(long, default_value_t = fullerene_sdk::policy::scoring::DEFAULT_OVERBOOK_ALLOWANCE, value_parser = parse_allowance)]
+    pub overbooking_allowance: f64,
     /// How long an operator request waits for a commit or a read confirmation, in milliseconds.
     #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub request_timeout_ms: u64,
+}
+
+fn parse_allowance(text: &str) -> Result<f64, String> {
+    let value: f64 = text
+        .trim()
+        .parse()
+        .map_err(|e| format!("`{text}` is not a number: {e}"))?;
+    if !(value.is_finite() && (0.0..=1.0).contains(&value)) {
+        return Err(format!("`{text}` must be a fraction between 0 and 1"));
+    }
+    Ok(value)
 }
 
 fn parse_peer(text: &str) -> Result<(u64, SocketAddr), String> {
@@ -220,6 +236,7 @@ pub fn run(args: MasterArgs) -> Result<()> {
         tracing::info!(master = args.id, ?voters, dir = %args.data_dir.display(), "bootstrapping a new group");
         let settings = ClusterSettings {
             master_addresses: members.clone(),
+            overbooking_allowance: args.overbooking_allowance,
             ..ClusterSettings::default()
         };
         RaftNode::bootstrap(node_config, store, &voters, settings)

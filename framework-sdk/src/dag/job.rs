@@ -173,7 +173,14 @@ pub struct DagJob {
     outcome: JobOutcome,
     last_demand: Option<DemandSummary>,
     had_runnable: bool,
+    /// Accepts the master refused since the last status update of one of this job's tasks.
+    refused_in_a_row: u32,
 }
+
+/// Accepts refused in a row (with no task of the job making progress in between) after which
+/// the job fails: a master and a policy that disagree for good (an overbooking allowance, an
+/// executor the agents lack) would otherwise resend the same bundle forever.
+pub const MAX_REFUSED_ACCEPTS: u32 = 50;
 
 impl std::fmt::Debug for DagJob {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -209,6 +216,7 @@ impl DagJob {
             failed_attempts: 0,
             submitted_ms: now_ms,
             outcome: JobOutcome::Running,
+            refused_in_a_row: 0,
             last_demand: None,
             had_runnable: true,
         };
@@ -377,6 +385,7 @@ impl DagJob {
             tracing::debug!(task = %update.task_id, "update for a task this job does not know");
             return out;
         };
+        self.refused_in_a_row = 0;
         // A late report of an earlier attempt: that attempt was already given up on.
         if self.current.get(&task) != Some(&launch)
             || self.state.status(task) != Some(TaskStatus::Running)
@@ -449,6 +458,16 @@ impl DagJob {
                 unknown.push(spec.id.clone());
             } else {
                 self.state.mark_lost(task);
+            }
+        }
+        if error.code != ErrorCode::OutcomeUnknown {
+            self.refused_in_a_row += 1;
+            if self.refused_in_a_row >= MAX_REFUSED_ACCEPTS {
+                self.fail(format!(
+                    "the master refused {} accepts in a row with no task making progress; last: {error}",
+                    self.refused_in_a_row
+                ));
+                return out;
             }
         }
         if !unknown.is_empty() {

@@ -288,3 +288,29 @@ fn lost_tasks_are_replanned_and_run_again_under_graphene() {
     dag.on_update(&update(&join[0].id, TaskState::Finished, None), 12_000);
     assert_eq!(dag.outcome(), &JobOutcome::Finished { jct_ms: 12_000 });
 }
+
+#[test]
+fn a_job_whose_accepts_are_always_refused_fails_with_the_reason() {
+    let mut dag = DagJob::new(two_stage_job(), config(PolicyKind::Bfs), 0).expect("dag");
+    let refused = WireError::new(ErrorCode::InsufficientResources, "the tasks ask for more");
+    for round in 0..MAX_REFUSED_ACCEPTS {
+        assert_eq!(dag.outcome(), &JobOutcome::Running, "round {round}");
+        let calls = dag.on_offers(
+            &[offer(u64::from(round) + 1, "a1", "cpus=4,mem_mib=1000")],
+            10,
+        );
+        let accept = calls
+            .iter()
+            .find(|c| matches!(c, FrameworkRequest::Accept { .. }))
+            .cloned()
+            .expect("an accept");
+        dag.on_call_failed(&accept, &refused);
+    }
+    match dag.outcome() {
+        JobOutcome::Failed { reason } => {
+            assert!(reason.contains("refused"), "{reason}");
+            assert!(reason.contains("the tasks ask for more"), "{reason}");
+        }
+        other => panic!("expected a failure, got {other:?}"),
+    }
+}

@@ -36,12 +36,14 @@ pub struct ClusterSettings {
 
 impl Default for ClusterSettings {
     /// DRF (the factor DESIGN.md describes first for multi-resource clusters), a one-CPU slot,
-    /// no overbooking, every group weighing 1.
+    /// Graphene's 25% overbooking of disk and network bandwidth (the allowance the SDK's
+    /// matcher and the agents assume, so that what a framework picks the master accepts), every
+    /// group weighing 1.
     fn default() -> ClusterSettings {
         ClusterSettings {
             fairness_factor: FairnessFactor::Drf,
             slot_size: ResourceVec::from_pairs(&[(ResourceKind::Cpus, 1.0)]),
-            overbooking_allowance: 0.0,
+            overbooking_allowance: fullerene_sdk::policy::scoring::DEFAULT_OVERBOOK_ALLOWANCE,
             group_weights: BTreeMap::new(),
             master_addresses: BTreeMap::new(),
             master_http_addresses: BTreeMap::new(),

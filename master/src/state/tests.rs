@@ -265,6 +265,13 @@ fn launch_validation_refuses_without_changing_anything() {
 #[test]
 fn overbooking_applies_to_fungible_resources_only() {
     let mut st = ClusterState::default();
+    assert_eq!(
+        st.settings().overbooking_allowance,
+        0.25,
+        "Graphene's default"
+    );
+    st.apply(&Command::SetOverbookingAllowance { allowance: 0.0 })
+        .unwrap();
     st.apply(&register("a1", "cpus=4,net_mbps=100")).unwrap();
     st.apply(&subscribe("f1", "alice", "g1")).unwrap();
     let over_net = launch("f1", "alice", "a1", vec![spec("t1", "cpus=1,net_mbps=110")]);
