@@ -5,13 +5,24 @@
 //! directories in a temporary directory, every process killed on drop), with the panicking
 //! conveniences tests want.
 
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use fullerene_chaos::LocalMasters;
 use fullerene_master::server::OperatorClient;
+use fullerene_proto::certs::CertPaths;
+use fullerene_proto::messages::{
+    CommandSpec, DemandSummary, Executor, FrameworkRequest, Offer, PendingDemand, StatusUpdate,
+    TaskSpec, WireError,
+};
+use fullerene_proto::transport::{Role, TlsMaterial};
+use fullerene_proto::{FrameworkId, OfferId, Resources, TaskId};
+use fullerene_sdk::driver::{run, DriverConfig, DriverError, DriverHandle, RunOptions, Scheduler};
+use tokio::sync::mpsc;
 
 /// The `fullerene` binary the tests run.
 ///
@@ -111,5 +122,369 @@ impl Deref for MasterCluster {
 impl DerefMut for MasterCluster {
     fn deref_mut(&mut self) -> &mut LocalMasters {
         &mut self.0
+    }
+}
+
+/// One `GET path` over HTTP/1.1 to `addr`: the status code, the response head and the body.
+pub fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String, String)> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw)?;
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((raw.as_str(), ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0);
+    Ok((status, head.to_string(), body.to_string()))
+}
+
+impl MasterCluster {
+    /// The leader's `/state` (HTTP), asked of every running master in turn (a follower's
+    /// redirect is followed once); `None` while no master answers with it.
+    pub fn http_state(&self) -> Option<serde_json::Value> {
+        for (id, addr) in &self.0.http_addrs {
+            if !self.0.is_running(*id) {
+                continue;
+            }
+            let Ok((mut code, mut head, mut body)) = http_get(*addr, "/state") else {
+                continue;
+            };
+            if code == 307 {
+                let location = head.lines().find_map(|line| {
+                    line.to_ascii_lowercase()
+                        .strip_prefix("location: http://")
+                        .and_then(|rest| rest.split('/').next().map(str::to_string))
+                });
+                let Some(leader) = location.and_then(|l| l.parse::<SocketAddr>().ok()) else {
+                    continue;
+                };
+                let Ok(answer) = http_get(leader, "/state") else {
+                    continue;
+                };
+                (code, head, body) = answer;
+            }
+            let _ = head;
+            if code == 200 {
+                if let Ok(state) = serde_json::from_str(&body) {
+                    return Some(state);
+                }
+            }
+        }
+        None
+    }
+
+    /// The leader's id as `/state` names it, polled up to `timeout`.
+    pub fn wait_for_leader(&self, timeout: Duration) -> Option<u64> {
+        let started = Instant::now();
+        while started.elapsed() < timeout {
+            if let Some(leader) = self.http_state().and_then(|s| s["leader"].as_u64()) {
+                return Some(leader);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+
+    /// Waits up to `timeout` until `count` agents are `Active` in the leader's `/state`.
+    pub fn wait_for_active_agents(&self, count: usize, timeout: Duration) -> bool {
+        let started = Instant::now();
+        while started.elapsed() < timeout {
+            let active = self.http_state().map_or(0, |state| {
+                state["agents"].as_array().map_or(0, |agents| {
+                    agents.iter().filter(|a| a["state"] == "Active").count()
+                })
+            });
+            if active >= count {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+
+    /// The TLS material of framework certificate `n` (`framework-<n>`).
+    pub fn framework_tls(&self, n: usize) -> TlsMaterial {
+        let certs = self.0.certs_dir();
+        let paths = CertPaths::of_member(&certs, Role::Framework, n);
+        TlsMaterial::load(&certs.join("ca.pem"), &paths.cert, &paths.key)
+            .expect("the framework's certificate and key")
+    }
+
+    /// Starts a [`TestFramework`] named `name` with certificate `framework-<n>`, subscribed
+    /// through every master (must be called inside a tokio runtime).
+    pub fn test_framework(&self, n: usize, name: &str) -> TestFramework {
+        let masters = self.0.addrs.values().copied().collect();
+        TestFramework::start(masters, &self.framework_tls(n), name)
+    }
+}
+
+/// What a [`TestFramework`]'s scheduler was told, in order.
+#[derive(Clone, Debug)]
+pub enum FrameworkEvent {
+    /// First subscription.
+    Registered(FrameworkId),
+    /// Subscribed again after a lost session.
+    Reconnected(FrameworkId),
+    /// The session was lost.
+    Disconnected(String),
+    /// New offers (left unanswered until the test answers them).
+    Offers(Vec<Offer>),
+    /// Offers withdrawn.
+    Rescinded(Vec<OfferId>),
+    /// A task's status (duplicates already filtered by the driver).
+    Update(StatusUpdate),
+    /// A call the test made was refused.
+    CallFailed(FrameworkRequest, WireError),
+}
+
+/// The scheduler behind a [`TestFramework`]: relays every callback to the test and sends
+/// the test's calls on the next tick; tears the framework down when the test drops its side.
+struct Relay {
+    events: mpsc::UnboundedSender<FrameworkEvent>,
+    calls: mpsc::UnboundedReceiver<FrameworkRequest>,
+}
+
+impl Relay {
+    fn tell(&self, event: FrameworkEvent) {
+        // The test may have stopped listening; the event then has nobody to matter to.
+        let _ = self.events.send(event);
+    }
+}
+
+impl Scheduler for Relay {
+    fn registered(&mut self, _driver: &mut DriverHandle, framework_id: &FrameworkId) {
+        self.tell(FrameworkEvent::Registered(framework_id.clone()));
+    }
+
+    fn reconnected(&mut self, _driver: &mut DriverHandle, framework_id: &FrameworkId) {
+        self.tell(FrameworkEvent::Reconnected(framework_id.clone()));
+    }
+
+    fn disconnected(&mut self, _driver: &mut DriverHandle, reason: &str) {
+        self.tell(FrameworkEvent::Disconnected(reason.to_string()));
+    }
+
+    fn offers(&mut self, _driver: &mut DriverHandle, offers: Vec<Offer>) {
+        self.tell(FrameworkEvent::Offers(offers));
+    }
+
+    fn rescinded(&mut self, _driver: &mut DriverHandle, offer_ids: &[OfferId]) {
+        self.tell(FrameworkEvent::Rescinded(offer_ids.to_vec()));
+    }
+
+    fn status_update(&mut self, _driver: &mut DriverHandle, update: &StatusUpdate) {
+        self.tell(FrameworkEvent::Update(update.clone()));
+    }
+
+    fn call_failed(
+        &mut self,
+        _driver: &mut DriverHandle,
+        request: &FrameworkRequest,
+        error: &WireError,
+    ) {
+        self.tell(FrameworkEvent::CallFailed(request.clone(), error.clone()));
+    }
+
+    fn tick(&mut self, driver: &mut DriverHandle) {
+        loop {
+            match self.calls.try_recv() {
+                Ok(call) => driver.call(call),
+                Err(mpsc::error::TryRecvError::Empty) => return,
+                Err(mpsc::error::TryRecvError::Disconnected) => {
+                    driver.teardown();
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// A framework the test drives by hand over the SDK driver (a real QUIC session to the
+/// masters): every callback is recorded as a [`FrameworkEvent`], and calls are sent as the
+/// test makes them. Dropping it (or [`TestFramework::teardown`]) tears the framework down.
+pub struct TestFramework {
+    events: mpsc::UnboundedReceiver<FrameworkEvent>,
+    calls: Option<mpsc::UnboundedSender<FrameworkRequest>>,
+    driver: Option<tokio::task::JoinHandle<Result<(), DriverError>>>,
+    /// Every event received so far, in order.
+    pub history: Vec<FrameworkEvent>,
+}
+
+impl TestFramework {
+    /// Starts the driver (must be called inside a tokio runtime).
+    pub fn start(masters: Vec<SocketAddr>, tls: &TlsMaterial, name: &str) -> TestFramework {
+        let (event_tx, events) = mpsc::unbounded_channel();
+        let (calls, call_rx) = mpsc::unbounded_channel();
+        let mut config = DriverConfig::new(masters, name, "default");
+        config.failover_timeout_ms = 60_000;
+        let options = RunOptions {
+            tick: Duration::from_millis(20),
+            ..RunOptions::default()
+        };
+        let relay = Relay {
+            events: event_tx,
+            calls: call_rx,
+        };
+        let tls = tls.clone();
+        let driver = tokio::spawn(async move { run(config, &tls, options, relay).await.map(drop) });
+        TestFramework {
+            events,
+            calls: Some(calls),
+            driver: Some(driver),
+            history: Vec::new(),
+        }
+    }
+
+    /// Sends `request` (on the driver's next tick).
+    pub fn call(&self, request: FrameworkRequest) {
+        if let Some(calls) = &self.calls {
+            let _ = calls.send(request);
+        }
+    }
+
+    /// Waits up to `timeout` for an event `pick` selects (every event is kept in
+    /// [`TestFramework::history`], picked or not).
+    pub async fn wait_for<T>(
+        &mut self,
+        timeout: Duration,
+        mut pick: impl FnMut(&FrameworkEvent) -> Option<T>,
+    ) -> Option<T> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let event = tokio::time::timeout_at(deadline, self.events.recv())
+                .await
+                .ok()??;
+            let picked = pick(&event);
+            self.history.push(event);
+            if picked.is_some() {
+                return picked;
+            }
+        }
+    }
+
+    /// Waits for the first subscription; the framework's id.
+    pub async fn registered(&mut self, timeout: Duration) -> Option<FrameworkId> {
+        self.wait_for(timeout, |e| match e {
+            FrameworkEvent::Registered(id) => Some(id.clone()),
+            _ => None,
+        })
+        .await
+    }
+
+    /// Waits for offers.
+    pub async fn offers(&mut self, timeout: Duration) -> Option<Vec<Offer>> {
+        self.wait_for(timeout, |e| match e {
+            FrameworkEvent::Offers(offers) => Some(offers.clone()),
+            _ => None,
+        })
+        .await
+    }
+
+    /// Waits for a refused call.
+    pub async fn call_failed(
+        &mut self,
+        timeout: Duration,
+    ) -> Option<(FrameworkRequest, WireError)> {
+        self.wait_for(timeout, |e| match e {
+            FrameworkEvent::CallFailed(request, error) => Some((request.clone(), error.clone())),
+            _ => None,
+        })
+        .await
+    }
+
+    /// Waits for an update of `task` in a terminal state; that update.
+    pub async fn terminal_update(
+        &mut self,
+        task: &TaskId,
+        timeout: Duration,
+    ) -> Option<StatusUpdate> {
+        self.wait_for(timeout, |e| match e {
+            FrameworkEvent::Update(u) if &u.task_id == task && u.state.is_terminal() => {
+                Some(u.clone())
+            }
+            _ => None,
+        })
+        .await
+    }
+
+    /// Moves every event already received into [`TestFramework::history`], without waiting.
+    pub fn drain(&mut self) {
+        while let Ok(event) = self.events.try_recv() {
+            self.history.push(event);
+        }
+    }
+
+    /// Every status update of `task` received so far, in order.
+    pub fn updates_of(&mut self, task: &TaskId) -> Vec<StatusUpdate> {
+        self.drain();
+        self.history
+            .iter()
+            .filter_map(|e| match e {
+                FrameworkEvent::Update(u) if &u.task_id == task => Some(u.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Tears the framework down (its tasks are killed) and waits up to `timeout` for the
+    /// driver to stop.
+    pub async fn teardown(mut self, timeout: Duration) {
+        self.calls = None;
+        if let Some(driver) = self.driver.take() {
+            let _ = tokio::time::timeout(timeout, driver).await;
+        }
+    }
+}
+
+impl Drop for TestFramework {
+    fn drop(&mut self) {
+        if let Some(driver) = self.driver.take() {
+            driver.abort();
+        }
+    }
+}
+
+/// A demand summary of `count` pending tasks of `resources` each, so that the allocator
+/// offers this framework something.
+pub fn demand(resources: &Resources, count: u32) -> DemandSummary {
+    DemandSummary {
+        pending: vec![PendingDemand {
+            resources: resources.clone(),
+            count,
+            pri_score: 1.0,
+        }],
+        remaining_work: f64::from(count),
+    }
+}
+
+/// Resources from `name=amount` pairs.
+pub fn resources(pairs: &[(&str, f64)]) -> Resources {
+    Resources(
+        pairs
+            .iter()
+            .map(|(name, amount)| ((*name).to_string(), *amount))
+            .collect(),
+    )
+}
+
+/// A task running `sh -c script` with `resources`.
+pub fn shell_task(id: &str, script: &str, resources: &Resources) -> TaskSpec {
+    TaskSpec {
+        id: TaskId(id.to_string()),
+        name: id.to_string(),
+        executor: Executor::Command(CommandSpec {
+            program: "sh".to_string(),
+            args: vec!["-c".to_string(), script.to_string()],
+            env: Default::default(),
+        }),
+        resources: resources.clone(),
+        origin: None,
+        kill_grace_ms: 500,
     }
 }

@@ -1,0 +1,409 @@
+//! DAG jobs end to end on real processes (the offers issue, #6): three masters, agents with
+//! the `sleep` executor, and the DAG-job framework (`fullerene job run --json`, a subprocess)
+//! run small TPC-H jobs to completion; so they do when an agent, or the leading master, is
+//! killed with SIGKILL mid-job. Afterwards the leader's `/state` shows nothing running and
+//! every resource free.
+//!
+//! Needs the binary: `cargo build -p fullerene` first (see `fullerene_tests::fullerene_binary`).
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use fullerene_proto::transport::TransportConfig;
+use fullerene_sdk::dag::{run_jobs, DagConfig, JobOutcome, JobReport, RunError, RunJobsOptions};
+use fullerene_tests::MasterCluster;
+
+/// Master flags for quick liveness decisions.
+const FAST_LIVENESS: [&str; 6] = [
+    "--agent-heartbeat-ms",
+    "200",
+    "--agent-unreachable-ms",
+    "1000",
+    "--agent-lost-ms",
+    "2500",
+];
+
+/// The reference machine of the workload files.
+const AGENT_RESOURCES: [&str; 4] = [
+    "--resources",
+    "cpus=16,mem_mib=65536,disk_mbps=1000,net_mbps=10000",
+    "--executors",
+    "sleep",
+];
+
+/// Five of the smallest TPC-H jobs (2 GB inputs; 13 to 418 tasks each, 1,278 in all).
+const FIVE_JOBS: [&str; 5] = [
+    "tpch-q6-2g",
+    "tpch-q14-2g",
+    "tpch-q19-2g",
+    "tpch-q1-2g",
+    "tpch-q3-2g",
+];
+
+/// Real seconds per second of the workload's durations.
+const TIME_SCALE: f64 = 0.005;
+
+/// The longest a `job run` may take before the test gives up on it.
+const JOB_TIMEOUT: Duration = Duration::from_secs(50);
+
+/// Writes the named jobs of `tpch-decima.jsonl` to a workload file in the cluster's directory.
+fn workload(cluster: &MasterCluster, names: &[&str]) -> PathBuf {
+    let source =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/workloads/tpch-decima.jsonl");
+    let text = std::fs::read_to_string(&source)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", source.display()));
+    let mut picked = Vec::new();
+    for name in names {
+        let needle = format!("\"name\":\"{name}\"");
+        let line = text
+            .lines()
+            .find(|line| line.contains(&needle))
+            .unwrap_or_else(|| panic!("{name} is not in {}", source.display()));
+        picked.push(line);
+    }
+    let path = cluster.dir().join("jobs.jsonl");
+    std::fs::write(&path, picked.join("\n") + "\n").expect("write the workload");
+    path
+}
+
+/// Starts `fullerene --json job run` on `file` against every master; its JSON goes to
+/// `job-run.json` and its log to `job-run.log` in the cluster's directory.
+fn start_job_run(cluster: &MasterCluster, file: &Path) -> Child {
+    let masters: Vec<String> = cluster.addrs.values().map(ToString::to_string).collect();
+    let stdout = File::create(cluster.dir().join("job-run.json")).expect("create job-run.json");
+    let stderr = File::create(cluster.dir().join("job-run.log")).expect("create job-run.log");
+    Command::new(fullerene_tests::fullerene_binary())
+        // The SDK's debug lines name every refused call, which is what a stalled job shows.
+        .args([
+            "--log-level",
+            "info,fullerene_sdk=debug",
+            "--json",
+            "job",
+            "run",
+        ])
+        .arg(file)
+        .arg("--masters")
+        .arg(masters.join(","))
+        .arg("--certs")
+        .arg(cluster.certs_dir())
+        .args(["--framework", "1", "--time-scale", &TIME_SCALE.to_string()])
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr)
+        .spawn()
+        .expect("start fullerene job run")
+}
+
+/// Runs the jobs of `file` with the SDK's DAG-job framework in this process (on its own
+/// thread and runtime, so that the test can kill processes meanwhile), with the SDK's
+/// defaults.
+fn start_jobs_in_process(
+    cluster: &MasterCluster,
+    file: &Path,
+) -> JoinHandle<Result<Vec<JobReport>, RunError>> {
+    let jobs = fullerene_sdk::read_workload(file).expect("a valid workload");
+    let tls = cluster.framework_tls(1);
+    let dag = DagConfig {
+        time_scale: TIME_SCALE,
+        ..DagConfig::default()
+    };
+    let options = RunJobsOptions {
+        masters: cluster.addrs.values().copied().collect(),
+        dag,
+        group: None,
+        failover_timeout_ms: 60_000,
+        transport: TransportConfig::default(),
+    };
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a tokio runtime");
+        runtime.block_on(run_jobs(jobs, &tls, options, None))
+    })
+}
+
+/// Waits for in-process jobs to end; their reports. Fails the test if they do not end in
+/// time or any job did not finish.
+fn finish_in_process(
+    cluster: &MasterCluster,
+    run: JoinHandle<Result<Vec<JobReport>, RunError>>,
+    started: Instant,
+) -> Vec<JobReport> {
+    while !run.is_finished() {
+        assert!(
+            started.elapsed() < JOB_TIMEOUT,
+            "the jobs did not finish within {JOB_TIMEOUT:?}; state: {}\n{}",
+            cluster.http_state().unwrap_or_default(),
+            logs(cluster)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let reports = match run.join() {
+        Ok(Ok(reports)) => reports,
+        Ok(Err(e)) => panic!("the jobs could not run: {e}\n{}", logs(cluster)),
+        Err(_) => panic!("the jobs' thread panicked\n{}", logs(cluster)),
+    };
+    assert_eq!(reports.len(), FIVE_JOBS.len(), "{reports:?}");
+    for report in &reports {
+        assert!(
+            matches!(report.outcome, JobOutcome::Finished { .. }),
+            "a job did not finish: {report:?}\n{}",
+            logs(cluster)
+        );
+    }
+    reports
+}
+
+/// Everything a failing test should show: the masters' and agents' logs and the job run's.
+fn logs(cluster: &MasterCluster) -> String {
+    let run = std::fs::read_to_string(cluster.dir().join("job-run.log")).unwrap_or_default();
+    let tail: Vec<&str> = run.lines().rev().take(40).collect();
+    let mut text = cluster.logs();
+    text.push_str("--- job run (last lines) ---\n");
+    for line in tail.into_iter().rev() {
+        text.push_str(line);
+        text.push('\n');
+    }
+    text
+}
+
+/// Waits for the job run to exit; its JSON summary. Fails the test if it does not end in
+/// time, or if any job did not finish.
+fn finish_job_run(
+    cluster: &MasterCluster,
+    mut child: Child,
+    started: Instant,
+) -> serde_json::Value {
+    let status = loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            break status;
+        }
+        if started.elapsed() > JOB_TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "the jobs did not finish within {JOB_TIMEOUT:?}; state: {}\n{}",
+                cluster.http_state().unwrap_or_default(),
+                logs(cluster)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let output = std::fs::read_to_string(cluster.dir().join("job-run.json")).unwrap_or_default();
+    let summary: serde_json::Value = serde_json::from_str(&output).unwrap_or_else(|e| {
+        panic!(
+            "job run ({status}) wrote no JSON summary ({e}): {output}\n{}",
+            logs(cluster)
+        )
+    });
+    assert!(
+        status.success(),
+        "job run failed ({status}): {summary:#}\n{}",
+        logs(cluster)
+    );
+    let jobs = summary["jobs"].as_array().expect("a job list");
+    assert_eq!(jobs.len(), FIVE_JOBS.len(), "{summary:#}");
+    for job in jobs {
+        assert_eq!(
+            job["outcome"]["state"],
+            "finished",
+            "a job did not finish: {job}\n{}",
+            logs(cluster)
+        );
+    }
+    assert_eq!(summary["finished"], FIVE_JOBS.len(), "{summary:#}");
+    summary
+}
+
+/// Waits until the leader's `/state` shows nothing left: no task that has not ended, no
+/// framework with active tasks, every agent's `used` zero; fails the test with the state
+/// otherwise. The state.
+fn assert_all_free(cluster: &MasterCluster) -> serde_json::Value {
+    let started = Instant::now();
+    loop {
+        let state = cluster.http_state();
+        if let Some(state) = &state {
+            let active_task = state["tasks"].as_array().and_then(|tasks| {
+                tasks
+                    .iter()
+                    .find(|t| {
+                        !matches!(
+                            t["state"].as_str(),
+                            Some("Finished" | "Failed" | "Killed" | "Lost")
+                        )
+                    })
+                    .cloned()
+            });
+            let busy_framework = state["frameworks"].as_array().and_then(|frameworks| {
+                frameworks
+                    .iter()
+                    .find(|f| f["active_tasks"].as_u64() != Some(0))
+                    .cloned()
+            });
+            let busy_agent = state["agents"].as_array().and_then(|agents| {
+                agents
+                    .iter()
+                    .find(|a| {
+                        a["used"].as_object().is_none_or(|used| {
+                            used.values()
+                                .any(|v| v.as_f64().is_none_or(|v| v.abs() > 1e-9))
+                        })
+                    })
+                    .cloned()
+            });
+            let agents = state["agents"].as_array().map_or(0, Vec::len);
+            if active_task.is_none()
+                && busy_framework.is_none()
+                && busy_agent.is_none()
+                && agents > 0
+            {
+                return state.clone();
+            }
+            if started.elapsed() > Duration::from_secs(10) {
+                panic!(
+                    "resources not all free after the jobs: task {active_task:?}, framework \
+                     {busy_framework:?}, agent {busy_agent:?}\nstate: {state}\n{}",
+                    logs(cluster)
+                );
+            }
+        } else if started.elapsed() > Duration::from_secs(10) {
+            panic!("no leader serves /state\n{}", logs(cluster));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Waits until the leader's `/state` shows a running task on `agent` (any agent when
+/// `None`); fails the test if none shows within `timeout`.
+fn wait_for_running_task(cluster: &MasterCluster, agent: Option<&str>, timeout: Duration) {
+    let started = Instant::now();
+    while started.elapsed() < timeout {
+        let running = cluster.http_state().is_some_and(|state| {
+            state["tasks"].as_array().is_some_and(|tasks| {
+                tasks
+                    .iter()
+                    .any(|t| t["state"] == "Running" && agent.is_none_or(|a| t["agent_id"] == a))
+            })
+        });
+        if running {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!(
+        "no task ran on {agent:?} within {timeout:?}\n{}",
+        logs(cluster)
+    );
+}
+
+/// Three masters and `agents` agents, all registered.
+fn cluster(agents: u64) -> MasterCluster {
+    let mut cluster = MasterCluster::start_with(3, 3, agents, &FAST_LIVENESS);
+    for n in 1..=agents {
+        cluster.spawn_agent(n, &AGENT_RESOURCES);
+    }
+    assert!(
+        cluster.wait_for_active_agents(agents as usize, Duration::from_secs(20)),
+        "the agents did not all register\n{}",
+        cluster.logs()
+    );
+    cluster
+}
+
+#[test]
+fn five_tpch_jobs_finish_on_three_masters_and_three_agents_and_free_everything() {
+    let cluster = cluster(3);
+    let file = workload(&cluster, &FIVE_JOBS);
+    let started = Instant::now();
+    let child = start_job_run(&cluster, &file);
+    let summary = finish_job_run(&cluster, child, started);
+    eprintln!(
+        "five jobs in {:.1} s, JCT avg {} s",
+        started.elapsed().as_secs_f64(),
+        summary["jct_avg_s"]
+    );
+    let state = assert_all_free(&cluster);
+    let agents = state["agents"].as_array().expect("agents");
+    assert_eq!(agents.len(), 3, "{state}");
+    assert!(agents.iter().all(|a| a["state"] == "Active"), "{state}");
+}
+
+#[test]
+fn jobs_finish_on_the_remaining_agents_after_an_agent_is_killed() {
+    let mut cluster = cluster(3);
+    let file = workload(&cluster, &FIVE_JOBS);
+    let started = Instant::now();
+    let run = start_jobs_in_process(&cluster, &file);
+    wait_for_running_task(&cluster, Some("agent-3"), Duration::from_secs(20));
+    cluster.kill_agent(3);
+    let reports = finish_in_process(&cluster, run, started);
+    let lost: u64 = reports.iter().map(|r| r.failed_attempts).sum();
+    assert!(
+        lost > 0,
+        "no task attempt was lost with the agent: {reports:?}\n{}",
+        logs(&cluster)
+    );
+    eprintln!(
+        "five jobs across an agent kill in {:.1} s ({lost} attempts lost)",
+        started.elapsed().as_secs_f64()
+    );
+    let state = assert_all_free(&cluster);
+    let agents = state["agents"].as_array().expect("agents");
+    let killed = agents
+        .iter()
+        .find(|a| a["id"] == "agent-3")
+        .unwrap_or_else(|| panic!("agent-3 is not in /state: {state}"));
+    assert_ne!(
+        killed["state"], "Active",
+        "the killed agent is still active: {state}"
+    );
+}
+
+#[test]
+fn jobs_finish_after_the_leading_master_is_killed() {
+    let mut cluster = cluster(2);
+    let file = workload(&cluster, &FIVE_JOBS);
+    let started = Instant::now();
+    let run = start_jobs_in_process(&cluster, &file);
+    wait_for_running_task(&cluster, None, Duration::from_secs(20));
+    let Some(leader) = cluster.wait_for_leader(Duration::from_secs(5)) else {
+        panic!("no leader\n{}", logs(&cluster));
+    };
+    cluster.kill(leader);
+    let reports = finish_in_process(&cluster, run, started);
+    let Some(new_leader) = cluster.wait_for_leader(Duration::from_secs(10)) else {
+        panic!("no new leader\n{}", logs(&cluster));
+    };
+    assert_ne!(new_leader, leader, "the killed master still leads");
+    assert_all_free(&cluster);
+    // Each agent's session is on the new leader (it shows where the session comes from).
+    let since = Instant::now();
+    loop {
+        let state = cluster.http_state().unwrap_or_default();
+        let followed = state["agents"].as_array().is_some_and(|agents| {
+            agents.len() == 2
+                && agents
+                    .iter()
+                    .all(|a| a["state"] == "Active" && !a["address"].is_null())
+        });
+        if followed {
+            break;
+        }
+        assert!(
+            since.elapsed() < Duration::from_secs(10),
+            "the agents did not follow the new leader: {state}\n{}",
+            logs(&cluster)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!(
+        "five jobs across a leader kill in {:.1} s ({} failed attempts)",
+        started.elapsed().as_secs_f64(),
+        reports.iter().map(|r| r.failed_attempts).sum::<u64>()
+    );
+}
