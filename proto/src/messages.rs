@@ -738,6 +738,8 @@ pub struct FrameworkInfo {
     pub group: String,
     /// Connected now.
     pub connected: bool,
+    /// Torn down (a tombstone keeping its id from reuse): its tasks are gone.
+    pub torn_down: bool,
     /// Resources its running tasks use.
     pub used: Resources,
     /// Tasks not yet terminal.

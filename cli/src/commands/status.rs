@@ -79,6 +79,8 @@ pub struct JobStatus {
     pub group: String,
     /// Whether its scheduler is connected.
     pub connected: bool,
+    /// Whether it was torn down (the job ended, or its scheduler did not fail over in time).
+    pub torn_down: bool,
     /// Tasks the master tracks, by state (terminal ones until acknowledged).
     pub tasks: std::collections::BTreeMap<String, u64>,
 }
@@ -116,6 +118,7 @@ fn job_statuses(frameworks: &[FrameworkInfo], tasks: &[TaskInfo]) -> Vec<JobStat
                 name: framework.name.clone(),
                 group: framework.group.clone(),
                 connected: framework.connected,
+                torn_down: framework.torn_down,
                 tasks: counts,
             }
         })
@@ -141,7 +144,11 @@ fn render_jobs(jobs: &[JobStatus]) -> String {
             job.name.clone(),
             job.framework.clone(),
             job.group.clone(),
-            job.connected.to_string(),
+            if job.torn_down {
+                "torn down".to_string()
+            } else {
+                job.connected.to_string()
+            },
             tasks,
         ]);
     }
@@ -229,7 +236,11 @@ fn render_frameworks(frameworks: &[FrameworkInfo]) -> String {
             framework.name.clone(),
             framework.principal.clone(),
             framework.group.clone(),
-            framework.connected.to_string(),
+            if framework.torn_down {
+                "torn down".to_string()
+            } else {
+                framework.connected.to_string()
+            },
             framework.active_tasks.to_string(),
             trim(framework.used.0.get("cpus").copied().unwrap_or(0.0)),
         ]);
@@ -297,6 +308,7 @@ mod tests {
             principal: "framework-1".to_string(),
             group: "default".to_string(),
             connected: true,
+            torn_down: false,
             used: Resources::default(),
             active_tasks: 0,
         };

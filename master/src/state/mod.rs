@@ -157,6 +157,7 @@ impl ClusterState {
             principal: entry.principal.clone(),
             group: entry.group.clone(),
             connected: entry.connected,
+            torn_down: entry.torn_down_at_ms.is_some(),
             used: used.into(),
             active_tasks: entry.active_tasks.len() as u64,
         })
