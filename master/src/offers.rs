@@ -298,6 +298,10 @@ pub struct OfferManager {
     allocator: Allocator,
     book: OfferBook,
     offer_ttl_ms: u64,
+    /// Frameworks this manager suppressed because they have no session: their demand must
+    /// not count (under the κ·C gate a deprived group of absent frameworks would otherwise
+    /// hold every agent for them until their failover timeout).
+    absent: BTreeSet<FrameworkId>,
 }
 
 impl OfferManager {
@@ -324,6 +328,7 @@ impl OfferManager {
             allocator: Allocator::new(config)?,
             book: OfferBook::new(term),
             offer_ttl_ms,
+            absent: BTreeSet::new(),
         })
     }
 
@@ -366,6 +371,18 @@ impl OfferManager {
         for (agent_id, entry) in state.agents() {
             let pause = entry.state != AgentState::Active;
             self.allocator.pause_agent(accounting, agent_id, pause);
+        }
+        for (framework_id, entry) in state.frameworks() {
+            if entry.torn_down_at_ms.is_some() {
+                self.absent.remove(framework_id);
+                continue;
+            }
+            let here = connected(framework_id);
+            if !here && self.absent.insert(framework_id.clone()) {
+                let _ = self.allocator.suppress(accounting, framework_id);
+            } else if here && self.absent.remove(framework_id) {
+                let _ = self.allocator.revive(accounting, framework_id);
+            }
         }
         let decisions = self
             .allocator
@@ -853,6 +870,57 @@ mod tests {
             assert_ne!(sent[0].id, rescinded[0].id, "under a new id");
             let (_, rescinded) = offers.cycle(&state, |_| false, 1_002);
             assert_eq!(rescinded.len(), 1, "the framework lost its session");
+        }
+
+        /// An absent framework's demand does not hold agents: under the κ·C gate its deprived
+        /// group would otherwise be the only candidate until its failover timeout.
+        #[test]
+        fn frameworks_without_a_session_do_not_hold_the_cluster() {
+            let mut state = cluster();
+            // fw-1 alone in group "absent"; fw-2 in "default".
+            state
+                .apply(&Command::SubscribeFramework {
+                    framework_id: FrameworkId("fw-3".to_string()),
+                    principal: "framework-1".to_string(),
+                    name: "fw-3".to_string(),
+                    group: "absent".to_string(),
+                    failover_timeout_ms: 60_000,
+                    at_ms: 0,
+                })
+                .expect("framework");
+            let fw2 = FrameworkId("fw-2".to_string());
+            let fw3 = FrameworkId("fw-3".to_string());
+            // fw-2 (group "default") holds half the cluster: group "absent" is deprived
+            // past κ·C, so the gate makes its frameworks the only candidates.
+            state
+                .apply(&Command::LaunchTasks {
+                    framework_id: fw2.clone(),
+                    principal: "framework-1".to_string(),
+                    agent_id: AgentId("agent-1".to_string()),
+                    tasks: vec![task("held", "cpus=2,mem_mib=512")],
+                    at_ms: 0,
+                })
+                .expect("launched");
+            let mut offers = OfferManager::new(state.settings(), 1, 2, 1_000).expect("manager");
+            offers
+                .update_demand(&state, &fw3, &demand(8))
+                .expect("demand");
+            offers
+                .update_demand(&state, &fw2, &demand(2))
+                .expect("demand");
+            let present = |f: &FrameworkId| f.as_str() != "fw-3";
+            let (sent, _) = offers.cycle(&state, present, 0);
+            assert!(
+                sent.iter().any(|o| o.framework_id == fw2),
+                "the connected framework got nothing while fw-3 is away: {sent:?}"
+            );
+            // fw-3 comes back: its demand counts again, and the gate gives it the agent.
+            let (sent, rescinded) = offers.cycle(&state, |_| true, 1_000);
+            assert!(!rescinded.is_empty(), "fw-2's offer expired");
+            assert!(
+                sent.iter().any(|o| o.framework_id == fw3),
+                "the returning framework is offered again: {sent:?}"
+            );
         }
 
         #[test]
