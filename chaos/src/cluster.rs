@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use fullerene_master::server::OperatorClient;
@@ -85,6 +85,10 @@ pub struct LocalMasters {
     pub founders: Vec<u64>,
     /// Flags added to every `fullerene master` command line (Raft timing, for instance).
     pub extra_args: Vec<String>,
+    /// Start every process in a process group of its own, so that a terminal's ctrl-c reaches
+    /// only the parent, which then stops them itself (`fullerene dev`); off by default, so
+    /// that tests interrupted from a terminal take their masters with them.
+    pub own_process_group: bool,
     /// How many agent certificates there are (`agent-1` ..).
     agent_certs: u64,
     processes: BTreeMap<u64, Child>,
@@ -135,6 +139,7 @@ impl LocalMasters {
             http_addrs,
             founders: (1..=founders).collect(),
             extra_args: Vec::new(),
+            own_process_group: false,
             agent_certs: agents,
             processes: BTreeMap::new(),
             agents: BTreeMap::new(),
@@ -223,8 +228,9 @@ impl LocalMasters {
             .append(true)
             .open(&path)
             .map_err(io(format!("open {}", path.display())))?;
-        let child = self
-            .master_command(id, join)?
+        let mut command = self.master_command(id, join)?;
+        self.detach_if_asked(&mut command);
+        let child = command
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -232,6 +238,61 @@ impl LocalMasters {
             .map_err(io(format!("start {}", self.binary.display())))?;
         self.processes.insert(id, child);
         Ok(())
+    }
+
+    fn detach_if_asked(&self, command: &mut Command) {
+        #[cfg(unix)]
+        if self.own_process_group {
+            use std::os::unix::process::CommandExt;
+            command.process_group(0);
+        }
+        #[cfg(not(unix))]
+        let _ = command;
+    }
+
+    /// Keeps the directory when `self` is dropped, even a temporary one, and returns its path.
+    pub fn keep_dir(&mut self) -> PathBuf {
+        let path = self.home.path().to_path_buf();
+        if let Home::Temporary(_) = self.home {
+            let kept = std::mem::replace(&mut self.home, Home::Kept(path.clone()));
+            if let Home::Temporary(dir) = kept {
+                // Only the removal on drop is given up: the directory stays where it is.
+                let _ = dir.keep();
+            }
+        }
+        path
+    }
+
+    /// The processes (masters and agents) that exited by themselves since the last call,
+    /// which are no longer tracked; a crashed master's or agent's log says why.
+    pub fn reap_exited(&mut self) -> Vec<Exited> {
+        let mut out = Vec::new();
+        let masters: Vec<u64> = self.processes.keys().copied().collect();
+        for id in masters {
+            if let Some(status) = exited(&mut self.processes, id) {
+                out.push(Exited {
+                    name: format!("master {id}"),
+                    log: self.log_path(id),
+                    status,
+                });
+            }
+        }
+        let agents: Vec<u64> = self.agents.keys().copied().collect();
+        for n in agents {
+            if let Some(status) = exited(&mut self.agents, n) {
+                out.push(Exited {
+                    name: format!("agent {n}"),
+                    log: self.agent_log_path(n),
+                    status,
+                });
+            }
+        }
+        out
+    }
+
+    /// How many masters and agents are running (started, not killed, not seen exiting).
+    pub fn running(&self) -> (usize, usize) {
+        (self.processes.len(), self.agents.len())
     }
 
     /// Whether master `id` was started and has not been killed or seen exiting.
@@ -300,8 +361,9 @@ impl LocalMasters {
             .append(true)
             .open(&path)
             .map_err(io(format!("open {}", path.display())))?;
-        let child = self
-            .agent_command(n, extra)
+        let mut command = self.agent_command(n, extra);
+        self.detach_if_asked(&mut command);
+        let child = command
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -359,6 +421,38 @@ impl LocalMasters {
         }
         text
     }
+}
+
+/// A master or agent that exited by itself (see [`LocalMasters::reap_exited`]).
+#[derive(Debug)]
+pub struct Exited {
+    /// `master N` or `agent N`.
+    pub name: String,
+    /// Its log file.
+    pub log: PathBuf,
+    /// How it ended.
+    pub status: ExitStatus,
+}
+
+/// Removes and returns the exit status of `id`'s process if it has exited.
+fn exited(processes: &mut BTreeMap<u64, Child>, id: u64) -> Option<ExitStatus> {
+    let status = processes.get_mut(&id)?.try_wait().ok().flatten()?;
+    processes.remove(&id);
+    Some(status)
+}
+
+/// The last `lines` lines of the file at `path` (empty if it cannot be read).
+pub fn tail(path: &Path, lines: usize) -> String {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return String::new();
+    };
+    let tail: Vec<&str> = text.lines().rev().take(lines).collect();
+    let mut out = String::new();
+    for line in tail.into_iter().rev() {
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
 }
 
 impl Drop for LocalMasters {

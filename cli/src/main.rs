@@ -89,6 +89,17 @@ enum Commands {
     /// Run DAG jobs from a workload file on a running cluster (the SDK's DAG-job framework).
     #[command(subcommand)]
     Job(commands::job::JobCommand),
+    /// A whole local cluster in one command: starts masters and agents (sleep executor) on
+    /// loopback, runs a sample of TPC-H jobs with the DAG-job framework (a progress bar per job,
+    /// then the JCT summary), and stops everything it started at the end, on error and on
+    /// ctrl-c.
+    ///
+    /// The time scale is chosen from the sample's work and the cluster's capacity so that the
+    /// run takes about `--target-secs` (60 s); the masters' HTTP API (`/state`, `/metrics`) is
+    /// printed while it runs.
+    ///
+    /// Example: `fullerene dev --masters 3 --agents 5 --jobs 8`. Config file table: `[dev]`.
+    Dev(commands::dev::DevArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -120,6 +131,7 @@ fn run() -> Result<()> {
         Commands::Cluster(cmd) => commands::cluster::run(cmd, &json),
         Commands::Bench(cmd) => commands::bench::run(cmd, &json),
         Commands::Job(cmd) => commands::job::run(cmd, &json),
+        Commands::Dev(args) => commands::dev::run(args, &json),
         Commands::Agents(args) => commands::status::agents(args, &json),
         Commands::Frameworks(args) => commands::status::frameworks(args, &json),
         Commands::Tasks(args) => commands::status::tasks(args, &json),

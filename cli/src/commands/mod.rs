@@ -5,6 +5,7 @@ pub mod agent;
 pub mod bench;
 pub mod certs;
 pub mod cluster;
+pub mod dev;
 pub mod job;
 pub mod master;
 pub mod plan;

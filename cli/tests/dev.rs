@@ -1,0 +1,168 @@
+//! `fullerene dev` end to end: a real local cluster (masters and agents are processes of the
+//! binary under test) running TPC-H jobs, and nothing left running afterwards.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn fullerene() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fullerene"));
+    cmd.env_remove("FULLERENE_CONFIG")
+        .env_remove("FULLERENE_WORKLOAD")
+        .env_remove("FULLERENE_LOG")
+        .env_remove("FULLERENE_TIME_SCALE")
+        .env_remove("FULLERENE_POLICY");
+    cmd
+}
+
+fn workload() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/workloads/tpch-decima.jsonl")
+}
+
+/// Processes other than `except` whose command line mentions `dir` (the cluster's masters and
+/// agents do).
+fn processes_using(dir: &Path, except: Option<u32>) -> Vec<String> {
+    let needle = dir.to_string_lossy().into_owned();
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        let zombie = std::fs::read_to_string(entry.path().join("stat"))
+            .map(|s| s.contains(") Z "))
+            .unwrap_or(false);
+        let pid = entry.file_name().to_string_lossy().parse::<u32>().ok();
+        if text.contains(&needle) && !zombie && (except.is_none() || pid != except) {
+            found.push(format!("{}: {text}", entry.file_name().to_string_lossy()));
+        }
+    }
+    found
+}
+
+#[test]
+fn dev_runs_two_jobs_to_completion_and_stops_its_cluster() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cluster_dir = dir.path().join("cluster");
+    let out = fullerene()
+        .args(["dev", "--jobs", "2", "--agents", "2", "--job-order", "file"])
+        .args(["--time-scale", "0.02", "--json"])
+        .arg("--workload")
+        .arg(workload())
+        .arg("--dir")
+        .arg(&cluster_dir)
+        .output()
+        .expect("fullerene dev runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "fullerene dev failed:\n{stderr}");
+    let summary: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("the summary is JSON");
+    assert_eq!(summary["finished"], 2, "{summary:#}");
+    assert_eq!(summary["failed"], 0, "{summary:#}");
+    assert_eq!(summary["time_scale"], 0.02);
+    let jobs = summary["jobs"].as_array().expect("jobs");
+    let names: Vec<&str> = jobs.iter().filter_map(|j| j["name"].as_str()).collect();
+    assert_eq!(names, ["tpch-q1-2g", "tpch-q2-2g"]);
+    for job in jobs {
+        assert_eq!(job["outcome"]["state"], "finished", "{job:#}");
+    }
+    assert!(stderr.contains("/state"), "the HTTP API is shown: {stderr}");
+    // `--dir` is kept, with the masters' and agents' logs; nothing of the cluster still runs.
+    assert!(cluster_dir.join("master-1.log").is_file());
+    assert!(cluster_dir.join("agent-2.log").is_file());
+    let left = processes_using(&cluster_dir, None);
+    assert!(left.is_empty(), "processes left running: {left:#?}");
+}
+
+/// `fullerene dev` started by a test, interrupted (then killed) if the test fails before it
+/// ends, so that a failing test leaves no cluster behind.
+struct Dev(Child);
+
+impl Drop for Dev {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = Command::new("kill")
+                .args(["-INT", &self.0.id().to_string()])
+                .status();
+            let started = Instant::now();
+            while started.elapsed() < Duration::from_secs(10) {
+                if let Ok(Some(_)) = self.0.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+#[test]
+fn dev_stops_its_cluster_on_ctrl_c() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cluster_dir = dir.path().join("cluster");
+    let mut dev = Dev(fullerene()
+        .args(["dev", "--jobs", "3", "--masters", "3", "--agents", "2"])
+        .args(["--time-scale", "1"])
+        .arg("--workload")
+        .arg(workload())
+        .arg("--dir")
+        .arg(&cluster_dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("fullerene dev starts"));
+    let child = &mut dev.0;
+    let stderr = child.stderr.take().expect("stderr");
+    let mut lines = BufReader::new(stderr).lines();
+    let mut seen = String::new();
+    // The jobs start once every master and agent is up.
+    loop {
+        match lines.next() {
+            Some(Ok(line)) => {
+                seen.push_str(&line);
+                seen.push('\n');
+                if line.starts_with("running ") {
+                    break;
+                }
+            }
+            _ => panic!("fullerene dev ended before running jobs:\n{seen}"),
+        }
+    }
+    assert_eq!(
+        processes_using(&cluster_dir, Some(child.id())).len(),
+        5,
+        "3 masters and 2 agents run"
+    );
+    let pid = child.id().to_string();
+    let sent = Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success());
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "fullerene dev did not stop within 30 s of SIGINT"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    assert_eq!(status.code(), Some(130), "{}", rest.join("\n"));
+    assert!(
+        rest.iter()
+            .any(|l| l.contains("interrupted: stopped 3 masters and 2 agents")),
+        "{}",
+        rest.join("\n")
+    );
+    let left = processes_using(&cluster_dir, None);
+    assert!(left.is_empty(), "processes left running: {left:#?}");
+}
