@@ -49,6 +49,17 @@ pub fn fullerene_binary() -> PathBuf {
     binary
 }
 
+/// Master flags for quick liveness decisions in tests: heartbeats every 200 ms, unreachable
+/// after 1 s and lost after 2.5 s of silence.
+pub const FAST_LIVENESS: [&str; 6] = [
+    "--agent-heartbeat-ms",
+    "200",
+    "--agent-unreachable-ms",
+    "1000",
+    "--agent-lost-ms",
+    "2500",
+];
+
 /// Real master processes on loopback, stopped (SIGKILL) when dropped. Derefs to
 /// [`LocalMasters`] for everything that cannot fail.
 pub struct MasterCluster(LocalMasters);

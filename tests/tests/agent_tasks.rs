@@ -17,18 +17,8 @@ use fullerene_proto::messages::{
 };
 use fullerene_proto::{AgentId, TaskId};
 use fullerene_tests::{
-    demand, resources, shell_task, FrameworkEvent, MasterCluster, TestFramework,
+    demand, resources, shell_task, FrameworkEvent, MasterCluster, TestFramework, FAST_LIVENESS,
 };
-
-/// Master flags for quick liveness decisions.
-const FAST_LIVENESS: [&str; 6] = [
-    "--agent-heartbeat-ms",
-    "200",
-    "--agent-unreachable-ms",
-    "1000",
-    "--agent-lost-ms",
-    "2500",
-];
 
 const AGENT_RESOURCES: [&str; 2] = ["--resources", "cpus=4,mem_mib=4096,disk_mbps=100"];
 

@@ -9,17 +9,7 @@ use std::time::{Duration, Instant};
 use fullerene_master::server::OperatorClient;
 use fullerene_proto::messages::{AgentInfo, AgentState, OperatorRequest, OperatorResponse};
 use fullerene_proto::AgentId;
-use fullerene_tests::MasterCluster;
-
-/// Master flags for quick liveness decisions.
-const FAST_LIVENESS: [&str; 6] = [
-    "--agent-heartbeat-ms",
-    "200",
-    "--agent-unreachable-ms",
-    "1000",
-    "--agent-lost-ms",
-    "2500",
-];
+use fullerene_tests::{MasterCluster, FAST_LIVENESS};
 
 async fn agents(client: &mut OperatorClient) -> Vec<AgentInfo> {
     match client.request(&OperatorRequest::ListAgents).await {

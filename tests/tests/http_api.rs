@@ -3,31 +3,10 @@
 //!
 //! Needs the binary: `cargo build -p fullerene` first (see `fullerene_tests::fullerene_binary`).
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use fullerene_proto::messages::{OperatorRequest, OperatorResponse};
-use fullerene_tests::MasterCluster;
-
-/// One `GET path` over HTTP/1.1: the status code, the headers and the body.
-fn get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String, String)> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut raw = String::new();
-    stream.read_to_string(&mut raw)?;
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((raw.as_str(), ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .unwrap_or(0);
-    Ok((status, head.to_string(), body.to_string()))
-}
+use fullerene_tests::{http_get, MasterCluster};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_leader_serves_state_and_followers_redirect_to_it() {
@@ -54,7 +33,7 @@ async fn the_leader_serves_state_and_followers_redirect_to_it() {
         .find(|id| *id != leader)
         .expect("a follower");
 
-    let (code, _, body) = get(cluster.http_addrs[&leader], "/state").expect("GET /state");
+    let (code, _, body) = http_get(cluster.http_addrs[&leader], "/state").expect("GET /state");
     assert_eq!(code, 200, "the leader's /state: {body}");
     let state: serde_json::Value = serde_json::from_str(&body).expect("JSON");
     assert_eq!(state["leader"], leader);
@@ -71,7 +50,7 @@ async fn the_leader_serves_state_and_followers_redirect_to_it() {
     // The follower learns the leader's HTTP address from the log; allow it to apply it.
     let started = Instant::now();
     let location = loop {
-        let (code, head, body) = get(cluster.http_addrs[&follower], "/state").expect("GET");
+        let (code, head, body) = http_get(cluster.http_addrs[&follower], "/state").expect("GET");
         if code == 307 {
             break head
                 .lines()
@@ -91,13 +70,13 @@ async fn the_leader_serves_state_and_followers_redirect_to_it() {
     );
 
     for id in [leader, follower] {
-        let (code, _, body) = get(cluster.http_addrs[&id], "/metrics").expect("GET /metrics");
+        let (code, _, body) = http_get(cluster.http_addrs[&id], "/metrics").expect("GET /metrics");
         assert_eq!(code, 200);
         assert!(
             body.contains("fullerene_raft_term"),
             "master {id}'s /metrics lacks the Raft term: {body}"
         );
     }
-    let (code, _, _) = get(cluster.http_addrs[&leader], "/nowhere").expect("GET");
+    let (code, _, _) = http_get(cluster.http_addrs[&leader], "/nowhere").expect("GET");
     assert_eq!(code, 404);
 }

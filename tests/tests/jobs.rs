@@ -14,17 +14,7 @@ use std::time::{Duration, Instant};
 
 use fullerene_proto::transport::TransportConfig;
 use fullerene_sdk::dag::{run_jobs, DagConfig, JobOutcome, JobReport, RunError, RunJobsOptions};
-use fullerene_tests::MasterCluster;
-
-/// Master flags for quick liveness decisions.
-const FAST_LIVENESS: [&str; 6] = [
-    "--agent-heartbeat-ms",
-    "200",
-    "--agent-unreachable-ms",
-    "1000",
-    "--agent-lost-ms",
-    "2500",
-];
+use fullerene_tests::{MasterCluster, FAST_LIVENESS};
 
 /// The reference machine of the workload files.
 const AGENT_RESOURCES: [&str; 4] = [
