@@ -21,6 +21,7 @@ pub mod job;
 pub mod lower_bound;
 pub mod planner;
 pub mod policy;
+pub mod timed_queue;
 pub mod workload;
 
 pub use job::{Job, Stage, StageIdx, TaskRef};

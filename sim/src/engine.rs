@@ -4,7 +4,7 @@
 //! # Events and cycles
 //!
 //! Time is in seconds (`f64`). Events are job arrivals, task completions and allocation ticks,
-//! kept in a binary heap ordered by time and then by a sequence number given at insertion, so
+//! kept in the SDK's [`TimedQueue`] (by time, then by a sequence number given at insertion), so
 //! that simultaneous events are handled in the order they were created, identically on every
 //! run. All events of one time are handled as a batch (a completion frees resources, updates the
 //! job's state and marks its demand summary stale; an arrival registers a framework), and then
@@ -42,8 +42,7 @@
 //! unfinished, the engine schedules a retry tick once the filters have expired; if a few retries
 //! in a row launch nothing, the run fails with [`SimError::Stalled`] rather than spinning.
 
-use std::cmp::Ordering;
-use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use fullerene_master::allocator::{
     AllocatorConfig, AllocatorError, OfferDecision as AllocatorOffer, StandaloneAllocator,
@@ -52,6 +51,7 @@ use fullerene_proto::resources::EPSILON;
 use fullerene_proto::{AgentId, FrameworkId, ResourceKind, ResourceVec};
 use fullerene_sdk::planner::Plan;
 use fullerene_sdk::policy::{build, LeftoverAction, OfferContext, PolicyKind, PolicyParams};
+use fullerene_sdk::timed_queue::TimedQueue;
 use fullerene_sdk::{Job, TaskRef};
 
 use crate::config::SimConfig;
@@ -123,38 +123,6 @@ enum EventKind {
     AllocationTick,
 }
 
-#[derive(Clone, Copy, Debug)]
-struct Event {
-    time_s: f64,
-    seq: u64,
-    kind: EventKind,
-}
-
-impl PartialEq for Event {
-    fn eq(&self, other: &Event) -> bool {
-        self.cmp(other) == Ordering::Equal
-    }
-}
-
-impl Eq for Event {}
-
-impl PartialOrd for Event {
-    fn partial_cmp(&self, other: &Event) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Event {
-    /// Reversed, so that [`BinaryHeap`] pops the earliest event, and of equal times the first
-    /// created.
-    fn cmp(&self, other: &Event) -> Ordering {
-        other
-            .time_s
-            .total_cmp(&self.time_s)
-            .then(other.seq.cmp(&self.seq))
-    }
-}
-
 struct Machine {
     capacity: ResourceVec,
     /// Σ demand of the running tasks (may exceed `capacity` on fungible kinds).
@@ -224,8 +192,7 @@ pub(crate) struct Engine<'a> {
     dirty: Vec<usize>,
     is_dirty: Vec<bool>,
 
-    queue: BinaryHeap<Event>,
-    seq: u64,
+    queue: TimedQueue<EventKind>,
     now_s: f64,
     tick_pending: bool,
     idle_retries: u32,
@@ -326,8 +293,7 @@ impl<'a> Engine<'a> {
             job_groups,
             dirty: Vec::new(),
             is_dirty: vec![false; jobs.len()],
-            queue: BinaryHeap::new(),
-            seq: 0,
+            queue: TimedQueue::new(),
             now_s: origin,
             tick_pending: false,
             idle_retries: 0,
@@ -349,7 +315,7 @@ impl<'a> Engine<'a> {
     /// Runs until every job has finished.
     pub fn run(mut self) -> Result<EngineOutput, SimError> {
         while let Some(first) = self.queue.pop() {
-            let now = first.time_s;
+            let now = first.time;
             self.recorder.advance_to(now);
             self.now_s = now;
             let mut changed = false;
@@ -374,10 +340,7 @@ impl<'a> Engine<'a> {
                         tick = true;
                     }
                 }
-                next = match self.queue.peek() {
-                    Some(e) if e.time_s == now => self.queue.pop(),
-                    _ => None,
-                };
+                next = self.queue.pop_at(now);
             }
             if self.config.offer_interval_s > 0.0 {
                 if tick {
@@ -409,13 +372,7 @@ impl<'a> Engine<'a> {
     }
 
     fn push(&mut self, time_s: f64, kind: EventKind) -> u64 {
-        self.seq += 1;
-        self.queue.push(Event {
-            time_s,
-            seq: self.seq,
-            kind,
-        });
-        self.seq
+        self.queue.push(time_s, kind)
     }
 
     /// `at` itself in event-driven mode; with an offer interval, the first multiple of it at or

@@ -10,8 +10,7 @@
 //! (line 23) for the allocator to redistribute (§3.3.4). On a leftover offer the job is simply
 //! greedy: leftovers go to whoever can use them.
 
-use std::cmp::Ordering;
-use std::collections::{BTreeSet, BinaryHeap};
+use std::collections::BTreeSet;
 
 use fullerene_proto::resources::EPSILON;
 use fullerene_proto::ResourceVec;
@@ -21,6 +20,7 @@ use crate::policy::{
     IntraJobPolicy, JobPolicy, JobState, LeftoverAction, OfferContext, OfferDecision, OfferKind,
     TaskStatus,
 };
+use crate::timed_queue::{Timed, TimedQueue};
 
 /// Default of [`CarbyneParams::replan_fraction`]: re-plan once 5% of the remaining tasks ended.
 pub const DEFAULT_REPLAN_FRACTION: f64 = 0.05;
@@ -462,34 +462,6 @@ enum EventKind {
     Wake,
 }
 
-#[derive(Clone, Copy, Debug)]
-struct Event {
-    time: f64,
-    seq: u64,
-    kind: EventKind,
-}
-
-impl PartialEq for Event {
-    fn eq(&self, other: &Event) -> bool {
-        self.cmp(other) == Ordering::Equal
-    }
-}
-impl Eq for Event {}
-impl PartialOrd for Event {
-    fn partial_cmp(&self, other: &Event) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Event {
-    /// Reversed, so that `BinaryHeap` pops the earliest event first.
-    fn cmp(&self, other: &Event) -> Ordering {
-        other
-            .time
-            .total_cmp(&self.time)
-            .then(other.seq.cmp(&self.seq))
-    }
-}
-
 /// The reservations' usage as a step function, for "what do they hold during [a, b)".
 struct ReservationProfile {
     /// (time, usage from this time on), ascending; usage before the first point is zero.
@@ -584,20 +556,15 @@ fn pack(share: &ResourceVec, mut stages: Vec<PackStage>, reservations: &[Reserva
     let mut open = vec![0usize; n];
     let mut next_task = vec![0usize; n];
     let mut complete = vec![false; n];
-    let mut heap = BinaryHeap::new();
-    let mut seq = 0u64;
-    let mut push = |heap: &mut BinaryHeap<Event>, time: f64, kind: EventKind| {
-        seq += 1;
-        heap.push(Event { time, seq, kind });
-    };
+    let mut heap: TimedQueue<EventKind> = TimedQueue::new();
     let mut makespan: f64 = 0.0;
     for r in reservations {
         if let Some(s) = r.gates {
             open[s] += 1;
         }
-        push(&mut heap, r.end, EventKind::ReservationEnd(r.gates));
+        heap.push(r.end, EventKind::ReservationEnd(r.gates));
         if r.start > 0.0 {
-            push(&mut heap, r.start, EventKind::Wake);
+            heap.push(r.start, EventKind::Wake);
         }
         makespan = makespan.max(r.end);
     }
@@ -682,7 +649,9 @@ fn pack(share: &ResourceVec, mut stages: Vec<PackStage>, reservations: &[Reserva
                 &mut placements,
                 &mut makespan,
                 &mut remaining_tasks,
-                &mut |t, k| push(&mut heap, t, k),
+                &mut |t, k| {
+                    heap.push(t, k);
+                },
             );
         }
         // Advance to the next event.
@@ -706,12 +675,14 @@ fn pack(share: &ResourceVec, mut stages: Vec<PackStage>, reservations: &[Reserva
                 &mut placements,
                 &mut makespan,
                 &mut remaining_tasks,
-                &mut |t, k| push(&mut heap, t, k),
+                &mut |t, k| {
+                    heap.push(t, k);
+                },
             );
             continue;
         };
         time = time.max(event.time);
-        let mut handle = |event: Event,
+        let mut handle = |event: Timed<EventKind>,
                           completions: &mut Vec<StageIdx>,
                           usage: &mut ResourceVec| match event.kind {
             EventKind::TaskEnd(s, demand) => {
