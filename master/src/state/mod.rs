@@ -583,6 +583,21 @@ impl ClusterState {
     }
 
     /// The entry of a framework that exists, is not torn down and is owned by `principal`.
+    /// A task of a framework `principal` owns, for the framework's own requests on it.
+    fn owned_task_mut(
+        &mut self,
+        framework_id: &FrameworkId,
+        principal: &str,
+        task_id: &TaskId,
+    ) -> Result<(TaskKey, &mut TaskRecord), CommandError> {
+        self.owned_framework(framework_id, Some(principal))?;
+        let key = TaskKey::new(framework_id.clone(), task_id.clone());
+        match self.tasks.get_mut(&key) {
+            Some(record) => Ok((key, record)),
+            None => Err(CommandError::UnknownTask(key)),
+        }
+    }
+
     fn owned_framework(
         &self,
         framework_id: &FrameworkId,
@@ -870,12 +885,7 @@ impl ClusterState {
         task_id: &TaskId,
         _at_ms: UnixMillis,
     ) -> Result<CommandOutcome, CommandError> {
-        self.owned_framework(framework_id, Some(principal))?;
-        let key = TaskKey::new(framework_id.clone(), task_id.clone());
-        let record = self
-            .tasks
-            .get_mut(&key)
-            .ok_or_else(|| CommandError::UnknownTask(key.clone()))?;
+        let (key, record) = self.owned_task_mut(framework_id, principal, task_id)?;
         if record.state.is_terminal() {
             return Err(CommandError::TerminalTask {
                 task: key,
@@ -899,12 +909,7 @@ impl ClusterState {
         task_id: &TaskId,
         seq: u64,
     ) -> Result<CommandOutcome, CommandError> {
-        self.owned_framework(framework_id, Some(principal))?;
-        let key = TaskKey::new(framework_id.clone(), task_id.clone());
-        let record = self
-            .tasks
-            .get_mut(&key)
-            .ok_or_else(|| CommandError::UnknownTask(key.clone()))?;
+        let (key, record) = self.owned_task_mut(framework_id, principal, task_id)?;
         if seq > record.seq {
             return Err(CommandError::AckBeyondLatest {
                 task: key,
