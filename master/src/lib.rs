@@ -7,6 +7,7 @@
 //! simulator drives unchanged.
 
 pub mod allocator;
+pub mod core;
 pub mod fairness;
 pub mod offers;
 pub mod raft_node;

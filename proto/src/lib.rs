@@ -16,6 +16,7 @@ pub mod framing;
 pub mod ids;
 pub mod messages;
 pub mod resources;
+pub mod time;
 pub mod transport;
 
 #[cfg(test)]
@@ -23,3 +24,4 @@ mod proptests;
 
 pub use ids::{AgentId, FrameworkId, MasterId, OfferId, TaskId};
 pub use resources::{ResourceKind, ResourceVec, Resources, NUM_RESOURCES};
+pub use time::{Now, Time};

@@ -45,8 +45,8 @@ pub mod sim;
 #[cfg(test)]
 mod tests;
 
+use fullerene_proto::Time;
 use std::collections::{BTreeMap, VecDeque};
-use std::time::Instant;
 
 use fullerene_proto::codec::{self, CodecError};
 use protobuf::Message as _;
@@ -304,7 +304,7 @@ struct InFlight {
     term: u64,
     token: Token,
     kind: ProposalKind,
-    flushed_at: Instant,
+    flushed_at: Time,
 }
 
 /// A read waiting for the leader's confirmation (its ReadState).
@@ -353,7 +353,7 @@ pub struct RaftNode<S: RaftStore> {
     /// `storage::snapshot_covers`).
     force_snapshot: bool,
     /// The time passed to the latest `advance`.
-    now: Option<Instant>,
+    now: Option<Time>,
     metrics: NodeMetrics,
     #[cfg(any(test, feature = "testing"))]
     trace: Vec<AppliedTrace>,
@@ -693,7 +693,7 @@ impl<S: RaftStore> RaftNode<S> {
 
     /// Runs one `Ready` cycle (see the module documentation). `now` is used only to measure
     /// the apply latency of this master's proposals. An error is fatal: stop the node.
-    pub fn advance(&mut self, now: Instant) -> Result<NodeOutput, NodeError> {
+    pub fn advance(&mut self, now: Time) -> Result<NodeOutput, NodeError> {
         let mut out = NodeOutput::default();
         if self.removed {
             return Ok(out);
@@ -722,7 +722,7 @@ impl<S: RaftStore> RaftNode<S> {
 
     /// Hands the queued proposals to raft-rs: commands as one batch, membership changes one by
     /// one (raft-rs allows one pending change).
-    fn flush_proposals(&mut self, now: Instant) {
+    fn flush_proposals(&mut self, now: Time) {
         if self.queued.is_empty() {
             return;
         }

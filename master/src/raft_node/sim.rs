@@ -25,7 +25,9 @@
 
 use protobuf::Message as _;
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use fullerene_proto::Time;
 
 use fullerene_proto::codec;
 use fullerene_proto::messages::{Executor, StatusUpdate, TaskSpec, TaskState};
@@ -422,7 +424,7 @@ pub struct Sim {
     network: Vec<Envelope>,
     envelope_seq: u64,
     round: u64,
-    base: Instant,
+    base: Time,
     blocked: BTreeSet<(u64, u64)>,
     partition_until: Option<u64>,
     faults: bool,
@@ -479,7 +481,7 @@ impl Sim {
             network: Vec::new(),
             envelope_seq: 0,
             round: 0,
-            base: Instant::now(),
+            base: Time::ZERO,
             blocked: BTreeSet::new(),
             partition_until: None,
             faults: false,

@@ -1,8 +1,8 @@
 //! Tests of the node driver: a single master's Ready cycle, restart from storage, and the
 //! seeded in-memory clusters of 3 and 5 masters ([`super::sim`]).
 
+use fullerene_proto::Time;
 use std::collections::BTreeMap;
-use std::time::Instant;
 
 use fullerene_proto::{ResourceKind, ResourceVec, Resources};
 
@@ -35,7 +35,7 @@ fn single(store: MemStorage) -> RaftNode<MemStorage> {
     node.campaign().unwrap();
     let mut became_leader = false;
     for _ in 0..10 {
-        let out = node.advance(Instant::now()).unwrap();
+        let out = node.advance(Time::ZERO).unwrap();
         became_leader |= out.leader_changed.is_some_and(|c| c.is_self);
         if node.is_leader() && !node.has_ready() {
             break;
@@ -52,7 +52,7 @@ fn drain(node: &mut RaftNode<MemStorage>) -> NodeOutput {
         if !node.has_ready() {
             break;
         }
-        let mut out = node.advance(Instant::now()).unwrap();
+        let mut out = node.advance(Time::ZERO).unwrap();
         all.applied.append(&mut out.applied);
         all.dropped.append(&mut out.dropped);
         all.reads_ready.append(&mut out.reads_ready);
@@ -168,7 +168,7 @@ fn a_failed_write_is_fatal_and_leaves_the_store_as_it_was() {
     node.propose(&register(2), Token(2)).unwrap();
     store.fail_next_persist();
     assert!(matches!(
-        node.advance(Instant::now()),
+        node.advance(Time::ZERO),
         Err(NodeError::Storage(StorageError::Injected { .. }))
     ));
     drop(node);

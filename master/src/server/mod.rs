@@ -26,9 +26,7 @@
 //! (Raft thesis §6.4) and fail after a timeout (ReadIndex requests are not queued while there
 //! is no leader).
 
-pub mod agents;
 pub mod client;
-pub(crate) mod frameworks;
 pub mod http;
 mod node_loop;
 pub mod peer;
@@ -43,14 +41,29 @@ use std::time::Duration;
 use fullerene_proto::transport::{Client, Server, TlsMaterial, TransportConfig, TransportError};
 use tokio::sync::{mpsc, watch};
 
+use crate::core::{CoreConfig, MasterCore};
 use crate::raft_node::{NodeError, RaftNode};
 use crate::storage::RaftStore;
 
-pub use agents::AgentTimeouts;
+pub use crate::core::{AgentTimeouts, LeaderView, MasterExit, MembershipView};
 pub use client::{OperatorClient, OperatorClientError};
 
 /// How long a removed master keeps its connections open before it exits.
 const REMOVED_LINGER: Duration = Duration::from_millis(500);
+
+impl ShellConfig {
+    /// The part of this configuration the core decides with.
+    pub fn core_config(&self) -> CoreConfig {
+        CoreConfig {
+            members: self.members.clone(),
+            agent_timeouts: self.agent_timeouts,
+            http_addr: self.http_addr,
+            allocation_interval: self.allocation_interval,
+            offer_ttl: self.offer_ttl,
+            allocator_shards: self.allocator_shards,
+        }
+    }
+}
 
 /// How the shell runs, besides the node's own [`NodeConfig`](crate::raft_node::NodeConfig).
 #[derive(Clone, Debug)]
@@ -69,7 +82,7 @@ pub struct ShellConfig {
     /// Longest wait between reconnection attempts to an unreachable peer.
     pub max_reconnect_backoff: Duration,
     /// Agents' heartbeat interval and when silent agents are marked unreachable and lost.
-    pub agent_timeouts: agents::AgentTimeouts,
+    pub agent_timeouts: AgentTimeouts,
     /// Where this master's HTTP API (`/state`, `/metrics`) listens, if it has one (announced
     /// in the replicated state when this master leads, so followers can redirect to it).
     pub http_addr: Option<SocketAddr>,
@@ -94,7 +107,7 @@ impl ShellConfig {
             request_timeout: Duration::from_secs(2),
             peer_queue: 1024,
             max_reconnect_backoff: Duration::from_secs(1),
-            agent_timeouts: agents::AgentTimeouts::default(),
+            agent_timeouts: AgentTimeouts::default(),
             http_addr: None,
             metrics: None,
             allocation_interval: Duration::from_millis(100),
@@ -102,15 +115,6 @@ impl ShellConfig {
             allocator_shards: 1,
         }
     }
-}
-
-/// Why [`serve`] returned normally.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MasterExit {
-    /// The shutdown future completed (SIGTERM, ctrl-c, or a test).
-    Shutdown,
-    /// This master was removed from the group by a membership change: it stops serving.
-    Removed,
 }
 
 /// A failure that stops the master.
@@ -138,28 +142,6 @@ pub enum ServerError {
         /// Why.
         source: std::io::Error,
     },
-}
-
-/// What the node loop publishes for the session tasks: who leads, as far as this master knows.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub(crate) struct LeaderView {
-    /// The leader and its address, when known (an address is needed to redirect).
-    pub leader: Option<fullerene_proto::messages::LeaderInfo>,
-    /// Whether this master leads.
-    pub is_self: bool,
-    /// The leader's HTTP API, when it announced one.
-    pub leader_http: Option<SocketAddr>,
-}
-
-/// What the node loop publishes for peer sessions: the members, and the log index at which
-/// this master's view of them was last set (a conf change applied, a snapshot installed, or
-/// the restart point). Empty for a master waiting to be added.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub(crate) struct MembershipView {
-    /// Voters and learners.
-    pub members: std::collections::BTreeSet<u64>,
-    /// The index this view is true at (and after, until the next change).
-    pub as_of: u64,
 }
 
 /// Runs the master until `shutdown` completes or this master is removed from the group.
@@ -219,8 +201,9 @@ where
     let (stop_accepting, stop_rx) = tokio::sync::oneshot::channel();
     let accept = tokio::spawn(sessions::accept_loop(server, Arc::clone(&context), stop_rx));
     tracing::info!(master = id, %local_addr, "master serving");
+    let core = MasterCore::new(node, config.core_config());
     let mut shell = node_loop::Shell::new(
-        node,
+        core,
         config,
         Arc::clone(&client),
         events_tx,

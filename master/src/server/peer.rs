@@ -16,6 +16,7 @@ use tokio::sync::mpsc;
 use tokio::time::{timeout, Instant};
 
 use super::node_loop::Event;
+use crate::core::Input;
 
 /// The first wait before reconnecting to a peer that could not be reached.
 const MIN_RECONNECT_BACKOFF: Duration = Duration::from_millis(50);
@@ -112,10 +113,11 @@ impl PeerSender {
             }
             let delivered = self.deliver(batch.messages).await;
             if !delivered {
-                self.report(Event::Unreachable(self.peer)).await;
+                self.report(Event::Input(Input::PeerUnreachable(self.peer)))
+                    .await;
             }
             if batch.has_snapshot {
-                self.report(Event::SnapshotReport(self.peer, delivered))
+                self.report(Event::Input(Input::SnapshotReport(self.peer, delivered)))
                     .await;
             }
         }
@@ -233,7 +235,9 @@ async fn watch_answers(peer: u64, mut rx: FramedRecv, events: mpsc::Sender<Event
     loop {
         match rx.recv::<PeerMessage>().await {
             Ok(Some(PeerMessage::NotAMember { as_of })) => {
-                let _ = events.send(Event::NotAMember { from: peer, as_of }).await;
+                let _ = events
+                    .send(Event::Input(Input::NotAMember { from: peer, as_of }))
+                    .await;
             }
             Ok(Some(_)) => {
                 tracing::warn!(peer, "unexpected frame on our own peer session; ignored");

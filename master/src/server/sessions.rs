@@ -13,10 +13,9 @@ use protobuf::Message as _;
 use raft::eraftpb::Message;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::agents::AgentLink;
-use super::frameworks::FrameworkLink;
-use super::node_loop::{AgentRegistration, Event};
+use super::node_loop::Event;
 use super::{LeaderView, MembershipView};
+use crate::core::{AgentRegistration, Input, SessionId, Subscription};
 
 /// What every session task needs.
 #[derive(Debug)]
@@ -172,7 +171,12 @@ async fn serve_peer(mut session: Session, context: &SessionContext) {
                 session.rx.stop(StreamErrorCode::SessionRefused);
                 return;
             }
-            if context.events.send(Event::Raft(message)).await.is_err() {
+            if context
+                .events
+                .send(Event::Input(Input::Raft(message)))
+                .await
+                .is_err()
+            {
                 return;
             }
         }
@@ -260,7 +264,11 @@ fn unavailable(message: &str) -> OperatorResponse {
 
 /// Distinguishes the sessions of one agent or framework (a reconnect may overlap the old
 /// session's end).
-static AGENT_SESSIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+static SESSIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+fn new_session() -> SessionId {
+    SessionId(SESSIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+}
 
 /// Frames queued for one agent before pushes are dropped (the agent then re-registers).
 const AGENT_QUEUE: usize = 4096;
@@ -301,19 +309,16 @@ async fn serve_agent(mut session: Session, remote: std::net::SocketAddr, context
         }
         Ok(None) | Err(_) => return,
     };
-    let id = AGENT_SESSIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let id = new_session();
     let (outbound, mut queue) = mpsc::channel(AGENT_QUEUE);
-    let link = AgentLink {
-        session: id,
-        address: remote,
-        outbound,
-    };
     let registered = context
         .events
         .send(Event::AgentRegister {
             agent_id: agent_id.clone(),
+            session: id,
+            address: remote,
             registration,
-            link,
+            outbound,
         })
         .await;
     if registered.is_err() {
@@ -334,7 +339,7 @@ async fn serve_agent(mut session: Session, remote: std::net::SocketAddr, context
                         if session.tx.send(&MasterToAgent::HeartbeatAck { seq }).await.is_err() {
                             break;
                         }
-                        Event::AgentHeartbeat(agent_id.clone())
+                        Input::AgentHeartbeat(agent_id.clone())
                     }
                     Ok(Some(AgentToMaster::Status(update))) => {
                         if update.agent_id != agent_id {
@@ -342,10 +347,10 @@ async fn serve_agent(mut session: Session, remote: std::net::SocketAddr, context
                             session.rx.stop(StreamErrorCode::SessionRefused);
                             break;
                         }
-                        Event::AgentStatus(agent_id.clone(), update)
+                        Input::AgentStatus(agent_id.clone(), update)
                     }
                     Ok(Some(AgentToMaster::UpdateResources { resources })) => {
-                        Event::AgentResources(agent_id.clone(), resources)
+                        Input::AgentResources(agent_id.clone(), resources)
                     }
                     Ok(Some(AgentToMaster::Register { .. })) => {
                         tracing::warn!(agent = %agent_id, "a second Register on one session; closing it");
@@ -358,14 +363,17 @@ async fn serve_agent(mut session: Session, remote: std::net::SocketAddr, context
                         break;
                     }
                 };
-                if context.events.send(event).await.is_err() {
+                if context.events.send(Event::Input(event)).await.is_err() {
                     break;
                 }
             }
         }
     }
     let _ = session.tx.finish().await;
-    let _ = context.events.send(Event::AgentGone(agent_id, id)).await;
+    let _ = context
+        .events
+        .send(Event::Input(Input::AgentGone(agent_id, id)))
+        .await;
 }
 
 /// Frames queued for one framework before pushes are dropped (it reconciles when it
@@ -401,20 +409,19 @@ async fn serve_framework(mut session: Session, context: &SessionContext) {
         }
         return;
     };
-    let id = AGENT_SESSIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let id = new_session();
     let (outbound, mut queue) = mpsc::channel(FRAMEWORK_QUEUE);
-    let link = FrameworkLink {
-        session: id,
-        principal: principal.clone(),
-        outbound,
-    };
     let subscribe = Event::FrameworkSubscribe {
-        call_id: first.call_id,
-        framework_id,
-        name,
-        group,
-        failover_timeout_ms,
-        link,
+        session: id,
+        subscription: Subscription {
+            call_id: first.call_id,
+            framework_id,
+            name,
+            group,
+            failover_timeout_ms,
+            principal: principal.clone(),
+        },
+        outbound,
     };
     if context.events.send(subscribe).await.is_err() {
         return;
@@ -466,24 +473,23 @@ async fn serve_framework(mut session: Session, context: &SessionContext) {
                     continue;
                 }
                 let Some(framework_id) = subscribed.clone() else { continue };
-                let event = Event::FrameworkCall {
+                let event = Input::FrameworkCall {
                     framework_id,
                     session: id,
                     call,
                 };
-                if context.events.send(event).await.is_err() {
+                if context.events.send(Event::Input(event)).await.is_err() {
                     break;
                 }
             }
         }
     }
     let _ = session.tx.finish().await;
-    if let Some(framework_id) = subscribed {
-        let _ = context
-            .events
-            .send(Event::FrameworkGone(framework_id, id))
-            .await;
-    }
+    let ended = match subscribed {
+        Some(framework_id) => Event::Input(Input::FrameworkGone(framework_id, id)),
+        None => Event::SessionEnded(id),
+    };
+    let _ = context.events.send(ended).await;
 }
 
 #[cfg(test)]

@@ -832,7 +832,6 @@ impl RaftStore for RocksStorage {
 mod tests {
     use std::fs::{self, OpenOptions};
     use std::io::{Seek, SeekFrom, Write};
-    use std::time::Instant;
 
     use raft::Storage;
 
@@ -1076,10 +1075,18 @@ mod tests {
                 Token(n),
             )
             .ok();
-            answered += node.advance(Instant::now()).unwrap().applied.len();
+            answered += node
+                .advance(fullerene_proto::Time::ZERO)
+                .unwrap()
+                .applied
+                .len();
         }
         while node.has_ready() {
-            answered += node.advance(Instant::now()).unwrap().applied.len();
+            answered += node
+                .advance(fullerene_proto::Time::ZERO)
+                .unwrap()
+                .applied
+                .len();
         }
         assert!(answered >= 99, "{answered}");
         let state = node.state().clone();
@@ -1087,7 +1094,7 @@ mod tests {
         drop(node);
         let mut node = RaftNode::open(config, RocksStorage::open(dir.path()).unwrap()).unwrap();
         while node.has_ready() {
-            node.advance(Instant::now()).unwrap();
+            node.advance(fullerene_proto::Time::ZERO).unwrap();
         }
         assert_eq!(node.applied_index(), applied);
         assert_eq!(*node.state(), state);

@@ -1,23 +1,28 @@
-//! The leader's side of agent sessions: who is connected, liveness, and what must be pushed
-//! to agents when commands commit.
+//! The leader's side of agent sessions: which session speaks for each agent, liveness, and what
+//! must be pushed to agents when commands commit.
 //!
-//! The node loop owns one [`AgentLinks`]. Registration, status updates and liveness marks go
-//! through the log like every other change (DESIGN.md, "a task's life"): an agent is answered
-//! `Registered` and a status update `StatusAck`ed only once the command is applied, so an
-//! acknowledged update survives any failover. Heartbeats themselves are not replicated; the
-//! leader keeps the time it last heard from each agent and proposes `MarkAgentUnreachable`
-//! after one timeout and `MarkAgentLost` after the second. A new leader starts every agent's
-//! clock afresh (it cannot know when the old leader last heard from it), so a failover delays
-//! the detection of a dead agent by at most one timeout, and never declares a live one lost.
+//! Registration, status updates and liveness marks go through the log like every other change
+//! (DESIGN.md, "a task's life"): an agent is answered `Registered` and a status update
+//! `StatusAck`ed only once the command is applied, so an acknowledged update survives any
+//! failover. Heartbeats themselves are not replicated; the leader keeps the time it last heard
+//! from each agent and proposes `MarkAgentUnreachable` after one timeout and `MarkAgentLost`
+//! after the second. A new leader starts every agent's clock afresh (it cannot know when the old
+//! leader last heard from it), so a failover delays the detection of a dead agent by at most one
+//! timeout, and never declares a live one lost.
 
 use std::collections::{BTreeSet, HashMap};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fullerene_proto::ids::AgentId;
 use fullerene_proto::messages::{AgentState, MasterToAgent, Redirect, StatusAck, StatusUpdate};
-use tokio::sync::mpsc;
+use fullerene_proto::Time;
 
-use crate::state::{ClusterState, Command, CommandOutcome, TaskKill};
+use fullerene_proto::messages::{ErrorCode, OperatorResponse, WireError};
+use fullerene_proto::Now;
+
+use super::{millis, AgentRegistration, MasterCore, Outbox, Pending, SessionId, Settled};
+use crate::state::{ClusterState, Command, CommandOutcome, TaskKey, TaskKill};
+use crate::storage::RaftStore;
 
 /// When agents are declared unreachable and lost, and how often they must heartbeat.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -43,23 +48,13 @@ impl Default for AgentTimeouts {
     }
 }
 
-/// A session's outbound queue, tagged so that a stale session's end does not drop a newer one.
-#[derive(Debug, Clone)]
+/// An agent's session on this leader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct AgentLink {
-    /// Distinguishes sessions of the same agent.
-    pub session: u64,
+    /// The session (a reconnect may overlap the old session's end).
+    pub session: SessionId,
     /// Where the session comes from.
     pub address: std::net::SocketAddr,
-    /// Frames for the agent.
-    pub outbound: mpsc::Sender<MasterToAgent>,
-}
-
-impl AgentLink {
-    /// Queues `message`; a full or closed queue means the session is gone or stuck, and the
-    /// agent will re-register (and be resent what matters) when it reconnects.
-    pub(crate) fn push(&self, message: MasterToAgent) {
-        let _ = self.outbound.try_send(message);
-    }
 }
 
 /// What a proposal made for an agent is waiting for.
@@ -73,21 +68,21 @@ pub(crate) enum AgentPending {
 
 /// The leader's agent sessions and liveness clocks.
 #[derive(Debug, Default)]
-pub(crate) struct AgentLinks {
+pub(crate) struct AgentSessions {
     timeouts: AgentTimeouts,
     links: HashMap<AgentId, AgentLink>,
-    last_heard: HashMap<AgentId, Instant>,
+    last_heard: HashMap<AgentId, Time>,
     /// The wall-clock time of `last_heard`, for operators.
     last_heard_ms: HashMap<AgentId, u64>,
     /// Marks proposed and not yet applied, so a tick does not propose them again.
     marks_in_flight: BTreeSet<(AgentId, AgentState)>,
 }
 
-impl AgentLinks {
-    pub(crate) fn new(timeouts: AgentTimeouts) -> AgentLinks {
-        AgentLinks {
+impl AgentSessions {
+    pub(crate) fn new(timeouts: AgentTimeouts) -> AgentSessions {
+        AgentSessions {
             timeouts,
-            ..AgentLinks::default()
+            ..AgentSessions::default()
         }
     }
 
@@ -96,32 +91,41 @@ impl AgentLinks {
     }
 
     /// This master became leader: every known agent's clock starts now.
-    pub(crate) fn on_leadership(&mut self, state: &ClusterState, now: Instant) {
+    pub(crate) fn on_leadership(&mut self, state: &ClusterState, now: Time) {
         self.last_heard = state.agents().keys().map(|id| (id.clone(), now)).collect();
         self.marks_in_flight.clear();
     }
 
     /// This master stopped leading: agents are sent to the new leader (or told none is
-    /// known) and forgotten.
-    pub(crate) fn on_lost_leadership(&mut self, redirect: Redirect) {
+    /// known), their sessions closed, and forgotten.
+    pub(crate) fn on_lost_leadership(&mut self, redirect: &Redirect, out: &mut Outbox) {
         for (_, link) in self.links.drain() {
-            link.push(MasterToAgent::Redirect(redirect.clone()));
+            out.send_agent(link.session, MasterToAgent::Redirect(redirect.clone()));
+            out.close(link.session);
         }
         self.last_heard.clear();
         self.marks_in_flight.clear();
     }
 
     /// The agent's registration committed: its session becomes the one to push to.
-    pub(crate) fn attach(&mut self, agent_id: AgentId, link: AgentLink, now: Instant) {
+    pub(crate) fn attach(
+        &mut self,
+        agent_id: AgentId,
+        link: AgentLink,
+        now: Time,
+        out: &mut Outbox,
+    ) {
         self.last_heard.insert(agent_id.clone(), now);
         if let Some(old) = self.links.insert(agent_id, link) {
             // A session replaced by a newer one of the same agent is told to go away.
-            drop(old);
+            if old.session != link.session {
+                out.close(old.session);
+            }
         }
     }
 
     /// A session ended; forgets it unless a newer session of the agent replaced it.
-    pub(crate) fn detach(&mut self, agent_id: &AgentId, session: u64) {
+    pub(crate) fn detach(&mut self, agent_id: &AgentId, session: SessionId) {
         if self
             .links
             .get(agent_id)
@@ -137,7 +141,7 @@ impl AgentLinks {
         &mut self,
         state: &ClusterState,
         agent_id: &AgentId,
-        now: Instant,
+        now: Time,
         at_ms: u64,
     ) -> Option<Command> {
         self.last_heard.insert(agent_id.clone(), now);
@@ -158,7 +162,7 @@ impl AgentLinks {
     pub(crate) fn due_marks(
         &mut self,
         state: &ClusterState,
-        now: Instant,
+        now: Time,
         at_ms: u64,
     ) -> Vec<Command> {
         let mut marks = Vec::new();
@@ -196,7 +200,7 @@ impl AgentLinks {
     }
 
     /// Pushes what an applied command's outcome asks agents to do: launches and kills.
-    pub(crate) fn push_outcome(&self, outcome: &CommandOutcome) {
+    pub(crate) fn push_outcome(&self, outcome: &CommandOutcome, out: &mut Outbox) {
         match outcome {
             CommandOutcome::TasksLaunched {
                 agent_id,
@@ -204,31 +208,37 @@ impl AgentLinks {
                 tasks,
             } => {
                 if let Some(link) = self.links.get(agent_id) {
-                    link.push(MasterToAgent::Launch {
-                        framework_id: framework_id.clone(),
-                        tasks: tasks.clone(),
-                    });
+                    out.send_agent(
+                        link.session,
+                        MasterToAgent::Launch {
+                            framework_id: framework_id.clone(),
+                            tasks: tasks.clone(),
+                        },
+                    );
                 } else {
                     tracing::warn!(agent = %agent_id, "tasks launched on an agent with no session; it learns of them when it re-registers");
                 }
             }
-            CommandOutcome::KillRequested(kill) => self.push_kill(kill),
+            CommandOutcome::KillRequested(kill) => self.push_kill(kill, out),
             CommandOutcome::TasksEnded { kill, .. } => {
                 for one in kill {
-                    self.push_kill(one);
+                    self.push_kill(one, out);
                 }
             }
             _ => {}
         }
     }
 
-    fn push_kill(&self, kill: &TaskKill) {
+    fn push_kill(&self, kill: &TaskKill, out: &mut Outbox) {
         if let Some(link) = self.links.get(&kill.agent_id) {
-            link.push(MasterToAgent::Kill {
-                task_id: kill.task.task_id.clone(),
-                framework_id: kill.task.framework_id.clone(),
-                grace_ms: kill.grace_ms,
-            });
+            out.send_agent(
+                link.session,
+                MasterToAgent::Kill {
+                    task_id: kill.task.task_id.clone(),
+                    framework_id: kill.task.framework_id.clone(),
+                    grace_ms: kill.grace_ms,
+                },
+            );
         }
     }
 
@@ -252,6 +262,179 @@ pub(crate) fn ack_of(update: &StatusUpdate) -> StatusAck {
     StatusAck {
         task_id: update.task_id.clone(),
         seq: update.seq,
+    }
+}
+
+impl<S: RaftStore> MasterCore<S> {
+    pub(super) fn settle_agent(&mut self, pending: AgentPending, settled: Settled, now: Now) {
+        match pending {
+            AgentPending::Register { agent_id, link } => match settled {
+                Settled::Applied(outcome) => {
+                    let kill = match outcome {
+                        CommandOutcome::AgentRegistered { kill, .. } => {
+                            kill.into_iter().map(|k| k.task.task_id).collect()
+                        }
+                        _ => Vec::new(),
+                    };
+                    tracing::info!(agent = %agent_id, "agent registered");
+                    let interval = self.agents.timeouts().heartbeat_interval;
+                    self.out.send_agent(
+                        link.session,
+                        MasterToAgent::Registered {
+                            agent_id: agent_id.clone(),
+                            heartbeat_interval_ms: millis(interval),
+                            kill,
+                        },
+                    );
+                    self.agents
+                        .attach(agent_id, link, now.monotonic, &mut self.out);
+                }
+                Settled::Refused(error) => {
+                    tracing::warn!(agent = %agent_id, %error, "agent registration refused");
+                    self.out.send_agent(
+                        link.session,
+                        MasterToAgent::Error(WireError::new(
+                            ErrorCode::InvalidRequest,
+                            error.to_string(),
+                        )),
+                    );
+                    self.out.close(link.session);
+                }
+                Settled::Dropped(error) => {
+                    // Not committed (leadership changed): the agent registers again.
+                    let redirect = Redirect {
+                        leader: self.leader_info().filter(|_| !self.node.is_leader()),
+                    };
+                    tracing::info!(agent = %agent_id, %error, "agent registration not committed");
+                    self.out
+                        .send_agent(link.session, MasterToAgent::Redirect(redirect));
+                    self.out.close(link.session);
+                }
+            },
+            AgentPending::Status { agent_id, ack } => {
+                match &settled {
+                    Settled::Applied(_) => {}
+                    Settled::Refused(error) => {
+                        // Retrying cannot change the answer: acknowledge so the agent stops.
+                        tracing::warn!(agent = %agent_id, task = %ack.task_id, seq = ack.seq, %error, "status update refused");
+                    }
+                    // Not committed: no ack, the agent resends it.
+                    Settled::Dropped(_) => return,
+                }
+                if let Some(link) = self.agents.link(&agent_id) {
+                    self.out
+                        .send_agent(link.session, MasterToAgent::StatusAck(ack));
+                }
+            }
+        }
+    }
+
+    pub(super) fn handle_agent_register(
+        &mut self,
+        agent_id: AgentId,
+        link: AgentLink,
+        registration: AgentRegistration,
+        now: Now,
+    ) {
+        if !self.node.is_leader() {
+            self.out
+                .send_agent(link.session, MasterToAgent::Redirect(self.redirect()));
+            self.out.close(link.session);
+            return;
+        }
+        let at_ms = now.wall_ms();
+        let AgentRegistration {
+            hostname,
+            resources,
+            attributes,
+            tasks,
+            executors,
+        } = registration;
+        let command = if self.node.state().agents().contains_key(&agent_id) {
+            let running = tasks
+                .iter()
+                .filter(|task| !task.state.is_terminal())
+                .map(|task| TaskKey::new(task.framework_id.clone(), task.spec.id.clone()))
+                .collect();
+            Command::ReregisterAgent {
+                agent_id: agent_id.clone(),
+                hostname,
+                resources,
+                attributes,
+                executors,
+                running,
+                at_ms,
+            }
+        } else {
+            Command::RegisterAgent {
+                agent_id: agent_id.clone(),
+                hostname,
+                resources,
+                attributes,
+                executors,
+                at_ms,
+            }
+        };
+        let token = self.token();
+        match self.node.propose(&command, token) {
+            Ok(()) => {
+                self.pending.insert(
+                    token,
+                    Pending::Agent(AgentPending::Register { agent_id, link }),
+                );
+            }
+            Err(error) => {
+                let response = match self.propose_error_response(&error) {
+                    OperatorResponse::Redirect(redirect) => MasterToAgent::Redirect(redirect),
+                    _ => MasterToAgent::Error(WireError::new(
+                        ErrorCode::Unavailable,
+                        error.to_string(),
+                    )),
+                };
+                self.out.send_agent(link.session, response);
+                self.out.close(link.session);
+            }
+        }
+    }
+
+    pub(super) fn handle_agent_status(
+        &mut self,
+        agent_id: AgentId,
+        update: StatusUpdate,
+        now: Now,
+    ) {
+        // Updates count only on the leader, from an agent whose registration committed here;
+        // otherwise the agent resends them after it registers.
+        if !self.node.is_leader() || self.agents.link(&agent_id).is_none() {
+            return;
+        }
+        let ack = ack_of(&update);
+        let command = Command::UpdateStatus {
+            agent_id: agent_id.clone(),
+            update,
+            at_ms: now.wall_ms(),
+        };
+        let token = self.token();
+        if self.node.propose(&command, token).is_ok() {
+            self.pending.insert(
+                token,
+                Pending::Agent(AgentPending::Status { agent_id, ack }),
+            );
+        }
+    }
+
+    /// On the leader: proposes the liveness marks that are due.
+    pub(super) fn propose_agent_marks(&mut self, now: Now) {
+        if !self.node.is_leader() {
+            return;
+        }
+        let marks = self
+            .agents
+            .due_marks(self.node.state(), now.monotonic, now.wall_ms());
+        for command in marks {
+            tracing::info!(command = command.kind(), "agent silent too long");
+            self.propose_internal(command);
+        }
     }
 }
 
@@ -290,8 +473,8 @@ mod tests {
     fn a_silent_agent_is_marked_unreachable_then_lost_once_each() {
         let mut state = ClusterState::default();
         register(&mut state, "agent-1");
-        let mut links = AgentLinks::new(timeouts());
-        let start = Instant::now();
+        let mut links = AgentSessions::new(timeouts());
+        let start = Time::from_millis(1_000);
         links.on_leadership(&state, start);
         assert!(links
             .due_marks(&state, start + Duration::from_millis(900), 0)
@@ -324,8 +507,8 @@ mod tests {
         let mut state = ClusterState::default();
         register(&mut state, "agent-1");
         let agent = AgentId("agent-1".to_string());
-        let mut links = AgentLinks::new(timeouts());
-        let start = Instant::now();
+        let mut links = AgentSessions::new(timeouts());
+        let start = Time::from_millis(1_000);
         links.on_leadership(&state, start);
         // An active agent that heartbeats needs nothing proposed, and is not marked.
         assert!(links
@@ -349,10 +532,10 @@ mod tests {
     fn a_new_leader_starts_every_clock_afresh() {
         let mut state = ClusterState::default();
         register(&mut state, "agent-1");
-        let mut links = AgentLinks::new(timeouts());
-        let start = Instant::now();
+        let mut links = AgentSessions::new(timeouts());
+        let start = Time::from_millis(1_000);
         links.on_leadership(&state, start);
-        links.on_lost_leadership(Redirect { leader: None });
+        links.on_lost_leadership(&Redirect { leader: None }, &mut Outbox::default());
         let later = start + Duration::from_secs(10);
         links.on_leadership(&state, later);
         assert!(links

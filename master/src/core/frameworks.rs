@@ -1,0 +1,742 @@
+//! The leader's side of framework sessions: who is connected, what to push to whom, and when a
+//! disconnected framework has used up its failover timeout.
+//!
+//! Subscriptions, kills, acknowledgements and teardowns go through the log; the answers to
+//! the calls that made them are sent once they are applied. Status updates recorded in the
+//! state are pushed to the task's framework when its session is on this leader, and again on
+//! reconciliation: updates are at least once, and the framework acknowledges each.
+//!
+//! A framework whose session closes is marked disconnected (replicated), and torn down when
+//! `failover_timeout_ms` passes without it subscribing again. A new leader cannot know when
+//! the old one last saw a framework, so it gives every framework without a session here the
+//! whole timeout from the moment it took over: a failover delays a teardown, never hastens it.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use fullerene_proto::ids::FrameworkId;
+use fullerene_proto::messages::{MasterToFramework, Redirect, StatusUpdate};
+use fullerene_proto::Time;
+
+use std::collections::BTreeMap;
+
+use fullerene_proto::ids::{AgentId, TaskId};
+use fullerene_proto::messages::{
+    CallOk, ErrorCode, FrameworkCall, FrameworkRequest, Leftover, Offer, OperatorResponse,
+    StatusReason, TaskState, WireError,
+};
+use fullerene_proto::{Now, OfferId};
+
+use super::{
+    millis, operators, FrameworkPending, MasterCore, Outbox, Pending, SessionId, Settled,
+    Subscription,
+};
+use crate::raft_node::ProposeError;
+use crate::state::{ClusterState, Command, CommandOutcome, TaskKey};
+use crate::storage::RaftStore;
+
+/// A framework's session on this leader.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FrameworkLink {
+    /// The session (a reconnect may overlap the old session's end).
+    pub session: SessionId,
+    /// The principal of the session's certificate.
+    pub principal: String,
+}
+
+/// The leader's framework sessions and failover clocks.
+#[derive(Debug, Default)]
+pub(crate) struct FrameworkSessions {
+    links: HashMap<FrameworkId, FrameworkLink>,
+    /// Since when each framework without a session on this leader has been without one.
+    absent_since: HashMap<FrameworkId, Time>,
+    /// Teardowns proposed and not yet applied.
+    teardowns_in_flight: std::collections::BTreeSet<FrameworkId>,
+}
+
+impl FrameworkSessions {
+    /// This master became leader: every framework's failover clock starts now.
+    pub(crate) fn on_leadership(&mut self, state: &ClusterState, now: Time) {
+        self.absent_since = state
+            .frameworks()
+            .values()
+            .filter(|f| f.torn_down_at_ms.is_none())
+            .map(|f| (f.id.clone(), now))
+            .collect();
+        self.teardowns_in_flight.clear();
+    }
+
+    /// This master stopped leading: frameworks are sent to the new leader, their sessions
+    /// closed, and forgotten.
+    pub(crate) fn on_lost_leadership(&mut self, redirect: &Redirect, out: &mut Outbox) {
+        for (_, link) in self.links.drain() {
+            out.send_framework(link.session, MasterToFramework::Redirect(redirect.clone()));
+            out.close(link.session);
+        }
+        self.absent_since.clear();
+        self.teardowns_in_flight.clear();
+    }
+
+    /// The framework's subscription committed: its session becomes the one to push to.
+    pub(crate) fn attach(
+        &mut self,
+        framework_id: FrameworkId,
+        link: FrameworkLink,
+        out: &mut Outbox,
+    ) {
+        self.absent_since.remove(&framework_id);
+        let session = link.session;
+        if let Some(old) = self.links.insert(framework_id, link) {
+            // A session replaced by a newer one of the same framework is closed.
+            if old.session != session {
+                out.close(old.session);
+            }
+        }
+    }
+
+    /// A session ended. Returns true when it was the framework's current one (the leader then
+    /// marks the framework disconnected).
+    pub(crate) fn detach(
+        &mut self,
+        framework_id: &FrameworkId,
+        session: SessionId,
+        now: Time,
+    ) -> bool {
+        let current = self
+            .links
+            .get(framework_id)
+            .is_some_and(|link| link.session == session);
+        if current {
+            self.links.remove(framework_id);
+            self.absent_since.insert(framework_id.clone(), now);
+        }
+        current
+    }
+
+    /// The framework's current session, when it has one on this leader.
+    pub(crate) fn link(&self, framework_id: &FrameworkId) -> Option<&FrameworkLink> {
+        self.links.get(framework_id)
+    }
+
+    /// Teardowns due at `now`: frameworks absent for longer than their failover timeout.
+    /// Each is returned once until it is applied.
+    pub(crate) fn due_teardowns(
+        &mut self,
+        state: &ClusterState,
+        now: Time,
+        at_ms: u64,
+    ) -> Vec<Command> {
+        let mut due = Vec::new();
+        for (framework_id, since) in &self.absent_since {
+            let Some(entry) = state.frameworks().get(framework_id) else {
+                continue;
+            };
+            if entry.torn_down_at_ms.is_some() {
+                continue;
+            }
+            let timeout = Duration::from_millis(entry.failover_timeout_ms);
+            if now.saturating_duration_since(*since) >= timeout
+                && self.teardowns_in_flight.insert(framework_id.clone())
+            {
+                due.push(Command::TeardownFramework {
+                    framework_id: framework_id.clone(),
+                    principal: None,
+                    at_ms,
+                });
+            }
+        }
+        due
+    }
+
+    /// A teardown was applied or refused. An applied teardown closes the framework's
+    /// session, after whatever was already sent on it.
+    pub(crate) fn teardown_settled(
+        &mut self,
+        framework_id: &FrameworkId,
+        applied: bool,
+        out: &mut Outbox,
+    ) {
+        self.teardowns_in_flight.remove(framework_id);
+        if applied {
+            self.absent_since.remove(framework_id);
+            if let Some(link) = self.links.remove(framework_id) {
+                out.close(link.session);
+            }
+        }
+    }
+
+    /// Pushes the status updates an applied command's outcome carries to their frameworks.
+    pub(crate) fn push_outcome(&self, outcome: &CommandOutcome, out: &mut Outbox) {
+        match outcome {
+            CommandOutcome::StatusRecorded(update) => self.push_update(update, out),
+            CommandOutcome::AgentRegistered { updates, .. }
+            | CommandOutcome::TasksEnded { updates, .. } => {
+                for update in updates {
+                    self.push_update(update, out);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Sends `update` to its framework, if connected here.
+    pub(crate) fn push_update(&self, update: &StatusUpdate, out: &mut Outbox) {
+        if let Some(link) = self.links.get(&update.framework_id) {
+            out.send_framework(link.session, MasterToFramework::Update(update.clone()));
+        }
+    }
+}
+
+impl<S: RaftStore> MasterCore<S> {
+    pub(super) fn handle_subscribe(
+        &mut self,
+        session: SessionId,
+        subscription: Subscription,
+        now: Now,
+    ) {
+        if !self.node.is_leader() {
+            self.out
+                .send_framework(session, MasterToFramework::Redirect(self.redirect()));
+            self.out.close(session);
+            return;
+        }
+        let at_ms = now.wall_ms();
+        let Subscription {
+            call_id,
+            framework_id,
+            name,
+            group,
+            failover_timeout_ms,
+            principal,
+        } = subscription;
+        let link = FrameworkLink {
+            session,
+            principal: principal.clone(),
+        };
+        let (id, command) = match framework_id {
+            Some(id) => (
+                id.clone(),
+                Command::FailoverFramework {
+                    framework_id: id,
+                    principal,
+                    name,
+                    failover_timeout_ms,
+                    at_ms,
+                },
+            ),
+            None => {
+                // Unique across leaders: a term has one leader, and it counts.
+                let id = FrameworkId(format!("fw-{}-{}", self.node.term(), self.next_framework));
+                self.next_framework += 1;
+                (
+                    id.clone(),
+                    Command::SubscribeFramework {
+                        framework_id: id,
+                        principal,
+                        name,
+                        group,
+                        failover_timeout_ms,
+                        at_ms,
+                    },
+                )
+            }
+        };
+        self.propose_for_framework(command, call_id, link, FrameworkPending::Subscribe(id));
+    }
+
+    pub(super) fn handle_framework_call(
+        &mut self,
+        framework_id: FrameworkId,
+        session: SessionId,
+        call: FrameworkCall,
+        now: Now,
+    ) {
+        let Some(link) = self
+            .frameworks
+            .link(&framework_id)
+            .filter(|link| link.session == session)
+            .cloned()
+        else {
+            // A stale session (replaced, or from before a leader change): it is being closed.
+            return;
+        };
+        let call_id = call.call_id;
+        let principal = link.principal.clone();
+        let at_ms = now.wall_ms();
+        let result = match call.call {
+            FrameworkRequest::Subscribe { .. } => Err(WireError::new(
+                ErrorCode::InvalidRequest,
+                "already subscribed on this session",
+            )),
+            FrameworkRequest::Kill { task_id } => {
+                let command = Command::KillTask {
+                    framework_id,
+                    principal,
+                    task_id,
+                    at_ms,
+                };
+                self.propose_for_framework(command, call_id, link, FrameworkPending::Answer);
+                return;
+            }
+            FrameworkRequest::Acknowledge(ack) => {
+                let command = Command::AcknowledgeStatus {
+                    framework_id,
+                    principal,
+                    task_id: ack.task_id,
+                    seq: ack.seq,
+                };
+                self.propose_for_framework(command, call_id, link, FrameworkPending::Answer);
+                return;
+            }
+            FrameworkRequest::Teardown => {
+                let command = Command::TeardownFramework {
+                    framework_id: framework_id.clone(),
+                    principal: Some(principal),
+                    at_ms,
+                };
+                self.propose_for_framework(
+                    command,
+                    call_id,
+                    link,
+                    FrameworkPending::Teardown(framework_id),
+                );
+                return;
+            }
+            FrameworkRequest::Reconcile { task_ids } => {
+                for update in self.reconcile(&framework_id, &task_ids, now) {
+                    self.out
+                        .send_framework(link.session, MasterToFramework::Update(update));
+                }
+                Ok(CallOk::Done)
+            }
+            FrameworkRequest::UpdateDemand(summary) => match self.offers.as_mut() {
+                Some(offers) => offers
+                    .update_demand(self.node.state(), &framework_id, &summary)
+                    .map(|()| CallOk::Done),
+                None => Err(no_offers()),
+            },
+            FrameworkRequest::Revive | FrameworkRequest::Suppress => {
+                let suppress = matches!(call.call, FrameworkRequest::Suppress);
+                match self.offers.as_mut() {
+                    Some(offers) => offers
+                        .set_suppressed(self.node.state(), &framework_id, suppress)
+                        .map(|()| CallOk::Done),
+                    None => Err(no_offers()),
+                }
+            }
+            FrameworkRequest::Decline {
+                offer_ids,
+                refuse_ms,
+            } => self
+                .give_back(
+                    &framework_id,
+                    &offer_ids,
+                    Leftover::Decline { refuse_ms },
+                    now,
+                )
+                .map(|()| CallOk::Done),
+            FrameworkRequest::Yield { offer_ids } => self
+                .give_back(&framework_id, &offer_ids, Leftover::Yield, now)
+                .map(|()| CallOk::Done),
+            FrameworkRequest::Accept {
+                offer_ids,
+                tasks,
+                leftover,
+            } => {
+                let Some(offers) = self.offers.as_mut() else {
+                    self.answer_call(&link, call_id, Err(no_offers()));
+                    return;
+                };
+                let accepted = match offers.accept(
+                    self.node.state(),
+                    &framework_id,
+                    &offer_ids,
+                    &tasks,
+                    leftover,
+                    at_ms,
+                ) {
+                    Ok(accepted) => accepted,
+                    Err(error) => {
+                        self.answer_call(&link, call_id, Err(error));
+                        return;
+                    }
+                };
+                if let Some(reoffer) = accepted.reoffer {
+                    self.push_offers(vec![reoffer]);
+                }
+                let command = Command::LaunchTasks {
+                    framework_id,
+                    principal,
+                    agent_id: accepted.agent.clone(),
+                    tasks,
+                    at_ms,
+                };
+                let kind = FrameworkPending::Launch {
+                    agent: accepted.agent,
+                    launching: accepted.launching,
+                };
+                self.propose_for_framework(command, call_id, link, kind);
+                return;
+            }
+        };
+        self.answer_call(&link, call_id, result);
+    }
+
+    pub(super) fn answer_call(
+        &mut self,
+        link: &FrameworkLink,
+        call_id: u64,
+        result: Result<CallOk, WireError>,
+    ) {
+        self.out.send_framework(
+            link.session,
+            MasterToFramework::CallResult { call_id, result },
+        );
+    }
+
+    /// The latest update of each task asked about (all of the framework's when `task_ids` is
+    /// empty); a task the master does not know is reported LOST with reason `UnknownTask`.
+    pub(super) fn reconcile(
+        &self,
+        framework_id: &FrameworkId,
+        task_ids: &[TaskId],
+        now: Now,
+    ) -> Vec<StatusUpdate> {
+        let state = self.node.state();
+        let latest = |key: &TaskKey| {
+            state.tasks().get(key).map(|record| StatusUpdate {
+                task_id: key.task_id.clone(),
+                framework_id: key.framework_id.clone(),
+                agent_id: record.agent_id.clone(),
+                state: record.state,
+                seq: record.seq,
+                reason: record.reason.clone(),
+                message: String::from("reconciliation"),
+                timestamp_ms: record.updated_at_ms,
+            })
+        };
+        if task_ids.is_empty() {
+            return state
+                .tasks()
+                .keys()
+                .filter(|key| &key.framework_id == framework_id)
+                .filter_map(latest)
+                .collect();
+        }
+        task_ids
+            .iter()
+            .map(|task_id| {
+                let key = TaskKey::new(framework_id.clone(), task_id.clone());
+                latest(&key).unwrap_or_else(|| StatusUpdate {
+                    task_id: task_id.clone(),
+                    framework_id: framework_id.clone(),
+                    agent_id: AgentId(String::new()),
+                    state: TaskState::Lost,
+                    seq: 0,
+                    reason: Some(StatusReason::UnknownTask),
+                    message: "the master does not know this task".to_string(),
+                    timestamp_ms: now.wall_ms(),
+                })
+            })
+            .collect()
+    }
+
+    pub(super) fn propose_for_framework(
+        &mut self,
+        command: Command,
+        call_id: u64,
+        link: FrameworkLink,
+        kind: FrameworkPending,
+    ) {
+        let token = self.token();
+        match self.node.propose(&command, token) {
+            Ok(()) => {
+                self.pending.insert(
+                    token,
+                    Pending::Framework {
+                        call_id,
+                        link,
+                        kind,
+                    },
+                );
+            }
+            Err(error) => {
+                if let FrameworkPending::Launch { agent, launching } = &kind {
+                    if let Some(offers) = self.offers.as_mut() {
+                        offers.launch_settled(self.node.state(), agent, *launching);
+                    }
+                }
+                let message = match self.propose_error_response(&error) {
+                    OperatorResponse::Redirect(redirect) => MasterToFramework::Redirect(redirect),
+                    _ => MasterToFramework::CallResult {
+                        call_id,
+                        result: Err(WireError::new(ErrorCode::Unavailable, error.to_string())),
+                    },
+                };
+                self.out.send_framework(link.session, message);
+                if matches!(kind, FrameworkPending::Subscribe(_)) {
+                    // The session never became the framework's: nothing else will use it.
+                    self.out.close(link.session);
+                }
+            }
+        }
+    }
+
+    pub(super) fn settle_framework(
+        &mut self,
+        call_id: u64,
+        link: FrameworkLink,
+        kind: FrameworkPending,
+        settled: Settled,
+    ) {
+        if let FrameworkPending::Launch { agent, launching } = &kind {
+            // Charged (applied) or not (refused, dropped): either way no longer held back.
+            if let Some(offers) = self.offers.as_mut() {
+                offers.launch_settled(self.node.state(), agent, *launching);
+            }
+        }
+        // A subscription that did not commit leaves its session to no framework: it is closed
+        // once answered (an attached session is closed where it is detached or replaced).
+        let subscribing = matches!(kind, FrameworkPending::Subscribe(_));
+        let result = match settled {
+            Settled::Applied(_) => match kind {
+                FrameworkPending::Subscribe(framework_id) => {
+                    tracing::info!(framework = %framework_id, principal = link.principal, "framework subscribed");
+                    self.frameworks
+                        .attach(framework_id.clone(), link.clone(), &mut self.out);
+                    let interval = self.agents.timeouts().heartbeat_interval;
+                    Ok(CallOk::Subscribed {
+                        framework_id,
+                        heartbeat_interval_ms: millis(interval),
+                    })
+                }
+                FrameworkPending::Teardown(framework_id) => {
+                    // The answer goes out before the session closes.
+                    self.answer_call(&link, call_id, Ok(CallOk::Done));
+                    self.frameworks
+                        .teardown_settled(&framework_id, true, &mut self.out);
+                    return;
+                }
+                FrameworkPending::Answer | FrameworkPending::Launch { .. } => Ok(CallOk::Done),
+            },
+            Settled::Refused(error) => Err(operators::command_wire_error(&error)),
+            Settled::Dropped(error) => {
+                if !self.node.is_leader() {
+                    // Leadership moved: the framework follows the redirect it gets.
+                    if subscribing {
+                        self.out.close(link.session);
+                    }
+                    return;
+                }
+                let code = match error {
+                    ProposeError::OutcomeUnknown => ErrorCode::OutcomeUnknown,
+                    _ => ErrorCode::Unavailable,
+                };
+                Err(WireError::new(code, error.to_string()))
+            }
+        };
+        let failed = result.is_err();
+        self.answer_call(&link, call_id, result);
+        if subscribing && failed {
+            self.out.close(link.session);
+        }
+    }
+
+    /// Declines or yields offers; yielded resources are re-offered at once.
+    pub(super) fn give_back(
+        &mut self,
+        framework_id: &FrameworkId,
+        offer_ids: &[OfferId],
+        leftover: Leftover,
+        now: Now,
+    ) -> Result<(), WireError> {
+        let Some(offers) = self.offers.as_mut() else {
+            return Err(no_offers());
+        };
+        let reoffers = offers.give_back(
+            self.node.state(),
+            framework_id,
+            offer_ids,
+            leftover,
+            now.wall_ms(),
+        )?;
+        self.push_offers(reoffers);
+        Ok(())
+    }
+
+    /// Sends offers to their frameworks, one frame per framework.
+    pub(super) fn push_offers(&mut self, offers: Vec<Offer>) {
+        let mut by_framework: BTreeMap<FrameworkId, Vec<Offer>> = BTreeMap::new();
+        for offer in offers {
+            by_framework
+                .entry(offer.framework_id.clone())
+                .or_default()
+                .push(offer);
+        }
+        for (framework_id, offers) in by_framework {
+            if let Some(link) = self.frameworks.link(&framework_id) {
+                self.out
+                    .send_framework(link.session, MasterToFramework::Offers(offers));
+            }
+        }
+    }
+
+    /// On the leader, every allocation interval: rescinds what is stale and makes new offers.
+    pub(super) fn allocate(&mut self, now: Now) {
+        if now.monotonic < self.next_allocation {
+            return;
+        }
+        self.next_allocation = now.monotonic + self.config.allocation_interval;
+        let Some(offers) = self.offers.as_mut() else {
+            return;
+        };
+        let frameworks = &self.frameworks;
+        let (made, rescinded) = offers.cycle(
+            self.node.state(),
+            |framework| frameworks.link(framework).is_some(),
+            now.wall_ms(),
+        );
+        let mut rescinds: BTreeMap<FrameworkId, Vec<OfferId>> = BTreeMap::new();
+        for offer in rescinded {
+            rescinds
+                .entry(offer.framework_id)
+                .or_default()
+                .push(offer.id);
+        }
+        for (framework_id, offer_ids) in rescinds {
+            if let Some(link) = self.frameworks.link(&framework_id) {
+                self.out
+                    .send_framework(link.session, MasterToFramework::Rescind { offer_ids });
+            }
+        }
+        self.push_offers(made);
+    }
+
+    /// On the leader: tears down the frameworks absent past their failover timeout.
+    pub(super) fn propose_framework_teardowns(&mut self, now: Now) {
+        if !self.node.is_leader() {
+            return;
+        }
+        let due = self
+            .frameworks
+            .due_teardowns(self.node.state(), now.monotonic, now.wall_ms());
+        for command in due {
+            self.propose_internal(command);
+        }
+    }
+}
+
+/// The answer to offer calls on a master that makes none (not leading, or its allocator could
+/// not start).
+fn no_offers() -> WireError {
+    WireError::new(
+        ErrorCode::Unavailable,
+        "this master makes no offers now (it is not leading); retry",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn subscribe(state: &mut ClusterState, id: &str, failover_timeout_ms: u64) {
+        state
+            .apply(&Command::SubscribeFramework {
+                framework_id: FrameworkId(id.to_string()),
+                principal: "framework-1".to_string(),
+                name: "job".to_string(),
+                group: "default".to_string(),
+                failover_timeout_ms,
+                at_ms: 0,
+            })
+            .expect("subscribed");
+    }
+
+    fn link(session: u64) -> FrameworkLink {
+        FrameworkLink {
+            session: SessionId(session),
+            principal: "framework-1".to_string(),
+        }
+    }
+
+    #[test]
+    fn an_absent_framework_is_torn_down_after_its_failover_timeout_once() {
+        let mut state = ClusterState::default();
+        subscribe(&mut state, "fw-1", 1_000);
+        let id = FrameworkId("fw-1".to_string());
+        let mut links = FrameworkSessions::default();
+        let start = Time::from_millis(1_000);
+        links.on_leadership(&state, start);
+        let mut out = Outbox::default();
+        links.attach(id.clone(), link(7), &mut out);
+        // Connected: never due.
+        assert!(links
+            .due_teardowns(&state, start + Duration::from_secs(60), 0)
+            .is_empty());
+        // A stale session's end changes nothing; the current one's starts the clock.
+        assert!(!links.detach(&id, SessionId(6), start));
+        assert!(links.detach(&id, SessionId(7), start));
+        assert!(links
+            .due_teardowns(&state, start + Duration::from_millis(900), 0)
+            .is_empty());
+        let due = links.due_teardowns(&state, start + Duration::from_millis(1_100), 0);
+        assert!(matches!(
+            due.as_slice(),
+            [Command::TeardownFramework {
+                principal: None,
+                ..
+            }]
+        ));
+        assert!(links
+            .due_teardowns(&state, start + Duration::from_millis(1_200), 0)
+            .is_empty());
+        // Subscribing again in time stops the clock.
+        links.teardown_settled(&id, false, &mut out);
+        links.attach(id, link(8), &mut out);
+        assert!(links
+            .due_teardowns(&state, start + Duration::from_secs(60), 0)
+            .is_empty());
+    }
+
+    #[test]
+    fn a_new_leader_gives_every_framework_its_whole_timeout() {
+        let mut state = ClusterState::default();
+        subscribe(&mut state, "fw-1", 1_000);
+        let mut links = FrameworkSessions::default();
+        let later = Time::from_millis(1_000) + Duration::from_secs(100);
+        links.on_leadership(&state, later);
+        assert!(links
+            .due_teardowns(&state, later + Duration::from_millis(500), 0)
+            .is_empty());
+        assert_eq!(
+            links
+                .due_teardowns(&state, later + Duration::from_millis(1_500), 0)
+                .len(),
+            1
+        );
+    }
+
+    #[test]
+    fn updates_go_to_the_connected_framework_only() {
+        let mut links = FrameworkSessions::default();
+        let mut out = Outbox::default();
+        links.attach(FrameworkId("fw-1".to_string()), link(1), &mut out);
+        let update = |framework: &str| StatusUpdate {
+            task_id: fullerene_proto::ids::TaskId("t".to_string()),
+            framework_id: FrameworkId(framework.to_string()),
+            agent_id: fullerene_proto::ids::AgentId("agent-1".to_string()),
+            state: fullerene_proto::messages::TaskState::Running,
+            seq: 1,
+            reason: None,
+            message: String::new(),
+            timestamp_ms: 0,
+        };
+        links.push_update(&update("fw-2"), &mut out);
+        links.push_update(&update("fw-1"), &mut out);
+        let mut sent = out.drain();
+        assert!(
+            matches!(sent.next(), Some(super::super::Output::ToFramework { session: SessionId(1), message: MasterToFramework::Update(u) }) if u.framework_id.0 == "fw-1")
+        );
+        assert!(sent.next().is_none());
+    }
+}

@@ -1,0 +1,790 @@
+//! The master's sans-IO core: every decision the leader makes, driven by explicit inputs and
+//! returning explicit outputs (DESIGN.md, principle 1).
+//!
+//! [`MasterCore`] owns the [`RaftNode`] and everything the leader keeps beside the replicated
+//! state: the sessions of agents and frameworks (by [`SessionId`]; the shell maps them to
+//! connections), agents' liveness clocks, frameworks' failover clocks, the open offers, and the
+//! requests waiting for a commit or a read confirmation. It opens no socket, spawns no task and
+//! reads no clock: the time comes with every call as a [`Now`], and what must leave the process
+//! comes back as [`Output`]s. The tokio/QUIC shell (`crate::server`) only moves bytes and time;
+//! the whole-system simulation drives the same core with a virtual clock. The model is
+//! `quinn-proto` under `quinn`, and raft-rs's `RawNode`/`Ready` loop.
+//!
+//! # Driving it
+//!
+//! ```
+//! use std::time::Duration;
+//! use fullerene_master::core::{CoreConfig, MasterCore, Output};
+//! use fullerene_master::raft_node::{NodeConfig, RaftNode};
+//! use fullerene_master::state::ClusterSettings;
+//! use fullerene_master::storage::MemStorage;
+//! use fullerene_proto::{Now, Time};
+//!
+//! let node = RaftNode::bootstrap(NodeConfig::new(1), MemStorage::new("m1"), &[1], ClusterSettings::default())?;
+//! let mut core = MasterCore::new(node, CoreConfig::default());
+//! let mut now = Now::at(Time::ZERO);
+//! assert!(core.start(now).is_none(), "a member starts serving");
+//! // The shell's loop: inputs and ticks in, `advance`, then the outputs out.
+//! for _ in 0..100 {
+//!     now = now.after(Duration::from_millis(25));
+//!     core.tick(now);
+//!     if let Some(exit) = core.advance(now)? {
+//!         panic!("stopped: {exit:?}");
+//!     }
+//!     for output in core.drain_outputs() {
+//!         // Send it: `Output::ToPeer`, `ToAgent`, `ToFramework`, `Answer`, ...
+//!         let _ = output;
+//!     }
+//! }
+//! assert!(core.node().is_leader(), "a single master elects itself");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod agents;
+mod frameworks;
+mod membership;
+mod operators;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use fullerene_proto::ids::{AgentId, FrameworkId};
+use fullerene_proto::messages::{
+    ErrorCode, FrameworkCall, LeaderInfo, MasterToAgent, MasterToFramework, Offer, OperatorRequest,
+    OperatorResponse, Redirect, StatusUpdate, TaskInfo, WireError,
+};
+use fullerene_proto::{MasterId, Now, ResourceVec, Resources, Time};
+use raft::eraftpb::Message;
+
+pub use agents::AgentTimeouts;
+use agents::{AgentLink, AgentPending, AgentSessions};
+use frameworks::{FrameworkLink, FrameworkSessions};
+use operators::ReadQuery;
+
+use crate::offers::OfferManager;
+use crate::raft_node::{NodeError, NodeOutput, ProposeError, RaftNode, Token};
+use crate::state::{Command, CommandError, CommandOutcome};
+use crate::storage::RaftStore;
+
+/// A learner is promoted to voter once its log is within this many entries of the leader's.
+const PROMOTION_LAG: u64 = 64;
+
+/// One session of an agent, a framework or an operator, as the shell numbers them. Sessions of
+/// the same peer get different ids, so the end of a stale session never drops a newer one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SessionId(pub u64);
+
+/// An operator request waiting for its answer ([`Output::Answer`]), as the shell numbers them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RequestId(pub u64);
+
+/// What the leader decides with, besides the replicated state.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CoreConfig {
+    /// Where each master is reached, by Raft id, as the command line says (members added later
+    /// are learned from their membership change; these win over the replicated addresses).
+    pub members: BTreeMap<u64, SocketAddr>,
+    /// Agents' heartbeat interval and when silent agents are marked unreachable and lost.
+    pub agent_timeouts: AgentTimeouts,
+    /// Where this master's HTTP API listens, announced in the replicated state when it leads.
+    pub http_addr: Option<SocketAddr>,
+    /// How often the leader runs an allocation cycle.
+    pub allocation_interval: Duration,
+    /// How long an offer stays valid before it is rescinded and offered again.
+    pub offer_ttl: Duration,
+    /// Agent shards, each with its own allocation cycle.
+    pub allocator_shards: usize,
+}
+
+impl Default for CoreConfig {
+    /// No addresses, default agent timeouts, an allocation cycle every 100 ms, offers valid for
+    /// the offer book's default, one shard.
+    fn default() -> CoreConfig {
+        CoreConfig {
+            members: BTreeMap::new(),
+            agent_timeouts: AgentTimeouts::default(),
+            http_addr: None,
+            allocation_interval: Duration::from_millis(100),
+            offer_ttl: Duration::from_millis(crate::offers::DEFAULT_OFFER_TTL_MS),
+            allocator_shards: 1,
+        }
+    }
+}
+
+/// The fields of an agent's `Register` frame.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AgentRegistration {
+    /// The machine's name.
+    pub hostname: String,
+    /// Its capacity.
+    pub resources: Resources,
+    /// Its attributes (rack, zone, ...).
+    pub attributes: BTreeMap<String, String>,
+    /// The tasks it runs or has ended without an acknowledgement.
+    pub tasks: Vec<TaskInfo>,
+    /// The executors it offers.
+    pub executors: Vec<String>,
+}
+
+/// A framework's `Subscribe` call.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Subscription {
+    /// The call to answer.
+    pub call_id: u64,
+    /// The id to fail over, or `None` for a new framework.
+    pub framework_id: Option<FrameworkId>,
+    /// Its name.
+    pub name: String,
+    /// Its fairness group.
+    pub group: String,
+    /// How long its tasks survive a disconnection.
+    pub failover_timeout_ms: u64,
+    /// The principal of the session's certificate.
+    pub principal: String,
+}
+
+/// What reaches the core from outside: one message, or the end of a session or a delivery.
+#[derive(Debug)]
+pub enum Input {
+    /// A Raft message from a peer whose certificate names `message.from`.
+    Raft(Message),
+    /// An operator request (or the HTTP API's `/state`), answered with [`Output::Answer`].
+    Operator(RequestId, OperatorRequest),
+    /// Messages to this peer could not be delivered.
+    PeerUnreachable(u64),
+    /// A `MsgSnapshot` to this peer was delivered (`true`) or not.
+    SnapshotReport(u64, bool),
+    /// An agent's session opened with a registration.
+    AgentRegister {
+        /// The agent, from its certificate.
+        agent_id: AgentId,
+        /// The session it opened.
+        session: SessionId,
+        /// Where the session comes from.
+        address: SocketAddr,
+        /// What it registered with.
+        registration: AgentRegistration,
+    },
+    /// An agent heartbeated.
+    AgentHeartbeat(AgentId),
+    /// An agent reported a task's status.
+    AgentStatus(AgentId, StatusUpdate),
+    /// An agent's capacity changed.
+    AgentResources(AgentId, Resources),
+    /// An agent's session ended.
+    AgentGone(AgentId, SessionId),
+    /// A framework's session opened with a subscription.
+    FrameworkSubscribe(SessionId, Subscription),
+    /// A subscribed framework's call, on one of its sessions.
+    FrameworkCall {
+        /// The framework.
+        framework_id: FrameworkId,
+        /// The session it came on.
+        session: SessionId,
+        /// The call.
+        call: FrameworkCall,
+    },
+    /// A framework's session ended.
+    FrameworkGone(FrameworkId, SessionId),
+    /// Master `from` says this master was not a member as of log index `as_of`.
+    NotAMember {
+        /// The master that said so.
+        from: u64,
+        /// The committed index its membership view holds at.
+        as_of: u64,
+    },
+}
+
+/// Who leads, as far as this master knows (published for the session tasks, which redirect).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LeaderView {
+    /// The leader and its address, when known (an address is needed to redirect).
+    pub leader: Option<LeaderInfo>,
+    /// Whether this master leads.
+    pub is_self: bool,
+    /// The leader's HTTP API, when it announced one.
+    pub leader_http: Option<SocketAddr>,
+}
+
+/// The members, and the log index at which this master's view of them was last set (a conf
+/// change applied, a snapshot installed, or the restart point). Empty for a master waiting to
+/// be added.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MembershipView {
+    /// Voters and learners.
+    pub members: BTreeSet<u64>,
+    /// The index this view is true at (and after, until the next change).
+    pub as_of: u64,
+}
+
+/// What the core asks the shell to do, in the order it must be done.
+#[derive(Debug, PartialEq)]
+pub enum Output {
+    /// Raft messages for one peer (from one `advance`).
+    ToPeer {
+        /// The peer's Raft id.
+        to: u64,
+        /// The messages, in order.
+        messages: Vec<Message>,
+    },
+    /// A frame for an agent's session.
+    ToAgent {
+        /// The session.
+        session: SessionId,
+        /// The frame.
+        message: MasterToAgent,
+    },
+    /// A frame for a framework's session.
+    ToFramework {
+        /// The session.
+        session: SessionId,
+        /// The frame.
+        message: MasterToFramework,
+    },
+    /// Close a session once what was sent on it before has left.
+    Close(SessionId),
+    /// The answer to an operator request.
+    Answer(RequestId, OperatorResponse),
+    /// Who leads changed (or its address did).
+    Leader(LeaderView),
+    /// The membership view changed.
+    Membership(MembershipView),
+    /// A master left the group: drop its connection.
+    ForgetPeer(u64),
+}
+
+/// The outputs of the steps since the shell last drained them.
+#[derive(Debug, Default)]
+pub(crate) struct Outbox {
+    outputs: Vec<Output>,
+}
+
+impl Outbox {
+    fn push(&mut self, output: Output) {
+        self.outputs.push(output);
+    }
+
+    pub(crate) fn send_agent(&mut self, session: SessionId, message: MasterToAgent) {
+        self.push(Output::ToAgent { session, message });
+    }
+
+    pub(crate) fn send_framework(&mut self, session: SessionId, message: MasterToFramework) {
+        self.push(Output::ToFramework { session, message });
+    }
+
+    pub(crate) fn close(&mut self, session: SessionId) {
+        self.push(Output::Close(session));
+    }
+
+    pub(crate) fn drain(&mut self) -> std::vec::Drain<'_, Output> {
+        self.outputs.drain(..)
+    }
+}
+
+/// Why the core stopped serving.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MasterExit {
+    /// The shell shut it down (SIGTERM, ctrl-c, or a test).
+    Shutdown,
+    /// This master was removed from the group by a membership change: it stops serving.
+    Removed,
+}
+
+/// A request waiting for the node's answer.
+#[derive(Debug)]
+enum Pending {
+    /// A command or a membership change: answered `Done` once applied.
+    Write(RequestId),
+    /// A linearizable read.
+    Read(ReadQuery, RequestId),
+    /// A command proposed for an agent (registration, status update).
+    Agent(AgentPending),
+    /// A command the leader proposed on its own (liveness marks, resource updates).
+    Internal(Command),
+    /// The promotion of this learner to voter.
+    Promotion(u64),
+    /// A framework's call, answered once its command is applied.
+    Framework {
+        /// The call to answer.
+        call_id: u64,
+        /// Where to answer.
+        link: FrameworkLink,
+        /// What the answer does besides.
+        kind: FrameworkPending,
+    },
+}
+
+/// What a framework's proposal does when it is applied, besides answering the call.
+#[derive(Debug)]
+enum FrameworkPending {
+    /// A (re)subscription: the session becomes the framework's.
+    Subscribe(FrameworkId),
+    /// A teardown the framework asked for.
+    Teardown(FrameworkId),
+    /// A launch from an accept: its resources are held back as launching until it settles.
+    Launch {
+        /// The agent.
+        agent: AgentId,
+        /// The tasks' summed demand.
+        launching: ResourceVec,
+    },
+    /// Anything else: just answer.
+    Answer,
+}
+
+/// How a proposal ended.
+enum Settled {
+    Applied(CommandOutcome),
+    Refused(CommandError),
+    Dropped(ProposeError),
+}
+
+/// The leader's decisions around one master's [`RaftNode`]. See the module documentation.
+#[derive(Debug)]
+pub struct MasterCore<S: RaftStore> {
+    node: RaftNode<S>,
+    config: CoreConfig,
+    /// Every known member's address (peers and clients use the same one).
+    addresses: BTreeMap<u64, SocketAddr>,
+    /// Set when a member reported that this master was removed (see [`Input::NotAMember`]).
+    removed_notice: bool,
+    pending: HashMap<Token, Pending>,
+    next_token: u64,
+    agents: AgentSessions,
+    frameworks: FrameworkSessions,
+    /// Whether a learner's promotion is proposed and not yet applied.
+    promotion_in_flight: bool,
+    /// The offers, while this master leads.
+    offers: Option<OfferManager>,
+    /// When the next allocation cycle is due.
+    next_allocation: Time,
+    /// Frameworks subscribed by this leader (new ids are `fw-<term>-<n>`).
+    next_framework: u64,
+    /// The views last published, so that only changes are.
+    leader_view: LeaderView,
+    membership_view: MembershipView,
+    out: Outbox,
+}
+
+impl<S: RaftStore> MasterCore<S> {
+    /// A core around `node`, which it owns from now on.
+    pub fn new(node: RaftNode<S>, config: CoreConfig) -> MasterCore<S> {
+        // The replicated addresses cover every member ever added; the command line's win
+        // where both name one (an operator moving a master).
+        let mut addresses = node.state().settings().master_addresses.clone();
+        addresses.extend(config.members.iter().map(|(id, addr)| (*id, *addr)));
+        MasterCore {
+            agents: AgentSessions::new(config.agent_timeouts),
+            frameworks: FrameworkSessions::default(),
+            promotion_in_flight: false,
+            offers: None,
+            next_allocation: Time::ZERO,
+            next_framework: 1,
+            removed_notice: false,
+            node,
+            addresses,
+            config,
+            pending: HashMap::new(),
+            next_token: 1,
+            leader_view: LeaderView::default(),
+            membership_view: MembershipView::default(),
+            out: Outbox::default(),
+        }
+    }
+
+    /// The Raft node (for reads of the replicated state and of Raft's status).
+    pub fn node(&self) -> &RaftNode<S> {
+        &self.node
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &CoreConfig {
+        &self.config
+    }
+
+    /// Where master `id` is reached, when known.
+    pub fn peer_address(&self, id: u64) -> Option<SocketAddr> {
+        self.addresses.get(&id).copied()
+    }
+
+    /// The offers open now (empty unless leading).
+    pub fn open_offers(&self) -> Vec<Offer> {
+        self.offers
+            .as_ref()
+            .map(|offers| offers.offers().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Takes the outputs of the steps so far, in the order they must be carried out.
+    pub fn drain_outputs(&mut self) -> Vec<Output> {
+        self.out.drain().collect()
+    }
+
+    /// Publishes the views at the restart point; returns [`MasterExit::Removed`] when this
+    /// master's removal was applied before it stopped (it must not serve again).
+    pub fn start(&mut self, now: Now) -> Option<MasterExit> {
+        self.next_allocation = now.monotonic;
+        let restart_point = self.node.applied_index();
+        self.publish_membership(restart_point);
+        let view = &self.membership_view;
+        if !view.members.is_empty() && !view.members.contains(&self.node.id()) {
+            tracing::info!(master = self.node.id(), members = ?view.members, "this master is no longer a member; it stops serving");
+            return Some(MasterExit::Removed);
+        }
+        None
+    }
+
+    /// The tick: Raft's logical clock, then the leader's timers (liveness marks, failover
+    /// teardowns, learner promotion, the allocation cycle). The shell calls it every
+    /// [`NodeConfig::tick_interval`](crate::raft_node::NodeConfig).
+    pub fn tick(&mut self, now: Now) {
+        self.node.tick();
+        self.propose_agent_marks(now);
+        self.propose_framework_teardowns(now);
+        self.promote_learners();
+        self.allocate(now);
+    }
+
+    /// Handles one input.
+    pub fn handle(&mut self, input: Input, now: Now) {
+        match input {
+            Input::Raft(message) => {
+                let from = message.from;
+                if let Err(error) = self.node.step(message) {
+                    tracing::debug!(master = self.node.id(), from, %error, "raft message not stepped");
+                }
+            }
+            Input::Operator(request_id, request) => self.handle_operator(request_id, request),
+            Input::PeerUnreachable(peer) => self.node.report_unreachable(peer),
+            Input::SnapshotReport(peer, delivered) => self.node.report_snapshot(peer, delivered),
+            Input::AgentRegister {
+                agent_id,
+                session,
+                address,
+                registration,
+            } => self.handle_agent_register(
+                agent_id,
+                AgentLink { session, address },
+                registration,
+                now,
+            ),
+            Input::AgentHeartbeat(agent_id) => {
+                if self.node.is_leader() {
+                    let command = self.agents.heard(
+                        self.node.state(),
+                        &agent_id,
+                        now.monotonic,
+                        now.wall_ms(),
+                    );
+                    if let Some(command) = command {
+                        self.propose_internal(command);
+                    }
+                }
+            }
+            Input::AgentStatus(agent_id, update) => self.handle_agent_status(agent_id, update, now),
+            Input::AgentResources(agent_id, resources) => {
+                if self.node.is_leader() && self.agents.link(&agent_id).is_some() {
+                    self.propose_internal(Command::UpdateAgentResources {
+                        agent_id,
+                        resources,
+                        at_ms: now.wall_ms(),
+                    });
+                }
+            }
+            Input::AgentGone(agent_id, session) => self.agents.detach(&agent_id, session),
+            Input::FrameworkSubscribe(session, subscription) => {
+                self.handle_subscribe(session, subscription, now);
+            }
+            Input::FrameworkCall {
+                framework_id,
+                session,
+                call,
+            } => self.handle_framework_call(framework_id, session, call, now),
+            Input::FrameworkGone(framework_id, session) => {
+                if self
+                    .frameworks
+                    .detach(&framework_id, session, now.monotonic)
+                    && self.node.is_leader()
+                {
+                    self.propose_internal(Command::DisconnectFramework {
+                        framework_id,
+                        at_ms: now.wall_ms(),
+                    });
+                }
+            }
+            Input::NotAMember { from, as_of } => {
+                // Only a view newer than ours can tell us anything: an older one may predate
+                // our own addition.
+                if as_of > self.node.applied_index() {
+                    tracing::info!(
+                        master = self.node.id(),
+                        from,
+                        as_of,
+                        applied = self.node.applied_index(),
+                        "a member says this master was removed after what it has applied; it stops serving"
+                    );
+                    self.removed_notice = true;
+                }
+            }
+        }
+    }
+
+    /// Runs the node's `Ready` cycles while it has work and acts on what they produce.
+    /// Returns why the core stopped serving, if it did; an error is fatal (storage damage,
+    /// an undecodable committed entry).
+    pub fn advance(&mut self, now: Now) -> Result<Option<MasterExit>, NodeError> {
+        if self.removed_notice {
+            self.fail_pending("this master was removed from the group");
+            return Ok(Some(MasterExit::Removed));
+        }
+        while self.node.has_ready() {
+            let output = self.node.advance(now.monotonic)?;
+            if self.handle_output(output, now) {
+                tracing::info!(
+                    master = self.node.id(),
+                    "this master was removed from the group; it stops serving"
+                );
+                self.fail_pending("this master was removed from the group");
+                return Ok(Some(MasterExit::Removed));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The shell is stopping: every waiting request is answered.
+    pub fn shutdown(&mut self) {
+        tracing::info!(master = self.node.id(), "shutting down");
+        self.fail_pending("the master is shutting down");
+    }
+
+    fn token(&mut self) -> Token {
+        let token = Token(self.next_token);
+        self.next_token += 1;
+        token
+    }
+
+    /// The redirect a follower answers with.
+    fn redirect(&self) -> Redirect {
+        Redirect {
+            leader: self.leader_info(),
+        }
+    }
+
+    fn leader_info(&self) -> Option<LeaderInfo> {
+        let leader = self.node.leader()?;
+        let addr = *self.addresses.get(&leader)?;
+        Some(LeaderInfo {
+            id: MasterId(leader),
+            addr,
+            term: self.node.term(),
+        })
+    }
+
+    fn answer(&mut self, request: RequestId, response: OperatorResponse) {
+        self.out.push(Output::Answer(request, response));
+    }
+
+    /// Answers what waits on `token` with an operator response.
+    fn answer_token(&mut self, token: Token, response: OperatorResponse) {
+        match self.pending.remove(&token) {
+            Some(Pending::Write(request) | Pending::Read(_, request)) => {
+                self.answer(request, response);
+            }
+            Some(Pending::Promotion(learner)) => {
+                self.promotion_in_flight = false;
+                tracing::info!(learner, result = ?response, "learner promotion settled");
+            }
+            Some(Pending::Agent(_) | Pending::Internal(_) | Pending::Framework { .. }) => {
+                tracing::debug!(token = token.0, "an operator answer for an agent proposal");
+            }
+            None => tracing::debug!(token = token.0, "answer for an unknown request"),
+        }
+    }
+
+    /// Ends a command proposal: answers its operator, or acts for its agent or framework.
+    fn settle(&mut self, token: Token, settled: Settled, now: Now) {
+        let Some(pending) = self.pending.remove(&token) else {
+            tracing::debug!(token = token.0, "result for an unknown request");
+            return;
+        };
+        match pending {
+            Pending::Write(request) | Pending::Read(_, request) => {
+                let response = match &settled {
+                    Settled::Applied(_) => OperatorResponse::Done,
+                    Settled::Refused(error) => operators::command_error_response(error),
+                    Settled::Dropped(error) => self.propose_error_response(error),
+                };
+                self.answer(request, response);
+            }
+            Pending::Agent(pending) => self.settle_agent(pending, settled, now),
+            Pending::Internal(command) => {
+                if let Settled::Refused(error) = &settled {
+                    tracing::debug!(command = command.kind(), %error, "a leader's own command was refused");
+                }
+                self.agents.mark_settled(&command);
+                if let Command::TeardownFramework { framework_id, .. } = &command {
+                    let applied = matches!(settled, Settled::Applied(_));
+                    if applied {
+                        tracing::info!(framework = %framework_id, "framework did not fail over in time; torn down");
+                    }
+                    self.frameworks
+                        .teardown_settled(framework_id, applied, &mut self.out);
+                }
+            }
+            Pending::Framework {
+                call_id,
+                link,
+                kind,
+            } => self.settle_framework(call_id, link, kind, settled),
+            Pending::Promotion(_) => self.promotion_in_flight = false,
+        }
+    }
+
+    fn propose_internal(&mut self, command: Command) {
+        let token = self.token();
+        match self.node.propose(&command, token) {
+            Ok(()) => {
+                self.pending.insert(token, Pending::Internal(command));
+            }
+            Err(error) => {
+                tracing::debug!(command = command.kind(), %error, "the leader could not propose");
+                self.agents.mark_settled(&command);
+            }
+        }
+    }
+
+    /// Acts on one `advance`'s output; returns true when this master was removed.
+    fn handle_output(&mut self, output: NodeOutput, now: Now) -> bool {
+        self.send_messages(output.messages_to_send);
+        for applied in output.membership {
+            self.learn_membership(&applied.change);
+            self.publish_membership(applied.index);
+            if let Some(token) = applied.token {
+                let response = match applied.result {
+                    Ok(_) => OperatorResponse::Done,
+                    Err(detail) => OperatorResponse::Error(WireError::new(
+                        ErrorCode::InvalidRequest,
+                        format!("membership change refused: {detail}"),
+                    )),
+                };
+                self.answer_token(token, response);
+            }
+        }
+        for (token, result) in output.applied {
+            let settled = match result {
+                Ok(outcome) => {
+                    if self.node.is_leader() {
+                        self.agents.push_outcome(&outcome, &mut self.out);
+                        self.frameworks.push_outcome(&outcome, &mut self.out);
+                    }
+                    Settled::Applied(outcome)
+                }
+                Err(error) => Settled::Refused(error),
+            };
+            self.settle(token, settled, now);
+        }
+        for (token, error) in output.dropped {
+            self.settle(token, Settled::Dropped(error), now);
+        }
+        for token in output.reads_ready {
+            if let Some(Pending::Read(query, request)) = self.pending.remove(&token) {
+                let response = self.serve_read(query);
+                self.answer(request, response);
+            }
+        }
+        for (token, error) in output.reads_failed {
+            let response = operators::read_error_response(&error);
+            self.answer_token(token, response);
+        }
+        if let Some(change) = output.leader_changed {
+            tracing::info!(
+                master = self.node.id(),
+                leader = ?change.leader,
+                term = change.term,
+                "leader changed"
+            );
+            self.publish_leader();
+            self.promotion_in_flight = false;
+            if self.node.is_leader() {
+                self.on_leadership(now);
+            } else {
+                // No offer outlives its leader; frameworks void theirs on the redirect.
+                self.offers = None;
+                let redirect = self.redirect();
+                self.agents.on_lost_leadership(&redirect, &mut self.out);
+                self.frameworks.on_lost_leadership(&redirect, &mut self.out);
+            }
+        }
+        if let Some(index) = output.snapshot_installed {
+            self.publish_membership(index);
+            for (id, addr) in &self.node.state().settings().master_addresses {
+                self.addresses.entry(*id).or_insert(*addr);
+            }
+            let view = &self.membership_view;
+            if !view.members.is_empty() && !view.members.contains(&self.node.id()) {
+                tracing::info!(
+                    master = self.node.id(),
+                    index,
+                    "a snapshot from the leader no longer lists this master"
+                );
+                return true;
+            }
+            tracing::info!(
+                master = self.node.id(),
+                index,
+                "installed a snapshot from the leader"
+            );
+        }
+        // An applied announcement may have changed the leader's HTTP address.
+        self.publish_leader();
+        output.removed_self
+    }
+
+    /// Groups one `advance`'s Raft messages by peer, in order.
+    fn send_messages(&mut self, messages: Vec<Message>) {
+        let mut batches: BTreeMap<u64, Vec<Message>> = BTreeMap::new();
+        for message in messages {
+            batches.entry(message.to).or_default().push(message);
+        }
+        for (to, messages) in batches {
+            self.out.push(Output::ToPeer { to, messages });
+        }
+    }
+
+    /// Answers every waiting request: reads simply failed, but a write already in the log
+    /// may still commit under the next leader, so its outcome is unknown.
+    fn fail_pending(&mut self, why: &str) {
+        let mut pending: Vec<(Token, Pending)> = self.pending.drain().collect();
+        // In token order, so that the same inputs give the same outputs.
+        pending.sort_by_key(|(token, _)| token.0);
+        for (_, pending) in pending {
+            match pending {
+                Pending::Write(request) => self.answer(
+                    request,
+                    OperatorResponse::Error(WireError::new(ErrorCode::OutcomeUnknown, why)),
+                ),
+                Pending::Read(_, request) => self.answer(
+                    request,
+                    OperatorResponse::Error(WireError::new(ErrorCode::Unavailable, why)),
+                ),
+                // Agents reconnect and resend on their own.
+                Pending::Agent(_) | Pending::Internal(_) | Pending::Promotion(_) => {}
+                Pending::Framework { call_id, link, .. } => {
+                    self.answer_call(
+                        &link,
+                        call_id,
+                        Err(WireError::new(ErrorCode::OutcomeUnknown, why)),
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// A span in whole milliseconds, as the wire carries it.
+fn millis(span: Duration) -> u64 {
+    u64::try_from(span.as_millis()).unwrap_or(u64::MAX)
+}

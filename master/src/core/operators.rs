@@ -1,0 +1,272 @@
+//! Operator requests: writes go through the log (answered once applied), reads through
+//! ReadIndex (Raft thesis §6.4: linearizable, answered once the leader's commit is confirmed and
+//! applied). Followers answer with a redirect to the leader.
+
+use std::net::SocketAddr;
+
+use fullerene_proto::messages::{
+    AgentInfo, ClusterStatus, ClusterView, ErrorCode, GroupInfo, MemberStatus, OperatorRequest,
+    OperatorResponse, Redirect, WireError,
+};
+use fullerene_proto::{FrameworkId, MasterId};
+
+use super::{MasterCore, Pending, RequestId};
+use crate::raft_node::{MembershipChange, ProposeError, ReadError};
+use crate::state::{Command, CommandError};
+use crate::storage::RaftStore;
+
+/// A read waiting for its ReadIndex confirmation.
+#[derive(Debug)]
+pub(super) enum ReadQuery {
+    ClusterStatus,
+    ListAgents,
+    ListFrameworks,
+    ListTasks(Option<FrameworkId>),
+    GroupWeights,
+    State,
+}
+
+impl<S: RaftStore> MasterCore<S> {
+    pub(super) fn handle_operator(&mut self, request_id: RequestId, request: OperatorRequest) {
+        if !self.node.is_leader() {
+            let redirect = OperatorResponse::Redirect(self.redirect());
+            self.answer(request_id, redirect);
+            return;
+        }
+        let token = self.token();
+        let query = match request {
+            OperatorRequest::ClusterStatus => ReadQuery::ClusterStatus,
+            OperatorRequest::ListAgents => ReadQuery::ListAgents,
+            OperatorRequest::ListFrameworks => ReadQuery::ListFrameworks,
+            OperatorRequest::ListTasks { framework_id } => ReadQuery::ListTasks(framework_id),
+            OperatorRequest::GroupWeights => ReadQuery::GroupWeights,
+            OperatorRequest::State => ReadQuery::State,
+            OperatorRequest::SetGroupWeight { group, weight } => {
+                let command = Command::SetGroupWeight { group, weight };
+                match self.node.propose(&command, token) {
+                    Ok(()) => {
+                        self.pending.insert(token, Pending::Write(request_id));
+                    }
+                    Err(error) => {
+                        let response = self.propose_error_response(&error);
+                        self.answer(request_id, response);
+                    }
+                }
+                return;
+            }
+            OperatorRequest::AddMaster { id, addr } => {
+                let membership = self.node.membership();
+                if membership.voters.contains(&id.0) || membership.learners.contains(&id.0) {
+                    self.answer(
+                        request_id,
+                        invalid(format!("master {} is already a member", id.0)),
+                    );
+                    return;
+                }
+                // A new master joins as a learner and is promoted to voter once it has caught
+                // up (see `promote_learners`): added as a voter at once, it would count in the
+                // quorum while it still fetches the snapshot, and one more failure would stop
+                // the group. The address travels in the change's context, so every master
+                // (and any master that replays this entry later) learns where it is.
+                let change = MembershipChange::to_conf_change(
+                    &[MembershipChange::AddLearner(id.0)],
+                    addr.to_string().into_bytes(),
+                );
+                self.propose_change(change, request_id);
+                return;
+            }
+            OperatorRequest::RemoveMaster { id } => {
+                let membership = self.node.membership();
+                if !membership.voters.contains(&id.0) && !membership.learners.contains(&id.0) {
+                    self.answer(
+                        request_id,
+                        invalid(format!("master {} is not a member", id.0)),
+                    );
+                    return;
+                }
+                let change =
+                    MembershipChange::to_conf_change(&[MembershipChange::Remove(id.0)], Vec::new());
+                self.propose_change(change, request_id);
+                return;
+            }
+        };
+        match self.node.read_index(token) {
+            Ok(()) => {
+                self.pending.insert(token, Pending::Read(query, request_id));
+            }
+            Err(error) => self.answer(request_id, read_error_response(&error)),
+        }
+    }
+
+    fn propose_change(&mut self, change: raft::eraftpb::ConfChangeV2, request_id: RequestId) {
+        let token = self.token();
+        match self.node.propose_conf_change(change, token) {
+            Ok(()) => {
+                self.pending.insert(token, Pending::Write(request_id));
+            }
+            Err(error) => {
+                let response = self.propose_error_response(&error);
+                self.answer(request_id, response);
+            }
+        }
+    }
+
+    /// What a client is told when its proposal could not be made or was dropped.
+    pub(super) fn propose_error_response(&self, error: &ProposeError) -> OperatorResponse {
+        match error {
+            ProposeError::NotLeader { .. } => OperatorResponse::Redirect(self.redirect()),
+            ProposeError::ConfChangeRefused(detail) => {
+                invalid(format!("membership change refused: {detail}"))
+            }
+            ProposeError::Encode(_) => invalid(error.to_string()),
+            ProposeError::OutcomeUnknown => OperatorResponse::Error(WireError::new(
+                ErrorCode::OutcomeUnknown,
+                error.to_string(),
+            )),
+            _ => OperatorResponse::Error(WireError::new(ErrorCode::Unavailable, error.to_string())),
+        }
+    }
+
+    pub(super) fn serve_read(&self, query: ReadQuery) -> OperatorResponse {
+        let state = self.node.state();
+        match query {
+            ReadQuery::ClusterStatus => OperatorResponse::ClusterStatus(self.cluster_status()),
+            ReadQuery::ListAgents => OperatorResponse::Agents(self.agent_infos()),
+            ReadQuery::ListFrameworks => OperatorResponse::Frameworks(
+                state
+                    .frameworks()
+                    .keys()
+                    .filter_map(|framework| state.framework_info(framework))
+                    .collect(),
+            ),
+            ReadQuery::ListTasks(framework) => OperatorResponse::Tasks(
+                state
+                    .tasks()
+                    .keys()
+                    .filter(|key| framework.as_ref().is_none_or(|f| &key.framework_id == f))
+                    .filter_map(|key| state.task_info(key))
+                    .collect(),
+            ),
+            ReadQuery::GroupWeights => {
+                OperatorResponse::GroupWeights(state.settings().group_weights.clone())
+            }
+            ReadQuery::State => OperatorResponse::State(ClusterView {
+                leader: MasterId(self.node.id()),
+                applied: self.node.applied_index(),
+                agents: self.agent_infos(),
+                frameworks: state
+                    .frameworks()
+                    .keys()
+                    .filter_map(|framework| state.framework_info(framework))
+                    .collect(),
+                offers: self.open_offers(),
+                tasks: state
+                    .tasks()
+                    .keys()
+                    .filter_map(|key| state.task_info(key))
+                    .collect(),
+                groups: state
+                    .allocation()
+                    .deficits()
+                    .iter()
+                    .map(|(_, group)| GroupInfo {
+                        name: group.name.clone(),
+                        weight: group.weight,
+                        frameworks: group.frameworks,
+                        share: group.share,
+                        held: group.held,
+                        deficit: group.deficit,
+                    })
+                    .collect(),
+            }),
+        }
+    }
+
+    /// Every agent as operators see it, with the leader's session details.
+    fn agent_infos(&self) -> Vec<AgentInfo> {
+        let state = self.node.state();
+        state
+            .agents()
+            .keys()
+            .filter_map(|agent| state.agent_info(agent))
+            .map(|mut info| {
+                self.agents.decorate(&mut info);
+                info
+            })
+            .collect()
+    }
+
+    /// The leader's view of the group: each member's matched index comes from the leader's
+    /// progress tracker; its lag is how far that is behind the leader's last index.
+    fn cluster_status(&self) -> ClusterStatus {
+        let status = self.node.status();
+        let membership = self.node.membership();
+        let last_index = self.node.last_index();
+        let unknown_addr = SocketAddr::from(([0, 0, 0, 0], 0));
+        let mut members = Vec::new();
+        let voters = membership.voters.iter().map(|id| (*id, true));
+        let learners = membership.learners.iter().map(|id| (*id, false));
+        for (id, voter) in voters.chain(learners) {
+            let matched = if id == self.node.id() {
+                last_index
+            } else {
+                status
+                    .progress
+                    .and_then(|progress| progress.get(id))
+                    .map_or(0, |progress| progress.matched)
+            };
+            members.push(MemberStatus {
+                id: MasterId(id),
+                addr: self.addresses.get(&id).copied().unwrap_or(unknown_addr),
+                matched,
+                lag: last_index.saturating_sub(matched),
+                voter,
+            });
+        }
+        ClusterStatus {
+            this: MasterId(self.node.id()),
+            leader: self.leader_info(),
+            term: self.node.term(),
+            commit: self.node.commit_index(),
+            applied: self.node.applied_index(),
+            members,
+        }
+    }
+}
+
+fn invalid(message: String) -> OperatorResponse {
+    OperatorResponse::Error(WireError::new(ErrorCode::InvalidRequest, message))
+}
+
+/// What a client is told when its read could not be confirmed.
+pub(super) fn read_error_response(error: &ReadError) -> OperatorResponse {
+    match error {
+        ReadError::NoLeader => OperatorResponse::Redirect(Redirect { leader: None }),
+        _ => OperatorResponse::Error(WireError::new(ErrorCode::Unavailable, error.to_string())),
+    }
+}
+
+/// What an operator is told when the state machine refused its command.
+pub(super) fn command_error_response(error: &CommandError) -> OperatorResponse {
+    invalid(error.to_string())
+}
+
+/// The wire error a framework gets for a refused command.
+pub(super) fn command_wire_error(error: &CommandError) -> WireError {
+    let code = match error {
+        CommandError::UnknownAgent(_)
+        | CommandError::AgentLost(_)
+        | CommandError::AgentNotActive { .. } => ErrorCode::UnknownAgent,
+        CommandError::UnknownFramework(_) | CommandError::FrameworkTornDown(_) => {
+            ErrorCode::UnknownFramework
+        }
+        CommandError::NotFrameworkOwner { .. } => ErrorCode::Unauthorized,
+        CommandError::UnknownTask(_) => ErrorCode::UnknownTask,
+        CommandError::DuplicateTask(_) => ErrorCode::DuplicateTask,
+        CommandError::InsufficientResources { .. } => ErrorCode::InsufficientResources,
+        CommandError::UnknownExecutor { .. } => ErrorCode::UnknownExecutor,
+        CommandError::Accounting(_) => ErrorCode::Internal,
+        _ => ErrorCode::InvalidRequest,
+    };
+    WireError::new(code, error.to_string())
+}
