@@ -25,6 +25,7 @@ use fullerene_proto::messages::{
     UnixMillis,
 };
 use fullerene_proto::resources::ResourceVec;
+use fullerene_scheduling::DEFAULT_OVERBOOK_ALLOWANCE;
 use serde::{Deserialize, Serialize};
 
 /// The name of the executor that runs a real process ([`Executor::Command`]).
@@ -201,7 +202,7 @@ impl CoreConfig {
                 .into_iter()
                 .map(String::from)
                 .collect(),
-            overbook_allowance: 0.25,
+            overbook_allowance: DEFAULT_OVERBOOK_ALLOWANCE,
         }
     }
 }

@@ -2,13 +2,11 @@
 //!
 //! It holds the replicated cluster state (a Raft state machine on RocksDB), runs the sharded
 //! allocator that decides which framework is offered which agent's free resources (deficit
-//! counters for fairness, Graphene §5; leftover redistribution, Carbyne §3.3.4), and serves
-//! agents, frameworks and operators. The decision logic lives in sans-IO modules that the
-//! simulator drives unchanged.
+//! counters for fairness, Graphene §5; leftover redistribution, Carbyne §3.3.4; both in
+//! `fullerene_scheduling`, which the simulator drives unchanged), and serves agents, frameworks
+//! and operators. The decision logic lives in sans-IO modules.
 
-pub mod allocator;
 pub mod core;
-pub mod fairness;
 pub mod offers;
 pub mod raft_node;
 pub mod server;

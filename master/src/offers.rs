@@ -2,7 +2,7 @@
 //! framework, agent, resources and expiry, and the checks an accept must pass before its tasks
 //! are proposed (DESIGN.md, "a task's life", step 5).
 //!
-//! The allocator decides *what* to offer ([`crate::allocator::Allocator`]); this book turns
+//! The allocator decides *what* to offer ([`Allocator`]); this book turns
 //! its decisions into [`Offer`]s with ids and expiries, finds them again when a framework
 //! answers, and says which to rescind when an agent is lost, a framework leaves, an offer
 //! expires, or the leader steps down. Offers are soft state: a new leader starts with an empty
@@ -14,13 +14,13 @@ use fullerene_proto::messages::{
     AgentState, DemandSummary, ErrorCode, Leftover, Offer, OfferKind, TaskSpec, UnixMillis,
     WireError,
 };
-use fullerene_proto::resources::EPSILON;
-use fullerene_proto::{AgentId, FrameworkId, OfferId, ResourceKind, ResourceVec};
-
-use crate::allocator::{
+use fullerene_proto::{AgentId, FrameworkId, OfferId, ResourceVec};
+use fullerene_scheduling::allocator::{
     Allocator, AllocatorConfig, AllocatorError, InterJobPolicy, LeftoverAction, OfferDecision,
     DEFAULT_KAPPA,
 };
+use fullerene_scheduling::fit::{fits_offer, Overbooking};
+
 use crate::state::{ClusterSettings, ClusterState};
 
 /// An offer out to a framework.
@@ -177,18 +177,14 @@ impl OfferBook {
 
     /// Checks that tasks asking for `asked` fit `offered`: every kind within the offer, except
     /// fungible ones (disk and network bandwidth), which may overbook the agent up to
-    /// `overbook_limit` (what its total times (1 + allowance) leaves above its current use),
-    /// Graphene §5.
+    /// `overbook_limit` (what its ceiling, [`Overbooking::ceiling`], leaves above its current
+    /// use), Graphene §5. The rule is [`fits_offer`], with the ceiling net of the use.
     pub fn check_fit(
         asked: &ResourceVec,
         offered: &ResourceVec,
         overbook_limit: &ResourceVec,
     ) -> Result<(), OfferError> {
-        let fits = ResourceKind::ALL.into_iter().all(|kind| {
-            asked[kind] <= offered[kind] + EPSILON
-                || (kind.is_fungible() && asked[kind] <= overbook_limit[kind] + EPSILON)
-        });
-        if fits {
+        if fits_offer(asked, offered, &ResourceVec::ZERO, overbook_limit) {
             Ok(())
         } else {
             Err(OfferError::Insufficient {
@@ -560,8 +556,8 @@ impl OfferManager {
             .collect()
     }
 
-    /// What the tasks of one accept may use of fungible kinds: the agent's total times
-    /// (1 + allowance), less what runs there.
+    /// What the tasks of one accept may use of fungible kinds: the agent's ceiling
+    /// ([`Overbooking::ceiling`]), less what runs there.
     fn overbook_limit(&self, state: &ClusterState, agent: &AgentId) -> ResourceVec {
         let accounting = state.allocation();
         let Ok(idx) = accounting.agent_idx(agent) else {
@@ -570,10 +566,8 @@ impl OfferManager {
         let Some(record) = accounting.agent(idx) else {
             return ResourceVec::ZERO;
         };
-        let allowance = self.allocator.config().overbook_allowance;
-        record
-            .total
-            .scale(1.0 + allowance)
+        Overbooking(self.allocator.config().overbook_allowance)
+            .ceiling(&record.total)
             .saturating_sub(&record.used)
     }
 
@@ -625,6 +619,8 @@ fn framework_live(state: &ClusterState, framework: &FrameworkId) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use fullerene_proto::ResourceKind;
+
     use super::*;
 
     fn cpus(n: f64) -> ResourceVec {

@@ -5,8 +5,9 @@
 //! in length-prefixed frames ([`framing`]) on mutual-TLS QUIC streams ([`transport`]). Bad input
 //! gives a typed error, never a panic (DESIGN.md, principle 3).
 //!
-//! [`resources`] holds the multi-resource amounts every other crate computes with, and [`ids`]
-//! the identifier newtypes.
+//! [`resources`] (the multi-resource amounts every other crate computes with) and [`ids`] (the
+//! identifier newtypes) re-export their definitions from `fullerene_scheduling`, which the
+//! allocator and the policies share without the rest of the protocol.
 
 #![warn(missing_docs)]
 

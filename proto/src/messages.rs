@@ -19,6 +19,10 @@ use serde::{Deserialize, Serialize};
 use crate::ids::{AgentId, FrameworkId, MasterId, OfferId, TaskId};
 use crate::resources::Resources;
 
+/// The demand summary a framework sends and the kind of an offer, shared with the allocator,
+/// which defines them.
+pub use fullerene_scheduling::{DemandSummary, OfferKind, PendingDemand};
+
 /// Milliseconds since the Unix epoch. Used only for expiries and display: clocks never decide
 /// correctness (DESIGN.md, failure model).
 pub type UnixMillis = u64;
@@ -285,39 +289,6 @@ pub struct StatusAck {
     pub task_id: TaskId,
     /// The highest sequence number acknowledged.
     pub seq: u64,
-}
-
-/// A summary of one kind of pending task, for the allocator (DESIGN.md step 2).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-pub struct PendingDemand {
-    /// Per-task demand.
-    pub resources: Resources,
-    /// How many tasks of this shape are runnable now.
-    pub count: u32,
-    /// The best preferred-order score (Graphene priScore, 0..=1) among them.
-    pub pri_score: f64,
-}
-
-/// What a framework still wants, kept compact: the allocator needs shapes and scores, not tasks.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-pub struct DemandSummary {
-    /// Runnable tasks grouped by shape, best first; at most a few dozen entries.
-    pub pending: Vec<PendingDemand>,
-    /// Remaining work (sum over unfinished tasks of duration × dominant share), the key for
-    /// shortest-remaining-work-first leftover redistribution (Carbyne §3.3.4).
-    pub remaining_work: f64,
-}
-
-/// Whether an offer comes from the regular fair allocation or from yielded leftovers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-pub enum OfferKind {
-    /// From the deficit-counter allocation.
-    Regular,
-    /// From resources another framework yielded (Carbyne §3.3.4).
-    Leftover,
 }
 
 /// Free resources of one agent, offered to one framework until `expires_at_ms`.

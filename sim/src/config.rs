@@ -1,9 +1,9 @@
 //! What a simulation runs: the cluster, the arrivals, the job selection and the seed. The fields
 //! mirror the flags of `fullerene sim` one for one.
 
-use fullerene_master::allocator::DEFAULT_KAPPA;
 use fullerene_proto::ResourceVec;
-use fullerene_sdk::policy::scoring::DEFAULT_OVERBOOK_ALLOWANCE;
+use fullerene_scheduling::allocator::DEFAULT_KAPPA;
+use fullerene_scheduling::DEFAULT_OVERBOOK_ALLOWANCE;
 
 use crate::arrivals::ArrivalSpec;
 use crate::workload::JobOrder;

@@ -44,11 +44,11 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use fullerene_master::allocator::{
-    AllocatorConfig, AllocatorError, OfferDecision as AllocatorOffer, StandaloneAllocator,
-};
 use fullerene_proto::resources::EPSILON;
 use fullerene_proto::{AgentId, FrameworkId, ResourceKind, ResourceVec};
+use fullerene_scheduling::allocator::{
+    AllocatorConfig, AllocatorError, OfferDecision as AllocatorOffer, StandaloneAllocator,
+};
 use fullerene_sdk::planner::Plan;
 use fullerene_sdk::policy::{build, LeftoverAction, OfferContext, PolicyKind, PolicyParams};
 use fullerene_sdk::timed_queue::TimedQueue;

@@ -70,7 +70,7 @@ pub enum SimError {
     /// The allocator rejected a call the simulator made (boxed: the allocator's errors carry
     /// resource vectors, and every `Result` of the simulator would pay for their size).
     #[error("allocator: {0}")]
-    Allocator(Box<fullerene_master::allocator::AllocatorError>),
+    Allocator(Box<fullerene_scheduling::allocator::AllocatorError>),
     /// An inconsistency inside the simulator (a defect, reported rather than panicking).
     #[error("simulator invariant broken: {0}")]
     Internal(String),
@@ -110,8 +110,8 @@ pub enum SimError {
     },
 }
 
-impl From<fullerene_master::allocator::AllocatorError> for SimError {
-    fn from(e: fullerene_master::allocator::AllocatorError) -> SimError {
+impl From<fullerene_scheduling::allocator::AllocatorError> for SimError {
+    fn from(e: fullerene_scheduling::allocator::AllocatorError) -> SimError {
         SimError::Allocator(Box::new(e))
     }
 }

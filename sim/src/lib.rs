@@ -3,7 +3,7 @@
 //!
 //! Each job runs as its own framework (as a Spark application does on Mesos, or a Tez
 //! application master on YARN) in the fairness group its workload line names; the master's
-//! [`Allocator`](fullerene_master::allocator::Allocator) (with a state of its own, [`StandaloneAllocator`](fullerene_master::allocator::StandaloneAllocator)) offers machines' free resources to the
+//! [`Allocator`](fullerene_scheduling::allocator::Allocator) (with a state of its own, [`StandaloneAllocator`](fullerene_scheduling::allocator::StandaloneAllocator)) offers machines' free resources to the
 //! frameworks, whose [`JobPolicy`](fullerene_sdk::policy::JobPolicy) answers with bundles of
 //! tasks or yields; tasks run for their durations (longer on an overbooked link), and their
 //! completions free resources. The same inputs give the same output, byte for byte: time is

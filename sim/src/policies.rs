@@ -15,8 +15,8 @@
 //! Leftover redistribution (Carbyne §3.3.4) needs no switch: the allocator redistributes
 //! whatever a framework yields, and only the altruistic policies yield.
 
-use fullerene_master::allocator::{InterJobPolicy, DEFAULT_MAX_QUEUE_CAPACITY};
-use fullerene_master::fairness::FairnessFactor;
+use fullerene_scheduling::allocator::{InterJobPolicy, DEFAULT_MAX_QUEUE_CAPACITY};
+use fullerene_scheduling::fairness::FairnessFactor;
 use fullerene_sdk::policy::{PolicyError, PolicyKind};
 
 /// The allocator policy paired with `kind`, with κ = `kappa` for the deficit-counter ones.

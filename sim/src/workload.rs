@@ -6,6 +6,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use fullerene_proto::ResourceVec;
+use fullerene_scheduling::Overbooking;
 use fullerene_sdk::workload::DEFAULT_GROUP;
 use fullerene_sdk::Job;
 
@@ -225,7 +226,7 @@ fn validate_config(config: &SimConfig) -> Result<(), SimError> {
     if !(config.kappa.is_finite() && (0.0..1.0).contains(&config.kappa)) {
         return invalid(format!("kappa {} must be in [0, 1)", config.kappa));
     }
-    if !(config.overbook_allowance.is_finite() && config.overbook_allowance >= 0.0) {
+    if !Overbooking(config.overbook_allowance).is_valid() {
         return invalid(format!(
             "overbooking allowance {} must be finite and >= 0",
             config.overbook_allowance

@@ -84,7 +84,7 @@ pub struct AgentArgs {
     pub cgroup_root: PathBuf,
     /// How far disk and network bandwidth may be overbooked, as a fraction of the total (keep
     /// it equal to the masters' allowance).
-    #[arg(long, default_value_t = 0.25, value_parser = parse_allowance)]
+    #[arg(long, default_value_t = fullerene_sdk::policy::scoring::DEFAULT_OVERBOOK_ALLOWANCE, value_parser = parse_allowance)]
     pub overbook_allowance: f64,
     /// The longest delay between two attempts to reach a master, in milliseconds.
     #[arg(long, default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..))]

@@ -10,8 +10,8 @@
 
 use std::collections::VecDeque;
 
-use fullerene_proto::resources::EPSILON;
-use fullerene_proto::{ResourceKind, ResourceVec};
+use fullerene_proto::ResourceVec;
+use fullerene_scheduling::fit::max_copies;
 
 use crate::job::{Job, StageIdx, TaskRef};
 use crate::policy::{JobPolicy, JobState, OfferContext};
@@ -228,26 +228,9 @@ impl RunnableQueues {
     }
 }
 
-/// How many tasks of `demand` fit in `room` (at least the count that truly fits; at most
-/// `usize::MAX` for an all-zero demand).
-pub(crate) fn max_fitting(demand: &ResourceVec, room: &ResourceVec) -> usize {
-    let mut n = f64::INFINITY;
-    for kind in ResourceKind::ALL {
-        let d = demand[kind];
-        if d > EPSILON {
-            n = n.min(((room[kind].max(0.0) + EPSILON) / d).floor());
-        }
-    }
-    if n.is_infinite() || n >= usize::MAX as f64 {
-        usize::MAX
-    } else {
-        n as usize
-    }
-}
-
 /// The limit function for policies that never overbook: tasks that fit in `free`.
 pub(crate) fn fit_limit(free: ResourceVec) -> impl Fn(&ResourceVec) -> usize {
-    move |demand| max_fitting(demand, &free)
+    move |demand| max_copies(demand, &free)
 }
 
 /// The greedy fill shared by the priority-order baselines: repeatedly take the head task with

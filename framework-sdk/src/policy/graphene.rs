@@ -6,15 +6,17 @@
 //! The inter-job half of Fig. 8 (which framework is offered the machine, deficit counters) is the
 //! master's allocator; it ranks frameworks with the same [`crate::policy::scoring`] functions.
 
-use fullerene_proto::resources::EPSILON;
 use fullerene_proto::{ResourceKind, ResourceVec};
+use fullerene_scheduling::fit::{
+    max_copies, overbookable, within, Overbooking, DEFAULT_OVERBOOK_ALLOWANCE,
+};
+use fullerene_scheduling::scoring::{
+    overbooking_score, packing_score, EtaEstimator, PerfScore, DEFAULT_ETA_MULTIPLIER,
+    DEFAULT_REMOTE_PENALTY,
+};
 
 use crate::job::{Job, StageIdx, TaskRef};
-use crate::policy::bundle::{max_fitting, RunnableQueues, StageCandidates, StageOrder};
-use crate::policy::scoring::{
-    overbooking_score, packing_score, EtaEstimator, PerfScore, DEFAULT_ETA_MULTIPLIER,
-    DEFAULT_OVERBOOK_ALLOWANCE, DEFAULT_REMOTE_PENALTY,
-};
+use crate::policy::bundle::{RunnableQueues, StageCandidates, StageOrder};
 use crate::policy::{
     IntraJobPolicy, JobPolicy, JobState, LeftoverAction, OfferContext, OfferDecision,
 };
@@ -105,17 +107,9 @@ impl GrapheneMatcher {
         })
     }
 
-    /// What the offer can hold with the allowance: `free` plus the allowance on the fungible
-    /// kinds that `overbookable` allows.
+    /// What the offer can hold with the allowance ([`Overbooking::bundle_room`]).
     fn room(&self, offer: &OfferContext) -> ResourceVec {
-        let mut room = offer.free;
-        for kind in ResourceKind::ALL
-            .into_iter()
-            .filter(|k| overbookable(offer, *k))
-        {
-            room[kind] += self.params.overbook_allowance * offer.capacity[kind];
-        }
-        room
+        Overbooking(self.params.overbook_allowance).bundle_room(&offer.free, &offer.capacity)
     }
 
     /// The remote penalty of `stage`'s tasks on the offered machine.
@@ -159,7 +153,7 @@ impl GrapheneMatcher {
                 let o_score = if p_score > 0.0
                     || !ResourceKind::ALL
                         .into_iter()
-                        .all(|k| c.demand[k] <= fits_now[k] + EPSILON || overbookable(offer, k))
+                        .all(|k| within(c.demand[k], fits_now[k]) || overbookable(k, offer.free[k]))
                 {
                     0.0
                 } else {
@@ -198,15 +192,6 @@ impl GrapheneMatcher {
     }
 }
 
-/// Whether the bundle may overbook `kind` on this offer: only a fungible kind, and only when
-/// the offer holds some of it. An offer's free amounts cannot be negative, so a kind offered at
-/// zero may belong to a machine that is already overbooked; overbooking it again would stack
-/// allowances. With some of it free, the machine is not overbooked there, and the bundle's
-/// `free + allowance × capacity` keeps the machine within its allowance.
-fn overbookable(offer: &OfferContext, kind: ResourceKind) -> bool {
-    kind.is_fungible() && offer.free[kind] > EPSILON
-}
-
 fn pri_of(pri_scores: &[Vec<f64>], t: TaskRef) -> f64 {
     pri_scores
         .get(t.stage())
@@ -225,7 +210,7 @@ impl JobPolicy for GrapheneMatcher {
         let room = self.room(offer);
         let cands = self
             .queues(job)
-            .candidates(job, state, |d| max_fitting(d, &room));
+            .candidates(job, state, |d| max_copies(d, &room));
         OfferDecision {
             launch: self.match_bundle(job, state, offer, cands),
             leftover: LeftoverAction::Decline,
@@ -252,7 +237,7 @@ impl IntraJobPolicy for GrapheneMatcher {
         let cands = self
             .queues(job)
             .order()
-            .candidates_from(job, runnable, |d| max_fitting(d, &room));
+            .candidates_from(job, runnable, |d| max_copies(d, &room));
         self.match_bundle(job, state, offer, cands)
     }
 }

@@ -9,7 +9,7 @@ use fullerene_proto::ResourceVec;
 
 use crate::job::{Job, TaskRef};
 
-pub use fullerene_proto::messages::OfferKind;
+pub use fullerene_scheduling::{LeftoverAction, OfferKind};
 
 /// What a policy sees of an offer.
 #[derive(Clone, Debug)]
@@ -30,15 +30,6 @@ pub struct OfferContext {
     /// it to estimate T_k). The allocator computes it from the groups' weights and the jobs
     /// active in each group.
     pub fair_share: ResourceVec,
-}
-
-/// What to do with the part of an offer a policy does not launch tasks on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LeftoverAction {
-    /// Return it to the allocator; the allocator may offer it again in its next cycle.
-    Decline,
-    /// Yield it for immediate redistribution to others (Carbyne §3.3.4).
-    Yield,
 }
 
 /// A policy's answer to an offer.
@@ -69,7 +60,12 @@ mod bundle;
 pub mod carbyne;
 pub mod graphene;
 pub mod kind;
-pub mod scoring;
+/// Graphene's scoring primitives (tech report §5, Fig. 8) and the default overbooking
+/// allowance, which the policies share with the allocator; defined in `fullerene_scheduling`.
+pub mod scoring {
+    pub use fullerene_scheduling::fit::DEFAULT_OVERBOOK_ALLOWANCE;
+    pub use fullerene_scheduling::scoring::*;
+}
 #[cfg(test)]
 mod tests;
 

@@ -7,10 +7,10 @@
 use fullerene_proto::messages::{AgentState, ErrorCode, TaskState, WireError};
 use fullerene_proto::resources::ResourceError;
 use fullerene_proto::{AgentId, FrameworkId, ResourceVec};
+use fullerene_scheduling::allocator::state::StateError;
+use fullerene_scheduling::fairness::FairnessError;
 
 use super::command::TaskKey;
-use crate::allocator::state::StateError;
-use crate::fairness::FairnessError;
 
 /// A command that the current state refutes.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]

@@ -26,14 +26,14 @@ use fullerene_proto::messages::{
     TaskState, UnixMillis,
 };
 use fullerene_proto::{AgentId, FrameworkId, ResourceVec, Resources, TaskId};
+use fullerene_scheduling::allocator::state::{AllocationState, StateError};
+use fullerene_scheduling::fairness::{FairnessError, FairnessFactor};
+use fullerene_scheduling::Overbooking;
 
 pub use command::{Command, CommandOutcome, TaskKey, TaskKill};
 pub use error::CommandError;
 pub use records::{AgentEntry, ClusterSettings, FrameworkEntry, TaskRecord};
 pub use snapshot::{SnapshotError, STATE_FORMAT_VERSION};
-
-use crate::allocator::state::AllocationState;
-use crate::fairness::FairnessFactor;
 
 /// The replicated state of a Fullerene cluster.
 #[derive(Clone, Debug, PartialEq)]
@@ -453,9 +453,7 @@ impl ClusterState {
                 .framework(task.framework)
                 .map(|f| f.id.clone())
                 .ok_or_else(|| {
-                    CommandError::Accounting(crate::allocator::state::StateError::UnknownFramework(
-                        FrameworkId::from("?"),
-                    ))
+                    CommandError::Accounting(StateError::UnknownFramework(FrameworkId::from("?")))
                 })?;
             self.allocation
                 .apply_launch(agent_id, &framework, task.demand)?;
@@ -761,8 +759,8 @@ impl ClusterState {
             demands.push(demand);
         }
         let used = self.agent_used(agent_id);
-        if !(used + requested)
-            .fits_with_overbooking(&agent.total, self.settings.overbooking_allowance)
+        if !Overbooking(self.settings.overbooking_allowance)
+            .admits(&(used + requested), &agent.total)
         {
             return Err(CommandError::InsufficientResources {
                 agent: agent_id.clone(),
@@ -998,7 +996,7 @@ impl ClusterState {
         weight: f64,
     ) -> Result<CommandOutcome, CommandError> {
         if !weight.is_finite() || weight < 0.0 {
-            return Err(crate::fairness::FairnessError::InvalidWeight {
+            return Err(FairnessError::InvalidWeight {
                 group: group.to_string(),
                 weight,
             }
@@ -1015,7 +1013,7 @@ impl ClusterState {
         &mut self,
         allowance: f64,
     ) -> Result<CommandOutcome, CommandError> {
-        if !allowance.is_finite() || allowance < 0.0 {
+        if !Overbooking(allowance).is_valid() {
             return Err(CommandError::InvalidAllowance(allowance));
         }
         self.settings.overbooking_allowance = allowance;

@@ -7,10 +7,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use fullerene_proto::messages::{AgentState, StatusReason, TaskSpec, TaskState, UnixMillis};
 use fullerene_proto::{AgentId, FrameworkId, ResourceKind, ResourceVec, TaskId};
+use fullerene_scheduling::fairness::FairnessFactor;
+use fullerene_scheduling::DEFAULT_OVERBOOK_ALLOWANCE;
 use serde::{Deserialize, Serialize};
 
 use super::command::TaskKey;
-use crate::fairness::FairnessFactor;
 
 /// Cluster-wide settings, replicated like everything else.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -36,14 +37,14 @@ pub struct ClusterSettings {
 
 impl Default for ClusterSettings {
     /// DRF (the factor DESIGN.md describes first for multi-resource clusters), a one-CPU slot,
-    /// Graphene's 25% overbooking of disk and network bandwidth (the allowance the SDK's
-    /// matcher and the agents assume, so that what a framework picks the master accepts), every
+    /// Graphene's 25% overbooking of disk and network bandwidth (the default allowance the
+    /// SDK's matcher and the agents assume, so that what a framework picks the master accepts), every
     /// group weighing 1.
     fn default() -> ClusterSettings {
         ClusterSettings {
             fairness_factor: FairnessFactor::Drf,
             slot_size: ResourceVec::from_pairs(&[(ResourceKind::Cpus, 1.0)]),
-            overbooking_allowance: fullerene_sdk::policy::scoring::DEFAULT_OVERBOOK_ALLOWANCE,
+            overbooking_allowance: DEFAULT_OVERBOOK_ALLOWANCE,
             group_weights: BTreeMap::new(),
             master_addresses: BTreeMap::new(),
             master_http_addresses: BTreeMap::new(),

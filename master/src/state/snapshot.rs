@@ -19,11 +19,11 @@
 
 use fullerene_proto::codec::{self, CodecError, MAX_MESSAGE_BYTES};
 use fullerene_proto::FrameworkId;
+use fullerene_scheduling::allocator::state::AllocationState;
 use serde::{Deserialize, Serialize};
 
 use super::records::{AgentEntry, ClusterSettings, FrameworkEntry, TaskRecord};
 use super::{ClusterState, TaskKey};
-use crate::allocator::state::AllocationState;
 
 /// Version of the snapshot layout (independent of the codec's wire version). Bumped whenever
 /// a record type changes.

@@ -34,7 +34,7 @@
 
 use std::collections::HashMap;
 
-use fullerene_proto::{ResourceKind, ResourceVec};
+use crate::resources::{ResourceKind, ResourceVec, EPSILON};
 use serde::{Deserialize, Serialize};
 
 /// What one task counts for in the deficit counters (Graphene §5: "factor_t = 1 mimics slot
@@ -108,9 +108,8 @@ pub fn slot_count(capacity: &ResourceVec, slot_size: &ResourceVec) -> f64 {
     let mut slots = f64::INFINITY;
     for kind in ResourceKind::ALL {
         let size = slot_size[kind];
-        if size > fullerene_proto::resources::EPSILON {
-            slots =
-                slots.min((capacity[kind] / size + fullerene_proto::resources::EPSILON).floor());
+        if size > EPSILON {
+            slots = slots.min((capacity[kind] / size + EPSILON).floor());
         }
     }
     if slots.is_finite() {

@@ -1,12 +1,12 @@
 //! Behavioural tests of the allocator: every policy's order, the κ·C gate and its bound, leftover
 //! redistribution, filters, shards and the resource accounting.
 
-use fullerene_proto::messages::{DemandSummary, PendingDemand};
-use fullerene_proto::{AgentId, FrameworkId, ResourceVec, Resources};
 use proptest::prelude::*;
 
 use super::*;
+use crate::demand::PendingDemand;
 use crate::fairness::FairnessFactor;
+use crate::resources::Resources;
 
 fn v(s: &str) -> ResourceVec {
     s.parse().expect("test vector parses")

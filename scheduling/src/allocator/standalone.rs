@@ -1,13 +1,13 @@
 //! [`StandaloneAllocator`]: the allocator with an accounting state of its own, for where no
 //! replicated state exists (the simulator, benchmarks, tests).
 
-use fullerene_proto::messages::DemandSummary;
-use fullerene_proto::{AgentId, FrameworkId, ResourceVec};
-
 use super::{
     AllocationState, Allocator, AllocatorConfig, AllocatorError, LeftoverAction, OfferDecision,
 };
+use crate::demand::DemandSummary;
 use crate::fairness::DeficitCounters;
+use crate::ids::{AgentId, FrameworkId};
+use crate::resources::ResourceVec;
 
 /// An [`Allocator`] paired with the [`AllocationState`] it reads. Registrations, launches and
 /// releases are applied to that state directly, as the master's state machine applies the

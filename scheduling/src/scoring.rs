@@ -1,9 +1,10 @@
 //! The scoring primitives of Graphene's online component (tech report §5 and Fig. 8), shared by
-//! the framework-side matcher (which ranks a job's tasks for one machine) and the master's
-//! allocator (which ranks frameworks for one machine from their demand summaries). Fig. 8 runs
-//! both rankings in one loop; the two-level design splits it, so both halves use these functions.
+//! the framework-side matcher (which ranks a job's tasks for one machine) and the allocator
+//! (which ranks frameworks for one machine from their demand summaries). Fig. 8 runs both
+//! rankings in one loop; the two-level design splits it, so both halves use these functions.
 
-use fullerene_proto::{ResourceKind, ResourceVec};
+use crate::fit::{fits, overbookable, within};
+use crate::resources::{ResourceKind, ResourceVec, EPSILON};
 
 /// Remote penalty `rp` of Fig. 8: a locality-sensitive task placed away from its inputs has its
 /// packing score multiplied by this. The tech report's §7.4 finds 15–30% penalties best and uses
@@ -14,12 +15,6 @@ pub const DEFAULT_REMOTE_PENALTY: f64 = 0.8;
 /// (tech report §7.4, which recommends 0.2).
 pub const DEFAULT_ETA_MULTIPLIER: f64 = 0.2;
 
-/// How far fungible resources (disk, network bandwidth) may be overbooked, as a fraction of the
-/// machine's capacity. Graphene §5 overbooks only when it is worth it; the paper leaves the
-/// amount open. We allow 25%: enough that a task whose bandwidth demand misses by a little can
-/// start, small enough that the slowdown of the tasks sharing the link stays moderate.
-pub const DEFAULT_OVERBOOK_ALLOWANCE: f64 = 0.25;
-
 /// Packing score `pScore` of Fig. 8: the dot product of the machine's available resources and the
 /// task's demand, both normalised by the machine's capacity (so that cores and MiB weigh alike),
 /// times the remote penalty when applicable. Zero when the demand does not fit.
@@ -29,7 +24,7 @@ pub fn packing_score(
     capacity: &ResourceVec,
     remote_penalty: f64,
 ) -> f64 {
-    if !demand.fits_in(available) {
+    if !fits(demand, available) {
         return 0.0;
     }
     available
@@ -58,22 +53,17 @@ pub fn overbooking_score(
         let have = available[kind];
         // A kind the task does not use is never overbooked by it, even where earlier tasks of
         // the bundle left `available` below zero.
-        if need <= fullerene_proto::resources::EPSILON
-            || need <= have + fullerene_proto::resources::EPSILON
-        {
+        if need <= EPSILON || within(need, have) {
             continue;
-        }
-        if !kind.is_fungible() {
-            return 0.0;
         }
         // Only idle bandwidth is worth overbooking into (tech report §5: overbook "if the
         // cost of doing so (slowing down of all tasks using that resource) is less than the
         // benefit"): a link with some capacity free carries more once the task joins, but a
         // full or overbooked one carries no more, and every task on it only slows down.
-        if have <= fullerene_proto::resources::EPSILON {
+        if !overbookable(kind, have) {
             return 0.0;
         }
-        let excess = (need - have) / capacity[kind].max(fullerene_proto::resources::EPSILON);
+        let excess = (need - have) / capacity[kind].max(EPSILON);
         if excess > allowance {
             return 0.0;
         }

@@ -8,16 +8,17 @@
 //! the timed section, so every iteration allocates the whole cluster again: a full cycle (only
 //! η, ε and the agents' visiting rotation move on between iterations, as in a running master).
 //!
-//! Run: `cargo bench -p fullerene-master --bench allocator`.
+//! Run: `cargo bench -p fullerene-scheduling --bench allocator`.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use fullerene_master::allocator::{AllocatorConfig, InterJobPolicy, StandaloneAllocator};
-use fullerene_master::fairness::FairnessFactor;
-use fullerene_proto::messages::{DemandSummary, PendingDemand};
-use fullerene_proto::{AgentId, FrameworkId, ResourceVec, Resources};
+use fullerene_scheduling::allocator::{AllocatorConfig, InterJobPolicy, StandaloneAllocator};
+use fullerene_scheduling::fairness::FairnessFactor;
+use fullerene_scheduling::{
+    AgentId, DemandSummary, FrameworkId, PendingDemand, ResourceVec, Resources,
+};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 

@@ -11,11 +11,11 @@
 
 use std::collections::HashMap;
 
-use fullerene_proto::resources::EPSILON;
-use fullerene_proto::{AgentId, FrameworkId, ResourceVec};
 use serde::{Deserialize, Serialize};
 
 use crate::fairness::{slot_count, DeficitCounters, FairnessError, FairnessFactor, GroupIdx};
+use crate::ids::{AgentId, FrameworkId};
+use crate::resources::{ResourceVec, EPSILON};
 
 /// Dense index of an agent slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -683,7 +683,7 @@ mod tests {
             st.add_agent("b".into(), v("cpus=1")),
             Err(StateError::DuplicateAgent(_))
         ));
-        let negative = ResourceVec::from_pairs(&[(fullerene_proto::ResourceKind::Cpus, -1.0)]);
+        let negative = ResourceVec::from_pairs(&[(crate::resources::ResourceKind::Cpus, -1.0)]);
         assert!(st.add_agent("d".into(), negative).is_err());
     }
 }

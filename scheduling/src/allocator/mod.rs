@@ -8,7 +8,7 @@
 //! for a machine. In a two-level design it is split: the allocator ranks *frameworks* for an
 //! agent from their [`DemandSummary`] (pending task shapes with counts and best priScore, plus
 //! remaining work), and the framework, offered the agent, ranks its own tasks and answers with a
-//! bundle (`fullerene_sdk::policy`). The first box of Fig. 8 is thus computed here per shape
+//! bundle (the framework SDK's `policy` module). The first box of Fig. 8 is thus computed here per shape
 //! rather than per task, the second (the κ·C gate) and third (the deficit update) here as well.
 //!
 //! # State split
@@ -75,21 +75,19 @@ mod tests;
 
 use std::collections::HashMap;
 
-use fullerene_proto::messages::DemandSummary;
-use fullerene_proto::resources::{ResourceError, EPSILON};
-use fullerene_proto::{AgentId, FrameworkId, ResourceKind, ResourceVec, NUM_RESOURCES};
-use fullerene_sdk::policy::scoring::{
-    EtaEstimator, DEFAULT_ETA_MULTIPLIER, DEFAULT_OVERBOOK_ALLOWANCE,
-};
-
-pub use fullerene_proto::messages::OfferKind;
-pub use fullerene_sdk::policy::LeftoverAction;
 pub use standalone::StandaloneAllocator;
 pub use state::{
     AgentIdx, AgentRecord, AllocationState, FrameworkIdx, FrameworkRecord, RunningTask, StateError,
 };
 
+pub use crate::offer::{LeftoverAction, OfferKind};
+
+use crate::demand::DemandSummary;
 use crate::fairness::{FairnessFactor, GroupIdx};
+use crate::fit::{fits, fits_offer, Overbooking, DEFAULT_OVERBOOK_ALLOWANCE};
+use crate::ids::{AgentId, FrameworkId};
+use crate::resources::{ResourceError, ResourceKind, ResourceVec, EPSILON, NUM_RESOURCES};
+use crate::scoring::{EtaEstimator, DEFAULT_ETA_MULTIPLIER};
 
 /// Default κ of the κ·C bound. The papers leave κ to the operator; a tenth of the cluster leaves
 /// room for packing and short-job preference to matter (Graphene §7 credits "some short-term
@@ -240,7 +238,7 @@ impl AllocatorConfig {
         if !(self.decline_filter_s.is_finite() && self.decline_filter_s >= 0.0) {
             return bad("decline_filter_s must be finite and >= 0");
         }
-        if !(self.overbook_allowance.is_finite() && self.overbook_allowance >= 0.0) {
+        if !Overbooking(self.overbook_allowance).is_valid() {
             return bad("overbook_allowance must be finite and >= 0");
         }
         if !self.slot_size.is_valid() || self.slot_size.is_zero() {
@@ -764,16 +762,13 @@ impl Allocator {
             .agent(a)
             .ok_or_else(|| StateError::UnknownAgent(agent.clone()))?;
         let launching = self.agents[a.get()].launching;
-        let within = ResourceKind::ALL.into_iter().all(|k| {
-            if k.is_fungible() {
-                total[k] <= offer.resources[k] + EPSILON
-                    || record.used[k] + launching[k] + total[k]
-                        <= record.total[k] * (1.0 + self.config.overbook_allowance) + EPSILON
-            } else {
-                total[k] <= offer.resources[k] + EPSILON
-            }
-        });
-        if !within {
+        let ceiling = Overbooking(self.config.overbook_allowance).ceiling(&record.total);
+        if !fits_offer(
+            &total,
+            &offer.resources,
+            &(record.used + launching),
+            &ceiling,
+        ) {
             return Err(AllocatorError::ExceedsOffer {
                 agent: agent.clone(),
                 launched: total,

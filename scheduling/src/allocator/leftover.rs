@@ -23,7 +23,7 @@
 //! counters see every launch, leftover or not, so without the gate a stream of leftover offers
 //! could push a group past the bound the operator set.
 
-use fullerene_sdk::policy::scoring::{packing_score, PerfScore};
+use crate::scoring::{packing_score, PerfScore};
 
 use super::policies::Choice;
 use super::*;
@@ -71,7 +71,7 @@ impl Allocator {
             let soft = self.cycle_counts(framework);
             let mut best: Option<(usize, f64)> = None;
             for (s, shape) in soft.demand.shapes.iter().enumerate() {
-                if soft.cycle_counts[s] == 0 || !shape.demand.fits_in(&leftover) {
+                if soft.cycle_counts[s] == 0 || !fits(&shape.demand, &leftover) {
                     continue;
                 }
                 let p = packing_score(&leftover, &shape.demand, &total, 1.0);

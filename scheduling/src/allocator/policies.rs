@@ -17,11 +17,9 @@
 
 use std::collections::BTreeSet;
 
-use fullerene_proto::resources::EPSILON;
-use fullerene_proto::{ResourceKind, ResourceVec, NUM_RESOURCES};
-use fullerene_sdk::policy::scoring::{overbooking_score, PerfScore};
-
 use super::*;
+use crate::fit::max_copies;
+use crate::scoring::{overbooking_score, PerfScore};
 
 /// A framework chosen for an agent, with the pending shape that won.
 #[derive(Clone, Copy, Debug)]
@@ -36,7 +34,7 @@ pub(super) struct Choice {
     pub(super) score: PerfScore,
 }
 
-// The unrolled kernels `fits` and `dot` below assume five resource kinds.
+// The unrolled kernel `dot` below assumes five resource kinds.
 const _: () = assert!(NUM_RESOURCES == 5);
 
 /// A candidate in a cycle's ordered set: ascending, so the first is the best.
@@ -275,19 +273,16 @@ impl Allocator {
         total: &ResourceVec,
         overbook: bool,
     ) -> bool {
-        ResourceKind::ALL.into_iter().all(|k| {
-            let need = index.min_demand[k];
-            if !need.is_finite() {
-                // No pending shape at all.
-                return false;
-            }
-            let have = if overbook && k.is_fungible() {
-                free[k] + self.config.overbook_allowance * total[k]
-            } else {
-                free[k]
-            };
-            need <= have + EPSILON
-        })
+        if !index.min_demand[ResourceKind::Cpus].is_finite() {
+            // No pending shape at all.
+            return false;
+        }
+        let room = if overbook {
+            Overbooking(self.config.overbook_allowance).room_bound(free, total)
+        } else {
+            *free
+        };
+        fits(&index.min_demand, &room)
     }
 
     /// Frameworks that must not get agent `a` now: those with an active decline filter, those
@@ -902,40 +897,22 @@ fn score_bound(soft: &FrameworkSoft, min_capacity: &ResourceVec, with_priority: 
     }
 }
 
-/// [`ResourceVec::fits_in`], inlined: the scans call it millions of times per cycle and the
-/// `proto` crate's copy is not inlined across crates.
-#[inline]
-fn fits(demand: &ResourceVec, free: &ResourceVec) -> bool {
-    let (d, f) = (&demand.0, &free.0);
-    d[0] <= f[0] + EPSILON
-        && d[1] <= f[1] + EPSILON
-        && d[2] <= f[2] + EPSILON
-        && d[3] <= f[3] + EPSILON
-        && d[4] <= f[4] + EPSILON
-}
-
-/// [`ResourceVec::dot`], inlined for the same reason.
+/// [`ResourceVec::dot`], unrolled and inlined: the scans call it millions of times per cycle.
 #[inline]
 fn dot(a: &ResourceVec, b: &ResourceVec) -> f64 {
     let (a, b) = (&a.0, &b.0);
     a[0] * b[0] + a[1] * b[1] + a[2] * b[2] + a[3] * b[3] + a[4] * b[4]
 }
 
-/// How many copies of `demand` fit in `free`, at most `limit`.
+/// How many copies of `demand` fit in `free` ([`max_copies`]), at most `limit`.
 pub(super) fn copies_that_fit(demand: &ResourceVec, free: &ResourceVec, limit: u32) -> u32 {
-    let mut n = limit as f64;
-    for k in ResourceKind::ALL {
-        let d = demand[k];
-        if d > EPSILON {
-            n = n.min(((free[k] + EPSILON) / d).floor());
-        }
-    }
-    n.max(0.0) as u32
+    // Below `limit`, so the conversion back is exact.
+    max_copies(demand, free).min(limit as usize) as u32
 }
 
 #[cfg(test)]
 mod tests {
-    use fullerene_sdk::policy::scoring::packing_score;
+    use crate::scoring::packing_score;
 
     use super::*;
 

@@ -1,0 +1,30 @@
+//! What a framework still wants, as it tells the allocator (DESIGN.md step 2): task shapes with
+//! counts and scores, and the remaining work. The framework SDK builds it, the wire carries it
+//! (`fullerene_proto::messages` re-exports these types) and the allocator ranks frameworks by it.
+
+use serde::{Deserialize, Serialize};
+
+use crate::resources::Resources;
+
+/// A summary of one kind of pending task, for the allocator (DESIGN.md step 2).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(proptest_derive::Arbitrary))]
+pub struct PendingDemand {
+    /// Per-task demand.
+    pub resources: Resources,
+    /// How many tasks of this shape are runnable now.
+    pub count: u32,
+    /// The best preferred-order score (Graphene priScore, 0..=1) among them.
+    pub pri_score: f64,
+}
+
+/// What a framework still wants, kept compact: the allocator needs shapes and scores, not tasks.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(proptest_derive::Arbitrary))]
+pub struct DemandSummary {
+    /// Runnable tasks grouped by shape, best first; at most a few dozen entries.
+    pub pending: Vec<PendingDemand>,
+    /// Remaining work (sum over unfinished tasks of duration × dominant share), the key for
+    /// shortest-remaining-work-first leftover redistribution (Carbyne §3.3.4).
+    pub remaining_work: f64,
+}

@@ -1,0 +1,82 @@
+//! Identifier newtypes, so that an agent id can never be passed where a task id is expected.
+//!
+//! Agent, framework-principal and master ids of connected peers come from their verified
+//! certificates (DESIGN.md, principle 4); the ids here are what messages use to *refer* to them
+//! and what the allocator keys its records by (`fullerene_proto` re-exports them).
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+macro_rules! string_id {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[cfg_attr(feature = "arbitrary", derive(proptest_derive::Arbitrary))]
+        pub struct $name(pub String);
+
+        impl $name {
+            /// The id as a string slice.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl From<&str> for $name {
+            fn from(s: &str) -> Self {
+                $name(s.to_string())
+            }
+        }
+
+        impl From<String> for $name {
+            fn from(s: String) -> Self {
+                $name(s)
+            }
+        }
+    };
+}
+
+macro_rules! numeric_id {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(
+            Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+        )]
+        #[cfg_attr(feature = "arbitrary", derive(proptest_derive::Arbitrary))]
+        pub struct $name(pub u64);
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{}", self.0)
+            }
+        }
+    };
+}
+
+string_id!(
+    /// An agent, named by the id in its certificate (e.g. `agent-3`).
+    AgentId
+);
+string_id!(
+    /// A registered framework. Assigned by the master at first subscription and kept across
+    /// framework failovers.
+    FrameworkId
+);
+string_id!(
+    /// A task, named by its framework; unique within that framework.
+    TaskId
+);
+numeric_id!(
+    /// A master, which is also its Raft node id (non-zero).
+    MasterId
+);
+numeric_id!(
+    /// An offer, unique for the lifetime of the cluster (the leader's term is folded in).
+    OfferId
+);
