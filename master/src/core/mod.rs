@@ -437,6 +437,13 @@ impl<S: RaftStore> MasterCore<S> {
         None
     }
 
+    /// Starts an election at once, without waiting for the election timeout (an operator's
+    /// forced election, and tests: raft-rs draws election timeouts from its own random
+    /// generator, so only a forced election happens at a known step).
+    pub fn campaign(&mut self) -> Result<(), NodeError> {
+        self.node.campaign()
+    }
+
     /// The tick: Raft's logical clock, then the leader's timers (liveness marks, failover
     /// teardowns, learner promotion, the allocation cycle). The shell calls it every
     /// [`NodeConfig::tick_interval`](crate::raft_node::NodeConfig).
