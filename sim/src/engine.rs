@@ -44,11 +44,11 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use fullerene_proto::resources::EPSILON;
 use fullerene_proto::{AgentId, FrameworkId, ResourceKind, ResourceVec};
 use fullerene_scheduling::allocator::{
     AllocatorConfig, AllocatorError, OfferDecision as AllocatorOffer, StandaloneAllocator,
 };
+use fullerene_scheduling::fit::within;
 use fullerene_sdk::planner::Plan;
 use fullerene_sdk::policy::{build, LeftoverAction, OfferContext, PolicyKind, PolicyParams};
 use fullerene_sdk::timed_queue::TimedQueue;
@@ -135,7 +135,7 @@ impl Machine {
     fn overloaded(&self) -> bool {
         ResourceKind::ALL
             .into_iter()
-            .any(|k| k.is_fungible() && self.allocated[k] > self.capacity[k] + EPSILON)
+            .any(|k| k.is_fungible() && !within(self.allocated[k], self.capacity[k]))
     }
 
     /// What the machine's tasks actually use: their demand, capped at the capacity.
@@ -147,8 +147,7 @@ impl Machine {
     fn rate_for(&self, demand: &ResourceVec) -> f64 {
         let mut rate: f64 = 1.0;
         for k in ResourceKind::ALL {
-            if k.is_fungible() && demand[k] > 0.0 && self.allocated[k] > self.capacity[k] + EPSILON
-            {
+            if k.is_fungible() && demand[k] > 0.0 && !within(self.allocated[k], self.capacity[k]) {
                 rate = rate.min(self.capacity[k] / self.allocated[k]);
             }
         }

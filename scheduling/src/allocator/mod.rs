@@ -14,10 +14,12 @@
 //! # State split
 //!
 //! What must survive a leader change lives in [`AllocationState`] (agents, frameworks, groups,
-//! [`DeficitCounters`]), changed only through its `apply_*` and registration methods. Everything
-//! else here is soft state a new leader rebuilds: shard assignment (a hash of the agent id),
-//! demand summaries (frameworks re-send them), decline filters, suppression, and the resources
-//! currently out on offers. [`Allocator::from_state`] builds an allocator over a recovered state.
+//! [`DeficitCounters`](crate::fairness::DeficitCounters)), changed only through its `apply_*`
+//! and registration methods. Everything else here is soft state a new leader rebuilds: shard
+//! assignment (a hash of the agent id), demand summaries (frameworks re-send them), decline
+//! filters, suppression, and the resources currently out on offers. An [`Allocator`] learns a
+//! recovered state on its first [`Allocator::sync`]; [`StandaloneAllocator::from_state`] pairs
+//! one with a state of its own.
 //!
 //! # One framework per agent per cycle
 //!

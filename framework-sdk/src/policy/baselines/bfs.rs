@@ -2,10 +2,9 @@
 //! breadth-first order of tasks in the DAG running atop YARN's Capacity Scheduler").
 
 use crate::job::{Job, TaskRef};
-use crate::policy::bundle::{fit_limit, greedy_fill, RunnableQueues, StageOrder};
-use crate::policy::{
-    IntraJobPolicy, JobPolicy, JobState, LeftoverAction, OfferContext, OfferDecision,
-};
+use crate::policy::baselines::{Baseline, BaselineOrder};
+use crate::policy::bundle::{greedy_fill, StageCandidates, StageOrder};
+use crate::policy::OfferContext;
 
 /// Each stage's breadth-first level: 0 for roots, otherwise one more than its deepest parent.
 /// This is Tez's "distance from root", which its natural-order DAG scheduler turns into
@@ -28,11 +27,13 @@ pub fn breadth_first_levels(job: &Job) -> Vec<u32> {
 /// tasks by index; what does not fit is skipped (Graphene §2.2: the capacity scheduler "picks
 /// (in a breadth-first order) a runnable task from the designated DAG that fits"). Which job
 /// gets the machine is the capacity scheduler's part, in the allocator.
+pub type BfsPolicy = Baseline<BreadthFirst>;
+
+/// The order of [`BfsPolicy`]: each stage's breadth-first level.
 #[derive(Clone, Debug)]
-pub struct BfsPolicy {
+pub struct BreadthFirst {
     name: &'static str,
     levels: Vec<u32>,
-    queues: RunnableQueues,
 }
 
 impl BfsPolicy {
@@ -44,50 +45,23 @@ impl BfsPolicy {
     /// The same order under another name: the DRF baseline's intra-job side is Tez's
     /// breadth-first order too (see [`super::drf`]).
     pub(crate) fn named(job: &Job, name: &'static str) -> BfsPolicy {
-        BfsPolicy {
+        let order = BreadthFirst {
             name,
             levels: breadth_first_levels(job),
-            queues: RunnableQueues::new(job, StageOrder::by_index(job)),
-        }
-    }
-
-    fn key(&self, stage: usize, t: TaskRef) -> (u32, usize, u32) {
-        (self.levels[stage], stage, t.index)
+        };
+        Baseline::with(job, order, StageOrder::by_index(job))
     }
 }
 
-impl JobPolicy for BfsPolicy {
-    fn name(&self) -> &str {
+impl BaselineOrder for BreadthFirst {
+    fn name(&self) -> &'static str {
         self.name
     }
 
-    fn on_offer(&mut self, job: &Job, state: &JobState, offer: &OfferContext) -> OfferDecision {
-        let cands = self.queues.candidates(job, state, fit_limit(offer.free));
-        OfferDecision {
-            launch: greedy_fill(&offer.free, cands, |c, t| self.key(c.stage, t)),
-            leftover: LeftoverAction::Decline,
-        }
-    }
-
-    fn replan(&mut self, _job: &Job, _state: &JobState) {
-        self.queues.reset();
-    }
-}
-
-impl IntraJobPolicy for BfsPolicy {
-    fn bundle_among(
-        &mut self,
-        job: &Job,
-        state: &JobState,
-        offer: &OfferContext,
-        tasks: &[TaskRef],
-    ) -> Vec<TaskRef> {
-        let runnable = tasks.iter().copied().filter(|t| state.is_runnable(*t));
-        let cands = self
-            .queues
-            .order()
-            .candidates_from(job, runnable, fit_limit(offer.free));
-        greedy_fill(&offer.free, cands, |c, t| self.key(c.stage, t))
+    fn fill(&self, _job: &Job, offer: &OfferContext, cands: Vec<StageCandidates>) -> Vec<TaskRef> {
+        greedy_fill(&offer.free, cands, |c, t| {
+            (self.levels[c.stage], c.stage, t.index)
+        })
     }
 }
 
@@ -95,6 +69,7 @@ impl IntraJobPolicy for BfsPolicy {
 mod tests {
     use super::*;
     use crate::policy::baselines::test_util::{job, offer};
+    use crate::policy::{JobPolicy, JobState};
 
     #[test]
     fn levels_are_distances_from_the_roots_through_the_deepest_parent() {

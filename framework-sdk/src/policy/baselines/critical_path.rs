@@ -3,10 +3,9 @@
 //! output").
 
 use crate::job::{Job, TaskRef};
-use crate::policy::bundle::{fit_limit, greedy_fill, RunnableQueues, StageOrder};
-use crate::policy::{
-    IntraJobPolicy, JobPolicy, JobState, LeftoverAction, OfferContext, OfferDecision,
-};
+use crate::policy::baselines::{Baseline, BaselineOrder};
+use crate::policy::bundle::{greedy_fill, StageCandidates, StageOrder};
+use crate::policy::OfferContext;
 
 /// For each stage, the longest path from the end of any of its tasks to the job's end: the
 /// maximum over its children of (the child's longest task + the child's own value). A task's
@@ -31,63 +30,45 @@ pub fn downstream_path_lengths(job: &Job) -> Vec<f64> {
 /// The paths are computed once from the job's static durations: a runnable task's
 /// descendants have not started yet (stages are barriers), so its static path is its remaining
 /// path.
+pub type CriticalPathPolicy = Baseline<CriticalPath>;
+
+/// The order of [`CriticalPathPolicy`]: each stage's longest path after it.
 #[derive(Clone, Debug)]
-pub struct CriticalPathPolicy {
+pub struct CriticalPath {
     down: Vec<f64>,
-    queues: RunnableQueues,
 }
 
 impl CriticalPathPolicy {
     /// The policy for `job`.
     pub fn new(job: &Job) -> CriticalPathPolicy {
-        CriticalPathPolicy {
+        let order = CriticalPath {
             down: downstream_path_lengths(job),
-            queues: RunnableQueues::new(job, StageOrder::by_key(job, |t| -job.duration(t))),
-        }
+        };
+        Baseline::with(job, order, StageOrder::by_key(job, |t| -job.duration(t)))
     }
 
+    /// A task's critical-path length ([`CriticalPath::path_length`]).
+    pub fn path_length(&self, job: &Job, t: TaskRef) -> f64 {
+        self.order().path_length(job, t)
+    }
+}
+
+impl CriticalPath {
     /// A task's critical-path length: its duration plus the longest path after its stage.
     pub fn path_length(&self, job: &Job, t: TaskRef) -> f64 {
         job.duration(t) + self.down[t.stage()]
     }
-
-    fn key(&self, job: &Job, stage: usize, t: TaskRef) -> (f64, usize, u32) {
-        (-self.path_length(job, t), stage, t.index)
-    }
 }
 
-impl JobPolicy for CriticalPathPolicy {
-    fn name(&self) -> &str {
+impl BaselineOrder for CriticalPath {
+    fn name(&self) -> &'static str {
         "cp"
     }
 
-    fn on_offer(&mut self, job: &Job, state: &JobState, offer: &OfferContext) -> OfferDecision {
-        let cands = self.queues.candidates(job, state, fit_limit(offer.free));
-        OfferDecision {
-            launch: greedy_fill(&offer.free, cands, |c, t| self.key(job, c.stage, t)),
-            leftover: LeftoverAction::Decline,
-        }
-    }
-
-    fn replan(&mut self, _job: &Job, _state: &JobState) {
-        self.queues.reset();
-    }
-}
-
-impl IntraJobPolicy for CriticalPathPolicy {
-    fn bundle_among(
-        &mut self,
-        job: &Job,
-        state: &JobState,
-        offer: &OfferContext,
-        tasks: &[TaskRef],
-    ) -> Vec<TaskRef> {
-        let runnable = tasks.iter().copied().filter(|t| state.is_runnable(*t));
-        let cands = self
-            .queues
-            .order()
-            .candidates_from(job, runnable, fit_limit(offer.free));
-        greedy_fill(&offer.free, cands, |c, t| self.key(job, c.stage, t))
+    fn fill(&self, job: &Job, offer: &OfferContext, cands: Vec<StageCandidates>) -> Vec<TaskRef> {
+        greedy_fill(&offer.free, cands, |c, t| {
+            (-self.path_length(job, t), c.stage, t.index)
+        })
     }
 }
 
@@ -95,6 +76,7 @@ impl IntraJobPolicy for CriticalPathPolicy {
 mod tests {
     use super::*;
     use crate::policy::baselines::test_util::{job, offer};
+    use crate::policy::{JobPolicy, JobState};
 
     #[test]
     fn the_task_on_the_longest_remaining_path_goes_first() {

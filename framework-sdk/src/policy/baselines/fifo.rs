@@ -1,63 +1,32 @@
 //! FIFO within a job: stage order (the job's topological order), then task index.
 
 use crate::job::{Job, TaskRef};
-use crate::policy::bundle::{fit_limit, greedy_fill, RunnableQueues, StageOrder};
-use crate::policy::{
-    IntraJobPolicy, JobPolicy, JobState, LeftoverAction, OfferContext, OfferDecision,
-};
+use crate::policy::baselines::{Baseline, BaselineOrder};
+use crate::policy::bundle::{greedy_fill, StageCandidates, StageOrder};
+use crate::policy::OfferContext;
 
 /// First in, first out within the job: the earliest stage (in the job's topological order),
 /// then the lowest task index; tasks that do not fit are skipped, so the bundle fills the offer.
-#[derive(Clone, Debug)]
-pub struct FifoPolicy {
-    queues: RunnableQueues,
-}
+pub type FifoPolicy = Baseline<Fifo>;
+
+/// The order of [`FifoPolicy`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Fifo;
 
 impl FifoPolicy {
     /// The policy for `job`.
     pub fn new(job: &Job) -> FifoPolicy {
-        FifoPolicy {
-            queues: RunnableQueues::new(job, StageOrder::by_index(job)),
-        }
+        Baseline::with(job, Fifo, StageOrder::by_index(job))
     }
 }
 
-fn fifo_key(stage: usize, t: TaskRef) -> (usize, u32) {
-    (stage, t.index)
-}
-
-impl JobPolicy for FifoPolicy {
-    fn name(&self) -> &str {
+impl BaselineOrder for Fifo {
+    fn name(&self) -> &'static str {
         "fifo"
     }
 
-    fn on_offer(&mut self, job: &Job, state: &JobState, offer: &OfferContext) -> OfferDecision {
-        let cands = self.queues.candidates(job, state, fit_limit(offer.free));
-        OfferDecision {
-            launch: greedy_fill(&offer.free, cands, |c, t| fifo_key(c.stage, t)),
-            leftover: LeftoverAction::Decline,
-        }
-    }
-
-    fn replan(&mut self, _job: &Job, _state: &JobState) {
-        self.queues.reset();
-    }
-}
-
-impl IntraJobPolicy for FifoPolicy {
-    fn bundle_among(
-        &mut self,
-        job: &Job,
-        state: &JobState,
-        offer: &OfferContext,
-        tasks: &[TaskRef],
-    ) -> Vec<TaskRef> {
-        let runnable = tasks.iter().copied().filter(|t| state.is_runnable(*t));
-        let cands = self
-            .queues
-            .order()
-            .candidates_from(job, runnable, fit_limit(offer.free));
-        greedy_fill(&offer.free, cands, |c, t| fifo_key(c.stage, t))
+    fn fill(&self, _job: &Job, offer: &OfferContext, cands: Vec<StageCandidates>) -> Vec<TaskRef> {
+        greedy_fill(&offer.free, cands, |c, t| (c.stage, t.index))
     }
 }
 
@@ -65,6 +34,7 @@ impl IntraJobPolicy for FifoPolicy {
 mod tests {
     use super::*;
     use crate::policy::baselines::test_util::{job, offer};
+    use crate::policy::{JobPolicy, JobState};
 
     #[test]
     fn takes_stages_in_order_and_tasks_by_index() {

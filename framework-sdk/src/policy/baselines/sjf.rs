@@ -1,63 +1,38 @@
 //! Shortest task first within a job.
 
 use crate::job::{Job, TaskRef};
-use crate::policy::bundle::{fit_limit, greedy_fill, RunnableQueues, StageOrder};
-use crate::policy::{
-    IntraJobPolicy, JobPolicy, JobState, LeftoverAction, OfferContext, OfferDecision,
-};
+use crate::policy::baselines::{Baseline, BaselineOrder};
+use crate::policy::bundle::{greedy_fill, StageCandidates, StageOrder};
+use crate::policy::OfferContext;
 
 /// Shortest (expected) task first across all of the job's runnable tasks (ties: stage order,
 /// then index); tasks that do not fit are skipped. Shortest *job* first is the allocator's part.
-#[derive(Clone, Debug)]
-pub struct SjfPolicy {
-    queues: RunnableQueues,
-}
+pub type SjfPolicy = Baseline<ShortestTask>;
+
+/// The order of [`SjfPolicy`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ShortestTask;
 
 impl SjfPolicy {
     /// The policy for `job`.
     pub fn new(job: &Job) -> SjfPolicy {
-        SjfPolicy {
-            queues: RunnableQueues::new(job, StageOrder::by_key(job, |t| job.duration(t))),
-        }
+        Baseline::with(
+            job,
+            ShortestTask,
+            StageOrder::by_key(job, |t| job.duration(t)),
+        )
     }
 }
 
-fn sjf_key(job: &Job, stage: usize, t: TaskRef) -> (f64, usize, u32) {
-    (job.duration(t), stage, t.index)
-}
-
-impl JobPolicy for SjfPolicy {
-    fn name(&self) -> &str {
+impl BaselineOrder for ShortestTask {
+    fn name(&self) -> &'static str {
         "sjf"
     }
 
-    fn on_offer(&mut self, job: &Job, state: &JobState, offer: &OfferContext) -> OfferDecision {
-        let cands = self.queues.candidates(job, state, fit_limit(offer.free));
-        OfferDecision {
-            launch: greedy_fill(&offer.free, cands, |c, t| sjf_key(job, c.stage, t)),
-            leftover: LeftoverAction::Decline,
-        }
-    }
-
-    fn replan(&mut self, _job: &Job, _state: &JobState) {
-        self.queues.reset();
-    }
-}
-
-impl IntraJobPolicy for SjfPolicy {
-    fn bundle_among(
-        &mut self,
-        job: &Job,
-        state: &JobState,
-        offer: &OfferContext,
-        tasks: &[TaskRef],
-    ) -> Vec<TaskRef> {
-        let runnable = tasks.iter().copied().filter(|t| state.is_runnable(*t));
-        let cands = self
-            .queues
-            .order()
-            .candidates_from(job, runnable, fit_limit(offer.free));
-        greedy_fill(&offer.free, cands, |c, t| sjf_key(job, c.stage, t))
+    fn fill(&self, job: &Job, offer: &OfferContext, cands: Vec<StageCandidates>) -> Vec<TaskRef> {
+        greedy_fill(&offer.free, cands, |c, t| {
+            (job.duration(t), c.stage, t.index)
+        })
     }
 }
 
@@ -65,6 +40,7 @@ impl IntraJobPolicy for SjfPolicy {
 mod tests {
     use super::*;
     use crate::policy::baselines::test_util::{job, offer};
+    use crate::policy::{JobPolicy, JobState};
 
     #[test]
     fn shortest_task_first_across_stages() {

@@ -5,11 +5,10 @@
 use fullerene_proto::ResourceVec;
 
 use crate::job::{Job, TaskRef};
-use crate::policy::bundle::{fit_limit, RunnableQueues, StageCandidates, StageOrder};
+use crate::policy::baselines::{Baseline, BaselineOrder};
+use crate::policy::bundle::{StageCandidates, StageOrder};
 use crate::policy::scoring::srpt_term;
-use crate::policy::{
-    IntraJobPolicy, JobPolicy, JobState, LeftoverAction, OfferContext, OfferDecision,
-};
+use crate::policy::OfferContext;
 
 /// Alignment scores closer than this count as equal, so that SRTF decides between them.
 const ALIGNMENT_TIE: f64 = 1e-9;
@@ -24,21 +23,26 @@ const ALIGNMENT_TIE: f64 = 1e-9;
 /// jobs that is the allocator's part; within one job it is the same for every candidate and
 /// cannot change the order, so here it reduces to its tie-breaking role: among equally aligned
 /// tasks, the one with less work (duration × normalised demand) goes first, then stage order.
-#[derive(Clone, Debug)]
-pub struct TetrisPolicy {
-    queues: RunnableQueues,
-}
+pub type TetrisPolicy = Baseline<Tetris>;
+
+/// The order of [`TetrisPolicy`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Tetris;
 
 impl TetrisPolicy {
     /// The policy for `job`.
     pub fn new(job: &Job) -> TetrisPolicy {
-        TetrisPolicy {
-            // Within a stage (same demand, same alignment) the shortest task has the least work.
-            queues: RunnableQueues::new(job, StageOrder::by_key(job, |t| job.duration(t))),
-        }
+        // Within a stage (same demand, same alignment) the shortest task has the least work.
+        Baseline::with(job, Tetris, StageOrder::by_key(job, |t| job.duration(t)))
+    }
+}
+
+impl BaselineOrder for Tetris {
+    fn name(&self) -> &'static str {
+        "tetris"
     }
 
-    fn pack(
+    fn fill(
         &self,
         job: &Job,
         offer: &OfferContext,
@@ -78,45 +82,11 @@ impl TetrisPolicy {
     }
 }
 
-impl JobPolicy for TetrisPolicy {
-    fn name(&self) -> &str {
-        "tetris"
-    }
-
-    fn on_offer(&mut self, job: &Job, state: &JobState, offer: &OfferContext) -> OfferDecision {
-        let cands = self.queues.candidates(job, state, fit_limit(offer.free));
-        OfferDecision {
-            launch: self.pack(job, offer, cands),
-            leftover: LeftoverAction::Decline,
-        }
-    }
-
-    fn replan(&mut self, _job: &Job, _state: &JobState) {
-        self.queues.reset();
-    }
-}
-
-impl IntraJobPolicy for TetrisPolicy {
-    fn bundle_among(
-        &mut self,
-        job: &Job,
-        state: &JobState,
-        offer: &OfferContext,
-        tasks: &[TaskRef],
-    ) -> Vec<TaskRef> {
-        let runnable = tasks.iter().copied().filter(|t| state.is_runnable(*t));
-        let cands = self
-            .queues
-            .order()
-            .candidates_from(job, runnable, fit_limit(offer.free));
-        self.pack(job, offer, cands)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::policy::baselines::test_util::{job, offer};
+    use crate::policy::{JobPolicy, JobState};
 
     #[test]
     fn best_aligned_first_and_shorter_work_among_equals() {
