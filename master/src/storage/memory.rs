@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
 use raft::{GetEntriesContext, RaftState};
 
-use super::{check_append, check_ordered, Durability, RaftStore, ReadyWrite, StorageError};
+use super::{check_compact, check_write, Durability, RaftStore, ReadyWrite, StorageError};
 
 /// The durable contents of a [`MemStorage`].
 #[derive(Debug, Clone, Default)]
@@ -236,38 +236,15 @@ impl RaftStore for MemStorage {
 
         // Validate the whole batch against the state it produces before changing anything,
         // so that a refused batch leaves the store untouched (atomicity).
-        check_ordered(&write, &core.hard_state).map_err(|d| self.invalid(d))?;
-        let (mut first, mut last) = (core.first_index(), core.last_index());
-        if let Some(snapshot) = write.snapshot {
-            let index = snapshot.get_metadata().index;
-            if index < core.snapshot.get_metadata().index || index == 0 {
-                return Err(self.invalid(format!(
-                    "received snapshot at index {index} is older than the stored one at {}",
-                    core.snapshot.get_metadata().index
-                )));
-            }
-            first = index + 1;
-            last = index;
-        }
-        check_append(first, last, write.entries).map_err(|d| self.invalid(d))?;
-        if let Some(e) = write.entries.last() {
-            last = e.index;
-        }
-        let mut commit = core.hard_state.commit;
-        if let Some(hs) = write.hard_state {
-            commit = hs.commit;
-        }
-        if let Some(c) = write.commit {
-            commit = commit.max(c);
-        }
-        if let Some(snapshot) = write.snapshot {
-            commit = commit.max(snapshot.get_metadata().index);
-        }
-        if commit > last {
-            return Err(self.invalid(format!(
-                "commit index {commit} is beyond the last log index {last}"
-            )));
-        }
+        let commit = check_write(
+            &write,
+            &core.hard_state,
+            core.first_index(),
+            core.last_index(),
+            core.snapshot.get_metadata().index,
+        )
+        .map_err(|d| self.invalid(d))?
+        .commit;
 
         if let Some(snapshot) = write.snapshot {
             let meta = snapshot.get_metadata();
@@ -315,15 +292,11 @@ impl RaftStore for MemStorage {
     fn compact(&mut self, to: u64) -> Result<(), StorageError> {
         let mut core = self.core();
         self.check_writable(&mut core)?;
-        if to <= core.first_index() {
-            return Ok(());
-        }
         let snapshot_index = core.snapshot.get_metadata().index;
-        if to > snapshot_index + 1 || to > core.last_index() + 1 {
-            return Err(self.invalid(format!(
-                "cannot compact to {to}: the snapshot covers up to {snapshot_index}, the log up to {}",
-                core.last_index()
-            )));
+        if !check_compact(to, core.first_index(), core.last_index(), snapshot_index)
+            .map_err(|d| self.invalid(d))?
+        {
+            return Ok(());
         }
         let term = core
             .term(to - 1)
