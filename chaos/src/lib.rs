@@ -4,6 +4,9 @@
 //!   [`RaftNode`](fullerene_master::raft_node::RaftNode)s that loses, duplicates and reorders
 //!   messages, partitions the network and crashes masters, while an oracle checks Raft's safety
 //!   properties; a failing seed replays exactly.
+//! * [`storage_suite`]: the conformance suite every
+//!   [`RaftStore`](fullerene_master::storage::RaftStore) passes, run on the in-memory and the
+//!   RocksDB store ([`raft_store_conformance!`]).
 //! * [`cluster`]: fault injection on real processes. [`LocalMasters`] starts
 //!   `fullerene master` processes on loopback, kills them with SIGKILL and restarts them on
 //!   their data directories; the integration tests (`tests/`) and `fullerene bench raft` drive
@@ -11,5 +14,6 @@
 
 pub mod cluster;
 pub mod raft_sim;
+pub mod storage_suite;
 
 pub use cluster::{free_loopback_addr, free_loopback_tcp_addr, ClusterError, LocalMasters};
