@@ -1,9 +1,19 @@
-//! Fault injection for Fullerene, on real processes: [`LocalMasters`] starts `fullerene master`
-//! processes on loopback, kills them with SIGKILL and restarts them on their data directories.
-//! The integration tests (`tests/`) and `fullerene bench raft` drive failures through it.
-//! (The deterministic in-memory Raft cluster lives beside the node it tests, in
-//! `fullerene_master::raft_node::sim`.)
+//! Fullerene's test harness and fault injection.
+//!
+//! * [`raft_sim`]: a deterministic, seeded in-memory cluster of
+//!   [`RaftNode`](fullerene_master::raft_node::RaftNode)s that loses, duplicates and reorders
+//!   messages, partitions the network and crashes masters, while an oracle checks Raft's safety
+//!   properties; a failing seed replays exactly.
+//! * [`storage_suite`]: the conformance suite every
+//!   [`RaftStore`](fullerene_master::storage::RaftStore) passes, run on the in-memory and the
+//!   RocksDB store ([`raft_store_conformance!`]).
+//! * [`cluster`]: fault injection on real processes. [`LocalMasters`] starts
+//!   `fullerene master` processes on loopback, kills them with SIGKILL and restarts them on
+//!   their data directories; the integration tests (`tests/`) and `fullerene bench raft` drive
+//!   failures through it.
 
 pub mod cluster;
+pub mod raft_sim;
+pub mod storage_suite;
 
 pub use cluster::{free_loopback_addr, free_loopback_tcp_addr, ClusterError, LocalMasters};

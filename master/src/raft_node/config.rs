@@ -52,6 +52,11 @@ pub struct NodeConfig {
     pub log_retention: u64,
     /// Ticks a linearizable read may wait for the leader's confirmation before it fails.
     pub read_timeout_ticks: usize,
+    /// Whether the node keeps a copy of every entry it applies until
+    /// [`RaftNode::take_apply_trace`](super::RaftNode::take_apply_trace) collects them, for an
+    /// oracle that compares what each master applied (the deterministic cluster simulation).
+    /// Off by default: it copies every entry, and nothing collects them in a real master.
+    pub trace_applied: bool,
 }
 
 impl NodeConfig {
@@ -71,6 +76,7 @@ impl NodeConfig {
             snapshot_interval: 10_000,
             log_retention: 5_000,
             read_timeout_ticks: 80,
+            trace_applied: false,
         }
     }
 

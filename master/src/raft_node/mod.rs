@@ -40,10 +40,6 @@
 mod config;
 mod logger;
 mod metrics;
-#[cfg(any(test, feature = "testing"))]
-pub mod sim;
-#[cfg(test)]
-mod tests;
 
 use fullerene_proto::Time;
 use std::collections::{BTreeMap, VecDeque};
@@ -314,8 +310,10 @@ struct PendingRead {
     ticks_left: usize,
 }
 
-/// An applied entry, for the simulation's oracle.
-#[cfg(any(test, feature = "testing"))]
+/// An applied entry, as [`RaftNode::take_apply_trace`] returns it when
+/// [`NodeConfig::trace_applied`] is set: what an oracle outside the node (the deterministic
+/// cluster simulation) compares across masters to check that they all apply the same entry at
+/// each index (Raft's state machine safety, thesis §3.6.3).
 #[derive(Debug, Clone, PartialEq)]
 pub struct AppliedTrace {
     /// Its index.
@@ -355,7 +353,7 @@ pub struct RaftNode<S: RaftStore> {
     /// The time passed to the latest `advance`.
     now: Option<Time>,
     metrics: NodeMetrics,
-    #[cfg(any(test, feature = "testing"))]
+    /// The entries applied since the last `take_apply_trace`, when `config.trace_applied`.
     trace: Vec<AppliedTrace>,
 }
 
@@ -469,7 +467,6 @@ impl<S: RaftStore> RaftNode<S> {
             force_snapshot: false,
             now: None,
             metrics,
-            #[cfg(any(test, feature = "testing"))]
             trace: Vec::new(),
         })
     }
@@ -980,13 +977,14 @@ impl<S: RaftStore> RaftNode<S> {
             if entry.index <= self.applied {
                 continue;
             }
-            #[cfg(any(test, feature = "testing"))]
-            self.trace.push(AppliedTrace {
-                index: entry.index,
-                term: entry.term,
-                entry_type: entry.get_entry_type(),
-                data: entry.data.to_vec(),
-            });
+            if self.config.trace_applied {
+                self.trace.push(AppliedTrace {
+                    index: entry.index,
+                    term: entry.term,
+                    entry_type: entry.get_entry_type(),
+                    data: entry.data.to_vec(),
+                });
+            }
             let mine = match self.in_flight.remove(&entry.index) {
                 Some(p) if p.term == entry.term => Some(p),
                 Some(p) => {
@@ -1042,25 +1040,12 @@ impl<S: RaftStore> RaftNode<S> {
                     }
                 }
                 EntryType::EntryConfChange | EntryType::EntryConfChangeV2 => {
-                    let change = if entry.get_entry_type() == EntryType::EntryConfChange {
-                        let mut v1 = ConfChange::default();
-                        v1.merge_from_bytes(&entry.data).map_err(|e| {
-                            NodeError::UndecodableEntry {
-                                index: entry.index,
-                                source: CodecError::Malformed(e.to_string()),
-                            }
-                        })?;
-                        conf_change_v1_to_v2(v1)
-                    } else {
-                        let mut v2 = ConfChangeV2::default();
-                        v2.merge_from_bytes(&entry.data).map_err(|e| {
-                            NodeError::UndecodableEntry {
-                                index: entry.index,
-                                source: CodecError::Malformed(e.to_string()),
-                            }
-                        })?;
-                        v2
-                    };
+                    let change = decode_conf_change(entry.get_entry_type(), &entry.data).map_err(
+                        |source| NodeError::UndecodableEntry {
+                            index: entry.index,
+                            source,
+                        },
+                    )?;
                     let result = self
                         .raw
                         .apply_conf_change(&change)
@@ -1068,7 +1053,7 @@ impl<S: RaftStore> RaftNode<S> {
                         .map_err(|e| e.to_string());
                     if let Ok(cs) = &result {
                         self.force_snapshot = true;
-                        record_addresses(&mut self.state, &change);
+                        record_membership_change(&mut self.state, &change);
                         let id = self.config.id;
                         let member = cs.voters.contains(&id)
                             || cs.learners.contains(&id)
@@ -1208,10 +1193,35 @@ impl<S: RaftStore> RaftNode<S> {
         }
     }
 
-    /// The entries applied since the last call (simulation oracle).
-    #[cfg(any(test, feature = "testing"))]
+    /// The entries applied since the last call, in order; always empty unless
+    /// [`NodeConfig::trace_applied`] is set. See [`AppliedTrace`].
     pub fn take_apply_trace(&mut self) -> Vec<AppliedTrace> {
         std::mem::take(&mut self.trace)
+    }
+}
+
+/// The membership change a committed `EntryConfChange` or `EntryConfChangeV2` entry carries,
+/// as a `ConfChangeV2` (a legacy `ConfChange` becomes the equivalent one-change `ConfChangeV2`).
+///
+/// The node reads every membership entry it applies with it; it is public so that a replay of
+/// the committed log outside a node (the deterministic cluster simulation's oracle) reads them
+/// the same way. A normal entry is not a membership change and is refused.
+pub fn decode_conf_change(entry_type: EntryType, data: &[u8]) -> Result<ConfChangeV2, CodecError> {
+    let malformed = |e: protobuf::ProtobufError| CodecError::Malformed(e.to_string());
+    match entry_type {
+        EntryType::EntryConfChange => {
+            let mut v1 = ConfChange::default();
+            v1.merge_from_bytes(data).map_err(malformed)?;
+            Ok(conf_change_v1_to_v2(v1))
+        }
+        EntryType::EntryConfChangeV2 => {
+            let mut v2 = ConfChangeV2::default();
+            v2.merge_from_bytes(data).map_err(malformed)?;
+            Ok(v2)
+        }
+        EntryType::EntryNormal => Err(CodecError::Malformed(
+            "a normal entry is not a membership change".to_string(),
+        )),
     }
 }
 
@@ -1232,7 +1242,11 @@ fn conf_change_v1_to_v2(v1: ConfChange) -> ConfChangeV2 {
 
 /// Records in the state the addresses a membership change carries in its context (the
 /// shell's convention: an added master's `ip:port`), and forgets removed masters.
-fn record_addresses(state: &mut ClusterState, change: &ConfChangeV2) {
+///
+/// The node does this for every membership change it applies; it is public so that a replay
+/// of the committed log outside a node (the deterministic cluster simulation's oracle) reaches
+/// the same state.
+pub fn record_membership_change(state: &mut ClusterState, change: &ConfChangeV2) {
     let addr = std::str::from_utf8(&change.context)
         .ok()
         .and_then(|text| text.parse::<std::net::SocketAddr>().ok());

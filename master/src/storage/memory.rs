@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
 use raft::{GetEntriesContext, RaftState};
 
-use super::{check_append, check_ordered, Durability, RaftStore, ReadyWrite, StorageError};
+use super::{check_compact, check_write, Durability, RaftStore, ReadyWrite, StorageError};
 
 /// The durable contents of a [`MemStorage`].
 #[derive(Debug, Clone, Default)]
@@ -236,38 +236,15 @@ impl RaftStore for MemStorage {
 
         // Validate the whole batch against the state it produces before changing anything,
         // so that a refused batch leaves the store untouched (atomicity).
-        check_ordered(&write, &core.hard_state).map_err(|d| self.invalid(d))?;
-        let (mut first, mut last) = (core.first_index(), core.last_index());
-        if let Some(snapshot) = write.snapshot {
-            let index = snapshot.get_metadata().index;
-            if index < core.snapshot.get_metadata().index || index == 0 {
-                return Err(self.invalid(format!(
-                    "received snapshot at index {index} is older than the stored one at {}",
-                    core.snapshot.get_metadata().index
-                )));
-            }
-            first = index + 1;
-            last = index;
-        }
-        check_append(first, last, write.entries).map_err(|d| self.invalid(d))?;
-        if let Some(e) = write.entries.last() {
-            last = e.index;
-        }
-        let mut commit = core.hard_state.commit;
-        if let Some(hs) = write.hard_state {
-            commit = hs.commit;
-        }
-        if let Some(c) = write.commit {
-            commit = commit.max(c);
-        }
-        if let Some(snapshot) = write.snapshot {
-            commit = commit.max(snapshot.get_metadata().index);
-        }
-        if commit > last {
-            return Err(self.invalid(format!(
-                "commit index {commit} is beyond the last log index {last}"
-            )));
-        }
+        let commit = check_write(
+            &write,
+            &core.hard_state,
+            core.first_index(),
+            core.last_index(),
+            core.snapshot.get_metadata().index,
+        )
+        .map_err(|d| self.invalid(d))?
+        .commit;
 
         if let Some(snapshot) = write.snapshot {
             let meta = snapshot.get_metadata();
@@ -315,15 +292,11 @@ impl RaftStore for MemStorage {
     fn compact(&mut self, to: u64) -> Result<(), StorageError> {
         let mut core = self.core();
         self.check_writable(&mut core)?;
-        if to <= core.first_index() {
-            return Ok(());
-        }
         let snapshot_index = core.snapshot.get_metadata().index;
-        if to > snapshot_index + 1 || to > core.last_index() + 1 {
-            return Err(self.invalid(format!(
-                "cannot compact to {to}: the snapshot covers up to {snapshot_index}, the log up to {}",
-                core.last_index()
-            )));
+        if !check_compact(to, core.first_index(), core.last_index(), snapshot_index)
+            .map_err(|d| self.invalid(d))?
+        {
+            return Ok(());
         }
         let term = core
             .term(to - 1)
@@ -350,279 +323,5 @@ impl RaftStore for MemStorage {
 
     fn conf_state(&self) -> ConfState {
         self.core().snapshot.get_metadata().get_conf_state().clone()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use raft::Storage;
-
-    use super::*;
-
-    fn entry(index: u64, term: u64) -> Entry {
-        Entry {
-            index,
-            term,
-            data: vec![index as u8; 16].into(),
-            ..Default::default()
-        }
-    }
-
-    fn bootstrapped() -> MemStorage {
-        let mut store = MemStorage::new("test");
-        store.bootstrap(&[1, 2, 3], b"state").unwrap();
-        store
-    }
-
-    #[test]
-    fn bootstrap_starts_the_log_after_an_initial_snapshot() {
-        let mut store = bootstrapped();
-        assert_eq!(store.first_index().unwrap(), 2);
-        assert_eq!(store.last_index().unwrap(), 1);
-        assert_eq!(store.term(1).unwrap(), 1);
-        assert_eq!(store.applied(), 1);
-        let state = store.initial_state().unwrap();
-        assert_eq!(state.conf_state.voters, vec![1, 2, 3]);
-        assert_eq!(state.hard_state.commit, 1);
-        assert!(matches!(
-            store.bootstrap(&[1], b"again"),
-            Err(StorageError::AlreadyInitialized { .. })
-        ));
-    }
-
-    #[test]
-    fn persist_overwrites_conflicting_tail_and_refuses_gaps() {
-        let mut store = bootstrapped();
-        let ents: Vec<Entry> = (2..=6).map(|i| entry(i, 2)).collect();
-        store
-            .persist(ReadyWrite {
-                entries: &ents,
-                ..Default::default()
-            })
-            .unwrap();
-        assert_eq!(store.last_index().unwrap(), 6);
-        store
-            .persist(ReadyWrite {
-                entries: &[entry(4, 3)],
-                ..Default::default()
-            })
-            .unwrap();
-        assert_eq!(store.last_index().unwrap(), 4);
-        assert_eq!(store.term(4).unwrap(), 3);
-        assert_eq!(store.term(3).unwrap(), 2);
-        let before = store.persist_count();
-        assert!(store
-            .persist(ReadyWrite {
-                entries: &[entry(9, 3)],
-                ..Default::default()
-            })
-            .is_err());
-        assert_eq!(store.persist_count(), before);
-        assert_eq!(store.last_index().unwrap(), 4);
-    }
-
-    #[test]
-    fn a_batch_with_a_commit_beyond_the_log_is_refused_whole() {
-        let mut store = bootstrapped();
-        let hs = HardState {
-            term: 2,
-            vote: 1,
-            commit: 9,
-            ..Default::default()
-        };
-        let ents = [entry(2, 2)];
-        let err = store
-            .persist(ReadyWrite {
-                entries: &ents,
-                hard_state: Some(&hs),
-                ..Default::default()
-            })
-            .unwrap_err();
-        assert!(matches!(err, StorageError::InvalidWrite { .. }));
-        assert_eq!(store.last_index().unwrap(), 1);
-        assert_eq!(store.hard_state().term, 1);
-    }
-
-    #[test]
-    fn compaction_keeps_the_term_of_the_last_dropped_entry() {
-        let mut store = bootstrapped();
-        let ents: Vec<Entry> = (2..=10).map(|i| entry(i, 2 + i / 5)).collect();
-        let hs = HardState {
-            term: 4,
-            commit: 10,
-            ..Default::default()
-        };
-        store
-            .persist(ReadyWrite {
-                entries: &ents,
-                hard_state: Some(&hs),
-                ..Default::default()
-            })
-            .unwrap();
-        // Compaction may not pass the snapshot.
-        assert!(store.compact(5).is_err());
-        let mut snap = Snapshot::default();
-        snap.mut_metadata().index = 8;
-        snap.mut_metadata().term = store.term(8).unwrap();
-        snap.data = b"state at 8".to_vec().into();
-        store.save_snapshot(&snap).unwrap();
-        assert_eq!(store.applied(), 8);
-        store.compact(6).unwrap();
-        assert_eq!(store.first_index().unwrap(), 6);
-        assert_eq!(store.term(5).unwrap(), 3);
-        assert!(matches!(
-            store.term(4),
-            Err(raft::Error::Store(raft::StorageError::Compacted))
-        ));
-        assert!(matches!(
-            store.entries(5, 7, None, GetEntriesContext::empty(false)),
-            Err(raft::Error::Store(raft::StorageError::Compacted))
-        ));
-        assert_eq!(
-            store
-                .entries(6, 11, None, GetEntriesContext::empty(false))
-                .unwrap()
-                .len(),
-            5
-        );
-        // An older snapshot than the stored one is refused.
-        snap.mut_metadata().index = 7;
-        snap.mut_metadata().term = store.term(7).unwrap();
-        assert!(store.save_snapshot(&snap).is_err());
-    }
-
-    #[test]
-    fn received_snapshot_replaces_the_log() {
-        let mut store = bootstrapped();
-        let ents: Vec<Entry> = (2..=4).map(|i| entry(i, 2)).collect();
-        store
-            .persist(ReadyWrite {
-                entries: &ents,
-                ..Default::default()
-            })
-            .unwrap();
-        let mut snap = Snapshot::default();
-        snap.mut_metadata().index = 20;
-        snap.mut_metadata().term = 5;
-        snap.mut_metadata().mut_conf_state().voters = vec![1, 2, 3, 4];
-        snap.data = b"leader state".to_vec().into();
-        let hs = HardState {
-            term: 5,
-            commit: 20,
-            ..Default::default()
-        };
-        store
-            .persist(ReadyWrite {
-                snapshot: Some(&snap),
-                hard_state: Some(&hs),
-                ..Default::default()
-            })
-            .unwrap();
-        assert_eq!(store.first_index().unwrap(), 21);
-        assert_eq!(store.last_index().unwrap(), 20);
-        assert_eq!(store.term(20).unwrap(), 5);
-        assert_eq!(store.applied(), 20);
-        assert_eq!(store.conf_state().voters, vec![1, 2, 3, 4]);
-        assert_eq!(&store.latest_snapshot().data[..], b"leader state");
-    }
-
-    #[test]
-    fn an_unsynced_commit_index_is_lost_in_a_crash_until_a_synced_write() {
-        let mut store = bootstrapped();
-        let ents: Vec<Entry> = (2..=5).map(|i| entry(i, 2)).collect();
-        let hs = HardState {
-            term: 2,
-            vote: 1,
-            commit: 2,
-            ..Default::default()
-        };
-        store
-            .persist(ReadyWrite {
-                entries: &ents,
-                hard_state: Some(&hs),
-                ..Default::default()
-            })
-            .unwrap();
-        let ordered = |commit| ReadyWrite {
-            durability: Durability::Ordered,
-            commit: Some(commit),
-            ..Default::default()
-        };
-        store.persist(ordered(4)).unwrap();
-        assert_eq!(store.hard_state().commit, 4);
-        assert_eq!(store.crash().hard_state().commit, 2);
-
-        let mut store = bootstrapped();
-        store
-            .persist(ReadyWrite {
-                entries: &ents,
-                hard_state: Some(&hs),
-                ..Default::default()
-            })
-            .unwrap();
-        store.persist(ordered(4)).unwrap();
-        // An unsynced write may change nothing but the commit index.
-        let vote = HardState {
-            term: 3,
-            vote: 2,
-            commit: 4,
-            ..Default::default()
-        };
-        assert!(store
-            .persist(ReadyWrite {
-                durability: Durability::Ordered,
-                hard_state: Some(&vote),
-                ..Default::default()
-            })
-            .is_err());
-        assert!(store
-            .persist(ReadyWrite {
-                durability: Durability::Ordered,
-                entries: &[entry(6, 2)],
-                ..Default::default()
-            })
-            .is_err());
-        // A later synced write makes it durable.
-        store
-            .persist(ReadyWrite {
-                entries: &[entry(6, 2)],
-                ..Default::default()
-            })
-            .unwrap();
-        assert_eq!(store.crash().hard_state().commit, 4);
-    }
-
-    #[test]
-    fn crash_keeps_durable_writes_and_fences_the_old_handle() {
-        let mut store = bootstrapped();
-        store
-            .persist(ReadyWrite {
-                entries: &[entry(2, 2)],
-                ..Default::default()
-            })
-            .unwrap();
-        store.fail_next_persist();
-        assert!(matches!(
-            store.persist(ReadyWrite {
-                entries: &[entry(3, 2)],
-                ..Default::default()
-            }),
-            Err(StorageError::Injected { .. })
-        ));
-        let mut restarted = store.crash();
-        assert_eq!(restarted.last_index().unwrap(), 2);
-        assert!(store
-            .persist(ReadyWrite {
-                entries: &[entry(3, 2)],
-                ..Default::default()
-            })
-            .is_err());
-        restarted
-            .persist(ReadyWrite {
-                entries: &[entry(3, 2)],
-                ..Default::default()
-            })
-            .unwrap();
-        assert_eq!(restarted.last_index().unwrap(), 3);
     }
 }

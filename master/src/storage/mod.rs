@@ -263,8 +263,82 @@ pub(crate) fn snapshot_covers(meta: &raft::eraftpb::SnapshotMetadata, to: u64) -
         || cs.learners_next.contains(&to)
 }
 
+/// What a [`ReadyWrite`] that passed [`check_write`] leaves in the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CheckedWrite {
+    /// The log's last index after the write.
+    pub(crate) last: u64,
+    /// The commit index after the write.
+    pub(crate) commit: u64,
+}
+
+/// Checks a [`ReadyWrite`] against a store whose log spans `[first, last]` (empty when
+/// `first == last + 1`), whose snapshot is at `snapshot_index` and whose hard state is `stored`,
+/// before anything is written, so that an invalid batch is refused whole: an unsynced write
+/// changes nothing but the commit index, a received snapshot is not older than the stored one,
+/// the entries extend or overwrite the log without a gap, and the commit index does not pass
+/// the log's end. Every store calls it first in [`RaftStore::persist`].
+pub(crate) fn check_write(
+    write: &ReadyWrite<'_>,
+    stored: &HardState,
+    first: u64,
+    last: u64,
+    snapshot_index: u64,
+) -> Result<CheckedWrite, String> {
+    check_ordered(write, stored)?;
+    let (mut first, mut last) = (first, last);
+    if let Some(snapshot) = write.snapshot {
+        let index = snapshot.get_metadata().index;
+        if index < snapshot_index || index == 0 {
+            return Err(format!(
+                "received snapshot at index {index} is older than the stored one at {snapshot_index}"
+            ));
+        }
+        first = index + 1;
+        last = index;
+    }
+    check_append(first, last, write.entries)?;
+    if let Some(e) = write.entries.last() {
+        last = e.index;
+    }
+    let mut commit = write.hard_state.map_or(stored.commit, |hs| hs.commit);
+    if let Some(c) = write.commit {
+        commit = commit.max(c);
+    }
+    if let Some(snapshot) = write.snapshot {
+        commit = commit.max(snapshot.get_metadata().index);
+    }
+    if commit > last {
+        return Err(format!(
+            "commit index {commit} is beyond the last log index {last}"
+        ));
+    }
+    Ok(CheckedWrite { last, commit })
+}
+
+/// Checks a compaction to `to` ([`RaftStore::compact`]) of a log whose entries span
+/// `[first, last]` and whose snapshot is at `snapshot_index`: `Ok(false)` when there is
+/// nothing to drop (`to` at or below the first index), `Ok(true)` when the entries from
+/// `first` to `to - 1` may go, an error when `to` passes the snapshot or the log.
+pub(crate) fn check_compact(
+    to: u64,
+    first: u64,
+    last: u64,
+    snapshot_index: u64,
+) -> Result<bool, String> {
+    if to <= first {
+        return Ok(false);
+    }
+    if to > snapshot_index + 1 || to > last + 1 {
+        return Err(format!(
+            "cannot compact to {to}: the snapshot covers up to {snapshot_index}, the log up to {last}"
+        ));
+    }
+    Ok(true)
+}
+
 /// Checks that an [`Durability::Ordered`] write changes nothing but the commit index.
-pub(crate) fn check_ordered(write: &ReadyWrite<'_>, stored: &HardState) -> Result<(), String> {
+fn check_ordered(write: &ReadyWrite<'_>, stored: &HardState) -> Result<(), String> {
     if write.durability == Durability::Synced {
         return Ok(());
     }
@@ -284,7 +358,7 @@ pub(crate) fn check_ordered(write: &ReadyWrite<'_>, stored: &HardState) -> Resul
 
 /// Checks that `entries` can be appended to a log whose entries span `[first, last]` (empty
 /// when `first == last + 1`), returning a description of the problem if not.
-pub(crate) fn check_append(first: u64, last: u64, entries: &[Entry]) -> Result<(), String> {
+fn check_append(first: u64, last: u64, entries: &[Entry]) -> Result<(), String> {
     let Some(head) = entries.first() else {
         return Ok(());
     };

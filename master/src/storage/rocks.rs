@@ -41,7 +41,7 @@ use rocksdb::{
     WriteBatch, WriteOptions, DB,
 };
 
-use super::{check_append, check_ordered, Durability, RaftStore, ReadyWrite, StorageError};
+use super::{check_compact, check_write, Durability, RaftStore, ReadyWrite, StorageError};
 
 /// Version of the on-disk layout. Bumped whenever it changes.
 pub const STORAGE_FORMAT_VERSION: u32 = 1;
@@ -683,36 +683,22 @@ impl RaftStore for RocksStorage {
         }
         // Validate against the state the batch produces (as MemStorage does) so that an
         // invalid batch is refused whole.
-        check_ordered(&write, &self.hard_state).map_err(|d| self.invalid(d))?;
-        let (mut first, mut last) = (self.truncated_index + 1, self.last_index);
-        if let Some(snapshot) = write.snapshot {
-            let index = snapshot.get_metadata().index;
-            if index < self.snapshot_meta.index || index == 0 {
-                return Err(self.invalid(format!(
-                    "received snapshot at index {index} is older than the stored one at {}",
-                    self.snapshot_meta.index
-                )));
-            }
-            first = index + 1;
-            last = index;
-        }
-        check_append(first, last, write.entries).map_err(|d| self.invalid(d))?;
-        let new_last = write.entries.last().map_or(last, |e| e.index);
+        let checked = check_write(
+            &write,
+            &self.hard_state,
+            self.truncated_index + 1,
+            self.last_index,
+            self.snapshot_meta.index,
+        )
+        .map_err(|d| self.invalid(d))?;
+        let new_last = checked.last;
         let mut hard_state = write
             .hard_state
             .cloned()
             .unwrap_or_else(|| self.hard_state.clone());
-        hard_state.commit = hard_state.commit.max(write.commit.unwrap_or(0));
+        hard_state.commit = checked.commit;
         if let Some(snapshot) = write.snapshot {
-            let meta = snapshot.get_metadata();
-            hard_state.commit = hard_state.commit.max(meta.index);
-            hard_state.term = hard_state.term.max(meta.term);
-        }
-        if hard_state.commit > new_last {
-            return Err(self.invalid(format!(
-                "commit index {} is beyond the last log index {new_last}",
-                hard_state.commit
-            )));
+            hard_state.term = hard_state.term.max(snapshot.get_metadata().term);
         }
 
         let mut batch = WriteBatch::default();
@@ -730,6 +716,11 @@ impl RaftStore for RocksStorage {
             self.put_truncated(&mut batch, meta.index, meta.term)?;
         }
         if let Some(head) = write.entries.first() {
+            // The stored entries the new ones overwrite (none after a received snapshot,
+            // which replaces the whole log).
+            let last = write
+                .snapshot
+                .map_or(self.last_index, |s| s.get_metadata().index);
             if head.index <= last {
                 batch.delete_range_cf(cf_log, log_key(head.index), log_key(last + 1));
             }
@@ -779,14 +770,10 @@ impl RaftStore for RocksStorage {
 
     fn compact(&mut self, to: u64) -> Result<(), StorageError> {
         let first = self.truncated_index + 1;
-        if to <= first {
+        if !check_compact(to, first, self.last_index, self.snapshot_meta.index)
+            .map_err(|d| self.invalid(d))?
+        {
             return Ok(());
-        }
-        if to > self.snapshot_meta.index + 1 || to > self.last_index + 1 {
-            return Err(self.invalid(format!(
-                "cannot compact to {to}: the snapshot covers up to {}, the log up to {}",
-                self.snapshot_meta.index, self.last_index
-            )));
         }
         let term = self
             .term_of(to - 1)?

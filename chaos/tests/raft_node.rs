@@ -1,14 +1,16 @@
 //! Tests of the node driver: a single master's Ready cycle, restart from storage, and the
-//! seeded in-memory clusters of 3 and 5 masters ([`super::sim`]).
+//! seeded in-memory clusters of 3 and 5 masters ([`fullerene_chaos::raft_sim`]).
 
 use fullerene_proto::Time;
 use std::collections::BTreeMap;
 
+use fullerene_chaos::raft_sim::{run_chaos, Sim, SimConfig, SimStats};
+use fullerene_master::raft_node::{
+    MembershipChange, NodeConfig, NodeError, NodeOutput, ProposeError, RaftNode, ReadError, Token,
+};
+use fullerene_master::state::{ClusterSettings, Command, CommandError};
+use fullerene_master::storage::{MemStorage, RaftStore, StorageError};
 use fullerene_proto::{ResourceKind, ResourceVec, Resources};
-
-use super::sim::{run_chaos, Sim, SimConfig};
-use super::*;
-use crate::storage::MemStorage;
 
 fn register(n: u64) -> Command {
     Command::RegisterAgent {
@@ -210,7 +212,7 @@ fn seed_count(default: u64) -> u64 {
 /// over the test harness's threads.
 fn chaos_shard(voters: usize, default_seeds: u64, shard: u64, shards: u64) {
     let count = seed_count(default_seeds);
-    let mut totals = sim::SimStats::default();
+    let mut totals = SimStats::default();
     for seed in (0..count).filter(|s| s % shards == shard) {
         let stats =
             run_chaos(seed, SimConfig::with_voters(voters)).unwrap_or_else(|e| panic!("{e}"));

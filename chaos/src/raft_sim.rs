@@ -10,7 +10,7 @@
 //! While it runs, the simulation checks Raft's safety properties as it observes them:
 //! * **election safety**: at most one leader per term;
 //! * **state machine safety**: every master that applies index `i` applies the same entry (an
-//!   oracle collects every applied entry);
+//!   oracle collects every applied entry, through [`RaftNode::take_apply_trace`]);
 //! * **linearizable reads**: a read released by a master reflects every command acknowledged
 //!   before the read was asked.
 //!
@@ -23,12 +23,19 @@
 //! * no proposal reported as superseded or dropped is in the log;
 //! * every proposal made to a master that stayed up was answered.
 
-use protobuf::Message as _;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use fullerene_proto::Time;
 
+use fullerene_master::raft_node::{
+    decode_conf_change, record_membership_change, NodeConfig, NodeOutput, ProposeError, RaftNode,
+    ReadError, Token,
+};
+use fullerene_master::state::{
+    ClusterSettings, ClusterState, Command, CommandError, CommandOutcome, TaskKey,
+};
+use fullerene_master::storage::MemStorage;
 use fullerene_proto::codec;
 use fullerene_proto::messages::{Executor, StatusUpdate, TaskSpec, TaskState};
 use fullerene_proto::{ResourceKind, ResourceVec, Resources};
@@ -36,10 +43,6 @@ use raft::eraftpb::{ConfChangeV2, ConfState, EntryType, Message, MessageType};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-
-use super::{NodeConfig, NodeOutput, ProposeError, RaftNode, ReadError, Token};
-use crate::state::{ClusterSettings, ClusterState, Command, CommandError, CommandOutcome, TaskKey};
-use crate::storage::MemStorage;
 
 /// The knobs of a simulation run.
 #[derive(Clone, Debug)]
@@ -500,9 +503,11 @@ impl Sim {
         })
     }
 
+    /// Master `id`'s configuration: the run's, keeping every applied entry for the oracle.
     fn node_config(config: &SimConfig, id: u64) -> NodeConfig {
         NodeConfig {
             id,
+            trace_applied: true,
             ..config.node.clone()
         }
     }
@@ -1158,17 +1163,8 @@ impl Sim {
                 .ok_or_else(|| format!("no master was seen applying index {index}"))?;
             if entry.entry_type != EntryType::EntryNormal {
                 // Membership changes record the added masters' addresses in the state.
-                let change = if entry.entry_type == EntryType::EntryConfChangeV2 {
-                    let mut v2 = raft::eraftpb::ConfChangeV2::default();
-                    v2.merge_from_bytes(&entry.data).ok().map(|_| v2)
-                } else {
-                    let mut v1 = raft::eraftpb::ConfChange::default();
-                    v1.merge_from_bytes(&entry.data)
-                        .ok()
-                        .map(|_| super::conf_change_v1_to_v2(v1))
-                };
-                if let Some(change) = change {
-                    super::record_addresses(&mut replay, &change);
+                if let Ok(change) = decode_conf_change(entry.entry_type, &entry.data) {
+                    record_membership_change(&mut replay, &change);
                 }
                 continue;
             }
