@@ -1,4 +1,4 @@
-//! The offers out on the leader (the offers issue, item 1), as a sans-IO book: each offer's id,
+//! The offers out on the leader, as a sans-IO book: each offer's id,
 //! framework, agent, resources and expiry, and the checks an accept must pass before its tasks
 //! are proposed (DESIGN.md, "a task's life", step 5).
 //!
@@ -286,7 +286,7 @@ pub struct Accepted {
     pub reoffer: Option<Offer>,
 }
 
-/// The leader's offer machinery (the offers issue, item 1): the allocator's soft state over
+/// The leader's offer machinery: the allocator's soft state over
 /// the replicated accounting, and the book of open offers. Sans-IO: the node loop calls it
 /// with the applied state and the time, and sends what it returns.
 #[derive(Debug)]

@@ -1,5 +1,5 @@
-//! One allocation cycle over 10,000 agents and 1,000 frameworks (the target: under
-//! 50 ms; Mesos' allocator benchmark takes about a second for that size).
+//! One allocation cycle over 10,000 agents and 1,000 frameworks (the target: under
+//! 50 ms, so that a cycle every 100 ms leaves the leader time for Raft; Mesos' allocator benchmark takes about a second for that size).
 //!
 //! The cluster: reference machines (`cpus=16,mem_mib=65536,disk_mbps=1000,net_mbps=10000`), a
 //! third of them partly used. The frameworks: spread over 2–10 groups with unequal weights, each

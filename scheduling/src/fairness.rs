@@ -13,9 +13,8 @@
 //! completions. Counted that way, a deficit grows for as long as a group has registered work but
 //! launches nothing (while its tasks run, or between the stages of a DAG), and the group later
 //! monopolises the cluster to "catch up" for time it did not want resources: the banking that
-//! deficit round robin avoids by resetting an idle queue. So we take the project's rule from the
-//! replicated-master issue, counters "updated when a launch or a release is applied" (DESIGN.md
-//! states only the launch update): a release applies the exact inverse of the launch update. With the shares fixed, every counter then equals
+//! deficit round robin avoids by resetting an idle queue. So counters are updated when a launch
+//! or a release is applied (DESIGN.md states only the launch update): a release applies the exact inverse of the launch update. With the shares fixed, every counter then equals
 //!
 //! ```text
 //! deficit_g = f_g · H − H_g        (H_g: factor sum of g's running tasks, H = Σ_g H_g)

@@ -1,4 +1,4 @@
-//! Tasks on real agents through the framework path (the agents issue, #5): real commands
+//! Tasks on real agents through the framework path: real commands
 //! launched through offers report FINISHED or FAILED with their exit codes and keep their
 //! output in the sandbox; a task's status stream survives a kill -9 of its agent; a launch the
 //! agent cannot run ends clearly and changes nothing else; an agent that returns after being

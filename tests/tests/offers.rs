@@ -1,4 +1,4 @@
-//! Offer validation on real processes (the offers issue, #6): an accept of another framework's
+//! Offer validation on real processes: an accept of another framework's
 //! offer, of more than an offer holds, or of an offer that does not exist is refused with a
 //! typed error, and the cluster state is left as it was.
 //!

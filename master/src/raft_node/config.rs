@@ -9,7 +9,7 @@ use std::time::Duration;
 /// loopback: a leader heartbeats every 2 ticks (50 ms), and a follower that hears nothing
 /// starts an election after a random timeout in [10, 20) ticks (250–500 ms), so a crashed
 /// leader is replaced in under half a second plus one pre-vote and vote round and the new
-/// leader's first synced write: the sub-second failover the replicated-master issue asks for.
+/// leader's first synced write: sub-second failover.
 /// Five heartbeats fit in the shortest election timeout, so a leader delayed by one or two
 /// lost heartbeats (or a busy machine) is not deposed. Raise the tick on slower networks. Pre-vote and
 /// check-quorum are always on: an isolated leader steps down after an election timeout without

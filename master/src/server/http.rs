@@ -1,4 +1,4 @@
-//! The HTTP API every master serves (the offers issue, item 7): `GET /state`, the cluster
+//! The HTTP API every master serves: `GET /state`, the cluster
 //! state as JSON, and `GET /metrics`, the Prometheus exposition of the process's metrics.
 //!
 //! `/state` is a linearizable read on the leader (the same ReadIndex path as the operator's

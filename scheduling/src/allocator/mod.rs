@@ -430,8 +430,8 @@ struct GroupSoft {
 
 /// The allocator's soft state over a replicated [`AllocationState`] it reads but never holds:
 /// every method that needs the state takes it as an argument, so the master's leader passes
-/// the state machine's own accounting (the replicated-master issue: the allocator "does not
-/// keep its own copy of anything replicated"). [`StandaloneAllocator`] pairs it with a state
+/// the state machine's own accounting: the allocator keeps no copy of anything replicated, so
+/// a new leader allocates from exactly what was committed. [`StandaloneAllocator`] pairs it with a state
 /// of its own for the simulator and the tests.
 #[derive(Debug)]
 pub struct Allocator {
