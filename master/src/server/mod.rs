@@ -27,7 +27,6 @@
 //! is no leader).
 
 pub mod agents;
-pub mod client;
 pub(crate) mod frameworks;
 pub mod http;
 mod node_loop;
@@ -40,14 +39,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fullerene_proto::transport::{Client, Server, TlsMaterial, TransportConfig, TransportError};
+use fullerene_transport::{Client, Server, TlsMaterial, TransportConfig, TransportError};
 use tokio::sync::{mpsc, watch};
 
 use crate::raft_node::{NodeError, RaftNode};
 use crate::storage::RaftStore;
 
 pub use agents::AgentTimeouts;
-pub use client::{OperatorClient, OperatorClientError};
 
 /// How long a removed master keeps its connections open before it exits.
 const REMOVED_LINGER: Duration = Duration::from_millis(500);

@@ -12,8 +12,8 @@ use fullerene_proto::messages::{
     LeaderInfo, MasterToAgent, MasterToFramework, MemberStatus, OperatorRequest, OperatorResponse,
     Redirect, StatusReason, StatusUpdate, TaskInfo, TaskState, UnixMillis, WireError,
 };
-use fullerene_proto::transport::Client;
 use fullerene_proto::Resources;
+use fullerene_transport::Client;
 use protobuf::Message as _;
 use raft::eraftpb::{ConfChangeType, Message, MessageType};
 use tokio::sync::{mpsc, oneshot, watch};
