@@ -31,10 +31,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fullerene_client::{
-    Answer, FollowConfig, Handshake, LeaderSession, Pacing, SendError, SessionConfig, SessionEvent,
+    AgentSession, FollowConfig, LeaderSession, Pacing, Registered, SendError, SessionConfig,
+    SessionEvent,
 };
-use fullerene_proto::ids::{AgentId, TaskId};
-use fullerene_proto::messages::{AgentToMaster, MasterToAgent, SessionOpen};
+use fullerene_proto::ids::AgentId;
+use fullerene_proto::messages::{AgentToMaster, MasterToAgent};
 use fullerene_proto::resources::{ResourceKind, ResourceVec};
 use fullerene_transport::{Client, PeerIdentity, TlsMaterial, TransportConfig, TransportError};
 use tokio::sync::mpsc;
@@ -303,40 +304,6 @@ fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// The agent's kind of session: `Register`, answered by `Registered`.
-#[derive(Debug)]
-struct AgentSession;
-
-/// What `Registered` carries.
-#[derive(Debug)]
-struct Welcome {
-    heartbeat_interval_ms: u64,
-    kill: Vec<TaskId>,
-}
-
-impl Handshake for AgentSession {
-    type Up = AgentToMaster;
-    type Down = MasterToAgent;
-    type Welcome = Welcome;
-    const KIND: SessionOpen = SessionOpen::Agent;
-
-    fn answer(message: MasterToAgent) -> Answer<Welcome, MasterToAgent> {
-        match message {
-            MasterToAgent::Registered {
-                agent_id: _,
-                heartbeat_interval_ms,
-                kill,
-            } => Answer::Joined(Welcome {
-                heartbeat_interval_ms,
-                kill,
-            }),
-            MasterToAgent::Redirect(redirect) => Answer::Redirect(redirect.leader),
-            MasterToAgent::Error(error) => Answer::Refused(error),
-            other => Answer::Other(other),
-        }
-    }
-}
-
 /// The heartbeats of a registered session, and how long the master may stay silent (no
 /// answer even to heartbeats) before the session is given up.
 struct Liveness {
@@ -566,9 +533,9 @@ impl Shell {
     async fn on_registered(
         &mut self,
         addr: SocketAddr,
-        welcome: Welcome,
+        welcome: Registered,
     ) -> Result<(), AgentError> {
-        let Welcome {
+        let Registered {
             heartbeat_interval_ms,
             kill,
         } = welcome;

@@ -12,17 +12,19 @@
 //! - [`session`]: the [`LeaderSession`], the thin tokio shell that carries out a follower's
 //!   decisions for a session that lasts: it joins (sends the caller's hello and reads the
 //!   answer), follows redirects, backs off, and replays what the caller says is
-//!   unacknowledged after each join (the agent);
+//!   unacknowledged after each join; [`agent`] is the agent's kind of session;
 //! - [`operator`]: the [`OperatorClient`], which sends each operator request to the leader
 //!   within a deadline and never sends a non-idempotent request twice.
 
 #![warn(missing_docs)]
 
+pub mod agent;
 pub mod follow;
 pub mod link;
 pub mod operator;
 pub mod session;
 
+pub use agent::{AgentSession, Registered};
 pub use follow::{Attempt, FollowConfig, Follower, NoMasters, Pacing};
 pub use link::{open, Link, OpenError};
 pub use operator::{OperatorClient, OperatorClientError};

@@ -1,4 +1,4 @@
-//! The leader-following session against scripted masters on loopback: a redirect followed to
+//! The leader-following session (the agent's kind) against scripted masters on loopback: a redirect followed to
 //! the leader, a join, the replay of what the caller says is outstanding, and a lost session
 //! retried at the next master.
 
@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fullerene_client::{
-    Answer, FollowConfig, Handshake, LeaderSession, Pacing, SessionConfig, SessionEvent,
+    AgentSession, FollowConfig, LeaderSession, Pacing, Registered, SessionConfig, SessionEvent,
 };
-use fullerene_proto::messages::{AgentToMaster, LeaderInfo, MasterToAgent, Redirect, SessionOpen};
+use fullerene_proto::messages::{AgentToMaster, LeaderInfo, MasterToAgent, Redirect};
 use fullerene_proto::{AgentId, MasterId};
 use fullerene_transport::certs::{generate_dev_cluster, CertCounts, CertPaths, GeneratedCerts};
 use fullerene_transport::{
@@ -18,28 +18,6 @@ use fullerene_transport::{
 use tokio::time::timeout;
 
 const WAIT: Duration = Duration::from_secs(20);
-
-/// An agent-like session: the hello is a heartbeat, `Registered` joins.
-struct Probe;
-
-impl Handshake for Probe {
-    type Up = AgentToMaster;
-    type Down = MasterToAgent;
-    type Welcome = u64;
-    const KIND: SessionOpen = SessionOpen::Agent;
-
-    fn answer(message: MasterToAgent) -> Answer<u64, MasterToAgent> {
-        match message {
-            MasterToAgent::Registered {
-                heartbeat_interval_ms,
-                ..
-            } => Answer::Joined(heartbeat_interval_ms),
-            MasterToAgent::Redirect(redirect) => Answer::Redirect(redirect.leader),
-            MasterToAgent::Error(error) => Answer::Refused(error),
-            other => Answer::Other(other),
-        }
-    }
-}
 
 fn tls(certs: &GeneratedCerts, role: Role, n: usize) -> TlsMaterial {
     let paths = CertPaths::of_member(&certs.dir, role, n);
@@ -67,14 +45,15 @@ async fn recv(session: &mut Session) -> AgentToMaster {
         .expect("not closed")
 }
 
-async fn next(session: &mut LeaderSession<Probe>) -> SessionEvent<Probe> {
+async fn next(session: &mut LeaderSession<AgentSession>) -> SessionEvent<AgentSession> {
     timeout(WAIT, session.next())
         .await
         .expect("an event in time")
 }
 
-/// Waits for the next attempt and makes it with a heartbeat `seq` as the hello.
-async fn attempt(session: &mut LeaderSession<Probe>, seq: u64) {
+/// Waits for the next attempt and makes it with a heartbeat `seq` as the hello (a scripted
+/// master reads any message as the hello).
+async fn attempt(session: &mut LeaderSession<AgentSession>, seq: u64) {
     match next(session).await {
         SessionEvent::Due => session.attempt(AgentToMaster::Heartbeat { seq }),
         other => panic!("expected an attempt to be due, got {other:?}"),
@@ -115,8 +94,9 @@ async fn follows_a_redirect_joins_replays_and_retries_after_a_loss() {
         },
         join_timeout: Duration::from_secs(10),
     };
-    let mut session = LeaderSession::<Probe>::new(Arc::new(client), vec![follower_addr], config)
-        .expect("masters");
+    let mut session =
+        LeaderSession::<AgentSession>::new(Arc::new(client), vec![follower_addr], config)
+            .expect("masters");
 
     // The follower redirects to the leader, which is tried at once.
     attempt(&mut session, 1).await;
@@ -147,7 +127,11 @@ async fn follows_a_redirect_joins_replays_and_retries_after_a_loss() {
     at_leader.tx.send(&registered).await.expect("send");
     match next(&mut session).await {
         SessionEvent::Joined { addr, welcome } => {
-            assert_eq!((addr, welcome), (leader_addr, 250));
+            let expected = Registered {
+                heartbeat_interval_ms: 250,
+                kill: vec![],
+            };
+            assert_eq!((addr, welcome), (leader_addr, expected));
         }
         other => panic!("expected a join, got {other:?}"),
     }
