@@ -7,17 +7,18 @@
 //!
 //! # Connection
 //!
-//! The agent connects to one of `masters` (QUIC, mutual TLS), opens an `Agent` session and sends
-//! `Register` with every task it still runs or has unacknowledged updates for. `Registered`
-//! completes the registration (the agent kills the tasks it lists); `Redirect` with a leader sends
-//! the agent there at once, without one (no leader yet) to the next master after a backoff. A lost
-//! session (closed, timed out, or a `Redirect` from a master that stopped leading) is re-opened
-//! the same way, with exponential backoff and jitter across the masters. After each registration
-//! every unacknowledged update is resent, each task's in order; while a session lasts, updates
-//! left unacknowledged for `status_retry` are resent too (the master drops duplicates). A master
-//! that sends nothing, not even heartbeat acks, for ten heartbeat intervals (at least 10 s) is
-//! given up like a lost one. Frames are written by a task of their own, so the agent keeps
-//! reading while the master is slow to read.
+//! The connection is a [`LeaderSession`] of `fullerene-client`, the session every client uses to
+//! follow the leader: it connects to one of `masters` (QUIC, mutual TLS), opens an `Agent` session
+//! and sends `Register` with every task the agent still runs or has unacknowledged updates for.
+//! `Registered` completes the registration (the agent kills the tasks it lists); `Redirect` with a
+//! leader sends the agent there at once, without one (no leader yet) to the next master after a
+//! backoff. A lost session (closed, timed out, or a `Redirect` from a master that stopped leading)
+//! is re-opened the same way, with exponential backoff and jitter across the masters. After each
+//! registration every unacknowledged update is replayed, each task's in order; while a session
+//! lasts, updates left unacknowledged for `status_retry` are resent too (the master drops
+//! duplicates). A master that sends nothing, not even heartbeat acks, for ten heartbeat intervals
+//! (at least 10 s) is given up like a lost one. Frames are written by a task of their own, so the
+//! agent keeps reading while the master is slow to read.
 //!
 //! Stopping the agent (the `shutdown` future) leaves its tasks running: a restarted agent
 //! re-attaches to them from the checkpoint.
@@ -29,14 +30,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fullerene_proto::ids::AgentId;
-use fullerene_proto::messages::{AgentToMaster, LeaderInfo, MasterToAgent, SessionOpen, WireError};
-use fullerene_proto::resources::{ResourceKind, ResourceVec};
-use fullerene_proto::transport::{
-    Client, Connection, FramedRecv, FramedSend, PeerIdentity, TlsMaterial, TransportConfig,
-    TransportError,
+use fullerene_client::{
+    AgentSession, FollowConfig, LeaderSession, Pacing, Registered, SendError, SessionConfig,
+    SessionEvent,
 };
-use rand::{Rng, SeedableRng};
+use fullerene_proto::ids::AgentId;
+use fullerene_proto::messages::{AgentToMaster, MasterToAgent};
+use fullerene_proto::resources::{ResourceKind, ResourceVec};
+use fullerene_transport::{Client, PeerIdentity, TlsMaterial, TransportConfig, TransportError};
 use tokio::sync::mpsc;
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 
@@ -242,6 +243,26 @@ where
         None => Client::new(&tls, config.transport.clone())?,
     };
     let client = Arc::new(client);
+    let follow = FollowConfig {
+        pacing: Pacing::Backoff {
+            initial_ms: millis(config.backoff_min),
+            max_ms: millis(config.backoff_max),
+        },
+        // Up to three redirects in a row are followed at once.
+        redirects_at_once: 3,
+        // An agent tries masters in turn even if one just failed.
+        pass_over_ms: 0,
+        seed: rand::random(),
+    };
+    let session = LeaderSession::new(
+        Arc::clone(&client),
+        config.masters.clone(),
+        SessionConfig {
+            follow,
+            join_timeout: config.register_timeout,
+        },
+    )
+    .map_err(|_| AgentError::NoMasters)?;
     tracing::info!(
         agent = %agent_id,
         resources = %config.resources,
@@ -263,17 +284,12 @@ where
         executors,
         exec_rx,
         client,
-        connecting: None,
-        session: None,
-        next_attempt: Some((Instant::now(), None)),
-        attempt: 0,
-        master_index: 0,
-        redirects: 0,
+        session,
+        liveness: None,
         heartbeat_seq: 0,
         retry: tokio::time::interval(status_retry),
         acked_since_retry: true,
         resource_check,
-        rng: rand::rngs::StdRng::from_entropy(),
     };
     shell
         .retry
@@ -284,47 +300,22 @@ where
     result
 }
 
-/// An open, registered session.
-struct Live {
-    connection: Connection,
-    /// Frames for the session's writer task. Writing happens there, never in the main loop, so
-    /// the agent always reads: a master that blocks writing launches while the agent writes
-    /// updates cannot deadlock the two on QUIC flow control.
-    outbox: mpsc::UnboundedSender<AgentToMaster>,
-    writer: tokio::task::JoinHandle<()>,
-    rx: FramedRecv,
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The heartbeats of a registered session, and how long the master may stay silent (no
+/// answer even to heartbeats) before the session is given up.
+struct Liveness {
     heartbeat: Interval,
-    /// How long the master may stay silent (no answer even to heartbeats) before the session
-    /// is given up.
     silence_limit: Duration,
     last_heard: Instant,
-    addr: SocketAddr,
-}
-
-/// A registration the master accepted.
-struct Joined {
-    connection: Connection,
-    tx: FramedSend,
-    rx: FramedRecv,
-    addr: SocketAddr,
-    heartbeat_interval_ms: u64,
-    kill: Vec<fullerene_proto::ids::TaskId>,
-}
-
-/// How a registration attempt ended.
-enum Registration {
-    Registered(Box<Joined>),
-    Redirect(Option<LeaderInfo>),
-    Refused(WireError),
-    Failed(String),
 }
 
 enum Event {
     Shutdown,
     Exec(ExecEvent),
-    Registration(Registration),
-    AttemptDue,
-    Master(Result<Option<MasterToAgent>, TransportError>),
+    Session(SessionEvent<AgentSession>),
     Heartbeat,
     Retry,
     CheckResources,
@@ -338,18 +329,13 @@ struct Shell {
     executors: Executors,
     exec_rx: mpsc::UnboundedReceiver<ExecEvent>,
     client: Arc<Client>,
-    connecting: Option<tokio::task::JoinHandle<Registration>>,
-    session: Option<Live>,
-    /// When to try next, and where (a redirect's leader) if not the next master in the list.
-    next_attempt: Option<(Instant, Option<SocketAddr>)>,
-    attempt: u32,
-    master_index: usize,
-    redirects: u32,
+    session: LeaderSession<AgentSession>,
+    /// Set while a session is registered.
+    liveness: Option<Liveness>,
     heartbeat_seq: u64,
     retry: Interval,
     acked_since_retry: bool,
     resource_check: Option<Interval>,
-    rng: rand::rngs::StdRng,
 }
 
 impl Shell {
@@ -366,23 +352,26 @@ impl Shell {
                             .finished(&event.task_id, event.outcome, event.detail, now_ms());
                     self.apply(actions).await?;
                 }
-                Event::AttemptDue => self.start_attempt(),
-                Event::Registration(result) => {
-                    self.connecting = None;
-                    self.on_registration(result).await?;
+                Event::Session(SessionEvent::Due) => self.start_attempt(),
+                Event::Session(SessionEvent::Joined { addr, welcome }) => {
+                    self.on_registered(addr, welcome).await?;
                 }
-                Event::Master(Ok(Some(message))) => {
-                    if let Some(live) = self.session.as_mut() {
-                        live.last_heard = Instant::now();
+                Event::Session(SessionEvent::Message(message)) => {
+                    if let Some(liveness) = self.liveness.as_mut() {
+                        liveness.last_heard = Instant::now();
                     }
                     self.on_master(message).await?
                 }
-                Event::Master(Ok(None)) => self.lose_session("the master closed the session"),
-                Event::Master(Err(error)) => self.lose_session(&error.to_string()),
+                Event::Session(SessionEvent::Lost { reason }) => {
+                    // The session already gave it up and scheduled the next attempt.
+                    self.liveness = None;
+                    tracing::warn!(why = %reason, "session with the master lost; reconnecting");
+                    m::reconnect();
+                }
                 Event::Heartbeat => {
-                    if let Some(live) = &self.session {
-                        let silent = live.last_heard.elapsed();
-                        if silent > live.silence_limit {
+                    if let Some(liveness) = &self.liveness {
+                        let silent = liveness.last_heard.elapsed();
+                        if silent > liveness.silence_limit {
                             self.lose_session(&format!(
                                 "no message from the master for {silent:?}, not even heartbeat acks"
                             ));
@@ -394,7 +383,9 @@ impl Shell {
                     self.send(AgentToMaster::Heartbeat { seq });
                 }
                 Event::Retry => {
-                    if self.session.is_some() && !self.acked_since_retry && self.core.backlog() > 0
+                    if self.session.is_joined()
+                        && !self.acked_since_retry
+                        && self.core.backlog() > 0
                     {
                         tracing::debug!(
                             backlog = self.core.backlog(),
@@ -416,56 +407,25 @@ impl Shell {
     ) -> Event {
         let Shell {
             exec_rx,
-            connecting,
             session,
-            next_attempt,
+            liveness,
             retry,
             resource_check,
             ..
         } = self;
-        let due = match next_attempt {
-            Some((at, _)) if connecting.is_none() && session.is_none() => Some(*at),
-            _ => None,
-        };
-        let attempt_due = async {
-            match due {
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
-        let registration = async {
-            match connecting.as_mut() {
-                Some(handle) => match handle.await {
-                    Ok(result) => result,
-                    Err(e) => Registration::Failed(format!("registration task failed: {e}")),
-                },
-                None => std::future::pending().await,
-            }
-        };
-        let (master, heartbeat) = match session.as_mut() {
-            Some(live) => (Some(&mut live.rx), Some(&mut live.heartbeat)),
-            None => (None, None),
-        };
-        let from_master = async {
-            match master {
-                Some(rx) => rx.recv::<MasterToAgent>().await,
-                None => std::future::pending().await,
-            }
-        };
+        let joined = session.is_joined();
         let heartbeat = async {
-            match heartbeat {
-                Some(interval) => {
-                    interval.tick().await;
+            match liveness.as_mut() {
+                Some(liveness) if joined => {
+                    liveness.heartbeat.tick().await;
                 }
-                None => std::future::pending().await,
+                _ => std::future::pending().await,
             }
         };
         tokio::select! {
             () = shutdown.as_mut() => Event::Shutdown,
             Some(event) = exec_rx.recv() => Event::Exec(event),
-            result = registration => Event::Registration(result),
-            () = attempt_due => Event::AttemptDue,
-            message = from_master => Event::Master(message),
+            event = session.next() => Event::Session(event),
             () = heartbeat => Event::Heartbeat,
             _ = retry.tick() => Event::Retry,
             () = async {
@@ -545,32 +505,21 @@ impl Shell {
     /// Queues a frame for the session, if there is one; a session whose writer has stopped is
     /// lost (what was not acked is resent after the next registration).
     fn send(&mut self, message: AgentToMaster) {
-        let Some(live) = self.session.as_mut() else {
-            return;
-        };
-        if live.outbox.send(message).is_err() {
+        if let Err(SendError::WriterStopped) = self.session.send(message) {
             self.lose_session("the session's writer stopped");
         }
     }
 
+    /// Sends every unacknowledged update again, each task's in order.
     fn resend_unacked(&mut self) {
-        for update in self.core.unacked() {
-            if self.session.is_none() {
-                return;
-            }
-            self.send(AgentToMaster::Status(update));
+        let unacked = self.core.unacked().into_iter().map(AgentToMaster::Status);
+        if let Err(SendError::WriterStopped) = self.session.replay(unacked) {
+            self.lose_session("the session's writer stopped");
         }
     }
 
+    /// Registers with the master the session chose, saying what is true now.
     fn start_attempt(&mut self) {
-        let Some((_, target)) = self.next_attempt.take() else {
-            return;
-        };
-        let addr = target.unwrap_or_else(|| {
-            let addr = self.config.masters[self.master_index % self.config.masters.len()];
-            self.master_index = (self.master_index + 1) % self.config.masters.len();
-            addr
-        });
         let register = AgentToMaster::Register {
             hostname: self.config.hostname.clone(),
             resources: self.core.config().total.into(),
@@ -578,85 +527,38 @@ impl Shell {
             tasks: self.core.register_tasks(),
             executors: self.config.executors.iter().cloned().collect(),
         };
-        tracing::debug!(master = %addr, attempt = self.attempt, "registering");
-        let client = Arc::clone(&self.client);
-        let timeout = self.config.register_timeout;
-        self.connecting = Some(tokio::spawn(async move {
-            match tokio::time::timeout(timeout, register_with(&client, addr, register)).await {
-                Ok(result) => result,
-                Err(_) => Registration::Failed(format!(
-                    "no answer from {addr} to the registration within {timeout:?}"
-                )),
-            }
-        }));
+        self.session.attempt(register);
     }
 
-    async fn on_registration(&mut self, result: Registration) -> Result<(), AgentError> {
-        match result {
-            Registration::Registered(joined) => {
-                let Joined {
-                    connection,
-                    tx,
-                    rx,
-                    addr,
-                    heartbeat_interval_ms,
-                    kill,
-                } = *joined;
-                tracing::info!(
-                    master = %addr,
-                    heartbeat_ms = heartbeat_interval_ms,
-                    tasks = self.core.tasks().count(),
-                    "registered"
-                );
-                // The interval comes from the master: keep it sane (10 ms to an hour).
-                let period = Duration::from_millis(heartbeat_interval_ms.clamp(10, 3_600_000));
-                let mut heartbeat = tokio::time::interval_at(Instant::now() + period, period);
-                heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
-                let (outbox, writer) = spawn_writer(tx, connection.clone());
-                self.session = Some(Live {
-                    connection,
-                    outbox,
-                    writer,
-                    rx,
-                    heartbeat,
-                    silence_limit: (period * 10).max(Duration::from_secs(10)),
-                    last_heard: Instant::now(),
-                    addr,
-                });
-                self.attempt = 0;
-                self.redirects = 0;
-                self.acked_since_retry = true;
-                // Unacknowledged updates go first, in order, then whatever the kills produce.
-                self.resend_unacked();
-                let actions = self.core.registered(&kill);
-                self.apply(actions).await?;
-            }
-            Registration::Redirect(Some(leader)) if self.redirects < 3 => {
-                tracing::info!(leader = %leader.addr, id = %leader.id, "redirected to the leader");
-                self.redirects += 1;
-                self.next_attempt = Some((Instant::now(), Some(leader.addr)));
-            }
-            Registration::Redirect(leader) => {
-                tracing::info!(?leader, "no usable leader yet; backing off");
-                self.redirects = 0;
-                self.back_off();
-            }
-            Registration::Refused(error) => {
-                tracing::warn!(%error, "registration refused; backing off");
-                self.back_off();
-            }
-            Registration::Failed(why) => {
-                // A master briefly away is routine; an agent that cannot register at all must
-                // be visible at the default log level.
-                if self.attempt >= 3 {
-                    tracing::warn!(%why, attempts = self.attempt + 1, "cannot register with any master yet; backing off");
-                } else {
-                    tracing::info!(%why, "registration failed; backing off");
-                }
-                self.back_off();
-            }
-        }
-        Ok(())
+    async fn on_registered(
+        &mut self,
+        addr: SocketAddr,
+        welcome: Registered,
+    ) -> Result<(), AgentError> {
+        let Registered {
+            heartbeat_interval_ms,
+            kill,
+        } = welcome;
+        tracing::info!(
+            master = %addr,
+            heartbeat_ms = heartbeat_interval_ms,
+            tasks = self.core.tasks().count(),
+            "registered"
+        );
+        // The interval comes from the master: keep it sane (10 ms to an hour).
+        let period = Duration::from_millis(heartbeat_interval_ms.clamp(10, 3_600_000));
+        let mut heartbeat = tokio::time::interval_at(Instant::now() + period, period);
+        heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        self.liveness = Some(Liveness {
+            heartbeat,
+            silence_limit: (period * 10).max(Duration::from_secs(10)),
+            last_heard: Instant::now(),
+        });
+        self.acked_since_retry = true;
+        // Unacknowledged updates go first, in order, then whatever the kills produce.
+        self.resend_unacked();
+        let actions = self.core.registered(&kill);
+        self.apply(actions).await
     }
 
     async fn on_master(&mut self, message: MasterToAgent) -> Result<(), AgentError> {
@@ -689,14 +591,11 @@ impl Shell {
                 self.apply(actions).await?;
             }
             MasterToAgent::Redirect(redirect) => {
-                let from = self.session.as_ref().map(|l| l.addr);
+                let from = self.session.master();
                 tracing::info!(?from, leader = ?redirect.leader, "the master is no longer the leader");
                 m::reconnect();
-                self.drop_session("redirected");
-                match redirect.leader {
-                    Some(leader) => self.next_attempt = Some((Instant::now(), Some(leader.addr))),
-                    None => self.back_off(),
-                }
+                self.liveness = None;
+                self.session.redirected(redirect.leader);
             }
             MasterToAgent::Error(error) => {
                 tracing::warn!(%error, "the master reported an error");
@@ -723,40 +622,19 @@ impl Shell {
         });
     }
 
+    /// Gives the session up; the next attempt goes to the next master after a backoff.
     fn lose_session(&mut self, why: &str) {
-        if self.session.is_none() {
-            return;
+        self.liveness = None;
+        if self.session.lose(why) {
+            tracing::warn!(%why, "session with the master lost; reconnecting");
+            m::reconnect();
         }
-        tracing::warn!(%why, "session with the master lost; reconnecting");
-        m::reconnect();
-        self.drop_session(why);
-        self.back_off();
-    }
-
-    fn drop_session(&mut self, why: &str) {
-        if let Some(live) = self.session.take() {
-            live.connection.close(why);
-            live.writer.abort();
-        }
-    }
-
-    /// Schedules the next attempt, at the next master, after an exponential, jittered delay.
-    fn back_off(&mut self) {
-        let base = self.config.backoff_min.as_millis() as u64;
-        let max = self.config.backoff_max.as_millis() as u64;
-        let delay = base
-            .saturating_mul(1u64 << self.attempt.min(20))
-            .min(max)
-            .max(1);
-        let jittered = self.rng.gen_range(delay / 2..=delay);
-        self.attempt = self.attempt.saturating_add(1);
-        self.next_attempt = Some((Instant::now() + Duration::from_millis(jittered), None));
     }
 
     fn publish(&self) {
         m::tasks_running(self.core.running_count());
         m::backlog(self.core.backlog());
-        m::connected(self.session.is_some());
+        m::connected(self.session.is_joined());
         let used = self.core.used();
         m::used_cpus(used[ResourceKind::Cpus]);
     }
@@ -765,90 +643,14 @@ impl Shell {
         if let Err(error) = self.checkpoint.sync() {
             tracing::warn!(%error, "cannot sync the checkpoint at shutdown");
         }
-        if let Some(handle) = self.connecting.take() {
-            handle.abort();
-        }
-        self.drop_session("agent shutting down");
+        self.liveness = None;
+        self.session.close("agent shutting down");
         self.client.close();
         tracing::info!(
             agent = %self.agent_id,
             tasks = self.core.active_count(),
             "agent stopped; its tasks keep running"
         );
-    }
-}
-
-/// The writer task of a session: sends queued frames in order; on a failure it closes the
-/// connection, which ends the session for the main loop's reader too.
-fn spawn_writer(
-    mut tx: FramedSend,
-    connection: Connection,
-) -> (
-    mpsc::UnboundedSender<AgentToMaster>,
-    tokio::task::JoinHandle<()>,
-) {
-    let (outbox, mut queue) = mpsc::unbounded_channel::<AgentToMaster>();
-    let writer = tokio::spawn(async move {
-        while let Some(message) = queue.recv().await {
-            if let Err(error) = tx.send(&message).await {
-                connection.close(&format!("cannot send: {error}"));
-                return;
-            }
-        }
-        let _ = tx.finish().await;
-    });
-    (outbox, writer)
-}
-
-/// Connects, opens the agent session, registers and waits for the answer.
-async fn register_with(client: &Client, addr: SocketAddr, register: AgentToMaster) -> Registration {
-    let connection = match client.connect(addr).await {
-        Ok(connection) => connection,
-        Err(e) => return Registration::Failed(format!("cannot connect to {addr}: {e}")),
-    };
-    let session = match connection.open_session(SessionOpen::Agent).await {
-        Ok(session) => session,
-        Err(TransportError::SessionRefused(error)) => return Registration::Refused(error),
-        Err(e) => return Registration::Failed(format!("cannot open a session with {addr}: {e}")),
-    };
-    let (mut tx, mut rx) = (session.tx, session.rx);
-    if let Err(e) = tx.send(&register).await {
-        return Registration::Failed(format!("cannot register with {addr}: {e}"));
-    }
-    loop {
-        match rx.recv::<MasterToAgent>().await {
-            Ok(Some(MasterToAgent::Registered {
-                agent_id: _,
-                heartbeat_interval_ms,
-                kill,
-            })) => {
-                return Registration::Registered(Box::new(Joined {
-                    connection,
-                    tx,
-                    rx,
-                    addr,
-                    heartbeat_interval_ms,
-                    kill,
-                }))
-            }
-            Ok(Some(MasterToAgent::Redirect(redirect))) => {
-                connection.close("redirected");
-                return Registration::Redirect(redirect.leader);
-            }
-            Ok(Some(MasterToAgent::Error(error))) => {
-                connection.close("registration refused");
-                return Registration::Refused(error);
-            }
-            Ok(Some(other)) => {
-                tracing::debug!(?other, "ignoring a message before the registration answer");
-            }
-            Ok(None) => {
-                return Registration::Failed(format!("{addr} closed the session before answering"))
-            }
-            Err(e) => {
-                return Registration::Failed(format!("no registration answer from {addr}: {e}"))
-            }
-        }
     }
 }
 

@@ -13,9 +13,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use fullerene_master::server::OperatorClient;
-use fullerene_proto::certs::{generate_dev_cluster, CertCounts, CertPaths};
-use fullerene_proto::transport::{Client, Role, TlsMaterial, TransportConfig};
+use fullerene_client::OperatorClient;
+use fullerene_transport::certs::{generate_dev_cluster, CertCounts, CertPaths};
+use fullerene_transport::{Client, Role, TlsMaterial, TransportConfig};
 use tempfile::TempDir;
 
 /// Why a local cluster could not be set up or driven.

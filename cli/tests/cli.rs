@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use fullerene_proto::transport::{Role, TlsMaterial};
+use fullerene_transport::{Role, TlsMaterial};
 
 fn fullerene() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_fullerene"));

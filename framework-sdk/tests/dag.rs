@@ -7,16 +7,16 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fullerene_proto::certs::{generate_dev_cluster, CertCounts, CertPaths};
 use fullerene_proto::messages::{
     CallOk, FrameworkCall, FrameworkRequest, MasterToFramework, Offer, OfferKind, SessionOpen,
     StatusReason, StatusUpdate, TaskState,
 };
-use fullerene_proto::transport::{Role, Server, TlsMaterial, TransportConfig};
 use fullerene_proto::{AgentId, FrameworkId, OfferId, Resources, TaskId};
 use fullerene_sdk::dag::{run_jobs, DagConfig, JobOutcome, RunJobsOptions};
 use fullerene_sdk::parse_workload;
 use fullerene_sdk::policy::PolicyKind;
+use fullerene_transport::certs::{generate_dev_cluster, CertCounts, CertPaths};
+use fullerene_transport::{Role, Server, TlsMaterial, TransportConfig};
 use tokio::time::timeout;
 
 const WORKLOAD: &str = r#"{"name":"a","group":"g1","stages":[{"id":0,"name":"scan","parents":[],"tasks":3,"duration_s":1.0,"demand":{"cpus":1,"mem_mib":100}},{"id":1,"name":"agg","parents":[0],"tasks":1,"duration_s":1.0,"demand":{"cpus":2,"mem_mib":100}}]}
@@ -65,7 +65,7 @@ fn update(task: &TaskId, framework: &str, seq: u64, state: TaskState) -> MasterT
 
 /// Plays the cluster for one framework session.
 async fn serve(
-    mut session: fullerene_proto::transport::Session,
+    mut session: fullerene_transport::Session,
     mut framework: String,
     seen: Arc<Mutex<Seen>>,
 ) {
@@ -167,7 +167,7 @@ async fn serve(
 
 /// Starts the scripted master; returns its address and the task serving it.
 fn start_master(
-    certs: &fullerene_proto::certs::GeneratedCerts,
+    certs: &fullerene_transport::certs::GeneratedCerts,
     seen: Arc<Mutex<Seen>>,
 ) -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
     let paths = CertPaths::of_member(&certs.dir, Role::Master, 1);
@@ -199,7 +199,7 @@ fn start_master(
     (addr, task)
 }
 
-fn certs(dir: &std::path::Path) -> fullerene_proto::certs::GeneratedCerts {
+fn certs(dir: &std::path::Path) -> fullerene_transport::certs::GeneratedCerts {
     let counts = CertCounts {
         masters: 1,
         frameworks: 1,
@@ -208,7 +208,7 @@ fn certs(dir: &std::path::Path) -> fullerene_proto::certs::GeneratedCerts {
     generate_dev_cluster(&dir.join("certs"), counts, false).expect("certs")
 }
 
-fn framework_tls(certs: &fullerene_proto::certs::GeneratedCerts) -> TlsMaterial {
+fn framework_tls(certs: &fullerene_transport::certs::GeneratedCerts) -> TlsMaterial {
     let paths = CertPaths::of_member(&certs.dir, Role::Framework, 1);
     TlsMaterial::load(&certs.ca_cert, &paths.cert, &paths.key).expect("tls")
 }

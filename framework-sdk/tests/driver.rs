@@ -7,14 +7,14 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use fullerene_proto::certs::{generate_dev_cluster, CertCounts, CertPaths};
 use fullerene_proto::messages::{
     CallOk, Executor, FrameworkCall, FrameworkRequest, LeaderInfo, Leftover, MasterToFramework,
     Offer, OfferKind, Redirect, SessionOpen, StatusAck, StatusUpdate, TaskSpec, TaskState,
 };
-use fullerene_proto::transport::{Connection, Role, Server, Session, TlsMaterial, TransportConfig};
 use fullerene_proto::{AgentId, FrameworkId, MasterId, OfferId, Resources, TaskId};
 use fullerene_sdk::driver::{run, DriverConfig, DriverHandle, RunOptions, Scheduler};
+use fullerene_transport::certs::{generate_dev_cluster, CertCounts, CertPaths};
+use fullerene_transport::{Connection, Role, Server, Session, TlsMaterial, TransportConfig};
 use tokio::time::timeout;
 
 const WAIT: Duration = Duration::from_secs(20);

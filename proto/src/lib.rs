@@ -1,9 +1,10 @@
 //! Fullerene's wire protocol.
 //!
 //! Every message that crosses a process boundary is a type here ([`messages`]); it is encoded
-//! by [`codec`] (a version byte, then bincode 2 with a size limit, decoded strictly) and carried
-//! in length-prefixed frames ([`framing`]) on mutual-TLS QUIC streams ([`transport`]). Bad input
-//! gives a typed error, never a panic (DESIGN.md, principle 3).
+//! by [`codec`] (a version byte, then bincode 2 with a size limit, decoded strictly). Bad input
+//! gives a typed error, never a panic (DESIGN.md, principle 3). The crate holds the wire types
+//! and codec only, with no I/O dependency: the frames on streams, the mutual-TLS QUIC transport
+//! and the certificates are `fullerene-transport`'s.
 //!
 //! [`resources`] (the multi-resource amounts every other crate computes with) and [`ids`] (the
 //! identifier newtypes) re-export their definitions from `fullerene_scheduling`, which the
@@ -11,14 +12,11 @@
 
 #![warn(missing_docs)]
 
-pub mod certs;
 pub mod codec;
-pub mod framing;
 pub mod ids;
 pub mod messages;
 pub mod resources;
 pub mod time;
-pub mod transport;
 
 #[cfg(test)]
 mod proptests;

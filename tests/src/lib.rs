@@ -13,15 +13,15 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use fullerene_chaos::LocalMasters;
-use fullerene_master::server::OperatorClient;
-use fullerene_proto::certs::CertPaths;
+use fullerene_client::OperatorClient;
 use fullerene_proto::messages::{
     CommandSpec, DemandSummary, Executor, FrameworkRequest, Offer, PendingDemand, StatusUpdate,
     TaskSpec, WireError,
 };
-use fullerene_proto::transport::{Role, TlsMaterial};
 use fullerene_proto::{FrameworkId, OfferId, Resources, TaskId};
 use fullerene_sdk::driver::{run, DriverConfig, DriverError, DriverHandle, RunOptions, Scheduler};
+use fullerene_transport::certs::CertPaths;
+use fullerene_transport::{Role, TlsMaterial};
 use tokio::sync::mpsc;
 
 /// The `fullerene` binary the tests run.

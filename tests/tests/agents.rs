@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use fullerene_master::server::OperatorClient;
+use fullerene_client::OperatorClient;
 use fullerene_proto::messages::{AgentInfo, AgentState, OperatorRequest, OperatorResponse};
 use fullerene_proto::AgentId;
 use fullerene_tests::{MasterCluster, FAST_LIVENESS};
@@ -126,9 +126,9 @@ async fn an_agent_with_a_foreign_certificate_is_refused() {
     let cluster = MasterCluster::start_with(1, 1, 1, &FAST_LIVENESS);
     let mut client = cluster.operator_client(&[1], Duration::from_secs(10));
     let foreign = cluster.dir().join("foreign-certs");
-    fullerene_proto::certs::generate_dev_cluster(
+    fullerene_transport::certs::generate_dev_cluster(
         &foreign,
-        fullerene_proto::certs::CertCounts {
+        fullerene_transport::certs::CertCounts {
             masters: 1,
             agents: 1,
             frameworks: 0,

@@ -12,9 +12,9 @@ use std::process::{Child, Command, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use fullerene_proto::transport::TransportConfig;
 use fullerene_sdk::dag::{run_jobs, DagConfig, JobOutcome, JobReport, RunError, RunJobsOptions};
 use fullerene_tests::{MasterCluster, FAST_LIVENESS};
+use fullerene_transport::TransportConfig;
 
 /// The reference machine of the workload files.
 const AGENT_RESOURCES: [&str; 4] = [

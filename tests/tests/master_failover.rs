@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use fullerene_master::server::OperatorClient;
+use fullerene_client::OperatorClient;
 use fullerene_proto::ids::MasterId;
 use fullerene_proto::messages::{ClusterStatus, OperatorRequest, OperatorResponse};
 use fullerene_tests::MasterCluster;

@@ -10,14 +10,14 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use fullerene_agent::{AgentConfig, AgentError};
-use fullerene_proto::certs::{generate_dev_cluster, CertCounts, CertPaths, GeneratedCerts};
 use fullerene_proto::ids::{AgentId, FrameworkId, TaskId};
 use fullerene_proto::messages::{
     AgentToMaster, CommandSpec, Executor, MasterToAgent, SessionOpen, StatusAck, StatusUpdate,
     TaskInfo, TaskSpec,
 };
 use fullerene_proto::resources::{ResourceVec, Resources};
-use fullerene_proto::transport::{Connection, Role, Server, Session, TlsMaterial, TransportConfig};
+use fullerene_transport::certs::{generate_dev_cluster, CertCounts, CertPaths, GeneratedCerts};
+use fullerene_transport::{Connection, Role, Server, Session, TlsMaterial, TransportConfig};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio::time::timeout;

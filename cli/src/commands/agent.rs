@@ -12,7 +12,7 @@ use fullerene_agent::core::{EXECUTOR_COMMAND, EXECUTOR_SLEEP};
 use fullerene_agent::machine::{self, MachineError};
 use fullerene_agent::shell::{install_prometheus, AgentConfig, ResourceCheck};
 use fullerene_proto::resources::ResourceKind;
-use fullerene_proto::transport::{Role, TlsMaterial, TransportConfig};
+use fullerene_transport::{Role, TlsMaterial, TransportConfig};
 
 use super::master::tls_paths;
 

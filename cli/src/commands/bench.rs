@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use fullerene_chaos::LocalMasters;
-use fullerene_master::server::OperatorClient;
+use fullerene_client::OperatorClient;
 use fullerene_proto::messages::{ClusterStatus, OperatorRequest, OperatorResponse};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;

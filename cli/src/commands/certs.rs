@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
-use fullerene_proto::certs::{generate_dev_cluster, CertCounts};
+use fullerene_transport::certs::{generate_dev_cluster, CertCounts};
 use serde::Serialize;
 
 use crate::output::{table, JsonOutput};

@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
-use fullerene_master::server::OperatorClient;
+use fullerene_client::OperatorClient;
 use fullerene_proto::ids::MasterId;
 use fullerene_proto::messages::{ClusterStatus, OperatorRequest, OperatorResponse};
-use fullerene_proto::transport::{Client, Role, TlsMaterial, TransportConfig};
+use fullerene_transport::{Client, Role, TlsMaterial, TransportConfig};
 use serde::Serialize;
 
 use crate::commands::master::tls_paths;

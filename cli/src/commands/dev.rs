@@ -19,7 +19,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use fullerene_chaos::cluster::{tail, Exited};
 use fullerene_chaos::LocalMasters;
-use fullerene_master::server::OperatorClient;
+use fullerene_client::OperatorClient;
 use fullerene_proto::messages::{AgentState, OperatorRequest, OperatorResponse};
 use fullerene_proto::{ResourceKind, ResourceVec};
 use fullerene_sdk::lower_bound::lower_bounds;

@@ -7,13 +7,13 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
-use fullerene_proto::transport::{Role, TlsMaterial, TransportConfig};
 use fullerene_sdk::dag::{
     run_jobs, DagConfig, ExecutorTemplate, JobOutcome, JobProgress, JobReport, ProgressFn,
     RunJobsOptions,
 };
 use fullerene_sdk::policy::PolicyKind;
 use fullerene_sdk::read_workload;
+use fullerene_transport::{Role, TlsMaterial, TransportConfig};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 

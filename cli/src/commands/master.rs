@@ -11,8 +11,8 @@ use fullerene_master::raft_node::{NodeConfig, RaftNode};
 use fullerene_master::server::{self, MasterExit, ShellConfig};
 use fullerene_master::state::ClusterSettings;
 use fullerene_master::storage::{RaftStore, RocksStorage};
-use fullerene_proto::certs::CertPaths;
-use fullerene_proto::transport::{Role, Server, TlsMaterial, TransportConfig};
+use fullerene_transport::certs::CertPaths;
+use fullerene_transport::{Role, Server, TlsMaterial, TransportConfig};
 
 /// Flags of `fullerene master` (all of them also under `[master]` in the config file).
 #[derive(Args, Debug)]

@@ -1,4 +1,4 @@
-//! The DAG-job framework shipped with the SDK (issue #6, item 4): runs jobs of a workload file,
+//! The DAG-job framework shipped with the SDK: runs jobs of a workload file,
 //! each as its own framework (one subscription per job, its group from the workload line, as
 //! the simulator does). Each job is planned with Graphene's offline planner, answers offers
 //! with the same online policy the simulator runs (Graphene's matcher inside Carbyne's
@@ -7,12 +7,15 @@
 //! fails with the reason) and re-plans what is left of the DAG.
 //!
 //! - [`job`]: the sans-IO core: given offers, updates and failed calls, what to send;
-//! - [`run`]: the [`Scheduler`](crate::driver::Scheduler) around it and [`run_jobs`].
+//! - `run` (feature `driver`): the driver's `Scheduler` around it and `run_jobs`, which runs
+//!   the jobs of a workload against the masters.
 
 pub mod job;
+#[cfg(feature = "driver")]
 pub mod run;
 #[cfg(test)]
 mod tests;
 
 pub use job::{DagConfig, DagError, DagJob, ExecutorTemplate, JobOutcome, JobProgress};
+#[cfg(feature = "driver")]
 pub use run::{run_jobs, DagScheduler, JobReport, ProgressFn, RunError, RunJobsOptions};

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use fullerene_proto::messages::{FrameworkRequest, Offer, StatusUpdate, WireError};
-use fullerene_proto::transport::{Client, TlsMaterial, TransportConfig};
 use fullerene_proto::FrameworkId;
+use fullerene_transport::{Client, TlsMaterial, TransportConfig};
 use serde::Serialize;
 
 use super::job::{DagConfig, DagError, DagJob, JobOutcome, JobProgress};

@@ -2,13 +2,15 @@
 //!
 //! The core holds the subscription (framework id, phase), the call ids and the calls waiting
 //! for their answers, the offers held, the highest status sequence number seen per task, and
-//! the demand and suppression the master must be told again after a reconnect. It never
-//! touches a socket or a clock: the shell ([`super::shell`]) feeds it events with the time in
-//! milliseconds and carries out the [`Action`]s it returns, in order.
+//! the demand and suppression the master must be told again after a reconnect. Which master to
+//! connect to next and when is the [`Follower`]'s decision, the same leader-following state
+//! machine agents and operators use. The core never touches a socket or a clock: the shell
+//! ([`super::shell`]) feeds it events and carries out the [`Action`]s it returns, in order.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
 
+use fullerene_client::follow::{Attempt, FollowConfig, Follower, Pacing};
 use fullerene_proto::messages::{
     CallOk, DemandSummary, ErrorCode, FrameworkCall, FrameworkRequest, MasterToFramework, Offer,
     Redirect, StatusAck, StatusUpdate, WireError,
@@ -169,23 +171,30 @@ pub struct DriverCore {
     suppressed: bool,
     /// Calls made while not subscribed that still make sense afterwards (kills, reconciles).
     queued: VecDeque<FrameworkRequest>,
-    /// Index into `masters` of the next master to try after a failure.
-    next_master: usize,
-    /// Failed attempts since the last subscription, for the backoff.
-    attempts: u32,
-    /// Redirects followed since the last subscription.
-    redirects: u32,
-    current: Option<SocketAddr>,
-    rng: u64,
+    /// Which master to try next, and when.
+    follower: Follower,
 }
+
+/// The time given to the [`Follower`]: frameworks do not pass over masters that failed
+/// (`pass_over_ms` is 0), so its decisions need no clock.
+const NO_CLOCK: u64 = 0;
 
 impl DriverCore {
     /// A driver that has not connected yet.
     pub fn new(config: DriverConfig) -> Result<DriverCore, DriverError> {
-        if config.masters.is_empty() {
-            return Err(DriverError::NoMasters);
-        }
-        let rng = config.jitter_seed | 1;
+        let follow = FollowConfig {
+            pacing: Pacing::Backoff {
+                initial_ms: config.backoff_initial_ms,
+                max_ms: config.backoff_max_ms,
+            },
+            // Two redirects in a row are followed at once; more go round in circles (a stale
+            // view of the leader) and back off like any failure.
+            redirects_at_once: 2,
+            pass_over_ms: 0,
+            seed: config.jitter_seed,
+        };
+        let follower =
+            Follower::new(config.masters.clone(), follow).map_err(|_| DriverError::NoMasters)?;
         Ok(DriverCore {
             config,
             phase: Phase::Connecting,
@@ -198,20 +207,14 @@ impl DriverCore {
             demand: None,
             suppressed: false,
             queued: VecDeque::new(),
-            next_master: 0,
-            attempts: 0,
-            redirects: 0,
-            current: None,
-            rng,
+            follower,
         })
     }
 
     /// The first action: connect to the first master now.
     pub fn start(&mut self) -> Vec<Action> {
-        let addr = self.config.masters[0];
-        self.next_master = 1 % self.config.masters.len();
-        self.current = Some(addr);
-        vec![Action::Connect { addr, delay_ms: 0 }]
+        let first = self.follower.start(NO_CLOCK);
+        vec![self.connect(first)]
     }
 
     /// The framework's id, once subscribed.
@@ -241,7 +244,7 @@ impl DriverCore {
 
     /// The master being connected to, or connected.
     pub fn current_master(&self) -> Option<SocketAddr> {
-        self.current
+        self.follower.current()
     }
 
     /// The session to the master chosen by the last `Connect` is open: subscribe.
@@ -265,8 +268,8 @@ impl DriverCore {
         if self.phase == Phase::Stopped {
             return Vec::new();
         }
-        self.attempts = self.attempts.saturating_add(1);
-        vec![self.retry_next()]
+        let next = self.follower.failed(NO_CLOCK);
+        vec![self.connect(next)]
     }
 
     /// The session ended (closed, reset, idle timeout, leader gone): offers are void and
@@ -281,12 +284,15 @@ impl DriverCore {
             actions.push(Action::Deliver(DriverEvent::Disconnected {
                 reason: reason.to_string(),
             }));
-            // A leader that just died is usually replaced by another master: start over from
-            // the list, the one that failed last.
-            self.attempts = 0;
         }
-        self.attempts = self.attempts.saturating_add(1);
-        actions.push(self.retry_next());
+        // A leader that just died is usually replaced by another master: the next one of the
+        // list, with the backoff started over if the session had worked.
+        let next = if was_subscribed {
+            self.follower.lost(NO_CLOCK)
+        } else {
+            self.follower.failed(NO_CLOCK)
+        };
+        actions.push(self.connect(next));
         actions
     }
 
@@ -436,8 +442,7 @@ impl DriverCore {
         match result {
             Ok(CallOk::Subscribed { framework_id, .. }) => {
                 self.phase = Phase::Subscribed;
-                self.attempts = 0;
-                self.redirects = 0;
+                self.follower.joined();
                 let reconnected = self.ever_subscribed;
                 self.ever_subscribed = true;
                 self.framework_id = Some(framework_id.clone());
@@ -467,23 +472,13 @@ impl DriverCore {
             }
             Ok(CallOk::Done) => {
                 // Not an answer to Subscribe: the master is confused; try elsewhere.
-                self.attempts = self.attempts.saturating_add(1);
-                let mut actions = self.void_session();
-                actions.push(Action::CloseSession);
-                actions.push(self.retry_next());
-                actions
+                self.try_elsewhere()
             }
             Err(error) => match error.code {
                 ErrorCode::NotLeader
                 | ErrorCode::Unavailable
                 | ErrorCode::OutcomeUnknown
-                | ErrorCode::Internal => {
-                    self.attempts = self.attempts.saturating_add(1);
-                    let mut actions = self.void_session();
-                    actions.push(Action::CloseSession);
-                    actions.push(self.retry_next());
-                    actions
-                }
+                | ErrorCode::Internal => self.try_elsewhere(),
                 _ => {
                     self.phase = Phase::Stopped;
                     vec![
@@ -508,31 +503,10 @@ impl DriverCore {
                 reason: "the master is no longer the leader".to_string(),
             }));
         }
-        self.redirects = self.redirects.saturating_add(1);
-        match redirect.leader {
-            Some(leader) => {
-                if !self.config.masters.contains(&leader.addr) {
-                    self.config.masters.push(leader.addr);
-                }
-                // Go to the leader at once, unless redirects go round in circles (a stale
-                // view of the leader): then back off like any failure.
-                let delay_ms = if self.redirects <= 2 {
-                    0
-                } else {
-                    self.attempts = self.attempts.saturating_add(1);
-                    self.backoff_ms()
-                };
-                self.current = Some(leader.addr);
-                actions.push(Action::Connect {
-                    addr: leader.addr,
-                    delay_ms,
-                });
-            }
-            None => {
-                self.attempts = self.attempts.saturating_add(1);
-                actions.push(self.retry_next());
-            }
-        }
+        let next = self
+            .follower
+            .redirected(redirect.leader.map(|leader| leader.addr), NO_CLOCK);
+        actions.push(self.connect(next));
         actions
     }
 
@@ -580,37 +554,21 @@ impl DriverCore {
             .collect()
     }
 
-    fn retry_next(&mut self) -> Action {
+    /// The master did not subscribe the framework but another may: drop the session and try
+    /// the next master after a backoff.
+    fn try_elsewhere(&mut self) -> Vec<Action> {
+        let mut actions = self.void_session();
+        actions.push(Action::CloseSession);
+        let next = self.follower.failed(NO_CLOCK);
+        actions.push(self.connect(next));
+        actions
+    }
+
+    fn connect(&mut self, attempt: Attempt) -> Action {
         self.phase = Phase::Connecting;
-        let masters = &self.config.masters;
-        let addr = masters[self.next_master % masters.len()];
-        self.next_master = (self.next_master + 1) % masters.len();
-        self.current = Some(addr);
         Action::Connect {
-            addr,
-            delay_ms: self.backoff_ms(),
+            addr: attempt.addr,
+            delay_ms: attempt.delay_ms,
         }
-    }
-
-    /// Exponential backoff with "equal jitter": half the delay fixed, half random, so that
-    /// retries spread out but never come sooner than half the nominal delay.
-    fn backoff_ms(&mut self) -> u64 {
-        let exponent = self.attempts.saturating_sub(1).min(20);
-        let nominal = self
-            .config
-            .backoff_initial_ms
-            .saturating_mul(1u64 << exponent)
-            .min(self.config.backoff_max_ms);
-        let half = nominal / 2;
-        half + self.next_random() % (nominal - half + 1)
-    }
-
-    /// splitmix64: deterministic for a seed, which the tests rely on.
-    fn next_random(&mut self) -> u64 {
-        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.rng;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
     }
 }

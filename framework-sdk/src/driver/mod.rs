@@ -1,15 +1,17 @@
 //! The framework driver: connects to any master, follows the leader, subscribes (and
 //! re-subscribes with the same id after a lost session, within the failover timeout), reconciles
 //! after every (re)connection, acknowledges status updates, and hands offers and updates to a
-//! [`Scheduler`] (issue #6, item 3; DESIGN.md, "a task's life", steps 2, 4 and 6).
+//! [`Scheduler`] (DESIGN.md, "a task's life", steps 2, 4 and 6).
 //!
-//! - [`core`]: the sans-IO decisions (subscription state, call ids, pending calls, backoff with
-//!   jitter, offers held, duplicate updates, what to re-send after a reconnect);
-//! - [`shell`]: the thin tokio shell over proto's mutual-TLS QUIC transport, and the
+//! - [`core`]: the sans-IO decisions (subscription state, call ids, pending calls, offers held,
+//!   duplicate updates, what to re-send after a reconnect); where to connect next and when
+//!   (redirects, backoff with jitter) is decided by `fullerene-client`'s `Follower`, the
+//!   leader-following state machine every client shares;
+//! - [`shell`]: the thin tokio shell over the mutual-TLS QUIC transport, and the
 //!   [`Scheduler`] trait framework authors implement.
 //!
 //! ```no_run
-//! # async fn example(tls: fullerene_proto::transport::TlsMaterial) -> Result<(), fullerene_sdk::driver::DriverError> {
+//! # async fn example(tls: fullerene_transport::TlsMaterial) -> Result<(), fullerene_sdk::driver::DriverError> {
 //! use fullerene_proto::messages::{Offer, StatusUpdate};
 //! use fullerene_sdk::driver::{run, DriverConfig, DriverHandle, RunOptions, Scheduler};
 //!

@@ -1,17 +1,19 @@
-//! The driver's thin tokio shell: connects with proto's QUIC [`Client`], carries out the core's
+//! The driver's thin tokio shell: opens framework sessions with the transport's QUIC [`Client`]
+//! (through `fullerene-client`, where the core's master was chosen), carries out the core's
 //! [`Action`]s, and calls the [`Scheduler`].
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use fullerene_client::{open, Link, OpenError};
 use fullerene_proto::messages::{
     DemandSummary, FrameworkRequest, Leftover, MasterToFramework, Offer, SessionOpen, StatusUpdate,
     TaskSpec, WireError,
 };
-use fullerene_proto::transport::{
+use fullerene_proto::{FrameworkId, OfferId, TaskId};
+use fullerene_transport::{
     Client, Connection, FramedRecv, FramedSend, TlsMaterial, TransportConfig,
 };
-use fullerene_proto::{FrameworkId, OfferId, TaskId};
 
 use super::core::{Action, DriverConfig, DriverCore, DriverError, DriverEvent};
 
@@ -230,17 +232,22 @@ pub async fn run_with_client<S: Scheduler>(
         tokio::select! {
             _ = tokio::time::sleep_until(at.into()) => {
                 shell.connect = None;
-                let outcome = tokio::time::timeout(options.connect_timeout, open(client, addr)).await;
+                let outcome =
+                    open(client, addr, SessionOpen::Framework, options.connect_timeout).await;
                 let actions = match outcome {
-                    Ok(Ok(live)) => {
-                        shell.live = Some(live);
+                    Ok(Link { connection, session, .. }) => {
+                        shell.live = Some(Live {
+                            _connection: connection,
+                            tx: session.tx,
+                            rx: session.rx,
+                        });
                         core.connected()
                     }
-                    Ok(Err(e)) => {
+                    Err(OpenError::TimedOut(_)) => core.connect_failed("timed out"),
+                    Err(e) => {
                         tracing::debug!(%addr, error = %e, "could not reach a master");
-                        core.connect_failed(&e)
+                        core.connect_failed(&e.to_string())
                     }
-                    Err(_) => core.connect_failed("timed out"),
                 };
                 shell.carry_out(&mut core, &mut scheduler, actions).await;
             }
@@ -264,19 +271,6 @@ pub async fn run_with_client<S: Scheduler>(
         Some(error) => Err(error),
         None => Ok(scheduler),
     }
-}
-
-async fn open(client: &Client, addr: SocketAddr) -> Result<Live, String> {
-    let connection = client.connect(addr).await.map_err(|e| e.to_string())?;
-    let session = connection
-        .open_session(SessionOpen::Framework)
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok(Live {
-        _connection: connection,
-        tx: session.tx,
-        rx: session.rx,
-    })
 }
 
 struct Shell {

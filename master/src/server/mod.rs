@@ -26,7 +26,6 @@
 //! (Raft thesis §6.4) and fail after a timeout (ReadIndex requests are not queued while there
 //! is no leader).
 
-pub mod client;
 pub mod http;
 mod node_loop;
 pub mod peer;
@@ -38,7 +37,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fullerene_proto::transport::{Client, Server, TlsMaterial, TransportConfig, TransportError};
+use fullerene_transport::{Client, Server, TlsMaterial, TransportConfig, TransportError};
 use tokio::sync::{mpsc, watch};
 
 use crate::core::{CoreConfig, MasterCore};
@@ -46,7 +45,6 @@ use crate::raft_node::{NodeError, RaftNode};
 use crate::storage::RaftStore;
 
 pub use crate::core::{AgentTimeouts, LeaderView, MasterExit, MembershipView};
-pub use client::{OperatorClient, OperatorClientError};
 
 /// How long a removed master keeps its connections open before it exits.
 const REMOVED_LINGER: Duration = Duration::from_millis(500);

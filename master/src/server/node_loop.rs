@@ -11,7 +11,7 @@ use fullerene_proto::messages::{
     MasterToAgent, MasterToFramework, OperatorRequest, OperatorResponse,
 };
 use fullerene_proto::time::SystemClock;
-use fullerene_proto::transport::Client;
+use fullerene_transport::Client;
 use protobuf::Message as _;
 use raft::eraftpb::{Message, MessageType};
 use tokio::sync::{mpsc, oneshot, watch};

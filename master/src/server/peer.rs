@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fullerene_proto::messages::{PeerMessage, SessionOpen};
-use fullerene_proto::transport::{Client, Connection, FramedRecv, FramedSend};
+use fullerene_transport::{Client, Connection, FramedRecv, FramedSend};
 use tokio::sync::mpsc;
 use tokio::time::{timeout, Instant};
 
@@ -203,7 +203,7 @@ impl PeerSender {
 async fn send_in_frames(
     tx: &mut FramedSend,
     messages: Vec<Vec<u8>>,
-) -> Result<(), fullerene_proto::transport::TransportError> {
+) -> Result<(), fullerene_transport::TransportError> {
     let mut small = Vec::new();
     for message in messages {
         if message.len() <= PART_BYTES {

@@ -8,7 +8,7 @@ use fullerene_proto::messages::{
     AgentToMaster, CallOk, ErrorCode, FrameworkCall, FrameworkRequest, MasterToAgent,
     MasterToFramework, OperatorRequest, OperatorResponse, PeerMessage, SessionOpen, WireError,
 };
-use fullerene_proto::transport::{Connection, Server, Session, StreamErrorCode};
+use fullerene_transport::{Connection, Server, Session, StreamErrorCode};
 use protobuf::Message as _;
 use raft::eraftpb::Message;
 use tokio::sync::{mpsc, oneshot, watch};

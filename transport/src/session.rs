@@ -5,10 +5,10 @@
 //! that kind of session ([`role_may_open`]) and answers [`SessionOpenReply::Accepted`] or
 //! [`SessionOpenReply::Refused`] with an `Unauthorized` [`WireError`], after which a refused
 //! stream is closed. From then on each direction carries frames of the session's message types
-//! (see [`crate::messages`]).
+//! (see [`fullerene_proto::messages`]).
 //!
 //! Frames are those of [`crate::framing`]: a 4-byte big-endian length, then one message encoded
-//! by [`crate::codec`]. When a received frame is over the limit, fails to decode, or is cut
+//! by [`fullerene_proto::codec`]. When a received frame is over the limit, fails to decode, or is cut
 //! short, the receiver stops its half of the stream with a [`StreamErrorCode`] and returns an
 //! error naming the failure; the sender's next write (or [`FramedSend::stopped`]) reports that
 //! code. Only that stream is affected: the connection's other sessions go on.
@@ -19,10 +19,10 @@ use quinn::{ReadError, RecvStream, SendStream, StoppedError, VarInt, WriteError}
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::identity::{PeerIdentity, Role};
-use super::TransportError;
 use crate::framing::{self, FrameError};
-use crate::messages::{ErrorCode, SessionOpen, SessionOpenReply, WireError};
+use crate::identity::{PeerIdentity, Role};
+use crate::TransportError;
+use fullerene_proto::messages::{ErrorCode, SessionOpen, SessionOpenReply, WireError};
 
 /// Application error codes carried by QUIC `STOP_SENDING` and `RESET_STREAM` frames on session
 /// streams. The numeric values are part of the wire protocol.
@@ -364,9 +364,9 @@ fn frame_error(error: FrameError) -> TransportError {
         FrameError::Truncated { expected, got } => TransportError::TruncatedFrame { expected, got },
         FrameError::Codec(e) => TransportError::MalformedFrame(e),
         // Only reachable with in-memory buffers, which do not fail; kept distinct anyway.
-        FrameError::Io(e) => TransportError::MalformedFrame(crate::codec::CodecError::Encode(
-            format!("in-memory frame I/O: {e}"),
-        )),
+        FrameError::Io(e) => TransportError::MalformedFrame(
+            fullerene_proto::codec::CodecError::Encode(format!("in-memory frame I/O: {e}")),
+        ),
     }
 }
 

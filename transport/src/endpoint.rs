@@ -10,12 +10,12 @@ use rustls::pki_types::CertificateDer;
 use tokio::task::JoinSet;
 use tokio::time::timeout;
 
-use super::config::TransportConfig;
-use super::identity::{IdentityError, PeerIdentity, Role};
-use super::session::{self, FramedRecv, FramedSend, Session, StreamErrorCode};
-use super::tls::{TlsMaterial, MASTER_SERVER_NAME};
-use super::TransportError;
-use crate::messages::SessionOpen;
+use crate::config::TransportConfig;
+use crate::identity::{IdentityError, PeerIdentity, Role};
+use crate::session::{self, FramedRecv, FramedSend, Session, StreamErrorCode};
+use crate::tls::{TlsMaterial, MASTER_SERVER_NAME};
+use crate::TransportError;
+use fullerene_proto::messages::SessionOpen;
 
 /// Connection close code: an orderly close (shutdown, or the application is done).
 pub const CLOSE_NORMAL: u32 = 0;

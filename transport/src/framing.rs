@@ -1,14 +1,14 @@
 //! Length-prefixed framing on byte streams (QUIC streams in production).
 //!
 //! A frame is a 4-byte big-endian length followed by that many bytes of one encoded message
-//! ([`crate::codec`]). The reader checks the length against its limit *before* reading or
+//! ([`fullerene_proto::codec`]). The reader checks the length against its limit *before* reading or
 //! allocating the body, so a peer cannot make it buffer more than the limit.
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use crate::codec::{self, CodecError, MAX_MESSAGE_BYTES};
+use fullerene_proto::codec::{self, CodecError, MAX_MESSAGE_BYTES};
 
 /// Default frame limit: one message at its largest.
 pub const MAX_FRAME_BYTES: usize = MAX_MESSAGE_BYTES;

@@ -1,4 +1,8 @@
-//! The mutual-TLS QUIC transport shared by masters, agents and the framework SDK.
+//! The mutual-TLS QUIC transport shared by masters, agents, framework drivers and operators:
+//! endpoints and sessions over quinn and rustls ([`tls`], [`identity`]), the cluster's
+//! certificates ([`certs`]), and the length-prefixed framing of `fullerene-proto`'s messages on
+//! streams ([`framing`]). The messages and their codec are `fullerene-proto`'s, which has no
+//! I/O dependency.
 //!
 //! quinn 0.11 over rustls with the ring provider, passed explicitly to every config
 //! ([`tls::crypto_provider`]); the process-default provider is never consulted, so a dependency
@@ -16,7 +20,7 @@
 //! # Sessions
 //!
 //! A connection carries [`Session`]s, one bidirectional stream each, opened by the client with a
-//! [`SessionOpen`](crate::messages::SessionOpen) frame and admitted by the master according to
+//! [`SessionOpen`](fullerene_proto::messages::SessionOpen) frame and admitted by the master according to
 //! the client's role ([`role_may_open`]). Frames over `max_frame_bytes` or that do not decode
 //! close their stream with a [`StreamErrorCode`]; the connection's other sessions go on.
 //!
@@ -26,10 +30,10 @@
 //! up as [`quinn::ConnectionError::TimedOut`] within a few seconds; see [`TransportConfig`].
 //!
 //! ```no_run
-//! # async fn example() -> Result<(), fullerene_proto::transport::TransportError> {
+//! # async fn example() -> Result<(), fullerene_transport::TransportError> {
 //! use std::path::Path;
 //! use fullerene_proto::messages::{AgentToMaster, SessionOpen};
-//! use fullerene_proto::transport::{Client, TlsMaterial, TransportConfig};
+//! use fullerene_transport::{Client, TlsMaterial, TransportConfig};
 //!
 //! let tls = TlsMaterial::load(
 //!     Path::new("certs/ca.pem"),
@@ -44,9 +48,13 @@
 //! # }
 //! ```
 
+#![warn(missing_docs)]
+
+pub mod certs;
 mod config;
 mod endpoint;
 mod error;
+pub mod framing;
 pub mod identity;
 mod session;
 pub mod tls;

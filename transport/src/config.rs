@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use quinn::{IdleTimeout, VarInt};
 
-use super::TransportError;
-use crate::codec::MAX_MESSAGE_BYTES;
 use crate::framing::MAX_FRAME_BYTES;
+use crate::TransportError;
+use fullerene_proto::codec::MAX_MESSAGE_BYTES;
 
-/// Timeouts and limits of a [`Server`](super::Server) or [`Client`](super::Client).
+/// Timeouts and limits of a [`Server`](crate::Server) or [`Client`](crate::Client).
 ///
 /// The defaults notice a dead peer within about three seconds (the requirement):
 ///
@@ -33,7 +33,7 @@ pub struct TransportConfig {
     /// How long a handshake, or a session's `SessionOpen`/`SessionOpenReply` exchange, may take.
     pub handshake_timeout: Duration,
     /// The largest frame this side accepts (and sends). A larger incoming frame closes its stream
-    /// with [`StreamErrorCode::FrameTooLarge`](super::StreamErrorCode::FrameTooLarge).
+    /// with [`StreamErrorCode::FrameTooLarge`](crate::StreamErrorCode::FrameTooLarge).
     pub max_frame_bytes: usize,
     /// How many sessions the peer may have open on one connection at once.
     pub max_concurrent_sessions: u32,

@@ -20,7 +20,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 use x509_parser::extensions::GeneralName;
 
-use crate::ids::{AgentId, MasterId};
+use fullerene_proto::ids::{AgentId, MasterId};
 
 /// The URI scheme of identity SANs.
 pub const IDENTITY_URI_SCHEME: &str = "fullerene";

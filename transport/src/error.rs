@@ -4,10 +4,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::identity::{IdentityError, PeerIdentity};
-use super::session::StreamErrorCode;
-use crate::codec::CodecError;
-use crate::messages::WireError;
+use crate::identity::{IdentityError, PeerIdentity};
+use crate::session::StreamErrorCode;
+use fullerene_proto::codec::CodecError;
+use fullerene_proto::messages::WireError;
 
 /// Why a transport operation failed. Each variant names what failed, so that a log line is enough
 /// to act on.
@@ -42,7 +42,7 @@ pub enum TransportError {
     /// Only masters accept connections; this material is someone else's.
     #[error("only a master certificate may serve connections, this one is {0}")]
     NotAMaster(PeerIdentity),
-    /// The [`TransportConfig`](super::TransportConfig) is inconsistent.
+    /// The [`TransportConfig`](crate::TransportConfig) is inconsistent.
     #[error("invalid transport configuration: {0}")]
     InvalidConfig(String),
     /// The UDP socket could not be bound.

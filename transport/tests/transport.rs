@@ -1,5 +1,5 @@
 //! The mutual-TLS QUIC transport, end to end on loopback: real quinn endpoints on ports chosen by
-//! the OS, certificates generated into a temporary directory by `fullerene_proto::certs`.
+//! the OS, certificates generated into a temporary directory by `fullerene_transport::certs`.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fullerene_proto::certs::{self, CertCounts, GeneratedCerts};
 use fullerene_proto::messages::{AgentToMaster, ErrorCode, SessionOpen};
-use fullerene_proto::transport::{
+use fullerene_transport::certs::{self, CertCounts, GeneratedCerts};
+use fullerene_transport::{
     Client, Connection, ConnectionError, PeerIdentity, Role, Server, StreamErrorCode, TlsMaterial,
     TransportConfig, TransportError, ALPN_PROTOCOL, MASTER_SERVER_NAME,
 };

@@ -1,11 +1,17 @@
-//! An operator's client for the masters: finds the leader by following redirects.
+//! An operator's client for the masters: sends each request to the leader, following
+//! redirects, within a deadline.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use fullerene_proto::messages::{OperatorRequest, OperatorResponse, SessionOpen, WireError};
-use fullerene_proto::transport::{Client, Connection, Session};
+use fullerene_proto::messages::{
+    ErrorCode, OperatorRequest, OperatorResponse, SessionOpen, WireError,
+};
+use fullerene_transport::Client;
 use tokio::time::{sleep, timeout, Instant};
+
+use crate::follow::{Attempt, FollowConfig, Follower, Pacing};
+use crate::link::{open, Link};
 
 /// Why an operator request could not be answered.
 #[derive(Debug, thiserror::Error)]
@@ -40,8 +46,11 @@ pub enum OperatorClientError {
 ///
 /// A follower's redirect is followed at once; `Redirect { leader: None }` (an election is
 /// running), `Unavailable` answers and unreachable masters are retried, cycling through the
-/// known addresses with a short pause, until the deadline. The session to the master that
-/// answered last is reused.
+/// known addresses with a short pause per round, until the deadline. A master that failed to
+/// answer is passed over for a second, redirects to it included: after a leader dies,
+/// followers keep redirecting to it until they time out, and following them would cost a
+/// connection timeout per redirect. The session to the master that answered last is reused.
+/// Where to go next is the [`Follower`]'s decision ([`Pacing::Rounds`]).
 ///
 /// Retries are safe because a redirect or an `Unavailable` answer means nothing was proposed.
 /// A request that is not [idempotent](OperatorRequest::is_idempotent) is never sent twice
@@ -50,18 +59,16 @@ pub enum OperatorClientError {
 #[derive(Debug)]
 pub struct OperatorClient {
     client: Client,
-    masters: Vec<SocketAddr>,
+    /// `None` when no master was given.
+    follower: Option<Follower>,
     deadline: Duration,
-    retry_pause: Duration,
     current: Option<Link>,
-    /// Masters that failed to answer recently, and until when they are passed over: after a
-    /// leader dies, followers keep redirecting to it until they time out, and following them
-    /// would cost a connection timeout per redirect.
-    shunned: std::collections::HashMap<SocketAddr, Instant>,
+    /// The origin of the follower's clock.
+    epoch: Instant,
 }
 
 /// How long a master that failed to answer is passed over.
-const SHUN_FOR: Duration = Duration::from_secs(1);
+const PASS_OVER: Duration = Duration::from_secs(1);
 
 /// How long connecting to one master may take: a master that is down must not use up the
 /// whole deadline while the others are up.
@@ -70,41 +77,50 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// Default pause between rounds of attempts while no leader answers.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
 
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
 impl OperatorClient {
     /// A client for the masters at `masters` (any of them; redirects lead to the leader), giving
     /// up on a request after `deadline`.
     pub fn new(client: Client, masters: Vec<SocketAddr>, deadline: Duration) -> OperatorClient {
+        let config = FollowConfig {
+            pacing: Pacing::Rounds {
+                pause_ms: millis(RETRY_PAUSE),
+            },
+            // The deadline bounds the redirects followed.
+            redirects_at_once: u32::MAX,
+            pass_over_ms: millis(PASS_OVER),
+            seed: 0,
+        };
         OperatorClient {
             client,
-            masters,
+            follower: Follower::new(masters, config).ok(),
             deadline,
-            retry_pause: RETRY_PAUSE,
             current: None,
-            shunned: Default::default(),
+            epoch: Instant::now(),
         }
     }
 
     /// Pauses `pause` (instead of 100 ms) between rounds of attempts while no leader answers:
     /// shorter for a benchmark that times failovers, so the pause does not blur the figure.
     pub fn with_retry_pause(mut self, pause: Duration) -> OperatorClient {
-        self.retry_pause = pause;
+        if let Some(follower) = &mut self.follower {
+            follower.set_pacing(Pacing::Rounds {
+                pause_ms: millis(pause),
+            });
+        }
         self
-    }
-
-    fn is_shunned(&self, addr: SocketAddr) -> bool {
-        self.shunned
-            .get(&addr)
-            .is_some_and(|until| Instant::now() < *until)
-    }
-
-    fn shun(&mut self, addr: SocketAddr) {
-        self.shunned.insert(addr, Instant::now() + SHUN_FOR);
     }
 
     /// Passes over `addr` for `duration`, as if it had just failed to answer (for a caller
     /// that knows a master is down, such as a benchmark that killed it).
     pub fn avoid(&mut self, addr: SocketAddr, duration: Duration) {
-        self.shunned.insert(addr, Instant::now() + duration);
+        let now_ms = millis(self.epoch.elapsed());
+        if let Some(follower) = &mut self.follower {
+            follower.pass_over(addr, now_ms, millis(duration));
+        }
     }
 
     /// The address of the master that answered the last request.
@@ -118,152 +134,123 @@ impl OperatorClient {
         &mut self,
         request: &OperatorRequest,
     ) -> Result<OperatorResponse, OperatorClientError> {
-        if self.masters.is_empty() {
+        let Some(follower) = self.follower.as_mut() else {
             return Err(OperatorClientError::NoMasters);
-        }
+        };
+        // Each request goes round the list from the top, after the master that answered last.
+        follower.rewind();
+        let mut next = match &self.current {
+            Some(link) => Attempt {
+                addr: link.addr,
+                delay_ms: 0,
+            },
+            None => follower.start(millis(self.epoch.elapsed())),
+        };
         let started = Instant::now();
         let mut last = String::from("no attempt");
-        let mut next_candidate = 0usize;
-        let mut redirect_to: Option<SocketAddr> = None;
-        while started.elapsed() < self.deadline {
-            let target = match (&self.current, redirect_to.take()) {
-                (_, Some(addr)) => addr,
-                (Some(link), None) => link.addr,
-                (None, None) => {
-                    // The next master not recently failed (any, when all have).
-                    let count = self.masters.len();
-                    let mut addr = self.masters[next_candidate % count];
-                    for step in 0..count {
-                        let candidate = self.masters[(next_candidate + step) % count];
-                        if !self.is_shunned(candidate) {
-                            addr = candidate;
-                            next_candidate += step;
-                            break;
-                        }
-                    }
-                    next_candidate += 1;
-                    if next_candidate % count == 0 {
-                        sleep(self.retry_pause).await;
-                    }
-                    addr
-                }
-            };
+        loop {
+            if next.delay_ms > 0 {
+                sleep(Duration::from_millis(next.delay_ms)).await;
+            }
+            if started.elapsed() >= self.deadline {
+                break;
+            }
+            let target = next.addr;
             let remaining = self.deadline.saturating_sub(started.elapsed());
             let mut sent = false;
             let outcome_unknown = |detail: String| OperatorClientError::OutcomeUnknown {
                 master: target,
                 detail,
             };
-            let result = timeout(remaining, self.exchange(target, request, &mut sent)).await;
-            match result {
+            let result = timeout(
+                remaining,
+                exchange(&self.client, &mut self.current, target, request, &mut sent),
+            )
+            .await;
+            let now_ms = millis(self.epoch.elapsed());
+            next = match result {
                 Err(_) => {
                     self.current = None;
-                    self.shun(target);
+                    let next = follower.failed(now_ms);
                     if sent && !request.is_idempotent() {
                         return Err(outcome_unknown("no answer in time".to_string()));
                     }
                     last = format!("{target} did not answer in time");
+                    next
                 }
                 Ok(Err(error)) => {
                     self.current = None;
-                    self.shun(target);
+                    let next = follower.failed(now_ms);
                     if sent && !request.is_idempotent() {
                         return Err(outcome_unknown(error));
                     }
                     last = format!("{target}: {error}");
+                    next
                 }
                 Ok(Ok(OperatorResponse::Error(error)))
-                    if error.code == fullerene_proto::messages::ErrorCode::OutcomeUnknown =>
+                    if error.code == ErrorCode::OutcomeUnknown =>
                 {
                     if !request.is_idempotent() {
                         return Err(outcome_unknown(error.message));
                     }
                     last = format!("{target}: {error}");
-                    sleep(self.retry_pause).await;
+                    follower.wait()
                 }
                 Ok(Ok(OperatorResponse::Redirect(redirect))) => {
                     self.current = None;
-                    match redirect.leader {
-                        Some(leader) if leader.addr != target && !self.is_shunned(leader.addr) => {
-                            if !self.masters.contains(&leader.addr) {
-                                self.masters.push(leader.addr);
-                            }
-                            redirect_to = Some(leader.addr);
-                        }
-                        _ => {
-                            last = format!("{target} knows no leader yet");
-                            sleep(self.retry_pause).await;
-                        }
+                    let leader = redirect.leader.map(|leader| leader.addr);
+                    let next = follower.redirected(leader, now_ms);
+                    if leader != Some(next.addr) || next.delay_ms > 0 {
+                        last = format!("{target} knows no leader yet");
                     }
+                    next
                 }
-                Ok(Ok(OperatorResponse::Error(error)))
-                    if error.code == fullerene_proto::messages::ErrorCode::Unavailable =>
-                {
+                Ok(Ok(OperatorResponse::Error(error))) if error.code == ErrorCode::Unavailable => {
                     last = format!("{target}: {error}");
-                    sleep(self.retry_pause).await;
+                    follower.wait()
                 }
                 Ok(Ok(OperatorResponse::Error(error))) => {
                     return Err(OperatorClientError::Refused(error))
                 }
                 Ok(Ok(response)) => {
-                    self.shunned.remove(&target);
+                    follower.joined();
                     return Ok(response);
                 }
-            }
+            };
         }
         Err(OperatorClientError::NoLeader {
             timeout: self.deadline,
             last,
         })
     }
-
-    /// One request and its answer on the session to `target` (opened if needed); the error
-    /// says what failed, for the caller's last-problem message. `sent` is set once the request
-    /// may have reached the master.
-    async fn exchange(
-        &mut self,
-        target: SocketAddr,
-        request: &OperatorRequest,
-        sent: &mut bool,
-    ) -> Result<OperatorResponse, String> {
-        let link = match self.current.take() {
-            Some(link) if link.addr == target => link,
-            _ => {
-                let open = async {
-                    let connection = self.client.connect(target).await?;
-                    let session = connection.open_session(SessionOpen::Operator).await?;
-                    Ok::<_, fullerene_proto::transport::TransportError>((connection, session))
-                };
-                let (connection, session) = timeout(CONNECT_TIMEOUT, open)
-                    .await
-                    .map_err(|_| format!("no connection within {CONNECT_TIMEOUT:?}"))?
-                    .map_err(|e| e.to_string())?;
-                Link {
-                    addr: target,
-                    _connection: connection,
-                    session,
-                }
-            }
-        };
-        let link = self.current.insert(link);
-        *sent = true;
-        link.session
-            .tx
-            .send(request)
-            .await
-            .map_err(|e| e.to_string())?;
-        match link.session.rx.recv::<OperatorResponse>().await {
-            Ok(Some(response)) => Ok(response),
-            Ok(None) => Err("the master closed the session".to_string()),
-            Err(error) => Err(error.to_string()),
-        }
-    }
 }
 
-/// An open operator session (the connection is held so that it stays open).
-#[derive(Debug)]
-struct Link {
-    addr: SocketAddr,
-    _connection: Connection,
-    session: Session,
+/// One request and its answer on the session to `target` (`current`, or opened in its
+/// place); the error says what failed, for the caller's last-problem message. `sent` is set
+/// once the request may have reached the master.
+async fn exchange(
+    client: &Client,
+    current: &mut Option<Link>,
+    target: SocketAddr,
+    request: &OperatorRequest,
+    sent: &mut bool,
+) -> Result<OperatorResponse, String> {
+    let link = match current.take() {
+        Some(link) if link.addr == target => link,
+        _ => open(client, target, SessionOpen::Operator, CONNECT_TIMEOUT)
+            .await
+            .map_err(|e| e.to_string())?,
+    };
+    let link = current.insert(link);
+    *sent = true;
+    link.session
+        .tx
+        .send(request)
+        .await
+        .map_err(|e| e.to_string())?;
+    match link.session.rx.recv::<OperatorResponse>().await {
+        Ok(Some(response)) => Ok(response),
+        Ok(None) => Err("the master closed the session".to_string()),
+        Err(error) => Err(error.to_string()),
+    }
 }

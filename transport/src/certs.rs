@@ -1,6 +1,6 @@
 //! Development certificates: a cluster CA and one certificate per master, agent, framework and
 //! operator, made with rcgen (`fullerene certs init`). Production deployments bring their own
-//! PEM files and pass their paths to [`TlsMaterial::load`](crate::transport::TlsMaterial::load).
+//! PEM files and pass their paths to [`TlsMaterial::load`](crate::TlsMaterial::load).
 //!
 //! # Layout
 //!
@@ -14,7 +14,7 @@
 //! | `<role>-<n>-key.pem` | its private key (PKCS#8, mode 0600) |
 //!
 //! The certificate of `<role>-<n>` states the identity `fullerene://<role>/<role>-<n>` (see
-//! [`crate::transport::identity`]), so `agent-3.pem` is the agent whose id is `agent-3`, and
+//! [`crate::identity`]), so `agent-3.pem` is the agent whose id is `agent-3`, and
 //! `master-2.pem` the master whose Raft id is 2.
 //!
 //! # Contents
@@ -39,8 +39,8 @@ use rcgen::{
 };
 use time::{Duration, OffsetDateTime};
 
-use crate::transport::identity::{IdentityError, PeerIdentity, Role};
-use crate::transport::MASTER_SERVER_NAME;
+use crate::identity::{IdentityError, PeerIdentity, Role};
+use crate::MASTER_SERVER_NAME;
 
 /// The CA certificate's file name.
 pub const CA_CERT_FILE: &str = "ca.pem";
@@ -457,7 +457,7 @@ fn write_file(path: &Path, contents: &[u8], private: bool) -> Result<(), CertsEr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::transport::TlsMaterial;
+    use crate::TlsMaterial;
 
     #[test]
     fn dev_cluster_follows_the_layout_and_every_certificate_loads() {
@@ -557,7 +557,7 @@ mod tests {
             .unwrap();
         let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
             std::sync::Arc::new(roots),
-            crate::transport::tls::crypto_provider(),
+            crate::tls::crypto_provider(),
         )
         .build()
         .unwrap();

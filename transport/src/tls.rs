@@ -26,8 +26,8 @@ use rustls::{
     SignatureScheme,
 };
 
-use super::identity::{IdentityError, PeerIdentity, Role};
-use super::TransportError;
+use crate::identity::{IdentityError, PeerIdentity, Role};
+use crate::TransportError;
 
 /// The ALPN protocol of Fullerene's transport, version 1. A peer that does not offer it fails
 /// the handshake, so an incompatible future version is refused before any frame is read.
