@@ -218,10 +218,10 @@ where
     let limits = Limits::detect(&config.cgroup_root, agent_id.as_str());
     match &limits {
         Limits::Enforced(cgroup) => {
-            tracing::info!(cgroup = %cgroup.base().display(), "task limits enforced with cgroup v2")
+            tracing::info!(cgroup = %cgroup.base().display(), "task limits enforced with cgroup v2");
         }
         Limits::NotEnforced { reason } => {
-            tracing::warn!(%reason, "task resource limits are NOT enforced on this agent")
+            tracing::warn!(%reason, "task resource limits are NOT enforced on this agent");
         }
     }
     m::limits_enforced(limits.enforced());
@@ -360,7 +360,7 @@ impl Shell {
                     if let Some(liveness) = self.liveness.as_mut() {
                         liveness.last_heard = Instant::now();
                     }
-                    self.on_master(message).await?
+                    self.on_master(message).await?;
                 }
                 Event::Session(SessionEvent::Lost { reason }) => {
                     // The session already gave it up and scheduled the next attempt.

@@ -1147,7 +1147,10 @@ impl Sim {
             .collect();
         let final_index = live
             .iter()
-            .filter_map(|id| self.node(*id).map(|n| n.applied_index()))
+            .filter_map(|id| {
+                self.node(*id)
+                    .map(fullerene_master::raft_node::RaftNode::applied_index)
+            })
             .max()
             .unwrap_or(0);
         self.stats.final_index = final_index;
@@ -1203,7 +1206,10 @@ impl Sim {
             }
         }
         for (token, proposal) in &self.proposals {
-            let in_log = self.data_index.get(&proposal.data).map_or(0, |s| s.len());
+            let in_log = self
+                .data_index
+                .get(&proposal.data)
+                .map_or(0, std::collections::BTreeSet::len);
             match &proposal.answer {
                 Some(Answer::Applied { index, result }) => {
                     if in_log != 1 {

@@ -26,7 +26,7 @@ use clap::{ArgMatches, Command};
 
 /// Returns `args` with the config file's values for the invoked subcommand inserted as flags,
 /// for every flag that was not given on the command line or by environment variable.
-pub fn apply_config_file(
+pub(crate) fn apply_config_file(
     command: &Command,
     args: Vec<OsString>,
     path: &Path,
@@ -85,9 +85,8 @@ pub fn apply_config_file(
                 )
             })?;
         let id = arg.get_id().as_str();
-        match m.value_source(id) {
-            Some(ValueSource::CommandLine) | Some(ValueSource::EnvVariable) => continue,
-            _ => {}
+        if let Some(ValueSource::CommandLine | ValueSource::EnvVariable) = m.value_source(id) {
+            continue;
         }
         let takes_value = arg.get_action().takes_values();
         match value {

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 /// Where machine-readable output goes, from the global `--json [FILE]` flag.
 #[derive(Clone, Debug, Default)]
-pub enum JsonOutput {
+pub(crate) enum JsonOutput {
     /// Tables for humans.
     #[default]
     Off,
@@ -22,7 +22,7 @@ pub enum JsonOutput {
 
 impl JsonOutput {
     /// From the parsed flag: absent, `--json`, or `--json FILE`.
-    pub fn from_flag(flag: Option<Option<PathBuf>>) -> JsonOutput {
+    pub(crate) fn from_flag(flag: Option<Option<PathBuf>>) -> JsonOutput {
         match flag {
             None => JsonOutput::Off,
             Some(None) => JsonOutput::Stdout,
@@ -32,7 +32,11 @@ impl JsonOutput {
     }
 
     /// Emits `value`: as JSON where asked, and `human` (a rendered table) otherwise.
-    pub fn emit<T: Serialize>(&self, value: &T, human: impl FnOnce() -> String) -> Result<()> {
+    pub(crate) fn emit<T: Serialize>(
+        &self,
+        value: &T,
+        human: impl FnOnce() -> String,
+    ) -> Result<()> {
         match self {
             JsonOutput::Off => println!("{}", human()),
             JsonOutput::Stdout => println!("{}", serde_json::to_string_pretty(value)?),
@@ -48,7 +52,7 @@ impl JsonOutput {
 
 /// Writes `value` as pretty JSON to `path`, through a temporary file so a full disk or a crash
 /// never leaves a half-written file behind.
-pub fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
+pub(crate) fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
     let text = serde_json::to_string_pretty(value)?;
     let tmp = path.with_extension("json.tmp");
     std::fs::write(&tmp, text + "\n").with_context(|| format!("cannot write {}", tmp.display()))?;
@@ -57,7 +61,7 @@ pub fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
 }
 
 /// A table with the project's style and the given header.
-pub fn table(header: &[&str]) -> Table {
+pub(crate) fn table(header: &[&str]) -> Table {
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED)
         .set_content_arrangement(ContentArrangement::Dynamic)

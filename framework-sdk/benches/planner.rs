@@ -3,6 +3,9 @@
 //!
 //! `cargo bench -p fullerene-sdk --bench planner`
 
+// `criterion_group!` defines a public function it cannot document.
+#![allow(missing_docs)]
+
 use std::path::Path;
 
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -30,14 +33,14 @@ fn bench_planner(c: &mut Criterion) {
     let mut group = c.benchmark_group(format!("plan {} ({} tasks)", job.name, job.num_tasks()));
     group.sample_size(20);
     group.bench_function("parallel", |b| {
-        b.iter(|| plan(&job, &cluster, &PlannerConfig::default()).expect("plannable"))
+        b.iter(|| plan(&job, &cluster, &PlannerConfig::default()).expect("plannable"));
     });
     let sequential = PlannerConfig {
         parallel: false,
         ..PlannerConfig::default()
     };
     group.bench_function("sequential", |b| {
-        b.iter(|| plan(&job, &cluster, &sequential).expect("plannable"))
+        b.iter(|| plan(&job, &cluster, &sequential).expect("plannable"));
     });
     group.bench_function("lower_bounds", |b| b.iter(|| lower_bounds(&job, &cluster)));
     group.finish();

@@ -5,6 +5,9 @@
 //!
 //! `cargo bench -p fullerene-sdk --bench policies`
 
+// `criterion_group!` defines a public function it cannot document.
+#![allow(missing_docs)]
+
 use std::path::Path;
 
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -102,18 +105,18 @@ fn bench_policies(c: &mut Criterion) {
                 i += 1;
             }
             assert!(state.is_complete());
-        })
+        });
     });
 
     let state = half_done(&job);
     let mut matcher = GrapheneMatcher::new(rank_pri_scores(&job), MatcherParams::default());
     group.bench_function("graphene: one offer (bundle for a whole machine)", |b| {
-        b.iter(|| matcher.on_offer(&job, &state, &offer(1e4, 100.0, 0.1)))
+        b.iter(|| matcher.on_offer(&job, &state, &offer(1e4, 100.0, 0.1)));
     });
 
     let mut tetris = TetrisPolicy::new(&job);
     group.bench_function("tetris: one offer", |b| {
-        b.iter(|| tetris.on_offer(&job, &state, &offer(1e4, 100.0, 0.1)))
+        b.iter(|| tetris.on_offer(&job, &state, &offer(1e4, 100.0, 0.1)));
     });
 
     for (label, state) in [("start", JobState::new(&job)), ("halfway", half_done(&job))] {
@@ -130,7 +133,7 @@ fn bench_policies(c: &mut Criterion) {
                     carbyne
                         .tasks_to_start_now(&job, &state, &offer(1e4, 100.0, 0.1))
                         .expect("a plan")
-                })
+                });
             },
         );
     }
@@ -142,7 +145,7 @@ fn bench_policies(c: &mut Criterion) {
         CarbyneParams::default(),
     );
     group.bench_function("carbyne: one offer with the plan cached", |b| {
-        b.iter(|| cached.on_offer(&job, &state, &offer(1e4, 100.0, 0.1)))
+        b.iter(|| cached.on_offer(&job, &state, &offer(1e4, 100.0, 0.1)));
     });
     group.finish();
 }

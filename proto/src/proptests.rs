@@ -79,8 +79,9 @@ proptest! {
         let mut framed = vec![WIRE_VERSION];
         framed.extend_from_slice(&bytes);
         match decode::<FrameworkCall>(&framed) {
-            Ok(_) | Err(CodecError::Malformed(_)) | Err(CodecError::TrailingBytes { .. })
-            | Err(CodecError::TooLarge { .. }) => {}
+            Ok(_) |
+Err(CodecError::Malformed(_) | CodecError::TrailingBytes { .. } |
+CodecError::TooLarge { .. }) => {}
             Err(other) => prop_assert!(false, "unexpected error {other:?}"),
         }
     }

@@ -10,6 +10,9 @@
 //!
 //! Run: `cargo bench -p fullerene-scheduling --bench allocator`.
 
+// `criterion_group!` defines a public function it cannot document.
+#![allow(missing_docs)]
+
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -151,7 +154,7 @@ fn bench_allocate_all(c: &mut Criterion) {
                             black_box(offers);
                         }
                         timed
-                    })
+                    });
                 },
             );
         }

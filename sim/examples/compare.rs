@@ -73,7 +73,7 @@ fn parse_args() -> Result<Args, String> {
             "--groups" => args.config.groups = Some(number(&value)? as usize),
             "--seed" => args.config.seed = number(&value)?,
             "--overbook" => {
-                args.config.overbook_allowance = value.parse().map_err(|e| format!("{e}"))?
+                args.config.overbook_allowance = value.parse().map_err(|e| format!("{e}"))?;
             }
             "--kappa" => args.config.kappa = value.parse().map_err(|e| format!("{e}"))?,
             "--arrivals" => args.config.arrivals = value.parse().map_err(|e| format!("{e}"))?,
@@ -108,7 +108,9 @@ fn real_main() -> Result<(), Box<dyn std::error::Error>> {
     let file_jobs = read_workload(&args.workload)?;
     let last_report = Mutex::new(Instant::now());
     let progress = |p: &Progress| {
-        let mut last = last_report.lock().unwrap_or_else(|e| e.into_inner());
+        let mut last = last_report
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if last.elapsed().as_secs_f64() < 2.0 {
             return;
         }

@@ -211,7 +211,7 @@ pub(crate) struct Engine<'a> {
 impl<'a> Engine<'a> {
     /// Sets up the cluster and queues the arrivals. `plans` is indexed by the job's source in
     /// `file_jobs` and must hold a plan for every source the Graphene kinds use.
-    pub fn new(
+    pub(crate) fn new(
         config: &'a SimConfig,
         kind: PolicyKind,
         file_jobs: &'a [Job],
@@ -312,7 +312,7 @@ impl<'a> Engine<'a> {
     }
 
     /// Runs until every job has finished.
-    pub fn run(mut self) -> Result<EngineOutput, SimError> {
+    pub(crate) fn run(mut self) -> Result<EngineOutput, SimError> {
         while let Some(first) = self.queue.pop() {
             let now = first.time;
             self.recorder.advance_to(now);

@@ -26,7 +26,7 @@ pub(crate) struct SimFramework<'a> {
 
 impl<'a> SimFramework<'a> {
     /// A framework that just arrived: nothing ran yet.
-    pub fn new(
+    pub(crate) fn new(
         id: FrameworkId,
         job: &'a Job,
         group: usize,
@@ -44,13 +44,13 @@ impl<'a> SimFramework<'a> {
     }
 
     /// The policy's name, for errors.
-    pub fn policy_name(&self) -> &str {
+    pub(crate) fn policy_name(&self) -> &str {
         self.policy.name()
     }
 
     /// The summary of pending demand the framework keeps the master informed of (DESIGN.md,
     /// step 2), remaining work measured in seconds of the whole cluster.
-    pub fn demand_summary(&self, cluster_capacity: &ResourceVec) -> DemandSummary {
+    pub(crate) fn demand_summary(&self, cluster_capacity: &ResourceVec) -> DemandSummary {
         self.state
             .demand_summary(self.job, cluster_capacity, self.pri_scores)
     }
@@ -58,7 +58,7 @@ impl<'a> SimFramework<'a> {
     /// Asks the policy for a bundle and checks it the way the master checks an accept: every
     /// task runnable and named once. Returns the decision and the bundle's demands, or why it is
     /// invalid. Fitting the machine is checked by the caller, which knows the machine.
-    pub fn answer(
+    pub(crate) fn answer(
         &mut self,
         offer: &OfferContext,
     ) -> Result<(OfferDecision, Vec<ResourceVec>), String> {

@@ -517,7 +517,7 @@ mod tests {
         let first_ca = fs::read(dir.path().join(CA_CERT_FILE)).unwrap();
         match generate_dev_cluster(dir.path(), counts, false) {
             Err(CertsError::AlreadyExists { path }) => {
-                assert_eq!(path, dir.path().join(CA_CERT_FILE))
+                assert_eq!(path, dir.path().join(CA_CERT_FILE));
             }
             other => panic!("expected AlreadyExists, got {other:?}"),
         }

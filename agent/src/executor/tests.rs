@@ -12,7 +12,7 @@ fn command(id: &str, program: &str, args: &[&str]) -> TaskSpec {
         name: id.into(),
         executor: Executor::Command(CommandSpec {
             program: program.into(),
-            args: args.iter().map(|a| a.to_string()).collect(),
+            args: args.iter().map(std::string::ToString::to_string).collect(),
             env: BTreeMap::new(),
         }),
         resources: Resources::from(

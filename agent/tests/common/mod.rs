@@ -22,15 +22,15 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio::time::timeout;
 
-pub const WAIT: Duration = Duration::from_secs(20);
+pub(crate) const WAIT: Duration = Duration::from_secs(20);
 
-pub struct Certs {
+pub(crate) struct Certs {
     pub _dir: tempfile::TempDir,
     pub generated: GeneratedCerts,
 }
 
 impl Certs {
-    pub fn new() -> Certs {
+    pub(crate) fn new() -> Certs {
         let dir = tempfile::tempdir().expect("tempdir");
         let counts = CertCounts {
             masters: 2,
@@ -45,19 +45,19 @@ impl Certs {
         }
     }
 
-    pub fn tls(&self, role: Role, n: usize) -> TlsMaterial {
+    pub(crate) fn tls(&self, role: Role, n: usize) -> TlsMaterial {
         let paths = CertPaths::of_member(&self.generated.dir, role, n);
         TlsMaterial::load(&self.generated.ca_cert, &paths.cert, &paths.key).expect("tls")
     }
 }
 
 /// A master that does what the test tells it.
-pub struct ScriptedMaster {
+pub(crate) struct ScriptedMaster {
     pub server: Server,
 }
 
 impl ScriptedMaster {
-    pub fn bind(certs: &Certs, n: usize) -> ScriptedMaster {
+    pub(crate) fn bind(certs: &Certs, n: usize) -> ScriptedMaster {
         let server = Server::bind(
             "127.0.0.1:0".parse().expect("addr"),
             &certs.tls(Role::Master, n),
@@ -67,12 +67,12 @@ impl ScriptedMaster {
         ScriptedMaster { server }
     }
 
-    pub fn addr(&self) -> SocketAddr {
+    pub(crate) fn addr(&self) -> SocketAddr {
         self.server.local_addr()
     }
 
     /// The next agent session and its `Register`.
-    pub async fn accept(&mut self) -> Registering {
+    pub(crate) async fn accept(&mut self) -> Registering {
         let connection = timeout(WAIT, self.server.accept())
             .await
             .expect("an agent connects")
@@ -97,7 +97,7 @@ impl ScriptedMaster {
     }
 }
 
-pub struct AgentSession {
+pub(crate) struct AgentSession {
     pub connection: Connection,
     pub session: Session,
     pub heartbeats: u64,
@@ -105,18 +105,18 @@ pub struct AgentSession {
 }
 
 /// A session whose `Register` carried `tasks`.
-pub struct Registering {
+pub(crate) struct Registering {
     pub agent: AgentSession,
     pub tasks: Vec<TaskInfo>,
 }
 
 impl AgentSession {
-    pub fn registered_tasks(self, tasks: Vec<TaskInfo>) -> Registering {
+    pub(crate) fn registered_tasks(self, tasks: Vec<TaskInfo>) -> Registering {
         Registering { agent: self, tasks }
     }
 
     /// The next message other than a heartbeat (which it counts).
-    pub async fn next(&mut self) -> AgentToMaster {
+    pub(crate) async fn next(&mut self) -> AgentToMaster {
         loop {
             let message = timeout(WAIT, self.session.rx.recv::<AgentToMaster>())
                 .await
@@ -137,18 +137,18 @@ impl AgentSession {
         }
     }
 
-    pub async fn status(&mut self) -> StatusUpdate {
+    pub(crate) async fn status(&mut self) -> StatusUpdate {
         match self.next().await {
             AgentToMaster::Status(update) => update,
             other => panic!("expected a status update, got {other:?}"),
         }
     }
 
-    pub async fn send(&mut self, message: MasterToAgent) {
+    pub(crate) async fn send(&mut self, message: MasterToAgent) {
         self.session.tx.send(&message).await.expect("send");
     }
 
-    pub async fn ack(&mut self, update: &StatusUpdate) {
+    pub(crate) async fn ack(&mut self, update: &StatusUpdate) {
         self.send(MasterToAgent::StatusAck(StatusAck {
             task_id: update.task_id.clone(),
             seq: update.seq,
@@ -156,7 +156,7 @@ impl AgentSession {
         .await;
     }
 
-    pub async fn launch(&mut self, tasks: Vec<TaskSpec>) {
+    pub(crate) async fn launch(&mut self, tasks: Vec<TaskSpec>) {
         self.send(MasterToAgent::Launch {
             framework_id: FrameworkId::from("fw"),
             tasks,
@@ -164,13 +164,13 @@ impl AgentSession {
         .await;
     }
 
-    pub fn drop_connection(self) {
+    pub(crate) fn drop_connection(self) {
         self.connection.close("scripted master drops the session");
     }
 }
 
 impl Registering {
-    pub async fn accept(self, kill: Vec<TaskId>) -> AgentSession {
+    pub(crate) async fn accept(self, kill: Vec<TaskId>) -> AgentSession {
         let mut agent = self.agent;
         agent
             .send(MasterToAgent::Registered {
@@ -183,17 +183,17 @@ impl Registering {
     }
 }
 
-pub struct RunningAgent {
+pub(crate) struct RunningAgent {
     pub stop: Option<oneshot::Sender<()>>,
     pub handle: JoinHandle<Result<(), AgentError>>,
 }
 
 impl RunningAgent {
-    pub fn start(certs: &Certs, masters: Vec<SocketAddr>, work_dir: &Path) -> RunningAgent {
+    pub(crate) fn start(certs: &Certs, masters: Vec<SocketAddr>, work_dir: &Path) -> RunningAgent {
         RunningAgent::start_with(certs, masters, work_dir, |_| {})
     }
 
-    pub fn start_with(
+    pub(crate) fn start_with(
         certs: &Certs,
         masters: Vec<SocketAddr>,
         work_dir: &Path,
@@ -223,7 +223,7 @@ impl RunningAgent {
         }
     }
 
-    pub async fn stop(mut self) {
+    pub(crate) async fn stop(mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -238,7 +238,7 @@ impl RunningAgent {
 impl RunningAgent {
     /// Ends the agent as a crash would: its task is dropped mid-flight, with no orderly stop
     /// (no final checkpoint sync, no connection close).
-    pub async fn crash(mut self) {
+    pub(crate) async fn crash(mut self) {
         self.handle.abort();
         let _ = timeout(WAIT, &mut self.handle).await.expect("aborted");
     }
@@ -250,7 +250,7 @@ impl Drop for RunningAgent {
     }
 }
 
-pub fn sh(id: &str, script: &str) -> TaskSpec {
+pub(crate) fn sh(id: &str, script: &str) -> TaskSpec {
     TaskSpec {
         id: TaskId::from(id),
         name: id.into(),
@@ -265,14 +265,14 @@ pub fn sh(id: &str, script: &str) -> TaskSpec {
     }
 }
 
-pub fn sleep_task(id: &str, duration_ms: u64) -> TaskSpec {
+pub(crate) fn sleep_task(id: &str, duration_ms: u64) -> TaskSpec {
     TaskSpec {
         executor: Executor::Sleep { duration_ms },
         ..sh(id, "unused")
     }
 }
 
-pub fn work_dir() -> (tempfile::TempDir, PathBuf) {
+pub(crate) fn work_dir() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("work");
     (dir, path)

@@ -21,7 +21,7 @@ const RESOURCE_CHECK_INTERVAL: Duration = Duration::from_secs(30);
 
 /// Flags of `fullerene agent` (all of them also under `[agent]` in the config file).
 #[derive(Args, Debug)]
-pub struct AgentArgs {
+pub(crate) struct AgentArgs {
     /// The masters, any of them (followers redirect to the leader): `ADDR,ADDR,...`. The agent
     /// tries them in turn, with exponential backoff and jitter, until one registers it.
     #[arg(
@@ -96,11 +96,11 @@ pub struct AgentArgs {
 
 /// Parsed `--resources`.
 #[derive(Clone, Debug, PartialEq)]
-pub struct ResourceOverrides(pub Vec<(ResourceKind, f64)>);
+pub(crate) struct ResourceOverrides(pub Vec<(ResourceKind, f64)>);
 
 /// Parsed `--attributes`.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Attributes(pub std::collections::BTreeMap<String, String>);
+pub(crate) struct Attributes(pub std::collections::BTreeMap<String, String>);
 
 fn parse_resources(text: &str) -> Result<ResourceOverrides, String> {
     machine::parse_resources(text)
@@ -123,7 +123,7 @@ fn parse_allowance(text: &str) -> Result<f64, String> {
 
 impl AgentArgs {
     /// The agent's configuration: detected resources with the overrides, and the flags.
-    pub fn config(&self) -> Result<AgentConfig> {
+    pub(crate) fn config(&self) -> Result<AgentConfig> {
         let mut executors = BTreeSet::new();
         for name in &self.executors {
             if name != EXECUTOR_COMMAND && name != EXECUTOR_SLEEP {
@@ -192,7 +192,7 @@ impl AgentArgs {
 }
 
 /// Runs `fullerene agent` until SIGTERM or ctrl-c. Its tasks keep running after it stops.
-pub fn run(args: AgentArgs) -> Result<()> {
+pub(crate) fn run(args: AgentArgs) -> Result<()> {
     let config = args.config()?;
     let tls = args.tls()?;
     tracing::info!(

@@ -25,7 +25,7 @@ use crate::output::{table, JsonOutput};
 
 /// Benchmarks.
 #[derive(Subcommand, Debug)]
-pub enum BenchCommand {
+pub(crate) enum BenchCommand {
     /// Three masters on loopback: commits per second, commit latency, and leader failover
     /// time over repeated kill -9s of the leader.
     Raft(RaftBenchArgs),
@@ -33,7 +33,7 @@ pub enum BenchCommand {
 
 /// Flags of `fullerene bench raft`.
 #[derive(Args, Debug)]
-pub struct RaftBenchArgs {
+pub(crate) struct RaftBenchArgs {
     /// Masters in the group.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=7))]
     pub masters: u64,
@@ -89,7 +89,7 @@ struct KillSample {
 }
 
 /// Runs a `bench` subcommand.
-pub fn run(command: BenchCommand, json: &JsonOutput) -> Result<()> {
+pub(crate) fn run(command: BenchCommand, json: &JsonOutput) -> Result<()> {
     match command {
         BenchCommand::Raft(args) => raft(args, json),
     }

@@ -11,7 +11,7 @@ use crate::output::{table, JsonOutput};
 
 /// Certificate commands.
 #[derive(Subcommand, Debug)]
-pub enum CertsCommand {
+pub(crate) enum CertsCommand {
     /// Make a cluster CA and one certificate per master, agent, framework and operator.
     ///
     /// For development and tests: the CA key is written next to the certificates. A member's
@@ -23,7 +23,7 @@ pub enum CertsCommand {
 
 /// Flags of `fullerene certs init`.
 #[derive(Args, Debug)]
-pub struct CertsInitArgs {
+pub(crate) struct CertsInitArgs {
     /// Directory to write `ca.pem`, `ca-key.pem` and `<role>-<n>.pem` / `<role>-<n>-key.pem` to.
     #[arg(long, env = "FULLERENE_CERTS_DIR", value_name = "DIR")]
     dir: PathBuf,
@@ -53,7 +53,7 @@ struct WrittenFile {
 }
 
 /// Runs a `certs` subcommand.
-pub fn run(command: CertsCommand, json: &JsonOutput) -> Result<()> {
+pub(crate) fn run(command: CertsCommand, json: &JsonOutput) -> Result<()> {
     match command {
         CertsCommand::Init(args) => init(args, json),
     }

@@ -17,7 +17,7 @@ use crate::output::{table, JsonOutput};
 
 /// Cluster commands.
 #[derive(Subcommand, Debug)]
-pub enum ClusterCommand {
+pub(crate) enum ClusterCommand {
     /// The Raft view of the masters: leader, term, commit and applied index, members and their
     /// replication lag (the leader answers; followers redirect to it).
     Status(ClusterArgs),
@@ -29,7 +29,7 @@ pub enum ClusterCommand {
 
 /// How to reach the masters as an operator.
 #[derive(Args, Debug)]
-pub struct ClusterArgs {
+pub(crate) struct ClusterArgs {
     /// Any of the masters (redirects lead to the leader): `127.0.0.1:5050,127.0.0.1:5051`.
     #[arg(
         long,
@@ -61,7 +61,7 @@ pub struct ClusterArgs {
 
 /// Flags of `fullerene cluster add-master`.
 #[derive(Args, Debug)]
-pub struct AddMasterArgs {
+pub(crate) struct AddMasterArgs {
     #[command(flatten)]
     pub cluster: ClusterArgs,
     /// The new master's Raft id (its certificate is `master-<ID>`).
@@ -74,7 +74,7 @@ pub struct AddMasterArgs {
 
 /// Flags of `fullerene cluster remove-master`.
 #[derive(Args, Debug)]
-pub struct RemoveMasterArgs {
+pub(crate) struct RemoveMasterArgs {
     #[command(flatten)]
     pub cluster: ClusterArgs,
     /// The Raft id of the master to remove.
@@ -83,7 +83,7 @@ pub struct RemoveMasterArgs {
 }
 
 /// Runs a `cluster` subcommand.
-pub fn run(command: ClusterCommand, json: &JsonOutput) -> Result<()> {
+pub(crate) fn run(command: ClusterCommand, json: &JsonOutput) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -44,7 +44,7 @@ const LOG_LINES: usize = 20;
 
 /// Flags of `fullerene dev` (all of them also under `[dev]` in the config file).
 #[derive(Args, Debug)]
-pub struct DevArgs {
+pub(crate) struct DevArgs {
     /// Masters in the Raft group (3 or 5 for a replicated one).
     #[arg(long, env = "FULLERENE_DEV_MASTERS", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=7))]
     pub masters: u64,
@@ -211,7 +211,7 @@ fn default_time_scale(lower_bound_s: f64, target_s: f64) -> f64 {
 }
 
 /// Runs `fullerene dev`.
-pub fn run(args: DevArgs, json: &JsonOutput) -> Result<()> {
+pub(crate) fn run(args: DevArgs, json: &JsonOutput) -> Result<()> {
     let policy: PolicyKind = args.policy.parse().context("invalid --policy")?;
     let workload = resolve_workload(args.workload.clone()).map_err(|error| {
         let cwd =

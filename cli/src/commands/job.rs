@@ -22,7 +22,7 @@ use crate::output::{table, JsonOutput};
 
 /// Job commands.
 #[derive(Subcommand, Debug)]
-pub enum JobCommand {
+pub(crate) enum JobCommand {
     /// Run the jobs of a workload file on the cluster, each as its own framework (planned with
     /// Graphene, matched online, yielding with Carbyne), show a progress bar per job, then a
     /// JCT summary.
@@ -41,7 +41,7 @@ pub enum JobCommand {
 
 /// Flags of `fullerene job run`.
 #[derive(Args, Debug)]
-pub struct JobRunArgs {
+pub(crate) struct JobRunArgs {
     /// The workload file (JSON Lines, `shared/workloads/FORMAT.md`).
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
@@ -101,7 +101,7 @@ pub struct JobRunArgs {
 }
 
 /// Runs a `job` subcommand.
-pub fn run(command: JobCommand, json: &JsonOutput) -> Result<()> {
+pub(crate) fn run(command: JobCommand, json: &JsonOutput) -> Result<()> {
     match command {
         JobCommand::Run(args) => run_jobs_command(args, json),
         JobCommand::Status(args) => crate::commands::status::job_status(args, json),

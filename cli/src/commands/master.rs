@@ -16,7 +16,7 @@ use fullerene_transport::{Role, Server, TlsMaterial, TransportConfig};
 
 /// Flags of `fullerene master` (all of them also under `[master]` in the config file).
 #[derive(Args, Debug)]
-pub struct MasterArgs {
+pub(crate) struct MasterArgs {
     /// This master's Raft id (its certificate must be `master-<ID>`).
     #[arg(long, env = "FULLERENE_MASTER_ID", value_parser = clap::value_parser!(u64).range(1..))]
     pub id: u64,
@@ -135,7 +135,7 @@ fn parse_peer(text: &str) -> Result<(u64, SocketAddr), String> {
 }
 
 /// The CA, certificate and key paths: explicit flags, else the `--certs` layout.
-pub fn tls_paths(
+pub(crate) fn tls_paths(
     certs: Option<&Path>,
     ca: Option<PathBuf>,
     cert: Option<PathBuf>,
@@ -157,7 +157,7 @@ pub fn tls_paths(
 }
 
 /// Runs `fullerene master` until SIGTERM/ctrl-c or until this master is removed.
-pub fn run(args: MasterArgs) -> Result<()> {
+pub(crate) fn run(args: MasterArgs) -> Result<()> {
     let mut members = BTreeMap::new();
     for (id, addr) in &args.peers {
         if members.insert(*id, *addr).is_some() {

@@ -1,16 +1,16 @@
 //! One module per subcommand: argument definitions (clap derive) and the thin code that calls
 //! the libraries and presents their results.
 
-pub mod agent;
-pub mod bench;
-pub mod certs;
-pub mod cluster;
-pub mod dev;
-pub mod job;
-pub mod master;
-pub mod plan;
-pub mod sim;
-pub mod status;
+pub(crate) mod agent;
+pub(crate) mod bench;
+pub(crate) mod certs;
+pub(crate) mod cluster;
+pub(crate) mod dev;
+pub(crate) mod job;
+pub(crate) mod master;
+pub(crate) mod plan;
+pub(crate) mod sim;
+pub(crate) mod status;
 
 use std::path::PathBuf;
 
@@ -24,7 +24,7 @@ const DEFAULT_WORKLOADS: [&str; 2] = [
 ];
 
 /// The workload to read: the one given, or the default TPC-H file if it can be found.
-pub fn resolve_workload(given: Option<PathBuf>) -> Result<PathBuf> {
+pub(crate) fn resolve_workload(given: Option<PathBuf>) -> Result<PathBuf> {
     if let Some(path) = given {
         return Ok(path);
     }

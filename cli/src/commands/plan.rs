@@ -19,7 +19,7 @@ use crate::output::{table, JsonOutput};
 /// Flags of `fullerene plan`.
 #[derive(Args, Debug)]
 #[command(group(clap::ArgGroup::new("which").required(true).args(["job", "all"])))]
-pub struct PlanArgs {
+pub(crate) struct PlanArgs {
     /// Workload file (JSON Lines, `shared/workloads/FORMAT.md`). Default: the shared TPC-H file.
     #[arg(long, env = "FULLERENE_WORKLOAD", value_name = "FILE")]
     workload: Option<PathBuf>,
@@ -77,7 +77,7 @@ struct AllPlansReport {
 }
 
 /// Runs `fullerene plan`.
-pub fn run(args: PlanArgs, json: &JsonOutput) -> Result<()> {
+pub(crate) fn run(args: PlanArgs, json: &JsonOutput) -> Result<()> {
     let workload = resolve_workload(args.workload.clone())?;
     let jobs = read_workload(&workload)?;
     let cluster = PlanCluster::new(args.machines as usize, args.machine);
@@ -214,7 +214,7 @@ fn render_all(r: &AllPlansReport) -> String {
 }
 
 /// A progress bar on standard error, hidden when it is not a terminal.
-pub fn progress_bar(len: u64) -> ProgressBar {
+pub(crate) fn progress_bar(len: u64) -> ProgressBar {
     let bar = ProgressBar::new(len);
     bar.set_style(
         ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} {msg}")

@@ -21,7 +21,7 @@ use crate::output::JsonOutput;
 
 /// Flags of `fullerene sim`.
 #[derive(Args, Debug)]
-pub struct SimArgs {
+pub(crate) struct SimArgs {
     /// Workload file (JSON Lines, `shared/workloads/FORMAT.md`). Default: the shared TPC-H file.
     #[arg(long, env = "FULLERENE_WORKLOAD", value_name = "FILE")]
     workload: Option<PathBuf>,
@@ -73,7 +73,7 @@ pub struct SimArgs {
 }
 
 /// Runs `fullerene sim`.
-pub fn run(args: SimArgs, json: &JsonOutput) -> Result<()> {
+pub(crate) fn run(args: SimArgs, json: &JsonOutput) -> Result<()> {
     let policies: Vec<PolicyKind> = match &args.compare {
         Some(list) => parse_policy_list(list)?,
         None => vec![args.policy.parse()?],
@@ -121,7 +121,7 @@ pub fn run(args: SimArgs, json: &JsonOutput) -> Result<()> {
             eprintln!("wrote {}", file.display());
         }
     }
-    let baseline_name = baseline.map(|b| b.name());
+    let baseline_name = baseline.map(fullerene_sim::PolicyKind::name);
     json.emit(&reports, || render_table(&reports, baseline_name))
 }
 

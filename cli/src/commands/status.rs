@@ -15,7 +15,7 @@ use crate::output::{table, JsonOutput};
 
 /// Flags of `fullerene tasks`.
 #[derive(Args, Debug)]
-pub struct TasksArgs {
+pub(crate) struct TasksArgs {
     #[command(flatten)]
     pub cluster: ClusterArgs,
     /// Only this framework's tasks.
@@ -39,7 +39,7 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 }
 
 /// `fullerene agents`.
-pub fn agents(args: ClusterArgs, json: &JsonOutput) -> Result<()> {
+pub(crate) fn agents(args: ClusterArgs, json: &JsonOutput) -> Result<()> {
     let agents = match runtime()?.block_on(ask(&args, OperatorRequest::ListAgents))? {
         OperatorResponse::Agents(agents) => agents,
         other => bail!("unexpected answer to a list of agents: {other:?}"),
@@ -48,7 +48,7 @@ pub fn agents(args: ClusterArgs, json: &JsonOutput) -> Result<()> {
 }
 
 /// `fullerene frameworks`.
-pub fn frameworks(args: ClusterArgs, json: &JsonOutput) -> Result<()> {
+pub(crate) fn frameworks(args: ClusterArgs, json: &JsonOutput) -> Result<()> {
     let frameworks = match runtime()?.block_on(ask(&args, OperatorRequest::ListFrameworks))? {
         OperatorResponse::Frameworks(frameworks) => frameworks,
         other => bail!("unexpected answer to a list of frameworks: {other:?}"),
@@ -57,7 +57,7 @@ pub fn frameworks(args: ClusterArgs, json: &JsonOutput) -> Result<()> {
 }
 
 /// `fullerene tasks`.
-pub fn tasks(args: TasksArgs, json: &JsonOutput) -> Result<()> {
+pub(crate) fn tasks(args: TasksArgs, json: &JsonOutput) -> Result<()> {
     let request = OperatorRequest::ListTasks {
         framework_id: args.framework.map(FrameworkId),
     };
@@ -70,7 +70,7 @@ pub fn tasks(args: TasksArgs, json: &JsonOutput) -> Result<()> {
 
 /// One job in `fullerene job status`: a framework and its tasks counted by state.
 #[derive(Debug, serde::Serialize)]
-pub struct JobStatus {
+pub(crate) struct JobStatus {
     /// The framework running the job.
     pub framework: String,
     /// Its name (the job's, for the DAG-job framework).
@@ -86,7 +86,7 @@ pub struct JobStatus {
 }
 
 /// `fullerene job status`.
-pub fn job_status(args: ClusterArgs, json: &JsonOutput) -> Result<()> {
+pub(crate) fn job_status(args: ClusterArgs, json: &JsonOutput) -> Result<()> {
     let runtime = runtime()?;
     let frameworks = match runtime.block_on(ask(&args, OperatorRequest::ListFrameworks))? {
         OperatorResponse::Frameworks(frameworks) => frameworks,

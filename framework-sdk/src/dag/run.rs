@@ -189,7 +189,10 @@ pub async fn run_jobs(
                 JobReport {
                     name,
                     group,
-                    framework_id: scheduler.framework_id.as_ref().map(|id| id.to_string()),
+                    framework_id: scheduler
+                        .framework_id
+                        .as_ref()
+                        .map(std::string::ToString::to_string),
                     tasks,
                     outcome,
                     failed_attempts: progress.failed_attempts,

@@ -343,21 +343,21 @@ impl Shell {
                     let mut handle = self.handle(core);
                     match event {
                         DriverEvent::Registered { framework_id } => {
-                            scheduler.registered(&mut handle, &framework_id)
+                            scheduler.registered(&mut handle, &framework_id);
                         }
                         DriverEvent::Reconnected { framework_id } => {
-                            scheduler.reconnected(&mut handle, &framework_id)
+                            scheduler.reconnected(&mut handle, &framework_id);
                         }
                         DriverEvent::Disconnected { reason } => {
-                            scheduler.disconnected(&mut handle, &reason)
+                            scheduler.disconnected(&mut handle, &reason);
                         }
                         DriverEvent::Offers(offers) => scheduler.offers(&mut handle, offers),
                         DriverEvent::Rescinded(ids) => scheduler.rescinded(&mut handle, &ids),
                         DriverEvent::Update(update) => {
-                            scheduler.status_update(&mut handle, &update)
+                            scheduler.status_update(&mut handle, &update);
                         }
                         DriverEvent::CallFailed { request, error } => {
-                            scheduler.call_failed(&mut handle, &request, &error)
+                            scheduler.call_failed(&mut handle, &request, &error);
                         }
                         DriverEvent::Fatal(error) => {
                             scheduler.fatal(&error);

@@ -108,13 +108,16 @@ pub(crate) struct Subset {
 impl Subset {
     /// True when the subset holds no task.
     pub(crate) fn is_empty(&self) -> bool {
-        self.ranges.iter().all(|r| r.is_empty())
+        self.ranges.iter().all(std::ops::Range::is_empty)
     }
 
     /// Number of tasks.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.ranges.iter().map(|r| r.len()).sum()
+        self.ranges
+            .iter()
+            .map(std::iter::ExactSizeIterator::len)
+            .sum()
     }
 }
 
@@ -156,7 +159,7 @@ impl Bound {
         let mut best = self
             .best
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let at = best.partition_point(|&m| m <= makespan);
         best.insert(at, makespan);
         best.truncate(self.keep);

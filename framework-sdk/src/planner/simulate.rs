@@ -105,7 +105,10 @@ pub(crate) fn list_schedule(problem: &Problem, priorities: &[f64]) -> Partial {
     let stages = &problem.stages;
     let mut schedule = Partial::new(problem);
     let mut unfinished_parents: Vec<usize> = stages.iter().map(|s| s.parents.len()).collect();
-    let mut unfinished_tasks: Vec<usize> = stages.iter().map(|s| s.len()).collect();
+    let mut unfinished_tasks: Vec<usize> = stages
+        .iter()
+        .map(super::problem::ProblemStage::len)
+        .collect();
     // Per released stage: its tasks by priority, and how many of them have started.
     let mut queued: Vec<Vec<Runnable>> = vec![Vec::new(); stages.len()];
     let mut started: Vec<usize> = vec![0; stages.len()];

@@ -46,7 +46,7 @@ impl Drain for TracingDrain {
         let kv = kv.0;
         match record.level() {
             Level::Critical | Level::Error => {
-                tracing::error!(target: "raft", "{message}{kv}")
+                tracing::error!(target: "raft", "{message}{kv}");
             }
             Level::Warning => tracing::warn!(target: "raft", "{message}{kv}"),
             Level::Info => tracing::info!(target: "raft", "{message}{kv}"),

@@ -45,7 +45,7 @@ pub(crate) struct NodeMetrics {
 }
 
 impl NodeMetrics {
-    pub fn new(id: u64) -> NodeMetrics {
+    pub(super) fn new(id: u64) -> NodeMetrics {
         let node = id.to_string();
         NodeMetrics {
             term: gauge!("fullerene_raft_term", "node" => node.clone()),

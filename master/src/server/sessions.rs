@@ -386,9 +386,8 @@ const FRAMEWORK_QUEUE: usize = 4096;
 /// updates, answers) arrive through the session's queue.
 async fn serve_framework(mut session: Session, context: &SessionContext) {
     let principal = session.peer.id.clone();
-    let first = match session.rx.recv::<FrameworkCall>().await {
-        Ok(Some(call)) => call,
-        Ok(None) | Err(_) => return,
+    let Ok(Some(first)) = session.rx.recv::<FrameworkCall>().await else {
+        return;
     };
     let FrameworkRequest::Subscribe {
         framework_id,

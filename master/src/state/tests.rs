@@ -20,7 +20,10 @@ fn register_with(agent: &str, resources: &str, executors: &[&str]) -> Command {
         hostname: format!("{agent}.example"),
         resources: res(resources),
         attributes: BTreeMap::new(),
-        executors: executors.iter().map(|e| e.to_string()).collect(),
+        executors: executors
+            .iter()
+            .map(std::string::ToString::to_string)
+            .collect(),
         at_ms: 1_000,
     }
 }

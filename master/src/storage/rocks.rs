@@ -1164,7 +1164,7 @@ mod tests {
                 "an entry missing from the middle of the log",
                 |db| {
                     db.delete_cf(db.cf_handle(CF_LOG).unwrap(), log_key(170))
-                        .unwrap()
+                        .unwrap();
                 },
                 "entries missing",
             ),
@@ -1197,7 +1197,7 @@ mod tests {
                 "no format version",
                 |db| {
                     db.delete_cf(db.cf_handle(CF_META).unwrap(), KEY_FORMAT)
-                        .unwrap()
+                        .unwrap();
                 },
                 "no format version",
             ),
@@ -1213,7 +1213,7 @@ mod tests {
                 "the state snapshot lost",
                 |db| {
                     db.delete_cf(db.cf_handle(CF_STATE).unwrap(), KEY_STATE)
-                        .unwrap()
+                        .unwrap();
                 },
                 "state snapshot at index 200 is missing",
             ),

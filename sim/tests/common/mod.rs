@@ -8,7 +8,7 @@ use fullerene_sdk::job::StageSpec;
 use fullerene_sdk::{read_workload, Job};
 
 /// A stage with explicit per-task durations and a demand in `--machine` syntax.
-pub fn stage(id: u32, parents: &[u32], durations: &[f64], demand: &str) -> StageSpec {
+pub(crate) fn stage(id: u32, parents: &[u32], durations: &[f64], demand: &str) -> StageSpec {
     StageSpec {
         id,
         name: format!("s{id}"),
@@ -19,22 +19,22 @@ pub fn stage(id: u32, parents: &[u32], durations: &[f64], demand: &str) -> Stage
 }
 
 /// A job from stage specs.
-pub fn job(name: &str, group: &str, arrival_s: Option<f64>, stages: Vec<StageSpec>) -> Job {
+pub(crate) fn job(name: &str, group: &str, arrival_s: Option<f64>, stages: Vec<StageSpec>) -> Job {
     Job::new(name, group, arrival_s, stages).expect("valid job")
 }
 
 /// A machine capacity in `--machine` syntax.
-pub fn machine(spec: &str) -> ResourceVec {
+pub(crate) fn machine(spec: &str) -> ResourceVec {
     spec.parse().expect("machine parses")
 }
 
 /// The shared workloads folder, beside the checkout.
-pub fn workloads_dir() -> PathBuf {
+pub(crate) fn workloads_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/workloads")
 }
 
 /// The first `n` jobs of `tpch-decima.jsonl`.
-pub fn decima(n: usize) -> Vec<Job> {
+pub(crate) fn decima(n: usize) -> Vec<Job> {
     let mut jobs = read_workload(&workloads_dir().join("tpch-decima.jsonl"))
         .expect("the shared TPC-H workload reads");
     jobs.truncate(n);
