@@ -253,6 +253,45 @@ pub struct Resume {
 }
 
 /// The task table and its status streams. Deterministic: no clock, no disk, no sockets.
+///
+/// The shell feeds it what happens (a launch from the master, an executor's report, an
+/// acknowledgement) and carries out the [`Action`]s it returns, in order: checkpoint records
+/// are persisted before the updates that follow them are sent.
+///
+/// ```
+/// use fullerene_agent::core::{Action, AgentCore, CoreConfig, Outcome, Runtime};
+/// use fullerene_proto::messages::{Executor, StatusAck, TaskSpec, TaskState};
+/// use fullerene_proto::{ResourceVec, Resources};
+///
+/// let total: ResourceVec = "cpus=4,mem_mib=4096".parse()?;
+/// let mut core = AgentCore::new(CoreConfig::new("agent-1".into(), total));
+/// let task = TaskSpec {
+///     id: "t1".into(),
+///     name: "t1".to_string(),
+///     executor: Executor::Sleep { duration_ms: 10 },
+///     resources: Resources::from("cpus=1,mem_mib=512".parse::<ResourceVec>()?),
+///     origin: None,
+///     kill_grace_ms: 0,
+/// };
+/// let actions = core.launch(&"fw-1".into(), vec![task], 1_000);
+/// assert!(matches!(actions.as_slice(), [Action::Persist(_), Action::Start { .. }]));
+///
+/// // The executor started it (recorded with where it runs), then it ended: each update is
+/// // persisted, then sent.
+/// let running = core.started(&"t1".into(), Runtime::Sleep { deadline_ms: 1_010 }, String::new(), 1_000);
+/// assert!(matches!(
+///     &running[..],
+///     [Action::Persist(_), Action::Persist(_), Action::Send(u)] if u.state == TaskState::Running
+/// ));
+/// let finished = core.finished(&"t1".into(), Outcome::SleepDone, String::new(), 1_010);
+/// assert!(finished.iter().any(|a| matches!(a, Action::Send(u) if u.state == TaskState::Finished)));
+///
+/// // Kept (and resent after a reconnect) until the master acknowledges it.
+/// assert_eq!(core.unacked().len(), 2);
+/// core.ack(&StatusAck { task_id: "t1".into(), seq: 2 });
+/// assert!(core.unacked().is_empty());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct AgentCore {
     config: CoreConfig,

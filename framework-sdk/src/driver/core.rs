@@ -154,6 +154,28 @@ struct PendingCall {
 }
 
 /// The sans-IO driver (see the module documentation).
+///
+/// ```
+/// use fullerene_proto::messages::{CallOk, FrameworkRequest, MasterToFramework};
+/// use fullerene_sdk::driver::core::{Action, DriverConfig, DriverCore, DriverEvent};
+///
+/// let master = "127.0.0.1:5051".parse()?;
+/// let mut core = DriverCore::new(DriverConfig::new(vec![master], "etl", "prod"))?;
+/// // The shell is told where to connect ...
+/// assert!(matches!(core.start().as_slice(), [Action::Connect { addr, .. }] if *addr == master));
+/// // ... and, once connected, to subscribe.
+/// let subscribe = match core.connected().as_slice() {
+///     [Action::Send(call)] if matches!(call.call, FrameworkRequest::Subscribe { .. }) => call.call_id,
+///     other => panic!("{other:?}"),
+/// };
+/// let actions = core.received(MasterToFramework::CallResult {
+///     call_id: subscribe,
+///     result: Ok(CallOk::Subscribed { framework_id: "fw-1-1".into(), heartbeat_interval_ms: 1_000 }),
+/// });
+/// assert!(actions.iter().any(|a| matches!(a, Action::Deliver(DriverEvent::Registered { .. }))));
+/// assert_eq!(core.framework_id().map(|id| id.0.as_str()), Some("fw-1-1"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 pub struct DriverCore {
     config: DriverConfig,

@@ -327,6 +327,29 @@ pub struct AppliedTrace {
 }
 
 /// The replicated master's Raft node over a store `S`. See the module documentation.
+///
+/// ```
+/// use fullerene_master::raft_node::{NodeConfig, RaftNode, Token};
+/// use fullerene_master::state::{ClusterSettings, Command};
+/// use fullerene_master::storage::MemStorage;
+/// use fullerene_proto::Time;
+///
+/// let mut node = RaftNode::bootstrap(NodeConfig::new(1), MemStorage::new("m1"), &[1], ClusterSettings::default())?;
+/// node.campaign()?;
+/// while node.has_ready() {
+///     node.advance(Time::ZERO)?;
+/// }
+/// assert!(node.is_leader());
+/// // A command is applied once committed, and its outcome comes back with its token.
+/// node.propose(&Command::SetGroupWeight { group: "prod".to_string(), weight: 2.0 }, Token(7))?;
+/// let mut applied = Vec::new();
+/// while node.has_ready() {
+///     applied.extend(node.advance(Time::ZERO)?.applied);
+/// }
+/// assert!(matches!(applied.as_slice(), [(Token(7), Ok(_))]));
+/// assert_eq!(node.state().settings().group_weights.get("prod"), Some(&2.0));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct RaftNode<S: RaftStore> {
     raw: RawNode<S>,
     config: NodeConfig,

@@ -14,6 +14,28 @@ use crate::resources::ResourceVec;
 /// committed commands that carry them, and the allocator follows ([`Allocator::sync`]). The
 /// simulator drives this; the master's leader drives a bare [`Allocator`] over the replicated
 /// state instead.
+///
+/// ```
+/// use fullerene_scheduling::allocator::{AllocatorConfig, StandaloneAllocator};
+/// use fullerene_scheduling::demand::{DemandSummary, PendingDemand};
+/// use fullerene_scheduling::{Resources, ResourceVec};
+///
+/// let mut allocator = StandaloneAllocator::new(AllocatorConfig::default())?;
+/// allocator.add_agent("agent-1".into(), "cpus=16,mem_mib=65536".parse()?)?;
+/// allocator.add_framework("etl".into(), "prod", 0.0)?;
+/// let task: ResourceVec = "cpus=2,mem_mib=4096".parse()?;
+/// let demand = DemandSummary {
+///     pending: vec![PendingDemand { resources: Resources::from(task), count: 3, pri_score: 1.0 }],
+///     remaining_work: 3.0,
+/// };
+/// allocator.update_demand(&"etl".into(), &demand)?;
+/// // One cycle: the only framework with demand is offered the agent's free resources.
+/// let offers = allocator.allocate_all(0.0);
+/// assert_eq!(offers.len(), 1);
+/// assert_eq!(offers[0].framework.0, "etl");
+/// assert_eq!(offers[0].resources, "cpus=16,mem_mib=65536".parse()?);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 pub struct StandaloneAllocator {
     state: AllocationState,
