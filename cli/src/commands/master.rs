@@ -266,12 +266,12 @@ pub(crate) fn run(args: MasterArgs) -> Result<()> {
     }
     let mut shell = ShellConfig::new(members);
     shell.request_timeout = Duration::from_millis(args.request_timeout_ms);
-    shell.http_addr = args.http_listen;
-    shell.allocation_interval = Duration::from_millis(args.allocation_interval_ms);
-    shell.offer_ttl = Duration::from_millis(args.offer_ttl_ms);
-    shell.allocator_shards = usize::try_from(args.allocator_shards)?;
+    shell.core.http_addr = args.http_listen;
+    shell.core.allocation_interval = Duration::from_millis(args.allocation_interval_ms);
+    shell.core.offer_ttl = Duration::from_millis(args.offer_ttl_ms);
+    shell.core.allocator_shards = usize::try_from(args.allocator_shards)?;
     shell.metrics = metrics;
-    shell.agent_timeouts = server::AgentTimeouts {
+    shell.core.agent_timeouts = server::AgentTimeouts {
         heartbeat_interval: Duration::from_millis(args.agent_heartbeat_ms),
         unreachable_after: Duration::from_millis(args.agent_unreachable_ms),
         lost_after: Duration::from_millis(args.agent_lost_ms),

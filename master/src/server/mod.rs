@@ -1,15 +1,17 @@
-//! The master process's I/O shell around the sans-IO [`RaftNode`]: the QUIC server, peer
-//! transport between masters, leader routing for clients, and the operator requests.
+//! The master process's I/O shell around the sans-IO [`MasterCore`]: the QUIC server, peer
+//! transport between masters, the sessions of agents, frameworks and operators, and the HTTP
+//! API.
 //!
-//! The shell is thin on purpose (DESIGN.md, principle 1): every decision about the log, the
-//! membership and the state belongs to [`RaftNode`]; the shell only moves bytes and time.
+//! The shell is thin on purpose (DESIGN.md, principle 1): every decision belongs to the core
+//! (and, below it, to [`RaftNode`]); the shell only moves bytes and time.
 //!
 //! # Tasks
 //!
-//! - **The node loop** ([`serve`]) owns the node. It wakes on the tick interval
+//! - **The node loop** ([`serve`]) owns the core. It wakes on the tick interval
 //!   ([`NodeConfig::tick_interval`](crate::raft_node::NodeConfig)), on inbound peer messages,
 //!   on client requests and on delivery reports, drains whatever else is queued (so a burst of
-//!   proposals becomes one Raft batch), and runs [`RaftNode::advance`] while it has work.
+//!   proposals becomes one Raft batch), runs [`MasterCore::advance`], and carries out the
+//!   core's outputs.
 //! - **One sender task per peer** ([`peer`]) keeps one QUIC connection and one `Peer` session
 //!   to that master, reconnecting with exponential backoff. Messages for an unreachable peer
 //!   are dropped and reported with [`RaftNode::report_unreachable`]: Raft retransmits, so a
@@ -18,7 +20,7 @@
 //!   `Peer` (masters only: the transport admits it for master certificates alone), `Operator`,
 //!   `Agent` and `Framework`.
 //!
-//! # Leader routing (the replicated-master issue, item 5)
+//! # Leader routing
 //!
 //! Any master answers. Requests only the leader serves are answered by followers with a
 //! [`Redirect`](fullerene_proto::messages::Redirect) naming the leader's address, or `None`
@@ -49,26 +51,12 @@ pub use crate::core::{AgentTimeouts, LeaderView, MasterExit, MembershipView};
 /// How long a removed master keeps its connections open before it exits.
 const REMOVED_LINGER: Duration = Duration::from_millis(500);
 
-impl ShellConfig {
-    /// The part of this configuration the core decides with.
-    pub fn core_config(&self) -> CoreConfig {
-        CoreConfig {
-            members: self.members.clone(),
-            agent_timeouts: self.agent_timeouts,
-            http_addr: self.http_addr,
-            allocation_interval: self.allocation_interval,
-            offer_ttl: self.offer_ttl,
-            allocator_shards: self.allocator_shards,
-        }
-    }
-}
-
 /// How the shell runs, besides the node's own [`NodeConfig`](crate::raft_node::NodeConfig).
 #[derive(Clone, Debug)]
 pub struct ShellConfig {
-    /// Where each master (this one included) is reached, by Raft id: the same address serves
-    /// peers and clients. Members added later are learned from their membership change.
-    pub members: BTreeMap<u64, SocketAddr>,
+    /// What the core decides with: members' addresses, agent timeouts, the HTTP address it
+    /// announces, the allocation cycle, offers' validity, shards.
+    pub core: CoreConfig,
     /// Transport settings for outbound peer connections.
     pub transport: TransportConfig,
     /// How long an operator request may wait for its answer (a commit or a ReadIndex
@@ -79,38 +67,26 @@ pub struct ShellConfig {
     pub peer_queue: usize,
     /// Longest wait between reconnection attempts to an unreachable peer.
     pub max_reconnect_backoff: Duration,
-    /// Agents' heartbeat interval and when silent agents are marked unreachable and lost.
-    pub agent_timeouts: AgentTimeouts,
-    /// Where this master's HTTP API (`/state`, `/metrics`) listens, if it has one (announced
-    /// in the replicated state when this master leads, so followers can redirect to it).
-    pub http_addr: Option<SocketAddr>,
     /// The Prometheus recorder `/metrics` renders (see [`http::install_recorder`]).
     pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
-    /// How often the leader runs an allocation cycle (offers to frameworks with demand).
-    pub allocation_interval: Duration,
-    /// How long an offer stays valid before it is rescinded and offered again.
-    pub offer_ttl: Duration,
-    /// Agent shards, each with its own allocation cycle (the allocator's shards).
-    pub allocator_shards: usize,
 }
 
 impl ShellConfig {
-    /// Defaults: a 2 s request timeout (the issue's ReadIndex timeout), 1,024 queued batches per
-    /// peer, reconnection backoff up to 1 s (well under the 500 ms–1 s election timeout's
-    /// multiple, so a restarted peer is found again within about a second).
+    /// Defaults: the core's ([`CoreConfig::default`]) with `members`' addresses, a 2 s request
+    /// timeout (a ReadIndex waits that long for a quorum), 1,024 queued batches per peer,
+    /// reconnection backoff up to 1 s (so that a restarted peer is found again within about a
+    /// second).
     pub fn new(members: BTreeMap<u64, SocketAddr>) -> ShellConfig {
         ShellConfig {
-            members,
+            core: CoreConfig {
+                members,
+                ..CoreConfig::default()
+            },
             transport: TransportConfig::default(),
             request_timeout: Duration::from_secs(2),
             peer_queue: 1024,
             max_reconnect_backoff: Duration::from_secs(1),
-            agent_timeouts: AgentTimeouts::default(),
-            http_addr: None,
             metrics: None,
-            allocation_interval: Duration::from_millis(100),
-            offer_ttl: Duration::from_millis(crate::offers::DEFAULT_OFFER_TTL_MS),
-            allocator_shards: 1,
         }
     }
 }
@@ -178,7 +154,7 @@ where
     });
     let local_addr = server.local_addr();
     let (stop_http, http_stopped) = watch::channel(false);
-    let http_task = match config.http_addr {
+    let http_task = match config.core.http_addr {
         Some(addr) => {
             let listener = http::bind(addr)
                 .await
@@ -199,7 +175,7 @@ where
     let (stop_accepting, stop_rx) = tokio::sync::oneshot::channel();
     let accept = tokio::spawn(sessions::accept_loop(server, Arc::clone(&context), stop_rx));
     tracing::info!(master = id, %local_addr, "master serving");
-    let core = MasterCore::new(node, config.core_config());
+    let core = MasterCore::new(node, config.core.clone());
     let mut shell = node_loop::Shell::new(
         core,
         config,
