@@ -69,8 +69,9 @@ pub enum Pacing {
         max_ms: u64,
     },
     /// For requests that have a deadline (operators): the masters of a round of the list are
-    /// tried without delay, with `pause_ms` at the start of each new round and after a master
-    /// answered that there is no leader or that it cannot answer yet (then it is tried again).
+    /// tried without delay but for one pause of `pause_ms` per round (before its last master,
+    /// so that a lone master is not hammered), and a pause after a master answered that there
+    /// is no leader or that it cannot answer yet (then it is tried again).
     Rounds {
         /// The pause.
         pause_ms: u64,
@@ -252,7 +253,7 @@ impl Follower {
     }
 
     /// The next master of the round not passed over (any, when all are), after `delay_ms` and,
-    /// with [`Pacing::Rounds`], the pause of a new round.
+    /// with [`Pacing::Rounds`], the round's pause when this is its last master.
     fn next_master(&mut self, now_ms: u64, delay_ms: u64) -> Attempt {
         let count = self.masters.len();
         let first = self.next % count;

@@ -167,7 +167,7 @@ fn rounds_pause_between_rounds_and_after_answers_that_there_is_no_leader() {
     let mut f = rounds(&[1, 2, 3], 100, 0);
     assert_eq!(f.start(0), at(1, 0));
     assert_eq!(f.failed(0), at(2, 0));
-    // The last master of the round starts a new round: the pause comes first.
+    // The last master of the round: the round's pause comes first.
     assert_eq!(f.failed(0), at(3, 100));
     assert_eq!(f.failed(0), at(1, 0));
     // No leader known: pause, then the next master.
