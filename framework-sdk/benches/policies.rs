@@ -12,7 +12,7 @@ use std::path::Path;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use fullerene_proto::messages::OfferKind;
-use fullerene_proto::ResourceVec;
+use fullerene_scheduling::testkit::machine;
 use fullerene_sdk::policy::{
     CarbyneParams, CarbynePolicy, GrapheneMatcher, JobPolicy, JobState, MatcherParams,
     OfferContext, TetrisPolicy,
@@ -26,12 +26,6 @@ fn largest_tpch_job() -> Job {
     jobs.into_iter()
         .max_by_key(Job::num_tasks)
         .expect("the workload has jobs")
-}
-
-fn machine() -> ResourceVec {
-    "cpus=16,mem_mib=65536,disk_mbps=1000,net_mbps=10000"
-        .parse()
-        .expect("valid machine")
 }
 
 /// priScores by topological rank, as a stand-in for the offline plan's.
