@@ -10,7 +10,9 @@ use fullerene_proto::messages::{
     MasterToAgent, MasterToFramework, Offer, OperatorRequest, OperatorResponse, PendingDemand,
     StatusAck, StatusReason, StatusUpdate, TaskSpec, TaskState,
 };
-use fullerene_proto::{Now, Resources, Time};
+use fullerene_proto::{Now, Time};
+
+use fullerene_scheduling::testkit::resources;
 
 use super::*;
 use crate::raft_node::NodeConfig;
@@ -18,10 +20,6 @@ use crate::state::{ClusterSettings, TaskKey};
 use crate::storage::MemStorage;
 
 const TICK: Duration = Duration::from_millis(25);
-
-fn resources(text: &str) -> Resources {
-    Resources::from(text.parse::<ResourceVec>().expect("resources"))
-}
 
 fn address() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 4000))

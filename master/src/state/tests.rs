@@ -6,19 +6,16 @@ use fullerene_proto::messages::{
     AgentState, Executor, StatusReason, StatusUpdate, TaskSpec, TaskState,
 };
 use fullerene_proto::{AgentId, ResourceVec, Resources};
+use fullerene_scheduling::testkit::{res, resources};
 use proptest::prelude::*;
 
 use super::*;
-
-fn res(s: &str) -> Resources {
-    Resources::from(s.parse::<ResourceVec>().unwrap())
-}
 
 fn register_with(agent: &str, resources: &str, executors: &[&str]) -> Command {
     Command::RegisterAgent {
         agent_id: agent.into(),
         hostname: format!("{agent}.example"),
-        resources: res(resources),
+        resources: fullerene_scheduling::testkit::resources(resources),
         attributes: BTreeMap::new(),
         executors: executors
             .iter()
@@ -36,7 +33,7 @@ fn reregister(agent: &str, resources: &str, running: Vec<TaskKey>) -> Command {
     Command::ReregisterAgent {
         agent_id: agent.into(),
         hostname: format!("{agent}.example"),
-        resources: res(resources),
+        resources: fullerene_scheduling::testkit::resources(resources),
         attributes: BTreeMap::new(),
         executors: vec!["command".into(), "sleep".into()],
         running,
@@ -60,7 +57,7 @@ fn spec(id: &str, resources: &str) -> TaskSpec {
         id: id.into(),
         name: id.into(),
         executor: Executor::Sleep { duration_ms: 10 },
-        resources: res(resources),
+        resources: fullerene_scheduling::testkit::resources(resources),
         origin: None,
         kill_grace_ms: 500,
     }
@@ -106,10 +103,6 @@ fn key(framework: &str, task: &str) -> TaskKey {
     TaskKey::new(framework.into(), task.into())
 }
 
-fn v(s: &str) -> ResourceVec {
-    s.parse().unwrap()
-}
-
 /// A cluster with agents a1 (8 cpus), a2 (4 cpus) and frameworks f1 (alice, g1), f2 (bob, g2).
 fn cluster() -> ClusterState {
     let mut st = ClusterState::default();
@@ -152,7 +145,7 @@ fn launch_charges_the_agent_the_framework_and_the_deficits() {
         ))
         .unwrap();
     assert!(matches!(outcome, CommandOutcome::TasksLaunched { ref tasks, .. } if tasks.len() == 2));
-    assert_eq!(st.agent_used(&"a1".into()), v("cpus=4,mem_mib=1024"));
+    assert_eq!(st.agent_used(&"a1".into()), res("cpus=4,mem_mib=1024"));
     assert_eq!(st.task(&key("f1", "t1")).unwrap().state, TaskState::Staging);
     let deficits = st.allocation().deficits();
     assert!(
@@ -499,7 +492,7 @@ fn reregistration_loses_tasks_the_agent_no_longer_runs() {
     assert_eq!(updates.len(), 1);
     assert_eq!(updates[0].task_id.as_str(), "t2");
     assert_eq!(updates[0].state, TaskState::Lost);
-    assert_eq!(st.agent_used(&"a1".into()), v("cpus=2"));
+    assert_eq!(st.agent_used(&"a1".into()), res("cpus=2"));
     assert_eq!(st.task(&key("f1", "t1")).unwrap().state, TaskState::Staging);
 }
 
@@ -515,14 +508,14 @@ fn capacity_changes_keep_running_tasks_charged() {
     .unwrap();
     st.apply(&Command::UpdateAgentResources {
         agent_id: "a1".into(),
-        resources: res("cpus=16,mem_mib=8192"),
+        resources: resources("cpus=16,mem_mib=8192"),
         at_ms: 5_000,
     })
     .unwrap();
-    assert_eq!(st.agent_used(&"a1".into()), v("cpus=5"));
+    assert_eq!(st.agent_used(&"a1".into()), res("cpus=5"));
     assert_eq!(
         st.agents()[&AgentId::from("a1")].total,
-        v("cpus=16,mem_mib=8192")
+        res("cpus=16,mem_mib=8192")
     );
     assert_eq!(
         st.allocation()
@@ -537,14 +530,14 @@ fn capacity_changes_keep_running_tasks_charged() {
         &mut st,
         &Command::UpdateAgentResources {
             agent_id: "a1".into(),
-            resources: res("cpus=16,mem_mib=8192"),
+            resources: resources("cpus=16,mem_mib=8192"),
             at_ms: 6_000,
         },
     );
     // Releasing a task after the change still finds its charge.
     st.apply(&status("a1", "f1", "t2", TaskState::Finished, 1))
         .unwrap();
-    assert_eq!(st.agent_used(&"a1".into()), v("cpus=2"));
+    assert_eq!(st.agent_used(&"a1".into()), res("cpus=2"));
 }
 
 #[test]
@@ -792,7 +785,7 @@ fn arb_command() -> impl Strategy<Value = Command> {
         }),
         (agent.clone(), 1u32..8).prop_map(|(a, c)| Command::UpdateAgentResources {
             agent_id: a.into(),
-            resources: res(&format!("cpus={c}")),
+            resources: resources(&format!("cpus={c}")),
             at_ms: 7
         }),
         framework
