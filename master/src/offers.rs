@@ -714,8 +714,6 @@ mod tests {
     mod manager {
         use super::super::*;
         use crate::state::Command;
-        use fullerene_proto::messages::Executor;
-        use fullerene_proto::TaskId;
 
         use fullerene_scheduling::testkit::resources;
 
@@ -751,14 +749,7 @@ mod tests {
         }
 
         fn task(id: &str, resources: &str) -> TaskSpec {
-            TaskSpec {
-                id: TaskId(id.to_string()),
-                name: id.to_string(),
-                executor: Executor::Sleep { duration_ms: 10 },
-                resources: fullerene_scheduling::testkit::resources(resources),
-                origin: None,
-                kill_grace_ms: 0,
-            }
+            fullerene_proto::testkit::sleep_task(id, 10, resources, 0)
         }
 
         #[test]

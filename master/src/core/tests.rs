@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use fullerene_proto::ids::{AgentId, FrameworkId, TaskId};
 use fullerene_proto::messages::{
-    CallOk, DemandSummary, ErrorCode, Executor, FrameworkCall, FrameworkRequest, Leftover,
-    MasterToAgent, MasterToFramework, Offer, OperatorRequest, OperatorResponse, PendingDemand,
-    StatusAck, StatusReason, StatusUpdate, TaskSpec, TaskState,
+    CallOk, DemandSummary, ErrorCode, FrameworkCall, FrameworkRequest, Leftover, MasterToAgent,
+    MasterToFramework, Offer, OperatorRequest, OperatorResponse, PendingDemand, StatusAck,
+    StatusReason, StatusUpdate, TaskSpec, TaskState,
 };
 use fullerene_proto::{Now, Time};
 
@@ -302,14 +302,7 @@ fn to_framework(outputs: &[Output], session: SessionId) -> Vec<&MasterToFramewor
 }
 
 fn task(id: &str, demand: &str) -> TaskSpec {
-    TaskSpec {
-        id: TaskId(id.to_string()),
-        name: id.to_string(),
-        executor: Executor::Sleep { duration_ms: 10 },
-        resources: resources(demand),
-        origin: None,
-        kill_grace_ms: 0,
-    }
+    fullerene_proto::testkit::sleep_task(id, 10, demand, 0)
 }
 
 fn update(

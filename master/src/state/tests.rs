@@ -2,9 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use fullerene_proto::messages::{
-    AgentState, Executor, StatusReason, StatusUpdate, TaskSpec, TaskState,
-};
+use fullerene_proto::messages::{AgentState, StatusReason, StatusUpdate, TaskSpec, TaskState};
 use fullerene_proto::{AgentId, ResourceVec, Resources};
 use fullerene_scheduling::testkit::{res, resources};
 use proptest::prelude::*;
@@ -53,14 +51,7 @@ fn subscribe(framework: &str, principal: &str, group: &str) -> Command {
 }
 
 fn spec(id: &str, resources: &str) -> TaskSpec {
-    TaskSpec {
-        id: id.into(),
-        name: id.into(),
-        executor: Executor::Sleep { duration_ms: 10 },
-        resources: fullerene_scheduling::testkit::resources(resources),
-        origin: None,
-        kill_grace_ms: 500,
-    }
+    fullerene_proto::testkit::sleep_task(id, 10, resources, 500)
 }
 
 fn launch(framework: &str, principal: &str, agent: &str, tasks: Vec<TaskSpec>) -> Command {

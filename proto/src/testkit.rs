@@ -1,0 +1,77 @@
+//! Builders for tests and benchmarks; not for production use.
+//!
+//! One copy of each wire-message builder the workspace's tests share. Each takes the fields
+//! that tests vary (resources as `kind=amount` text, the kill grace period) so that every test
+//! still builds exactly the message it built before. The resource builders are
+//! `fullerene_scheduling::testkit`'s, re-exported. Enabled by this crate's `testkit` feature.
+
+use std::collections::BTreeMap;
+
+pub use fullerene_scheduling::testkit::*;
+
+use crate::ids::TaskId;
+use crate::messages::{CommandSpec, Executor, TaskSpec};
+
+/// A task named after its id, running `executor` with `resources` (`kind=amount` text), no
+/// DAG origin, and a kill grace period of `kill_grace_ms`.
+///
+/// # Panics
+///
+/// When `resources` does not parse.
+#[must_use]
+pub fn task(id: &str, executor: Executor, resources: &str, kill_grace_ms: u64) -> TaskSpec {
+    TaskSpec {
+        id: TaskId::from(id),
+        name: id.to_string(),
+        executor,
+        resources: fullerene_scheduling::testkit::resources(resources),
+        origin: None,
+        kill_grace_ms,
+    }
+}
+
+/// A task that sleeps `duration_ms` (see [`task`]).
+///
+/// # Panics
+///
+/// When `resources` does not parse.
+#[must_use]
+pub fn sleep_task(id: &str, duration_ms: u64, resources: &str, kill_grace_ms: u64) -> TaskSpec {
+    task(
+        id,
+        Executor::Sleep { duration_ms },
+        resources,
+        kill_grace_ms,
+    )
+}
+
+/// A task running `program` with `args` and no extra environment (see [`task`]).
+///
+/// # Panics
+///
+/// When `resources` does not parse.
+#[must_use]
+pub fn command_task(
+    id: &str,
+    program: &str,
+    args: &[&str],
+    resources: &str,
+    kill_grace_ms: u64,
+) -> TaskSpec {
+    let executor = Executor::Command(CommandSpec {
+        program: program.to_string(),
+        args: args.iter().map(ToString::to_string).collect(),
+        env: BTreeMap::new(),
+    });
+    task(id, executor, resources, kill_grace_ms)
+}
+
+/// A task running `sh -c script` (see [`command_task`]).
+///
+/// # Panics
+///
+/// When `resources` does not parse.
+#[must_use]
+pub fn shell_task(id: &str, script: &str, resources: &str, kill_grace_ms: u64) -> TaskSpec {
+    command_task(id, "sh", &["-c", script], resources, kill_grace_ms)
+}
