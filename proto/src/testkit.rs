@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 
 pub use fullerene_scheduling::testkit::*;
 
-use crate::ids::TaskId;
-use crate::messages::{CommandSpec, Executor, TaskSpec};
+use crate::ids::{AgentId, FrameworkId, OfferId, TaskId};
+use crate::messages::{CommandSpec, Executor, Offer, OfferKind, StatusUpdate, TaskSpec, TaskState};
 
 /// A task named after its id, running `executor` with `resources` (`kind=amount` text), no
 /// DAG origin, and a kill grace period of `kill_grace_ms`.
@@ -74,4 +74,53 @@ pub fn command_task(
 #[must_use]
 pub fn shell_task(id: &str, script: &str, resources: &str, kill_grace_ms: u64) -> TaskSpec {
     command_task(id, "sh", &["-c", script], resources, kill_grace_ms)
+}
+
+/// A regular offer `id` to `framework` of `agent`'s `resources` (`kind=amount` text), on a
+/// host named `hostname` with no attributes, expiring at `expires_at_ms`.
+///
+/// # Panics
+///
+/// When `resources` does not parse.
+#[must_use]
+pub fn offer(
+    id: u64,
+    framework: &str,
+    agent: &str,
+    hostname: &str,
+    resources: &str,
+    expires_at_ms: u64,
+) -> Offer {
+    Offer {
+        id: OfferId(id),
+        framework_id: FrameworkId::from(framework),
+        agent_id: AgentId::from(agent),
+        hostname: hostname.to_string(),
+        attributes: BTreeMap::new(),
+        resources: fullerene_scheduling::testkit::resources(resources),
+        kind: OfferKind::Regular,
+        expires_at_ms,
+    }
+}
+
+/// Update `seq` of `task` of `framework` on `agent` to `state`, with no reason, no message
+/// and timestamp 0.
+#[must_use]
+pub fn status_update(
+    task: &str,
+    framework: &str,
+    agent: &str,
+    state: TaskState,
+    seq: u64,
+) -> StatusUpdate {
+    StatusUpdate {
+        task_id: TaskId::from(task),
+        framework_id: FrameworkId::from(framework),
+        agent_id: AgentId::from(agent),
+        state,
+        seq,
+        reason: None,
+        message: String::new(),
+        timestamp_ms: 0,
+    }
 }

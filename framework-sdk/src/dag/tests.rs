@@ -1,10 +1,8 @@
-use std::collections::BTreeMap;
-
 use fullerene_proto::messages::{
-    ErrorCode, Executor, FrameworkRequest, Leftover, Offer, OfferKind, StatusReason, StatusUpdate,
-    TaskSpec, TaskState, WireError,
+    ErrorCode, Executor, FrameworkRequest, Leftover, Offer, StatusReason, StatusUpdate, TaskSpec,
+    TaskState, WireError,
 };
-use fullerene_proto::{AgentId, FrameworkId, OfferId, Resources, TaskId};
+use fullerene_proto::{Resources, TaskId};
 
 use super::job::*;
 use crate::job::{Job, StageSpec};
@@ -47,28 +45,14 @@ fn config(policy: PolicyKind) -> DagConfig {
 }
 
 fn offer(id: u64, agent: &str, resources: &str) -> Offer {
-    Offer {
-        id: OfferId(id),
-        framework_id: FrameworkId::from("f1"),
-        agent_id: AgentId::from(agent),
-        hostname: agent.into(),
-        attributes: BTreeMap::new(),
-        resources: Resources::from(res(resources)),
-        kind: OfferKind::Regular,
-        expires_at_ms: u64::MAX,
-    }
+    fullerene_proto::testkit::offer(id, "f1", agent, agent, resources, u64::MAX)
 }
 
 fn update(task: &TaskId, state: TaskState, reason: Option<StatusReason>) -> StatusUpdate {
     StatusUpdate {
-        task_id: task.clone(),
-        framework_id: FrameworkId::from("f1"),
-        agent_id: AgentId::from("a1"),
-        state,
-        seq: 1,
         reason,
         message: "exit 1".into(),
-        timestamp_ms: 0,
+        ..fullerene_proto::testkit::status_update(&task.0, "f1", "a1", state, 1)
     }
 }
 

@@ -312,16 +312,7 @@ fn update(
     state: TaskState,
     seq: u64,
 ) -> StatusUpdate {
-    StatusUpdate {
-        task_id: TaskId(task.to_string()),
-        framework_id: framework_id.clone(),
-        agent_id: agent.into(),
-        state,
-        seq,
-        reason: None,
-        message: String::new(),
-        timestamp_ms: 0,
-    }
+    fullerene_proto::testkit::status_update(task, framework_id.as_str(), agent, state, seq)
 }
 
 fn error_code(answer: Option<Result<CallOk, WireError>>) -> ErrorCode {
