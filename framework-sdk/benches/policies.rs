@@ -8,8 +8,6 @@
 // `criterion_group!` defines a public function it cannot document.
 #![allow(missing_docs)]
 
-use std::path::Path;
-
 use criterion::{criterion_group, criterion_main, Criterion};
 use fullerene_proto::messages::OfferKind;
 use fullerene_scheduling::testkit::machine;
@@ -17,16 +15,8 @@ use fullerene_sdk::policy::{
     CarbyneParams, CarbynePolicy, GrapheneMatcher, JobPolicy, JobState, MatcherParams,
     OfferContext, TetrisPolicy,
 };
-use fullerene_sdk::{read_workload, Job};
-
-fn largest_tpch_job() -> Job {
-    let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/workloads/tpch-decima.jsonl");
-    let jobs = read_workload(&path).expect("the shared TPC-H workload is readable");
-    jobs.into_iter()
-        .max_by_key(Job::num_tasks)
-        .expect("the workload has jobs")
-}
+use fullerene_sdk::testkit::largest_tpch_job;
+use fullerene_sdk::Job;
 
 /// priScores by topological rank, as a stand-in for the offline plan's.
 fn rank_pri_scores(job: &Job) -> Vec<Vec<f64>> {
