@@ -10,17 +10,13 @@ use proptest::prelude::*;
 use super::*;
 
 fn register_with(agent: &str, resources: &str, executors: &[&str]) -> Command {
-    Command::RegisterAgent {
-        agent_id: agent.into(),
-        hostname: format!("{agent}.example"),
-        resources: fullerene_scheduling::testkit::resources(resources),
-        attributes: BTreeMap::new(),
-        executors: executors
-            .iter()
-            .map(std::string::ToString::to_string)
-            .collect(),
-        at_ms: 1_000,
-    }
+    crate::testkit::register_agent(
+        agent,
+        &format!("{agent}.example"),
+        resources,
+        executors,
+        1_000,
+    )
 }
 
 fn register(agent: &str, resources: &str) -> Command {
@@ -40,14 +36,7 @@ fn reregister(agent: &str, resources: &str, running: Vec<TaskKey>) -> Command {
 }
 
 fn subscribe(framework: &str, principal: &str, group: &str) -> Command {
-    Command::SubscribeFramework {
-        framework_id: framework.into(),
-        principal: principal.into(),
-        name: framework.into(),
-        group: group.into(),
-        failover_timeout_ms: 60_000,
-        at_ms: 2_000,
-    }
+    crate::testkit::subscribe_framework(framework, principal, framework, group, 60_000, 2_000)
 }
 
 fn spec(id: &str, resources: &str) -> TaskSpec {
