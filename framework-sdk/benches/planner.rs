@@ -6,21 +6,10 @@
 // `criterion_group!` defines a public function it cannot document.
 #![allow(missing_docs)]
 
-use std::path::Path;
-
 use criterion::{criterion_group, criterion_main, Criterion};
 use fullerene_sdk::lower_bound::lower_bounds;
 use fullerene_sdk::planner::{plan, PlanCluster, PlannerConfig};
-use fullerene_sdk::{read_workload, Job};
-
-fn largest_tpch_job() -> Job {
-    let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/workloads/tpch-decima.jsonl");
-    let jobs = read_workload(&path).expect("the shared TPC-H workload is readable");
-    jobs.into_iter()
-        .max_by_key(Job::num_tasks)
-        .expect("the workload has jobs")
-}
+use fullerene_sdk::testkit::largest_tpch_job;
 
 fn bench_planner(c: &mut Criterion) {
     let job = largest_tpch_job();

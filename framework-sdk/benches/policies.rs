@@ -8,31 +8,15 @@
 // `criterion_group!` defines a public function it cannot document.
 #![allow(missing_docs)]
 
-use std::path::Path;
-
 use criterion::{criterion_group, criterion_main, Criterion};
 use fullerene_proto::messages::OfferKind;
-use fullerene_proto::ResourceVec;
+use fullerene_scheduling::testkit::machine;
 use fullerene_sdk::policy::{
     CarbyneParams, CarbynePolicy, GrapheneMatcher, JobPolicy, JobState, MatcherParams,
     OfferContext, TetrisPolicy,
 };
-use fullerene_sdk::{read_workload, Job};
-
-fn largest_tpch_job() -> Job {
-    let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/workloads/tpch-decima.jsonl");
-    let jobs = read_workload(&path).expect("the shared TPC-H workload is readable");
-    jobs.into_iter()
-        .max_by_key(Job::num_tasks)
-        .expect("the workload has jobs")
-}
-
-fn machine() -> ResourceVec {
-    "cpus=16,mem_mib=65536,disk_mbps=1000,net_mbps=10000"
-        .parse()
-        .expect("valid machine")
-}
+use fullerene_sdk::testkit::largest_tpch_job;
+use fullerene_sdk::Job;
 
 /// priScores by topological rank, as a stand-in for the offline plan's.
 fn rank_pri_scores(job: &Job) -> Vec<Vec<f64>> {

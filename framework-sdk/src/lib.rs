@@ -26,6 +26,8 @@ pub mod job;
 pub mod lower_bound;
 pub mod planner;
 pub mod policy;
+#[cfg(any(test, feature = "testkit"))]
+pub mod testkit;
 pub mod timed_queue;
 pub mod workload;
 

@@ -3,15 +3,14 @@
 //! then FINISHED), fails the first attempt of one task, and re-offers after every answer.
 //! Two jobs run as two frameworks at once; both must finish, the failed task retried once.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fullerene_proto::messages::{
-    CallOk, FrameworkCall, FrameworkRequest, MasterToFramework, Offer, OfferKind, SessionOpen,
-    StatusReason, StatusUpdate, TaskState,
+    CallOk, FrameworkCall, FrameworkRequest, MasterToFramework, Offer, SessionOpen, StatusReason,
+    StatusUpdate, TaskState,
 };
-use fullerene_proto::{AgentId, FrameworkId, OfferId, Resources, TaskId};
+use fullerene_proto::{AgentId, FrameworkId, TaskId};
 use fullerene_sdk::dag::{run_jobs, DagConfig, JobOutcome, RunJobsOptions};
 use fullerene_sdk::parse_workload;
 use fullerene_sdk::policy::PolicyKind;
@@ -35,31 +34,20 @@ struct Seen {
 }
 
 fn offer(id: u64, framework: &str) -> Offer {
-    Offer {
-        id: OfferId(id),
-        framework_id: FrameworkId::from(framework),
-        agent_id: AgentId::from("agent-1"),
-        hostname: "h1".into(),
-        attributes: BTreeMap::new(),
-        resources: Resources(BTreeMap::from([
-            ("cpus".to_string(), 4.0),
-            ("mem_mib".to_string(), 4000.0),
-        ])),
-        kind: OfferKind::Regular,
-        expires_at_ms: u64::MAX,
-    }
+    fullerene_proto::testkit::offer(
+        id,
+        framework,
+        "agent-1",
+        "h1",
+        "cpus=4,mem_mib=4000",
+        u64::MAX,
+    )
 }
 
 fn update(task: &TaskId, framework: &str, seq: u64, state: TaskState) -> MasterToFramework {
     MasterToFramework::Update(StatusUpdate {
-        task_id: task.clone(),
-        framework_id: FrameworkId::from(framework),
-        agent_id: AgentId::from("agent-1"),
-        state,
-        seq,
         reason: (state == TaskState::Failed).then_some(StatusReason::Exited { code: 1 }),
-        message: String::new(),
-        timestamp_ms: 0,
+        ..fullerene_proto::testkit::status_update(&task.0, framework, "agent-1", state, seq)
     })
 }
 

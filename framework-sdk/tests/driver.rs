@@ -3,15 +3,14 @@
 //! subscription, an offer answered, updates acknowledged (a duplicate delivered once), and a
 //! lost session: reconnection, re-subscription with the same id, reconciliation.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use fullerene_proto::messages::{
     CallOk, Executor, FrameworkCall, FrameworkRequest, LeaderInfo, Leftover, MasterToFramework,
-    Offer, OfferKind, Redirect, SessionOpen, StatusAck, StatusUpdate, TaskSpec, TaskState,
+    Offer, Redirect, SessionOpen, StatusAck, StatusUpdate, TaskSpec, TaskState,
 };
-use fullerene_proto::{AgentId, FrameworkId, MasterId, OfferId, Resources, TaskId};
+use fullerene_proto::{FrameworkId, MasterId, OfferId, TaskId};
 use fullerene_sdk::driver::{run, DriverConfig, DriverHandle, RunOptions, Scheduler};
 use fullerene_transport::certs::{generate_dev_cluster, CertCounts, CertPaths};
 use fullerene_transport::{Connection, Role, Server, Session, TlsMaterial, TransportConfig};
@@ -117,29 +116,11 @@ impl MasterSession {
 }
 
 fn offer(id: u64) -> Offer {
-    Offer {
-        id: OfferId(id),
-        framework_id: FrameworkId::from("fw-1"),
-        agent_id: AgentId::from("agent-1"),
-        hostname: "h1".into(),
-        attributes: BTreeMap::new(),
-        resources: Resources(BTreeMap::from([("cpus".to_string(), 2.0)])),
-        kind: OfferKind::Regular,
-        expires_at_ms: u64::MAX,
-    }
+    fullerene_proto::testkit::offer(id, "fw-1", "agent-1", "h1", "cpus=2", u64::MAX)
 }
 
 fn update(seq: u64, state: TaskState) -> StatusUpdate {
-    StatusUpdate {
-        task_id: TaskId::from("t1"),
-        framework_id: FrameworkId::from("fw-1"),
-        agent_id: AgentId::from("agent-1"),
-        state,
-        seq,
-        reason: None,
-        message: String::new(),
-        timestamp_ms: 0,
-    }
+    fullerene_proto::testkit::status_update("t1", "fw-1", "agent-1", state, seq)
 }
 
 /// A follower that redirects every framework session to `leader`.

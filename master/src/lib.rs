@@ -12,3 +12,5 @@ pub mod raft_node;
 pub mod server;
 pub mod state;
 pub mod storage;
+#[cfg(any(test, feature = "testkit"))]
+pub mod testkit;

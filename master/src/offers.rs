@@ -623,9 +623,7 @@ mod tests {
 
     use super::*;
 
-    fn cpus(n: f64) -> ResourceVec {
-        ResourceVec::from_pairs(&[(ResourceKind::Cpus, n)])
-    }
+    use fullerene_scheduling::testkit::cpus;
 
     fn open(book: &mut OfferBook, framework: &str, agent: &str, n: f64, expires: u64) -> OfferId {
         book.open(
@@ -716,12 +714,8 @@ mod tests {
     mod manager {
         use super::super::*;
         use crate::state::Command;
-        use fullerene_proto::messages::{Executor, PendingDemand};
-        use fullerene_proto::{Resources, TaskId};
 
-        fn res(text: &str) -> Resources {
-            Resources::from(text.parse::<ResourceVec>().expect("resources"))
-        }
+        use fullerene_scheduling::testkit::resources;
 
         fn cluster() -> ClusterState {
             let mut state = ClusterState::default();
@@ -729,7 +723,7 @@ mod tests {
                 .apply(&Command::RegisterAgent {
                     agent_id: AgentId("agent-1".to_string()),
                     hostname: "node1".to_string(),
-                    resources: res("cpus=4,mem_mib=4096"),
+                    resources: resources("cpus=4,mem_mib=4096"),
                     attributes: Default::default(),
                     executors: vec!["sleep".to_string()],
                     at_ms: 0,
@@ -751,25 +745,11 @@ mod tests {
         }
 
         fn demand(count: u32) -> DemandSummary {
-            DemandSummary {
-                pending: vec![PendingDemand {
-                    resources: res("cpus=1,mem_mib=512"),
-                    count,
-                    pri_score: 1.0,
-                }],
-                remaining_work: f64::from(count),
-            }
+            fullerene_scheduling::testkit::demand(&resources("cpus=1,mem_mib=512"), count)
         }
 
         fn task(id: &str, resources: &str) -> TaskSpec {
-            TaskSpec {
-                id: TaskId(id.to_string()),
-                name: id.to_string(),
-                executor: Executor::Sleep { duration_ms: 10 },
-                resources: res(resources),
-                origin: None,
-                kill_grace_ms: 0,
-            }
+            fullerene_proto::testkit::sleep_task(id, 10, resources, 0)
         }
 
         #[test]

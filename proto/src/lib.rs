@@ -16,6 +16,8 @@ pub mod codec;
 pub mod ids;
 pub mod messages;
 pub mod resources;
+#[cfg(any(test, feature = "testkit"))]
+pub mod testkit;
 pub mod time;
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use fullerene_scheduling::allocator::{AllocatorConfig, InterJobPolicy, StandaloneAllocator};
 use fullerene_scheduling::fairness::FairnessFactor;
+use fullerene_scheduling::testkit::machine;
 use fullerene_scheduling::{
     AgentId, DemandSummary, FrameworkId, PendingDemand, ResourceVec, Resources,
 };
@@ -27,12 +28,6 @@ use rand_chacha::ChaCha8Rng;
 
 const AGENTS: usize = 10_000;
 const FRAMEWORKS: usize = 1_000;
-
-fn machine() -> ResourceVec {
-    "cpus=16,mem_mib=65536,disk_mbps=1000,net_mbps=10000"
-        .parse()
-        .expect("reference machine parses")
-}
 
 /// Task shapes in the range of the TPC-H workloads.
 fn random_shape(rng: &mut ChaCha8Rng) -> ResourceVec {

@@ -153,74 +153,75 @@ impl Overbooking {
 mod tests {
     use super::*;
 
-    fn v(s: &str) -> ResourceVec {
-        s.parse().expect("test vector parses")
-    }
+    use crate::testkit::res;
 
     #[test]
     fn fits_up_to_epsilon_in_every_kind() {
-        let room = v("cpus=4,mem_mib=1024,net_mbps=100");
-        assert!(fits(&v("cpus=4,mem_mib=1024,net_mbps=100"), &room));
-        assert!(fits(&v("cpus=0.1,mem_mib=0.2"), &v("cpus=0.1,mem_mib=0.2")));
-        assert!(fits(&v("cpus=0.30000000000000004"), &v("cpus=0.3")));
-        assert!(!fits(&v("cpus=4.001"), &room));
-        assert!(!fits(&v("gpus=1"), &room));
-        assert_eq!(v("cpus=1").fits_in(&room), fits(&v("cpus=1"), &room));
+        let room = res("cpus=4,mem_mib=1024,net_mbps=100");
+        assert!(fits(&res("cpus=4,mem_mib=1024,net_mbps=100"), &room));
+        assert!(fits(
+            &res("cpus=0.1,mem_mib=0.2"),
+            &res("cpus=0.1,mem_mib=0.2")
+        ));
+        assert!(fits(&res("cpus=0.30000000000000004"), &res("cpus=0.3")));
+        assert!(!fits(&res("cpus=4.001"), &room));
+        assert!(!fits(&res("gpus=1"), &room));
+        assert_eq!(res("cpus=1").fits_in(&room), fits(&res("cpus=1"), &room));
     }
 
     #[test]
     fn copies_are_limited_by_every_kind() {
-        let room = v("cpus=8,mem_mib=1000");
-        assert_eq!(max_copies(&v("cpus=1,mem_mib=300"), &room), 3);
+        let room = res("cpus=8,mem_mib=1000");
+        assert_eq!(max_copies(&res("cpus=1,mem_mib=300"), &room), 3);
         assert_eq!(max_copies(&ResourceVec::ZERO, &room), usize::MAX);
         let mut negative = room;
         negative[ResourceKind::Cpus] = -1.0;
-        assert_eq!(max_copies(&v("cpus=1"), &negative), 0);
+        assert_eq!(max_copies(&res("cpus=1"), &negative), 0);
     }
 
     #[test]
     fn only_fungible_kinds_overbook_up_to_the_ceiling() {
-        let cap = v("cpus=16,disk_mbps=1000,net_mbps=100");
+        let cap = res("cpus=16,disk_mbps=1000,net_mbps=100");
         let ceiling = Overbooking(0.25).ceiling(&cap);
-        assert_eq!(ceiling, v("cpus=16,disk_mbps=1250,net_mbps=125"));
-        assert!(Overbooking(0.25).admits(&v("cpus=16,disk_mbps=1250"), &cap));
-        assert!(!Overbooking(0.25).admits(&v("cpus=16.5"), &cap));
-        assert!(!Overbooking(0.0).admits(&v("net_mbps=101"), &cap));
+        assert_eq!(ceiling, res("cpus=16,disk_mbps=1250,net_mbps=125"));
+        assert!(Overbooking(0.25).admits(&res("cpus=16,disk_mbps=1250"), &cap));
+        assert!(!Overbooking(0.25).admits(&res("cpus=16.5"), &cap));
+        assert!(!Overbooking(0.0).admits(&res("net_mbps=101"), &cap));
         assert!(Overbooking::default().is_valid());
         assert!(!Overbooking(-0.1).is_valid() && !Overbooking(f64::NAN).is_valid());
     }
 
     #[test]
     fn a_bundle_overbooks_only_kinds_with_some_free() {
-        let cap = v("cpus=16,disk_mbps=1000,net_mbps=100");
-        let free = v("cpus=2,disk_mbps=10");
+        let cap = res("cpus=16,disk_mbps=1000,net_mbps=100");
+        let free = res("cpus=2,disk_mbps=10");
         assert_eq!(
             Overbooking(0.5).bundle_room(&free, &cap),
-            v("cpus=2,disk_mbps=510")
+            res("cpus=2,disk_mbps=510")
         );
         assert_eq!(
             Overbooking(0.5).room_bound(&free, &cap),
-            v("cpus=2,disk_mbps=510,net_mbps=50")
+            res("cpus=2,disk_mbps=510,net_mbps=50")
         );
     }
 
     #[test]
     fn accepts_go_beyond_the_offer_on_fungible_kinds_only() {
-        let offered = v("cpus=4,disk_mbps=100");
-        let charged = v("cpus=12,disk_mbps=900");
-        let ceiling = Overbooking(0.25).ceiling(&v("cpus=16,disk_mbps=1000"));
+        let offered = res("cpus=4,disk_mbps=100");
+        let charged = res("cpus=12,disk_mbps=900");
+        let ceiling = Overbooking(0.25).ceiling(&res("cpus=16,disk_mbps=1000"));
         assert!(fits_offer(
-            &v("cpus=4,disk_mbps=350"),
+            &res("cpus=4,disk_mbps=350"),
             &offered,
             &charged,
             &ceiling
         ));
         assert!(!fits_offer(
-            &v("cpus=4,disk_mbps=351"),
+            &res("cpus=4,disk_mbps=351"),
             &offered,
             &charged,
             &ceiling
         ));
-        assert!(!fits_offer(&v("cpus=4.5"), &offered, &charged, &ceiling));
+        assert!(!fits_offer(&res("cpus=4.5"), &offered, &charged, &ceiling));
     }
 }

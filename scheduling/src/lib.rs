@@ -25,6 +25,8 @@ pub mod ids;
 pub mod offer;
 pub mod resources;
 pub mod scoring;
+#[cfg(any(test, feature = "testkit"))]
+pub mod testkit;
 
 pub use demand::{DemandSummary, PendingDemand};
 pub use fit::{fits, Overbooking, DEFAULT_OVERBOOK_ALLOWANCE};

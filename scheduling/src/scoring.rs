@@ -194,11 +194,7 @@ pub fn srpt_term(duration_s: f64, demand: &ResourceVec, capacity: &ResourceVec) 
 mod tests {
     use super::*;
 
-    fn cap() -> ResourceVec {
-        "cpus=16,mem_mib=65536,disk_mbps=1000,net_mbps=10000"
-            .parse()
-            .unwrap()
-    }
+    use crate::testkit::machine as cap;
 
     #[test]
     fn packing_prefers_aligned_tasks_and_rejects_misfits() {

@@ -337,9 +337,7 @@ impl JctStats {
 mod tests {
     use super::*;
 
-    fn cpus(n: f64) -> ResourceVec {
-        ResourceVec::from_pairs(&[(ResourceKind::Cpus, n)])
-    }
+    use fullerene_scheduling::testkit::cpus;
 
     #[test]
     fn nearest_rank_percentiles() {

@@ -3,7 +3,8 @@
 
 mod common;
 
-use common::{job, machine, stage};
+use common::{job, stage};
+use fullerene_scheduling::testkit::res;
 use fullerene_sim::{run, ArrivalSpec, PolicyKind, SimConfig};
 
 fn twins() -> Vec<fullerene_sdk::Job> {
@@ -23,7 +24,7 @@ fn twins() -> Vec<fullerene_sdk::Job> {
 fn config() -> SimConfig {
     SimConfig {
         machines: 2,
-        machine: machine("cpus=8,mem_mib=8192"),
+        machine: res("cpus=8,mem_mib=8192"),
         arrivals: ArrivalSpec::Trace,
         ..SimConfig::default()
     }

@@ -9,7 +9,8 @@
 
 mod common;
 
-use common::{job, machine, stage};
+use common::{job, stage};
+use fullerene_scheduling::testkit::res;
 use fullerene_sdk::Job;
 use fullerene_sim::{run, ArrivalSpec, PolicyKind, SimConfig};
 
@@ -42,7 +43,7 @@ fn figure_2(name: &str, group: &str) -> Job {
 fn config() -> SimConfig {
     SimConfig {
         machines: 1,
-        machine: machine("cpus=1,mem_mib=1"),
+        machine: res("cpus=1,mem_mib=1"),
         arrivals: ArrivalSpec::Trace,
         ..SimConfig::default()
     }

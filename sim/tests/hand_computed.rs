@@ -2,13 +2,14 @@
 
 mod common;
 
-use common::{job, machine, stage};
+use common::{job, stage};
+use fullerene_scheduling::testkit::res;
 use fullerene_sim::{run, simulate, ArrivalSpec, PolicyKind, SimConfig, SimError};
 
 fn one_machine(spec: &str) -> SimConfig {
     SimConfig {
         machines: 1,
-        machine: machine(spec),
+        machine: res(spec),
         arrivals: ArrivalSpec::Trace,
         record_trace: true,
         ..SimConfig::default()

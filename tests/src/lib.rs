@@ -15,8 +15,7 @@ use std::time::{Duration, Instant};
 use fullerene_chaos::LocalMasters;
 use fullerene_client::OperatorClient;
 use fullerene_proto::messages::{
-    CommandSpec, DemandSummary, Executor, FrameworkRequest, Offer, PendingDemand, StatusUpdate,
-    TaskSpec, WireError,
+    CommandSpec, Executor, FrameworkRequest, Offer, StatusUpdate, TaskSpec, WireError,
 };
 use fullerene_proto::{FrameworkId, OfferId, Resources, TaskId};
 use fullerene_sdk::driver::{run, DriverConfig, DriverError, DriverHandle, RunOptions, Scheduler};
@@ -461,18 +460,9 @@ impl Drop for TestFramework {
     }
 }
 
-/// A demand summary of `count` pending tasks of `resources` each, so that the allocator
-/// offers this framework something.
-pub fn demand(resources: &Resources, count: u32) -> DemandSummary {
-    DemandSummary {
-        pending: vec![PendingDemand {
-            resources: resources.clone(),
-            count,
-            pri_score: 1.0,
-        }],
-        remaining_work: f64::from(count),
-    }
-}
+/// A demand summary of `count` pending tasks of one shape, so that the allocator offers this
+/// framework something.
+pub use fullerene_proto::testkit::demand;
 
 /// Resources from `name=amount` pairs.
 pub fn resources(pairs: &[(&str, f64)]) -> Resources {

@@ -1,6 +1,4 @@
 use super::*;
-use fullerene_proto::messages::CommandSpec;
-use fullerene_proto::resources::Resources;
 
 fn config() -> CoreConfig {
     CoreConfig::new(
@@ -14,25 +12,11 @@ fn fw(name: &str) -> FrameworkId {
 }
 
 fn spec(id: &str, resources: &str) -> TaskSpec {
-    TaskSpec {
-        id: TaskId::from(id),
-        name: id.to_string(),
-        executor: Executor::Command(CommandSpec {
-            program: "true".into(),
-            args: vec![],
-            env: BTreeMap::new(),
-        }),
-        resources: Resources::from(resources.parse::<ResourceVec>().expect("resources")),
-        origin: None,
-        kill_grace_ms: 750,
-    }
+    fullerene_proto::testkit::command_task(id, "true", &[], resources, 750)
 }
 
 fn sleep_spec(id: &str) -> TaskSpec {
-    TaskSpec {
-        executor: Executor::Sleep { duration_ms: 10 },
-        ..spec(id, "cpus=1")
-    }
+    fullerene_proto::testkit::sleep_task(id, 10, "cpus=1", 750)
 }
 
 /// Runs actions the way the shell does, keeping the persisted records and the sent updates.

@@ -4,29 +4,13 @@ use super::*;
 use crate::core::{Action, AgentCore, CoreConfig};
 use fullerene_proto::ids::AgentId;
 use fullerene_proto::messages::{StatusReason, StatusUpdate, TaskState};
-use fullerene_proto::resources::Resources;
 
 fn command(id: &str, program: &str, args: &[&str]) -> TaskSpec {
-    TaskSpec {
-        id: TaskId::from(id),
-        name: id.into(),
-        executor: Executor::Command(CommandSpec {
-            program: program.into(),
-            args: args.iter().map(std::string::ToString::to_string).collect(),
-            env: BTreeMap::new(),
-        }),
-        resources: Resources::from(
-            "cpus=0.5,mem_mib=64"
-                .parse::<fullerene_proto::resources::ResourceVec>()
-                .expect("r"),
-        ),
-        origin: None,
-        kill_grace_ms: 200,
-    }
+    fullerene_proto::testkit::command_task(id, program, args, "cpus=0.5,mem_mib=64", 200)
 }
 
 fn sh(id: &str, script: &str) -> TaskSpec {
-    command(id, "sh", &["-c", script])
+    fullerene_proto::testkit::shell_task(id, script, "cpus=0.5,mem_mib=64", 200)
 }
 
 fn not_enforced() -> Limits {

@@ -12,10 +12,9 @@ use std::time::Duration;
 use fullerene_agent::{AgentConfig, AgentError};
 use fullerene_proto::ids::{AgentId, FrameworkId, TaskId};
 use fullerene_proto::messages::{
-    AgentToMaster, CommandSpec, Executor, MasterToAgent, SessionOpen, StatusAck, StatusUpdate,
-    TaskInfo, TaskSpec,
+    AgentToMaster, MasterToAgent, SessionOpen, StatusAck, StatusUpdate, TaskInfo, TaskSpec,
 };
-use fullerene_proto::resources::{ResourceVec, Resources};
+use fullerene_proto::resources::ResourceVec;
 use fullerene_transport::certs::{generate_dev_cluster, CertCounts, CertPaths, GeneratedCerts};
 use fullerene_transport::{Connection, Role, Server, Session, TlsMaterial, TransportConfig};
 use tokio::sync::oneshot;
@@ -251,25 +250,11 @@ impl Drop for RunningAgent {
 }
 
 pub(crate) fn sh(id: &str, script: &str) -> TaskSpec {
-    TaskSpec {
-        id: TaskId::from(id),
-        name: id.into(),
-        executor: Executor::Command(CommandSpec {
-            program: "sh".into(),
-            args: vec!["-c".into(), script.into()],
-            env: BTreeMap::new(),
-        }),
-        resources: Resources::from("cpus=1,mem_mib=64".parse::<ResourceVec>().expect("r")),
-        origin: None,
-        kill_grace_ms: 100,
-    }
+    fullerene_proto::testkit::shell_task(id, script, "cpus=1,mem_mib=64", 100)
 }
 
 pub(crate) fn sleep_task(id: &str, duration_ms: u64) -> TaskSpec {
-    TaskSpec {
-        executor: Executor::Sleep { duration_ms },
-        ..sh(id, "unused")
-    }
+    fullerene_proto::testkit::sleep_task(id, duration_ms, "cpus=1,mem_mib=64", 100)
 }
 
 pub(crate) fn work_dir() -> (tempfile::TempDir, PathBuf) {

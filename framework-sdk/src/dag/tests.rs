@@ -1,18 +1,14 @@
-use std::collections::BTreeMap;
-
 use fullerene_proto::messages::{
-    ErrorCode, Executor, FrameworkRequest, Leftover, Offer, OfferKind, StatusReason, StatusUpdate,
-    TaskSpec, TaskState, WireError,
+    ErrorCode, Executor, FrameworkRequest, Leftover, Offer, StatusReason, StatusUpdate, TaskSpec,
+    TaskState, WireError,
 };
-use fullerene_proto::{AgentId, FrameworkId, OfferId, ResourceVec, Resources, TaskId};
+use fullerene_proto::{Resources, TaskId};
 
 use super::job::*;
 use crate::job::{Job, StageSpec};
 use crate::policy::PolicyKind;
 
-fn rv(s: &str) -> ResourceVec {
-    s.parse().expect("resource vector")
-}
+use fullerene_scheduling::testkit::res;
 
 /// Stage 0: two 10 s tasks of 1 cpu; stage 1 (after 0): one 4 s task of 2 cpus.
 fn two_stage_job() -> Job {
@@ -26,14 +22,14 @@ fn two_stage_job() -> Job {
                 name: "scan".into(),
                 parents: vec![],
                 durations: vec![10.0, 10.0],
-                demand: rv("cpus=1,mem_mib=100"),
+                demand: res("cpus=1,mem_mib=100"),
             },
             StageSpec {
                 id: 20,
                 name: "join".into(),
                 parents: vec![10],
                 durations: vec![4.0],
-                demand: rv("cpus=2,mem_mib=100"),
+                demand: res("cpus=2,mem_mib=100"),
             },
         ],
     )
@@ -49,28 +45,14 @@ fn config(policy: PolicyKind) -> DagConfig {
 }
 
 fn offer(id: u64, agent: &str, resources: &str) -> Offer {
-    Offer {
-        id: OfferId(id),
-        framework_id: FrameworkId::from("f1"),
-        agent_id: AgentId::from(agent),
-        hostname: agent.into(),
-        attributes: BTreeMap::new(),
-        resources: Resources::from(rv(resources)),
-        kind: OfferKind::Regular,
-        expires_at_ms: u64::MAX,
-    }
+    fullerene_proto::testkit::offer(id, "f1", agent, agent, resources, u64::MAX)
 }
 
 fn update(task: &TaskId, state: TaskState, reason: Option<StatusReason>) -> StatusUpdate {
     StatusUpdate {
-        task_id: task.clone(),
-        framework_id: FrameworkId::from("f1"),
-        agent_id: AgentId::from("a1"),
-        state,
-        seq: 1,
         reason,
         message: "exit 1".into(),
-        timestamp_ms: 0,
+        ..fullerene_proto::testkit::status_update(&task.0, "f1", "a1", state, 1)
     }
 }
 
@@ -105,7 +87,7 @@ fn runs_a_dag_stage_by_stage_to_completion_and_measures_the_jct() {
             let _ = index;
             // 10 s scaled by 0.5.
             assert_eq!(spec.executor, Executor::Sleep { duration_ms: 5_000 });
-            assert_eq!(spec.resources, Resources::from(rv("cpus=1,mem_mib=100")));
+            assert_eq!(spec.resources, Resources::from(res("cpus=1,mem_mib=100")));
         }
         // The join cannot run yet: an offer now is declined or yielded, never accepted.
         let calls = dag.on_offers(&[offer(2, "a2", "cpus=4,mem_mib=1000")], 1_200);

@@ -1,11 +1,10 @@
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
 use fullerene_proto::messages::{
     CallOk, DemandSummary, ErrorCode, FrameworkRequest, LeaderInfo, Leftover, MasterToFramework,
-    Offer, OfferKind, Redirect, StatusAck, StatusUpdate, TaskState, WireError,
+    Offer, Redirect, StatusAck, StatusUpdate, TaskState, WireError,
 };
-use fullerene_proto::{AgentId, FrameworkId, MasterId, OfferId, Resources, TaskId};
+use fullerene_proto::{FrameworkId, MasterId, OfferId};
 
 use super::core::*;
 
@@ -70,29 +69,11 @@ fn subscribe(core: &mut DriverCore, id: &str) -> Vec<Action> {
 }
 
 fn offer(id: u64, agent: &str) -> Offer {
-    Offer {
-        id: OfferId(id),
-        framework_id: FrameworkId::from("f1"),
-        agent_id: AgentId::from(agent),
-        hostname: agent.into(),
-        attributes: BTreeMap::new(),
-        resources: Resources(BTreeMap::from([("cpus".to_string(), 4.0)])),
-        kind: OfferKind::Regular,
-        expires_at_ms: 0,
-    }
+    fullerene_proto::testkit::offer(id, "f1", agent, agent, "cpus=4", 0)
 }
 
 fn update(task: &str, seq: u64, state: TaskState) -> StatusUpdate {
-    StatusUpdate {
-        task_id: TaskId::from(task),
-        framework_id: FrameworkId::from("f1"),
-        agent_id: AgentId::from("a1"),
-        state,
-        seq,
-        reason: None,
-        message: String::new(),
-        timestamp_ms: 0,
-    }
+    fullerene_proto::testkit::status_update(task, "f1", "a1", state, seq)
 }
 
 #[test]

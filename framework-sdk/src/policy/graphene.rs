@@ -256,19 +256,17 @@ mod tests {
     use crate::job::StageSpec;
     use fullerene_proto::messages::OfferKind;
 
-    fn rv(s: &str) -> ResourceVec {
-        s.parse().unwrap()
-    }
+    use fullerene_scheduling::testkit::res;
 
     fn offer(machine: usize, free: &str, capacity: &str) -> OfferContext {
         OfferContext {
             machine,
-            free: rv(free),
-            capacity: rv(capacity),
+            free: res(free),
+            capacity: res(capacity),
             kind: OfferKind::Regular,
             now_s: 0.0,
-            cluster_capacity: rv(capacity),
-            fair_share: rv(capacity),
+            cluster_capacity: res(capacity),
+            fair_share: res(capacity),
         }
     }
 
@@ -278,7 +276,7 @@ mod tests {
             name: format!("s{id}"),
             parents: parents.to_vec(),
             durations: durations.to_vec(),
-            demand: rv(demand),
+            demand: res(demand),
         }
     }
 

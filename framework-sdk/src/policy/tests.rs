@@ -16,9 +16,7 @@ use crate::policy::{
     MatcherParams, OfferContext, PolicyKind, PolicyParams,
 };
 
-fn rv(s: &str) -> ResourceVec {
-    s.parse().expect("test resource vector")
-}
+use fullerene_scheduling::testkit::res;
 
 fn spec(id: u32, parents: &[u32], durations: &[f64], demand: ResourceVec) -> StageSpec {
     StageSpec {
@@ -344,7 +342,7 @@ fn graphene_fig2_pri_scores() -> Vec<Vec<f64>> {
 }
 
 fn machine_1x1() -> ResourceVec {
-    rv("cpus=1,mem_mib=1")
+    res("cpus=1,mem_mib=1")
 }
 
 fn fig2_policy(name: &str, job: &Job) -> Box<dyn JobPolicy> {
@@ -498,7 +496,7 @@ fn carbyne_fig2(altruistic: bool) -> (Vec<f64>, Vec<Vec<(f64, TaskRef)>>) {
     let jct = run_cluster(
         &mut seats,
         1,
-        rv("cpus=1"),
+        res("cpus=1"),
         Allocation::FixedSharesWithLeftovers,
         0.05,
     );
@@ -540,12 +538,12 @@ fn carbyne_plans_t_k_and_yields_what_need_not_start_now() {
     );
     let offer = |kind| OfferContext {
         machine: 0,
-        free: rv("cpus=1"),
-        capacity: rv("cpus=1"),
+        free: res("cpus=1"),
+        capacity: res("cpus=1"),
         kind,
         now_s: 0.0,
-        cluster_capacity: rv("cpus=1"),
-        fair_share: rv("cpus=0.5"),
+        cluster_capacity: res("cpus=1"),
+        fair_share: res("cpus=0.5"),
     };
     // T_k with a share of 0.5: S0 and S1 take two rounds, S2 ends at 2.1.
     let due = carbyne
@@ -577,12 +575,12 @@ fn carbyne_takes_everything_due_when_behind_its_plan() {
     );
     let mut offer = OfferContext {
         machine: 0,
-        free: rv("cpus=1"),
-        capacity: rv("cpus=1"),
+        free: res("cpus=1"),
+        capacity: res("cpus=1"),
         kind: OfferKind::Regular,
         now_s: 0.0,
-        cluster_capacity: rv("cpus=1"),
-        fair_share: rv("cpus=0.5"),
+        cluster_capacity: res("cpus=1"),
+        fair_share: res("cpus=0.5"),
     };
     assert_eq!(carbyne.on_offer(j1, &state, &offer).launch.len(), 1);
     // Nothing launched and a whole time unit passed: the four tasks planned for time 1 are
@@ -622,12 +620,12 @@ fn carbyne_replans_after_a_loss_and_after_finishes() {
     );
     let mut offer = OfferContext {
         machine: 0,
-        free: rv("cpus=1"),
-        capacity: rv("cpus=1"),
+        free: res("cpus=1"),
+        capacity: res("cpus=1"),
         kind: OfferKind::Regular,
         now_s: 0.0,
-        cluster_capacity: rv("cpus=1"),
-        fair_share: rv("cpus=0.5"),
+        cluster_capacity: res("cpus=1"),
+        fair_share: res("cpus=0.5"),
     };
     let first = carbyne.on_offer(j1, &state, &offer).launch;
     assert_eq!(first.len(), 1);
@@ -688,7 +686,7 @@ fn arb_job() -> impl Strategy<Value = Job> {
 }
 
 fn reference_machine() -> ResourceVec {
-    rv("cpus=16,mem_mib=65536,disk_mbps=1000,net_mbps=10000")
+    res("cpus=16,mem_mib=65536,disk_mbps=1000,net_mbps=10000")
 }
 
 fn policy_for(kind: PolicyKind, job: &Job) -> Box<dyn JobPolicy> {

@@ -441,23 +441,16 @@ impl<S: RaftStore> MasterCore<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fullerene_proto::Resources;
 
     fn register(state: &mut ClusterState, agent: &str) {
-        let resources = Resources::from(
-            "cpus=4,mem_mib=4096"
-                .parse::<fullerene_proto::ResourceVec>()
-                .expect("resources"),
-        );
         state
-            .apply(&Command::RegisterAgent {
-                agent_id: AgentId(agent.to_string()),
-                hostname: "host".to_string(),
-                resources,
-                attributes: Default::default(),
-                executors: vec!["sleep".to_string()],
-                at_ms: 0,
-            })
+            .apply(&crate::testkit::register_agent(
+                agent,
+                "host",
+                "cpus=4,mem_mib=4096",
+                &["sleep"],
+                0,
+            ))
             .expect("registered");
     }
 

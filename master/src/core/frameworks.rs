@@ -641,14 +641,14 @@ mod tests {
 
     fn subscribe(state: &mut ClusterState, id: &str, failover_timeout_ms: u64) {
         state
-            .apply(&Command::SubscribeFramework {
-                framework_id: FrameworkId(id.to_string()),
-                principal: "framework-1".to_string(),
-                name: "job".to_string(),
-                group: "default".to_string(),
+            .apply(&crate::testkit::subscribe_framework(
+                id,
+                "framework-1",
+                "job",
+                "default",
                 failover_timeout_ms,
-                at_ms: 0,
-            })
+                0,
+            ))
             .expect("subscribed");
     }
 

@@ -6,11 +6,13 @@ use std::time::Duration;
 
 use fullerene_proto::ids::{AgentId, FrameworkId, TaskId};
 use fullerene_proto::messages::{
-    CallOk, DemandSummary, ErrorCode, Executor, FrameworkCall, FrameworkRequest, Leftover,
-    MasterToAgent, MasterToFramework, Offer, OperatorRequest, OperatorResponse, PendingDemand,
-    StatusAck, StatusReason, StatusUpdate, TaskSpec, TaskState,
+    CallOk, DemandSummary, ErrorCode, FrameworkCall, FrameworkRequest, Leftover, MasterToAgent,
+    MasterToFramework, Offer, OperatorRequest, OperatorResponse, PendingDemand, StatusAck,
+    StatusReason, StatusUpdate, TaskSpec, TaskState,
 };
-use fullerene_proto::{Now, Resources, Time};
+use fullerene_proto::{Now, Time};
+
+use fullerene_scheduling::testkit::resources;
 
 use super::*;
 use crate::raft_node::NodeConfig;
@@ -18,10 +20,6 @@ use crate::state::{ClusterSettings, TaskKey};
 use crate::storage::MemStorage;
 
 const TICK: Duration = Duration::from_millis(25);
-
-fn resources(text: &str) -> Resources {
-    Resources::from(text.parse::<ResourceVec>().expect("resources"))
-}
 
 fn address() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 4000))
@@ -304,14 +302,7 @@ fn to_framework(outputs: &[Output], session: SessionId) -> Vec<&MasterToFramewor
 }
 
 fn task(id: &str, demand: &str) -> TaskSpec {
-    TaskSpec {
-        id: TaskId(id.to_string()),
-        name: id.to_string(),
-        executor: Executor::Sleep { duration_ms: 10 },
-        resources: resources(demand),
-        origin: None,
-        kill_grace_ms: 0,
-    }
+    fullerene_proto::testkit::sleep_task(id, 10, demand, 0)
 }
 
 fn update(
@@ -321,16 +312,7 @@ fn update(
     state: TaskState,
     seq: u64,
 ) -> StatusUpdate {
-    StatusUpdate {
-        task_id: TaskId(task.to_string()),
-        framework_id: framework_id.clone(),
-        agent_id: agent.into(),
-        state,
-        seq,
-        reason: None,
-        message: String::new(),
-        timestamp_ms: 0,
-    }
+    fullerene_proto::testkit::status_update(task, framework_id.as_str(), agent, state, seq)
 }
 
 fn error_code(answer: Option<Result<CallOk, WireError>>) -> ErrorCode {

@@ -2,30 +2,21 @@
 
 use std::collections::BTreeMap;
 
-use fullerene_proto::messages::{
-    AgentState, Executor, StatusReason, StatusUpdate, TaskSpec, TaskState,
-};
+use fullerene_proto::messages::{AgentState, StatusReason, StatusUpdate, TaskSpec, TaskState};
 use fullerene_proto::{AgentId, ResourceVec, Resources};
+use fullerene_scheduling::testkit::{res, resources};
 use proptest::prelude::*;
 
 use super::*;
 
-fn res(s: &str) -> Resources {
-    Resources::from(s.parse::<ResourceVec>().unwrap())
-}
-
 fn register_with(agent: &str, resources: &str, executors: &[&str]) -> Command {
-    Command::RegisterAgent {
-        agent_id: agent.into(),
-        hostname: format!("{agent}.example"),
-        resources: res(resources),
-        attributes: BTreeMap::new(),
-        executors: executors
-            .iter()
-            .map(std::string::ToString::to_string)
-            .collect(),
-        at_ms: 1_000,
-    }
+    crate::testkit::register_agent(
+        agent,
+        &format!("{agent}.example"),
+        resources,
+        executors,
+        1_000,
+    )
 }
 
 fn register(agent: &str, resources: &str) -> Command {
@@ -36,7 +27,7 @@ fn reregister(agent: &str, resources: &str, running: Vec<TaskKey>) -> Command {
     Command::ReregisterAgent {
         agent_id: agent.into(),
         hostname: format!("{agent}.example"),
-        resources: res(resources),
+        resources: fullerene_scheduling::testkit::resources(resources),
         attributes: BTreeMap::new(),
         executors: vec!["command".into(), "sleep".into()],
         running,
@@ -45,25 +36,11 @@ fn reregister(agent: &str, resources: &str, running: Vec<TaskKey>) -> Command {
 }
 
 fn subscribe(framework: &str, principal: &str, group: &str) -> Command {
-    Command::SubscribeFramework {
-        framework_id: framework.into(),
-        principal: principal.into(),
-        name: framework.into(),
-        group: group.into(),
-        failover_timeout_ms: 60_000,
-        at_ms: 2_000,
-    }
+    crate::testkit::subscribe_framework(framework, principal, framework, group, 60_000, 2_000)
 }
 
 fn spec(id: &str, resources: &str) -> TaskSpec {
-    TaskSpec {
-        id: id.into(),
-        name: id.into(),
-        executor: Executor::Sleep { duration_ms: 10 },
-        resources: res(resources),
-        origin: None,
-        kill_grace_ms: 500,
-    }
+    fullerene_proto::testkit::sleep_task(id, 10, resources, 500)
 }
 
 fn launch(framework: &str, principal: &str, agent: &str, tasks: Vec<TaskSpec>) -> Command {
@@ -104,10 +81,6 @@ fn ack(framework: &str, principal: &str, task: &str, seq: u64) -> Command {
 
 fn key(framework: &str, task: &str) -> TaskKey {
     TaskKey::new(framework.into(), task.into())
-}
-
-fn v(s: &str) -> ResourceVec {
-    s.parse().unwrap()
 }
 
 /// A cluster with agents a1 (8 cpus), a2 (4 cpus) and frameworks f1 (alice, g1), f2 (bob, g2).
@@ -152,7 +125,7 @@ fn launch_charges_the_agent_the_framework_and_the_deficits() {
         ))
         .unwrap();
     assert!(matches!(outcome, CommandOutcome::TasksLaunched { ref tasks, .. } if tasks.len() == 2));
-    assert_eq!(st.agent_used(&"a1".into()), v("cpus=4,mem_mib=1024"));
+    assert_eq!(st.agent_used(&"a1".into()), res("cpus=4,mem_mib=1024"));
     assert_eq!(st.task(&key("f1", "t1")).unwrap().state, TaskState::Staging);
     let deficits = st.allocation().deficits();
     assert!(
@@ -499,7 +472,7 @@ fn reregistration_loses_tasks_the_agent_no_longer_runs() {
     assert_eq!(updates.len(), 1);
     assert_eq!(updates[0].task_id.as_str(), "t2");
     assert_eq!(updates[0].state, TaskState::Lost);
-    assert_eq!(st.agent_used(&"a1".into()), v("cpus=2"));
+    assert_eq!(st.agent_used(&"a1".into()), res("cpus=2"));
     assert_eq!(st.task(&key("f1", "t1")).unwrap().state, TaskState::Staging);
 }
 
@@ -515,14 +488,14 @@ fn capacity_changes_keep_running_tasks_charged() {
     .unwrap();
     st.apply(&Command::UpdateAgentResources {
         agent_id: "a1".into(),
-        resources: res("cpus=16,mem_mib=8192"),
+        resources: resources("cpus=16,mem_mib=8192"),
         at_ms: 5_000,
     })
     .unwrap();
-    assert_eq!(st.agent_used(&"a1".into()), v("cpus=5"));
+    assert_eq!(st.agent_used(&"a1".into()), res("cpus=5"));
     assert_eq!(
         st.agents()[&AgentId::from("a1")].total,
-        v("cpus=16,mem_mib=8192")
+        res("cpus=16,mem_mib=8192")
     );
     assert_eq!(
         st.allocation()
@@ -537,14 +510,14 @@ fn capacity_changes_keep_running_tasks_charged() {
         &mut st,
         &Command::UpdateAgentResources {
             agent_id: "a1".into(),
-            resources: res("cpus=16,mem_mib=8192"),
+            resources: resources("cpus=16,mem_mib=8192"),
             at_ms: 6_000,
         },
     );
     // Releasing a task after the change still finds its charge.
     st.apply(&status("a1", "f1", "t2", TaskState::Finished, 1))
         .unwrap();
-    assert_eq!(st.agent_used(&"a1".into()), v("cpus=2"));
+    assert_eq!(st.agent_used(&"a1".into()), res("cpus=2"));
 }
 
 #[test]
@@ -792,7 +765,7 @@ fn arb_command() -> impl Strategy<Value = Command> {
         }),
         (agent.clone(), 1u32..8).prop_map(|(a, c)| Command::UpdateAgentResources {
             agent_id: a.into(),
-            resources: res(&format!("cpus={c}")),
+            resources: resources(&format!("cpus={c}")),
             at_ms: 7
         }),
         framework

@@ -595,29 +595,28 @@ pub(crate) fn same_amounts(a: &ResourceVec, b: &ResourceVec) -> bool {
 mod tests {
     use super::*;
 
-    fn v(s: &str) -> ResourceVec {
-        s.parse().unwrap()
-    }
+    use crate::testkit::res;
 
     #[test]
     fn launch_and_release_charge_agent_framework_and_deficits() {
-        let mut st = AllocationState::new(FairnessFactor::Drf, v("cpus=1"));
-        st.add_agent("a1".into(), v("cpus=10,mem_mib=100")).unwrap();
+        let mut st = AllocationState::new(FairnessFactor::Drf, res("cpus=1"));
+        st.add_agent("a1".into(), res("cpus=10,mem_mib=100"))
+            .unwrap();
         st.add_framework("f1".into(), "g1", 0.0).unwrap();
         st.add_framework("f2".into(), "g2", 0.0).unwrap();
         let factor = st
-            .apply_launch(&"a1".into(), &"f1".into(), v("cpus=2,mem_mib=50"))
+            .apply_launch(&"a1".into(), &"f1".into(), res("cpus=2,mem_mib=50"))
             .unwrap();
         assert!((factor - 0.5).abs() < 1e-12);
         let agent = st.agent_by_id(&"a1".into()).unwrap();
-        assert_eq!(agent.free(), v("cpus=8,mem_mib=50"));
+        assert_eq!(agent.free(), res("cpus=8,mem_mib=50"));
         let g1 = st.deficits().find("g1").unwrap();
         assert!((st.deficits().deficit(g1) + 0.25).abs() < 1e-12);
         assert!(matches!(
-            st.apply_release(&"a1".into(), &"f1".into(), v("cpus=1")),
+            st.apply_release(&"a1".into(), &"f1".into(), res("cpus=1")),
             Err(StateError::UnknownTask { .. })
         ));
-        st.apply_release(&"a1".into(), &"f1".into(), v("cpus=2,mem_mib=50"))
+        st.apply_release(&"a1".into(), &"f1".into(), res("cpus=2,mem_mib=50"))
             .unwrap();
         assert_eq!(
             st.agent_by_id(&"a1".into()).unwrap().used,
@@ -628,14 +627,14 @@ mod tests {
 
     #[test]
     fn removing_an_agent_releases_its_tasks() {
-        let mut st = AllocationState::new(FairnessFactor::Slot, v("cpus=1"));
-        st.add_agent("a1".into(), v("cpus=4")).unwrap();
-        st.add_agent("a2".into(), v("cpus=4")).unwrap();
+        let mut st = AllocationState::new(FairnessFactor::Slot, res("cpus=1"));
+        st.add_agent("a1".into(), res("cpus=4")).unwrap();
+        st.add_agent("a2".into(), res("cpus=4")).unwrap();
         st.add_framework("f1".into(), "g1", 0.0).unwrap();
         st.add_framework("f2".into(), "g2", 0.0).unwrap();
-        st.apply_launch(&"a1".into(), &"f1".into(), v("cpus=1"))
+        st.apply_launch(&"a1".into(), &"f1".into(), res("cpus=1"))
             .unwrap();
-        st.apply_launch(&"a2".into(), &"f2".into(), v("cpus=1"))
+        st.apply_launch(&"a2".into(), &"f2".into(), res("cpus=1"))
             .unwrap();
         assert_eq!(st.capacity_units(), 8.0);
         let lost = st.remove_agent(&"a1".into()).unwrap();
@@ -655,17 +654,17 @@ mod tests {
 
     #[test]
     fn capacity_change_recomputes_drf_factors() {
-        let mut st = AllocationState::new(FairnessFactor::Drf, v("cpus=1"));
-        st.add_agent("a1".into(), v("cpus=10")).unwrap();
+        let mut st = AllocationState::new(FairnessFactor::Drf, res("cpus=1"));
+        st.add_agent("a1".into(), res("cpus=10")).unwrap();
         st.add_framework("f1".into(), "g1", 0.0).unwrap();
         st.add_framework("f2".into(), "g2", 0.0).unwrap();
-        st.apply_launch(&"a1".into(), &"f1".into(), v("cpus=5"))
+        st.apply_launch(&"a1".into(), &"f1".into(), res("cpus=5"))
             .unwrap();
         assert!((st.deficits().deficit_of("g2") - 0.25).abs() < 1e-12);
-        st.add_agent("a2".into(), v("cpus=10")).unwrap();
+        st.add_agent("a2".into(), res("cpus=10")).unwrap();
         // The task is now a quarter of the cluster, not half.
         assert!((st.deficits().deficit_of("g2") - 0.125).abs() < 1e-12);
-        st.apply_release(&"a1".into(), &"f1".into(), v("cpus=5"))
+        st.apply_release(&"a1".into(), &"f1".into(), res("cpus=5"))
             .unwrap();
         assert!(st.deficits().deficit_of("g2").abs() < 1e-12);
         assert!(st.deficits().total_held().abs() < 1e-12);
@@ -673,14 +672,14 @@ mod tests {
 
     #[test]
     fn slots_are_reused_deterministically() {
-        let mut st = AllocationState::new(FairnessFactor::Slot, v("cpus=1"));
-        let a = st.add_agent("a".into(), v("cpus=1")).unwrap();
-        st.add_agent("b".into(), v("cpus=1")).unwrap();
+        let mut st = AllocationState::new(FairnessFactor::Slot, res("cpus=1"));
+        let a = st.add_agent("a".into(), res("cpus=1")).unwrap();
+        st.add_agent("b".into(), res("cpus=1")).unwrap();
         st.remove_agent(&"a".into()).unwrap();
-        let c = st.add_agent("c".into(), v("cpus=1")).unwrap();
+        let c = st.add_agent("c".into(), res("cpus=1")).unwrap();
         assert_eq!(a, c);
         assert!(matches!(
-            st.add_agent("b".into(), v("cpus=1")),
+            st.add_agent("b".into(), res("cpus=1")),
             Err(StateError::DuplicateAgent(_))
         ));
         let negative = ResourceVec::from_pairs(&[(crate::resources::ResourceKind::Cpus, -1.0)]);

@@ -7,14 +7,7 @@ use super::*;
 use crate::demand::PendingDemand;
 use crate::fairness::FairnessFactor;
 use crate::resources::Resources;
-
-fn v(s: &str) -> ResourceVec {
-    s.parse().expect("test vector parses")
-}
-
-fn machine() -> ResourceVec {
-    v("cpus=16,mem_mib=65536,disk_mbps=1000,net_mbps=10000")
-}
+use crate::testkit::{machine, res, summary};
 
 fn aid(s: &str) -> AgentId {
     AgentId::from(s)
@@ -25,20 +18,6 @@ fn fid(s: &str) -> FrameworkId {
 }
 
 /// A summary of `(shape, count, priScore)` entries.
-fn summary(shapes: &[(&str, u32, f64)], remaining_work: f64) -> DemandSummary {
-    DemandSummary {
-        pending: shapes
-            .iter()
-            .map(|(shape, count, pri)| PendingDemand {
-                resources: Resources::from(v(shape)),
-                count: *count,
-                pri_score: *pri,
-            })
-            .collect(),
-        remaining_work,
-    }
-}
-
 fn allocator(policy: InterJobPolicy) -> StandaloneAllocator {
     StandaloneAllocator::new(AllocatorConfig {
         policy,
@@ -98,7 +77,7 @@ fn launches_through_offers_update_deficits_by_the_design_formula() {
         .offer_answered(
             &aid("a0"),
             &fid("fa"),
-            &[v("cpus=1"), v("cpus=1")],
+            &[res("cpus=1"), res("cpus=1")],
             LeftoverAction::Decline,
             0.0,
         )
@@ -112,7 +91,9 @@ fn launches_through_offers_update_deficits_by_the_design_formula() {
     );
     assert!((d.deficit_of("b") - 1.5).abs() < 1e-9);
     // A release undoes one launch.
-    alloc.release(&aid("a0"), &fid("fa"), v("cpus=1")).unwrap();
+    alloc
+        .release(&aid("a0"), &fid("fa"), res("cpus=1"))
+        .unwrap();
     let d = alloc.deficits();
     assert!((d.deficit_of("a") + 0.75).abs() < 1e-9);
     assert!((d.deficit_of("b") - 0.75).abs() < 1e-9);
@@ -127,10 +108,10 @@ fn slot_and_drf_factors_weigh_big_and_small_tasks_differently() {
         alloc.add_framework(fid("big"), "a", 0.0).unwrap();
         alloc.add_framework(fid("small"), "b", 0.0).unwrap();
         alloc
-            .apply_launch(&aid("a0"), &fid("big"), v("cpus=8,mem_mib=8192"))
+            .apply_launch(&aid("a0"), &fid("big"), res("cpus=8,mem_mib=8192"))
             .unwrap();
         alloc
-            .apply_launch(&aid("a1"), &fid("small"), v("cpus=1,mem_mib=1024"))
+            .apply_launch(&aid("a1"), &fid("small"), res("cpus=1,mem_mib=1024"))
             .unwrap();
         deficits.push(alloc.deficits().deficit_of("b"));
     }
@@ -150,13 +131,13 @@ fn slot_and_drf_factors_weigh_big_and_small_tasks_differently() {
 fn kappa_gate_offers_only_to_the_most_deprived_group() {
     for preload in [true, false] {
         let mut alloc = allocator(deficit(0.1, FairnessFactor::Drf));
-        add_agents(&mut alloc, 10, v("cpus=16,mem_mib=16384"));
+        add_agents(&mut alloc, 10, res("cpus=16,mem_mib=16384"));
         alloc.add_framework(fid("fa"), "a", 0.0).unwrap();
         alloc.add_framework(fid("fb"), "b", 0.0).unwrap();
         if preload {
             for i in 0..5 {
                 alloc
-                    .apply_launch(&aid(&format!("a{i}")), &fid("fa"), v("cpus=16"))
+                    .apply_launch(&aid(&format!("a{i}")), &fid("fa"), res("cpus=16"))
                     .unwrap();
             }
         }
@@ -195,8 +176,8 @@ fn kappa_gate_offers_only_to_the_most_deprived_group() {
 #[test]
 fn offers_are_capped_at_the_unfairness_bound() {
     let mut alloc = allocator(deficit(0.1, FairnessFactor::Slot));
-    add_agents(&mut alloc, 1, v("cpus=64"));
-    add_agents_named(&mut alloc, "b", 1, v("cpus=16"));
+    add_agents(&mut alloc, 1, res("cpus=64"));
+    add_agents_named(&mut alloc, "b", 1, res("cpus=16"));
     // C = 80 slots, κ·C = 8 tasks.
     alloc.add_framework(fid("fa"), "a", 0.0).unwrap();
     alloc.add_framework(fid("fb"), "b", 0.0).unwrap();
@@ -210,13 +191,13 @@ fn offers_are_capped_at_the_unfairness_bound() {
     let first = &offers[0];
     assert_eq!(first.framework.as_str(), "fa");
     // Each task of a raises b's deficit by 1 · 0.5: 16 tasks reach κ·C = 8.
-    assert_eq!(first.resources, v("cpus=16"), "{offers:?}");
+    assert_eq!(first.resources, res("cpus=16"), "{offers:?}");
     let agent = first.agent.clone();
     alloc
         .offer_answered(
             &agent,
             &fid("fa"),
-            &vec![v("cpus=1"); 16],
+            &vec![res("cpus=1"); 16],
             LeftoverAction::Decline,
             0.0,
         )
@@ -230,12 +211,12 @@ fn offers_are_capped_at_the_unfairness_bound() {
 #[test]
 fn the_gate_holds_agents_the_deprived_group_cannot_use() {
     let mut alloc = allocator(deficit(0.1, FairnessFactor::Drf));
-    add_agents(&mut alloc, 2, v("cpus=16"));
+    add_agents(&mut alloc, 2, res("cpus=16"));
     alloc.add_framework(fid("fa"), "a", 0.0).unwrap();
     alloc.add_framework(fid("fb"), "b", 0.0).unwrap();
     // a holds 14 of 32 cpus: b's deficit is 0.5 · 14/32 ≈ 0.22 ≥ 0.1.
     alloc
-        .apply_launch(&aid("a0"), &fid("fa"), v("cpus=14"))
+        .apply_launch(&aid("a0"), &fid("fa"), res("cpus=14"))
         .unwrap();
     alloc
         .update_demand(&fid("fa"), &summary(&[("cpus=1", 100, 1.0)], 1.0))
@@ -259,11 +240,11 @@ fn the_gate_holds_agents_the_deprived_group_cannot_use() {
 #[test]
 fn a_group_that_refuses_an_agent_does_not_hold_it() {
     let mut alloc = allocator(deficit(0.1, FairnessFactor::Drf));
-    add_agents(&mut alloc, 2, v("cpus=16"));
+    add_agents(&mut alloc, 2, res("cpus=16"));
     alloc.add_framework(fid("fa"), "a", 0.0).unwrap();
     alloc.add_framework(fid("fb"), "b", 0.0).unwrap();
     alloc
-        .apply_launch(&aid("a0"), &fid("fa"), v("cpus=16"))
+        .apply_launch(&aid("a0"), &fid("fa"), res("cpus=16"))
         .unwrap();
     for f in ["fa", "fb"] {
         alloc
@@ -290,18 +271,18 @@ fn add_agents_named(alloc: &mut StandaloneAllocator, prefix: &str, n: usize, tot
 #[test]
 fn drf_offers_to_the_least_dominant_share() {
     let mut alloc = allocator(InterJobPolicy::Drf);
-    add_agents(&mut alloc, 4, v("cpus=16,mem_mib=16384"));
+    add_agents(&mut alloc, 4, res("cpus=16,mem_mib=16384"));
     alloc.add_framework(fid("heavy"), "g", 0.0).unwrap();
     alloc.add_framework(fid("light"), "g", 1.0).unwrap();
     alloc.add_framework(fid("other"), "h", 2.0).unwrap();
     alloc
-        .apply_launch(&aid("a0"), &fid("heavy"), v("cpus=8"))
+        .apply_launch(&aid("a0"), &fid("heavy"), res("cpus=8"))
         .unwrap();
     alloc
-        .apply_launch(&aid("a0"), &fid("light"), v("mem_mib=4096"))
+        .apply_launch(&aid("a0"), &fid("light"), res("mem_mib=4096"))
         .unwrap();
     alloc
-        .apply_launch(&aid("a1"), &fid("other"), v("cpus=2"))
+        .apply_launch(&aid("a1"), &fid("other"), res("cpus=2"))
         .unwrap();
     for f in ["heavy", "light", "other"] {
         alloc
@@ -319,16 +300,16 @@ fn drf_offers_to_the_least_dominant_share() {
 #[test]
 fn drf_weights_groups() {
     let mut alloc = allocator(InterJobPolicy::Drf);
-    add_agents(&mut alloc, 2, v("cpus=16"));
+    add_agents(&mut alloc, 2, res("cpus=16"));
     alloc.set_group_weight("gold", 4.0).unwrap();
     alloc.add_framework(fid("g1"), "gold", 0.0).unwrap();
     alloc.add_framework(fid("s1"), "silver", 0.0).unwrap();
     // gold holds 8/32 (weighted 0.0625), silver 4/32 (weighted 0.125): gold goes first.
     alloc
-        .apply_launch(&aid("a0"), &fid("g1"), v("cpus=8"))
+        .apply_launch(&aid("a0"), &fid("g1"), res("cpus=8"))
         .unwrap();
     alloc
-        .apply_launch(&aid("a1"), &fid("s1"), v("cpus=4"))
+        .apply_launch(&aid("a1"), &fid("s1"), res("cpus=4"))
         .unwrap();
     for f in ["g1", "s1"] {
         alloc
@@ -343,7 +324,7 @@ fn drf_weights_groups() {
 fn capacity_scheduler_serves_the_queue_furthest_below_its_guarantee() {
     let policy = InterJobPolicy::CapacityScheduler { max_capacity: 1.0 };
     let mut alloc = allocator(policy);
-    add_agents(&mut alloc, 4, v("cpus=16"));
+    add_agents(&mut alloc, 4, res("cpus=16"));
     alloc.set_group_weight("big", 3.0).unwrap();
     alloc.set_group_weight("small", 1.0).unwrap();
     alloc.add_framework(fid("b1"), "big", 0.0).unwrap();
@@ -351,13 +332,13 @@ fn capacity_scheduler_serves_the_queue_furthest_below_its_guarantee() {
     alloc.add_framework(fid("s2"), "small", 2.0).unwrap();
     // big: 24/64 used of a 75% guarantee (ratio 0.5); small: 12/64 of 25% (ratio 0.75).
     alloc
-        .apply_launch(&aid("a0"), &fid("b1"), v("cpus=16"))
+        .apply_launch(&aid("a0"), &fid("b1"), res("cpus=16"))
         .unwrap();
     alloc
-        .apply_launch(&aid("a1"), &fid("b1"), v("cpus=8"))
+        .apply_launch(&aid("a1"), &fid("b1"), res("cpus=8"))
         .unwrap();
     alloc
-        .apply_launch(&aid("a2"), &fid("s1"), v("cpus=12"))
+        .apply_launch(&aid("a2"), &fid("s1"), res("cpus=12"))
         .unwrap();
     for f in ["b1", "s1", "s2"] {
         alloc
@@ -375,16 +356,16 @@ fn capacity_scheduler_serves_the_queue_furthest_below_its_guarantee() {
 fn capacity_scheduler_is_elastic_up_to_max_capacity() {
     let policy = InterJobPolicy::CapacityScheduler { max_capacity: 0.5 };
     let mut alloc = allocator(policy);
-    add_agents(&mut alloc, 4, v("cpus=16"));
+    add_agents(&mut alloc, 4, res("cpus=16"));
     alloc.set_group_weight("big", 3.0).unwrap();
     alloc.set_group_weight("small", 1.0).unwrap();
     alloc.add_framework(fid("s1"), "small", 0.0).unwrap();
     // small holds 30 of 64 cpus: beyond its 25% guarantee (big is idle), 2 below its maximum.
     alloc
-        .apply_launch(&aid("a0"), &fid("s1"), v("cpus=16"))
+        .apply_launch(&aid("a0"), &fid("s1"), res("cpus=16"))
         .unwrap();
     alloc
-        .apply_launch(&aid("a1"), &fid("s1"), v("cpus=14"))
+        .apply_launch(&aid("a1"), &fid("s1"), res("cpus=14"))
         .unwrap();
     alloc
         .update_demand(&fid("s1"), &summary(&[("cpus=1", 50, 1.0)], 1.0))
@@ -398,7 +379,7 @@ fn capacity_scheduler_is_elastic_up_to_max_capacity() {
 #[test]
 fn fifo_serves_in_registration_order() {
     let mut alloc = allocator(InterJobPolicy::Fifo);
-    add_agents(&mut alloc, 3, v("cpus=4"));
+    add_agents(&mut alloc, 3, res("cpus=4"));
     alloc.add_framework(fid("first"), "g", 0.0).unwrap();
     alloc.add_framework(fid("second"), "h", 1.0).unwrap();
     alloc.add_framework(fid("third"), "g", 2.0).unwrap();
@@ -419,7 +400,7 @@ fn fifo_serves_in_registration_order() {
 #[test]
 fn sjf_serves_least_remaining_work_first() {
     let mut alloc = allocator(InterJobPolicy::Sjf);
-    add_agents(&mut alloc, 3, v("cpus=4"));
+    add_agents(&mut alloc, 3, res("cpus=4"));
     for (f, rw) in [("long", 500.0), ("short", 5.0), ("medium", 50.0)] {
         alloc.add_framework(fid(f), "g", 0.0).unwrap();
         alloc
@@ -435,11 +416,11 @@ fn tetris_prefers_aligned_shapes_then_less_remaining_work() {
     let mut alloc = allocator(InterJobPolicy::Tetris);
     // An agent with much cpu and little memory free.
     alloc
-        .add_agent(aid("a0"), v("cpus=16,mem_mib=16384"))
+        .add_agent(aid("a0"), res("cpus=16,mem_mib=16384"))
         .unwrap();
     alloc.add_framework(fid("bg"), "g", 0.0).unwrap();
     alloc
-        .apply_launch(&aid("a0"), &fid("bg"), v("mem_mib=12288"))
+        .apply_launch(&aid("a0"), &fid("bg"), res("mem_mib=12288"))
         .unwrap();
     alloc.add_framework(fid("memory"), "g", 1.0).unwrap();
     alloc.add_framework(fid("compute"), "g", 2.0).unwrap();
@@ -460,7 +441,7 @@ fn tetris_prefers_aligned_shapes_then_less_remaining_work() {
 
     // Same shapes: the one with less remaining work wins once ε is learnt.
     let mut alloc = allocator(InterJobPolicy::Tetris);
-    add_agents(&mut alloc, 2, v("cpus=16"));
+    add_agents(&mut alloc, 2, res("cpus=16"));
     alloc.add_framework(fid("long"), "g", 0.0).unwrap();
     alloc.add_framework(fid("short"), "g", 1.0).unwrap();
     alloc
@@ -479,7 +460,7 @@ fn tetris_prefers_aligned_shapes_then_less_remaining_work() {
 #[test]
 fn graphene_prefers_high_priority_packable_work() {
     let mut alloc = allocator(deficit(0.5, FairnessFactor::Drf));
-    add_agents(&mut alloc, 1, v("cpus=16,mem_mib=16384"));
+    add_agents(&mut alloc, 1, res("cpus=16,mem_mib=16384"));
     alloc.add_framework(fid("late"), "g", 0.0).unwrap();
     alloc.add_framework(fid("early"), "g", 1.0).unwrap();
     alloc
@@ -502,11 +483,11 @@ fn graphene_prefers_high_priority_packable_work() {
 fn overbooking_is_offered_only_when_nothing_fits() {
     let mut alloc = allocator(deficit(0.5, FairnessFactor::Drf));
     alloc
-        .add_agent(aid("a0"), v("cpus=16,mem_mib=16384,net_mbps=1000"))
+        .add_agent(aid("a0"), res("cpus=16,mem_mib=16384,net_mbps=1000"))
         .unwrap();
     alloc.add_framework(fid("bg"), "g", 0.0).unwrap();
     alloc
-        .apply_launch(&aid("a0"), &fid("bg"), v("net_mbps=900"))
+        .apply_launch(&aid("a0"), &fid("bg"), res("net_mbps=900"))
         .unwrap();
     alloc.add_framework(fid("net"), "g", 1.0).unwrap();
     alloc
@@ -522,7 +503,7 @@ fn overbooking_is_offered_only_when_nothing_fits() {
         .offer_answered(
             &aid("a0"),
             &fid("net"),
-            &[v("cpus=1,net_mbps=200")],
+            &[res("cpus=1,net_mbps=200")],
             LeftoverAction::Decline,
             0.0,
         )
@@ -548,7 +529,7 @@ fn overbooking_is_offered_only_when_nothing_fits() {
     let err = alloc.offer_answered(
         &aid("a0"),
         &fid("net"),
-        &[v("cpus=1,net_mbps=200"), v("cpus=1,net_mbps=200")],
+        &[res("cpus=1,net_mbps=200"), res("cpus=1,net_mbps=200")],
         LeftoverAction::Decline,
         10.0,
     );
@@ -562,7 +543,7 @@ fn overbooking_is_offered_only_when_nothing_fits() {
 fn yielded_leftovers_go_to_least_remaining_work_donors_included() {
     for policy in [InterJobPolicy::Drf, deficit(0.9, FairnessFactor::Drf)] {
         let mut alloc = allocator(policy);
-        add_agents(&mut alloc, 1, v("cpus=16,mem_mib=16384"));
+        add_agents(&mut alloc, 1, res("cpus=16,mem_mib=16384"));
         for (f, rw) in [
             ("yielder", 1.0),
             ("long", 900.0),
@@ -587,7 +568,7 @@ fn yielded_leftovers_go_to_least_remaining_work_donors_included() {
                 .offer_answered(
                     &aid("a0"),
                     &holder,
-                    &[v("cpus=2,mem_mib=1024")],
+                    &[res("cpus=2,mem_mib=1024")],
                     LeftoverAction::Yield,
                     0.0,
                 )
@@ -622,7 +603,7 @@ fn a_lone_donor_gets_its_yield_back_at_once() {
         InterJobPolicy::Fifo,
     ] {
         let mut alloc = allocator(policy);
-        add_agents(&mut alloc, 1, v("cpus=16,mem_mib=16384"));
+        add_agents(&mut alloc, 1, res("cpus=16,mem_mib=16384"));
         alloc.add_framework(fid("donor"), "g", 0.0).unwrap();
         // Few enough tasks that the offer's projection covers all of them.
         alloc
@@ -653,7 +634,7 @@ fn a_lone_donor_gets_its_yield_back_at_once() {
 #[test]
 fn a_donor_gives_way_to_shorter_work_and_takes_the_rest() {
     let mut alloc = allocator(InterJobPolicy::Drf);
-    add_agents(&mut alloc, 1, v("cpus=16,mem_mib=16384"));
+    add_agents(&mut alloc, 1, res("cpus=16,mem_mib=16384"));
     alloc.add_framework(fid("donor"), "g", 0.0).unwrap();
     alloc.add_framework(fid("short"), "g", 1.0).unwrap();
     alloc
@@ -680,20 +661,20 @@ fn a_donor_gives_way_to_shorter_work_and_takes_the_rest() {
         .offer_answered(
             &aid("a0"),
             &fid("short"),
-            &[v("cpus=4,mem_mib=1024")],
+            &[res("cpus=4,mem_mib=1024")],
             LeftoverAction::Yield,
             0.0,
         )
         .unwrap()
         .unwrap();
     assert_eq!(to_donor.framework.as_str(), "donor");
-    assert_eq!(to_donor.resources, v("cpus=12,mem_mib=15360"));
+    assert_eq!(to_donor.resources, res("cpus=12,mem_mib=15360"));
 }
 
 #[test]
 fn leftover_ties_are_broken_by_packing() {
     let mut alloc = allocator(InterJobPolicy::Fifo);
-    add_agents(&mut alloc, 1, v("cpus=16,mem_mib=16384"));
+    add_agents(&mut alloc, 1, res("cpus=16,mem_mib=16384"));
     alloc.add_framework(fid("yielder"), "g", 0.0).unwrap();
     alloc.add_framework(fid("small"), "g", 1.0).unwrap();
     alloc.add_framework(fid("large"), "g", 2.0).unwrap();
@@ -725,7 +706,7 @@ fn leftover_ties_are_broken_by_packing() {
 #[test]
 fn decline_filters_expire() {
     let mut alloc = allocator(InterJobPolicy::Fifo);
-    add_agents(&mut alloc, 1, v("cpus=4"));
+    add_agents(&mut alloc, 1, res("cpus=4"));
     alloc.add_framework(fid("f1"), "g", 0.0).unwrap();
     alloc.add_framework(fid("f2"), "g", 1.0).unwrap();
     for f in ["f1", "f2"] {
@@ -757,7 +738,7 @@ fn decline_filters_expire() {
 #[test]
 fn suppressed_frameworks_get_no_offers() {
     let mut alloc = allocator(InterJobPolicy::Fifo);
-    add_agents(&mut alloc, 1, v("cpus=4"));
+    add_agents(&mut alloc, 1, res("cpus=4"));
     alloc.add_framework(fid("f1"), "g", 0.0).unwrap();
     alloc
         .update_demand(&fid("f1"), &summary(&[("cpus=1", 4, 1.0)], 1.0))
@@ -776,7 +757,7 @@ fn shards_partition_agents_and_cycles_stay_in_their_shard() {
         ..AllocatorConfig::default()
     })
     .unwrap();
-    add_agents(&mut alloc, 40, v("cpus=4"));
+    add_agents(&mut alloc, 40, res("cpus=4"));
     alloc.add_framework(fid("f"), "g", 0.0).unwrap();
     alloc
         .update_demand(&fid("f"), &summary(&[("cpus=1", 1000, 1.0)], 1.0))
@@ -803,7 +784,9 @@ fn shards_partition_agents_and_cycles_stay_in_their_shard() {
     })
     .unwrap();
     for i in (0..40).rev() {
-        other.add_agent(aid(&format!("a{i}")), v("cpus=4")).unwrap();
+        other
+            .add_agent(aid(&format!("a{i}")), res("cpus=4"))
+            .unwrap();
     }
     for i in 0..40 {
         let agent = aid(&format!("a{i}"));
@@ -814,7 +797,7 @@ fn shards_partition_agents_and_cycles_stay_in_their_shard() {
 #[test]
 fn removing_an_agent_or_framework_drops_its_offers() {
     let mut alloc = allocator(InterJobPolicy::Fifo);
-    add_agents(&mut alloc, 2, v("cpus=4"));
+    add_agents(&mut alloc, 2, res("cpus=4"));
     alloc.add_framework(fid("f1"), "g", 0.0).unwrap();
     alloc.add_framework(fid("f2"), "g", 1.0).unwrap();
     alloc
@@ -848,7 +831,7 @@ fn removing_an_agent_or_framework_drops_its_offers() {
 #[test]
 fn answers_are_validated_against_the_offer() {
     let mut alloc = allocator(InterJobPolicy::Fifo);
-    add_agents(&mut alloc, 1, v("cpus=4,mem_mib=4096"));
+    add_agents(&mut alloc, 1, res("cpus=4,mem_mib=4096"));
     alloc.add_framework(fid("f1"), "g", 0.0).unwrap();
     alloc.add_framework(fid("f2"), "g", 1.0).unwrap();
     alloc
@@ -864,7 +847,7 @@ fn answers_are_validated_against_the_offer() {
         alloc.offer_answered(
             &aid("a0"),
             &fid("f1"),
-            &[v("cpus=5")],
+            &[res("cpus=5")],
             LeftoverAction::Decline,
             0.0
         ),
@@ -891,7 +874,7 @@ fn answers_are_validated_against_the_offer() {
 #[test]
 fn fair_share_splits_the_group_share_among_its_frameworks() {
     let mut alloc = allocator(InterJobPolicy::graphene());
-    add_agents(&mut alloc, 2, v("cpus=16,mem_mib=1000"));
+    add_agents(&mut alloc, 2, res("cpus=16,mem_mib=1000"));
     alloc.set_group_weight("a", 3.0).unwrap();
     alloc.add_framework(fid("a1"), "a", 0.0).unwrap();
     alloc.add_framework(fid("a2"), "a", 0.0).unwrap();
@@ -899,11 +882,11 @@ fn fair_share_splits_the_group_share_among_its_frameworks() {
     // a: 3/4 of 32 cpus and 2000 MiB, halved between a1 and a2; b: 1/4.
     assert_eq!(
         alloc.fair_share(&fid("a1")).unwrap(),
-        v("cpus=12,mem_mib=750")
+        res("cpus=12,mem_mib=750")
     );
     assert_eq!(
         alloc.fair_share(&fid("b1")).unwrap(),
-        v("cpus=8,mem_mib=500")
+        res("cpus=8,mem_mib=500")
     );
     assert!(alloc.fair_share(&fid("zz")).is_err());
 }
@@ -911,11 +894,11 @@ fn fair_share_splits_the_group_share_among_its_frameworks() {
 #[test]
 fn a_new_leader_rebuilds_from_the_replicated_state() {
     let mut alloc = allocator(InterJobPolicy::graphene());
-    add_agents(&mut alloc, 3, v("cpus=4"));
+    add_agents(&mut alloc, 3, res("cpus=4"));
     alloc.add_framework(fid("f1"), "g", 0.0).unwrap();
     alloc.add_framework(fid("f2"), "h", 0.0).unwrap();
     alloc
-        .apply_launch(&aid("a0"), &fid("f1"), v("cpus=4"))
+        .apply_launch(&aid("a0"), &fid("f1"), res("cpus=4"))
         .unwrap();
     let state = alloc.state().clone();
     let mut rebuilt = StandaloneAllocator::from_state(alloc.config().clone(), state).unwrap();
@@ -1203,7 +1186,7 @@ fn run_scenario(scenario: &Scenario, trace: bool) -> Result<(), TestCaseError> {
 /// use) kept raising g2's deficit past κ·C.
 #[test]
 fn a_deprived_group_is_not_raised_on_agents_it_cannot_use() {
-    let r = |s: &str| v(s);
+    let r = |s: &str| res(s);
     let scenario = Scenario {
         factor: FairnessFactor::Slot,
         kappa: 0.05,

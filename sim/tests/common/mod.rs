@@ -3,7 +3,6 @@
 
 use std::path::{Path, PathBuf};
 
-use fullerene_proto::ResourceVec;
 use fullerene_sdk::job::StageSpec;
 use fullerene_sdk::{read_workload, Job};
 
@@ -21,11 +20,6 @@ pub(crate) fn stage(id: u32, parents: &[u32], durations: &[f64], demand: &str) -
 /// A job from stage specs.
 pub(crate) fn job(name: &str, group: &str, arrival_s: Option<f64>, stages: Vec<StageSpec>) -> Job {
     Job::new(name, group, arrival_s, stages).expect("valid job")
-}
-
-/// A machine capacity in `--machine` syntax.
-pub(crate) fn machine(spec: &str) -> ResourceVec {
-    spec.parse().expect("machine parses")
 }
 
 /// The shared workloads folder, beside the checkout.

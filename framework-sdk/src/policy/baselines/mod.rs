@@ -109,20 +109,17 @@ impl<O: BaselineOrder> IntraJobPolicy for Baseline<O> {
 #[cfg(test)]
 pub(crate) mod test_util {
     use fullerene_proto::messages::OfferKind;
-    use fullerene_proto::ResourceVec;
 
     use crate::job::{Job, StageSpec};
     use crate::policy::OfferContext;
 
-    pub(crate) fn rv(s: &str) -> ResourceVec {
-        s.parse().expect("test resource vector")
-    }
+    use fullerene_scheduling::testkit::{machine, res};
 
     pub(crate) fn offer(free: &str) -> OfferContext {
-        let capacity = rv("cpus=16,mem_mib=65536,disk_mbps=1000,net_mbps=10000");
+        let capacity = machine();
         OfferContext {
             machine: 0,
-            free: rv(free),
+            free: res(free),
             capacity,
             kind: OfferKind::Regular,
             now_s: 0.0,
@@ -144,7 +141,7 @@ pub(crate) mod test_util {
                     name: format!("s{id}"),
                     parents: parents.to_vec(),
                     durations: durations.to_vec(),
-                    demand: rv(demand),
+                    demand: res(demand),
                 })
                 .collect(),
         )
