@@ -592,6 +592,127 @@ fn status_updates_are_committed_then_acknowledged_to_the_agent_and_forwarded_to_
     assert_eq!(answer, Some(Ok(CallOk::Done)));
 }
 
+/// The status updates `outputs` carry to `session`.
+fn updates_to(outputs: &[Output], session: SessionId) -> Vec<StatusUpdate> {
+    to_framework(outputs, session)
+        .into_iter()
+        .filter_map(|m| match m {
+            MasterToFramework::Update(update) => Some(update.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn unacknowledged_updates_are_sent_again_until_acknowledged_and_to_a_framework_back_from_failover()
+{
+    let (mut h, _, framework, session) = cluster_with_demand();
+    let offer = h.offers_for(session).remove(0);
+    h.accept(
+        &framework,
+        session,
+        &offer,
+        vec![task("t1", "cpus=1,mem_mib=512")],
+    );
+    // Pushed once; as if that push had been dropped, the framework does not acknowledge it.
+    let running = update("t1", &framework, "agent-1", TaskState::Running, 1);
+    let outputs = h.input(Input::AgentStatus("agent-1".into(), running.clone()));
+    assert_eq!(updates_to(&outputs, session), vec![running.clone()]);
+    let outputs = h.pass(DEFAULT_STATUS_RESEND_INTERVAL + TICK);
+    assert_eq!(
+        updates_to(&outputs, session),
+        vec![running.clone()],
+        "sent again once in an interval"
+    );
+
+    // Acknowledged: no longer sent.
+    let (answer, _) = h.call(
+        &framework,
+        session,
+        FrameworkRequest::Acknowledge(StatusAck {
+            task_id: TaskId::from("t1"),
+            seq: 1,
+        }),
+    );
+    assert_eq!(answer, Some(Ok(CallOk::Done)));
+    let outputs = h.pass(DEFAULT_STATUS_RESEND_INTERVAL + TICK);
+    assert!(updates_to(&outputs, session).is_empty(), "{outputs:?}");
+
+    // The task ends while its framework is away: it gets the end when it fails over, after
+    // the answer to its subscription, and the task is forgotten only once acknowledged.
+    h.input(Input::FrameworkGone(framework.clone(), session));
+    let finished = update("t1", &framework, "agent-1", TaskState::Finished, 2);
+    h.input(Input::AgentStatus("agent-1".into(), finished.clone()));
+    let new_session = h.session();
+    let call_id = h.call_id();
+    let outputs = h.input(Input::FrameworkSubscribe(
+        new_session,
+        Subscription {
+            call_id,
+            framework_id: Some(framework.clone()),
+            name: "job".to_string(),
+            group: "default".to_string(),
+            failover_timeout_ms: 2_000,
+            principal: "framework-1".to_string(),
+        },
+    ));
+    let to_new = to_framework(&outputs, new_session);
+    assert!(
+        matches!(
+            to_new.as_slice(),
+            [
+                MasterToFramework::CallResult { result: Ok(CallOk::Subscribed { .. }), .. },
+                MasterToFramework::Update(update),
+            ] if *update == finished
+        ),
+        "{to_new:?}"
+    );
+    let key = TaskKey::new(framework.clone(), TaskId::from("t1"));
+    assert!(h.core.node().state().task(&key).is_some());
+    h.call(
+        &framework,
+        new_session,
+        FrameworkRequest::Acknowledge(StatusAck {
+            task_id: TaskId::from("t1"),
+            seq: 2,
+        }),
+    );
+    assert!(h.core.node().state().task(&key).is_none());
+}
+
+#[test]
+fn an_agent_declared_lost_while_its_session_is_open_is_told_to_register_again_and_comes_back() {
+    let (mut h, agent_session, _, _) = cluster_with_demand();
+    let agent = AgentId::from("agent-1");
+    // Its heartbeats stop reaching the leader (a pause, a one-way partition) but its session
+    // stays open.
+    h.heartbeating.clear();
+    let outputs = h.pass(Duration::from_millis(4_200));
+    assert_eq!(
+        h.core.node().state().agents()[&agent].state,
+        fullerene_proto::messages::AgentState::Lost
+    );
+    assert!(
+        matches!(
+            to_agent(&outputs, agent_session).as_slice(),
+            [MasterToAgent::Error(error)] if error.code == ErrorCode::UnknownAgent
+        ),
+        "{outputs:?}"
+    );
+    assert!(outputs.contains(&Output::Close(agent_session)));
+
+    // It registers again, as any agent whose session closed does, and is active.
+    let (new_session, outputs) = h.register_agent("agent-1", "cpus=4,mem_mib=4096");
+    assert!(matches!(
+        to_agent(&outputs, new_session).as_slice(),
+        [MasterToAgent::Registered { .. }]
+    ));
+    assert_eq!(
+        h.core.node().state().agents()[&agent].state,
+        fullerene_proto::messages::AgentState::Active
+    );
+}
+
 #[test]
 fn status_from_an_agent_without_a_session_here_is_not_acknowledged() {
     let (mut h, _, framework, session) = cluster_with_demand();

@@ -335,6 +335,56 @@ fn acknowledging_the_final_update_forgets_the_task() {
 }
 
 #[test]
+fn updates_are_kept_until_acknowledged_the_latest_of_each_state_in_order() {
+    let mut st = cluster();
+    st.apply(&launch(
+        "f1",
+        "alice",
+        "a1",
+        vec![spec("t1", "cpus=2"), spec("t2", "cpus=1")],
+    ))
+    .unwrap();
+    let unacked = |st: &ClusterState| -> Vec<(String, TaskState, u64)> {
+        st.unacked_updates(&"f1".into())
+            .map(|u| (u.task_id.to_string(), u.state, u.seq))
+            .collect()
+    };
+    st.apply(&status("a1", "f1", "t1", TaskState::Running, 1))
+        .unwrap();
+    st.apply(&status("a1", "f1", "t1", TaskState::Running, 2))
+        .unwrap();
+    st.apply(&status("a1", "f1", "t1", TaskState::Failed, 3))
+        .unwrap();
+    assert_eq!(
+        unacked(&st),
+        [
+            ("t1".to_string(), TaskState::Running, 2),
+            ("t1".to_string(), TaskState::Failed, 3)
+        ]
+    );
+    st.apply(&ack("f1", "alice", "t1", 2)).unwrap();
+    assert_eq!(unacked(&st), [("t1".to_string(), TaskState::Failed, 3)]);
+    // The master's own updates are kept too.
+    st.apply(&Command::MarkAgentLost {
+        agent_id: "a1".into(),
+        at_ms: 5_000,
+    })
+    .unwrap();
+    assert_eq!(
+        unacked(&st),
+        [
+            ("t1".to_string(), TaskState::Failed, 3),
+            ("t2".to_string(), TaskState::Lost, 1)
+        ]
+    );
+    assert!(st.unacked_updates(&"f2".into()).next().is_none());
+    st.apply(&ack("f1", "alice", "t1", 3)).unwrap();
+    st.apply(&ack("f1", "alice", "t2", 1)).unwrap();
+    assert!(unacked(&st).is_empty());
+    assert!(st.tasks().is_empty(), "ended and acknowledged: forgotten");
+}
+
+#[test]
 fn kills_are_recorded_and_checked_for_ownership() {
     let mut st = cluster();
     st.apply(&launch("f1", "alice", "a1", vec![spec("t1", "cpus=2")]))
@@ -518,6 +568,145 @@ fn capacity_changes_keep_running_tasks_charged() {
     st.apply(&status("a1", "f1", "t2", TaskState::Finished, 1))
         .unwrap();
     assert_eq!(st.agent_used(&"a1".into()), res("cpus=2"));
+}
+
+#[test]
+fn status_sequence_numbers_are_bounded_so_a_bad_agent_cannot_exhaust_them() {
+    let mut st = cluster();
+    st.apply(&launch("f1", "alice", "a1", vec![spec("t1", "cpus=2")]))
+        .unwrap();
+    // The last number there is: refused, and the state (and every replica's) unchanged.
+    let err = refused(
+        &mut st,
+        &status("a1", "f1", "t1", TaskState::Running, u64::MAX),
+    );
+    assert!(
+        matches!(
+            err,
+            CommandError::SeqOutOfRange {
+                seq: u64::MAX,
+                latest: 0,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err = refused(
+        &mut st,
+        &status("a1", "f1", "t1", TaskState::Running, MAX_STATUS_SEQ_GAP + 1),
+    );
+    assert!(matches!(err, CommandError::SeqOutOfRange { .. }), "{err}");
+    // A gap within the bound is accepted (the master may have used numbers itself).
+    st.apply(&status(
+        "a1",
+        "f1",
+        "t1",
+        TaskState::Running,
+        MAX_STATUS_SEQ_GAP,
+    ))
+    .unwrap();
+    // Whatever the agent did, the master can still number the task's end.
+    let outcome = st
+        .apply(&Command::MarkAgentLost {
+            agent_id: "a1".into(),
+            at_ms: 5_000,
+        })
+        .unwrap();
+    let CommandOutcome::TasksEnded { updates, .. } = outcome else {
+        panic!("expected TasksEnded");
+    };
+    assert_eq!(updates[0].seq, MAX_STATUS_SEQ_GAP + 1);
+}
+
+#[test]
+fn an_agent_back_with_less_capacity_sheds_its_newest_tasks_until_the_rest_fits() {
+    let mut st = cluster();
+    for (task, cpus, at_ms) in [("t1", 3, 3_000), ("t2", 2, 4_000), ("t3", 2, 5_000)] {
+        let mut cmd = launch(
+            "f1",
+            "alice",
+            "a1",
+            vec![spec(task, &format!("cpus={cpus}"))],
+        );
+        if let Command::LaunchTasks { at_ms: at, .. } = &mut cmd {
+            *at = at_ms;
+        }
+        st.apply(&cmd).unwrap();
+    }
+    assert_eq!(st.agent_used(&"a1".into()), res("cpus=7"));
+    // Back with 4 cpus instead of 8: t3 and t2 (the newest) end, t1 stays.
+    let outcome = st
+        .apply(&reregister(
+            "a1",
+            "cpus=4,mem_mib=8192",
+            vec![key("f1", "t1"), key("f1", "t2"), key("f1", "t3")],
+        ))
+        .unwrap();
+    let CommandOutcome::AgentRegistered { kill, updates } = outcome else {
+        panic!("expected AgentRegistered");
+    };
+    let ended: Vec<&str> = updates.iter().map(|u| u.task_id.as_str()).collect();
+    assert_eq!(ended, ["t3", "t2"]);
+    assert!(updates
+        .iter()
+        .all(|u| u.state == TaskState::Lost && u.reason == Some(StatusReason::AgentShrunk)));
+    let killed: Vec<&str> = kill.iter().map(|k| k.task.task_id.as_str()).collect();
+    assert_eq!(
+        killed,
+        ["t3", "t2"],
+        "the agent still runs them: it must kill them"
+    );
+    assert_eq!(st.agent_used(&"a1".into()), res("cpus=3"));
+    check_accounting(&st);
+
+    // The same through a resource report: down to 2 cpus, t1 goes too.
+    let outcome = st
+        .apply(&Command::UpdateAgentResources {
+            agent_id: "a1".into(),
+            resources: resources("cpus=2,mem_mib=8192"),
+            at_ms: 6_000,
+        })
+        .unwrap();
+    let CommandOutcome::TasksEnded { updates, kill } = outcome else {
+        panic!("expected TasksEnded");
+    };
+    assert_eq!((updates.len(), kill.len()), (1, 1));
+    assert_eq!(updates[0].task_id.as_str(), "t1");
+    assert_eq!(st.agent_used(&"a1".into()), ResourceVec::ZERO);
+    check_accounting(&st);
+}
+
+#[test]
+fn a_kill_not_yet_done_is_asked_again_when_the_agent_registers_again() {
+    let mut st = cluster();
+    st.apply(&launch(
+        "f1",
+        "alice",
+        "a1",
+        vec![spec("t1", "cpus=1"), spec("t2", "cpus=1")],
+    ))
+    .unwrap();
+    st.apply(&Command::KillTask {
+        framework_id: "f1".into(),
+        principal: "alice".into(),
+        task_id: "t1".into(),
+        at_ms: 4_000,
+    })
+    .unwrap();
+    let outcome = st
+        .apply(&reregister(
+            "a1",
+            "cpus=8,mem_mib=8192",
+            vec![key("f1", "t1"), key("f1", "t2")],
+        ))
+        .unwrap();
+    let CommandOutcome::AgentRegistered { kill, updates } = outcome else {
+        panic!("expected AgentRegistered");
+    };
+    let killed: Vec<&str> = kill.iter().map(|k| k.task.task_id.as_str()).collect();
+    assert_eq!(killed, ["t1"]);
+    assert!(updates.is_empty());
+    assert_eq!(st.task(&key("f1", "t1")).unwrap().state, TaskState::Staging);
 }
 
 #[test]
@@ -798,7 +987,7 @@ fn arb_command() -> impl Strategy<Value = Command> {
             framework.clone(),
             task.clone(),
             state,
-            0u64..6
+            prop_oneof![0u64..6, Just(u64::MAX), Just(MAX_STATUS_SEQ_GAP + 1)]
         )
             .prop_map(|(a, (f, _), t, s, seq)| status(a, f, t, s, seq)),
         (framework.clone(), task.clone()).prop_map(|((f, p), t)| Command::KillTask {
@@ -831,8 +1020,23 @@ fn check_accounting(st: &ClusterState) {
         if agent.state == AgentState::Lost {
             assert!(agent.tasks.is_empty());
         }
+        let allowance = Overbooking(st.settings().overbooking_allowance);
+        assert!(
+            allowance.admits(&charged, &agent.total),
+            "agent {id}: charged {charged} beyond its total {} (allowance {})",
+            agent.total,
+            allowance.0
+        );
     }
     for task in st.tasks().values() {
+        let seqs: Vec<u64> = task.unacked.iter().map(|u| u.seq).collect();
+        assert!(
+            seqs.windows(2).all(|w| w[0] < w[1])
+                && seqs.iter().all(|&seq| seq > task.acked_seq && seq <= task.seq),
+            "unacknowledged updates out of order or already acknowledged: {seqs:?}, acked {}, latest {}",
+            task.acked_seq,
+            task.seq
+        );
         if !task.state.is_terminal() {
             assert!(st.agents()[&task.agent_id]
                 .tasks
