@@ -43,7 +43,7 @@ impl Bench {
 
     /// Accepts the next registration with nothing to kill.
     async fn session(&mut self) -> AgentSession {
-        self.bench.session().await
+        self.master.accept().await.accept(vec![]).await
     }
 }
 

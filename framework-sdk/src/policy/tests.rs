@@ -511,6 +511,13 @@ fn carbyne_fig2_altruism_lowers_average_jct_from_2_05_to_1_55() {
     assert_eq!(at0(&log[1]), vec![0, 0]);
 }
 
+/// J1 of Carbyne's Fig. 2 (see [`carbyne_fig2_jobs`]), nothing of it run yet.
+fn carbyne_fig2_j1() -> (Job, JobState) {
+    let j1 = carbyne_fig2_jobs().swap_remove(0);
+    let state = JobState::new(&j1);
+    (j1, state)
+}
+
 /// Carbyne with `params` over Tetris for `job`.
 fn carbyne_over_tetris(job: &Job, params: CarbyneParams) -> CarbynePolicy {
     CarbynePolicy::new("carbyne", job, Box::new(TetrisPolicy::new(job)), params)
@@ -532,33 +539,30 @@ fn carbyne_fig2_offer(kind: OfferKind) -> OfferContext {
 
 #[test]
 fn carbyne_plans_t_k_and_yields_what_need_not_start_now() {
-    let jobs = carbyne_fig2_jobs();
-    let j1 = &jobs[0];
-    let state = JobState::new(j1);
+    let (job, state) = carbyne_fig2_j1();
+    let j1 = &job;
     let mut carbyne = carbyne_over_tetris(j1, CarbyneParams::default());
-    let offer = carbyne_fig2_offer;
     // T_k with a share of 0.5: S0 and S1 take two rounds, S2 ends at 2.1.
     let due = carbyne
-        .tasks_to_start_now(j1, &state, &offer(OfferKind::Regular))
+        .tasks_to_start_now(j1, &state, &carbyne_fig2_offer(OfferKind::Regular))
         .expect("a plan");
     assert!((carbyne.planned_completion().unwrap_or(0.0) - 2.1).abs() < 1e-9);
     // Reverse packing from 2.1: only one S1 task must start now.
     assert_eq!(due.len(), 1);
     assert_eq!(due[0].stage, 1);
-    let regular = carbyne.on_offer(j1, &state, &offer(OfferKind::Regular));
+    let regular = carbyne.on_offer(j1, &state, &carbyne_fig2_offer(OfferKind::Regular));
     assert_eq!(regular.launch, due);
     assert_eq!(regular.leftover, LeftoverAction::Yield);
     // On leftovers the job is greedy: all five runnable tasks fit in the machine.
-    let leftover = carbyne.on_offer(j1, &state, &offer(OfferKind::Leftover));
+    let leftover = carbyne.on_offer(j1, &state, &carbyne_fig2_offer(OfferKind::Leftover));
     assert_eq!(leftover.launch.len(), 5);
     assert_eq!(leftover.leftover, LeftoverAction::Decline);
 }
 
 #[test]
 fn carbyne_takes_everything_due_when_behind_its_plan() {
-    let jobs = carbyne_fig2_jobs();
-    let j1 = &jobs[0];
-    let state = JobState::new(j1);
+    let (job, state) = carbyne_fig2_j1();
+    let j1 = &job;
     let mut carbyne = carbyne_over_tetris(j1, CarbyneParams::default());
     let mut offer = carbyne_fig2_offer(OfferKind::Regular);
     assert_eq!(carbyne.on_offer(j1, &state, &offer).launch.len(), 1);
@@ -583,9 +587,8 @@ fn carbyne_takes_everything_due_when_behind_its_plan() {
 
 #[test]
 fn carbyne_replans_after_a_loss_and_after_finishes() {
-    let jobs = carbyne_fig2_jobs();
-    let j1 = &jobs[0];
-    let mut state = JobState::new(j1);
+    let (job, mut state) = carbyne_fig2_j1();
+    let j1 = &job;
     let mut carbyne = carbyne_over_tetris(
         j1,
         CarbyneParams {

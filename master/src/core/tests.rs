@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use fullerene_proto::ids::{AgentId, FrameworkId, TaskId};
 use fullerene_proto::messages::{
-    CallOk, DemandSummary, ErrorCode, FrameworkCall, FrameworkRequest, Leftover, MasterToAgent,
-    MasterToFramework, Offer, OperatorRequest, OperatorResponse, PendingDemand, StatusAck,
-    StatusReason, StatusUpdate, TaskSpec, TaskState,
+    CallOk, ErrorCode, FrameworkCall, FrameworkRequest, Leftover, MasterToAgent, MasterToFramework,
+    Offer, OperatorRequest, OperatorResponse, StatusAck, StatusReason, StatusUpdate, TaskSpec,
+    TaskState,
 };
 use fullerene_proto::{Now, Time};
 
@@ -22,7 +22,7 @@ use crate::storage::MemStorage;
 const TICK: Duration = Duration::from_millis(25);
 
 /// What each task of the tests' framework asks for.
-const ONE_TASK: &str = ONE_TASK;
+const ONE_TASK: &str = "cpus=1,mem_mib=512";
 
 fn address() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 4000))
