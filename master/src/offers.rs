@@ -713,32 +713,31 @@ mod tests {
 
     mod manager {
         use super::super::*;
-        use crate::state::Command;
+        use crate::testkit::{launch_tasks, register_agent, subscribe_framework};
 
         use fullerene_scheduling::testkit::resources;
 
         fn cluster() -> ClusterState {
             let mut state = ClusterState::default();
             state
-                .apply(&Command::RegisterAgent {
-                    agent_id: AgentId("agent-1".to_string()),
-                    hostname: "node1".to_string(),
-                    resources: resources("cpus=4,mem_mib=4096"),
-                    attributes: Default::default(),
-                    executors: vec!["sleep".to_string()],
-                    at_ms: 0,
-                })
+                .apply(&register_agent(
+                    "agent-1",
+                    "node1",
+                    "cpus=4,mem_mib=4096",
+                    &["sleep"],
+                    0,
+                ))
                 .expect("agent");
             for fw in ["fw-1", "fw-2"] {
                 state
-                    .apply(&Command::SubscribeFramework {
-                        framework_id: FrameworkId(fw.to_string()),
-                        principal: "framework-1".to_string(),
-                        name: fw.to_string(),
-                        group: "default".to_string(),
-                        failover_timeout_ms: 1_000,
-                        at_ms: 0,
-                    })
+                    .apply(&subscribe_framework(
+                        fw,
+                        "framework-1",
+                        fw,
+                        "default",
+                        1_000,
+                        0,
+                    ))
                     .expect("framework");
             }
             state
@@ -815,13 +814,13 @@ mod tests {
             );
             // The launch commits: charged in the state, no longer held back.
             state
-                .apply(&Command::LaunchTasks {
-                    framework_id: fw1.clone(),
-                    principal: "framework-1".to_string(),
-                    agent_id: accepted.agent.clone(),
-                    tasks: tasks.to_vec(),
-                    at_ms: 2,
-                })
+                .apply(&launch_tasks(
+                    fw1.as_str(),
+                    "framework-1",
+                    accepted.agent.as_str(),
+                    tasks.to_vec(),
+                    2,
+                ))
                 .expect("launched");
             offers.launch_settled(&state, &accepted.agent, accepted.launching);
             assert_eq!(state.allocation().agents().count(), 1);
@@ -855,27 +854,27 @@ mod tests {
             let mut state = cluster();
             // fw-1 alone in group "absent"; fw-2 in "default".
             state
-                .apply(&Command::SubscribeFramework {
-                    framework_id: FrameworkId("fw-3".to_string()),
-                    principal: "framework-1".to_string(),
-                    name: "fw-3".to_string(),
-                    group: "absent".to_string(),
-                    failover_timeout_ms: 60_000,
-                    at_ms: 0,
-                })
+                .apply(&subscribe_framework(
+                    "fw-3",
+                    "framework-1",
+                    "fw-3",
+                    "absent",
+                    60_000,
+                    0,
+                ))
                 .expect("framework");
             let fw2 = FrameworkId("fw-2".to_string());
             let fw3 = FrameworkId("fw-3".to_string());
             // fw-2 (group "default") holds half the cluster: group "absent" is deprived
             // past κ·C, so the gate makes its frameworks the only candidates.
             state
-                .apply(&Command::LaunchTasks {
-                    framework_id: fw2.clone(),
-                    principal: "framework-1".to_string(),
-                    agent_id: AgentId("agent-1".to_string()),
-                    tasks: vec![task("held", "cpus=2,mem_mib=512")],
-                    at_ms: 0,
-                })
+                .apply(&launch_tasks(
+                    "fw-2",
+                    "framework-1",
+                    "agent-1",
+                    vec![task("held", "cpus=2,mem_mib=512")],
+                    0,
+                ))
                 .expect("launched");
             let mut offers = OfferManager::new(state.settings(), 1, 2, 1_000).expect("manager");
             offers

@@ -68,6 +68,16 @@ fn subscribe(core: &mut DriverCore, id: &str) -> Vec<Action> {
     })
 }
 
+/// The `Subscribe` the test driver sends, naming `framework_id` once it has one.
+fn subscribe_call(framework_id: Option<&str>) -> FrameworkRequest {
+    FrameworkRequest::Subscribe {
+        framework_id: framework_id.map(FrameworkId::from),
+        name: "fw".into(),
+        group: "g".into(),
+        failover_timeout_ms: 60_000,
+    }
+}
+
 fn offer(id: u64, agent: &str) -> Offer {
     fullerene_proto::testkit::offer(id, "f1", agent, agent, "cpus=4", 0)
 }
@@ -87,15 +97,7 @@ fn first_subscription_registers_reconciles_and_numbers_calls() {
     let mut c = core();
     assert_eq!(connects(&c.start()), vec![(addr(1), 0)]);
     let sent = sends(&c.connected());
-    assert_eq!(
-        sent[0].1,
-        FrameworkRequest::Subscribe {
-            framework_id: None,
-            name: "fw".into(),
-            group: "g".into(),
-            failover_timeout_ms: 60_000
-        }
-    );
+    assert_eq!(sent[0].1, subscribe_call(None));
     let actions = c.received(MasterToFramework::CallResult {
         call_id: sent[0].0,
         result: subscribed("f1"),
@@ -303,15 +305,7 @@ fn reconnect_resubscribes_with_the_id_reconciles_and_resends_demand() {
         .is_empty());
 
     let sent = sends(&c.connected());
-    assert_eq!(
-        sent[0].1,
-        FrameworkRequest::Subscribe {
-            framework_id: Some("f1".into()),
-            name: "fw".into(),
-            group: "g".into(),
-            failover_timeout_ms: 60_000
-        }
-    );
+    assert_eq!(sent[0].1, subscribe_call(Some("f1")));
     let actions = c.received(MasterToFramework::CallResult {
         call_id: sent[0].0,
         result: subscribed("f1"),

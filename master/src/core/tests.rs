@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use fullerene_proto::ids::{AgentId, FrameworkId, TaskId};
 use fullerene_proto::messages::{
-    CallOk, DemandSummary, ErrorCode, FrameworkCall, FrameworkRequest, Leftover, MasterToAgent,
-    MasterToFramework, Offer, OperatorRequest, OperatorResponse, PendingDemand, StatusAck,
-    StatusReason, StatusUpdate, TaskSpec, TaskState,
+    CallOk, ErrorCode, FrameworkCall, FrameworkRequest, Leftover, MasterToAgent, MasterToFramework,
+    Offer, OperatorRequest, OperatorResponse, StatusAck, StatusReason, StatusUpdate, TaskSpec,
+    TaskState,
 };
 use fullerene_proto::{Now, Time};
 
-use fullerene_scheduling::testkit::resources;
+use fullerene_scheduling::testkit::{demand, resources};
 
 use super::*;
 use crate::raft_node::NodeConfig;
@@ -20,6 +20,9 @@ use crate::state::{ClusterSettings, TaskKey};
 use crate::storage::MemStorage;
 
 const TICK: Duration = Duration::from_millis(25);
+
+/// What each task of the tests' framework asks for.
+const ONE_TASK: &str = "cpus=1,mem_mib=512";
 
 fn address() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 4000))
@@ -200,14 +203,7 @@ impl Harness {
     }
 
     fn want(&mut self, framework_id: &FrameworkId, session: SessionId, count: u32) {
-        let demand = DemandSummary {
-            pending: vec![PendingDemand {
-                resources: resources("cpus=1,mem_mib=512"),
-                count,
-                pri_score: 1.0,
-            }],
-            remaining_work: f64::from(count),
-        };
+        let demand = demand(&resources(ONE_TASK), count);
         let (answer, _) = self.call(
             framework_id,
             session,
@@ -243,6 +239,24 @@ impl Harness {
                 leftover: Leftover::Decline { refuse_ms: 0 },
             },
         )
+    }
+
+    /// Accepts `offer` for the one task `t1` of [`ONE_TASK`].
+    fn accept_t1(
+        &mut self,
+        framework_id: &FrameworkId,
+        session: SessionId,
+        offer: &Offer,
+    ) -> (Option<Result<CallOk, WireError>>, Vec<Output>) {
+        self.accept(framework_id, session, offer, vec![task("t1", ONE_TASK)])
+    }
+
+    /// Launches `t1` on the first offer `session` receives; returns the accept's outputs.
+    fn launch_t1(&mut self, framework_id: &FrameworkId, session: SessionId) -> Vec<Output> {
+        let offer = self.offers_for(session).remove(0);
+        let (answer, outputs) = self.accept_t1(framework_id, session, &offer);
+        assert_eq!(answer, Some(Ok(CallOk::Done)));
+        outputs
     }
 
     fn operator(&mut self, request: OperatorRequest) -> OperatorResponse {
@@ -374,14 +388,7 @@ fn a_framework_with_demand_is_offered_an_agents_free_resources() {
 #[test]
 fn an_accept_launches_on_the_agent_once_committed_and_charges_its_resources() {
     let (mut h, agent_session, framework, session) = cluster_with_demand();
-    let offer = h.offers_for(session).remove(0);
-    let (answer, outputs) = h.accept(
-        &framework,
-        session,
-        &offer,
-        vec![task("t1", "cpus=1,mem_mib=512")],
-    );
-    assert_eq!(answer, Some(Ok(CallOk::Done)));
+    let outputs = h.launch_t1(&framework, session);
     match to_agent(&outputs, agent_session).as_slice() {
         [MasterToAgent::Launch {
             framework_id,
@@ -398,7 +405,7 @@ fn an_accept_launches_on_the_agent_once_committed_and_charges_its_resources() {
         .state()
         .agent_info(&AgentId::from("agent-1"))
         .expect("agent");
-    assert_eq!(info.used, resources("cpus=1,mem_mib=512"));
+    assert_eq!(info.used, resources(ONE_TASK));
     // The offer is answered: it is gone.
     assert!(h.core.open_offers().is_empty());
 }
@@ -407,19 +414,9 @@ fn an_accept_launches_on_the_agent_once_committed_and_charges_its_resources() {
 fn an_accept_of_an_answered_offer_is_refused_as_unknown() {
     let (mut h, _, framework, session) = cluster_with_demand();
     let offer = h.offers_for(session).remove(0);
-    let (first, _) = h.accept(
-        &framework,
-        session,
-        &offer,
-        vec![task("t1", "cpus=1,mem_mib=512")],
-    );
+    let (first, _) = h.accept_t1(&framework, session, &offer);
     assert_eq!(first, Some(Ok(CallOk::Done)));
-    let (stale, outputs) = h.accept(
-        &framework,
-        session,
-        &offer,
-        vec![task("t2", "cpus=1,mem_mib=512")],
-    );
+    let (stale, outputs) = h.accept(&framework, session, &offer, vec![task("t2", ONE_TASK)]);
     assert_eq!(error_code(stale), ErrorCode::UnknownOffer);
     assert!(
         !outputs.iter().any(|o| matches!(o, Output::ToAgent { .. })),
@@ -432,12 +429,7 @@ fn an_accept_of_another_frameworks_offer_is_refused_and_changes_nothing() {
     let (mut h, _, _, session) = cluster_with_demand();
     let offer = h.offers_for(session).remove(0);
     let (thief_session, thief) = h.subscribe("framework-2", None);
-    let (answer, outputs) = h.accept(
-        &thief,
-        thief_session,
-        &offer,
-        vec![task("t1", "cpus=1,mem_mib=512")],
-    );
+    let (answer, outputs) = h.accept(&thief, thief_session, &offer, vec![task("t1", ONE_TASK)]);
     assert_eq!(error_code(answer), ErrorCode::OfferNotYours);
     assert!(!outputs.iter().any(|o| matches!(o, Output::ToAgent { .. })));
     assert_eq!(
@@ -477,26 +469,14 @@ fn an_expired_offer_is_rescinded_and_its_accept_refused() {
         })
         .collect();
     assert_eq!(rescinded, vec![vec![offer.id]]);
-    let (answer, _) = h.accept(
-        &framework,
-        session,
-        &offer,
-        vec![task("t1", "cpus=1,mem_mib=512")],
-    );
+    let (answer, _) = h.accept_t1(&framework, session, &offer);
     assert_eq!(error_code(answer), ErrorCode::UnknownOffer);
 }
 
 #[test]
 fn a_silent_agent_is_marked_unreachable_then_lost_and_its_tasks_reported_lost() {
     let (mut h, _, framework, session) = cluster_with_demand();
-    let offer = h.offers_for(session).remove(0);
-    let (answer, _) = h.accept(
-        &framework,
-        session,
-        &offer,
-        vec![task("t1", "cpus=1,mem_mib=512")],
-    );
-    assert_eq!(answer, Some(Ok(CallOk::Done)));
+    h.launch_t1(&framework, session);
     let agent = AgentId::from("agent-1");
     h.heartbeating.clear();
     h.pass(Duration::from_millis(1_100));
@@ -554,13 +534,7 @@ fn a_heartbeat_keeps_an_agent_active_and_brings_an_unreachable_one_back() {
 #[test]
 fn status_updates_are_committed_then_acknowledged_to_the_agent_and_forwarded_to_the_framework() {
     let (mut h, agent_session, framework, session) = cluster_with_demand();
-    let offer = h.offers_for(session).remove(0);
-    h.accept(
-        &framework,
-        session,
-        &offer,
-        vec![task("t1", "cpus=1,mem_mib=512")],
-    );
+    h.launch_t1(&framework, session);
     let running = update("t1", &framework, "agent-1", TaskState::Running, 1);
     let outputs = h.input(Input::AgentStatus("agent-1".into(), running.clone()));
     assert_eq!(
@@ -716,13 +690,7 @@ fn an_agent_declared_lost_while_its_session_is_open_is_told_to_register_again_an
 #[test]
 fn status_from_an_agent_without_a_session_here_is_not_acknowledged() {
     let (mut h, _, framework, session) = cluster_with_demand();
-    let offer = h.offers_for(session).remove(0);
-    h.accept(
-        &framework,
-        session,
-        &offer,
-        vec![task("t1", "cpus=1,mem_mib=512")],
-    );
+    h.launch_t1(&framework, session);
     let running = update("t1", &framework, "agent-2", TaskState::Running, 1);
     let outputs = h.input(Input::AgentStatus("agent-2".into(), running));
     assert!(outputs.is_empty(), "{outputs:?}");
@@ -731,13 +699,7 @@ fn status_from_an_agent_without_a_session_here_is_not_acknowledged() {
 #[test]
 fn reconciliation_reports_the_latest_state_and_unknown_tasks_as_lost() {
     let (mut h, _, framework, session) = cluster_with_demand();
-    let offer = h.offers_for(session).remove(0);
-    h.accept(
-        &framework,
-        session,
-        &offer,
-        vec![task("t1", "cpus=1,mem_mib=512")],
-    );
+    h.launch_t1(&framework, session);
     h.input(Input::AgentStatus(
         "agent-1".into(),
         update("t1", &framework, "agent-1", TaskState::Running, 1),
@@ -790,13 +752,7 @@ fn reconciliation_reports_the_latest_state_and_unknown_tasks_as_lost() {
 #[test]
 fn a_framework_that_fails_over_in_time_keeps_its_tasks_and_a_late_one_is_torn_down() {
     let (mut h, _, framework, session) = cluster_with_demand();
-    let offer = h.offers_for(session).remove(0);
-    h.accept(
-        &framework,
-        session,
-        &offer,
-        vec![task("t1", "cpus=1,mem_mib=512")],
-    );
+    h.launch_t1(&framework, session);
     h.input(Input::FrameworkGone(framework.clone(), session));
     let entry = &h.core.node().state().frameworks()[&framework];
     assert!(entry.torn_down_at_ms.is_none());
@@ -951,12 +907,7 @@ fn the_same_inputs_give_the_same_outputs() {
         let (mut h, _, framework, session) = cluster_with_demand();
         let offer = h.offers_for(session).remove(0);
         let mut all = h
-            .accept(
-                &framework,
-                session,
-                &offer,
-                vec![task("t1", "cpus=1,mem_mib=512")],
-            )
+            .accept(&framework, session, &offer, vec![task("t1", ONE_TASK)])
             .1;
         all.extend(h.input(Input::AgentStatus(
             "agent-1".into(),

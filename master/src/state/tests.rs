@@ -44,27 +44,15 @@ fn spec(id: &str, resources: &str) -> TaskSpec {
 }
 
 fn launch(framework: &str, principal: &str, agent: &str, tasks: Vec<TaskSpec>) -> Command {
-    Command::LaunchTasks {
-        framework_id: framework.into(),
-        principal: principal.into(),
-        agent_id: agent.into(),
-        tasks,
-        at_ms: 3_000,
-    }
+    crate::testkit::launch_tasks(framework, principal, agent, tasks, 3_000)
 }
 
 fn status(agent: &str, framework: &str, task: &str, state: TaskState, seq: u64) -> Command {
     Command::UpdateStatus {
         agent_id: agent.into(),
         update: StatusUpdate {
-            task_id: task.into(),
-            framework_id: framework.into(),
-            agent_id: agent.into(),
-            state,
-            seq,
-            reason: None,
-            message: String::new(),
             timestamp_ms: 4_000,
+            ..fullerene_proto::testkit::status_update(task, framework, agent, state, seq)
         },
         at_ms: 4_000,
     }
@@ -76,6 +64,20 @@ fn ack(framework: &str, principal: &str, task: &str, seq: u64) -> Command {
         principal: principal.into(),
         task_id: task.into(),
         seq,
+    }
+}
+
+fn unreachable(agent: &str, at_ms: u64) -> Command {
+    Command::MarkAgentUnreachable {
+        agent_id: agent.into(),
+        at_ms,
+    }
+}
+
+fn lost(agent: &str, at_ms: u64) -> Command {
+    Command::MarkAgentLost {
+        agent_id: agent.into(),
+        at_ms,
     }
 }
 
@@ -210,11 +212,7 @@ fn launch_validation_refuses_without_changing_anything() {
     }
 
     // Not on an unreachable agent, and not on a lost one.
-    st.apply(&Command::MarkAgentUnreachable {
-        agent_id: "a1".into(),
-        at_ms: 5_000,
-    })
-    .unwrap();
+    st.apply(&unreachable("a1", 5_000)).unwrap();
     let err = refused(
         &mut st,
         &launch("f1", "alice", "a1", vec![spec("t7", "cpus=1")]),
@@ -226,11 +224,7 @@ fn launch_validation_refuses_without_changing_anything() {
             ..
         }
     ));
-    st.apply(&Command::MarkAgentLost {
-        agent_id: "a1".into(),
-        at_ms: 6_000,
-    })
-    .unwrap();
+    st.apply(&lost("a1", 6_000)).unwrap();
     let err = refused(
         &mut st,
         &launch("f1", "alice", "a1", vec![spec("t7", "cpus=1")]),
@@ -438,12 +432,7 @@ fn a_lost_agent_loses_its_tasks_and_must_kill_them_when_it_returns() {
     st.apply(&status("a1", "f1", "t1", TaskState::Running, 1))
         .unwrap();
 
-    let outcome = st
-        .apply(&Command::MarkAgentLost {
-            agent_id: "a1".into(),
-            at_ms: 7_000,
-        })
-        .unwrap();
+    let outcome = st.apply(&lost("a1", 7_000)).unwrap();
     let CommandOutcome::TasksEnded { updates, kill } = outcome else {
         panic!("expected TasksEnded");
     };
@@ -458,20 +447,8 @@ fn a_lost_agent_loses_its_tasks_and_must_kill_them_when_it_returns() {
     // Only f2's task is held now.
     assert!(st.allocation().deficits().deficit_of("g1") > 0.0);
     // Marking it lost again changes nothing; an unreachable mark is refused.
-    unchanged(
-        &mut st,
-        &Command::MarkAgentLost {
-            agent_id: "a1".into(),
-            at_ms: 8_000,
-        },
-    );
-    refused(
-        &mut st,
-        &Command::MarkAgentUnreachable {
-            agent_id: "a1".into(),
-            at_ms: 8_000,
-        },
-    );
+    unchanged(&mut st, &lost("a1", 8_000));
+    refused(&mut st, &unreachable("a1", 8_000));
     // The agent's late update about a LOST task is refused: a terminal task never changes.
     let err = refused(&mut st, &status("a1", "f1", "t1", TaskState::Finished, 3));
     assert!(matches!(err, CommandError::TerminalTask { .. }));
@@ -712,12 +689,9 @@ fn a_kill_not_yet_done_is_asked_again_when_the_agent_registers_again() {
 #[test]
 fn unreachable_agents_come_back_with_a_heartbeat() {
     let mut st = cluster();
-    let unreachable = Command::MarkAgentUnreachable {
-        agent_id: "a2".into(),
-        at_ms: 5_000,
-    };
-    st.apply(&unreachable).unwrap();
-    unchanged(&mut st, &unreachable);
+    let mark = unreachable("a2", 5_000);
+    st.apply(&mark).unwrap();
+    unchanged(&mut st, &mark);
     st.apply(&Command::AgentHeartbeat {
         agent_id: "a2".into(),
         at_ms: 6_000,
@@ -940,14 +914,8 @@ fn arb_command() -> impl Strategy<Value = Command> {
                 &format!("cpus={c},mem_mib=4096"),
                 running.into_iter().map(|((f, _), t)| key(f, t)).collect()
             )),
-        agent.clone().prop_map(|a| Command::MarkAgentLost {
-            agent_id: a.into(),
-            at_ms: 5
-        }),
-        agent.clone().prop_map(|a| Command::MarkAgentUnreachable {
-            agent_id: a.into(),
-            at_ms: 5
-        }),
+        agent.clone().prop_map(|a| lost(a, 5)),
+        agent.clone().prop_map(|a| unreachable(a, 5)),
         agent.clone().prop_map(|a| Command::AgentHeartbeat {
             agent_id: a.into(),
             at_ms: 6
