@@ -352,7 +352,9 @@ impl AgentCore {
                         acked_seq: s.acked_seq,
                         unacked: VecDeque::new(),
                         runtime: s.runtime,
-                        kill: s.kill.map(|(cause, grace_ms)| (cause, Duration::from_millis(grace_ms))),
+                        kill: s
+                            .kill
+                            .map(|(cause, grace_ms)| (cause, Duration::from_millis(grace_ms))),
                     },
                 );
             }
@@ -493,7 +495,9 @@ impl AgentCore {
                 last_seq: e.last_seq,
                 acked_seq: e.acked_seq,
                 runtime: e.runtime.clone(),
-                kill: e.kill.map(|(cause, grace)| (cause, checkpoint_millis(grace))),
+                kill: e
+                    .kill
+                    .map(|(cause, grace)| (cause, checkpoint_millis(grace))),
             }));
             records.extend(e.unacked.iter().cloned().map(Record::Update));
         }
@@ -618,14 +622,7 @@ impl AgentCore {
             runtime,
         }));
         if entry.state == TaskState::Staging {
-            self.push_update(
-                task_id,
-                TaskState::Running,
-                None,
-                note,
-                now,
-                &mut actions,
-            );
+            self.push_update(task_id, TaskState::Running, None, note, now, &mut actions);
         }
         actions
     }

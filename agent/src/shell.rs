@@ -352,9 +352,9 @@ impl Shell {
                 Event::Exec(event) => {
                     self.executors.reap(&event.task_id);
                     let now = self.clock.now();
-                    let actions = self
-                        .core
-                        .finished(&event.task_id, event.outcome, event.detail, now);
+                    let actions =
+                        self.core
+                            .finished(&event.task_id, event.outcome, event.detail, now);
                     self.apply(actions).await?;
                 }
                 Event::Session(SessionEvent::Due) => self.start_attempt(),

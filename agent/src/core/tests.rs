@@ -1,4 +1,5 @@
 use super::*;
+use fullerene_proto::time::Time;
 
 /// The clocks `ms` milliseconds after the epoch: the core reads only the wall clock.
 fn at(ms: u64) -> Now {
@@ -69,7 +70,9 @@ fn running(core: &mut AgentCore, log: &mut Log, id: &str, resources: &str) {
             pid: 100,
             start_ticks: 7,
         },
-        String::new(), at(2)));
+        String::new(),
+        at(2),
+    ));
 }
 
 #[test]
@@ -79,7 +82,12 @@ fn a_task_streams_running_then_finished_and_leaves_once_acked() {
     running(&mut core, &mut log, "t1", "cpus=1,mem_mib=100");
     assert_eq!(log.starts, vec![TaskId::from("t1")]);
     assert_eq!(core.used(), "cpus=1,mem_mib=100".parse().expect("r"));
-    log.take(core.finished(&TaskId::from("t1"), Outcome::Exited(0), String::new(), at(3)));
+    log.take(core.finished(
+        &TaskId::from("t1"),
+        Outcome::Exited(0),
+        String::new(),
+        at(3),
+    ));
     assert_eq!(
         seqs(&log.sent, "t1"),
         vec![(1, TaskState::Running), (2, TaskState::Finished)]
@@ -118,7 +126,12 @@ fn resend_is_every_unacked_update_in_per_task_order() {
     running(&mut core, &mut log, "a", "cpus=1");
     running(&mut core, &mut log, "b", "cpus=1");
     log.take(core.finished(&TaskId::from("a"), Outcome::Exited(3), "boom".into(), at(5)));
-    log.take(core.finished(&TaskId::from("b"), Outcome::Signaled(9), String::new(), at(6)));
+    log.take(core.finished(
+        &TaskId::from("b"),
+        Outcome::Signaled(9),
+        String::new(),
+        at(6),
+    ));
     core.ack(&StatusAck {
         task_id: TaskId::from("b"),
         seq: 1,
@@ -156,9 +169,19 @@ fn duplicate_launch_and_duplicate_executor_reports_are_harmless() {
     // A second `started` records the runtime but sends no second RUNNING.
     let again = core.started(&TaskId::from("t"), runtime, String::new(), at(9));
     assert!(again.iter().all(|a| !matches!(a, Action::Send(_))));
-    log.take(core.finished(&TaskId::from("t"), Outcome::Exited(0), String::new(), at(10)));
+    log.take(core.finished(
+        &TaskId::from("t"),
+        Outcome::Exited(0),
+        String::new(),
+        at(10),
+    ));
     assert!(core
-        .finished(&TaskId::from("t"), Outcome::Exited(1), String::new(), at(11))
+        .finished(
+            &TaskId::from("t"),
+            Outcome::Exited(1),
+            String::new(),
+            at(11)
+        )
         .is_empty());
     assert_eq!(
         seqs(&log.sent, "t"),
@@ -175,7 +198,9 @@ fn insufficient_resources_fail_the_task_and_change_nothing_else() {
     let before_other = core.task(&TaskId::from("big")).cloned();
     let actions = core.launch(
         &fw("f"),
-        vec![spec("too-big", "cpus=2"), spec("fits", "cpus=1")], at(4));
+        vec![spec("too-big", "cpus=2"), spec("fits", "cpus=1")],
+        at(4),
+    );
     log.take(actions);
     let failed = seqs(&log.sent, "too-big");
     assert_eq!(failed, vec![(1, TaskState::Failed)]);
@@ -240,13 +265,18 @@ fn registered_kill_list_kills_running_tasks_as_agent_lost() {
     running(&mut core, &mut log, "keep", "cpus=1");
     running(&mut core, &mut log, "lost", "cpus=1");
     log.take(core.registered(&[TaskId::from("lost"), TaskId::from("never-heard-of")]));
-    assert_eq!(log.kills, vec![(TaskId::from("lost"), Duration::from_millis(750))]);
+    assert_eq!(
+        log.kills,
+        vec![(TaskId::from("lost"), Duration::from_millis(750))]
+    );
     // Asking again while the kill runs does not start a second one.
     assert!(core.registered(&[TaskId::from("lost")]).is_empty());
     log.take(core.finished(
         &TaskId::from("lost"),
         Outcome::Signaled(15),
-        String::new(), at(9)));
+        String::new(),
+        at(9),
+    ));
     let last = log.sent.last().expect("update");
     assert_eq!((last.state, last.seq), (TaskState::Killed, 2));
     assert_eq!(last.reason, Some(StatusReason::AgentLost));
@@ -261,10 +291,17 @@ fn kill_needs_the_tasks_own_framework_and_ends_as_killed() {
     let mut core = AgentCore::new(config());
     let mut log = Log::default();
     running(&mut core, &mut log, "t", "cpus=1");
-    assert!(core.kill(&TaskId::from("t"), &fw("other"), Duration::from_millis(5)).is_empty());
-    assert!(core.kill(&TaskId::from("nope"), &fw("f"), Duration::from_millis(5)).is_empty());
+    assert!(core
+        .kill(&TaskId::from("t"), &fw("other"), Duration::from_millis(5))
+        .is_empty());
+    assert!(core
+        .kill(&TaskId::from("nope"), &fw("f"), Duration::from_millis(5))
+        .is_empty());
     log.take(core.kill(&TaskId::from("t"), &fw("f"), Duration::from_millis(5)));
-    assert_eq!(log.kills, vec![(TaskId::from("t"), Duration::from_millis(5))]);
+    assert_eq!(
+        log.kills,
+        vec![(TaskId::from("t"), Duration::from_millis(5))]
+    );
     // Even if the process exits 0 during the grace period, the task was killed.
     log.take(core.finished(&TaskId::from("t"), Outcome::Exited(0), String::new(), at(9)));
     let last = log.sent.last().expect("update");
@@ -297,7 +334,10 @@ fn recovery_from_records_or_from_a_snapshot_gives_the_same_table() {
     let resume = from_log.to_resume();
     let ids: Vec<&str> = resume.iter().map(|r| r.task_id.as_str()).collect();
     assert_eq!(ids, vec!["b", "c"]);
-    assert_eq!(resume[0].kill, Some((KillCause::Framework, Duration::from_millis(40))));
+    assert_eq!(
+        resume[0].kill,
+        Some((KillCause::Framework, Duration::from_millis(40)))
+    );
     assert_eq!(
         resume[0].runtime,
         Some(Runtime::Process {
@@ -308,7 +348,12 @@ fn recovery_from_records_or_from_a_snapshot_gives_the_same_table() {
     assert_eq!(resume[1].runtime, None);
     // The next update of a recovered task continues its sequence.
     let mut recovered = from_snapshot;
-    let actions = recovered.finished(&TaskId::from("b"), Outcome::Signaled(9), String::new(), at(9));
+    let actions = recovered.finished(
+        &TaskId::from("b"),
+        Outcome::Signaled(9),
+        String::new(),
+        at(9),
+    );
     let sent: Vec<_> = actions
         .into_iter()
         .filter_map(|a| match a {

@@ -227,13 +227,17 @@ async fn kill_terms_the_group_and_kills_what_ignores_it_after_the_grace_period()
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
-    let actions = rig
-        .core
-        .kill(&TaskId::from("stubborn"), &FrameworkId::from("fw"), Duration::from_millis(1000));
+    let actions = rig.core.kill(
+        &TaskId::from("stubborn"),
+        &FrameworkId::from("fw"),
+        Duration::from_millis(1000),
+    );
     rig.run(actions);
-    let actions = rig
-        .core
-        .kill(&TaskId::from("polite"), &FrameworkId::from("fw"), Duration::from_millis(u64::MAX));
+    let actions = rig.core.kill(
+        &TaskId::from("polite"),
+        &FrameworkId::from("fw"),
+        Duration::from_millis(u64::MAX),
+    );
     rig.run(actions);
     let mut ends = BTreeMap::new();
     for _ in 0..2 {
@@ -290,9 +294,11 @@ async fn sleep_tasks_finish_after_their_duration_or_when_killed() {
     let event = rig.next_end().await;
     assert_eq!(event.task_id.as_str(), "nap");
     assert_eq!(rig.last("nap").state, TaskState::Finished);
-    let actions = rig
-        .core
-        .kill(&TaskId::from("long"), &FrameworkId::from("fw"), Duration::from_millis(1000));
+    let actions = rig.core.kill(
+        &TaskId::from("long"),
+        &FrameworkId::from("fw"),
+        Duration::from_millis(1000),
+    );
     rig.run(actions);
     rig.next_end().await;
     assert_eq!(rig.last("long").state, TaskState::Killed);
