@@ -37,6 +37,7 @@ use fullerene_client::{
 use fullerene_proto::ids::AgentId;
 use fullerene_proto::messages::{AgentToMaster, MasterToAgent};
 use fullerene_proto::resources::{ResourceKind, ResourceVec};
+use fullerene_proto::time::SystemClock;
 use fullerene_transport::{Client, PeerIdentity, TlsMaterial, TransportConfig, TransportError};
 use tokio::sync::mpsc;
 use tokio::time::{Instant, Interval, MissedTickBehavior};
@@ -46,7 +47,6 @@ use crate::checkpoint::{Checkpoint, CheckpointError};
 use crate::core::{Action, AgentCore, CoreConfig, Outcome, EXECUTOR_COMMAND, EXECUTOR_SLEEP};
 use crate::executor::{ExecEvent, Executors};
 use crate::metrics as m;
-use crate::now_ms;
 
 /// Everything the agent is configured with.
 #[derive(Clone, Debug)]
@@ -226,7 +226,8 @@ where
     }
     m::limits_enforced(limits.enforced());
     let (mut executors, exec_rx) = Executors::new(&config.work_dir, limits);
-    let now = now_ms();
+    let clock = SystemClock::new();
+    let now = clock.now();
     let resumed = core.to_resume();
     if !resumed.is_empty() || core.backlog() > 0 {
         tracing::info!(
@@ -279,6 +280,7 @@ where
     let mut shell = Shell {
         agent_id,
         config,
+        clock,
         core,
         checkpoint,
         executors,
@@ -324,6 +326,8 @@ enum Event {
 struct Shell {
     agent_id: AgentId,
     config: AgentConfig,
+    /// The one clock the core's and the executors' `now` is read from.
+    clock: SystemClock,
     core: AgentCore,
     checkpoint: Checkpoint,
     executors: Executors,
@@ -347,9 +351,10 @@ impl Shell {
                 Event::Shutdown => return Ok(()),
                 Event::Exec(event) => {
                     self.executors.reap(&event.task_id);
+                    let now = self.clock.now();
                     let actions =
                         self.core
-                            .finished(&event.task_id, event.outcome, event.detail, now_ms());
+                            .finished(&event.task_id, event.outcome, event.detail, now);
                     self.apply(actions).await?;
                 }
                 Event::Session(SessionEvent::Due) => self.start_attempt(),
@@ -454,7 +459,7 @@ impl Shell {
                     // knows about every process it may have started.
                     self.checkpoint.sync()?;
                     m::launched();
-                    let now = now_ms();
+                    let now = self.clock.now();
                     let more = match self.executors.start(&framework_id, &spec, now) {
                         Ok(started) => {
                             tracing::info!(task = %spec.id, framework = %framework_id, "task started");
@@ -475,14 +480,14 @@ impl Shell {
                         queue.insert(i, action);
                     }
                 }
-                Action::Kill { task_id, grace_ms } => {
+                Action::Kill { task_id, grace } => {
                     self.checkpoint.sync()?;
-                    if !self.executors.kill(&task_id, grace_ms) {
+                    if !self.executors.kill(&task_id, grace) {
                         let more = self.core.finished(
                             &task_id,
                             Outcome::NotRunning,
                             String::new(),
-                            now_ms(),
+                            self.clock.now(),
                         );
                         for (i, action) in more.into_iter().enumerate() {
                             queue.insert(i, action);
@@ -567,7 +572,7 @@ impl Shell {
                 framework_id,
                 tasks,
             } => {
-                let actions = self.core.launch(&framework_id, tasks, now_ms());
+                let actions = self.core.launch(&framework_id, tasks, self.clock.now());
                 self.apply(actions).await?;
             }
             MasterToAgent::Kill {
@@ -575,7 +580,8 @@ impl Shell {
                 framework_id,
                 grace_ms,
             } => {
-                let actions = self.core.kill(&task_id, &framework_id, grace_ms);
+                let grace = Duration::from_millis(grace_ms);
+                let actions = self.core.kill(&task_id, &framework_id, grace);
                 self.apply(actions).await?;
             }
             MasterToAgent::StatusAck(ack) => {

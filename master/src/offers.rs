@@ -9,11 +9,13 @@
 //! book (and a new id epoch, its term), so no offer outlives its leader.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use fullerene_proto::messages::{
     AgentState, DemandSummary, ErrorCode, Leftover, Offer, OfferKind, TaskSpec, UnixMillis,
     WireError,
 };
+use fullerene_proto::time::{secs_f64, Time};
 use fullerene_proto::{AgentId, FrameworkId, OfferId, ResourceVec};
 use fullerene_scheduling::allocator::{
     Allocator, AllocatorConfig, AllocatorError, InterJobPolicy, LeftoverAction, OfferDecision,
@@ -382,7 +384,7 @@ impl OfferManager {
         }
         let decisions = self
             .allocator
-            .allocate_all(accounting, now_ms as f64 / 1000.0);
+            .allocate_all(accounting, Time::from_millis(now_ms).as_secs_f64());
         let mut offers = Vec::with_capacity(decisions.len());
         for decision in decisions {
             if !connected(&decision.framework) {
@@ -469,7 +471,7 @@ impl OfferManager {
             Leftover::Yield => LeftoverAction::Yield,
         };
         let accounting = state.allocation();
-        let now_s = now_ms as f64 / 1000.0;
+        let now_s = Time::from_millis(now_ms).as_secs_f64();
         let decision = self
             .allocator
             .offer_answered(accounting, &agent, framework, &demands, action, now_s)
@@ -480,7 +482,7 @@ impl OfferManager {
                 accounting,
                 &agent,
                 framework,
-                now_s + refuse_ms as f64 / 1000.0,
+                now_s + secs_f64(Duration::from_millis(refuse_ms)),
             );
         }
         let reoffer = decision.map(|d| self.open(state, &d, now_ms));
@@ -507,7 +509,7 @@ impl OfferManager {
                 .map_err(|e| e.to_wire())?;
         }
         let accounting = state.allocation();
-        let now_s = now_ms as f64 / 1000.0;
+        let now_s = Time::from_millis(now_ms).as_secs_f64();
         let mut reoffers = Vec::new();
         for open in self.book.take(offer_ids) {
             let agent = open.offer.agent_id.clone();
@@ -528,7 +530,7 @@ impl OfferManager {
                     accounting,
                     &agent,
                     framework,
-                    now_s + refuse_ms as f64 / 1000.0,
+                    now_s + secs_f64(Duration::from_millis(refuse_ms)),
                 );
             }
         }

@@ -17,7 +17,8 @@ use fullerene_proto::messages::{
     CommandSpec, DemandSummary, ErrorCode, Executor, FrameworkRequest, Leftover, Offer,
     StatusReason, StatusUpdate, TaskOrigin, TaskSpec, TaskState, WireError,
 };
-use fullerene_proto::{AgentId, ResourceVec, Resources, TaskId};
+use fullerene_proto::time::secs_f64;
+use fullerene_proto::{AgentId, ResourceVec, Resources, TaskId, Time};
 use serde::Serialize;
 
 use crate::job::{Job, TaskRef};
@@ -617,7 +618,8 @@ impl DagJob {
     }
 
     fn job_seconds(&self, now_ms: u64) -> f64 {
-        now_ms.saturating_sub(self.submitted_ms) as f64 / 1000.0 / self.config.time_scale
+        let since_submitted = Time::from_millis(now_ms) - Time::from_millis(self.submitted_ms);
+        secs_f64(since_submitted) / self.config.time_scale
     }
 
     fn task_id(&self, task: TaskRef, launch: u32) -> TaskId {

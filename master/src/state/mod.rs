@@ -25,7 +25,7 @@ use fullerene_proto::messages::{
     AgentInfo, AgentState, Executor, FrameworkInfo, StatusReason, StatusUpdate, TaskInfo, TaskSpec,
     TaskState, UnixMillis,
 };
-use fullerene_proto::{AgentId, FrameworkId, ResourceVec, Resources, TaskId};
+use fullerene_proto::{AgentId, FrameworkId, ResourceVec, Resources, TaskId, Time};
 use fullerene_scheduling::allocator::state::{AllocationState, StateError};
 use fullerene_scheduling::fairness::{FairnessError, FairnessFactor};
 use fullerene_scheduling::Overbooking;
@@ -637,8 +637,11 @@ impl ClusterState {
                 framework_id.clone(),
             ));
         }
-        self.allocation
-            .add_framework(framework_id.clone(), group, at_ms as f64 / 1000.0)?;
+        self.allocation.add_framework(
+            framework_id.clone(),
+            group,
+            Time::from_millis(at_ms).as_secs_f64(),
+        )?;
         self.frameworks.insert(
             framework_id.clone(),
             FrameworkEntry {
