@@ -246,13 +246,13 @@ where
     let client = Arc::new(client);
     let follow = FollowConfig {
         pacing: Pacing::Backoff {
-            initial_ms: millis(config.backoff_min),
-            max_ms: millis(config.backoff_max),
+            initial: config.backoff_min,
+            max: config.backoff_max,
         },
         // Up to three redirects in a row are followed at once.
         redirects_at_once: 3,
         // An agent tries masters in turn even if one just failed.
-        pass_over_ms: 0,
+        pass_over: Duration::ZERO,
         seed: rand::random(),
     };
     let session = LeaderSession::new(
@@ -300,10 +300,6 @@ where
     let result = shell.run_loop(shutdown).await;
     shell.stop();
     result
-}
-
-fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// The heartbeats of a registered session, and how long the master may stay silent (no
@@ -541,17 +537,18 @@ impl Shell {
         welcome: Registered,
     ) -> Result<(), AgentError> {
         let Registered {
-            heartbeat_interval_ms,
+            heartbeat_interval,
             kill,
         } = welcome;
         tracing::info!(
             master = %addr,
-            heartbeat_ms = heartbeat_interval_ms,
+            heartbeat = ?heartbeat_interval,
             tasks = self.core.tasks().count(),
             "registered"
         );
         // The interval comes from the master: keep it sane (10 ms to an hour).
-        let period = Duration::from_millis(heartbeat_interval_ms.clamp(10, 3_600_000));
+        let period =
+            heartbeat_interval.clamp(Duration::from_millis(10), Duration::from_secs(3_600));
         let mut heartbeat = tokio::time::interval_at(Instant::now() + period, period);
         heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
         self.liveness = Some(Liveness {

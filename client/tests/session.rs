@@ -85,11 +85,11 @@ async fn follows_a_redirect_joins_replays_and_retries_after_a_loss() {
     let config = SessionConfig {
         follow: FollowConfig {
             pacing: Pacing::Backoff {
-                initial_ms: 20,
-                max_ms: 200,
+                initial: Duration::from_millis(20),
+                max: Duration::from_millis(200),
             },
             redirects_at_once: 3,
-            pass_over_ms: 0,
+            pass_over: Duration::ZERO,
             seed: 1,
         },
         join_timeout: Duration::from_secs(10),
@@ -128,7 +128,7 @@ async fn follows_a_redirect_joins_replays_and_retries_after_a_loss() {
     match next(&mut session).await {
         SessionEvent::Joined { addr, welcome } => {
             let expected = Registered {
-                heartbeat_interval_ms: 250,
+                heartbeat_interval: Duration::from_millis(250),
                 kill: vec![],
             };
             assert_eq!((addr, welcome), (leader_addr, expected));

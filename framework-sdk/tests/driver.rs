@@ -173,8 +173,8 @@ async fn driver_follows_redirect_answers_offers_acks_updates_and_resubscribes() 
 
     let framework_tls = tls(&certs.dir, &certs.ca_cert, Role::Framework, 1);
     let mut config = DriverConfig::new(vec![follower_addr], "test-fw", "g1");
-    config.backoff_initial_ms = 20;
-    config.backoff_max_ms = 200;
+    config.backoff_initial = Duration::from_millis(20);
+    config.backoff_max = Duration::from_millis(200);
     let driver = tokio::spawn(async move {
         run(
             config,
