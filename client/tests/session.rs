@@ -59,7 +59,10 @@ async fn follows_a_redirect_joins_replays_and_retries_after_a_loss() {
     // The follower redirects to the leader, which is tried at once.
     attempt(&mut session, 1).await;
     let mut at_follower = follower.accept::<AgentPeer>().await;
-    assert_eq!(at_follower.recv().await, AgentToMaster::Heartbeat { seq: 1 });
+    assert_eq!(
+        at_follower.recv().await,
+        AgentToMaster::Heartbeat { seq: 1 }
+    );
     at_follower.redirect_to(MasterId(2), leader_addr).await;
     attempt(&mut session, 2).await;
     let mut at_leader = leader.accept::<AgentPeer>().await;

@@ -161,9 +161,8 @@ fn start_master(
 ) -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
     let master = FakeMaster::bind(certs, 1);
     let addr = master.addr();
-    let task = master.serve_each(move |session, n| {
-        serve(session, format!("fw-{n}"), Arc::clone(&seen))
-    });
+    let task =
+        master.serve_each(move |session, n| serve(session, format!("fw-{n}"), Arc::clone(&seen)));
     (addr, task)
 }
 

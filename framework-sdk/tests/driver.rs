@@ -122,7 +122,9 @@ async fn driver_follows_redirect_answers_offers_acks_updates_and_resubscribes() 
         }
         other => panic!("expected a first Subscribe, got {other:?}"),
     }
-    answer(&mut s, call.call_id,
+    answer(
+        &mut s,
+        call.call_id,
         CallOk::Subscribed {
             framework_id: FrameworkId::from("fw-1"),
             heartbeat_interval_ms: 1_000,
@@ -174,7 +176,9 @@ async fn driver_follows_redirect_answers_offers_acks_updates_and_resubscribes() 
         "expected a re-subscription with the id, got {:?}",
         call.call
     );
-    answer(&mut s, call.call_id,
+    answer(
+        &mut s,
+        call.call_id,
         CallOk::Subscribed {
             framework_id: FrameworkId::from("fw-1"),
             heartbeat_interval_ms: 1_000,

@@ -34,8 +34,7 @@ use tokio::task::{JoinHandle, JoinSet};
 
 use crate::certs::{generate_dev_cluster, CertCounts, GeneratedCerts};
 use crate::{
-    Connection, PeerIdentity, Role, Server, Session, TlsMaterial, TransportConfig,
-    TransportError,
+    Connection, PeerIdentity, Role, Server, Session, TlsMaterial, TransportConfig, TransportError,
 };
 
 /// How long a test waits for anything that takes milliseconds on loopback: generous, so that
@@ -315,7 +314,9 @@ impl<K: PeerKind> PeerSession<K> {
         {
             Ok(Some(message)) => message,
             Ok(None) => panic!("{peer} ended its session while a message was awaited"),
-            Err(error) => panic!("the session with {peer} failed while a message was awaited: {error}"),
+            Err(error) => {
+                panic!("the session with {peer} failed while a message was awaited: {error}")
+            }
         }
     }
 

@@ -16,8 +16,8 @@ use fullerene_proto::messages::{
 };
 use fullerene_proto::resources::ResourceVec;
 use fullerene_transport::certs::CertCounts;
-pub(crate) use fullerene_transport::testkit::{FakeMaster, TestCerts};
 use fullerene_transport::testkit::{awaiting, AgentPeer, PeerSession};
+pub(crate) use fullerene_transport::testkit::{FakeMaster, TestCerts};
 use fullerene_transport::Role;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -137,7 +137,11 @@ pub(crate) struct RunningAgent {
 }
 
 impl RunningAgent {
-    pub(crate) fn start(certs: &TestCerts, masters: Vec<SocketAddr>, work_dir: &Path) -> RunningAgent {
+    pub(crate) fn start(
+        certs: &TestCerts,
+        masters: Vec<SocketAddr>,
+        work_dir: &Path,
+    ) -> RunningAgent {
         RunningAgent::start_with(certs, masters, work_dir, |_| {})
     }
 
