@@ -1,4 +1,4 @@
-//! The agent's shell against a scripted master (see `common`).
+//! The agent's shell against a scripted master (the testkit's `FakeMaster`, see `common`).
 
 mod common;
 
@@ -7,26 +7,25 @@ use std::time::Duration;
 
 use common::*;
 use fullerene_agent::AgentError;
-use fullerene_proto::ids::{AgentId, MasterId, TaskId};
-use fullerene_proto::messages::{
-    AgentToMaster, LeaderInfo, MasterToAgent, Redirect, StatusReason, StatusUpdate, TaskState,
-};
+use fullerene_proto::ids::{AgentId, TaskId};
+use fullerene_proto::messages::{AgentToMaster, StatusReason, StatusUpdate, TaskState};
 use fullerene_proto::resources::ResourceVec;
 use fullerene_proto::testkit::resources;
+use fullerene_transport::testkit::WAIT;
 use tokio::time::timeout;
 
 /// One scripted master (master 1) and a fresh work directory for the agents a test starts.
 struct Bench {
-    certs: Certs,
-    master: ScriptedMaster,
+    certs: TestCerts,
+    master: FakeMaster,
     _tmp: tempfile::TempDir,
     work: std::path::PathBuf,
 }
 
 impl Bench {
     fn new() -> Bench {
-        let certs = Certs::new();
-        let master = ScriptedMaster::bind(&certs, 1);
+        let certs = certs();
+        let master = FakeMaster::bind(&certs, 1);
         let (tmp, work) = work_dir();
         Bench {
             certs,
@@ -43,7 +42,7 @@ impl Bench {
 
     /// Accepts the next registration with nothing to kill.
     async fn session(&mut self) -> AgentSession {
-        self.master.accept().await.accept(vec![]).await
+        next_registration(&mut self.master).await.accept(vec![]).await
     }
 }
 
@@ -60,7 +59,7 @@ async fn registers_runs_tasks_and_forgets_what_was_acked() {
     let mut bench = Bench::new();
     let agent = bench.start_agent();
 
-    let registering = bench.master.accept().await;
+    let registering = next_registration(&mut bench.master).await;
     assert!(registering.tasks.is_empty(), "a first start has no tasks");
     let mut session = registering.accept(vec![]).await;
     let mut too_big = sh("too-big", "true");
@@ -97,37 +96,28 @@ async fn registers_runs_tasks_and_forgets_what_was_acked() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     agent.stop().await;
     let agent = bench.start_agent();
-    let registering = bench.master.accept().await;
+    let registering = next_registration(&mut bench.master).await;
     assert!(registering.tasks.is_empty(), "{:?}", registering.tasks);
     agent.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn follows_redirects_to_the_leader() {
-    let certs = Certs::new();
-    let mut follower = ScriptedMaster::bind(&certs, 1);
-    let mut leader = ScriptedMaster::bind(&certs, 2);
+    let certs = certs();
+    let mut follower = FakeMaster::bind(&certs, 1);
+    let mut leader = FakeMaster::bind(&certs, 2);
     let (_tmp, work) = work_dir();
     let agent = RunningAgent::start(&certs, vec![follower.addr()], &work);
 
-    let redirect = |to: &ScriptedMaster, id| {
-        MasterToAgent::Redirect(Redirect {
-            leader: Some(LeaderInfo {
-                id: MasterId(id),
-                addr: to.addr(),
-                term: 1,
-            }),
-        })
-    };
-    let mut at_follower = follower.accept().await.agent;
-    at_follower.send(redirect(&leader, 2)).await;
-    let mut session = leader.accept().await.accept(vec![]).await;
+    let mut at_follower = next_registration(&mut follower).await.agent;
+    at_follower.redirect_to(2, leader.addr()).await;
+    let mut session = next_registration(&mut leader).await.accept(vec![]).await;
     session.launch(vec![sleep_task("s", 1)]).await;
     assert_eq!(session.status().await.state, TaskState::Running);
 
     // Leadership moves mid-session: the old leader redirects, the agent re-registers.
-    session.send(redirect(&follower, 1)).await;
-    let registering = follower.accept().await;
+    session.redirect_to(1, follower.addr()).await;
+    let registering = next_registration(&mut follower).await;
     assert_eq!(registering.tasks.len(), 1, "{:?}", registering.tasks);
     let mut session = registering.accept(vec![]).await;
     let resent = session.status().await;
@@ -154,7 +144,7 @@ async fn updates_are_resent_in_order_after_each_lost_session_until_acked() {
     session.drop_connection();
 
     // Second session: both updates again, in order; only the first is acked.
-    let registering = bench.master.accept().await;
+    let registering = next_registration(&mut bench.master).await;
     assert_eq!(registering.tasks.len(), 1);
     assert_eq!(
         (registering.tasks[0].state, registering.tasks[0].seq),
@@ -171,7 +161,7 @@ async fn updates_are_resent_in_order_after_each_lost_session_until_acked() {
     session.drop_connection();
 
     // Third session: only the unacked one.
-    let registering = bench.master.accept().await;
+    let registering = next_registration(&mut bench.master).await;
     assert_eq!(registering.tasks.len(), 1);
     let mut session = registering.accept(vec![]).await;
     let only = session.status().await;
@@ -181,7 +171,7 @@ async fn updates_are_resent_in_order_after_each_lost_session_until_acked() {
     session.drop_connection();
 
     // Fourth session: nothing left.
-    let registering = bench.master.accept().await;
+    let registering = next_registration(&mut bench.master).await;
     assert!(registering.tasks.is_empty(), "{:?}", registering.tasks);
     agent.stop().await;
 }
@@ -200,7 +190,7 @@ async fn a_restarted_agent_reregisters_its_task_and_reports_how_it_ended() {
     agent.crash().await;
 
     let agent = bench.start_agent();
-    let registering = bench.master.accept().await;
+    let registering = next_registration(&mut bench.master).await;
     assert_eq!(registering.tasks.len(), 1);
     assert_eq!(
         (
@@ -235,7 +225,7 @@ async fn tasks_the_master_lists_at_registration_are_killed() {
     session.drop_connection();
 
     // The master declared the agent lost meanwhile and marked `doomed` LOST.
-    let registering = bench.master.accept().await;
+    let registering = next_registration(&mut bench.master).await;
     assert_eq!(registering.tasks.len(), 2);
     let mut session = registering.accept(vec![TaskId::from("doomed")]).await;
     let killed = session.status().await;
@@ -322,7 +312,7 @@ async fn a_torn_checkpoint_tail_is_dropped_and_damage_is_refused() {
     torn.extend_from_slice(&[200, 0, 0, 0, 1, 2, 3, 4, 5, 6]);
     std::fs::write(&log, &torn).expect("write");
     let agent = bench.start_agent();
-    let registering = bench.master.accept().await;
+    let registering = next_registration(&mut bench.master).await;
     assert_eq!(registering.tasks.len(), 1);
     let mut session = registering.accept(vec![]).await;
     assert_eq!(session.status().await, running);
