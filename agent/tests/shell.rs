@@ -42,7 +42,10 @@ impl Bench {
 
     /// Accepts the next registration with nothing to kill.
     async fn session(&mut self) -> AgentSession {
-        next_registration(&mut self.master).await.accept(vec![]).await
+        next_registration(&mut self.master)
+            .await
+            .accept(vec![])
+            .await
     }
 }
 
