@@ -283,7 +283,6 @@ impl Job {
 mod tests {
     use super::*;
     use crate::testkit;
-    use fullerene_proto::ResourceKind;
 
     fn spec(id: u32, parents: &[u32], tasks: usize) -> StageSpec {
         testkit::stage(id, parents, &vec![1.0; tasks], testkit::cpus(1.0))

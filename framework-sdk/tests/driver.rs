@@ -8,6 +8,8 @@ use fullerene_proto::messages::{
     CallOk, Executor, FrameworkRequest, Leftover, MasterToFramework, Offer, StatusAck,
     StatusUpdate, TaskSpec, TaskState,
 };
+use std::time::Duration;
+
 use fullerene_proto::{FrameworkId, MasterId, OfferId, TaskId};
 use fullerene_sdk::driver::{run, DriverConfig, DriverHandle, RunOptions, Scheduler};
 use fullerene_transport::certs::CertCounts;

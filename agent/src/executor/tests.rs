@@ -376,7 +376,7 @@ async fn a_reused_pid_is_not_taken_for_the_task() {
             pid: me,
             start_ticks: mine.start_ticks + 1,
         }),
-        kill: Some((crate::core::KillCause::Framework, 0)),
+        kill: Some((crate::core::KillCause::Framework, Duration::ZERO)),
     };
     executors.resume(&resume, now());
     let event = tokio::time::timeout(Duration::from_secs(5), events.recv())

@@ -80,7 +80,6 @@ mod tests {
     use super::*;
     use crate::planner::PlanCluster;
     use crate::testkit::{self, cpus, stage};
-    use fullerene_proto::{ResourceKind, ResourceVec};
 
     #[test]
     fn improvement_closes_the_holes_a_schedule_leaves() {

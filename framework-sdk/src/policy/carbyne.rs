@@ -748,6 +748,7 @@ fn place(
 mod tests {
     use super::*;
     use crate::testkit::cpus;
+    use fullerene_proto::ResourceKind;
 
     fn brute_max(reservations: &[Reservation], from: f64, to: f64) -> f64 {
         // Usage at every breakpoint inside [from, to), and at `from`.

@@ -8,7 +8,7 @@ use fullerene_proto::messages::OfferKind;
 use fullerene_proto::{ResourceKind, ResourceVec};
 use proptest::prelude::*;
 
-use crate::job::{Job, StageSpec, TaskRef};
+use crate::job::{Job, TaskRef};
 use crate::policy::baselines::{BfsPolicy, CriticalPathPolicy, TetrisPolicy};
 use crate::policy::scoring::DEFAULT_OVERBOOK_ALLOWANCE;
 use crate::policy::{
