@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use fullerene_proto::ids::{AgentId, FrameworkId, TaskId};
 use fullerene_proto::messages::{
-    CallOk, ErrorCode, FrameworkCall, FrameworkRequest, Leftover, MasterToAgent, MasterToFramework,
-    Offer, OperatorRequest, OperatorResponse, StatusAck, StatusReason, StatusUpdate, TaskSpec,
-    TaskState,
+    AgentState, CallOk, ErrorCode, FrameworkCall, FrameworkRequest, Leftover, MasterToAgent,
+    MasterToFramework, Offer, OperatorRequest, OperatorResponse, StatusAck, StatusReason,
+    StatusUpdate, TaskSpec, TaskState,
 };
 use fullerene_proto::{Now, Time};
 
@@ -259,6 +259,11 @@ impl Harness {
         outputs
     }
 
+    /// The agent's state in the replicated state.
+    fn agent_state(&self, agent: &AgentId) -> AgentState {
+        self.core.node().state().agents()[agent].state
+    }
+
     fn operator(&mut self, request: OperatorRequest) -> OperatorResponse {
         let id = RequestId(self.call_id());
         let outputs = self.input(Operator(id, request));
@@ -480,15 +485,9 @@ fn a_silent_agent_is_marked_unreachable_then_lost_and_its_tasks_reported_lost() 
     let agent = AgentId::from("agent-1");
     h.heartbeating.clear();
     h.pass(Duration::from_millis(1_100));
-    assert_eq!(
-        h.core.node().state().agents()[&agent].state,
-        fullerene_proto::messages::AgentState::Unreachable
-    );
+    assert_eq!(h.agent_state(&agent), AgentState::Unreachable);
     let outputs = h.pass(Duration::from_millis(3_100));
-    assert_eq!(
-        h.core.node().state().agents()[&agent].state,
-        fullerene_proto::messages::AgentState::Lost
-    );
+    assert_eq!(h.agent_state(&agent), AgentState::Lost);
     let lost: Vec<_> = to_framework(&outputs, session)
         .into_iter()
         .filter_map(|m| match m {
@@ -515,20 +514,14 @@ fn a_heartbeat_keeps_an_agent_active_and_brings_an_unreachable_one_back() {
         h.input(Input::AgentHeartbeat(agent.clone()));
     }
     assert_eq!(
-        h.core.node().state().agents()[&agent].state,
-        fullerene_proto::messages::AgentState::Active,
+        h.agent_state(&agent),
+        AgentState::Active,
         "4 s of heartbeats every 200 ms"
     );
     h.pass(Duration::from_millis(1_100));
-    assert_eq!(
-        h.core.node().state().agents()[&agent].state,
-        fullerene_proto::messages::AgentState::Unreachable
-    );
+    assert_eq!(h.agent_state(&agent), AgentState::Unreachable);
     h.input(Input::AgentHeartbeat(agent.clone()));
-    assert_eq!(
-        h.core.node().state().agents()[&agent].state,
-        fullerene_proto::messages::AgentState::Active
-    );
+    assert_eq!(h.agent_state(&agent), AgentState::Active);
 }
 
 #[test]
@@ -581,13 +574,7 @@ fn updates_to(outputs: &[Output], session: SessionId) -> Vec<StatusUpdate> {
 fn unacknowledged_updates_are_sent_again_until_acknowledged_and_to_a_framework_back_from_failover()
 {
     let (mut h, _, framework, session) = cluster_with_demand();
-    let offer = h.offers_for(session).remove(0);
-    h.accept(
-        &framework,
-        session,
-        &offer,
-        vec![task("t1", "cpus=1,mem_mib=512")],
-    );
+    h.launch_t1(&framework, session);
     // Pushed once; as if that push had been dropped, the framework does not acknowledge it.
     let running = update("t1", &framework, "agent-1", TaskState::Running, 1);
     let outputs = h.input(Input::AgentStatus("agent-1".into(), running.clone()));
@@ -662,10 +649,7 @@ fn an_agent_declared_lost_while_its_session_is_open_is_told_to_register_again_an
     // stays open.
     h.heartbeating.clear();
     let outputs = h.pass(Duration::from_millis(4_200));
-    assert_eq!(
-        h.core.node().state().agents()[&agent].state,
-        fullerene_proto::messages::AgentState::Lost
-    );
+    assert_eq!(h.agent_state(&agent), AgentState::Lost);
     assert!(
         matches!(
             to_agent(&outputs, agent_session).as_slice(),
@@ -681,10 +665,7 @@ fn an_agent_declared_lost_while_its_session_is_open_is_told_to_register_again_an
         to_agent(&outputs, new_session).as_slice(),
         [MasterToAgent::Registered { .. }]
     ));
-    assert_eq!(
-        h.core.node().state().agents()[&agent].state,
-        fullerene_proto::messages::AgentState::Active
-    );
+    assert_eq!(h.agent_state(&agent), AgentState::Active);
 }
 
 #[test]

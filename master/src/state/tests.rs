@@ -81,6 +81,13 @@ fn lost(agent: &str, at_ms: u64) -> Command {
     }
 }
 
+/// Launches `tasks` (id, resources) for f1 (alice) on a1, which must succeed.
+fn launch_on_a1(st: &mut ClusterState, tasks: &[(&str, &str)]) {
+    let specs = tasks.iter().map(|(id, res)| spec(id, res)).collect();
+    st.apply(&launch("f1", "alice", "a1", specs))
+        .expect("launch on a1");
+}
+
 fn key(framework: &str, task: &str) -> TaskKey {
     TaskKey::new(framework.into(), task.into())
 }
@@ -263,8 +270,7 @@ fn overbooking_applies_to_fungible_resources_only() {
 #[test]
 fn status_updates_follow_the_task_life_cycle_and_are_idempotent() {
     let mut st = cluster();
-    st.apply(&launch("f1", "alice", "a1", vec![spec("t1", "cpus=2")]))
-        .unwrap();
+    launch_on_a1(&mut st, &[("t1", "cpus=2")]);
 
     let running = status("a1", "f1", "t1", TaskState::Running, 1);
     let outcome = st.apply(&running).unwrap();
@@ -305,8 +311,7 @@ fn status_updates_follow_the_task_life_cycle_and_are_idempotent() {
 #[test]
 fn acknowledging_the_final_update_forgets_the_task() {
     let mut st = cluster();
-    st.apply(&launch("f1", "alice", "a1", vec![spec("t1", "cpus=2")]))
-        .unwrap();
+    launch_on_a1(&mut st, &[("t1", "cpus=2")]);
     st.apply(&status("a1", "f1", "t1", TaskState::Running, 1))
         .unwrap();
     let err = refused(&mut st, &ack("f1", "alice", "t1", 2));
@@ -324,20 +329,13 @@ fn acknowledging_the_final_update_forgets_the_task() {
     st.apply(&ack("f1", "alice", "t1", 2)).unwrap();
     assert!(st.task(&key("f1", "t1")).is_none());
     // Its id may be used again once forgotten.
-    st.apply(&launch("f1", "alice", "a1", vec![spec("t1", "cpus=2")]))
-        .unwrap();
+    launch_on_a1(&mut st, &[("t1", "cpus=2")]);
 }
 
 #[test]
 fn updates_are_kept_until_acknowledged_the_latest_of_each_state_in_order() {
     let mut st = cluster();
-    st.apply(&launch(
-        "f1",
-        "alice",
-        "a1",
-        vec![spec("t1", "cpus=2"), spec("t2", "cpus=1")],
-    ))
-    .unwrap();
+    launch_on_a1(&mut st, &[("t1", "cpus=2"), ("t2", "cpus=1")]);
     let unacked = |st: &ClusterState| -> Vec<(String, TaskState, u64)> {
         st.unacked_updates(&"f1".into())
             .map(|u| (u.task_id.to_string(), u.state, u.seq))
@@ -381,8 +379,7 @@ fn updates_are_kept_until_acknowledged_the_latest_of_each_state_in_order() {
 #[test]
 fn kills_are_recorded_and_checked_for_ownership() {
     let mut st = cluster();
-    st.apply(&launch("f1", "alice", "a1", vec![spec("t1", "cpus=2")]))
-        .unwrap();
+    launch_on_a1(&mut st, &[("t1", "cpus=2")]);
     let kill = Command::KillTask {
         framework_id: "f1".into(),
         principal: "alice".into(),
@@ -420,13 +417,7 @@ fn kills_are_recorded_and_checked_for_ownership() {
 #[test]
 fn a_lost_agent_loses_its_tasks_and_must_kill_them_when_it_returns() {
     let mut st = cluster();
-    st.apply(&launch(
-        "f1",
-        "alice",
-        "a1",
-        vec![spec("t1", "cpus=2"), spec("t2", "cpus=1")],
-    ))
-    .unwrap();
+    launch_on_a1(&mut st, &[("t1", "cpus=2"), ("t2", "cpus=1")]);
     st.apply(&launch("f2", "bob", "a2", vec![spec("u1", "cpus=1")]))
         .unwrap();
     st.apply(&status("a1", "f1", "t1", TaskState::Running, 1))
@@ -471,20 +462,13 @@ fn a_lost_agent_loses_its_tasks_and_must_kill_them_when_it_returns() {
     assert!(updates.is_empty());
     assert_eq!(st.agents()[&AgentId::from("a1")].state, AgentState::Active);
     assert!(st.allocation().agent_by_id(&"a1".into()).is_some());
-    st.apply(&launch("f1", "alice", "a1", vec![spec("t3", "cpus=8")]))
-        .unwrap();
+    launch_on_a1(&mut st, &[("t3", "cpus=8")]);
 }
 
 #[test]
 fn reregistration_loses_tasks_the_agent_no_longer_runs() {
     let mut st = cluster();
-    st.apply(&launch(
-        "f1",
-        "alice",
-        "a1",
-        vec![spec("t1", "cpus=2"), spec("t2", "cpus=1")],
-    ))
-    .unwrap();
+    launch_on_a1(&mut st, &[("t1", "cpus=2"), ("t2", "cpus=1")]);
     let outcome = st
         .apply(&reregister(
             "a1",
@@ -506,13 +490,7 @@ fn reregistration_loses_tasks_the_agent_no_longer_runs() {
 #[test]
 fn capacity_changes_keep_running_tasks_charged() {
     let mut st = cluster();
-    st.apply(&launch(
-        "f1",
-        "alice",
-        "a1",
-        vec![spec("t1", "cpus=2"), spec("t2", "cpus=3")],
-    ))
-    .unwrap();
+    launch_on_a1(&mut st, &[("t1", "cpus=2"), ("t2", "cpus=3")]);
     st.apply(&Command::UpdateAgentResources {
         agent_id: "a1".into(),
         resources: resources("cpus=16,mem_mib=8192"),
@@ -550,8 +528,7 @@ fn capacity_changes_keep_running_tasks_charged() {
 #[test]
 fn status_sequence_numbers_are_bounded_so_a_bad_agent_cannot_exhaust_them() {
     let mut st = cluster();
-    st.apply(&launch("f1", "alice", "a1", vec![spec("t1", "cpus=2")]))
-        .unwrap();
+    launch_on_a1(&mut st, &[("t1", "cpus=2")]);
     // The last number there is: refused, and the state (and every replica's) unchanged.
     let err = refused(
         &mut st,
@@ -656,13 +633,7 @@ fn an_agent_back_with_less_capacity_sheds_its_newest_tasks_until_the_rest_fits()
 #[test]
 fn a_kill_not_yet_done_is_asked_again_when_the_agent_registers_again() {
     let mut st = cluster();
-    st.apply(&launch(
-        "f1",
-        "alice",
-        "a1",
-        vec![spec("t1", "cpus=1"), spec("t2", "cpus=1")],
-    ))
-    .unwrap();
+    launch_on_a1(&mut st, &[("t1", "cpus=1"), ("t2", "cpus=1")]);
     st.apply(&Command::KillTask {
         framework_id: "f1".into(),
         principal: "alice".into(),
@@ -715,8 +686,7 @@ fn unreachable_agents_come_back_with_a_heartbeat() {
 fn frameworks_fail_over_only_with_their_principal_and_teardown_kills_their_tasks() {
     let mut st = cluster();
     refused(&mut st, &subscribe("f1", "alice", "g1"));
-    st.apply(&launch("f1", "alice", "a1", vec![spec("t1", "cpus=2")]))
-        .unwrap();
+    launch_on_a1(&mut st, &[("t1", "cpus=2")]);
     let disconnect = Command::DisconnectFramework {
         framework_id: "f1".into(),
         at_ms: 5_000,
@@ -801,13 +771,7 @@ fn group_weights_are_validated_and_shift_the_shares() {
 #[test]
 fn snapshots_round_trip_and_reject_damage() {
     let mut st = cluster();
-    st.apply(&launch(
-        "f1",
-        "alice",
-        "a1",
-        vec![spec("t1", "cpus=2"), spec("t2", "cpus=1")],
-    ))
-    .unwrap();
+    launch_on_a1(&mut st, &[("t1", "cpus=2"), ("t2", "cpus=1")]);
     st.apply(&status("a1", "f1", "t1", TaskState::Running, 1))
         .unwrap();
     let bytes = st.encode_snapshot().unwrap();
@@ -843,8 +807,7 @@ fn snapshots_round_trip_and_reject_damage() {
 #[test]
 fn a_task_id_another_framework_uses_on_the_agent_is_refused() {
     let mut st = cluster();
-    st.apply(&launch("f1", "alice", "a1", vec![spec("t1", "cpus=1")]))
-        .unwrap();
+    launch_on_a1(&mut st, &[("t1", "cpus=1")]);
     let before = st.clone();
     let refused = st.apply(&launch("f2", "bob", "a1", vec![spec("t1", "cpus=1")]));
     assert!(
