@@ -24,11 +24,11 @@ async fn main() {
         .unwrap_or(50)
         .max(1);
 
-    let certs = Certs::new();
-    let mut master = ScriptedMaster::bind(&certs, 1);
+    let certs = certs();
+    let mut master = FakeMaster::bind(&certs, 1);
     let (_tmp, work) = work_dir();
     let agent = RunningAgent::start(&certs, vec![master.addr()], &work);
-    let mut session = master.accept().await.accept(vec![]).await;
+    let mut session = next_registration(&mut master).await.accept(vec![]).await;
 
     let started = Instant::now();
     let mut launched = 0;

@@ -15,8 +15,13 @@
 //!
 //! The core's state is a pure function of the records it emitted, so [`AgentCore::recover`]
 //! rebuilds it from the checkpoint, and [`AgentCore::snapshot`] writes it back compactly.
+//!
+//! Time comes in as [`Now`] and spans as [`Duration`]s; the core reads only the wall clock, to
+//! stamp updates. What leaves the process keeps its integer milliseconds: the wire's
+//! `timestamp_ms`, and the checkpoint's records, whose format outlives any one agent binary.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::Duration;
 
 use fullerene_proto::codec;
 use fullerene_proto::ids::{AgentId, FrameworkId, TaskId};
@@ -25,6 +30,7 @@ use fullerene_proto::messages::{
     UnixMillis,
 };
 use fullerene_proto::resources::ResourceVec;
+use fullerene_proto::time::Now;
 use fullerene_scheduling::DEFAULT_OVERBOOK_ALLOWANCE;
 use serde::{Deserialize, Serialize};
 
@@ -115,7 +121,7 @@ pub enum Record {
         task_id: TaskId,
         /// Who asked.
         cause: KillCause,
-        /// Grace period between the polite signal and the kill.
+        /// Grace period between the polite signal and the kill, in milliseconds.
         grace_ms: u64,
     },
     /// A status update, recorded before it is sent.
@@ -149,7 +155,7 @@ pub struct TaskSnapshot {
     pub acked_seq: u64,
     /// How to find it again, once started.
     pub runtime: Option<Runtime>,
-    /// A kill asked for and not yet finished.
+    /// A kill asked for and not yet finished, with its grace period in milliseconds.
     pub kill: Option<(KillCause, u64)>,
 }
 
@@ -168,13 +174,13 @@ pub enum Action {
         /// The task.
         spec: TaskSpec,
     },
-    /// Kill this task (polite signal, `grace_ms`, then kill), then report
+    /// Kill this task (polite signal, `grace`, then kill), then report
     /// [`AgentCore::finished`].
     Kill {
         /// The task.
         task_id: TaskId,
         /// Grace period.
-        grace_ms: u64,
+        grace: Duration,
     },
 }
 
@@ -226,8 +232,8 @@ pub struct TaskEntry {
     pub unacked: VecDeque<StatusUpdate>,
     /// How to find it again, once started.
     pub runtime: Option<Runtime>,
-    /// A kill asked for and not yet finished.
-    pub kill: Option<(KillCause, u64)>,
+    /// A kill asked for and not yet finished, with its grace period.
+    pub kill: Option<(KillCause, Duration)>,
 }
 
 impl TaskEntry {
@@ -248,8 +254,8 @@ pub struct Resume {
     pub spec: TaskSpec,
     /// Where it runs, if it had started.
     pub runtime: Option<Runtime>,
-    /// A kill to finish, if one was under way.
-    pub kill: Option<(KillCause, u64)>,
+    /// A kill to finish, if one was under way, with its grace period.
+    pub kill: Option<(KillCause, Duration)>,
 }
 
 /// The task table and its status streams. Deterministic: no clock, no disk, no sockets.
@@ -259,8 +265,11 @@ pub struct Resume {
 /// are persisted before the updates that follow them are sent.
 ///
 /// ```
+/// use std::time::Duration;
+///
 /// use fullerene_agent::core::{Action, AgentCore, CoreConfig, Outcome, Runtime};
 /// use fullerene_proto::messages::{Executor, StatusAck, TaskSpec, TaskState};
+/// use fullerene_proto::time::{Now, Time};
 /// use fullerene_proto::{ResourceVec, Resources};
 ///
 /// let total: ResourceVec = "cpus=4,mem_mib=4096".parse()?;
@@ -273,17 +282,19 @@ pub struct Resume {
 ///     origin: None,
 ///     kill_grace_ms: 0,
 /// };
-/// let actions = core.launch(&"fw-1".into(), vec![task], 1_000);
+/// let now = Now::at(Time::from_millis(1_000));
+/// let actions = core.launch(&"fw-1".into(), vec![task], now);
 /// assert!(matches!(actions.as_slice(), [Action::Persist(_), Action::Start { .. }]));
 ///
 /// // The executor started it (recorded with where it runs), then it ended: each update is
 /// // persisted, then sent.
-/// let running = core.started(&"t1".into(), Runtime::Sleep { deadline_ms: 1_010 }, String::new(), 1_000);
+/// let running = core.started(&"t1".into(), Runtime::Sleep { deadline_ms: 1_010 }, String::new(), now);
 /// assert!(matches!(
 ///     &running[..],
 ///     [Action::Persist(_), Action::Persist(_), Action::Send(u)] if u.state == TaskState::Running
 /// ));
-/// let finished = core.finished(&"t1".into(), Outcome::SleepDone, String::new(), 1_010);
+/// let later = now.after(Duration::from_millis(10));
+/// let finished = core.finished(&"t1".into(), Outcome::SleepDone, String::new(), later);
 /// assert!(finished.iter().any(|a| matches!(a, Action::Send(u) if u.state == TaskState::Finished)));
 ///
 /// // Kept (and resent after a reconnect) until the master acknowledges it.
@@ -341,7 +352,9 @@ impl AgentCore {
                         acked_seq: s.acked_seq,
                         unacked: VecDeque::new(),
                         runtime: s.runtime,
-                        kill: s.kill,
+                        kill: s
+                            .kill
+                            .map(|(cause, grace_ms)| (cause, Duration::from_millis(grace_ms))),
                     },
                 );
             }
@@ -356,7 +369,7 @@ impl AgentCore {
                 grace_ms,
             } => {
                 if let Some(entry) = self.tasks.get_mut(&task_id) {
-                    entry.kill = Some((cause, grace_ms));
+                    entry.kill = Some((cause, Duration::from_millis(grace_ms)));
                 }
             }
             Record::Update(update) => {
@@ -482,7 +495,9 @@ impl AgentCore {
                 last_seq: e.last_seq,
                 acked_seq: e.acked_seq,
                 runtime: e.runtime.clone(),
-                kill: e.kill,
+                kill: e
+                    .kill
+                    .map(|(cause, grace)| (cause, checkpoint_millis(grace))),
             }));
             records.extend(e.unacked.iter().cloned().map(Record::Update));
         }
@@ -533,7 +548,7 @@ impl AgentCore {
         &mut self,
         framework_id: &FrameworkId,
         tasks: Vec<TaskSpec>,
-        now_ms: UnixMillis,
+        now: Now,
     ) -> Vec<Action> {
         let mut actions = Vec::new();
         // Starts come after every launch record, so that one fsync covers the whole bundle.
@@ -575,7 +590,7 @@ impl AgentCore {
                         TaskState::Failed,
                         Some(reason),
                         message,
-                        now_ms,
+                        now,
                         &mut actions,
                     );
                 }
@@ -592,7 +607,7 @@ impl AgentCore {
         task_id: &TaskId,
         runtime: Runtime,
         note: String,
-        now_ms: UnixMillis,
+        now: Now,
     ) -> Vec<Action> {
         let mut actions = Vec::new();
         let Some(entry) = self.tasks.get_mut(task_id) else {
@@ -607,14 +622,7 @@ impl AgentCore {
             runtime,
         }));
         if entry.state == TaskState::Staging {
-            self.push_update(
-                task_id,
-                TaskState::Running,
-                None,
-                note,
-                now_ms,
-                &mut actions,
-            );
+            self.push_update(task_id, TaskState::Running, None, note, now, &mut actions);
         }
         actions
     }
@@ -627,7 +635,7 @@ impl AgentCore {
         task_id: &TaskId,
         outcome: Outcome,
         detail: String,
-        now_ms: UnixMillis,
+        now: Now,
     ) -> Vec<Action> {
         let mut actions = Vec::new();
         let Some(entry) = self.tasks.get(task_id) else {
@@ -687,7 +695,7 @@ impl AgentCore {
                 join("the agent restarted and the task's process is gone with no exit code".into()),
             ),
         };
-        self.push_update(task_id, state, reason, message, now_ms, &mut actions);
+        self.push_update(task_id, state, reason, message, now, &mut actions);
         actions
     }
 
@@ -697,11 +705,11 @@ impl AgentCore {
         &mut self,
         task_id: &TaskId,
         framework_id: &FrameworkId,
-        grace_ms: u64,
+        grace: Duration,
     ) -> Vec<Action> {
         match self.tasks.get(task_id) {
             Some(entry) if &entry.framework_id == framework_id => {
-                self.request_kill(task_id, KillCause::Framework, grace_ms)
+                self.request_kill(task_id, KillCause::Framework, grace)
             }
             _ => Vec::new(),
         }
@@ -713,7 +721,7 @@ impl AgentCore {
         let mut actions = Vec::new();
         for task_id in kill {
             let grace = match self.tasks.get(task_id) {
-                Some(entry) => entry.spec.kill_grace_ms,
+                Some(entry) => Duration::from_millis(entry.spec.kill_grace_ms),
                 None => continue,
             };
             actions.extend(self.request_kill(task_id, KillCause::AgentLost, grace));
@@ -721,23 +729,23 @@ impl AgentCore {
         actions
     }
 
-    fn request_kill(&mut self, task_id: &TaskId, cause: KillCause, grace_ms: u64) -> Vec<Action> {
+    fn request_kill(&mut self, task_id: &TaskId, cause: KillCause, grace: Duration) -> Vec<Action> {
         let Some(entry) = self.tasks.get_mut(task_id) else {
             return Vec::new();
         };
         if entry.state.is_terminal() || entry.kill.is_some() {
             return Vec::new();
         }
-        entry.kill = Some((cause, grace_ms));
+        entry.kill = Some((cause, grace));
         vec![
             Action::Persist(Record::KillRequested {
                 task_id: task_id.clone(),
                 cause,
-                grace_ms,
+                grace_ms: checkpoint_millis(grace),
             }),
             Action::Kill {
                 task_id: task_id.clone(),
-                grace_ms,
+                grace,
             },
         ]
     }
@@ -781,7 +789,7 @@ impl AgentCore {
         state: TaskState,
         reason: Option<StatusReason>,
         message: String,
-        now_ms: UnixMillis,
+        now: Now,
         actions: &mut Vec<Action>,
     ) {
         let Some(entry) = self.tasks.get_mut(task_id) else {
@@ -800,7 +808,7 @@ impl AgentCore {
             seq: entry.last_seq,
             reason,
             message,
-            timestamp_ms: now_ms,
+            timestamp_ms: now.wall_ms(),
         };
         entry.unacked.push_back(update.clone());
         actions.push(Action::Persist(Record::Update(update.clone())));
@@ -830,6 +838,12 @@ fn stripped(spec: TaskSpec) -> TaskSpec {
         origin: None,
         kill_grace_ms: spec.kill_grace_ms,
     }
+}
+
+/// A grace period as the checkpoint stores it. Grace periods arrive in whole milliseconds (the
+/// wire's `grace_ms`, a spec's `kill_grace_ms`), so nothing is lost.
+fn checkpoint_millis(grace: Duration) -> u64 {
+    u64::try_from(grace.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn new_entry(framework_id: FrameworkId, spec: TaskSpec, accepted: bool) -> TaskEntry {

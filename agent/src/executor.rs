@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use fullerene_proto::ids::{FrameworkId, TaskId};
 use fullerene_proto::messages::{CommandSpec, Executor, TaskSpec, UnixMillis};
+use fullerene_proto::time::Now;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -84,7 +85,7 @@ pub struct Started {
 }
 
 struct Handle {
-    kill: mpsc::UnboundedSender<u64>,
+    kill: mpsc::UnboundedSender<Duration>,
     join: JoinHandle<()>,
 }
 
@@ -136,12 +137,14 @@ impl Executors {
         &mut self,
         framework_id: &FrameworkId,
         spec: &TaskSpec,
-        now_ms: UnixMillis,
+        now: Now,
     ) -> Result<Started, String> {
         match &spec.executor {
             Executor::Sleep { duration_ms } => {
-                let deadline_ms = now_ms.saturating_add(*duration_ms);
-                self.watch_sleep(&spec.id, deadline_ms, now_ms);
+                // On the wall clock: the deadline is checkpointed and must mean the same to
+                // the agent that re-attaches to the task after a restart.
+                let deadline_ms = now.wall_ms().saturating_add(*duration_ms);
+                self.watch_sleep(&spec.id, deadline_ms, now);
                 Ok(Started {
                     runtime: Runtime::Sleep { deadline_ms },
                     note: format!("sleep executor: no process; ends after {duration_ms} ms"),
@@ -247,11 +250,11 @@ impl Executors {
         })
     }
 
-    fn watch_sleep(&mut self, task_id: &TaskId, deadline_ms: UnixMillis, now_ms: UnixMillis) {
-        let (kill_tx, mut kill_rx) = mpsc::unbounded_channel::<u64>();
+    fn watch_sleep(&mut self, task_id: &TaskId, deadline_ms: UnixMillis, now: Now) {
+        let (kill_tx, mut kill_rx) = mpsc::unbounded_channel::<Duration>();
         let events = self.events.clone();
         let id = task_id.clone();
-        let remaining = Duration::from_millis(deadline_ms.saturating_sub(now_ms));
+        let remaining = Duration::from_millis(deadline_ms.saturating_sub(now.wall_ms()));
         let join = tokio::spawn(async move {
             let outcome = tokio::select! {
                 () = tokio::time::sleep(remaining) => Outcome::SleepDone,
@@ -274,7 +277,7 @@ impl Executors {
 
     /// Finds a recovered task again: re-attaches to its process or sleep, or reports at once
     /// (as an event) that it is gone. A kill that was under way is carried on.
-    pub fn resume(&mut self, resume: &Resume, now_ms: UnixMillis) {
+    pub fn resume(&mut self, resume: &Resume, now: Now) {
         match &resume.runtime {
             None => {
                 // Recorded as launched but not as started: whether a process was spawned is
@@ -287,7 +290,7 @@ impl Executors {
                 return;
             }
             Some(Runtime::Sleep { deadline_ms }) => {
-                self.watch_sleep(&resume.task_id, *deadline_ms, now_ms);
+                self.watch_sleep(&resume.task_id, *deadline_ms, now);
             }
             Some(Runtime::Process { pid, start_ticks }) => {
                 let ctx = ProcessCtx {
@@ -318,16 +321,16 @@ impl Executors {
                 );
             }
         }
-        if let Some((_, grace_ms)) = resume.kill {
-            self.kill(&resume.task_id, grace_ms);
+        if let Some((_, grace)) = resume.kill {
+            self.kill(&resume.task_id, grace);
         }
     }
 
-    /// Kills a task: SIGTERM to its group, `grace_ms`, then SIGKILL. Returns false if no
+    /// Kills a task: SIGTERM to its group, `grace`, then SIGKILL. Returns false if no
     /// supervisor runs for it (it had not started or has already ended).
-    pub fn kill(&mut self, task_id: &TaskId, grace_ms: u64) -> bool {
+    pub fn kill(&mut self, task_id: &TaskId, grace: Duration) -> bool {
         match self.tasks.get(task_id) {
-            Some(handle) => handle.kill.send(grace_ms).is_ok(),
+            Some(handle) => handle.kill.send(grace).is_ok(),
             None => false,
         }
     }
@@ -461,12 +464,12 @@ impl ProcessCtx {
 async fn supervise_child(
     mut child: tokio::process::Child,
     ctx: &ProcessCtx,
-    mut kill_rx: mpsc::UnboundedReceiver<u64>,
+    mut kill_rx: mpsc::UnboundedReceiver<Duration>,
 ) -> Ended {
     tokio::select! {
         status = child.wait() => Ended::Outcome(outcome_of_status(status, ctx)),
-        Some(grace_ms) = kill_rx.recv() => {
-            let escalated = terminate_group(ctx.pid, ctx.start_ticks, grace_ms).await;
+        Some(grace) = kill_rx.recv() => {
+            let escalated = terminate_group(ctx.pid, ctx.start_ticks, grace).await;
             let status = child.wait().await;
             let outcome = if escalated {
                 Outcome::Signaled(libc::SIGKILL)
@@ -480,7 +483,7 @@ async fn supervise_child(
 
 async fn supervise_reattached(
     ctx: &ProcessCtx,
-    mut kill_rx: mpsc::UnboundedReceiver<u64>,
+    mut kill_rx: mpsc::UnboundedReceiver<Duration>,
 ) -> Ended {
     loop {
         if !process_alive(ctx.pid, ctx.start_ticks) {
@@ -488,8 +491,8 @@ async fn supervise_reattached(
         }
         tokio::select! {
             () = tokio::time::sleep(POLL) => {}
-            Some(grace_ms) = kill_rx.recv() => {
-                let escalated = terminate_group(ctx.pid, ctx.start_ticks, grace_ms).await;
+            Some(grace) = kill_rx.recv() => {
+                let escalated = terminate_group(ctx.pid, ctx.start_ticks, grace).await;
                 let outcome = if escalated {
                     Outcome::Signaled(libc::SIGKILL)
                 } else {
@@ -525,12 +528,12 @@ fn outcome_of_code(code: i32) -> Outcome {
     }
 }
 
-/// SIGTERM to the group, up to `grace_ms` for it to empty, then SIGKILL. True if SIGKILL was
+/// SIGTERM to the group, up to `grace` for it to empty, then SIGKILL. True if SIGKILL was
 /// needed.
-async fn terminate_group(pgid: i32, start_ticks: u64, grace_ms: u64) -> bool {
+async fn terminate_group(pgid: i32, start_ticks: u64, grace: Duration) -> bool {
     signal_group(pgid, start_ticks, libc::SIGTERM);
     // The grace period comes from the master: a huge one must not overflow the clock.
-    let grace = Duration::from_millis(grace_ms).min(MAX_GRACE);
+    let grace = grace.min(MAX_GRACE);
     let deadline = Instant::now() + grace;
     loop {
         if group_members(pgid).is_empty() {

@@ -19,12 +19,3 @@ pub mod metrics;
 pub mod shell;
 
 pub use shell::{run, AgentConfig, AgentError};
-
-/// Wall-clock milliseconds since the Unix epoch (0 if the clock is before 1970). Only for
-/// deadlines of sleep tasks and update timestamps: clocks never decide correctness.
-pub fn now_ms() -> fullerene_proto::messages::UnixMillis {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}

@@ -37,6 +37,7 @@ use fullerene_client::{
 use fullerene_proto::ids::AgentId;
 use fullerene_proto::messages::{AgentToMaster, MasterToAgent};
 use fullerene_proto::resources::{ResourceKind, ResourceVec};
+use fullerene_proto::time::SystemClock;
 use fullerene_transport::{Client, PeerIdentity, TlsMaterial, TransportConfig, TransportError};
 use tokio::sync::mpsc;
 use tokio::time::{Instant, Interval, MissedTickBehavior};
@@ -46,7 +47,6 @@ use crate::checkpoint::{Checkpoint, CheckpointError};
 use crate::core::{Action, AgentCore, CoreConfig, Outcome, EXECUTOR_COMMAND, EXECUTOR_SLEEP};
 use crate::executor::{ExecEvent, Executors};
 use crate::metrics as m;
-use crate::now_ms;
 
 /// Everything the agent is configured with.
 #[derive(Clone, Debug)]
@@ -226,7 +226,8 @@ where
     }
     m::limits_enforced(limits.enforced());
     let (mut executors, exec_rx) = Executors::new(&config.work_dir, limits);
-    let now = now_ms();
+    let clock = SystemClock::new();
+    let now = clock.now();
     let resumed = core.to_resume();
     if !resumed.is_empty() || core.backlog() > 0 {
         tracing::info!(
@@ -245,13 +246,13 @@ where
     let client = Arc::new(client);
     let follow = FollowConfig {
         pacing: Pacing::Backoff {
-            initial_ms: millis(config.backoff_min),
-            max_ms: millis(config.backoff_max),
+            initial: config.backoff_min,
+            max: config.backoff_max,
         },
         // Up to three redirects in a row are followed at once.
         redirects_at_once: 3,
         // An agent tries masters in turn even if one just failed.
-        pass_over_ms: 0,
+        pass_over: Duration::ZERO,
         seed: rand::random(),
     };
     let session = LeaderSession::new(
@@ -279,6 +280,7 @@ where
     let mut shell = Shell {
         agent_id,
         config,
+        clock,
         core,
         checkpoint,
         executors,
@@ -298,10 +300,6 @@ where
     let result = shell.run_loop(shutdown).await;
     shell.stop();
     result
-}
-
-fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// The heartbeats of a registered session, and how long the master may stay silent (no
@@ -324,6 +322,8 @@ enum Event {
 struct Shell {
     agent_id: AgentId,
     config: AgentConfig,
+    /// The one clock the core's and the executors' `now` is read from.
+    clock: SystemClock,
     core: AgentCore,
     checkpoint: Checkpoint,
     executors: Executors,
@@ -347,9 +347,10 @@ impl Shell {
                 Event::Shutdown => return Ok(()),
                 Event::Exec(event) => {
                     self.executors.reap(&event.task_id);
+                    let now = self.clock.now();
                     let actions =
                         self.core
-                            .finished(&event.task_id, event.outcome, event.detail, now_ms());
+                            .finished(&event.task_id, event.outcome, event.detail, now);
                     self.apply(actions).await?;
                 }
                 Event::Session(SessionEvent::Due) => self.start_attempt(),
@@ -454,7 +455,7 @@ impl Shell {
                     // knows about every process it may have started.
                     self.checkpoint.sync()?;
                     m::launched();
-                    let now = now_ms();
+                    let now = self.clock.now();
                     let more = match self.executors.start(&framework_id, &spec, now) {
                         Ok(started) => {
                             tracing::info!(task = %spec.id, framework = %framework_id, "task started");
@@ -475,14 +476,14 @@ impl Shell {
                         queue.insert(i, action);
                     }
                 }
-                Action::Kill { task_id, grace_ms } => {
+                Action::Kill { task_id, grace } => {
                     self.checkpoint.sync()?;
-                    if !self.executors.kill(&task_id, grace_ms) {
+                    if !self.executors.kill(&task_id, grace) {
                         let more = self.core.finished(
                             &task_id,
                             Outcome::NotRunning,
                             String::new(),
-                            now_ms(),
+                            self.clock.now(),
                         );
                         for (i, action) in more.into_iter().enumerate() {
                             queue.insert(i, action);
@@ -536,17 +537,18 @@ impl Shell {
         welcome: Registered,
     ) -> Result<(), AgentError> {
         let Registered {
-            heartbeat_interval_ms,
+            heartbeat_interval,
             kill,
         } = welcome;
         tracing::info!(
             master = %addr,
-            heartbeat_ms = heartbeat_interval_ms,
+            heartbeat = ?heartbeat_interval,
             tasks = self.core.tasks().count(),
             "registered"
         );
         // The interval comes from the master: keep it sane (10 ms to an hour).
-        let period = Duration::from_millis(heartbeat_interval_ms.clamp(10, 3_600_000));
+        let period =
+            heartbeat_interval.clamp(Duration::from_millis(10), Duration::from_secs(3_600));
         let mut heartbeat = tokio::time::interval_at(Instant::now() + period, period);
         heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
         self.liveness = Some(Liveness {
@@ -567,7 +569,7 @@ impl Shell {
                 framework_id,
                 tasks,
             } => {
-                let actions = self.core.launch(&framework_id, tasks, now_ms());
+                let actions = self.core.launch(&framework_id, tasks, self.clock.now());
                 self.apply(actions).await?;
             }
             MasterToAgent::Kill {
@@ -575,7 +577,8 @@ impl Shell {
                 framework_id,
                 grace_ms,
             } => {
-                let actions = self.core.kill(&task_id, &framework_id, grace_ms);
+                let grace = Duration::from_millis(grace_ms);
+                let actions = self.core.kill(&task_id, &framework_id, grace);
                 self.apply(actions).await?;
             }
             MasterToAgent::StatusAck(ack) => {

@@ -34,11 +34,11 @@ async fn the_metrics_endpoint_shows_tasks_launches_backlog_and_limits() {
     };
     fullerene_agent::shell::install_prometheus(addr).expect("metrics endpoint");
 
-    let certs = Certs::new();
-    let mut master = ScriptedMaster::bind(&certs, 1);
+    let certs = certs();
+    let mut master = FakeMaster::bind(&certs, 1);
     let (_tmp, work) = work_dir();
     let agent = RunningAgent::start(&certs, vec![master.addr()], &work);
-    let mut session = master.accept().await.accept(vec![]).await;
+    let mut session = next_registration(&mut master).await.accept(vec![]).await;
     session
         .launch(vec![sleep_task("long", 60_000), sleep_task("short", 1)])
         .await;

@@ -11,7 +11,8 @@
 //! reopen, damage detection and torn tails) is tested beside that store.
 
 use fullerene_master::storage::{RaftStore, ReadyWrite, StorageError};
-use raft::eraftpb::{Entry, HardState, Snapshot};
+use fullerene_master::testkit::{log_entry, snapshot};
+use raft::eraftpb::{Entry, HardState};
 use raft::{GetEntriesContext, Storage as _};
 
 /// Makes the stores a conformance test runs on.
@@ -65,12 +66,7 @@ macro_rules! raft_store_conformance {
 
 /// A log entry at `index` in `term`, with 16 bytes of data.
 pub fn entry(index: u64, term: u64) -> Entry {
-    Entry {
-        index,
-        term,
-        data: vec![index as u8; 16].into(),
-        ..Default::default()
-    }
+    log_entry(index, term, 16)
 }
 
 /// A fresh store bootstrapped as a founding member of a group of masters 1, 2 and 3.
@@ -172,10 +168,7 @@ pub fn compaction_keeps_the_term_of_the_last_dropped_entry<F: StoreFactory>(fact
         .unwrap();
     // Compaction may not pass the snapshot.
     assert!(store.compact(5).is_err());
-    let mut snap = Snapshot::default();
-    snap.mut_metadata().index = 8;
-    snap.mut_metadata().term = store.term(8).unwrap();
-    snap.data = b"state at 8".to_vec().into();
+    let mut snap = snapshot(8, store.term(8).unwrap(), &[], b"state at 8");
     store.save_snapshot(&snap).unwrap();
     assert_eq!(store.applied(), 8);
     store.compact(6).unwrap();
@@ -213,11 +206,7 @@ pub fn received_snapshot_replaces_the_log<F: StoreFactory>(factory: &mut F) {
             ..Default::default()
         })
         .unwrap();
-    let mut snap = Snapshot::default();
-    snap.mut_metadata().index = 20;
-    snap.mut_metadata().term = 5;
-    snap.mut_metadata().mut_conf_state().voters = vec![1, 2, 3, 4];
-    snap.data = b"leader state".to_vec().into();
+    let snap = snapshot(20, 5, &[1, 2, 3, 4], b"leader state");
     let hs = HardState {
         term: 5,
         commit: 20,

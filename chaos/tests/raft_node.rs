@@ -2,7 +2,6 @@
 //! seeded in-memory clusters of 3 and 5 masters ([`fullerene_chaos::raft_sim`]).
 
 use fullerene_proto::Time;
-use std::collections::BTreeMap;
 
 use fullerene_chaos::raft_sim::{run_chaos, Sim, SimConfig, SimStats};
 use fullerene_master::raft_node::{
@@ -10,17 +9,16 @@ use fullerene_master::raft_node::{
 };
 use fullerene_master::state::{ClusterSettings, Command, CommandError};
 use fullerene_master::storage::{MemStorage, RaftStore, StorageError};
-use fullerene_proto::{ResourceKind, ResourceVec, Resources};
+use fullerene_master::testkit::register_agent;
 
 fn register(n: u64) -> Command {
-    Command::RegisterAgent {
-        agent_id: format!("agent-{n}").as_str().into(),
-        hostname: format!("host-{n}"),
-        resources: Resources::from(ResourceVec::from_pairs(&[(ResourceKind::Cpus, 8.0)])),
-        attributes: BTreeMap::new(),
-        executors: vec!["sleep".into()],
-        at_ms: n,
-    }
+    register_agent(
+        &format!("agent-{n}"),
+        &format!("host-{n}"),
+        "cpus=8",
+        &["sleep"],
+        n,
+    )
 }
 
 fn config(id: u64) -> NodeConfig {

@@ -248,3 +248,23 @@ fn sim_compares_policies_on_identical_arrivals() {
         assert_eq!(r["jobs"].as_array().unwrap().len(), 4);
     }
 }
+
+#[test]
+fn masters_and_agents_refuse_the_same_bad_allowances_with_the_same_words() {
+    for bad in ["-0.5", "inf", "lots"] {
+        let master = run(&["master", &format!("--overbooking-allowance={bad}")]);
+        let agent = run(&["agent", &format!("--overbook-allowance={bad}")]);
+        assert!(
+            !master.status.success() && !agent.status.success(),
+            "{bad} accepted"
+        );
+        let reason = |out: &Output| {
+            let text = stderr(out);
+            let start = text
+                .find(&format!("`{bad}`"))
+                .unwrap_or_else(|| panic!("{text}"));
+            text[start..].lines().next().unwrap_or_default().to_string()
+        };
+        assert_eq!(reason(&master), reason(&agent), "{bad}");
+    }
+}

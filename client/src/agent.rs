@@ -1,5 +1,7 @@
 //! The agent's kind of session: `Register`, answered by `Registered`.
 
+use std::time::Duration;
+
 use fullerene_proto::ids::TaskId;
 use fullerene_proto::messages::{AgentToMaster, MasterToAgent, SessionOpen};
 
@@ -14,7 +16,7 @@ pub struct AgentSession;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Registered {
     /// How often the agent heartbeats, as the master says.
-    pub heartbeat_interval_ms: u64,
+    pub heartbeat_interval: Duration,
     /// Tasks the master marked lost that the agent must kill if it still runs them.
     pub kill: Vec<TaskId>,
 }
@@ -32,7 +34,7 @@ impl Handshake for AgentSession {
                 heartbeat_interval_ms,
                 kill,
             } => Answer::Joined(Registered {
-                heartbeat_interval_ms,
+                heartbeat_interval: Duration::from_millis(heartbeat_interval_ms),
                 kill,
             }),
             MasterToAgent::Redirect(redirect) => Answer::Redirect(redirect.leader),

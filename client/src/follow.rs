@@ -5,9 +5,9 @@
 //! turns what happened to the last attempt (it [joined](Follower::joined), [failed](Follower::failed),
 //! was [redirected](Follower::redirected), was told to [wait](Follower::wait), or a joined
 //! session was [lost](Follower::lost)) into the next [`Attempt`]: a master and a delay. It opens
-//! no socket and reads no clock: the time is passed in (milliseconds on the caller's clock) and
-//! the jitter comes from a generator seeded by the caller, so a test or a simulation replays it
-//! exactly.
+//! no socket and reads no clock: the time is passed in (a reading of the caller's monotonic
+//! clock, a [`Time`]) and the jitter comes from a generator seeded by the caller, so a test or a
+//! simulation replays it exactly.
 //!
 //! The rules, in one place:
 //!
@@ -18,63 +18,72 @@
 //!   the last join (stale views of the leader can send a client round in circles): then it counts
 //!   as a failed attempt;
 //! - a master that failed (unreachable, no answer, session lost) may be passed over for
-//!   `pass_over_ms`: after a leader dies, followers go on redirecting to it until they notice,
+//!   `pass_over`: after a leader dies, followers go on redirecting to it until they notice,
 //!   and following them would cost a connection timeout per redirect;
 //! - the delays follow the [`Pacing`]: exponential backoff with jitter for long-lived sessions,
 //!   a fixed pause per round of the list for requests that have a deadline.
 //!
 //! ```
+//! use std::time::Duration;
+//!
 //! use fullerene_client::follow::{FollowConfig, Follower, Pacing};
+//! use fullerene_proto::time::Time;
 //!
 //! let masters = vec!["10.0.0.1:5050".parse().unwrap(), "10.0.0.2:5050".parse().unwrap()];
 //! let config = FollowConfig {
-//!     pacing: Pacing::Backoff { initial_ms: 100, max_ms: 5_000 },
+//!     pacing: Pacing::Backoff {
+//!         initial: Duration::from_millis(100),
+//!         max: Duration::from_secs(5),
+//!     },
 //!     redirects_at_once: 3,
-//!     pass_over_ms: 0,
+//!     pass_over: Duration::ZERO,
 //!     seed: 7,
 //! };
 //! let mut follower = Follower::new(masters.clone(), config).unwrap();
-//! let first = follower.start(0);
-//! assert_eq!((first.addr, first.delay_ms), (masters[0], 0));
+//! let first = follower.start(Time::ZERO);
+//! assert_eq!((first.addr, first.delay), (masters[0], Duration::ZERO));
 //! // The first master is unreachable: the second, after 50 to 100 ms.
-//! let next = follower.failed(10);
+//! let next = follower.failed(Time::from_millis(10));
 //! assert_eq!(next.addr, masters[1]);
-//! assert!((50..=100).contains(&next.delay_ms));
+//! assert!((Duration::from_millis(50)..=Duration::from_millis(100)).contains(&next.delay));
 //! ```
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::time::Duration;
+
+use fullerene_proto::time::Time;
 
 /// Where to try next, and after how long.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Attempt {
     /// The master to connect to.
     pub addr: SocketAddr,
-    /// How long to wait before connecting, in milliseconds.
-    pub delay_ms: u64,
+    /// How long to wait before connecting.
+    pub delay: Duration,
 }
 
 /// How long a client waits between attempts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Pacing {
     /// For sessions that last (agents, frameworks), retried for as long as it takes: each
-    /// failed attempt since the last join doubles the delay, from `initial_ms` up to `max_ms`,
-    /// and each delay is drawn uniformly from the upper half of its nominal value ("equal
-    /// jitter"), so that clients that lost the same master do not all come back at once, yet
-    /// never sooner than half the nominal delay.
+    /// failed attempt since the last join doubles the delay, from `initial` up to `max`, and
+    /// each delay is drawn uniformly, in whole milliseconds, from the upper half of its nominal
+    /// value ("equal jitter"), so that clients that lost the same master do not all come back
+    /// at once, yet never sooner than half the nominal delay.
     Backoff {
         /// The first delay.
-        initial_ms: u64,
+        initial: Duration,
         /// The largest delay.
-        max_ms: u64,
+        max: Duration,
     },
     /// For requests that have a deadline (operators): the masters of a round of the list are
-    /// tried without delay but for one pause of `pause_ms` per round (before its last master,
+    /// tried without delay but for one pause of `pause` per round (before its last master,
     /// so that a lone master is not hammered), and a pause after a master answered that there
     /// is no leader or that it cannot answer yet (then it is tried again).
     Rounds {
         /// The pause.
-        pause_ms: u64,
+        pause: Duration,
     },
 }
 
@@ -86,9 +95,9 @@ pub struct FollowConfig {
     /// Redirects followed at once in a row (since the last join); the next one counts as a
     /// failed attempt.
     pub redirects_at_once: u32,
-    /// How long a master that failed is passed over (0: never). A master passed over is not
+    /// How long a master that failed is passed over (zero: never). A master passed over is not
     /// chosen while another is not, and redirects to it are not followed.
-    pub pass_over_ms: u64,
+    pub pass_over: Duration,
     /// The seed of the jitter.
     pub seed: u64,
 }
@@ -112,7 +121,7 @@ pub struct Follower {
     /// The master of the last attempt.
     current: Option<SocketAddr>,
     /// Masters passed over, and until when.
-    passed_over: HashMap<SocketAddr, u64>,
+    passed_over: HashMap<SocketAddr, Time>,
     /// The state of the jitter's generator (splitmix64).
     rng: u64,
 }
@@ -155,25 +164,25 @@ impl Follower {
         self.config.pacing = pacing;
     }
 
-    /// Whether `addr` is passed over at `now_ms`.
-    pub fn is_passed_over(&self, addr: SocketAddr, now_ms: u64) -> bool {
+    /// Whether `addr` is passed over at `now`.
+    pub fn is_passed_over(&self, addr: SocketAddr, now: Time) -> bool {
         self.passed_over
             .get(&addr)
-            .is_some_and(|&until| now_ms < until)
+            .is_some_and(|&until| now < until)
     }
 
-    /// Passes over `addr` for `for_ms` from `now_ms`, as if it had just failed (for a caller
-    /// that knows a master is down).
-    pub fn pass_over(&mut self, addr: SocketAddr, now_ms: u64, for_ms: u64) {
-        self.passed_over.insert(addr, now_ms.saturating_add(for_ms));
+    /// Passes over `addr` for `span` from `now`, as if it had just failed (for a caller that
+    /// knows a master is down).
+    pub fn pass_over(&mut self, addr: SocketAddr, now: Time, span: Duration) {
+        self.passed_over.insert(addr, now + span);
     }
 
     /// Starts a round from the top of the list: the first master not passed over. No delay
     /// with [`Pacing::Backoff`]; with [`Pacing::Rounds`], the round's pause if the list holds
     /// one master.
-    pub fn start(&mut self, now_ms: u64) -> Attempt {
+    pub fn start(&mut self, now: Time) -> Attempt {
         self.rewind();
-        self.next_master(now_ms, 0)
+        self.next_master(now, Duration::ZERO)
     }
 
     /// The next round starts from the top of the list (an operator's new request does).
@@ -193,24 +202,24 @@ impl Follower {
 
     /// The attempt failed (unreachable, refused, no answer in time): pass the master over and
     /// try the next one of the round, after a backoff.
-    pub fn failed(&mut self, now_ms: u64) -> Attempt {
+    pub fn failed(&mut self, now: Time) -> Attempt {
         if let Some(addr) = self.current {
-            if self.config.pass_over_ms > 0 {
-                self.pass_over(addr, now_ms, self.config.pass_over_ms);
+            if !self.config.pass_over.is_zero() {
+                self.pass_over(addr, now, self.config.pass_over);
             }
         }
-        let delay_ms = match self.config.pacing {
-            Pacing::Backoff { .. } => self.backoff_ms(),
-            Pacing::Rounds { .. } => 0,
+        let delay = match self.config.pacing {
+            Pacing::Backoff { .. } => self.backoff(),
+            Pacing::Rounds { .. } => Duration::ZERO,
         };
-        self.next_master(now_ms, delay_ms)
+        self.next_master(now, delay)
     }
 
     /// A joined session ended (closed, timed out, silent): like a failure, but the backoff
     /// starts over, since the session worked until now.
-    pub fn lost(&mut self, now_ms: u64) -> Attempt {
+    pub fn lost(&mut self, now: Time) -> Attempt {
         self.failures = 0;
-        self.failed(now_ms)
+        self.failed(now)
     }
 
     /// The master answered that it cannot serve yet but may soon (unavailable): try it again
@@ -222,7 +231,7 @@ impl Follower {
         self.current = Some(addr);
         Attempt {
             addr,
-            delay_ms: self.pause_ms(),
+            delay: self.pause(),
         }
     }
 
@@ -230,11 +239,11 @@ impl Follower {
     /// running). A redirect followed goes to the leader at once; one that is not counts as an
     /// attempt that failed without the master being at fault: the next master of the round,
     /// after a pause.
-    pub fn redirected(&mut self, leader: Option<SocketAddr>, now_ms: u64) -> Attempt {
+    pub fn redirected(&mut self, leader: Option<SocketAddr>, now: Time) -> Attempt {
         match leader {
             Some(addr)
                 if Some(addr) != self.current
-                    && !self.is_passed_over(addr, now_ms)
+                    && !self.is_passed_over(addr, now)
                     && self.redirects < self.config.redirects_at_once =>
             {
                 self.redirects += 1;
@@ -242,60 +251,64 @@ impl Follower {
                     self.masters.push(addr);
                 }
                 self.current = Some(addr);
-                Attempt { addr, delay_ms: 0 }
+                Attempt {
+                    addr,
+                    delay: Duration::ZERO,
+                }
             }
             _ => {
                 self.redirects = 0;
-                let delay_ms = self.pause_ms();
-                self.next_master(now_ms, delay_ms)
+                let delay = self.pause();
+                self.next_master(now, delay)
             }
         }
     }
 
-    /// The next master of the round not passed over (any, when all are), after `delay_ms` and,
+    /// The next master of the round not passed over (any, when all are), after `delay` and,
     /// with [`Pacing::Rounds`], the round's pause when this is its last master.
-    fn next_master(&mut self, now_ms: u64, delay_ms: u64) -> Attempt {
+    fn next_master(&mut self, now: Time, delay: Duration) -> Attempt {
         let count = self.masters.len();
         let first = self.next % count;
         let chosen = (0..count)
             .map(|step| (first + step) % count)
-            .find(|&i| !self.is_passed_over(self.masters[i], now_ms))
+            .find(|&i| !self.is_passed_over(self.masters[i], now))
             .unwrap_or(first);
         self.next = (chosen + 1) % count;
         let round_pause = match self.config.pacing {
-            Pacing::Rounds { pause_ms } if self.next == 0 => pause_ms,
-            _ => 0,
+            Pacing::Rounds { pause } if self.next == 0 => pause,
+            _ => Duration::ZERO,
         };
         let addr = self.masters[chosen];
         self.current = Some(addr);
         Attempt {
             addr,
-            delay_ms: delay_ms.saturating_add(round_pause),
+            delay: delay.saturating_add(round_pause),
         }
     }
 
     /// The delay before trying again after a master could not serve.
-    fn pause_ms(&mut self) -> u64 {
+    fn pause(&mut self) -> Duration {
         match self.config.pacing {
-            Pacing::Backoff { .. } => self.backoff_ms(),
-            Pacing::Rounds { pause_ms } => pause_ms,
+            Pacing::Backoff { .. } => self.backoff(),
+            Pacing::Rounds { pause } => pause,
         }
     }
 
     /// Counts a failure and draws its delay: nominally `initial · 2^(failures − 1)` capped at
-    /// `max` (and at least 1 ms), drawn uniformly from `[nominal / 2, nominal]`.
-    fn backoff_ms(&mut self) -> u64 {
+    /// `max` (and at least 1 ms), drawn uniformly from `[nominal / 2, nominal]` in whole
+    /// milliseconds (so that a seed gives the same delays whatever the spans' precision).
+    fn backoff(&mut self) -> Duration {
         self.failures = self.failures.saturating_add(1);
-        let Pacing::Backoff { initial_ms, max_ms } = self.config.pacing else {
-            return 0;
+        let Pacing::Backoff { initial, max } = self.config.pacing else {
+            return Duration::ZERO;
         };
         let exponent = (self.failures - 1).min(20);
-        let nominal = initial_ms
+        let nominal = whole_millis(initial)
             .saturating_mul(1u64 << exponent)
-            .min(max_ms)
+            .min(whole_millis(max))
             .max(1);
         let half = nominal / 2;
-        half + self.next_random() % (nominal - half + 1)
+        Duration::from_millis(half + self.next_random() % (nominal - half + 1))
     }
 
     /// splitmix64: small, and the same sequence for the same seed on every platform.
@@ -306,6 +319,11 @@ impl Follower {
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
     }
+}
+
+/// `span` in whole milliseconds, saturating.
+fn whole_millis(span: Duration) -> u64 {
+    u64::try_from(span.as_millis()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

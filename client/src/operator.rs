@@ -7,6 +7,7 @@ use std::time::Duration;
 use fullerene_proto::messages::{
     ErrorCode, OperatorRequest, OperatorResponse, SessionOpen, WireError,
 };
+use fullerene_proto::time::SystemClock;
 use fullerene_transport::Client;
 use tokio::time::{sleep, timeout, Instant};
 
@@ -63,8 +64,8 @@ pub struct OperatorClient {
     follower: Option<Follower>,
     deadline: Duration,
     current: Option<Link>,
-    /// The origin of the follower's clock.
-    epoch: Instant,
+    /// The follower's clock.
+    clock: SystemClock,
 }
 
 /// How long a master that failed to answer is passed over.
@@ -77,21 +78,15 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// Default pause between rounds of attempts while no leader answers.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
 
-fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
-}
-
 impl OperatorClient {
     /// A client for the masters at `masters` (any of them; redirects lead to the leader), giving
     /// up on a request after `deadline`.
     pub fn new(client: Client, masters: Vec<SocketAddr>, deadline: Duration) -> OperatorClient {
         let config = FollowConfig {
-            pacing: Pacing::Rounds {
-                pause_ms: millis(RETRY_PAUSE),
-            },
+            pacing: Pacing::Rounds { pause: RETRY_PAUSE },
             // The deadline bounds the redirects followed.
             redirects_at_once: u32::MAX,
-            pass_over_ms: millis(PASS_OVER),
+            pass_over: PASS_OVER,
             seed: 0,
         };
         OperatorClient {
@@ -99,7 +94,7 @@ impl OperatorClient {
             follower: Follower::new(masters, config).ok(),
             deadline,
             current: None,
-            epoch: Instant::now(),
+            clock: SystemClock::new(),
         }
     }
 
@@ -107,9 +102,7 @@ impl OperatorClient {
     /// shorter for a benchmark that times failovers, so the pause does not blur the figure.
     pub fn with_retry_pause(mut self, pause: Duration) -> OperatorClient {
         if let Some(follower) = &mut self.follower {
-            follower.set_pacing(Pacing::Rounds {
-                pause_ms: millis(pause),
-            });
+            follower.set_pacing(Pacing::Rounds { pause });
         }
         self
     }
@@ -117,9 +110,9 @@ impl OperatorClient {
     /// Passes over `addr` for `duration`, as if it had just failed to answer (for a caller
     /// that knows a master is down, such as a benchmark that killed it).
     pub fn avoid(&mut self, addr: SocketAddr, duration: Duration) {
-        let now_ms = millis(self.epoch.elapsed());
+        let now = self.clock.monotonic();
         if let Some(follower) = &mut self.follower {
-            follower.pass_over(addr, now_ms, millis(duration));
+            follower.pass_over(addr, now, duration);
         }
     }
 
@@ -142,15 +135,15 @@ impl OperatorClient {
         let mut next = match &self.current {
             Some(link) => Attempt {
                 addr: link.addr,
-                delay_ms: 0,
+                delay: Duration::ZERO,
             },
-            None => follower.start(millis(self.epoch.elapsed())),
+            None => follower.start(self.clock.monotonic()),
         };
         let started = Instant::now();
         let mut last = String::from("no attempt");
         loop {
-            if next.delay_ms > 0 {
-                sleep(Duration::from_millis(next.delay_ms)).await;
+            if !next.delay.is_zero() {
+                sleep(next.delay).await;
             }
             if started.elapsed() >= self.deadline {
                 break;
@@ -167,11 +160,11 @@ impl OperatorClient {
                 exchange(&self.client, &mut self.current, target, request, &mut sent),
             )
             .await;
-            let now_ms = millis(self.epoch.elapsed());
+            let now = self.clock.monotonic();
             next = match result {
                 Err(_) => {
                     self.current = None;
-                    let next = follower.failed(now_ms);
+                    let next = follower.failed(now);
                     if sent && !request.is_idempotent() {
                         return Err(outcome_unknown("no answer in time".to_string()));
                     }
@@ -180,7 +173,7 @@ impl OperatorClient {
                 }
                 Ok(Err(error)) => {
                     self.current = None;
-                    let next = follower.failed(now_ms);
+                    let next = follower.failed(now);
                     if sent && !request.is_idempotent() {
                         return Err(outcome_unknown(error));
                     }
@@ -199,8 +192,8 @@ impl OperatorClient {
                 Ok(Ok(OperatorResponse::Redirect(redirect))) => {
                     self.current = None;
                     let leader = redirect.leader.map(|leader| leader.addr);
-                    let next = follower.redirected(leader, now_ms);
-                    if leader != Some(next.addr) || next.delay_ms > 0 {
+                    let next = follower.redirected(leader, now);
+                    if leader != Some(next.addr) || !next.delay.is_zero() {
                         last = format!("{target} knows no leader yet");
                     }
                     next

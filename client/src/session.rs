@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fullerene_proto::messages::{LeaderInfo, SessionOpen, WireError};
+use fullerene_proto::time::{SystemClock, Time};
 use fullerene_transport::{Client, Connection, FramedRecv, FramedSend, TransportError};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -126,8 +127,8 @@ pub struct LeaderSession<H: Handshake> {
     client: Arc<Client>,
     follower: Follower,
     join_timeout: Duration,
-    /// The origin of the follower's clock.
-    epoch: Instant,
+    /// The follower's clock.
+    clock: SystemClock,
     /// The next attempt: when, and where.
     due: Option<(Instant, SocketAddr)>,
     joining: Option<JoinHandle<Outcome<H>>>,
@@ -191,13 +192,14 @@ impl<H: Handshake> LeaderSession<H> {
         masters: Vec<SocketAddr>,
         config: SessionConfig,
     ) -> Result<LeaderSession<H>, NoMasters> {
+        let clock = SystemClock::new();
         let mut follower = Follower::new(masters, config.follow)?;
-        let first = follower.start(0);
+        let first = follower.start(clock.monotonic());
         let mut session = LeaderSession {
             client,
             follower,
             join_timeout: config.join_timeout,
-            epoch: Instant::now(),
+            clock,
             due: None,
             joining: None,
             joined: None,
@@ -331,7 +333,7 @@ impl<H: Handshake> LeaderSession<H> {
             return false;
         };
         joined.close(why);
-        let next = self.follower.lost(self.now_ms());
+        let next = self.follower.lost(self.now());
         self.schedule(next);
         true
     }
@@ -341,9 +343,7 @@ impl<H: Handshake> LeaderSession<H> {
         if let Some(joined) = self.joined.take() {
             joined.close("redirected");
         }
-        let next = self
-            .follower
-            .redirected(leader.map(|l| l.addr), self.now_ms());
+        let next = self.follower.redirected(leader.map(|l| l.addr), self.now());
         self.schedule(next);
     }
 
@@ -359,7 +359,7 @@ impl<H: Handshake> LeaderSession<H> {
     }
 
     fn attempted(&mut self, outcome: Outcome<H>) -> Option<SessionEvent<H>> {
-        let now_ms = self.now_ms();
+        let now = self.now();
         let next = match outcome {
             Outcome::Joined(accepted) => {
                 let Accepted {
@@ -381,17 +381,17 @@ impl<H: Handshake> LeaderSession<H> {
                 return Some(SessionEvent::Joined { addr, welcome });
             }
             Outcome::Redirect(Some(leader)) => {
-                let next = self.follower.redirected(Some(leader.addr), now_ms);
-                tracing::info!(leader = %leader.addr, id = %leader.id, next = %next.addr, delay_ms = next.delay_ms, "redirected to the leader");
+                let next = self.follower.redirected(Some(leader.addr), now);
+                tracing::info!(leader = %leader.addr, id = %leader.id, next = %next.addr, delay = ?next.delay, "redirected to the leader");
                 next
             }
             Outcome::Redirect(None) => {
                 tracing::info!("no leader known yet; backing off");
-                self.follower.redirected(None, now_ms)
+                self.follower.redirected(None, now)
             }
             Outcome::Refused(error) => {
                 tracing::warn!(%error, "refused; backing off");
-                self.follower.failed(now_ms)
+                self.follower.failed(now)
             }
             Outcome::Failed(why) => {
                 // A master briefly away is routine; a client that cannot join at all must be
@@ -402,7 +402,7 @@ impl<H: Handshake> LeaderSession<H> {
                 } else {
                     tracing::info!(%why, "attempt failed; backing off");
                 }
-                self.follower.failed(now_ms)
+                self.follower.failed(now)
             }
         };
         self.schedule(next);
@@ -410,12 +410,13 @@ impl<H: Handshake> LeaderSession<H> {
     }
 
     fn schedule(&mut self, attempt: Attempt) {
-        let at = Instant::now() + Duration::from_millis(attempt.delay_ms);
+        let at = Instant::now() + attempt.delay;
         self.due = Some((at, attempt.addr));
     }
 
-    fn now_ms(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    /// The follower's time: a reading of the monotonic clock.
+    fn now(&self) -> Time {
+        self.clock.monotonic()
     }
 }
 

@@ -1,6 +1,6 @@
-//! The leader-following session (the agent's kind) against scripted masters on loopback: a redirect followed to
-//! the leader, a join, the replay of what the caller says is outstanding, and a lost session
-//! retried at the next master.
+//! The leader-following session (the agent's kind) against scripted masters on loopback (the
+//! testkit's `FakeMaster`): a redirect followed to the leader, a join, the replay of what the
+//! caller says is outstanding, and a lost session retried at the next master.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -9,46 +9,14 @@ use std::time::Duration;
 use fullerene_client::{
     AgentSession, FollowConfig, LeaderSession, Pacing, Registered, SessionConfig, SessionEvent,
 };
-use fullerene_proto::messages::{AgentToMaster, LeaderInfo, MasterToAgent, Redirect};
+use fullerene_proto::messages::{AgentToMaster, MasterToAgent};
 use fullerene_proto::{AgentId, MasterId};
-use fullerene_transport::certs::{generate_dev_cluster, CertCounts, CertPaths, GeneratedCerts};
-use fullerene_transport::{
-    Client, Connection, Role, Server, Session, TlsMaterial, TransportConfig,
-};
-use tokio::time::timeout;
-
-const WAIT: Duration = Duration::from_secs(20);
-
-fn tls(certs: &GeneratedCerts, role: Role, n: usize) -> TlsMaterial {
-    let paths = CertPaths::of_member(&certs.dir, role, n);
-    TlsMaterial::load(&certs.ca_cert, &paths.cert, &paths.key).expect("tls")
-}
-
-async fn accept(server: &mut Server) -> (Connection, Session) {
-    let connection = timeout(WAIT, server.accept())
-        .await
-        .expect("a connection in time")
-        .expect("server open")
-        .expect("handshake");
-    let session = timeout(WAIT, connection.accept_session())
-        .await
-        .expect("a session in time")
-        .expect("session");
-    (connection, session)
-}
-
-async fn recv(session: &mut Session) -> AgentToMaster {
-    timeout(WAIT, session.rx.recv::<AgentToMaster>())
-        .await
-        .expect("a message in time")
-        .expect("session alive")
-        .expect("not closed")
-}
+use fullerene_transport::certs::CertCounts;
+use fullerene_transport::testkit::{within, AgentPeer, FakeMaster, TestCerts};
+use fullerene_transport::{Client, Role, TransportConfig};
 
 async fn next(session: &mut LeaderSession<AgentSession>) -> SessionEvent<AgentSession> {
-    timeout(WAIT, session.next())
-        .await
-        .expect("an event in time")
+    within(session.next()).await
 }
 
 /// Waits for the next attempt and makes it with a heartbeat `seq` as the hello (a scripted
@@ -62,34 +30,24 @@ async fn attempt(session: &mut LeaderSession<AgentSession>, seq: u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn follows_a_redirect_joins_replays_and_retries_after_a_loss() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let counts = CertCounts {
+    let certs = TestCerts::new(CertCounts {
         masters: 2,
         agents: 1,
         ..CertCounts::default()
-    };
-    let certs = generate_dev_cluster(&dir.path().join("certs"), counts, false).expect("certs");
-    let bind = |n| {
-        Server::bind(
-            "127.0.0.1:0".parse().expect("addr"),
-            &tls(&certs, Role::Master, n),
-            TransportConfig::default(),
-        )
-        .expect("bind")
-    };
-    let mut follower = bind(1);
-    let mut leader = bind(2);
-    let (follower_addr, leader_addr) = (follower.local_addr(), leader.local_addr());
+    });
+    let mut follower = FakeMaster::bind(&certs, 1);
+    let mut leader = FakeMaster::bind(&certs, 2);
+    let (follower_addr, leader_addr) = (follower.addr(), leader.addr());
     let client =
-        Client::new(&tls(&certs, Role::Agent, 1), TransportConfig::default()).expect("client");
+        Client::new(&certs.tls(Role::Agent, 1), TransportConfig::default()).expect("client");
     let config = SessionConfig {
         follow: FollowConfig {
             pacing: Pacing::Backoff {
-                initial_ms: 20,
-                max_ms: 200,
+                initial: Duration::from_millis(20),
+                max: Duration::from_millis(200),
             },
             redirects_at_once: 3,
-            pass_over_ms: 0,
+            pass_over: Duration::ZERO,
             seed: 1,
         },
         join_timeout: Duration::from_secs(10),
@@ -100,35 +58,25 @@ async fn follows_a_redirect_joins_replays_and_retries_after_a_loss() {
 
     // The follower redirects to the leader, which is tried at once.
     attempt(&mut session, 1).await;
-    let (_c, mut at_follower) = accept(&mut follower).await;
+    let mut at_follower = follower.accept::<AgentPeer>().await;
     assert_eq!(
-        recv(&mut at_follower).await,
+        at_follower.recv().await,
         AgentToMaster::Heartbeat { seq: 1 }
     );
-    let redirect = MasterToAgent::Redirect(Redirect {
-        leader: Some(LeaderInfo {
-            id: MasterId(2),
-            addr: leader_addr,
-            term: 1,
-        }),
-    });
-    at_follower.tx.send(&redirect).await.expect("send");
+    at_follower.redirect_to(MasterId(2), leader_addr).await;
     attempt(&mut session, 2).await;
-    let (connection, mut at_leader) = accept(&mut leader).await;
-    assert_eq!(
-        recv(&mut at_leader).await,
-        AgentToMaster::Heartbeat { seq: 2 }
-    );
+    let mut at_leader = leader.accept::<AgentPeer>().await;
+    assert_eq!(at_leader.recv().await, AgentToMaster::Heartbeat { seq: 2 });
     let registered = MasterToAgent::Registered {
         agent_id: AgentId::from("agent-1"),
         heartbeat_interval_ms: 250,
         kill: vec![],
     };
-    at_leader.tx.send(&registered).await.expect("send");
+    at_leader.send(&registered).await;
     match next(&mut session).await {
         SessionEvent::Joined { addr, welcome } => {
             let expected = Registered {
-                heartbeat_interval_ms: 250,
+                heartbeat_interval: Duration::from_millis(250),
                 kill: vec![],
             };
             assert_eq!((addr, welcome), (leader_addr, expected));
@@ -146,20 +94,18 @@ async fn follows_a_redirect_joins_replays_and_retries_after_a_loss() {
         .send(AgentToMaster::Heartbeat { seq: 13 })
         .expect("joined");
     for seq in 10..14 {
-        assert_eq!(recv(&mut at_leader).await, AgentToMaster::Heartbeat { seq });
+        assert_eq!(at_leader.recv().await, AgentToMaster::Heartbeat { seq });
     }
     at_leader
-        .tx
         .send(&MasterToAgent::HeartbeatAck { seq: 13 })
-        .await
-        .expect("send");
+        .await;
     match next(&mut session).await {
         SessionEvent::Message(MasterToAgent::HeartbeatAck { seq: 13 }) => {}
         other => panic!("expected the ack, got {other:?}"),
     }
 
     // The leader goes away: the session is lost and the next master of the list is tried.
-    connection.close("gone");
+    at_leader.close("gone");
     match next(&mut session).await {
         SessionEvent::Lost { .. } => {}
         other => panic!("expected the session to be lost, got {other:?}"),
@@ -168,7 +114,7 @@ async fn follows_a_redirect_joins_replays_and_retries_after_a_loss() {
     attempt(&mut session, 3).await;
     let next_addr: SocketAddr = session.follower().current().expect("a master");
     assert_ne!(next_addr, leader_addr);
-    let (_c, mut again) = accept(&mut follower).await;
-    assert_eq!(recv(&mut again).await, AgentToMaster::Heartbeat { seq: 3 });
+    let mut again = follower.accept::<AgentPeer>().await;
+    assert_eq!(again.recv().await, AgentToMaster::Heartbeat { seq: 3 });
     session.close("done");
 }

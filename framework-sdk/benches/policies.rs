@@ -10,30 +10,12 @@
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use fullerene_proto::messages::OfferKind;
-use fullerene_scheduling::testkit::machine;
 use fullerene_sdk::policy::{
     CarbyneParams, CarbynePolicy, GrapheneMatcher, JobPolicy, JobState, MatcherParams,
     OfferContext, TetrisPolicy,
 };
-use fullerene_sdk::testkit::largest_tpch_job;
+use fullerene_sdk::testkit::{largest_tpch_job, machine, rank_pri_scores};
 use fullerene_sdk::Job;
-
-/// priScores by topological rank, as a stand-in for the offline plan's.
-fn rank_pri_scores(job: &Job) -> Vec<Vec<f64>> {
-    let n = job.num_tasks() as f64;
-    let mut rank = 0.0;
-    job.stages
-        .iter()
-        .map(|s| {
-            (0..s.num_tasks())
-                .map(|_| {
-                    rank += 1.0;
-                    1.0 - (rank - 1.0) / n
-                })
-                .collect()
-        })
-        .collect()
-}
 
 fn offer(now_s: f64, machines: f64, share: f64) -> OfferContext {
     OfferContext {

@@ -282,16 +282,10 @@ impl Job {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fullerene_proto::ResourceKind;
+    use crate::testkit;
 
     fn spec(id: u32, parents: &[u32], tasks: usize) -> StageSpec {
-        StageSpec {
-            id,
-            name: format!("s{id}"),
-            parents: parents.to_vec(),
-            durations: vec![1.0; tasks],
-            demand: ResourceVec::from_pairs(&[(ResourceKind::Cpus, 1.0)]),
-        }
+        testkit::stage(id, parents, &vec![1.0; tasks], testkit::cpus(1.0))
     }
 
     #[test]

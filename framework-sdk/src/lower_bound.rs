@@ -141,16 +141,11 @@ fn bounds_of(
 mod tests {
     use super::*;
     use crate::job::StageSpec;
+    use crate::testkit;
     use fullerene_proto::ResourceKind;
 
     fn spec(id: u32, parents: &[u32], durations: &[f64], cpus: f64) -> StageSpec {
-        StageSpec {
-            id,
-            name: format!("s{id}"),
-            parents: parents.to_vec(),
-            durations: durations.to_vec(),
-            demand: ResourceVec::from_pairs(&[(ResourceKind::Cpus, cpus)]),
-        }
+        testkit::stage(id, parents, durations, testkit::cpus(cpus))
     }
 
     fn cluster(machines: usize, cpus: f64) -> PlanCluster {

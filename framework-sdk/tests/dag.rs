@@ -7,15 +7,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fullerene_proto::messages::{
-    CallOk, FrameworkCall, FrameworkRequest, MasterToFramework, Offer, SessionOpen, StatusReason,
-    StatusUpdate, TaskState,
+    CallOk, FrameworkCall, FrameworkRequest, MasterToFramework, Offer, StatusReason, StatusUpdate,
+    TaskState,
 };
 use fullerene_proto::{AgentId, FrameworkId, TaskId};
 use fullerene_sdk::dag::{run_jobs, DagConfig, JobOutcome, RunJobsOptions};
 use fullerene_sdk::parse_workload;
 use fullerene_sdk::policy::PolicyKind;
-use fullerene_transport::certs::{generate_dev_cluster, CertCounts, CertPaths};
-use fullerene_transport::{Role, Server, TlsMaterial, TransportConfig};
+use fullerene_transport::certs::CertCounts;
+use fullerene_transport::testkit::{FakeMaster, FrameworkPeer, PeerSession, TestCerts};
+use fullerene_transport::{Role, TransportConfig};
 use tokio::time::timeout;
 
 const WORKLOAD: &str = r#"{"name":"a","group":"g1","stages":[{"id":0,"name":"scan","parents":[],"tasks":3,"duration_s":1.0,"demand":{"cpus":1,"mem_mib":100}},{"id":1,"name":"agg","parents":[0],"tasks":1,"duration_s":1.0,"demand":{"cpus":2,"mem_mib":100}}]}
@@ -53,14 +54,13 @@ fn update(task: &TaskId, framework: &str, seq: u64, state: TaskState) -> MasterT
 
 /// Plays the cluster for one framework session.
 async fn serve(
-    mut session: fullerene_transport::Session,
+    mut session: PeerSession<FrameworkPeer>,
     mut framework: String,
     seen: Arc<Mutex<Seen>>,
 ) {
     let mut next_offer = 1u64;
     loop {
-        let Ok(Some(FrameworkCall { call_id, call })) = session.rx.recv::<FrameworkCall>().await
-        else {
+        let Some(FrameworkCall { call_id, call }) = session.recv_until_end().await else {
             return;
         };
         if let FrameworkRequest::Subscribe {
@@ -134,7 +134,7 @@ async fn serve(
             }
             FrameworkRequest::Teardown => {
                 seen.lock().unwrap().teardowns.push(framework.clone());
-                let _ = session.tx.send(&out[0]).await;
+                let _ = session.try_send(&out[0]).await;
                 return;
             }
             _ => {}
@@ -146,59 +146,33 @@ async fn serve(
             next_offer += 1;
         }
         for message in out {
-            if session.tx.send(&message).await.is_err() {
+            if session.try_send(&message).await.is_err() {
                 return;
             }
         }
     }
 }
 
-/// Starts the scripted master; returns its address and the task serving it.
+/// Starts the scripted master; returns its address and the task serving it. The framework of
+/// the `n`-th connection is `fw-<n>`.
 fn start_master(
-    certs: &fullerene_transport::certs::GeneratedCerts,
+    certs: &TestCerts,
     seen: Arc<Mutex<Seen>>,
 ) -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
-    let paths = CertPaths::of_member(&certs.dir, Role::Master, 1);
-    let tls = TlsMaterial::load(&certs.ca_cert, &paths.cert, &paths.key).expect("tls");
-    let mut server = Server::bind(
-        "127.0.0.1:0".parse().expect("addr"),
-        &tls,
-        TransportConfig::default(),
-    )
-    .expect("bind");
-    let addr = server.local_addr();
-    let task = tokio::spawn(async move {
-        let mut sessions = 0;
-        while let Some(Ok(connection)) = server.accept().await {
-            let seen = Arc::clone(&seen);
-            sessions += 1;
-            let framework = format!("fw-{sessions}");
-            tokio::spawn(async move {
-                let Ok(session) = connection.accept_session().await else {
-                    return;
-                };
-                assert_eq!(session.kind, SessionOpen::Framework);
-                serve(session, framework, seen).await;
-                // Keeps the connection until the session's last frames are read.
-                let _ = timeout(Duration::from_secs(2), connection.closed()).await;
-            });
-        }
-    });
+    let master = FakeMaster::bind(certs, 1);
+    let addr = master.addr();
+    let task =
+        master.serve_each(move |session, n| serve(session, format!("fw-{n}"), Arc::clone(&seen)));
     (addr, task)
 }
 
-fn certs(dir: &std::path::Path) -> fullerene_transport::certs::GeneratedCerts {
-    let counts = CertCounts {
+/// One master and one framework.
+fn certs() -> TestCerts {
+    TestCerts::new(CertCounts {
         masters: 1,
         frameworks: 1,
         ..CertCounts::default()
-    };
-    generate_dev_cluster(&dir.join("certs"), counts, false).expect("certs")
-}
-
-fn framework_tls(certs: &fullerene_transport::certs::GeneratedCerts) -> TlsMaterial {
-    let paths = CertPaths::of_member(&certs.dir, Role::Framework, 1);
-    TlsMaterial::load(&certs.ca_cert, &paths.cert, &paths.key).expect("tls")
+    })
 }
 
 fn options(addr: std::net::SocketAddr) -> RunJobsOptions {
@@ -217,8 +191,7 @@ fn options(addr: std::net::SocketAddr) -> RunJobsOptions {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_jobs_run_to_completion_with_a_retry() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let certs = certs(dir.path());
+    let certs = certs();
     let seen = Arc::new(Mutex::new(Seen::default()));
     let (addr, master) = start_master(&certs, Arc::clone(&seen));
     let jobs = parse_workload(WORKLOAD, std::path::Path::new("test.jsonl")).expect("workload");
@@ -228,7 +201,7 @@ async fn two_jobs_run_to_completion_with_a_retry() {
         Duration::from_secs(30),
         run_jobs(
             jobs,
-            &framework_tls(&certs),
+            &certs.tls(Role::Framework, 1),
             options(addr),
             Some(Arc::new(move |_, _| *counter.lock().unwrap() += 1)),
         ),
@@ -266,8 +239,7 @@ async fn two_jobs_run_to_completion_with_a_retry() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_accept_is_reconciled_after_reconnecting_and_the_job_completes() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let certs = certs(dir.path());
+    let certs = certs();
     let seen = Arc::new(Mutex::new(Seen {
         drop_first_accept: true,
         ..Seen::default()
@@ -277,7 +249,7 @@ async fn a_lost_accept_is_reconciled_after_reconnecting_and_the_job_completes() 
     jobs.truncate(1);
     let reports = timeout(
         Duration::from_secs(30),
-        run_jobs(jobs, &framework_tls(&certs), options(addr), None),
+        run_jobs(jobs, &certs.tls(Role::Framework, 1), options(addr), None),
     )
     .await
     .expect("the job finishes in time")

@@ -10,13 +10,11 @@
 // `criterion_group!` defines a public function it cannot document.
 #![allow(missing_docs)]
 
-use std::collections::BTreeMap;
-
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use fullerene_master::raft_node::{NodeConfig, RaftNode, Token};
 use fullerene_master::state::{ClusterSettings, Command};
 use fullerene_master::storage::{MemStorage, RaftStore};
-use fullerene_proto::{ResourceKind, ResourceVec, Resources};
+use fullerene_master::testkit::register_agent;
 
 struct Group<S: RaftStore> {
     nodes: Vec<RaftNode<S>>,
@@ -53,14 +51,7 @@ impl<S: RaftStore> Group<S> {
             }
         }
         assert!(group.nodes[0].is_leader(), "master 1 did not become leader");
-        let register = Command::RegisterAgent {
-            agent_id: "agent-1".into(),
-            hostname: "agent-1".into(),
-            resources: Resources::from(ResourceVec::from_pairs(&[(ResourceKind::Cpus, 16.0)])),
-            attributes: BTreeMap::new(),
-            executors: vec!["sleep".into()],
-            at_ms: 0,
-        };
+        let register = register_agent("agent-1", "agent-1", "cpus=16", &["sleep"], 0);
         group.commit(std::slice::from_ref(&register));
         group
     }

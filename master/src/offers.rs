@@ -9,11 +9,13 @@
 //! book (and a new id epoch, its term), so no offer outlives its leader.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use fullerene_proto::messages::{
     AgentState, DemandSummary, ErrorCode, Leftover, Offer, OfferKind, TaskSpec, UnixMillis,
     WireError,
 };
+use fullerene_proto::time::{secs_f64, Time};
 use fullerene_proto::{AgentId, FrameworkId, OfferId, ResourceVec};
 use fullerene_scheduling::allocator::{
     Allocator, AllocatorConfig, AllocatorError, InterJobPolicy, LeftoverAction, OfferDecision,
@@ -382,7 +384,7 @@ impl OfferManager {
         }
         let decisions = self
             .allocator
-            .allocate_all(accounting, now_ms as f64 / 1000.0);
+            .allocate_all(accounting, Time::from_millis(now_ms).as_secs_f64());
         let mut offers = Vec::with_capacity(decisions.len());
         for decision in decisions {
             if !connected(&decision.framework) {
@@ -469,7 +471,7 @@ impl OfferManager {
             Leftover::Yield => LeftoverAction::Yield,
         };
         let accounting = state.allocation();
-        let now_s = now_ms as f64 / 1000.0;
+        let now_s = Time::from_millis(now_ms).as_secs_f64();
         let decision = self
             .allocator
             .offer_answered(accounting, &agent, framework, &demands, action, now_s)
@@ -480,7 +482,7 @@ impl OfferManager {
                 accounting,
                 &agent,
                 framework,
-                now_s + refuse_ms as f64 / 1000.0,
+                now_s + secs_f64(Duration::from_millis(refuse_ms)),
             );
         }
         let reoffer = decision.map(|d| self.open(state, &d, now_ms));
@@ -507,7 +509,7 @@ impl OfferManager {
                 .map_err(|e| e.to_wire())?;
         }
         let accounting = state.allocation();
-        let now_s = now_ms as f64 / 1000.0;
+        let now_s = Time::from_millis(now_ms).as_secs_f64();
         let mut reoffers = Vec::new();
         for open in self.book.take(offer_ids) {
             let agent = open.offer.agent_id.clone();
@@ -528,7 +530,7 @@ impl OfferManager {
                     accounting,
                     &agent,
                     framework,
-                    now_s + refuse_ms as f64 / 1000.0,
+                    now_s + secs_f64(Duration::from_millis(refuse_ms)),
                 );
             }
         }
@@ -713,32 +715,31 @@ mod tests {
 
     mod manager {
         use super::super::*;
-        use crate::state::Command;
+        use crate::testkit::{launch_tasks, register_agent, subscribe_framework};
 
         use fullerene_scheduling::testkit::resources;
 
         fn cluster() -> ClusterState {
             let mut state = ClusterState::default();
             state
-                .apply(&Command::RegisterAgent {
-                    agent_id: AgentId("agent-1".to_string()),
-                    hostname: "node1".to_string(),
-                    resources: resources("cpus=4,mem_mib=4096"),
-                    attributes: Default::default(),
-                    executors: vec!["sleep".to_string()],
-                    at_ms: 0,
-                })
+                .apply(&register_agent(
+                    "agent-1",
+                    "node1",
+                    "cpus=4,mem_mib=4096",
+                    &["sleep"],
+                    0,
+                ))
                 .expect("agent");
             for fw in ["fw-1", "fw-2"] {
                 state
-                    .apply(&Command::SubscribeFramework {
-                        framework_id: FrameworkId(fw.to_string()),
-                        principal: "framework-1".to_string(),
-                        name: fw.to_string(),
-                        group: "default".to_string(),
-                        failover_timeout_ms: 1_000,
-                        at_ms: 0,
-                    })
+                    .apply(&subscribe_framework(
+                        fw,
+                        "framework-1",
+                        fw,
+                        "default",
+                        1_000,
+                        0,
+                    ))
                     .expect("framework");
             }
             state
@@ -815,13 +816,13 @@ mod tests {
             );
             // The launch commits: charged in the state, no longer held back.
             state
-                .apply(&Command::LaunchTasks {
-                    framework_id: fw1.clone(),
-                    principal: "framework-1".to_string(),
-                    agent_id: accepted.agent.clone(),
-                    tasks: tasks.to_vec(),
-                    at_ms: 2,
-                })
+                .apply(&launch_tasks(
+                    fw1.as_str(),
+                    "framework-1",
+                    accepted.agent.as_str(),
+                    tasks.to_vec(),
+                    2,
+                ))
                 .expect("launched");
             offers.launch_settled(&state, &accepted.agent, accepted.launching);
             assert_eq!(state.allocation().agents().count(), 1);
@@ -855,27 +856,27 @@ mod tests {
             let mut state = cluster();
             // fw-1 alone in group "absent"; fw-2 in "default".
             state
-                .apply(&Command::SubscribeFramework {
-                    framework_id: FrameworkId("fw-3".to_string()),
-                    principal: "framework-1".to_string(),
-                    name: "fw-3".to_string(),
-                    group: "absent".to_string(),
-                    failover_timeout_ms: 60_000,
-                    at_ms: 0,
-                })
+                .apply(&subscribe_framework(
+                    "fw-3",
+                    "framework-1",
+                    "fw-3",
+                    "absent",
+                    60_000,
+                    0,
+                ))
                 .expect("framework");
             let fw2 = FrameworkId("fw-2".to_string());
             let fw3 = FrameworkId("fw-3".to_string());
             // fw-2 (group "default") holds half the cluster: group "absent" is deprived
             // past κ·C, so the gate makes its frameworks the only candidates.
             state
-                .apply(&Command::LaunchTasks {
-                    framework_id: fw2.clone(),
-                    principal: "framework-1".to_string(),
-                    agent_id: AgentId("agent-1".to_string()),
-                    tasks: vec![task("held", "cpus=2,mem_mib=512")],
-                    at_ms: 0,
-                })
+                .apply(&launch_tasks(
+                    "fw-2",
+                    "framework-1",
+                    "agent-1",
+                    vec![task("held", "cpus=2,mem_mib=512")],
+                    0,
+                ))
                 .expect("launched");
             let mut offers = OfferManager::new(state.settings(), 1, 2, 1_000).expect("manager");
             offers

@@ -1,12 +1,16 @@
 //! Builders for tests and benchmarks; not for production use.
 //!
-//! One copy of each replicated-command builder the master's tests share. Each takes the
-//! fields that tests vary, so that every test still builds exactly the command it built
-//! before. Enabled by this crate's `testkit` feature (and in its own unit tests).
+//! One copy of each replicated-command and Raft-storage builder the master's and the test
+//! harness's tests share. Each takes the fields that tests vary, so that every test still
+//! builds exactly the command it built before. Enabled by this crate's `testkit` feature (and
+//! in its own unit tests).
 
 use std::collections::BTreeMap;
 
+use fullerene_proto::messages::TaskSpec;
 use fullerene_proto::{AgentId, FrameworkId};
+
+use raft::eraftpb::{Entry, Snapshot};
 
 use crate::state::Command;
 
@@ -53,4 +57,41 @@ pub fn subscribe_framework(
         failover_timeout_ms,
         at_ms,
     }
+}
+
+/// `LaunchTasks` of `tasks` on `agent` by `framework` (acting as `principal`), at `at_ms`.
+#[must_use]
+pub fn launch_tasks(
+    framework: &str,
+    principal: &str,
+    agent: &str,
+    tasks: Vec<TaskSpec>,
+    at_ms: u64,
+) -> Command {
+    Command::LaunchTasks {
+        framework_id: FrameworkId::from(framework),
+        principal: principal.to_string(),
+        agent_id: AgentId::from(agent),
+        tasks,
+        at_ms,
+    }
+}
+
+/// A Raft log entry at `index` in `term` carrying `size` bytes of data, each `index` modulo
+/// 251, so that neighbouring entries differ.
+#[must_use]
+pub fn log_entry(index: u64, term: u64, size: usize) -> Entry {
+    Entry {
+        index,
+        term,
+        data: vec![(index % 251) as u8; size].into(),
+        ..Default::default()
+    }
+}
+
+/// A snapshot at (`index`, `term`) of the state `data`, whose membership is `voters` (none
+/// recorded when `voters` is empty).
+#[must_use]
+pub fn snapshot(index: u64, term: u64, voters: &[u64], data: &[u8]) -> Snapshot {
+    crate::storage::snapshot_at(index, term, voters, data)
 }

@@ -256,6 +256,9 @@ pub enum StatusReason {
     UnknownTask,
     /// The task exceeded a resource limit it was held to.
     LimitExceeded,
+    /// The agent came back, or reported, with less capacity than its tasks were charged: the
+    /// master ended its newest tasks until the rest fit.
+    AgentShrunk,
 }
 
 /// One step in a task's ordered status stream.

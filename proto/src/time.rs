@@ -7,6 +7,18 @@
 //! Two clocks are read: a monotonic one, the only one timeouts are measured with, and the wall
 //! clock, which stamps what operators read (commands' `at_ms`, status updates' timestamps) and
 //! may jump.
+//!
+//! # Scheduling seconds
+//!
+//! The scheduling math (the allocator of `fullerene-scheduling`, the SDK's policies and planner,
+//! and the simulator, whose virtual clock is this very value) computes in `f64` seconds, not in
+//! [`Time`]: a task slowed down by interference progresses by fractions of a microsecond, and
+//! rounding its progress to whole microseconds would change the simulator's figures. The two
+//! worlds meet only through one pair of conversions, [`Time::as_secs_f64`] and
+//! [`Time::from_secs_f64`] (spans through [`secs_f64`]), so that every caller hands the
+//! allocator the same seconds for the same reading. They divide whole
+//! microseconds by 10⁶ in one rounding, which gives for a whole number of milliseconds exactly
+//! `ms as f64 / 1000.0` (unlike [`Duration::as_secs_f64`], which adds the fraction separately).
 
 use std::fmt;
 use std::ops::{Add, AddAssign, Sub};
@@ -61,6 +73,18 @@ impl Time {
         self.0 / 1_000
     }
 
+    /// This reading in scheduling seconds (see the module's documentation): microseconds
+    /// divided by 10⁶, exact up to 2⁵³ µs (about 285 years).
+    pub fn as_secs_f64(self) -> f64 {
+        self.0 as f64 / MICROS_PER_SECOND
+    }
+
+    /// The reading `secs` scheduling seconds after the epoch, to the nearest microsecond (the
+    /// epoch for negative or NaN seconds, [`Time::MAX`] past it).
+    pub fn from_secs_f64(secs: f64) -> Time {
+        Time((secs * MICROS_PER_SECOND).round() as u64)
+    }
+
     /// The span since the epoch.
     pub const fn elapsed(self) -> Duration {
         Duration::from_micros(self.0)
@@ -112,6 +136,15 @@ impl fmt::Display for Time {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}.{:06}s", self.0 / 1_000_000, self.0 % 1_000_000)
     }
+}
+
+/// Microseconds in a second, as scheduling seconds count them.
+const MICROS_PER_SECOND: f64 = 1_000_000.0;
+
+/// A span in scheduling seconds: the same conversion as [`Time::as_secs_f64`] (whole
+/// microseconds, one rounding), so that `now + span` means the same in both.
+pub fn secs_f64(span: Duration) -> f64 {
+    Time::from_elapsed(span).as_secs_f64()
 }
 
 /// Both clocks, read at one step of a core.
@@ -210,6 +243,40 @@ mod tests {
         );
         assert_eq!(Time::from_millis(u64::MAX), Time::MAX);
         assert_eq!(t.to_string(), "1.500000s");
+    }
+
+    #[test]
+    fn scheduling_seconds_divide_whole_milliseconds_exactly() {
+        // The allocator's figures (and so the replicated allocation state) depend on these
+        // seconds bit for bit: a whole number of milliseconds must give `ms / 1000` rounded once.
+        for ms in [
+            0_u64,
+            1,
+            7,
+            999,
+            1_100,
+            1_234_567,
+            1_763_900_000_123,
+            4_000_000_000_000,
+        ] {
+            assert_eq!(
+                Time::from_millis(ms).as_secs_f64(),
+                ms as f64 / 1000.0,
+                "{ms}"
+            );
+            assert_eq!(
+                secs_f64(Duration::from_millis(ms)),
+                ms as f64 / 1000.0,
+                "{ms}"
+            );
+        }
+        assert_eq!(Time::from_secs_f64(1.5), Time::from_millis(1_500));
+        assert_eq!(Time::from_secs_f64(0.000_000_6), Time::from_micros(1));
+        assert_eq!(Time::from_secs_f64(-3.0), Time::ZERO);
+        assert_eq!(Time::from_secs_f64(f64::NAN), Time::ZERO);
+        assert_eq!(Time::from_secs_f64(f64::INFINITY), Time::MAX);
+        let t = Time::from_micros(1_763_900_000_123_457);
+        assert_eq!(Time::from_secs_f64(t.as_secs_f64()), t);
     }
 
     #[test]

@@ -96,6 +96,46 @@ impl Default for Overbooking {
     }
 }
 
+/// Why a text is not an overbooking allowance.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum AllowanceError {
+    /// The text is not a number.
+    #[error("`{text}` is not a number (an overbooking allowance is a fraction >= 0, e.g. 0.25)")]
+    NotANumber {
+        /// The text as given.
+        text: String,
+    },
+    /// The number is negative, infinite or NaN.
+    #[error("`{text}` is not a fraction >= 0 (e.g. 0.25): an overbooking allowance cannot be negative or infinite")]
+    OutOfRange {
+        /// The text as given.
+        text: String,
+    },
+}
+
+/// Parses a flag's or a file's allowance with the same rule as [`Overbooking::is_valid`], so
+/// that masters and agents accept the same values.
+impl std::str::FromStr for Overbooking {
+    type Err = AllowanceError;
+
+    fn from_str(text: &str) -> Result<Overbooking, AllowanceError> {
+        let value: f64 = text
+            .trim()
+            .parse()
+            .map_err(|_| AllowanceError::NotANumber {
+                text: text.to_string(),
+            })?;
+        let allowance = Overbooking(value);
+        if allowance.is_valid() {
+            Ok(allowance)
+        } else {
+            Err(AllowanceError::OutOfRange {
+                text: text.to_string(),
+            })
+        }
+    }
+}
+
 impl Overbooking {
     /// True when the fraction is finite and non-negative (0 allows no overbooking).
     pub fn is_valid(self) -> bool {
@@ -154,6 +194,24 @@ mod tests {
     use super::*;
 
     use crate::testkit::res;
+
+    #[test]
+    fn allowances_parse_with_the_validity_rule() {
+        assert_eq!("0.25".parse(), Ok(Overbooking(0.25)));
+        assert_eq!(" 1.5 ".parse(), Ok(Overbooking(1.5)));
+        assert_eq!("0".parse(), Ok(Overbooking(0.0)));
+        for bad in ["-0.1", "inf", "NaN"] {
+            assert!(
+                matches!(
+                    bad.parse::<Overbooking>(),
+                    Err(AllowanceError::OutOfRange { .. })
+                ),
+                "{bad}"
+            );
+        }
+        let err = "lots".parse::<Overbooking>().unwrap_err();
+        assert!(err.to_string().contains("`lots` is not a number"), "{err}");
+    }
 
     #[test]
     fn fits_up_to_epsilon_in_every_kind() {

@@ -29,7 +29,7 @@ pub mod scoring;
 pub mod testkit;
 
 pub use demand::{DemandSummary, PendingDemand};
-pub use fit::{fits, Overbooking, DEFAULT_OVERBOOK_ALLOWANCE};
+pub use fit::{fits, AllowanceError, Overbooking, DEFAULT_OVERBOOK_ALLOWANCE};
 pub use ids::{AgentId, FrameworkId, MasterId, OfferId, TaskId};
 pub use offer::{LeftoverAction, OfferKind};
 pub use resources::{ResourceError, ResourceKind, ResourceVec, Resources, EPSILON, NUM_RESOURCES};

@@ -3,7 +3,15 @@
 //!
 //! # Events and cycles
 //!
-//! Time is in seconds (`f64`). Events are job arrivals, task completions and allocation ticks,
+//! Time is virtual, in scheduling seconds (`f64`): the very value the allocator and the
+//! policies compute with, with no conversion on the way in or out. It is deliberately not a
+//! [`fullerene_proto::Time`]: a task slowed down by overbooking progresses at a rate `C / D`,
+//! and its completion falls between microseconds; rounding it to `Time`'s whole microseconds
+//! would move completions, then the order of events, and so the simulator's figures. Where
+//! virtual seconds must meet a `Time` they go through the one pair of conversions,
+//! [`Time::as_secs_f64`](fullerene_proto::Time::as_secs_f64) and
+//! [`Time::from_secs_f64`](fullerene_proto::Time::from_secs_f64), which the master core also
+//! uses when it calls the allocator. Events are job arrivals, task completions and allocation ticks,
 //! kept in the SDK's [`TimedQueue`] (by time, then by a sequence number given at insertion), so
 //! that simultaneous events are handled in the order they were created, identically on every
 //! run. All events of one time are handled as a batch (a completion frees resources, updates the

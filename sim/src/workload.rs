@@ -256,25 +256,16 @@ fn check_fits(job: &Job, machine: &ResourceVec) -> Result<(), SimError> {
 mod tests {
     use super::*;
     use fullerene_sdk::job::StageSpec;
+    use fullerene_sdk::testkit;
     use fullerene_sdk::workload::parse_workload;
     use std::path::Path;
 
     fn job(name: &str, group: &str, arrival: Option<f64>, cpus: f64) -> Job {
-        let mut demand = ResourceVec::ZERO;
-        demand[fullerene_proto::ResourceKind::Cpus] = cpus;
-        Job::new(
-            name,
-            group,
-            arrival,
-            vec![StageSpec {
-                id: 3,
-                name: "map".into(),
-                parents: vec![],
-                durations: vec![1.0],
-                demand,
-            }],
-        )
-        .unwrap()
+        let map = StageSpec {
+            name: "map".into(),
+            ..testkit::stage(3, &[], &[1.0], testkit::cpus(cpus))
+        };
+        testkit::job(name, group, arrival, vec![map])
     }
 
     fn config(arrivals: ArrivalSpec) -> SimConfig {

@@ -66,7 +66,8 @@ fn baselines_outside_the_list_are_run_and_ratios_attached() {
 
 #[test]
 fn plans_computed_in_parallel_equal_sequential_ones() {
-    use fullerene_sdk::planner::{plan, PlanCluster, PlannerConfig};
+    use fullerene_sdk::planner::PlanCluster;
+    use fullerene_sdk::testkit::plan_sequentially;
     let jobs = common::decima(5);
     let config = SimConfig {
         jobs: Some(5),
@@ -75,15 +76,7 @@ fn plans_computed_in_parallel_equal_sequential_ones() {
     let set = fullerene_sim::plan_jobs(&jobs, &config, None).unwrap();
     let cluster = PlanCluster::new(config.machines, config.machine);
     for (i, job) in jobs.iter().enumerate() {
-        let sequential = plan(
-            job,
-            &cluster,
-            &PlannerConfig {
-                parallel: false,
-                ..PlannerConfig::default()
-            },
-        )
-        .unwrap();
+        let sequential = plan_sequentially(job, &cluster);
         assert_eq!(
             set.get(i).expect("planned").pri_scores,
             sequential.pri_scores,

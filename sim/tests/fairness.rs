@@ -1,10 +1,7 @@
 //! Jain's index end to end: 1 when two identical jobs of two groups share a machine evenly,
 //! lower when one group is starved.
 
-mod common;
-
-use common::{job, stage};
-use fullerene_scheduling::testkit::res;
+use fullerene_sdk::testkit::{job, res, stage};
 use fullerene_sim::{run, ArrivalSpec, PolicyKind, SimConfig};
 
 fn twins() -> Vec<fullerene_sdk::Job> {
@@ -15,7 +12,7 @@ fn twins() -> Vec<fullerene_sdk::Job> {
                 &format!("job-{g}"),
                 g,
                 Some(0.0),
-                vec![stage(0, &[], &[100.0; 8], "cpus=2,mem_mib=1024")],
+                vec![stage(0, &[], &[100.0; 8], res("cpus=2,mem_mib=1024"))],
             )
         })
         .collect()

@@ -1,43 +1,18 @@
 //! Graphene's motivating example end to end (Graphene §2.2, Figs. 2 and 3), through the
 //! allocator and the frameworks' policies.
 //!
-//! The DAG is the planner's reconstruction of Fig. 2 (`framework-sdk/src/planner/tests.rs`,
+//! The DAG is the planner's reconstruction of Fig. 2 (`fullerene_sdk::testkit::figure_2`,
 //! whose doc comment gives the numbers the paper's figure leaves out): one machine with capacity
 //! 1 of two resources, T = 1, ε = 0.01; t1 → t2, t3 → t4 → t5, t0 alone; the long tasks t0, t2,
 //! t5 fit together. The offline optimum overlaps them and takes about T; critical-path and
 //! packing schedulers take about 3T.
 
-mod common;
-
-use common::{job, stage};
-use fullerene_scheduling::testkit::res;
+use fullerene_sdk::testkit::{self, res};
 use fullerene_sdk::Job;
 use fullerene_sim::{run, ArrivalSpec, PolicyKind, SimConfig};
 
 fn figure_2(name: &str, group: &str) -> Job {
-    let t = 1.0;
-    let eps = 0.01;
-    let s = |id: u32, parents: &[u32], duration: f64, cpus: f64, mem: f64| {
-        stage(
-            id,
-            parents,
-            &[duration],
-            &format!("cpus={cpus},mem_mib={mem}"),
-        )
-    };
-    job(
-        name,
-        group,
-        Some(0.0),
-        vec![
-            s(0, &[], t * (1.0 + 5.0 * eps), 0.35, 0.55),
-            s(1, &[], eps * t, 0.85, 0.0),
-            s(2, &[1], t, 0.40, 0.35),
-            s(3, &[], eps * t, 0.70, 0.10),
-            s(4, &[3], eps * t, 0.62, 0.05),
-            s(5, &[4], t * (1.0 + 2.0 * eps), 0.20, 0.05),
-        ],
-    )
+    testkit::figure_2(name, group, Some(0.0))
 }
 
 fn config() -> SimConfig {

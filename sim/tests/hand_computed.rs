@@ -1,9 +1,6 @@
 //! Small workloads whose outcome can be worked out by hand.
 
-mod common;
-
-use common::{job, stage};
-use fullerene_scheduling::testkit::res;
+use fullerene_sdk::testkit::{job, res, stage};
 use fullerene_sim::{run, simulate, ArrivalSpec, PolicyKind, SimConfig, SimError};
 
 fn one_machine(spec: &str) -> SimConfig {
@@ -16,22 +13,28 @@ fn one_machine(spec: &str) -> SimConfig {
     }
 }
 
+/// The chain a → b → c, arriving at `arrival_s`: a is two 3 s tasks of 2 cores, b one 5 s
+/// task of 4 cores, c three 1 s tasks of 2 cores.
+fn chain_job(arrival_s: f64) -> fullerene_sdk::Job {
+    job(
+        "chain",
+        "default",
+        Some(arrival_s),
+        vec![
+            stage(0, &[], &[3.0, 3.0], res("cpus=2")),
+            stage(1, &[0], &[5.0], res("cpus=4")),
+            stage(2, &[1], &[1.0, 1.0, 1.0], res("cpus=2")),
+        ],
+    )
+}
+
 /// One chain job on one 4-core machine. Stage a: two 3 s tasks of 2 cores run side by side,
 /// [0, 3]; b: one 5 s task of 4 cores, [3, 8]; c: three 1 s tasks of 2 cores, two in [8, 9] and
 /// the last in [9, 10]. Every policy must find this schedule: there is no choice to make that
 /// could finish earlier, and every policy is work-conserving enough not to finish later.
 #[test]
 fn a_chain_job_on_one_machine_takes_its_critical_path_under_every_policy() {
-    let chain = job(
-        "chain",
-        "default",
-        Some(2.0),
-        vec![
-            stage(0, &[], &[3.0, 3.0], "cpus=2"),
-            stage(1, &[0], &[5.0], "cpus=4"),
-            stage(2, &[1], &[1.0, 1.0, 1.0], "cpus=2"),
-        ],
-    );
+    let chain = chain_job(2.0);
     let config = one_machine("cpus=4,mem_mib=1024");
     for kind in PolicyKind::ALL {
         let outcome = simulate(std::slice::from_ref(&chain), &config, kind, None, None)
@@ -91,16 +94,7 @@ fn a_chain_job_on_one_machine_takes_its_critical_path_under_every_policy() {
 /// waits for the cycle after the first two end), and it ends at 13: JCT 10.5.
 #[test]
 fn an_offer_interval_puts_cycles_on_its_grid() {
-    let chain = job(
-        "chain",
-        "default",
-        Some(2.5),
-        vec![
-            stage(0, &[], &[3.0, 3.0], "cpus=2"),
-            stage(1, &[0], &[5.0], "cpus=4"),
-            stage(2, &[1], &[1.0, 1.0, 1.0], "cpus=2"),
-        ],
-    );
+    let chain = chain_job(2.5);
     let config = SimConfig {
         offer_interval_s: 1.0,
         ..one_machine("cpus=4,mem_mib=1024")
@@ -123,13 +117,13 @@ fn a_second_job_waits_for_the_machine() {
             "first",
             "default",
             Some(0.0),
-            vec![stage(0, &[], &[4.0], "cpus=4")],
+            vec![stage(0, &[], &[4.0], res("cpus=4"))],
         ),
         job(
             "second",
             "default",
             Some(1.0),
-            vec![stage(0, &[], &[4.0], "cpus=4")],
+            vec![stage(0, &[], &[4.0], res("cpus=4"))],
         ),
     ];
     let config = one_machine("cpus=4");
@@ -153,7 +147,7 @@ fn overbooked_bandwidth_slows_tasks_down_proportionally() {
         "net",
         "default",
         Some(0.0),
-        vec![stage(0, &[], &[10.0, 10.0], "cpus=1,net_mbps=600")],
+        vec![stage(0, &[], &[10.0, 10.0], res("cpus=1,net_mbps=600"))],
     )];
     let config = one_machine("cpus=4,net_mbps=1000");
     let strict = simulate(&net, &config, PolicyKind::Drf, None, None).unwrap();
@@ -188,7 +182,7 @@ fn arrivals_follow_the_spec() {
                 &format!("j{i}"),
                 "default",
                 None,
-                vec![stage(0, &[], &[1.0], "cpus=1")],
+                vec![stage(0, &[], &[1.0], res("cpus=1"))],
             )
         })
         .collect();
@@ -232,15 +226,15 @@ fn a_stage_too_big_for_the_machines_is_named() {
             "fine",
             "default",
             Some(0.0),
-            vec![stage(0, &[], &[1.0], "cpus=1")],
+            vec![stage(0, &[], &[1.0], res("cpus=1"))],
         ),
         job(
             "greedy",
             "default",
             Some(0.0),
             vec![
-                stage(0, &[], &[1.0], "cpus=1"),
-                stage(7, &[0], &[1.0], "cpus=2,mem_mib=9000"),
+                stage(0, &[], &[1.0], res("cpus=1")),
+                stage(7, &[0], &[1.0], res("cpus=2,mem_mib=9000")),
             ],
         ),
     ];

@@ -1,8 +1,6 @@
 //! The SVG plots are written and name what they show.
 
-mod common;
-
-use common::{job, stage};
+use fullerene_sdk::testkit::{job, res, stage};
 use fullerene_sim::{compare, plot_jct_cdf, plot_utilization, ArrivalSpec, PolicyKind, SimConfig};
 
 #[test]
@@ -14,8 +12,8 @@ fn cdf_and_utilisation_plots_are_svg_files() {
                 "default",
                 None,
                 vec![
-                    stage(0, &[], &[1.0 + i as f64; 3], "cpus=2,mem_mib=512"),
-                    stage(1, &[0], &[2.0], "cpus=1,disk_mbps=100"),
+                    stage(0, &[], &[1.0 + i as f64; 3], res("cpus=2,mem_mib=512")),
+                    stage(1, &[0], &[2.0], res("cpus=1,disk_mbps=100")),
                 ],
             )
         })

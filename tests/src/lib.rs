@@ -14,10 +14,8 @@ use std::time::{Duration, Instant};
 
 use fullerene_chaos::LocalMasters;
 use fullerene_client::OperatorClient;
-use fullerene_proto::messages::{
-    CommandSpec, Executor, FrameworkRequest, Offer, StatusUpdate, TaskSpec, WireError,
-};
-use fullerene_proto::{FrameworkId, OfferId, Resources, TaskId};
+use fullerene_proto::messages::{FrameworkRequest, Offer, StatusUpdate, WireError};
+use fullerene_proto::{FrameworkId, OfferId, TaskId};
 use fullerene_sdk::driver::{run, DriverConfig, DriverError, DriverHandle, RunOptions, Scheduler};
 use fullerene_transport::certs::CertPaths;
 use fullerene_transport::{Role, TlsMaterial};
@@ -460,32 +458,11 @@ impl Drop for TestFramework {
     }
 }
 
-/// A demand summary of `count` pending tasks of one shape, so that the allocator offers this
-/// framework something.
-pub use fullerene_proto::testkit::demand;
+/// The task builders and resource parsers the tests share: `resources("cpus=1,mem_mib=64")`,
+/// `shell_task(id, script, resources, kill_grace_ms)`, `sleep_task(..)` and `demand(shape,
+/// count)`, a demand summary of `count` pending tasks of one shape, so that the allocator
+/// offers a framework something.
+pub use fullerene_proto::testkit::{demand, resources, shell_task, sleep_task};
 
-/// Resources from `name=amount` pairs.
-pub fn resources(pairs: &[(&str, f64)]) -> Resources {
-    Resources(
-        pairs
-            .iter()
-            .map(|(name, amount)| ((*name).to_string(), *amount))
-            .collect(),
-    )
-}
-
-/// A task running `sh -c script` with `resources`.
-pub fn shell_task(id: &str, script: &str, resources: &Resources) -> TaskSpec {
-    TaskSpec {
-        id: TaskId(id.to_string()),
-        name: id.to_string(),
-        executor: Executor::Command(CommandSpec {
-            program: "sh".to_string(),
-            args: vec!["-c".to_string(), script.to_string()],
-            env: Default::default(),
-        }),
-        resources: resources.clone(),
-        origin: None,
-        kill_grace_ms: 500,
-    }
-}
+/// The kill grace period of the tests' tasks.
+pub const KILL_GRACE_MS: u64 = 500;

@@ -17,16 +17,16 @@ use fullerene_proto::messages::{
 };
 use fullerene_proto::{AgentId, TaskId};
 use fullerene_tests::{
-    demand, resources, shell_task, FrameworkEvent, MasterCluster, TestFramework, FAST_LIVENESS,
+    demand, resources, shell_task, sleep_task, FrameworkEvent, MasterCluster, TestFramework,
+    FAST_LIVENESS, KILL_GRACE_MS,
 };
 
 const AGENT_RESOURCES: [&str; 2] = ["--resources", "cpus=4,mem_mib=4096,disk_mbps=100"];
 
 const WAIT: Duration = Duration::from_secs(20);
 
-fn small_task() -> fullerene_proto::Resources {
-    resources(&[("cpus", 1.0), ("mem_mib", 64.0)])
-}
+/// What every task here asks for.
+const SMALL_TASK: &str = "cpus=1,mem_mib=64";
 
 /// The agent number of `agent-<n>`.
 fn agent_number(id: &AgentId) -> u64 {
@@ -110,7 +110,10 @@ async fn framework_with_offers(
         "the framework did not subscribe\n{}",
         cluster.logs()
     );
-    framework.call(FrameworkRequest::UpdateDemand(demand(&small_task(), count)));
+    framework.call(FrameworkRequest::UpdateDemand(demand(
+        &resources(SMALL_TASK),
+        count,
+    )));
     let mut held: Vec<Offer> = Vec::new();
     let started = Instant::now();
     while held.len() < agents {
@@ -213,7 +216,12 @@ async fn commands_launched_through_offers_report_their_exit_codes() {
     accept(
         &framework,
         &offers[0],
-        vec![shell_task("ok", "echo out-of-ok; exit 0", &small_task())],
+        vec![shell_task(
+            "ok",
+            "echo out-of-ok; exit 0",
+            SMALL_TASK,
+            KILL_GRACE_MS,
+        )],
     );
     accept(
         &framework,
@@ -221,7 +229,8 @@ async fn commands_launched_through_offers_report_their_exit_codes() {
         vec![shell_task(
             "bad",
             "echo err-of-bad >&2; exit 3",
-            &small_task(),
+            SMALL_TASK,
+            KILL_GRACE_MS,
         )],
     );
     let Some(ok_end) = framework.terminal_update(&ok, WAIT).await else {
@@ -295,7 +304,12 @@ async fn a_task_keeps_its_status_stream_across_an_agent_kill_and_restart() {
     accept(
         &framework,
         &offers[0],
-        vec![shell_task("sleeper", "sleep 2; echo woke", &small_task())],
+        vec![shell_task(
+            "sleeper",
+            "sleep 2; echo woke",
+            SMALL_TASK,
+            KILL_GRACE_MS,
+        )],
     );
     let running = framework
         .wait_for(WAIT, |e| match e {
@@ -374,7 +388,12 @@ async fn a_launch_the_agent_cannot_run_ends_clearly_and_changes_nothing_else() {
     accept(
         &framework,
         &offers[0],
-        vec![shell_task("needs-command", "exit 0", &small_task())],
+        vec![shell_task(
+            "needs-command",
+            "exit 0",
+            SMALL_TASK,
+            KILL_GRACE_MS,
+        )],
     );
     let outcome = framework
         .wait_for(WAIT, |e| match e {
@@ -412,9 +431,7 @@ async fn a_launch_the_agent_cannot_run_ends_clearly_and_changes_nothing_else() {
     let Some(offers) = framework.offers(WAIT).await else {
         panic!("no further offer\n{}", cluster.logs());
     };
-    let huge = resources(&[("cpus", 64.0), ("mem_mib", 64.0)]);
-    let mut sleep = shell_task("too-big", "exit 0", &huge);
-    sleep.executor = fullerene_proto::messages::Executor::Sleep { duration_ms: 100 };
+    let sleep = sleep_task("too-big", 100, "cpus=64,mem_mib=64", KILL_GRACE_MS);
     accept(&framework, &offers[0], vec![sleep]);
     let refused = framework.call_failed(WAIT).await;
     let updates = framework.updates_of(&TaskId("too-big".to_string()));
@@ -448,8 +465,7 @@ async fn a_launch_the_agent_cannot_run_ends_clearly_and_changes_nothing_else() {
     let Some(offers) = framework.offers(WAIT).await else {
         panic!("no offer after the refusals\n{}", cluster.logs());
     };
-    let mut fine = shell_task("fine", "exit 0", &small_task());
-    fine.executor = fullerene_proto::messages::Executor::Sleep { duration_ms: 100 };
+    let fine = sleep_task("fine", 100, SMALL_TASK, KILL_GRACE_MS);
     accept(&framework, &offers[0], vec![fine]);
     let Some(end) = framework
         .terminal_update(&TaskId("fine".to_string()), WAIT)
@@ -474,7 +490,8 @@ async fn an_agent_back_from_lost_kills_the_tasks_the_master_marked_lost() {
         vec![shell_task(
             "orphan",
             &format!("sleep 60; echo {marker}"),
-            &small_task(),
+            SMALL_TASK,
+            KILL_GRACE_MS,
         )],
     );
     let running = framework

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use fullerene_client::OperatorClient;
 use fullerene_proto::ids::MasterId;
-use fullerene_proto::messages::{ClusterStatus, OperatorRequest, OperatorResponse};
+use fullerene_proto::messages::{ClusterStatus, MemberStatus, OperatorRequest, OperatorResponse};
 use fullerene_tests::MasterCluster;
 
 async fn cluster_status(client: &mut OperatorClient) -> Option<ClusterStatus> {
@@ -38,6 +38,57 @@ async fn wait_for_leader(client: &mut OperatorClient, timeout: Duration) -> Opti
     None
 }
 
+/// Waits up to 20 s for a leader, panicking with `failure` and the masters' logs if none
+/// answers.
+async fn expect_leader(
+    cluster: &MasterCluster,
+    client: &mut OperatorClient,
+    failure: &str,
+) -> ClusterStatus {
+    match wait_for_leader(client, Duration::from_secs(20)).await {
+        Some(status) => status,
+        None => panic!("{failure}\n{}", cluster.logs()),
+    }
+}
+
+/// Sets `group`'s weight through the leader, which must answer `Done`.
+async fn set_group_weight(client: &mut OperatorClient, group: &str, weight: f64) {
+    let request = OperatorRequest::SetGroupWeight {
+        group: group.to_string(),
+        weight,
+    };
+    assert!(matches!(
+        client.request(&request).await,
+        Ok(OperatorResponse::Done)
+    ));
+}
+
+/// Polls every `poll` until master `id` is a voter that has matched the commit index, up to
+/// `timeout`; returns its status.
+async fn wait_caught_up(
+    cluster: &MasterCluster,
+    client: &mut OperatorClient,
+    id: u64,
+    timeout: Duration,
+    poll: Duration,
+) -> MemberStatus {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = cluster_status(client).await {
+            let member = status.members.iter().find(|m| m.id == MasterId(id));
+            if let Some(member) = member.filter(|m| m.voter && m.matched >= status.commit) {
+                return member.clone();
+            }
+        }
+        assert!(
+            started.elapsed() < timeout,
+            "master {id} did not catch up\n{}",
+            cluster.logs()
+        );
+        tokio::time::sleep(poll).await;
+    }
+}
+
 async fn wait_until(acked: &Mutex<Vec<(String, f64)>>, count: usize, timeout: Duration) -> bool {
     let started = Instant::now();
     while started.elapsed() < timeout {
@@ -54,9 +105,7 @@ async fn leader_kill_loses_no_acknowledged_proposal_and_the_master_catches_up() 
     let mut cluster = MasterCluster::start(3, 3);
     let all = [1, 2, 3];
     let mut client = cluster.operator_client(&all, Duration::from_secs(5));
-    let Some(status) = wait_for_leader(&mut client, Duration::from_secs(20)).await else {
-        panic!("no leader was elected\n{}", cluster.logs());
-    };
+    let status = expect_leader(&cluster, &mut client, "no leader was elected").await;
     let old_leader = status.leader.expect("a leader").id.0;
 
     // A stream of proposals; only those answered `Done` count as acknowledged.
@@ -186,21 +235,8 @@ fn truncate_all_files(dir: &std::path::Path) -> usize {
 async fn a_damaged_data_directory_is_refused_with_an_error_naming_it() {
     let mut cluster = MasterCluster::start(1, 1);
     let mut client = cluster.operator_client(&[1], Duration::from_secs(5));
-    assert!(
-        wait_for_leader(&mut client, Duration::from_secs(20))
-            .await
-            .is_some(),
-        "the single master did not lead\n{}",
-        cluster.logs()
-    );
-    let request = OperatorRequest::SetGroupWeight {
-        group: "batch".to_string(),
-        weight: 2.0,
-    };
-    assert!(matches!(
-        client.request(&request).await,
-        Ok(OperatorResponse::Done)
-    ));
+    expect_leader(&cluster, &mut client, "the single master did not lead").await;
+    set_group_weight(&mut client, "batch", 2.0).await;
     cluster.kill(1);
 
     let data_dir = cluster.data_dir(1);
@@ -249,13 +285,7 @@ async fn run_to_exit(mut command: std::process::Command) -> (std::process::ExitS
 async fn a_wiped_data_directory_is_refused_without_an_explicit_bootstrap() {
     let mut cluster = MasterCluster::start(1, 1);
     let mut client = cluster.operator_client(&[1], Duration::from_secs(5));
-    assert!(
-        wait_for_leader(&mut client, Duration::from_secs(20))
-            .await
-            .is_some(),
-        "the single master did not lead\n{}",
-        cluster.logs()
-    );
+    expect_leader(&cluster, &mut client, "the single master did not lead").await;
     cluster.kill(1);
     let data_dir = cluster.data_dir(1);
     std::fs::remove_dir_all(&data_dir).expect("wipe the data directory");
@@ -275,21 +305,8 @@ async fn a_wiped_data_directory_is_refused_without_an_explicit_bootstrap() {
 async fn a_master_is_added_and_a_removed_master_stops_serving() {
     let mut cluster = MasterCluster::start(3, 4);
     let mut client = cluster.operator_client(&[1, 2, 3], Duration::from_secs(10));
-    assert!(
-        wait_for_leader(&mut client, Duration::from_secs(20))
-            .await
-            .is_some(),
-        "no leader was elected\n{}",
-        cluster.logs()
-    );
-    let request = OperatorRequest::SetGroupWeight {
-        group: "before-the-change".to_string(),
-        weight: 3.0,
-    };
-    assert!(matches!(
-        client.request(&request).await,
-        Ok(OperatorResponse::Done)
-    ));
+    expect_leader(&cluster, &mut client, "no leader was elected").await;
+    set_group_weight(&mut client, "before-the-change", 3.0).await;
 
     // Master 4 starts empty, is added, and receives the state (a snapshot, then the log).
     cluster.spawn(4, true);
@@ -303,22 +320,15 @@ async fn a_master_is_added_and_a_removed_master_stops_serving() {
         "add-master: {answer:?}\n{}",
         cluster.logs()
     );
-    let started = Instant::now();
-    loop {
-        if let Some(status) = cluster_status(&mut client).await {
-            let added = status.members.iter().find(|m| m.id == MasterId(4));
-            if added.is_some_and(|m| m.voter && m.matched >= status.commit) {
-                assert_eq!(added.map(|m| m.addr), Some(cluster.addrs[&4]));
-                break;
-            }
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "master 4 did not catch up\n{}",
-            cluster.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let added = wait_caught_up(
+        &cluster,
+        &mut client,
+        4,
+        Duration::from_secs(20),
+        Duration::from_millis(100),
+    )
+    .await;
+    assert_eq!(added.addr, cluster.addrs[&4]);
 
     // Remove the leader itself: it answers, leaves, and its process exits 0.
     let Some(status) = cluster_status(&mut client).await else {
@@ -363,9 +373,7 @@ async fn a_master_is_added_and_a_removed_master_stops_serving() {
 async fn a_master_removed_while_down_stops_when_it_restarts() {
     let mut cluster = MasterCluster::start(3, 3);
     let mut client = cluster.operator_client(&[1, 2, 3], Duration::from_secs(10));
-    let Some(status) = wait_for_leader(&mut client, Duration::from_secs(20)).await else {
-        panic!("no leader was elected\n{}", cluster.logs());
-    };
+    let status = expect_leader(&cluster, &mut client, "no leader was elected").await;
     let leader = status.leader.expect("a leader").id.0;
     let victim = [1, 2, 3]
         .into_iter()
@@ -385,14 +393,7 @@ async fn a_master_removed_while_down_stops_when_it_restarts() {
         cluster.logs()
     );
     // More entries after the removal, so the members' view is newer than the victim's log.
-    let request = OperatorRequest::SetGroupWeight {
-        group: "after-the-removal".to_string(),
-        weight: 1.5,
-    };
-    assert!(matches!(
-        client.request(&request).await,
-        Ok(OperatorResponse::Done)
-    ));
+    set_group_weight(&mut client, "after-the-removal", 1.5).await;
 
     cluster.spawn(victim, false);
     assert_eq!(
@@ -428,9 +429,7 @@ async fn a_snapshot_larger_than_a_frame_reaches_a_joining_master() {
     }
     let cluster = MasterCluster::start(1, 2);
     let mut client = cluster.operator_client(&[1], Duration::from_secs(10));
-    assert!(wait_for_leader(&mut client, Duration::from_secs(20))
-        .await
-        .is_some());
+    expect_leader(&cluster, &mut client, "the single master did not lead").await;
     // ~150,000 groups with a weight: the state's snapshot grows past 4 MiB.
     const CLIENTS: u32 = 128;
     const GROUPS_PER_CLIENT: u32 = 1_200;
@@ -439,14 +438,8 @@ async fn a_snapshot_larger_than_a_frame_reaches_a_joining_master() {
         let mut client = cluster.operator_client(&[1], Duration::from_secs(30));
         writers.push(tokio::spawn(async move {
             for n in 0..GROUPS_PER_CLIENT {
-                let request = OperatorRequest::SetGroupWeight {
-                    group: format!("a-rather-long-group-name-{c:04}-{n:06}"),
-                    weight: 1.5,
-                };
-                assert!(matches!(
-                    client.request(&request).await,
-                    Ok(OperatorResponse::Done)
-                ));
+                let group = format!("a-rather-long-group-name-{c:04}-{n:06}");
+                set_group_weight(&mut client, &group, 1.5).await;
             }
         }));
     }
@@ -463,21 +456,14 @@ async fn a_snapshot_larger_than_a_frame_reaches_a_joining_master() {
         client.request(&add).await,
         Ok(OperatorResponse::Done)
     ));
-    let started = Instant::now();
-    loop {
-        if let Some(status) = cluster_status(&mut client).await {
-            let joined = status.members.iter().find(|m| m.id == MasterId(2));
-            if joined.is_some_and(|m| m.voter && m.matched >= status.commit) {
-                break;
-            }
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "master 2 did not catch up\n{}",
-            cluster.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_caught_up(
+        &cluster,
+        &mut client,
+        2,
+        Duration::from_secs(120),
+        Duration::from_millis(200),
+    )
+    .await;
     let log = std::fs::read_to_string(cluster.log_path(2)).expect("master 2's log");
     assert!(
         log.contains("installed a snapshot"),

@@ -7,22 +7,17 @@
 use std::time::Duration;
 
 use fullerene_proto::messages::{
-    ClusterView, ErrorCode, Executor, FrameworkRequest, Leftover, OperatorRequest,
-    OperatorResponse, TaskSpec, TaskState,
+    ClusterView, ErrorCode, FrameworkRequest, Leftover, OperatorRequest, OperatorResponse,
+    TaskSpec, TaskState,
 };
 use fullerene_proto::{OfferId, TaskId};
-use fullerene_tests::{demand, resources, shell_task, MasterCluster, TestFramework};
+use fullerene_tests::{demand, resources, sleep_task, MasterCluster, TestFramework, KILL_GRACE_MS};
 
 const WAIT: Duration = Duration::from_secs(20);
 
-fn sleep_task(id: &str, cpus: f64) -> TaskSpec {
-    let mut task = shell_task(
-        id,
-        "exit 0",
-        &resources(&[("cpus", cpus), ("mem_mib", 64.0)]),
-    );
-    task.executor = Executor::Sleep { duration_ms: 200 };
-    task
+/// A task of `cpus` cpus that sleeps 200 ms.
+fn short_sleep(id: &str, cpus: f64) -> TaskSpec {
+    sleep_task(id, 200, &format!("cpus={cpus},mem_mib=64"), KILL_GRACE_MS)
 }
 
 async fn state(cluster: &MasterCluster) -> ClusterView {
@@ -87,7 +82,7 @@ async fn accepts_of_foreign_oversized_or_unknown_offers_are_refused_and_change_n
     assert!(thief.registered(WAIT).await.is_some(), "{}", cluster.logs());
     // Only the owner wants anything, so only it is offered the agent.
     owner.call(FrameworkRequest::UpdateDemand(demand(
-        &resources(&[("cpus", 1.0), ("mem_mib", 64.0)]),
+        &resources("cpus=1,mem_mib=64"),
         1,
     )));
     let Some(offers) = owner.offers(WAIT).await else {
@@ -99,7 +94,7 @@ async fn accepts_of_foreign_oversized_or_unknown_offers_are_refused_and_change_n
 
     let steal = FrameworkRequest::Accept {
         offer_ids: vec![offer.id],
-        tasks: vec![sleep_task("stolen", 1.0)],
+        tasks: vec![short_sleep("stolen", 1.0)],
         leftover: Leftover::Decline { refuse_ms: 0 },
     };
     assert_eq!(
@@ -110,7 +105,7 @@ async fn accepts_of_foreign_oversized_or_unknown_offers_are_refused_and_change_n
 
     let unknown = FrameworkRequest::Accept {
         offer_ids: vec![OfferId(u64::MAX)],
-        tasks: vec![sleep_task("nowhere", 1.0)],
+        tasks: vec![short_sleep("nowhere", 1.0)],
         leftover: Leftover::Decline { refuse_ms: 0 },
     };
     assert_eq!(
@@ -121,7 +116,7 @@ async fn accepts_of_foreign_oversized_or_unknown_offers_are_refused_and_change_n
 
     let greedy = FrameworkRequest::Accept {
         offer_ids: vec![offer.id],
-        tasks: vec![sleep_task("greedy", offered_cpus + 1.0)],
+        tasks: vec![short_sleep("greedy", offered_cpus + 1.0)],
         leftover: Leftover::Decline { refuse_ms: 0 },
     };
     assert_eq!(
@@ -137,7 +132,7 @@ async fn accepts_of_foreign_oversized_or_unknown_offers_are_refused_and_change_n
     };
     owner.call(FrameworkRequest::Accept {
         offer_ids: vec![offer.id],
-        tasks: vec![sleep_task("honest", 1.0)],
+        tasks: vec![short_sleep("honest", 1.0)],
         leftover: Leftover::Decline { refuse_ms: 0 },
     });
     let Some(end) = owner

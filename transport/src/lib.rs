@@ -57,6 +57,8 @@ mod error;
 pub mod framing;
 pub mod identity;
 mod session;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 pub mod tls;
 
 pub use config::TransportConfig;

@@ -1,142 +1,48 @@
 //! The mutual-TLS QUIC transport, end to end on loopback: real quinn endpoints on ports chosen by
-//! the OS, certificates generated into a temporary directory by `fullerene_transport::certs`.
+//! the OS, certificates generated into a temporary directory by `fullerene_transport::certs`
+//! (the testkit's `TestCerts`), sessions answered by the testkit's `EchoMaster`.
 
-use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use fullerene_proto::messages::{AgentToMaster, ErrorCode, SessionOpen};
-use fullerene_transport::certs::{self, CertCounts, GeneratedCerts};
+use fullerene_transport::certs::{self, CertCounts};
+use fullerene_transport::testkit::{localhost, within, EchoMaster, EchoedSession, TestCerts};
 use fullerene_transport::{
     Client, Connection, ConnectionError, PeerIdentity, Role, Server, StreamErrorCode, TlsMaterial,
     TransportConfig, TransportError, ALPN_PROTOCOL, MASTER_SERVER_NAME,
 };
 use rcgen::{CertificateParams, ExtendedKeyUsagePurpose, IsCa, KeyPair, SanType};
-use tempfile::TempDir;
 use tokio::net::UdpSocket;
-use tokio::sync::mpsc;
-use tokio::task::JoinSet;
 use tokio::time::timeout;
 
-/// Generous bound for anything that should take milliseconds on loopback.
-const BOUND: Duration = Duration::from_secs(15);
-
-async fn within<F: Future>(future: F) -> F::Output {
-    timeout(BOUND, future)
-        .await
-        .expect("did not finish within the test bound")
+/// A development cluster's certificates: enough of each role for every test here.
+fn cluster_certs() -> TestCerts {
+    TestCerts::new(CertCounts {
+        masters: 2,
+        agents: 2,
+        frameworks: 1,
+        operators: 1,
+    })
 }
 
-fn localhost() -> SocketAddr {
-    "127.0.0.1:0".parse().unwrap()
+/// The cluster CA's certificate (PEM).
+fn ca_pem(certs: &TestCerts) -> String {
+    std::fs::read_to_string(&certs.generated().ca_cert).unwrap()
 }
 
-/// A development cluster's certificates in a temporary directory.
-struct Certs {
-    _dir: TempDir,
-    generated: GeneratedCerts,
-}
-
-impl Certs {
-    fn new() -> Certs {
-        let dir = tempfile::tempdir().unwrap();
-        let counts = CertCounts {
-            masters: 2,
-            agents: 2,
-            frameworks: 1,
-            operators: 1,
-        };
-        let generated = certs::generate_dev_cluster(dir.path(), counts, false).unwrap();
-        Certs {
-            _dir: dir,
-            generated,
-        }
-    }
-
-    fn tls(&self, role: Role, n: usize) -> TlsMaterial {
-        let member = self.generated.member(role, n).unwrap();
-        TlsMaterial::load(
-            &self.generated.ca_cert,
-            &member.paths.cert,
-            &member.paths.key,
-        )
-        .unwrap()
-    }
-
-    fn ca_pem(&self) -> String {
-        std::fs::read_to_string(&self.generated.ca_cert).unwrap()
-    }
-
-    /// Signs `params` with the cluster CA, bypassing `certs`' checks, for certificates `certs`
-    /// would never make. Returns (certificate PEM, key PEM).
-    fn sign(&self, params: CertificateParams) -> (String, String) {
-        let ca_key =
-            KeyPair::from_pem(&std::fs::read_to_string(&self.generated.ca_key).unwrap()).unwrap();
-        let ca_params = CertificateParams::from_ca_cert_pem(&self.ca_pem()).unwrap();
-        let ca_cert = ca_params.self_signed(&ca_key).unwrap();
-        let key = KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &ca_cert, &ca_key).unwrap();
-        (cert.pem(), key.serialize_pem())
-    }
-}
-
-/// What the echo server saw of one accepted session.
-#[derive(Debug, PartialEq)]
-struct Seen {
-    connection_peer: PeerIdentity,
-    session_peer: PeerIdentity,
-    kind: SessionOpen,
-}
-
-/// A master that accepts every connection and session, reports each session on the channel, and
-/// answers every `String` with `<peer id>:<string>`. Handshake failures are reported as `Err`.
-/// Dropping the returned `JoinSet` shuts everything down.
-fn echo_master(
-    tls: &TlsMaterial,
-    config: TransportConfig,
-) -> (
-    SocketAddr,
-    JoinSet<()>,
-    mpsc::UnboundedReceiver<Result<Seen, String>>,
-) {
-    let mut server = Server::bind(localhost(), tls, config).unwrap();
-    let addr = server.local_addr();
-    let (report, reports) = mpsc::unbounded_channel();
-    let mut tasks = JoinSet::new();
-    tasks.spawn(async move {
-        let mut connections = JoinSet::new();
-        while let Some(accepted) = server.accept().await {
-            let connection = match accepted {
-                Ok(connection) => connection,
-                Err(error) => {
-                    let _ = report.send(Err(error.to_string()));
-                    continue;
-                }
-            };
-            let report = report.clone();
-            connections.spawn(async move {
-                let mut sessions = JoinSet::new();
-                while let Ok(mut session) = connection.accept_session().await {
-                    let _ = report.send(Ok(Seen {
-                        connection_peer: connection.peer().clone(),
-                        session_peer: session.peer.clone(),
-                        kind: session.kind.clone(),
-                    }));
-                    sessions.spawn(async move {
-                        while let Ok(Some(text)) = session.rx.recv::<String>().await {
-                            let answer = format!("{}:{text}", session.peer.id);
-                            if session.tx.send(&answer).await.is_err() {
-                                break;
-                            }
-                        }
-                    });
-                }
-            });
-        }
-    });
-    (addr, tasks, reports)
+/// Signs `params` with the cluster CA, bypassing `certs`' checks, for certificates `certs`
+/// would never make. Returns (certificate PEM, key PEM).
+fn sign(certs: &TestCerts, params: CertificateParams) -> (String, String) {
+    let ca_key =
+        KeyPair::from_pem(&std::fs::read_to_string(&certs.generated().ca_key).unwrap()).unwrap();
+    let ca_params = CertificateParams::from_ca_cert_pem(&ca_pem(certs)).unwrap();
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let cert = params.signed_by(&key, &ca_cert, &ca_key).unwrap();
+    (cert.pem(), key.serialize_pem())
 }
 
 async fn round_trip(connection: &Connection, kind: SessionOpen, text: &str) -> String {
@@ -151,16 +57,16 @@ async fn round_trip(connection: &Connection, kind: SessionOpen, text: &str) -> S
 
 #[tokio::test]
 async fn a_client_whose_certificate_comes_from_another_ca_is_refused() {
-    let certs = Certs::new();
-    let (addr, _tasks, mut reports) =
-        echo_master(&certs.tls(Role::Master, 1), TransportConfig::default());
+    let certs = cluster_certs();
+    let mut echo = EchoMaster::start(&certs.tls(Role::Master, 1), TransportConfig::default());
+    let addr = echo.addr;
 
     // The client trusts the cluster CA (so it would accept the master), but its own certificate
     // is signed by a foreign CA with the same kind of identity.
     let foreign_ca = certs::generate_ca().unwrap();
     let foreign = certs::issue_cert(&foreign_ca, Role::Agent, "agent-1").unwrap();
     let tls = TlsMaterial::from_pem(
-        certs.ca_pem().as_bytes(),
+        ca_pem(&certs).as_bytes(),
         foreign.cert_pem.as_bytes(),
         foreign.key_pem.as_bytes(),
     )
@@ -183,7 +89,7 @@ async fn a_client_whose_certificate_comes_from_another_ca_is_refused() {
         "unexpected error: {error}"
     );
 
-    let server_saw = within(reports.recv()).await.unwrap();
+    let server_saw = within(echo.reports.recv()).await.unwrap();
     let server_error = server_saw.expect_err("the server accepted a foreign certificate");
     assert!(
         server_error.contains("UnknownIssuer"),
@@ -194,17 +100,18 @@ async fn a_client_whose_certificate_comes_from_another_ca_is_refused() {
 
 #[tokio::test]
 async fn a_master_whose_certificate_comes_from_another_ca_is_refused_by_the_client() {
-    let certs = Certs::new();
+    let certs = cluster_certs();
     let foreign_ca = certs::generate_ca().unwrap();
     let foreign_master = certs::issue_cert(&foreign_ca, Role::Master, "master-1").unwrap();
     // The impostor trusts the cluster CA, so only the client's check can stop the connection.
     let impostor = TlsMaterial::from_pem(
-        certs.ca_pem().as_bytes(),
+        ca_pem(&certs).as_bytes(),
         foreign_master.cert_pem.as_bytes(),
         foreign_master.key_pem.as_bytes(),
     )
     .unwrap();
-    let (addr, _tasks, _reports) = echo_master(&impostor, TransportConfig::default());
+    let echo = EchoMaster::start(&impostor, TransportConfig::default());
+    let addr = echo.addr;
 
     let client = Client::new(&certs.tls(Role::Agent, 1), TransportConfig::default()).unwrap();
     let error = within(client.connect(addr))
@@ -222,7 +129,7 @@ async fn a_master_whose_certificate_comes_from_another_ca_is_refused_by_the_clie
 
 #[tokio::test]
 async fn a_server_without_the_master_role_is_refused_by_the_client() {
-    let certs = Certs::new();
+    let certs = cluster_certs();
     // Server::bind itself refuses non-master material.
     match Server::bind(
         localhost(),
@@ -245,9 +152,9 @@ async fn a_server_without_the_master_role_is_refused_by_the_client() {
         SanType::URI("fullerene://agent/agent-9".try_into().unwrap()),
         SanType::DnsName(MASTER_SERVER_NAME.try_into().unwrap()),
     ];
-    let (cert_pem, key_pem) = certs.sign(params);
+    let (cert_pem, key_pem) = sign(&certs, params);
     let rogue = TlsMaterial::from_pem(
-        certs.ca_pem().as_bytes(),
+        ca_pem(&certs).as_bytes(),
         cert_pem.as_bytes(),
         key_pem.as_bytes(),
     )
@@ -280,16 +187,16 @@ async fn a_server_without_the_master_role_is_refused_by_the_client() {
 
 #[tokio::test]
 async fn a_certificate_without_an_identity_is_refused_on_both_sides() {
-    let certs = Certs::new();
+    let certs = cluster_certs();
     let mut params = CertificateParams::default();
     params.is_ca = IsCa::ExplicitNoCa;
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
     params.subject_alt_names = vec![SanType::URI("spiffe://cluster/agent-1".try_into().unwrap())];
-    let (cert_pem, key_pem) = certs.sign(params);
+    let (cert_pem, key_pem) = sign(&certs, params);
 
     // Our own loader refuses to use it.
     match TlsMaterial::from_pem(
-        certs.ca_pem().as_bytes(),
+        ca_pem(&certs).as_bytes(),
         cert_pem.as_bytes(),
         key_pem.as_bytes(),
     ) {
@@ -298,14 +205,14 @@ async fn a_certificate_without_an_identity_is_refused_on_both_sides() {
     }
 
     // A raw rustls client presenting it is refused by the master during the handshake.
-    let (addr, _tasks, mut reports) =
-        echo_master(&certs.tls(Role::Master, 1), TransportConfig::default());
+    let mut echo = EchoMaster::start(&certs.tls(Role::Master, 1), TransportConfig::default());
+    let addr = echo.addr;
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = rustls::RootCertStore::empty();
     roots
-        .add(CertificateDer::from_pem_slice(certs.ca_pem().as_bytes()).unwrap())
+        .add(CertificateDer::from_pem_slice(ca_pem(&certs).as_bytes()).unwrap())
         .unwrap();
     let mut rustls_config = rustls::ClientConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])
@@ -340,7 +247,7 @@ async fn a_certificate_without_an_identity_is_refused_on_both_sides() {
             "the connection should have been closed by the master, not here"
         );
     }
-    let server_error = within(reports.recv())
+    let server_error = within(echo.reports.recv())
         .await
         .unwrap()
         .expect_err("the master accepted a certificate without identity");
@@ -357,9 +264,9 @@ async fn a_certificate_without_an_identity_is_refused_on_both_sides() {
 
 #[tokio::test]
 async fn sessions_are_admitted_by_the_role_in_the_certificate() {
-    let certs = Certs::new();
-    let (addr, _tasks, mut reports) =
-        echo_master(&certs.tls(Role::Master, 1), TransportConfig::default());
+    let certs = cluster_certs();
+    let mut echo = EchoMaster::start(&certs.tls(Role::Master, 1), TransportConfig::default());
+    let addr = echo.addr;
 
     // A framework may not open an agent session...
     let framework =
@@ -440,11 +347,11 @@ async fn sessions_are_admitted_by_the_role_in_the_certificate() {
         (Role::Master, "master-2", SessionOpen::Operator),
     ];
     for (role, id, kind) in expected {
-        let seen = within(reports.recv()).await.unwrap().unwrap();
+        let seen = within(echo.reports.recv()).await.unwrap().unwrap();
         let identity = PeerIdentity::new(role, id).unwrap();
         assert_eq!(
             seen,
-            Seen {
+            EchoedSession {
                 connection_peer: identity.clone(),
                 session_peer: identity,
                 kind,
@@ -452,7 +359,7 @@ async fn sessions_are_admitted_by_the_role_in_the_certificate() {
         );
     }
     assert!(
-        reports.try_recv().is_err(),
+        echo.reports.try_recv().is_err(),
         "a refused session reached the server"
     );
     for client in [framework, agent, master_two, operator] {
@@ -466,7 +373,7 @@ async fn sessions_are_admitted_by_the_role_in_the_certificate() {
 
 #[tokio::test]
 async fn an_oversized_frame_closes_its_stream_and_the_other_sessions_go_on() {
-    let certs = Certs::new();
+    let certs = cluster_certs();
     const SERVER_LIMIT: usize = 1024;
     let server_config = TransportConfig {
         max_frame_bytes: SERVER_LIMIT,
@@ -570,7 +477,7 @@ async fn an_oversized_frame_closes_its_stream_and_the_other_sessions_go_on() {
 
 #[tokio::test]
 async fn a_frame_that_does_not_decode_closes_its_stream_with_malformed_frame() {
-    let certs = Certs::new();
+    let certs = cluster_certs();
     let mut server = Server::bind(
         localhost(),
         &certs.tls(Role::Master, 1),
@@ -610,7 +517,7 @@ async fn a_frame_that_does_not_decode_closes_its_stream_with_malformed_frame() {
 
 #[tokio::test]
 async fn recv_is_cancel_safe_across_a_partly_received_frame() {
-    let certs = Certs::new();
+    let certs = cluster_certs();
     let mut server = Server::bind(
         localhost(),
         &certs.tls(Role::Master, 1),
@@ -717,7 +624,7 @@ impl Relay {
 
 #[tokio::test]
 async fn a_peer_that_vanishes_is_noticed_within_the_idle_timeout() {
-    let certs = Certs::new();
+    let certs = cluster_certs();
     let config = TransportConfig {
         keep_alive_interval: Duration::from_millis(100),
         idle_timeout: Duration::from_millis(800),
@@ -781,11 +688,12 @@ async fn configs_use_ring_explicitly_whatever_the_process_default() {
     // Nothing in this process has installed a default provider; building configs and
     // connecting must not need one (rustls would panic if it looked for it).
     assert!(CryptoProvider::get_default().is_none());
-    let certs = Certs::new();
+    let certs = cluster_certs();
     let master = certs.tls(Role::Master, 1);
     master.server_config().unwrap();
     master.client_config().unwrap();
-    let (addr, _tasks, _reports) = echo_master(&master, TransportConfig::default());
+    let echo = EchoMaster::start(&master, TransportConfig::default());
+    let addr = echo.addr;
     let client = Client::new(&certs.tls(Role::Agent, 1), TransportConfig::default()).unwrap();
     let connection = within(client.connect(addr)).await.unwrap();
     assert_eq!(

@@ -1,4 +1,10 @@
 use super::*;
+use fullerene_proto::time::Time;
+
+/// The clocks `ms` milliseconds after the epoch: the core reads only the wall clock.
+fn at(ms: u64) -> Now {
+    Now::at(Time::from_millis(ms))
+}
 
 fn config() -> CoreConfig {
     CoreConfig::new(
@@ -25,7 +31,7 @@ struct Log {
     records: Vec<Record>,
     sent: Vec<StatusUpdate>,
     starts: Vec<TaskId>,
-    kills: Vec<(TaskId, u64)>,
+    kills: Vec<(TaskId, Duration)>,
 }
 
 impl Log {
@@ -42,7 +48,7 @@ impl Log {
                     self.sent.push(update);
                 }
                 Action::Start { spec, .. } => self.starts.push(spec.id),
-                Action::Kill { task_id, grace_ms } => self.kills.push((task_id, grace_ms)),
+                Action::Kill { task_id, grace } => self.kills.push((task_id, grace)),
             }
         }
     }
@@ -57,7 +63,7 @@ fn seqs(updates: &[StatusUpdate], task: &str) -> Vec<(u64, TaskState)> {
 }
 
 fn running(core: &mut AgentCore, log: &mut Log, id: &str, resources: &str) {
-    log.take(core.launch(&fw("f"), vec![spec(id, resources)], 1));
+    log.take(core.launch(&fw("f"), vec![spec(id, resources)], at(1)));
     log.take(core.started(
         &TaskId::from(id),
         Runtime::Process {
@@ -65,7 +71,7 @@ fn running(core: &mut AgentCore, log: &mut Log, id: &str, resources: &str) {
             start_ticks: 7,
         },
         String::new(),
-        2,
+        at(2),
     ));
 }
 
@@ -76,7 +82,12 @@ fn a_task_streams_running_then_finished_and_leaves_once_acked() {
     running(&mut core, &mut log, "t1", "cpus=1,mem_mib=100");
     assert_eq!(log.starts, vec![TaskId::from("t1")]);
     assert_eq!(core.used(), "cpus=1,mem_mib=100".parse().expect("r"));
-    log.take(core.finished(&TaskId::from("t1"), Outcome::Exited(0), String::new(), 3));
+    log.take(core.finished(
+        &TaskId::from("t1"),
+        Outcome::Exited(0),
+        String::new(),
+        at(3),
+    ));
     assert_eq!(
         seqs(&log.sent, "t1"),
         vec![(1, TaskState::Running), (2, TaskState::Finished)]
@@ -114,8 +125,13 @@ fn resend_is_every_unacked_update_in_per_task_order() {
     let mut log = Log::default();
     running(&mut core, &mut log, "a", "cpus=1");
     running(&mut core, &mut log, "b", "cpus=1");
-    log.take(core.finished(&TaskId::from("a"), Outcome::Exited(3), "boom".into(), 5));
-    log.take(core.finished(&TaskId::from("b"), Outcome::Signaled(9), String::new(), 6));
+    log.take(core.finished(&TaskId::from("a"), Outcome::Exited(3), "boom".into(), at(5)));
+    log.take(core.finished(
+        &TaskId::from("b"),
+        Outcome::Signaled(9),
+        String::new(),
+        at(6),
+    ));
     core.ack(&StatusAck {
         task_id: TaskId::from("b"),
         seq: 1,
@@ -147,15 +163,25 @@ fn duplicate_launch_and_duplicate_executor_reports_are_harmless() {
     let mut log = Log::default();
     running(&mut core, &mut log, "t", "cpus=1");
     assert!(core
-        .launch(&fw("f"), vec![spec("t", "cpus=1")], 9)
+        .launch(&fw("f"), vec![spec("t", "cpus=1")], at(9))
         .is_empty());
     let runtime = Runtime::Sleep { deadline_ms: 5 };
     // A second `started` records the runtime but sends no second RUNNING.
-    let again = core.started(&TaskId::from("t"), runtime, String::new(), 9);
+    let again = core.started(&TaskId::from("t"), runtime, String::new(), at(9));
     assert!(again.iter().all(|a| !matches!(a, Action::Send(_))));
-    log.take(core.finished(&TaskId::from("t"), Outcome::Exited(0), String::new(), 10));
+    log.take(core.finished(
+        &TaskId::from("t"),
+        Outcome::Exited(0),
+        String::new(),
+        at(10),
+    ));
     assert!(core
-        .finished(&TaskId::from("t"), Outcome::Exited(1), String::new(), 11)
+        .finished(
+            &TaskId::from("t"),
+            Outcome::Exited(1),
+            String::new(),
+            at(11)
+        )
         .is_empty());
     assert_eq!(
         seqs(&log.sent, "t"),
@@ -173,7 +199,7 @@ fn insufficient_resources_fail_the_task_and_change_nothing_else() {
     let actions = core.launch(
         &fw("f"),
         vec![spec("too-big", "cpus=2"), spec("fits", "cpus=1")],
-        4,
+        at(4),
     );
     log.take(actions);
     let failed = seqs(&log.sent, "too-big");
@@ -196,9 +222,9 @@ fn bandwidth_may_be_overbooked_within_the_allowance_but_memory_not() {
         "cpus=8,mem_mib=1000,net_mbps=100".parse().expect("r"),
     ));
     let mut log = Log::default();
-    log.take(core.launch(&fw("f"), vec![spec("n1", "net_mbps=120")], 1));
-    log.take(core.launch(&fw("f"), vec![spec("n2", "net_mbps=10")], 1));
-    log.take(core.launch(&fw("f"), vec![spec("m", "mem_mib=1001")], 1));
+    log.take(core.launch(&fw("f"), vec![spec("n1", "net_mbps=120")], at(1)));
+    log.take(core.launch(&fw("f"), vec![spec("n2", "net_mbps=10")], at(1)));
+    log.take(core.launch(&fw("f"), vec![spec("m", "mem_mib=1001")], at(1)));
     assert_eq!(log.starts, vec![TaskId::from("n1")]);
     assert_eq!(seqs(&log.sent, "n2"), vec![(1, TaskState::Failed)]);
     assert_eq!(seqs(&log.sent, "m"), vec![(1, TaskState::Failed)]);
@@ -212,7 +238,7 @@ fn unknown_executor_and_invalid_resources_fail_clearly() {
     let mut log = Log::default();
     let mut bad = spec("bad", "cpus=1");
     bad.resources.0.insert("unicorns".into(), 1.0);
-    log.take(core.launch(&fw("f"), vec![sleep_spec("s"), bad], 1));
+    log.take(core.launch(&fw("f"), vec![sleep_spec("s"), bad], at(1)));
     assert!(log.starts.is_empty());
     assert_eq!(log.sent.len(), 2);
     assert_eq!(log.sent[0].task_id.as_str(), "s");
@@ -239,14 +265,17 @@ fn registered_kill_list_kills_running_tasks_as_agent_lost() {
     running(&mut core, &mut log, "keep", "cpus=1");
     running(&mut core, &mut log, "lost", "cpus=1");
     log.take(core.registered(&[TaskId::from("lost"), TaskId::from("never-heard-of")]));
-    assert_eq!(log.kills, vec![(TaskId::from("lost"), 750)]);
+    assert_eq!(
+        log.kills,
+        vec![(TaskId::from("lost"), Duration::from_millis(750))]
+    );
     // Asking again while the kill runs does not start a second one.
     assert!(core.registered(&[TaskId::from("lost")]).is_empty());
     log.take(core.finished(
         &TaskId::from("lost"),
         Outcome::Signaled(15),
         String::new(),
-        9,
+        at(9),
     ));
     let last = log.sent.last().expect("update");
     assert_eq!((last.state, last.seq), (TaskState::Killed, 2));
@@ -262,12 +291,19 @@ fn kill_needs_the_tasks_own_framework_and_ends_as_killed() {
     let mut core = AgentCore::new(config());
     let mut log = Log::default();
     running(&mut core, &mut log, "t", "cpus=1");
-    assert!(core.kill(&TaskId::from("t"), &fw("other"), 5).is_empty());
-    assert!(core.kill(&TaskId::from("nope"), &fw("f"), 5).is_empty());
-    log.take(core.kill(&TaskId::from("t"), &fw("f"), 5));
-    assert_eq!(log.kills, vec![(TaskId::from("t"), 5)]);
+    assert!(core
+        .kill(&TaskId::from("t"), &fw("other"), Duration::from_millis(5))
+        .is_empty());
+    assert!(core
+        .kill(&TaskId::from("nope"), &fw("f"), Duration::from_millis(5))
+        .is_empty());
+    log.take(core.kill(&TaskId::from("t"), &fw("f"), Duration::from_millis(5)));
+    assert_eq!(
+        log.kills,
+        vec![(TaskId::from("t"), Duration::from_millis(5))]
+    );
     // Even if the process exits 0 during the grace period, the task was killed.
-    log.take(core.finished(&TaskId::from("t"), Outcome::Exited(0), String::new(), 9));
+    log.take(core.finished(&TaskId::from("t"), Outcome::Exited(0), String::new(), at(9)));
     let last = log.sent.last().expect("update");
     assert_eq!(last.state, TaskState::Killed);
     assert_eq!(last.reason, Some(StatusReason::KilledByFramework));
@@ -279,10 +315,10 @@ fn recovery_from_records_or_from_a_snapshot_gives_the_same_table() {
     let mut log = Log::default();
     running(&mut core, &mut log, "a", "cpus=1");
     running(&mut core, &mut log, "b", "cpus=1");
-    log.take(core.launch(&fw("f"), vec![spec("refused", "cpus=9")], 3));
-    log.take(core.kill(&TaskId::from("b"), &fw("f"), 40));
-    log.take(core.launch(&fw("f"), vec![sleep_spec("c")], 3));
-    log.take(core.finished(&TaskId::from("a"), Outcome::Exited(0), String::new(), 4));
+    log.take(core.launch(&fw("f"), vec![spec("refused", "cpus=9")], at(3)));
+    log.take(core.kill(&TaskId::from("b"), &fw("f"), Duration::from_millis(40)));
+    log.take(core.launch(&fw("f"), vec![sleep_spec("c")], at(3)));
+    log.take(core.finished(&TaskId::from("a"), Outcome::Exited(0), String::new(), at(4)));
     log.take(core.ack(&StatusAck {
         task_id: TaskId::from("a"),
         seq: 1,
@@ -298,7 +334,10 @@ fn recovery_from_records_or_from_a_snapshot_gives_the_same_table() {
     let resume = from_log.to_resume();
     let ids: Vec<&str> = resume.iter().map(|r| r.task_id.as_str()).collect();
     assert_eq!(ids, vec!["b", "c"]);
-    assert_eq!(resume[0].kill, Some((KillCause::Framework, 40)));
+    assert_eq!(
+        resume[0].kill,
+        Some((KillCause::Framework, Duration::from_millis(40)))
+    );
     assert_eq!(
         resume[0].runtime,
         Some(Runtime::Process {
@@ -309,7 +348,12 @@ fn recovery_from_records_or_from_a_snapshot_gives_the_same_table() {
     assert_eq!(resume[1].runtime, None);
     // The next update of a recovered task continues its sequence.
     let mut recovered = from_snapshot;
-    let actions = recovered.finished(&TaskId::from("b"), Outcome::Signaled(9), String::new(), 9);
+    let actions = recovered.finished(
+        &TaskId::from("b"),
+        Outcome::Signaled(9),
+        String::new(),
+        at(9),
+    );
     let sent: Vec<_> = actions
         .into_iter()
         .filter_map(|a| match a {
@@ -325,7 +369,7 @@ fn a_task_that_vanished_across_a_restart_fails_as_agent_restarted() {
     let mut core = AgentCore::new(config());
     let mut log = Log::default();
     running(&mut core, &mut log, "t", "cpus=1");
-    log.take(core.finished(&TaskId::from("t"), Outcome::Vanished, String::new(), 3));
+    log.take(core.finished(&TaskId::from("t"), Outcome::Vanished, String::new(), at(3)));
     let last = log.sent.last().expect("update");
     assert_eq!(last.state, TaskState::Failed);
     assert_eq!(last.reason, Some(StatusReason::AgentRestarted));
@@ -339,7 +383,7 @@ fn an_oversized_spec_fails_and_is_recorded_stripped() {
     if let Executor::Command(c) = &mut huge.executor {
         c.args.push("x".repeat(2 * MAX_SPEC_BYTES));
     }
-    log.take(core.launch(&fw("f"), vec![huge], 1));
+    log.take(core.launch(&fw("f"), vec![huge], at(1)));
     assert!(log.starts.is_empty());
     let failed = log.sent.last().expect("update");
     assert_eq!(

@@ -4,6 +4,7 @@ use super::*;
 use crate::core::{Action, AgentCore, CoreConfig};
 use fullerene_proto::ids::AgentId;
 use fullerene_proto::messages::{StatusReason, StatusUpdate, TaskState};
+use fullerene_proto::time::SystemClock;
 
 fn command(id: &str, program: &str, args: &[&str]) -> TaskSpec {
     fullerene_proto::testkit::command_task(id, program, args, "cpus=0.5,mem_mib=64", 200)
@@ -19,8 +20,10 @@ fn not_enforced() -> Limits {
     }
 }
 
-fn now() -> UnixMillis {
-    crate::now_ms()
+/// The machine's clocks, as the shell reads them (the core and the sleep executor read only
+/// the wall clock).
+fn now() -> Now {
+    SystemClock::new().now()
 }
 
 /// The core and the executors wired the way the shell wires them, minus the network.
@@ -69,8 +72,8 @@ impl Rig {
                     };
                     queue.extend(more);
                 }
-                Action::Kill { task_id, grace_ms } => {
-                    if !self.executors.kill(&task_id, grace_ms) {
+                Action::Kill { task_id, grace } => {
+                    if !self.executors.kill(&task_id, grace) {
                         queue.extend(self.core.finished(
                             &task_id,
                             Outcome::NotRunning,
@@ -224,13 +227,17 @@ async fn kill_terms_the_group_and_kills_what_ignores_it_after_the_grace_period()
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
-    let actions = rig
-        .core
-        .kill(&TaskId::from("stubborn"), &FrameworkId::from("fw"), 1000);
+    let actions = rig.core.kill(
+        &TaskId::from("stubborn"),
+        &FrameworkId::from("fw"),
+        Duration::from_millis(1000),
+    );
     rig.run(actions);
-    let actions = rig
-        .core
-        .kill(&TaskId::from("polite"), &FrameworkId::from("fw"), u64::MAX);
+    let actions = rig.core.kill(
+        &TaskId::from("polite"),
+        &FrameworkId::from("fw"),
+        Duration::from_millis(u64::MAX),
+    );
     rig.run(actions);
     let mut ends = BTreeMap::new();
     for _ in 0..2 {
@@ -287,9 +294,11 @@ async fn sleep_tasks_finish_after_their_duration_or_when_killed() {
     let event = rig.next_end().await;
     assert_eq!(event.task_id.as_str(), "nap");
     assert_eq!(rig.last("nap").state, TaskState::Finished);
-    let actions = rig
-        .core
-        .kill(&TaskId::from("long"), &FrameworkId::from("fw"), 1000);
+    let actions = rig.core.kill(
+        &TaskId::from("long"),
+        &FrameworkId::from("fw"),
+        Duration::from_millis(1000),
+    );
     rig.run(actions);
     rig.next_end().await;
     assert_eq!(rig.last("long").state, TaskState::Killed);
@@ -307,7 +316,8 @@ async fn a_recovered_sleep_keeps_its_deadline() {
         kill: None,
     };
     // A deadline that passed while the agent was down ends the task at once.
-    executors.resume(&resume(now() - 1_000), now());
+    let now = now();
+    executors.resume(&resume(now.wall_ms() - 1_000), now);
     let event = tokio::time::timeout(Duration::from_secs(5), events.recv())
         .await
         .expect("at once")
@@ -366,7 +376,7 @@ async fn a_reused_pid_is_not_taken_for_the_task() {
             pid: me,
             start_ticks: mine.start_ticks + 1,
         }),
-        kill: Some((crate::core::KillCause::Framework, 0)),
+        kill: Some((crate::core::KillCause::Framework, Duration::ZERO)),
     };
     executors.resume(&resume, now());
     let event = tokio::time::timeout(Duration::from_secs(5), events.recv())

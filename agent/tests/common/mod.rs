@@ -1,6 +1,6 @@
-//! Shared by the agent's component tests: a scripted master (a real proto `Server` on loopback,
-//! with certificates from `generate_dev_cluster`, that answers as the test says) and an agent
-//! running in the test's runtime.
+//! Shared by the agent's component tests: the agent's side of the testkit's fake master (an
+//! agent session that counts heartbeats, the `Register` it opens with) and an agent running in
+//! the test's runtime.
 
 #![allow(dead_code)] // each test crate uses its own subset
 
@@ -10,95 +10,44 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use fullerene_agent::{AgentConfig, AgentError};
-use fullerene_proto::ids::{AgentId, FrameworkId, TaskId};
+use fullerene_proto::ids::{AgentId, FrameworkId, MasterId, TaskId};
 use fullerene_proto::messages::{
-    AgentToMaster, MasterToAgent, SessionOpen, StatusAck, StatusUpdate, TaskInfo, TaskSpec,
+    AgentToMaster, MasterToAgent, StatusAck, StatusUpdate, TaskInfo, TaskSpec,
 };
 use fullerene_proto::resources::ResourceVec;
-use fullerene_transport::certs::{generate_dev_cluster, CertCounts, CertPaths, GeneratedCerts};
-use fullerene_transport::{Connection, Role, Server, Session, TlsMaterial, TransportConfig};
+use fullerene_transport::certs::CertCounts;
+use fullerene_transport::testkit::{awaiting, AgentPeer, PeerSession};
+pub(crate) use fullerene_transport::testkit::{FakeMaster, TestCerts};
+use fullerene_transport::Role;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use tokio::time::timeout;
 
-pub(crate) const WAIT: Duration = Duration::from_secs(20);
-
-pub(crate) struct Certs {
-    pub _dir: tempfile::TempDir,
-    pub generated: GeneratedCerts,
+/// Two masters (a leader and a follower) and one agent.
+pub(crate) fn certs() -> TestCerts {
+    TestCerts::new(CertCounts {
+        masters: 2,
+        agents: 1,
+        ..CertCounts::default()
+    })
 }
 
-impl Certs {
-    pub(crate) fn new() -> Certs {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let counts = CertCounts {
-            masters: 2,
-            agents: 1,
-            ..CertCounts::default()
-        };
-        let generated =
-            generate_dev_cluster(&dir.path().join("certs"), counts, false).expect("certs");
-        Certs {
-            _dir: dir,
-            generated,
-        }
-    }
-
-    pub(crate) fn tls(&self, role: Role, n: usize) -> TlsMaterial {
-        let paths = CertPaths::of_member(&self.generated.dir, role, n);
-        TlsMaterial::load(&self.generated.ca_cert, &paths.cert, &paths.key).expect("tls")
-    }
-}
-
-/// A master that does what the test tells it.
-pub(crate) struct ScriptedMaster {
-    pub server: Server,
-}
-
-impl ScriptedMaster {
-    pub(crate) fn bind(certs: &Certs, n: usize) -> ScriptedMaster {
-        let server = Server::bind(
-            "127.0.0.1:0".parse().expect("addr"),
-            &certs.tls(Role::Master, n),
-            TransportConfig::default(),
-        )
-        .expect("bind");
-        ScriptedMaster { server }
-    }
-
-    pub(crate) fn addr(&self) -> SocketAddr {
-        self.server.local_addr()
-    }
-
-    /// The next agent session and its `Register`.
-    pub(crate) async fn accept(&mut self) -> Registering {
-        let connection = timeout(WAIT, self.server.accept())
-            .await
-            .expect("an agent connects")
-            .expect("server open")
-            .expect("handshake");
-        let session = timeout(WAIT, connection.accept_session())
-            .await
-            .expect("a session opens")
-            .expect("session");
-        assert_eq!(session.kind, SessionOpen::Agent);
-        assert_eq!(session.peer.agent_id(), Some(AgentId::from("agent-1")));
-        let mut agent = AgentSession {
-            connection,
-            session,
-            heartbeats: 0,
-            last_heartbeat: 0,
-        };
-        match agent.next().await {
-            AgentToMaster::Register { tasks, .. } => agent.registered_tasks(tasks),
-            other => panic!("expected Register first, got {other:?}"),
-        }
+/// The next agent session at `master` and its `Register`.
+pub(crate) async fn next_registration(master: &mut FakeMaster) -> Registering {
+    let peer = master.accept::<AgentPeer>().await;
+    assert_eq!(peer.peer().agent_id(), Some(AgentId::from("agent-1")));
+    let mut agent = AgentSession {
+        peer,
+        heartbeats: 0,
+        last_heartbeat: 0,
+    };
+    match agent.next().await {
+        AgentToMaster::Register { tasks, .. } => agent.registered_tasks(tasks),
+        other => panic!("expected Register first, got {other:?}"),
     }
 }
 
 pub(crate) struct AgentSession {
-    pub connection: Connection,
-    pub session: Session,
+    pub peer: PeerSession<AgentPeer>,
     pub heartbeats: u64,
     pub last_heartbeat: u64,
 }
@@ -117,12 +66,7 @@ impl AgentSession {
     /// The next message other than a heartbeat (which it counts).
     pub(crate) async fn next(&mut self) -> AgentToMaster {
         loop {
-            let message = timeout(WAIT, self.session.rx.recv::<AgentToMaster>())
-                .await
-                .expect("a message in time")
-                .expect("session alive")
-                .expect("not closed");
-            match message {
+            match self.peer.recv().await {
                 AgentToMaster::Heartbeat { seq } => {
                     self.heartbeats += 1;
                     assert!(
@@ -144,7 +88,12 @@ impl AgentSession {
     }
 
     pub(crate) async fn send(&mut self, message: MasterToAgent) {
-        self.session.tx.send(&message).await.expect("send");
+        self.peer.send(&message).await;
+    }
+
+    /// Redirects the agent to the leader `id` at `addr`.
+    pub(crate) async fn redirect_to(&mut self, id: u64, addr: SocketAddr) {
+        self.peer.redirect_to(MasterId(id), addr).await;
     }
 
     pub(crate) async fn ack(&mut self, update: &StatusUpdate) {
@@ -164,7 +113,7 @@ impl AgentSession {
     }
 
     pub(crate) fn drop_connection(self) {
-        self.connection.close("scripted master drops the session");
+        self.peer.close("scripted master drops the session");
     }
 }
 
@@ -188,12 +137,16 @@ pub(crate) struct RunningAgent {
 }
 
 impl RunningAgent {
-    pub(crate) fn start(certs: &Certs, masters: Vec<SocketAddr>, work_dir: &Path) -> RunningAgent {
+    pub(crate) fn start(
+        certs: &TestCerts,
+        masters: Vec<SocketAddr>,
+        work_dir: &Path,
+    ) -> RunningAgent {
         RunningAgent::start_with(certs, masters, work_dir, |_| {})
     }
 
     pub(crate) fn start_with(
-        certs: &Certs,
+        certs: &TestCerts,
         masters: Vec<SocketAddr>,
         work_dir: &Path,
         tweak: impl FnOnce(&mut AgentConfig),
@@ -226,9 +179,8 @@ impl RunningAgent {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
-        let result = timeout(WAIT, &mut self.handle)
+        let result = awaiting("the agent to stop", &mut self.handle)
             .await
-            .expect("the agent stops")
             .expect("no panic");
         result.expect("the agent stopped cleanly");
     }
@@ -239,7 +191,7 @@ impl RunningAgent {
     /// (no final checkpoint sync, no connection close).
     pub(crate) async fn crash(mut self) {
         self.handle.abort();
-        let _ = timeout(WAIT, &mut self.handle).await.expect("aborted");
+        let _ = awaiting("the agent to abort", &mut self.handle).await;
     }
 }
 

@@ -15,6 +15,7 @@ use fullerene_proto::resources::ResourceKind;
 use fullerene_transport::{Role, TlsMaterial, TransportConfig};
 
 use super::master::tls_paths;
+use super::parse_allowance;
 
 /// How often the agent re-measures the machine's cores and memory.
 const RESOURCE_CHECK_INTERVAL: Duration = Duration::from_secs(30);
@@ -84,7 +85,7 @@ pub(crate) struct AgentArgs {
     pub cgroup_root: PathBuf,
     /// How far disk and network bandwidth may be overbooked, as a fraction of the total (keep
     /// it equal to the masters' allowance).
-    #[arg(long, default_value_t = fullerene_sdk::policy::scoring::DEFAULT_OVERBOOK_ALLOWANCE, value_parser = parse_allowance)]
+    #[arg(long, default_value_t = fullerene_scheduling::DEFAULT_OVERBOOK_ALLOWANCE, value_parser = parse_allowance)]
     pub overbook_allowance: f64,
     /// The longest delay between two attempts to reach a master, in milliseconds.
     #[arg(long, default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..))]
@@ -112,13 +113,6 @@ fn parse_attributes(text: &str) -> Result<Attributes, String> {
     machine::parse_attributes(text)
         .map(Attributes)
         .map_err(|e: MachineError| e.to_string())
-}
-
-fn parse_allowance(text: &str) -> Result<f64, String> {
-    match text.parse::<f64>() {
-        Ok(a) if a.is_finite() && a >= 0.0 => Ok(a),
-        _ => Err(format!("`{text}` is not a fraction >= 0 (e.g. 0.25)")),
-    }
 }
 
 impl AgentArgs {

@@ -1,5 +1,5 @@
-//! `fullerene dev`: a whole local cluster in one command, running a sample of DAG jobs (issue #6,
-//! item 6).
+//! `fullerene dev`: a whole local cluster in one command, running a sample of DAG jobs (the
+//! README's first command: what a new user runs to see Fullerene work).
 //!
 //! It starts `--masters` replicated masters and `--agents` agents with the `sleep` executor
 //! (this very binary, on loopback ports the OS hands out, with development certificates, data

@@ -14,6 +14,8 @@ use fullerene_master::storage::{RaftStore, RocksStorage};
 use fullerene_transport::certs::CertPaths;
 use fullerene_transport::{Role, Server, TlsMaterial, TransportConfig};
 
+use super::parse_allowance;
+
 /// Flags of `fullerene master` (all of them also under `[master]` in the config file).
 #[derive(Args, Debug)]
 pub(crate) struct MasterArgs {
@@ -98,22 +100,11 @@ pub(crate) struct MasterArgs {
     /// How far launches may overbook an agent's disk and network bandwidth, as a fraction of
     /// its total (Graphene §5). Part of the replicated settings: used when `--bootstrap`
     /// creates the group, ignored afterwards. Keep the agents' `--overbook-allowance` equal.
-    #[arg(long, default_value_t = fullerene_sdk::policy::scoring::DEFAULT_OVERBOOK_ALLOWANCE, value_parser = parse_allowance)]
+    #[arg(long, default_value_t = fullerene_scheduling::DEFAULT_OVERBOOK_ALLOWANCE, value_parser = parse_allowance)]
     pub overbooking_allowance: f64,
     /// How long an operator request waits for a commit or a read confirmation, in milliseconds.
     #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub request_timeout_ms: u64,
-}
-
-fn parse_allowance(text: &str) -> Result<f64, String> {
-    let value: f64 = text
-        .trim()
-        .parse()
-        .map_err(|e| format!("`{text}` is not a number: {e}"))?;
-    if !(value.is_finite() && (0.0..=1.0).contains(&value)) {
-        return Err(format!("`{text}` must be a fraction between 0 and 1"));
-    }
-    Ok(value)
 }
 
 fn parse_peer(text: &str) -> Result<(u64, SocketAddr), String> {

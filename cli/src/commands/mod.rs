@@ -16,6 +16,14 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Result};
 
+/// Parses an overbooking allowance flag with the rule masters and agents share
+/// ([`Overbooking`](fullerene_scheduling::Overbooking)'s `FromStr`), so that both accept the same
+/// values and say the same thing about a bad one.
+pub(crate) fn parse_allowance(text: &str) -> Result<f64, fullerene_scheduling::AllowanceError> {
+    text.parse::<fullerene_scheduling::Overbooking>()
+        .map(|allowance| allowance.0)
+}
+
 /// Where the shared workloads are looked for when `--workload` is not given: beside the
 /// checkout (the layout of development machines and CI), then below the current directory.
 const DEFAULT_WORKLOADS: [&str; 2] = [

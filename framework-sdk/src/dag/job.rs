@@ -17,7 +17,8 @@ use fullerene_proto::messages::{
     CommandSpec, DemandSummary, ErrorCode, Executor, FrameworkRequest, Leftover, Offer,
     StatusReason, StatusUpdate, TaskOrigin, TaskSpec, TaskState, WireError,
 };
-use fullerene_proto::{AgentId, ResourceVec, Resources, TaskId};
+use fullerene_proto::time::secs_f64;
+use fullerene_proto::{AgentId, ResourceVec, Resources, TaskId, Time};
 use serde::Serialize;
 
 use crate::job::{Job, TaskRef};
@@ -169,7 +170,7 @@ pub struct DagJob {
     current: HashMap<TaskRef, u32>,
     failures: HashMap<TaskRef, u32>,
     failed_attempts: u64,
-    submitted_ms: u64,
+    submitted: Time,
     outcome: JobOutcome,
     last_demand: Option<DemandSummary>,
     had_runnable: bool,
@@ -192,9 +193,10 @@ impl std::fmt::Debug for DagJob {
 }
 
 impl DagJob {
-    /// A job submitted at `now_ms`. With a configured plan cluster, plans now (so that a job
-    /// the planner refuses is refused before anything runs).
-    pub fn new(job: Job, config: DagConfig, now_ms: u64) -> Result<DagJob, DagError> {
+    /// A job submitted at `now` (on the clock every later call's time is read from). With a
+    /// configured plan cluster, plans now (so that a job the planner refuses is refused before
+    /// anything runs).
+    pub fn new(job: Job, config: DagConfig, now: Time) -> Result<DagJob, DagError> {
         if !(config.time_scale.is_finite() && config.time_scale > 0.0) {
             return Err(DagError::TimeScale(config.time_scale));
         }
@@ -214,7 +216,7 @@ impl DagJob {
             current: HashMap::new(),
             failures: HashMap::new(),
             failed_attempts: 0,
-            submitted_ms: now_ms,
+            submitted: now,
             outcome: JobOutcome::Running,
             refused_in_a_row: 0,
             last_demand: None,
@@ -273,7 +275,7 @@ impl DagJob {
 
     /// Answers offers: a bundle per offer chosen by the policy, the rest declined or yielded
     /// as the policy says.
-    pub fn on_offers(&mut self, offers: &[Offer], now_ms: u64) -> Vec<FrameworkRequest> {
+    pub fn on_offers(&mut self, offers: &[Offer], now: Time) -> Vec<FrameworkRequest> {
         let mut out = Vec::new();
         let mut usable = Vec::with_capacity(offers.len());
         for offer in offers {
@@ -317,7 +319,7 @@ impl DagJob {
             out.push(FrameworkRequest::Suppress);
             return out;
         }
-        let now_s = self.job_seconds(now_ms);
+        let now_s = self.job_seconds(now);
         let cluster_capacity = self.cluster_capacity();
         let fair_share = cluster_capacity.scale(1.0 / self.config.concurrent_jobs.max(1) as f64);
         for (offer, free) in usable {
@@ -379,7 +381,7 @@ impl DagJob {
     }
 
     /// Takes a task's new status into account.
-    pub fn on_update(&mut self, update: &StatusUpdate, now_ms: u64) -> Vec<FrameworkRequest> {
+    pub fn on_update(&mut self, update: &StatusUpdate, now: Time) -> Vec<FrameworkRequest> {
         let mut out = Vec::new();
         let Some(&(task, launch)) = self.launches.get(&update.task_id) else {
             tracing::debug!(task = %update.task_id, "update for a task this job does not know");
@@ -392,14 +394,14 @@ impl DagJob {
         {
             return out;
         }
-        let now_s = self.job_seconds(now_ms);
+        let now_s = self.job_seconds(now);
         match update.state {
             TaskState::Staging | TaskState::Running => return out,
             TaskState::Finished => {
                 self.state.mark_finished(&self.job, task, now_s);
                 if self.state.is_complete() && !self.is_done() {
                     self.outcome = JobOutcome::Finished {
-                        jct_ms: now_ms.saturating_sub(self.submitted_ms),
+                        jct_ms: now.as_millis().saturating_sub(self.submitted.as_millis()),
                     };
                     out.push(FrameworkRequest::Suppress);
                 }
@@ -616,8 +618,9 @@ impl DagJob {
         }
     }
 
-    fn job_seconds(&self, now_ms: u64) -> f64 {
-        now_ms.saturating_sub(self.submitted_ms) as f64 / 1000.0 / self.config.time_scale
+    /// The job's time at `now`, in the workload's seconds.
+    fn job_seconds(&self, now: Time) -> f64 {
+        secs_f64(now - self.submitted) / self.config.time_scale
     }
 
     fn task_id(&self, task: TaskRef, launch: u32) -> TaskId {

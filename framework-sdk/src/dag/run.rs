@@ -5,9 +5,9 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
 
 use fullerene_proto::messages::{FrameworkRequest, Offer, StatusUpdate, WireError};
+use fullerene_proto::time::SystemClock;
 use fullerene_proto::FrameworkId;
 use fullerene_transport::{Client, TlsMaterial, TransportConfig};
 use serde::Serialize;
@@ -73,12 +73,12 @@ impl Scheduler for DagScheduler {
     }
 
     fn offers(&mut self, driver: &mut DriverHandle, offers: Vec<Offer>) {
-        let calls = self.dag.on_offers(&offers, driver.now_ms());
+        let calls = self.dag.on_offers(&offers, driver.now());
         self.apply(driver, calls);
     }
 
     fn status_update(&mut self, driver: &mut DriverHandle, update: &StatusUpdate) {
-        let calls = self.dag.on_update(update, driver.now_ms());
+        let calls = self.dag.on_update(update, driver.now());
         self.apply(driver, calls);
     }
 
@@ -145,12 +145,13 @@ pub async fn run_jobs(
         Client::new(tls, options.transport.clone())
             .map_err(|e| RunError::Driver(DriverError::Transport(e.to_string())))?,
     );
-    let epoch = Instant::now();
+    // One clock for every job, so that their times compare.
+    let clock = SystemClock::new();
     let mut dag = options.dag.clone();
     dag.concurrent_jobs = jobs.len().max(1);
     let mut schedulers = Vec::with_capacity(jobs.len());
     for (index, job) in jobs.into_iter().enumerate() {
-        let core = DagJob::new(job, dag.clone(), 0)?;
+        let core = DagJob::new(job, dag.clone(), clock.monotonic())?;
         schedulers.push(DagScheduler::new(core, index, progress.clone()));
     }
     let mut handles = Vec::with_capacity(schedulers.len());
@@ -165,7 +166,7 @@ pub async fn run_jobs(
         let (name, tasks) = (job.name.clone(), job.num_tasks());
         let run_options = RunOptions {
             transport: options.transport.clone(),
-            epoch,
+            clock,
             ..RunOptions::default()
         };
         let client = Arc::clone(&client);

@@ -2,6 +2,7 @@ use fullerene_proto::messages::{
     ErrorCode, Executor, FrameworkRequest, Leftover, Offer, StatusReason, StatusUpdate, TaskSpec,
     TaskState, WireError,
 };
+use fullerene_proto::time::Time;
 use fullerene_proto::{Resources, TaskId};
 
 use super::job::*;
@@ -9,6 +10,11 @@ use crate::job::{Job, StageSpec};
 use crate::policy::PolicyKind;
 
 use fullerene_scheduling::testkit::res;
+
+/// `millis` milliseconds on the framework's clock.
+fn t(millis: u64) -> Time {
+    Time::from_millis(millis)
+}
 
 /// Stage 0: two 10 s tasks of 1 cpu; stage 1 (after 0): one 4 s task of 2 cpus.
 fn two_stage_job() -> Job {
@@ -70,13 +76,13 @@ fn accepted(calls: &[FrameworkRequest]) -> Vec<TaskSpec> {
 #[test]
 fn runs_a_dag_stage_by_stage_to_completion_and_measures_the_jct() {
     for policy in PolicyKind::ALL {
-        let mut dag = DagJob::new(two_stage_job(), config(policy), 1_000).expect("dag");
+        let mut dag = DagJob::new(two_stage_job(), config(policy), t(1_000)).expect("dag");
         let first = dag.on_subscribed();
         assert!(
             matches!(&first[..], [FrameworkRequest::UpdateDemand(d)] if d.pending[0].count == 2),
             "{policy}: {first:?}"
         );
-        let calls = dag.on_offers(&[offer(1, "a1", "cpus=4,mem_mib=1000")], 1_100);
+        let calls = dag.on_offers(&[offer(1, "a1", "cpus=4,mem_mib=1000")], t(1_100));
         let tasks = accepted(&calls);
         assert_eq!(tasks.len(), 2, "{policy}: both scans fit: {calls:?}");
         for (spec, index) in tasks.iter().zip([0u32, 1]) {
@@ -90,7 +96,7 @@ fn runs_a_dag_stage_by_stage_to_completion_and_measures_the_jct() {
             assert_eq!(spec.resources, Resources::from(res("cpus=1,mem_mib=100")));
         }
         // The join cannot run yet: an offer now is declined or yielded, never accepted.
-        let calls = dag.on_offers(&[offer(2, "a2", "cpus=4,mem_mib=1000")], 1_200);
+        let calls = dag.on_offers(&[offer(2, "a2", "cpus=4,mem_mib=1000")], t(1_200));
         assert!(accepted(&calls).is_empty(), "{policy}: {calls:?}");
         assert!(
             calls.iter().any(|c| matches!(
@@ -99,23 +105,23 @@ fn runs_a_dag_stage_by_stage_to_completion_and_measures_the_jct() {
             )),
             "{policy}: {calls:?}"
         );
-        dag.on_update(&update(&tasks[0].id, TaskState::Running, None), 1_300);
-        dag.on_update(&update(&tasks[0].id, TaskState::Finished, None), 6_000);
-        let calls = dag.on_update(&update(&tasks[1].id, TaskState::Finished, None), 6_100);
+        dag.on_update(&update(&tasks[0].id, TaskState::Running, None), t(1_300));
+        dag.on_update(&update(&tasks[0].id, TaskState::Finished, None), t(6_000));
+        let calls = dag.on_update(&update(&tasks[1].id, TaskState::Finished, None), t(6_100));
         assert!(
             calls.contains(&FrameworkRequest::Revive),
             "{policy}: the join became runnable: {calls:?}"
         );
-        let calls = dag.on_offers(&[offer(3, "a1", "cpus=4,mem_mib=1000")], 6_200);
+        let calls = dag.on_offers(&[offer(3, "a1", "cpus=4,mem_mib=1000")], t(6_200));
         let join = accepted(&calls);
         assert_eq!(join.len(), 1, "{policy}: {calls:?}");
         assert_eq!(join[0].origin.as_ref().map(|o| o.stage), Some(20));
         assert_eq!(dag.progress().finished, 2);
-        let calls = dag.on_update(&update(&join[0].id, TaskState::Finished, None), 8_500);
+        let calls = dag.on_update(&update(&join[0].id, TaskState::Finished, None), t(8_500));
         assert!(calls.contains(&FrameworkRequest::Suppress));
         assert_eq!(dag.outcome(), &JobOutcome::Finished { jct_ms: 7_500 });
         // Finished jobs decline everything.
-        let calls = dag.on_offers(&[offer(4, "a1", "cpus=4")], 9_000);
+        let calls = dag.on_offers(&[offer(4, "a1", "cpus=4")], t(9_000));
         assert!(matches!(&calls[..], [FrameworkRequest::Decline { .. }]));
     }
 }
@@ -124,16 +130,16 @@ fn runs_a_dag_stage_by_stage_to_completion_and_measures_the_jct() {
 fn failed_tasks_are_retried_with_new_ids_then_the_job_fails_with_the_reason() {
     let mut cfg = config(PolicyKind::Fifo);
     cfg.max_attempts = 2;
-    let mut dag = DagJob::new(two_stage_job(), cfg, 0).expect("dag");
-    let tasks = accepted(&dag.on_offers(&[offer(1, "a1", "cpus=4,mem_mib=1000")], 10));
+    let mut dag = DagJob::new(two_stage_job(), cfg, t(0)).expect("dag");
+    let tasks = accepted(&dag.on_offers(&[offer(1, "a1", "cpus=4,mem_mib=1000")], t(10)));
     assert_eq!(tasks.len(), 2);
     let (failing, other) = (&tasks[0], &tasks[1]);
-    let calls = dag.on_update(&update(&failing.id, TaskState::Failed, None), 20);
+    let calls = dag.on_update(&update(&failing.id, TaskState::Failed, None), t(20));
     assert!(calls
         .iter()
         .any(|c| matches!(c, FrameworkRequest::UpdateDemand(_))));
     assert_eq!(dag.outcome(), &JobOutcome::Running);
-    let retry = accepted(&dag.on_offers(&[offer(2, "a1", "cpus=1,mem_mib=1000")], 30));
+    let retry = accepted(&dag.on_offers(&[offer(2, "a1", "cpus=1,mem_mib=1000")], t(30)));
     assert_eq!(retry.len(), 1);
     assert_ne!(retry[0].id, failing.id, "a retry gets a new id");
     let (o1, o2) = (
@@ -144,11 +150,11 @@ fn failed_tasks_are_retried_with_new_ids_then_the_job_fails_with_the_reason() {
     assert_eq!(o2.attempt, 1);
     // A late report of the first attempt changes nothing.
     assert!(dag
-        .on_update(&update(&failing.id, TaskState::Finished, None), 35)
+        .on_update(&update(&failing.id, TaskState::Finished, None), t(35))
         .is_empty());
     assert_eq!(dag.progress().finished, 0);
     // The second failure is the last allowed: the job fails and kills what still runs.
-    let calls = dag.on_update(&update(&retry[0].id, TaskState::Lost, None), 40);
+    let calls = dag.on_update(&update(&retry[0].id, TaskState::Lost, None), t(40));
     assert!(calls.contains(&FrameworkRequest::Kill {
         task_id: other.id.clone()
     }));
@@ -164,8 +170,8 @@ fn failed_tasks_are_retried_with_new_ids_then_the_job_fails_with_the_reason() {
 
 #[test]
 fn refused_accepts_return_tasks_and_unknown_outcomes_are_reconciled() {
-    let mut dag = DagJob::new(two_stage_job(), config(PolicyKind::Bfs), 0).expect("dag");
-    let calls = dag.on_offers(&[offer(1, "a1", "cpus=4,mem_mib=1000")], 10);
+    let mut dag = DagJob::new(two_stage_job(), config(PolicyKind::Bfs), t(0)).expect("dag");
+    let calls = dag.on_offers(&[offer(1, "a1", "cpus=4,mem_mib=1000")], t(10));
     let accept = calls
         .iter()
         .find(|c| matches!(c, FrameworkRequest::Accept { .. }))
@@ -175,7 +181,7 @@ fn refused_accepts_return_tasks_and_unknown_outcomes_are_reconciled() {
     dag.on_call_failed(&accept, &refused);
     assert_eq!(dag.progress().running, 0);
     assert_eq!(dag.progress().failed_attempts, 0, "no attempt ran");
-    let again = dag.on_offers(&[offer(2, "a1", "cpus=4,mem_mib=1000")], 20);
+    let again = dag.on_offers(&[offer(2, "a1", "cpus=4,mem_mib=1000")], t(20));
     let tasks = accepted(&again);
     assert_eq!(tasks.len(), 2);
     let accept = again
@@ -198,7 +204,7 @@ fn refused_accepts_return_tasks_and_unknown_outcomes_are_reconciled() {
             TaskState::Lost,
             Some(StatusReason::UnknownTask),
         ),
-        30,
+        t(30),
     );
     assert_eq!(dag.progress().failed_attempts, 0);
     assert_eq!(dag.progress().running, 1);
@@ -206,8 +212,8 @@ fn refused_accepts_return_tasks_and_unknown_outcomes_are_reconciled() {
 
 #[test]
 fn leftover_follows_the_policy_and_bad_configs_are_refused() {
-    let mut dag = DagJob::new(two_stage_job(), config(PolicyKind::Tetris), 0).expect("dag");
-    let calls = dag.on_offers(&[offer(1, "a1", "cpus=8,mem_mib=1000")], 0);
+    let mut dag = DagJob::new(two_stage_job(), config(PolicyKind::Tetris), t(0)).expect("dag");
+    let calls = dag.on_offers(&[offer(1, "a1", "cpus=8,mem_mib=1000")], t(0));
     assert!(calls.iter().any(|c| matches!(
         c,
         FrameworkRequest::Accept {
@@ -218,13 +224,13 @@ fn leftover_follows_the_policy_and_bad_configs_are_refused() {
     let mut bad = config(PolicyKind::Fifo);
     bad.time_scale = 0.0;
     assert_eq!(
-        DagJob::new(two_stage_job(), bad, 0).err(),
+        DagJob::new(two_stage_job(), bad, t(0)).err(),
         Some(DagError::TimeScale(0.0))
     );
     let mut bad = config(PolicyKind::Fifo);
     bad.max_attempts = 0;
     assert_eq!(
-        DagJob::new(two_stage_job(), bad, 0).err(),
+        DagJob::new(two_stage_job(), bad, t(0)).err(),
         Some(DagError::MaxAttempts)
     );
 }
@@ -234,8 +240,8 @@ fn command_template_is_expanded() {
     let mut cfg = config(PolicyKind::Fifo);
     cfg.executor =
         ExecutorTemplate::Command("run {job} {stage_name} {stage}.{index} {duration_ms}".into());
-    let mut dag = DagJob::new(two_stage_job(), cfg, 0).expect("dag");
-    let tasks = accepted(&dag.on_offers(&[offer(1, "a1", "cpus=1,mem_mib=1000")], 0));
+    let mut dag = DagJob::new(two_stage_job(), cfg, t(0)).expect("dag");
+    let tasks = accepted(&dag.on_offers(&[offer(1, "a1", "cpus=1,mem_mib=1000")], t(0)));
     assert_eq!(tasks.len(), 1);
     match &tasks[0].executor {
         Executor::Command(spec) => {
@@ -252,34 +258,34 @@ fn command_template_is_expanded() {
 #[test]
 fn lost_tasks_are_replanned_and_run_again_under_graphene() {
     let mut dag =
-        DagJob::new(two_stage_job(), config(PolicyKind::GrapheneCarbyne), 0).expect("dag");
-    let tasks = accepted(&dag.on_offers(&[offer(1, "a1", "cpus=2,mem_mib=1000")], 0));
+        DagJob::new(two_stage_job(), config(PolicyKind::GrapheneCarbyne), t(0)).expect("dag");
+    let tasks = accepted(&dag.on_offers(&[offer(1, "a1", "cpus=2,mem_mib=1000")], t(0)));
     assert_eq!(tasks.len(), 2);
-    dag.on_update(&update(&tasks[0].id, TaskState::Finished, None), 5_000);
+    dag.on_update(&update(&tasks[0].id, TaskState::Finished, None), t(5_000));
     dag.on_update(
         &update(&tasks[1].id, TaskState::Lost, Some(StatusReason::AgentLost)),
-        5_000,
+        t(5_000),
     );
     // The lost scan runs again on another agent, then the join.
-    let retry = accepted(&dag.on_offers(&[offer(2, "a2", "cpus=2,mem_mib=1000")], 5_100));
+    let retry = accepted(&dag.on_offers(&[offer(2, "a2", "cpus=2,mem_mib=1000")], t(5_100)));
     assert_eq!(retry.len(), 1);
     assert_eq!(retry[0].origin.as_ref().map(|o| o.attempt), Some(1));
-    dag.on_update(&update(&retry[0].id, TaskState::Finished, None), 10_000);
-    let join = accepted(&dag.on_offers(&[offer(3, "a2", "cpus=2,mem_mib=1000")], 10_100));
+    dag.on_update(&update(&retry[0].id, TaskState::Finished, None), t(10_000));
+    let join = accepted(&dag.on_offers(&[offer(3, "a2", "cpus=2,mem_mib=1000")], t(10_100)));
     assert_eq!(join.len(), 1);
-    dag.on_update(&update(&join[0].id, TaskState::Finished, None), 12_000);
+    dag.on_update(&update(&join[0].id, TaskState::Finished, None), t(12_000));
     assert_eq!(dag.outcome(), &JobOutcome::Finished { jct_ms: 12_000 });
 }
 
 #[test]
 fn a_job_whose_accepts_are_always_refused_fails_with_the_reason() {
-    let mut dag = DagJob::new(two_stage_job(), config(PolicyKind::Bfs), 0).expect("dag");
+    let mut dag = DagJob::new(two_stage_job(), config(PolicyKind::Bfs), t(0)).expect("dag");
     let refused = WireError::new(ErrorCode::InsufficientResources, "the tasks ask for more");
     for round in 0..MAX_REFUSED_ACCEPTS {
         assert_eq!(dag.outcome(), &JobOutcome::Running, "round {round}");
         let calls = dag.on_offers(
             &[offer(u64::from(round) + 1, "a1", "cpus=4,mem_mib=1000")],
-            10,
+            t(10),
         );
         let accept = calls
             .iter()

@@ -4,17 +4,21 @@
 //! for their answers, the offers held, the highest status sequence number seen per task, and
 //! the demand and suppression the master must be told again after a reconnect. Which master to
 //! connect to next and when is the [`Follower`]'s decision, the same leader-following state
-//! machine agents and operators use. The core never touches a socket or a clock: the shell
-//! ([`super::shell`]) feeds it events and carries out the [`Action`]s it returns, in order.
+//! machine agents and operators use. The core never touches a socket or reads a clock: the
+//! shell ([`super::shell`]) feeds it events, with the time (a reading of its monotonic clock)
+//! to the inputs whose decisions depend on it, and carries out the [`Action`]s it returns, in
+//! order.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use fullerene_client::follow::{Attempt, FollowConfig, Follower, Pacing};
 use fullerene_proto::messages::{
     CallOk, DemandSummary, ErrorCode, FrameworkCall, FrameworkRequest, MasterToFramework, Offer,
     Redirect, StatusAck, StatusUpdate, WireError,
 };
+use fullerene_proto::time::Time;
 use fullerene_proto::{FrameworkId, OfferId};
 
 /// What a driver needs to know to subscribe and to find the leader.
@@ -29,16 +33,21 @@ pub struct DriverConfig {
     /// How long the master keeps the framework's tasks after a disconnect.
     pub failover_timeout_ms: u64,
     /// First reconnection delay; doubles per failed attempt.
-    pub backoff_initial_ms: u64,
+    pub backoff_initial: Duration,
     /// Largest reconnection delay.
-    pub backoff_max_ms: u64,
+    pub backoff_max: Duration,
+    /// How long a master that failed (unreachable, session lost) is passed over: not tried
+    /// while another is not, and redirects to it not followed. Zero (the default): masters are
+    /// tried in turn even if one just failed.
+    pub pass_over: Duration,
     /// Seed of the jitter applied to reconnection delays (so that frameworks that lost the same
     /// master do not all come back at once).
     pub jitter_seed: u64,
 }
 
 impl DriverConfig {
-    /// A configuration with the usual timings: 60 s failover, backoff from 100 ms to 5 s.
+    /// A configuration with the usual timings: 60 s failover, backoff from 100 ms to 5 s, no
+    /// master passed over.
     pub fn new(
         masters: Vec<SocketAddr>,
         name: impl Into<String>,
@@ -49,8 +58,9 @@ impl DriverConfig {
             name: name.into(),
             group: group.into(),
             failover_timeout_ms: 60_000,
-            backoff_initial_ms: 100,
-            backoff_max_ms: 5_000,
+            backoff_initial: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(5),
+            pass_over: Duration::ZERO,
             jitter_seed: 0x5eed,
         }
     }
@@ -117,12 +127,12 @@ pub enum DriverEvent {
 /// What the shell must do, in order.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Action {
-    /// Connect to `addr` and open a framework session, after `delay_ms`.
+    /// Connect to `addr` and open a framework session, after `delay`.
     Connect {
         /// The master.
         addr: SocketAddr,
         /// How long to wait first.
-        delay_ms: u64,
+        delay: Duration,
     },
     /// Send a call on the current session.
     Send(FrameworkCall),
@@ -157,21 +167,26 @@ struct PendingCall {
 ///
 /// ```
 /// use fullerene_proto::messages::{CallOk, FrameworkRequest, MasterToFramework};
+/// use fullerene_proto::time::Time;
 /// use fullerene_sdk::driver::core::{Action, DriverConfig, DriverCore, DriverEvent};
 ///
 /// let master = "127.0.0.1:5051".parse()?;
 /// let mut core = DriverCore::new(DriverConfig::new(vec![master], "etl", "prod"))?;
 /// // The shell is told where to connect ...
-/// assert!(matches!(core.start().as_slice(), [Action::Connect { addr, .. }] if *addr == master));
+/// let now = Time::ZERO;
+/// assert!(matches!(core.start(now).as_slice(), [Action::Connect { addr, .. }] if *addr == master));
 /// // ... and, once connected, to subscribe.
 /// let subscribe = match core.connected().as_slice() {
 ///     [Action::Send(call)] if matches!(call.call, FrameworkRequest::Subscribe { .. }) => call.call_id,
 ///     other => panic!("{other:?}"),
 /// };
-/// let actions = core.received(MasterToFramework::CallResult {
-///     call_id: subscribe,
-///     result: Ok(CallOk::Subscribed { framework_id: "fw-1-1".into(), heartbeat_interval_ms: 1_000 }),
-/// });
+/// let actions = core.received(
+///     MasterToFramework::CallResult {
+///         call_id: subscribe,
+///         result: Ok(CallOk::Subscribed { framework_id: "fw-1-1".into(), heartbeat_interval_ms: 1_000 }),
+///     },
+///     now,
+/// );
 /// assert!(actions.iter().any(|a| matches!(a, Action::Deliver(DriverEvent::Registered { .. }))));
 /// assert_eq!(core.framework_id().map(|id| id.0.as_str()), Some("fw-1-1"));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -197,22 +212,18 @@ pub struct DriverCore {
     follower: Follower,
 }
 
-/// The time given to the [`Follower`]: frameworks do not pass over masters that failed
-/// (`pass_over_ms` is 0), so its decisions need no clock.
-const NO_CLOCK: u64 = 0;
-
 impl DriverCore {
     /// A driver that has not connected yet.
     pub fn new(config: DriverConfig) -> Result<DriverCore, DriverError> {
         let follow = FollowConfig {
             pacing: Pacing::Backoff {
-                initial_ms: config.backoff_initial_ms,
-                max_ms: config.backoff_max_ms,
+                initial: config.backoff_initial,
+                max: config.backoff_max,
             },
             // Two redirects in a row are followed at once; more go round in circles (a stale
             // view of the leader) and back off like any failure.
             redirects_at_once: 2,
-            pass_over_ms: 0,
+            pass_over: config.pass_over,
             seed: config.jitter_seed,
         };
         let follower =
@@ -233,9 +244,9 @@ impl DriverCore {
         })
     }
 
-    /// The first action: connect to the first master now.
-    pub fn start(&mut self) -> Vec<Action> {
-        let first = self.follower.start(NO_CLOCK);
+    /// The first action, at `now`: connect to the first master at once.
+    pub fn start(&mut self, now: Time) -> Vec<Action> {
+        let first = self.follower.start(now);
         vec![self.connect(first)]
     }
 
@@ -285,18 +296,19 @@ impl DriverCore {
         vec![send]
     }
 
-    /// Connecting (or opening the session) failed: try the next master after a backoff.
-    pub fn connect_failed(&mut self, _reason: &str) -> Vec<Action> {
+    /// Connecting (or opening the session) failed at `now`: try the next master after a
+    /// backoff.
+    pub fn connect_failed(&mut self, _reason: &str, now: Time) -> Vec<Action> {
         if self.phase == Phase::Stopped {
             return Vec::new();
         }
-        let next = self.follower.failed(NO_CLOCK);
+        let next = self.follower.failed(now);
         vec![self.connect(next)]
     }
 
-    /// The session ended (closed, reset, idle timeout, leader gone): offers are void and
-    /// calls in flight have unknown outcomes; reconnect.
-    pub fn session_lost(&mut self, reason: &str) -> Vec<Action> {
+    /// The session ended at `now` (closed, reset, idle timeout, leader gone): offers are void
+    /// and calls in flight have unknown outcomes; reconnect.
+    pub fn session_lost(&mut self, reason: &str, now: Time) -> Vec<Action> {
         if self.phase == Phase::Stopped {
             return Vec::new();
         }
@@ -310,22 +322,24 @@ impl DriverCore {
         // A leader that just died is usually replaced by another master: the next one of the
         // list, with the backoff started over if the session had worked.
         let next = if was_subscribed {
-            self.follower.lost(NO_CLOCK)
+            self.follower.lost(now)
         } else {
-            self.follower.failed(NO_CLOCK)
+            self.follower.failed(now)
         };
         actions.push(self.connect(next));
         actions
     }
 
-    /// A message from the master.
-    pub fn received(&mut self, message: MasterToFramework) -> Vec<Action> {
+    /// A message from the master, received at `now`.
+    pub fn received(&mut self, message: MasterToFramework, now: Time) -> Vec<Action> {
         if self.phase == Phase::Stopped {
             return Vec::new();
         }
         match message {
-            MasterToFramework::CallResult { call_id, result } => self.call_result(call_id, result),
-            MasterToFramework::Redirect(redirect) => self.redirected(redirect),
+            MasterToFramework::CallResult { call_id, result } => {
+                self.call_result(call_id, result, now)
+            }
+            MasterToFramework::Redirect(redirect) => self.redirected(redirect, now),
             MasterToFramework::Offers(offers) => {
                 if self.phase != Phase::Subscribed {
                     return Vec::new();
@@ -440,12 +454,17 @@ impl DriverCore {
         )
     }
 
-    fn call_result(&mut self, call_id: u64, result: Result<CallOk, WireError>) -> Vec<Action> {
+    fn call_result(
+        &mut self,
+        call_id: u64,
+        result: Result<CallOk, WireError>,
+        now: Time,
+    ) -> Vec<Action> {
         let Some(call) = self.pending.remove(&call_id) else {
             return Vec::new();
         };
         if self.phase == Phase::Subscribing(call_id) {
-            return self.subscribe_result(result);
+            return self.subscribe_result(result, now);
         }
         match result {
             Ok(_) => Vec::new(),
@@ -460,7 +479,7 @@ impl DriverCore {
         }
     }
 
-    fn subscribe_result(&mut self, result: Result<CallOk, WireError>) -> Vec<Action> {
+    fn subscribe_result(&mut self, result: Result<CallOk, WireError>, now: Time) -> Vec<Action> {
         match result {
             Ok(CallOk::Subscribed { framework_id, .. }) => {
                 self.phase = Phase::Subscribed;
@@ -494,13 +513,13 @@ impl DriverCore {
             }
             Ok(CallOk::Done) => {
                 // Not an answer to Subscribe: the master is confused; try elsewhere.
-                self.try_elsewhere()
+                self.try_elsewhere(now)
             }
             Err(error) => match error.code {
                 ErrorCode::NotLeader
                 | ErrorCode::Unavailable
                 | ErrorCode::OutcomeUnknown
-                | ErrorCode::Internal => self.try_elsewhere(),
+                | ErrorCode::Internal => self.try_elsewhere(now),
                 _ => {
                     self.phase = Phase::Stopped;
                     vec![
@@ -516,7 +535,7 @@ impl DriverCore {
         }
     }
 
-    fn redirected(&mut self, redirect: Redirect) -> Vec<Action> {
+    fn redirected(&mut self, redirect: Redirect, now: Time) -> Vec<Action> {
         let was_subscribed = self.phase == Phase::Subscribed;
         let mut actions = self.void_session();
         actions.push(Action::CloseSession);
@@ -527,7 +546,7 @@ impl DriverCore {
         }
         let next = self
             .follower
-            .redirected(redirect.leader.map(|leader| leader.addr), NO_CLOCK);
+            .redirected(redirect.leader.map(|leader| leader.addr), now);
         actions.push(self.connect(next));
         actions
     }
@@ -578,10 +597,10 @@ impl DriverCore {
 
     /// The master did not subscribe the framework but another may: drop the session and try
     /// the next master after a backoff.
-    fn try_elsewhere(&mut self) -> Vec<Action> {
+    fn try_elsewhere(&mut self, now: Time) -> Vec<Action> {
         let mut actions = self.void_session();
         actions.push(Action::CloseSession);
-        let next = self.follower.failed(NO_CLOCK);
+        let next = self.follower.failed(now);
         actions.push(self.connect(next));
         actions
     }
@@ -590,7 +609,7 @@ impl DriverCore {
         self.phase = Phase::Connecting;
         Action::Connect {
             addr: attempt.addr,
-            delay_ms: attempt.delay_ms,
+            delay: attempt.delay,
         }
     }
 }

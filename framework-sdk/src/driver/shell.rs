@@ -10,6 +10,7 @@ use fullerene_proto::messages::{
     DemandSummary, FrameworkRequest, Leftover, MasterToFramework, Offer, SessionOpen, StatusUpdate,
     TaskSpec, WireError,
 };
+use fullerene_proto::time::{SystemClock, Time};
 use fullerene_proto::{FrameworkId, OfferId, TaskId};
 use fullerene_transport::{
     Client, Connection, FramedRecv, FramedSend, TlsMaterial, TransportConfig,
@@ -62,23 +63,24 @@ pub trait Scheduler: Send {
 pub struct DriverHandle {
     calls: Vec<FrameworkRequest>,
     stop: bool,
-    now_ms: u64,
+    now: Time,
     framework_id: Option<FrameworkId>,
 }
 
 impl DriverHandle {
-    fn new(now_ms: u64) -> DriverHandle {
+    fn new(now: Time) -> DriverHandle {
         DriverHandle {
             calls: Vec::new(),
             stop: false,
-            now_ms,
+            now,
             framework_id: None,
         }
     }
 
-    /// Milliseconds since the driver's epoch ([`RunOptions::epoch`]).
-    pub fn now_ms(&self) -> u64 {
-        self.now_ms
+    /// When the callback was called: a reading of the driver's monotonic clock
+    /// ([`RunOptions::clock`]).
+    pub fn now(&self) -> Time {
+        self.now
     }
 
     /// The framework's id, once subscribed.
@@ -141,8 +143,9 @@ impl DriverHandle {
 pub struct RunOptions {
     /// Transport settings (keep-alive, idle timeout, frame limit).
     pub transport: TransportConfig,
-    /// The instant `DriverHandle::now_ms` counts from.
-    pub epoch: Instant,
+    /// The clock the driver reads (drivers that share one share [`DriverHandle::now`]'s
+    /// epoch).
+    pub clock: SystemClock,
     /// How often [`Scheduler::tick`] is called.
     pub tick: Duration,
     /// How long a connection and session open may take before it counts as failed.
@@ -153,7 +156,7 @@ impl Default for RunOptions {
     fn default() -> RunOptions {
         RunOptions {
             transport: TransportConfig::default(),
-            epoch: Instant::now(),
+            clock: SystemClock::new(),
             tick: Duration::from_millis(200),
             connect_timeout: Duration::from_secs(3),
         }
@@ -195,9 +198,9 @@ pub async fn run_with_client<S: Scheduler>(
         connect: None,
         stopping: false,
         fatal: None,
-        epoch: options.epoch,
+        clock: options.clock,
     };
-    let actions = core.start();
+    let actions = core.start(shell.now());
     shell.carry_out(&mut core, &mut scheduler, actions).await;
     let mut tick = tokio::time::interval(options.tick);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -211,14 +214,14 @@ pub async fn run_with_client<S: Scheduler>(
                 _ = tick.tick() => None,
             };
             let actions = match event {
-                Some(Ok(Some(message))) => core.received(message),
+                Some(Ok(Some(message))) => core.received(message, shell.now()),
                 Some(Ok(None)) => {
                     shell.live = None;
-                    core.session_lost("the master closed the session")
+                    core.session_lost("the master closed the session", shell.now())
                 }
                 Some(Err(e)) => {
                     shell.live = None;
-                    core.session_lost(&e.to_string())
+                    core.session_lost(&e.to_string(), shell.now())
                 }
                 None => shell.tick(&mut scheduler, &mut core),
             };
@@ -243,10 +246,10 @@ pub async fn run_with_client<S: Scheduler>(
                         });
                         core.connected()
                     }
-                    Err(OpenError::TimedOut(_)) => core.connect_failed("timed out"),
+                    Err(OpenError::TimedOut(_)) => core.connect_failed("timed out", shell.now()),
                     Err(e) => {
                         tracing::debug!(%addr, error = %e, "could not reach a master");
-                        core.connect_failed(&e.to_string())
+                        core.connect_failed(&e.to_string(), shell.now())
                     }
                 };
                 shell.carry_out(&mut core, &mut scheduler, actions).await;
@@ -278,16 +281,17 @@ struct Shell {
     connect: Option<(SocketAddr, Instant)>,
     stopping: bool,
     fatal: Option<DriverError>,
-    epoch: Instant,
+    clock: SystemClock,
 }
 
 impl Shell {
-    fn now_ms(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    /// The time given to the core and the scheduler: a reading of the monotonic clock.
+    fn now(&self) -> Time {
+        self.clock.monotonic()
     }
 
     fn handle(&self, core: &DriverCore) -> DriverHandle {
-        let mut handle = DriverHandle::new(self.now_ms());
+        let mut handle = DriverHandle::new(self.now());
         handle.framework_id = core.framework_id().cloned();
         handle
     }
@@ -319,8 +323,8 @@ impl Shell {
         let mut queue: std::collections::VecDeque<Action> = actions.into();
         while let Some(action) = queue.pop_front() {
             match action {
-                Action::Connect { addr, delay_ms } => {
-                    self.connect = Some((addr, Instant::now() + Duration::from_millis(delay_ms)));
+                Action::Connect { addr, delay } => {
+                    self.connect = Some((addr, Instant::now() + delay));
                 }
                 Action::Send(call) => {
                     let Some(live) = self.live.as_mut() else {
@@ -328,7 +332,7 @@ impl Shell {
                     };
                     if let Err(e) = live.tx.send(&call).await {
                         self.live = None;
-                        queue.extend(core.session_lost(&e.to_string()));
+                        queue.extend(core.session_lost(&e.to_string(), self.now()));
                     }
                 }
                 Action::CloseSession => {

@@ -1,9 +1,11 @@
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use fullerene_proto::messages::{
     CallOk, DemandSummary, ErrorCode, FrameworkRequest, LeaderInfo, Leftover, MasterToFramework,
     Offer, Redirect, StatusAck, StatusUpdate, TaskState, WireError,
 };
+use fullerene_proto::time::Time;
 use fullerene_proto::{FrameworkId, MasterId, OfferId};
 
 use super::core::*;
@@ -12,10 +14,22 @@ fn addr(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
 }
 
+/// The time of the tests whose decisions do not depend on it.
+const T0: Time = Time::ZERO;
+
+fn ms(millis: u64) -> Duration {
+    Duration::from_millis(millis)
+}
+
+/// `millis` milliseconds on the driver's clock.
+fn t(millis: u64) -> Time {
+    Time::from_millis(millis)
+}
+
 fn core() -> DriverCore {
     let mut config = DriverConfig::new(vec![addr(1), addr(2), addr(3)], "fw", "g");
-    config.backoff_initial_ms = 100;
-    config.backoff_max_ms = 1_000;
+    config.backoff_initial = ms(100);
+    config.backoff_max = ms(1_000);
     DriverCore::new(config).unwrap()
 }
 
@@ -39,11 +53,11 @@ fn events(actions: &[Action]) -> Vec<DriverEvent> {
         .collect()
 }
 
-fn connects(actions: &[Action]) -> Vec<(SocketAddr, u64)> {
+fn connects(actions: &[Action]) -> Vec<(SocketAddr, Duration)> {
     actions
         .iter()
         .filter_map(|a| match a {
-            Action::Connect { addr, delay_ms } => Some((*addr, *delay_ms)),
+            Action::Connect { addr, delay } => Some((*addr, *delay)),
             _ => None,
         })
         .collect()
@@ -62,10 +76,23 @@ fn subscribe(core: &mut DriverCore, id: &str) -> Vec<Action> {
     let (call_id, FrameworkRequest::Subscribe { .. }) = sent[0].clone() else {
         panic!("first call is not Subscribe: {sent:?}");
     };
-    core.received(MasterToFramework::CallResult {
-        call_id,
-        result: subscribed(id),
-    })
+    core.received(
+        MasterToFramework::CallResult {
+            call_id,
+            result: subscribed(id),
+        },
+        T0,
+    )
+}
+
+/// The `Subscribe` the test driver sends, naming `framework_id` once it has one.
+fn subscribe_call(framework_id: Option<&str>) -> FrameworkRequest {
+    FrameworkRequest::Subscribe {
+        framework_id: framework_id.map(FrameworkId::from),
+        name: "fw".into(),
+        group: "g".into(),
+        failover_timeout_ms: 60_000,
+    }
 }
 
 fn offer(id: u64, agent: &str) -> Offer {
@@ -85,21 +112,16 @@ fn no_masters_is_an_error() {
 #[test]
 fn first_subscription_registers_reconciles_and_numbers_calls() {
     let mut c = core();
-    assert_eq!(connects(&c.start()), vec![(addr(1), 0)]);
+    assert_eq!(connects(&c.start(T0)), vec![(addr(1), Duration::ZERO)]);
     let sent = sends(&c.connected());
-    assert_eq!(
-        sent[0].1,
-        FrameworkRequest::Subscribe {
-            framework_id: None,
-            name: "fw".into(),
-            group: "g".into(),
-            failover_timeout_ms: 60_000
-        }
+    assert_eq!(sent[0].1, subscribe_call(None));
+    let actions = c.received(
+        MasterToFramework::CallResult {
+            call_id: sent[0].0,
+            result: subscribed("f1"),
+        },
+        T0,
     );
-    let actions = c.received(MasterToFramework::CallResult {
-        call_id: sent[0].0,
-        result: subscribed("f1"),
-    });
     assert_eq!(
         events(&actions),
         vec![DriverEvent::Registered {
@@ -116,40 +138,52 @@ fn first_subscription_registers_reconciles_and_numbers_calls() {
 #[test]
 fn redirect_to_a_leader_goes_there_at_once_and_unknown_leader_backs_off() {
     let mut c = core();
-    c.start();
+    c.start(T0);
     c.connected();
     let leader = LeaderInfo {
         id: MasterId(3),
         addr: addr(9),
         term: 4,
     };
-    let actions = c.received(MasterToFramework::Redirect(Redirect {
-        leader: Some(leader),
-    }));
+    let actions = c.received(
+        MasterToFramework::Redirect(Redirect {
+            leader: Some(leader),
+        }),
+        T0,
+    );
     assert!(actions.contains(&Action::CloseSession));
-    assert_eq!(connects(&actions), vec![(addr(9), 0)]);
+    assert_eq!(connects(&actions), vec![(addr(9), Duration::ZERO)]);
     c.connected();
-    let actions = c.received(MasterToFramework::Redirect(Redirect { leader: None }));
+    let actions = c.received(MasterToFramework::Redirect(Redirect { leader: None }), T0);
     let next = connects(&actions);
     assert_eq!(next.len(), 1);
-    assert!(next[0].1 > 0, "no leader known: back off, got {next:?}");
+    assert!(
+        next[0].1 > Duration::ZERO,
+        "no leader known: back off, got {next:?}"
+    );
 }
 
 #[test]
 fn not_leader_answer_to_subscribe_moves_on_and_a_refusal_is_fatal() {
     let mut c = core();
-    c.start();
+    c.start(T0);
     let sent = sends(&c.connected());
-    let actions = c.received(MasterToFramework::CallResult {
-        call_id: sent[0].0,
-        result: Err(WireError::new(ErrorCode::NotLeader, "follower")),
-    });
+    let actions = c.received(
+        MasterToFramework::CallResult {
+            call_id: sent[0].0,
+            result: Err(WireError::new(ErrorCode::NotLeader, "follower")),
+        },
+        T0,
+    );
     assert_eq!(connects(&actions)[0].0, addr(2));
     let sent = sends(&c.connected());
-    let actions = c.received(MasterToFramework::CallResult {
-        call_id: sent[0].0,
-        result: Err(WireError::new(ErrorCode::Unauthorized, "not a framework")),
-    });
+    let actions = c.received(
+        MasterToFramework::CallResult {
+            call_id: sent[0].0,
+            result: Err(WireError::new(ErrorCode::Unauthorized, "not a framework")),
+        },
+        T0,
+    );
     assert!(actions.contains(&Action::Stop));
     assert!(matches!(
         events(&actions)[..],
@@ -161,25 +195,29 @@ fn not_leader_answer_to_subscribe_moves_on_and_a_refusal_is_fatal() {
 #[test]
 fn backoff_grows_is_capped_and_jittered_within_bounds() {
     let mut c = core();
-    c.start();
+    c.start(T0);
     let mut delays = Vec::new();
     let mut masters = Vec::new();
     for _ in 0..8 {
-        let next = connects(&c.connect_failed("refused"));
+        let next = connects(&c.connect_failed("refused", T0));
         masters.push(next[0].0);
         delays.push(next[0].1);
     }
     // Nominal 100, 200, 400, 800, then capped at 1000; each in [nominal/2, nominal].
     let nominal = [100, 200, 400, 800, 1000, 1000, 1000, 1000];
     for (d, n) in delays.iter().zip(nominal) {
-        assert!(*d >= n / 2 && *d <= n, "delay {d} outside [{}, {n}]", n / 2);
+        assert!(
+            (ms(n / 2)..=ms(n)).contains(d),
+            "delay {d:?} outside [{}, {n}] ms",
+            n / 2
+        );
     }
     assert_eq!(&masters[..3], &[addr(2), addr(3), addr(1)], "round robin");
     // Deterministic for a seed.
     let mut again = core();
-    again.start();
-    let first: Vec<u64> = (0..8)
-        .map(|_| connects(&again.connect_failed("refused"))[0].1)
+    again.start(T0);
+    let first: Vec<Duration> = (0..8)
+        .map(|_| connects(&again.connect_failed("refused", T0))[0].1)
         .collect();
     assert_eq!(first, delays);
 }
@@ -187,18 +225,20 @@ fn backoff_grows_is_capped_and_jittered_within_bounds() {
 #[test]
 fn offers_are_held_until_answered_rescinded_or_voided() {
     let mut c = core();
-    c.start();
+    c.start(T0);
     subscribe(&mut c, "f1");
-    let actions = c.received(MasterToFramework::Offers(vec![
-        offer(1, "a1"),
-        offer(2, "a2"),
-        offer(3, "a3"),
-    ]));
+    let actions = c.received(
+        MasterToFramework::Offers(vec![offer(1, "a1"), offer(2, "a2"), offer(3, "a3")]),
+        T0,
+    );
     assert_eq!(events(&actions).len(), 1);
     assert_eq!(c.offers().count(), 3);
-    c.received(MasterToFramework::Rescind {
-        offer_ids: vec![OfferId(2)],
-    });
+    c.received(
+        MasterToFramework::Rescind {
+            offer_ids: vec![OfferId(2)],
+        },
+        T0,
+    );
     let actions = c.call(FrameworkRequest::Decline {
         offer_ids: vec![OfferId(1)],
         refuse_ms: 10,
@@ -206,20 +246,19 @@ fn offers_are_held_until_answered_rescinded_or_voided() {
     assert_eq!(sends(&actions).len(), 1);
     let held: Vec<OfferId> = c.offers().map(|o| o.id).collect();
     assert_eq!(held, vec![OfferId(3)]);
-    c.session_lost("idle timeout");
+    c.session_lost("idle timeout", T0);
     assert_eq!(c.offers().count(), 0);
 }
 
 #[test]
 fn updates_are_delivered_once_and_always_acknowledged() {
     let mut c = core();
-    c.start();
+    c.start(T0);
     subscribe(&mut c, "f1");
-    let first = c.received(MasterToFramework::Update(update(
-        "t1",
-        1,
-        TaskState::Running,
-    )));
+    let first = c.received(
+        MasterToFramework::Update(update("t1", 1, TaskState::Running)),
+        T0,
+    );
     assert_eq!(
         events(&first),
         vec![DriverEvent::Update(update("t1", 1, TaskState::Running))]
@@ -233,18 +272,16 @@ fn updates_are_delivered_once_and_always_acknowledged() {
             seq: 1
         })
     );
-    let dup = c.received(MasterToFramework::Update(update(
-        "t1",
-        1,
-        TaskState::Running,
-    )));
+    let dup = c.received(
+        MasterToFramework::Update(update("t1", 1, TaskState::Running)),
+        T0,
+    );
     assert!(events(&dup).is_empty(), "duplicate delivered: {dup:?}");
     assert_eq!(sends(&dup).len(), 1, "duplicates are acknowledged again");
-    let next = c.received(MasterToFramework::Update(update(
-        "t1",
-        3,
-        TaskState::Finished,
-    )));
+    let next = c.received(
+        MasterToFramework::Update(update("t1", 3, TaskState::Finished)),
+        T0,
+    );
     assert_eq!(
         events(&next).len(),
         1,
@@ -252,18 +289,17 @@ fn updates_are_delivered_once_and_always_acknowledged() {
     );
     // Acknowledgements are not pending calls.
     let before = c.pending_calls();
-    c.received(MasterToFramework::Update(update(
-        "t2",
-        1,
-        TaskState::Running,
-    )));
+    c.received(
+        MasterToFramework::Update(update("t2", 1, TaskState::Running)),
+        T0,
+    );
     assert_eq!(c.pending_calls(), before);
 }
 
 #[test]
 fn reconnect_resubscribes_with_the_id_reconciles_and_resends_demand() {
     let mut c = core();
-    c.start();
+    c.start(T0);
     subscribe(&mut c, "f1");
     let demand = DemandSummary {
         pending: vec![],
@@ -277,7 +313,7 @@ fn reconnect_resubscribes_with_the_id_reconciles_and_resends_demand() {
         leftover: Leftover::Yield,
     };
     c.call(accept.clone());
-    let lost = c.session_lost("connection lost");
+    let lost = c.session_lost("connection lost", T0);
     let evs = events(&lost);
     assert!(evs.contains(&DriverEvent::CallFailed {
         request: accept.clone(),
@@ -303,19 +339,14 @@ fn reconnect_resubscribes_with_the_id_reconciles_and_resends_demand() {
         .is_empty());
 
     let sent = sends(&c.connected());
-    assert_eq!(
-        sent[0].1,
-        FrameworkRequest::Subscribe {
-            framework_id: Some("f1".into()),
-            name: "fw".into(),
-            group: "g".into(),
-            failover_timeout_ms: 60_000
-        }
+    assert_eq!(sent[0].1, subscribe_call(Some("f1")));
+    let actions = c.received(
+        MasterToFramework::CallResult {
+            call_id: sent[0].0,
+            result: subscribed("f1"),
+        },
+        T0,
     );
-    let actions = c.received(MasterToFramework::CallResult {
-        call_id: sent[0].0,
-        result: subscribed("f1"),
-    });
     assert_eq!(
         events(&actions),
         vec![DriverEvent::Reconnected {
@@ -339,37 +370,71 @@ fn reconnect_resubscribes_with_the_id_reconciles_and_resends_demand() {
 #[test]
 fn failed_scheduler_calls_are_reported_with_the_request() {
     let mut c = core();
-    c.start();
+    c.start(T0);
     subscribe(&mut c, "f1");
     let request = FrameworkRequest::Kill {
         task_id: "t1".into(),
     };
     let call_id = sends(&c.call(request.clone()))[0].0;
     let error = WireError::new(ErrorCode::UnknownTask, "no such task");
-    let actions = c.received(MasterToFramework::CallResult {
-        call_id,
-        result: Err(error.clone()),
-    });
+    let actions = c.received(
+        MasterToFramework::CallResult {
+            call_id,
+            result: Err(error.clone()),
+        },
+        T0,
+    );
     assert_eq!(
         events(&actions),
         vec![DriverEvent::CallFailed { request, error }]
     );
     // An answer to an unknown call id is ignored.
     assert!(c
-        .received(MasterToFramework::CallResult {
-            call_id: 9_999,
-            result: Ok(CallOk::Done)
-        })
+        .received(
+            MasterToFramework::CallResult {
+                call_id: 9_999,
+                result: Ok(CallOk::Done)
+            },
+            T0
+        )
         .is_empty());
 }
 
 #[test]
 fn teardown_stops_the_driver() {
     let mut c = core();
-    c.start();
+    c.start(T0);
     subscribe(&mut c, "f1");
     let actions = c.call(FrameworkRequest::Teardown);
     assert_eq!(sends(&actions)[0].1, FrameworkRequest::Teardown);
     assert_eq!(actions.last(), Some(&Action::Stop));
-    assert!(c.session_lost("closed").is_empty());
+    assert!(c.session_lost("closed", T0).is_empty());
+}
+
+#[test]
+fn a_master_passed_over_is_tried_again_once_its_pass_over_has_elapsed() {
+    let mut config = DriverConfig::new(vec![addr(1), addr(2), addr(3)], "fw", "g");
+    config.pass_over = Duration::from_secs(1);
+    let mut c = DriverCore::new(config).unwrap();
+    assert_eq!(connects(&c.start(t(0))), vec![(addr(1), Duration::ZERO)]);
+    // 1 is unreachable: it is passed over for a second.
+    assert_eq!(connects(&c.connect_failed("refused", t(0)))[0].0, addr(2));
+    c.connected();
+    let to_1 = || {
+        MasterToFramework::Redirect(Redirect {
+            leader: Some(LeaderInfo {
+                id: MasterId(1),
+                addr: addr(1),
+                term: 2,
+            }),
+        })
+    };
+    // 2 names 1 as the leader while 1 is passed over: not followed, the next master instead.
+    assert_eq!(connects(&c.received(to_1(), t(500)))[0].0, addr(3));
+    c.connected();
+    // Once the second is over, the same redirect is followed at once.
+    assert_eq!(
+        connects(&c.received(to_1(), t(1_000))),
+        vec![(addr(1), Duration::ZERO)]
+    );
 }

@@ -225,16 +225,11 @@ mod tests {
     use super::*;
     use crate::job::{Job, StageSpec};
     use crate::planner::PlanCluster;
+    use crate::testkit;
     use fullerene_proto::{ResourceKind, ResourceVec};
 
     fn spec(id: u32, parents: &[u32], durations: &[f64]) -> StageSpec {
-        StageSpec {
-            id,
-            name: format!("s{id}"),
-            parents: parents.to_vec(),
-            durations: durations.to_vec(),
-            demand: ResourceVec::from_pairs(&[(ResourceKind::Cpus, 1.0)]),
-        }
+        testkit::stage(id, parents, durations, testkit::cpus(1.0))
     }
 
     fn problem(specs: Vec<StageSpec>) -> Problem {

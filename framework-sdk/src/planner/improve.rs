@@ -78,38 +78,23 @@ fn justify(problem: &Problem, schedule: Partial, rounds: u32) -> Partial {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job::{Job, StageSpec};
     use crate::planner::PlanCluster;
-    use fullerene_proto::{ResourceKind, ResourceVec};
+    use crate::testkit::{self, cpus, stage};
 
     #[test]
     fn improvement_closes_the_holes_a_schedule_leaves() {
-        let cpus = |c: f64| ResourceVec::from_pairs(&[(ResourceKind::Cpus, c)]);
-        let job = Job::new(
+        let job = testkit::job(
             "j",
             "g",
             None,
             vec![
-                StageSpec {
-                    id: 0,
-                    name: "map".into(),
-                    parents: vec![],
-                    durations: vec![2.0, 2.0],
-                    demand: cpus(1.0),
-                },
-                StageSpec {
-                    id: 1,
-                    name: "reduce".into(),
-                    parents: vec![0],
-                    durations: vec![1.0],
-                    demand: cpus(2.0),
-                },
+                stage(0, &[], &[2.0, 2.0], cpus(1.0)),
+                stage(1, &[0], &[1.0], cpus(2.0)),
             ],
-        )
-        .unwrap();
+        );
         let cluster = PlanCluster::new(1, cpus(2.0));
         let problem = Problem::unfinished(&job, &cluster, &|_| false).unwrap();
-        // A valid but loose schedule: the second map waits for nothing, the reduce idles.
+        // A valid but loose schedule: stage 0's second task waits for nothing, stage 1 idles.
         let mut loose = Partial::new(&problem);
         loose.record(&problem, 0, 0, 0, 0.0, 2.0);
         loose.record(&problem, 0, 1, 0, 3.0, 5.0);

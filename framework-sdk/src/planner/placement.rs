@@ -446,6 +446,7 @@ mod tests {
     use super::*;
     use crate::job::{Job, StageSpec};
     use crate::planner::PlanCluster;
+    use crate::testkit;
     use fullerene_proto::{ResourceKind, ResourceVec};
 
     fn problem(specs: Vec<StageSpec>, machines: usize) -> Problem {
@@ -458,13 +459,7 @@ mod tests {
     }
 
     fn spec(id: u32, parents: &[u32], durations: &[f64], cpus: f64) -> StageSpec {
-        StageSpec {
-            id,
-            name: format!("s{id}"),
-            parents: parents.to_vec(),
-            durations: durations.to_vec(),
-            demand: ResourceVec::from_pairs(&[(ResourceKind::Cpus, cpus)]),
-        }
+        testkit::stage(id, parents, durations, testkit::cpus(cpus))
     }
 
     fn all(problem: &Problem) -> Subset {

@@ -88,8 +88,8 @@ pub(crate) fn frag_scores(problem: &Problem) -> Vec<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job::{Job, StageSpec};
     use crate::planner::PlanCluster;
+    use crate::testkit::{self, cpus, stage};
     use fullerene_proto::ResourceKind;
 
     #[test]
@@ -109,36 +109,16 @@ mod tests {
         // Stage 0: eight 1-cpu tasks of 1 s on 4 cpus pack perfectly (2 s, TWork 2 s).
         // Stage 1: three 3-cpu tasks of 1 s: one at a time on a 4-cpu machine (3 s, TWork 2.25 s).
         // Stage 2: one 1-cpu task of 4 s: TWork 1 s, ExecTime 4 s.
-        let cpus = |c: f64| ResourceVec::from_pairs(&[(ResourceKind::Cpus, c)]);
-        let job = Job::new(
+        let job = testkit::job(
             "j",
             "g",
             None,
             vec![
-                StageSpec {
-                    id: 0,
-                    name: "even".into(),
-                    parents: vec![],
-                    durations: vec![1.0; 8],
-                    demand: cpus(1.0),
-                },
-                StageSpec {
-                    id: 1,
-                    name: "wide".into(),
-                    parents: vec![],
-                    durations: vec![1.0; 3],
-                    demand: cpus(3.0),
-                },
-                StageSpec {
-                    id: 2,
-                    name: "long".into(),
-                    parents: vec![],
-                    durations: vec![4.0],
-                    demand: cpus(1.0),
-                },
+                stage(0, &[], &[1.0; 8], cpus(1.0)),
+                stage(1, &[], &[1.0; 3], cpus(3.0)),
+                stage(2, &[], &[4.0], cpus(1.0)),
             ],
-        )
-        .unwrap();
+        );
         let cluster = PlanCluster {
             machines: 1,
             machine_capacity: cpus(4.0),

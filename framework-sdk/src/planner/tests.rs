@@ -9,47 +9,15 @@ use proptest::prelude::*;
 use super::*;
 use crate::job::StageSpec;
 use crate::lower_bound::lower_bounds;
+use crate::testkit::{self, cpus, cpus_and_mem, machine};
 
-fn two_resources(cpus: f64, mem: f64) -> ResourceVec {
-    ResourceVec::from_pairs(&[(ResourceKind::Cpus, cpus), (ResourceKind::MemMib, mem)])
-}
-
-/// Graphene Fig. 2 (§2.2), reconstructed from the text, which gives the figure's claims but
-/// not all of its numbers. One machine with capacity 1 of two resources; T = 1, ε = 0.01.
-///
-/// - Dependencies: t1 → t2 and t3 → t4 → t5; t0 stands alone.
-/// - Durations: t0 = T(1+5ε), t2 = T, t5 = T(1+2ε) (the long tasks); t1 = t3 = t4 = εT. This
-///   gives the critical-path lengths of the footnote: CP(t0) = T(1+5ε), CP(t1) = T(1+ε),
-///   CP(t3) = T(1+4ε).
-/// - Demands (cpus, mem), chosen so that the long tasks fit together (OPT overlaps t0, t2, t5),
-///   t0 fits beside t4 but not beside t1 or t3, t2 does not fit beside t4, and t1 does not fit
-///   beside t5; their sums rank the tasks as the footnote's Tetris scores do
-///   (t0 > t1 > t3 > t2 > t4 > t5).
+/// Graphene Fig. 2 (§2.2) as the testkit reconstructs it, on its one machine with capacity 1
+/// of two resources.
 fn figure_2() -> (Job, PlanCluster) {
-    let t = 1.0;
-    let eps = 0.01;
-    let stage = |id: u32, parents: &[u32], duration: f64, cpus: f64, mem: f64| StageSpec {
-        id,
-        name: format!("t{id}"),
-        parents: parents.to_vec(),
-        durations: vec![duration],
-        demand: two_resources(cpus, mem),
-    };
-    let job = Job::new(
-        "figure-2",
-        "g",
-        None,
-        vec![
-            stage(0, &[], t * (1.0 + 5.0 * eps), 0.35, 0.55),
-            stage(1, &[], eps * t, 0.85, 0.0),
-            stage(2, &[1], t, 0.40, 0.35),
-            stage(3, &[], eps * t, 0.70, 0.10),
-            stage(4, &[3], eps * t, 0.62, 0.05),
-            stage(5, &[4], t * (1.0 + 2.0 * eps), 0.20, 0.05),
-        ],
+    (
+        testkit::figure_2("figure-2", "g", None),
+        PlanCluster::new(1, cpus_and_mem(1.0, 1.0)),
     )
-    .unwrap();
-    (job, PlanCluster::new(1, two_resources(1.0, 1.0)))
 }
 
 /// Critical-path length of each stage's tasks: the longest path from the task to the job's end.
@@ -146,11 +114,11 @@ fn errors_name_the_stage_and_the_resource() {
             name: "huge".into(),
             parents: vec![],
             durations: vec![1.0],
-            demand: two_resources(1.0, 100.0),
+            demand: cpus_and_mem(1.0, 100.0),
         }],
     )
     .unwrap();
-    let cluster = PlanCluster::new(3, two_resources(4.0, 64.0));
+    let cluster = PlanCluster::new(3, cpus_and_mem(4.0, 64.0));
     let err = plan(&job, &cluster, &PlannerConfig::default()).unwrap_err();
     assert_eq!(
         err,
@@ -167,7 +135,7 @@ fn errors_name_the_stage_and_the_resource() {
     assert_eq!(
         plan(
             &job,
-            &PlanCluster::new(0, two_resources(4.0, 64.0)),
+            &PlanCluster::new(0, cpus_and_mem(4.0, 64.0)),
             &PlannerConfig::default()
         ),
         Err(PlanError::NoMachines)
@@ -180,7 +148,7 @@ fn errors_name_the_stage_and_the_resource() {
     assert_eq!(rest.pri_scores, vec![vec![0.0]]);
 
     let mut broken = job.clone();
-    broken.stages[0].demand = two_resources(1.0, 1.0);
+    broken.stages[0].demand = cpus_and_mem(1.0, 1.0);
     broken.stages[0].durations[0] = f64::NAN;
     assert!(matches!(
         plan(&broken, &cluster, &PlannerConfig::default()),
@@ -197,13 +165,8 @@ fn errors_name_the_stage_and_the_resource() {
 #[test]
 fn total_order_cuts_concatenate_part_schedules() {
     // Two scans joined by a stage, then a final stage: parts {0, 1}, {2}, {3}.
-    let cpus = |c: f64| ResourceVec::from_pairs(&[(ResourceKind::Cpus, c)]);
-    let stage = |id: u32, parents: &[u32], n: usize, d: f64| StageSpec {
-        id,
-        name: format!("s{id}"),
-        parents: parents.to_vec(),
-        durations: vec![d; n],
-        demand: cpus(1.0),
+    let stage = |id: u32, parents: &[u32], n: usize, d: f64| {
+        testkit::stage(id, parents, &vec![d; n], cpus(1.0))
     };
     let job = Job::new(
         "j",
@@ -252,12 +215,7 @@ fn replanning_covers_exactly_the_unfinished_tasks() {
 
 /// The largest job of the TPC-H workload, on two reference machines.
 fn reference_cluster(machines: usize) -> PlanCluster {
-    PlanCluster::new(
-        machines,
-        "cpus=16,mem_mib=65536,disk_mbps=1000,net_mbps=10000"
-            .parse()
-            .unwrap(),
-    )
+    PlanCluster::new(machines, machine())
 }
 
 fn tpch_jobs() -> Vec<Job> {
@@ -279,15 +237,7 @@ fn parallel_and_sequential_search_give_identical_plans() {
     );
     for job in picked {
         let parallel = plan(job, &cluster, &PlannerConfig::default()).unwrap();
-        let sequential = plan(
-            job,
-            &cluster,
-            &PlannerConfig {
-                parallel: false,
-                ..PlannerConfig::default()
-            },
-        )
-        .unwrap();
+        let sequential = testkit::plan_sequentially(job, &cluster);
         assert_eq!(parallel, sequential, "job {}", job.name);
         check_schedule(job, &cluster, &parallel.schedule).unwrap();
         assert_eq!(parallel.order.len(), job.num_tasks());
@@ -314,16 +264,14 @@ fn arb_job() -> impl Strategy<Value = Job> {
         let specs = stages
             .into_iter()
             .enumerate()
-            .map(|(i, (durations, cpus, mem, net, edges))| StageSpec {
-                id: i as u32,
-                name: format!("s{i}"),
-                parents: (0..i as u32).filter(|p| edges >> p & 1 == 1).collect(),
-                durations,
-                demand: ResourceVec::from_pairs(&[
+            .map(|(i, (durations, cpus, mem, net, edges))| {
+                let parents: Vec<u32> = (0..i as u32).filter(|p| edges >> p & 1 == 1).collect();
+                let demand = ResourceVec::from_pairs(&[
                     (ResourceKind::Cpus, cpus),
                     (ResourceKind::MemMib, mem),
                     (ResourceKind::NetMbps, net),
-                ]),
+                ]);
+                testkit::stage(i as u32, &parents, &durations, demand)
             })
             .collect();
         Job::new("random", "g", None, specs).expect("generated DAGs are valid")

@@ -747,11 +747,8 @@ fn place(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testkit::cpus;
     use fullerene_proto::ResourceKind;
-
-    fn cpu(c: f64) -> ResourceVec {
-        ResourceVec::from_pairs(&[(ResourceKind::Cpus, c)])
-    }
 
     fn brute_max(reservations: &[Reservation], from: f64, to: f64) -> f64 {
         // Usage at every breakpoint inside [from, to), and at `from`.
@@ -785,7 +782,7 @@ mod tests {
             .map(|(i, &e)| Reservation {
                 start: 0.0,
                 end: e,
-                demand: cpu(1.0 + i as f64),
+                demand: cpus(1.0 + i as f64),
                 gates: None,
             })
             .collect();
@@ -795,7 +792,7 @@ mod tests {
             .map(|(i, &e)| Reservation {
                 start: 10.0 - e,
                 end: 10.0,
-                demand: cpu(1.0 + i as f64),
+                demand: cpus(1.0 + i as f64),
                 gates: None,
             })
             .collect();
@@ -805,7 +802,7 @@ mod tests {
             .map(|(i, &e)| Reservation {
                 start: e,
                 end: e + 1.0 + i as f64 * 0.3,
-                demand: cpu(1.0 + (i % 3) as f64),
+                demand: cpus(1.0 + (i % 3) as f64),
                 gates: None,
             })
             .collect();
@@ -838,23 +835,23 @@ mod tests {
         // Two stages of 4 tasks (0.3 each, 1 s) into a share of 1: 3 run at a time. A
         // reservation of 0.5 over [0, 2) leaves room for one task until 2.
         let stage = |preds: Vec<usize>, succs: Vec<usize>, s: usize| PackStage {
-            demand: cpu(0.3),
+            demand: cpus(0.3),
             tasks: (0..4).map(|i| (TaskRef::new(s, i), 1.0)).collect(),
             preds,
             succs,
             active: true,
         };
         let stages = vec![stage(vec![], vec![1], 0), stage(vec![0], vec![], 1)];
-        let packing = pack(&cpu(1.0), stages.clone(), &[]);
+        let packing = pack(&cpus(1.0), stages.clone(), &[]);
         // Stage 0: 3 at 0, 1 at 1; stage 1 after 2: 3 at 2, 1 at 3; done at 4.
         assert!((packing.makespan - 4.0).abs() < 1e-9);
         let reserved = [Reservation {
             start: 0.0,
             end: 2.0,
-            demand: cpu(0.5),
+            demand: cpus(0.5),
             gates: Some(0),
         }];
-        let packing = pack(&cpu(1.0), stages, &reserved);
+        let packing = pack(&cpus(1.0), stages, &reserved);
         // One task at a time until 2 (0, 1), then stage 0's last two at 2, stage 1 from 3.
         let starts_0: Vec<f64> = packing
             .placements

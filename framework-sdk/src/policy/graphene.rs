@@ -254,6 +254,7 @@ impl GrapheneMatcher {
 mod tests {
     use super::*;
     use crate::job::StageSpec;
+    use crate::testkit;
     use fullerene_proto::messages::OfferKind;
 
     use fullerene_scheduling::testkit::res;
@@ -271,13 +272,7 @@ mod tests {
     }
 
     fn spec(id: u32, parents: &[u32], durations: &[f64], demand: &str) -> StageSpec {
-        StageSpec {
-            id,
-            name: format!("s{id}"),
-            parents: parents.to_vec(),
-            durations: durations.to_vec(),
-            demand: res(demand),
-        }
+        testkit::stage(id, parents, durations, res(demand))
     }
 
     #[test]

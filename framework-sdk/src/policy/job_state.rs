@@ -601,16 +601,11 @@ impl JobState {
 mod tests {
     use super::*;
     use crate::job::StageSpec;
+    use crate::testkit;
     use fullerene_proto::ResourceKind;
 
     fn stage(id: u32, parents: &[u32], durations: &[f64], cpus: f64) -> StageSpec {
-        StageSpec {
-            id,
-            name: format!("s{id}"),
-            parents: parents.to_vec(),
-            durations: durations.to_vec(),
-            demand: ResourceVec::from_pairs(&[(ResourceKind::Cpus, cpus)]),
-        }
+        testkit::stage(id, parents, durations, testkit::cpus(cpus))
     }
 
     /// 0 -> 2 <- 1, 2 -> 3

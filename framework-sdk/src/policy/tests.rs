@@ -8,7 +8,7 @@ use fullerene_proto::messages::OfferKind;
 use fullerene_proto::{ResourceKind, ResourceVec};
 use proptest::prelude::*;
 
-use crate::job::{Job, StageSpec, TaskRef};
+use crate::job::{Job, TaskRef};
 use crate::policy::baselines::{BfsPolicy, CriticalPathPolicy, TetrisPolicy};
 use crate::policy::scoring::DEFAULT_OVERBOOK_ALLOWANCE;
 use crate::policy::{
@@ -16,17 +16,7 @@ use crate::policy::{
     MatcherParams, OfferContext, PolicyKind, PolicyParams,
 };
 
-use fullerene_scheduling::testkit::res;
-
-fn spec(id: u32, parents: &[u32], durations: &[f64], demand: ResourceVec) -> StageSpec {
-    StageSpec {
-        id,
-        name: format!("t{id}"),
-        parents: parents.to_vec(),
-        durations: durations.to_vec(),
-        demand,
-    }
-}
+use crate::testkit::{cpus, cpus_and_mem, machine, rank_pri_scores, res, stage};
 
 #[derive(Clone, Copy, Debug)]
 struct Finish {
@@ -311,20 +301,17 @@ fn launch(
 fn graphene_fig2_job(name: &str) -> Job {
     const T: f64 = 10.0;
     const EPS: f64 = 0.01;
-    let d = |r1: f64, r2: f64| {
-        ResourceVec::from_pairs(&[(ResourceKind::Cpus, r1), (ResourceKind::MemMib, r2)])
-    };
     Job::new(
         name,
         "g",
         None,
         vec![
-            spec(0, &[], &[T * (1.0 + 5.0 * EPS)], d(0.5, 0.4)),
-            spec(1, &[], &[EPS * T], d(0.8, 0.05)),
-            spec(2, &[1], &[T], d(0.25, 0.55)),
-            spec(3, &[], &[EPS * T], d(0.78, 0.06)),
-            spec(4, &[3], &[EPS * T], d(0.22, 0.48)),
-            spec(5, &[4], &[T * (1.0 + 2.0 * EPS)], d(0.25, 0.05)),
+            stage(0, &[], &[T * (1.0 + 5.0 * EPS)], cpus_and_mem(0.5, 0.4)),
+            stage(1, &[], &[EPS * T], cpus_and_mem(0.8, 0.05)),
+            stage(2, &[1], &[T], cpus_and_mem(0.25, 0.55)),
+            stage(3, &[], &[EPS * T], cpus_and_mem(0.78, 0.06)),
+            stage(4, &[3], &[EPS * T], cpus_and_mem(0.22, 0.48)),
+            stage(5, &[4], &[T * (1.0 + 2.0 * EPS)], cpus_and_mem(0.25, 0.05)),
         ],
     )
     .expect("valid job")
@@ -459,19 +446,18 @@ fn graphene_fig3_two_jobs_under_slot_fairness() {
 /// used by one task in its S0 of 0.29"). These reproduce every number the paper gives: J1's
 /// leftover 0.29 and J2's 0.21 at time 0, average JCT 2.05 aggressive and 1.55 altruistic.
 fn carbyne_fig2_jobs() -> Vec<Job> {
-    let cpu = |c: f64| ResourceVec::from_pairs(&[(ResourceKind::Cpus, c)]);
     let j1 = Job::new(
         "J1",
         "g",
         None,
         vec![
-            spec(0, &[], &[1.0; 2], cpu(0.04)),
-            spec(1, &[], &[1.0; 3], cpu(0.21)),
-            spec(2, &[0, 1], &[0.1], cpu(0.1)),
+            stage(0, &[], &[1.0; 2], cpus(0.04)),
+            stage(1, &[], &[1.0; 3], cpus(0.21)),
+            stage(2, &[0, 1], &[0.1], cpus(0.1)),
         ],
     )
     .expect("valid job");
-    let j2 = Job::new("J2", "g", None, vec![spec(0, &[], &[1.0; 2], cpu(0.29))]).expect("valid");
+    let j2 = Job::new("J2", "g", None, vec![stage(0, &[], &[1.0; 2], cpus(0.29))]).expect("valid");
     vec![j1, j2]
 }
 
@@ -525,18 +511,22 @@ fn carbyne_fig2_altruism_lowers_average_jct_from_2_05_to_1_55() {
     assert_eq!(at0(&log[1]), vec![0, 0]);
 }
 
-#[test]
-fn carbyne_plans_t_k_and_yields_what_need_not_start_now() {
-    let jobs = carbyne_fig2_jobs();
-    let j1 = &jobs[0];
-    let state = JobState::new(j1);
-    let mut carbyne = CarbynePolicy::new(
-        "carbyne",
-        j1,
-        Box::new(TetrisPolicy::new(j1)),
-        CarbyneParams::default(),
-    );
-    let offer = |kind| OfferContext {
+/// J1 of Carbyne's Fig. 2 (see [`carbyne_fig2_jobs`]), nothing of it run yet.
+fn carbyne_fig2_j1() -> (Job, JobState) {
+    let j1 = carbyne_fig2_jobs().swap_remove(0);
+    let state = JobState::new(&j1);
+    (j1, state)
+}
+
+/// Carbyne with `params` over Tetris for `job`.
+fn carbyne_over_tetris(job: &Job, params: CarbyneParams) -> CarbynePolicy {
+    CarbynePolicy::new("carbyne", job, Box::new(TetrisPolicy::new(job)), params)
+}
+
+/// An offer of `kind` at time 0 of the whole one-cpu machine of Carbyne's Fig. 2, whose fair
+/// share is half of it.
+fn carbyne_fig2_offer(kind: OfferKind) -> OfferContext {
+    OfferContext {
         machine: 0,
         free: res("cpus=1"),
         capacity: res("cpus=1"),
@@ -544,44 +534,37 @@ fn carbyne_plans_t_k_and_yields_what_need_not_start_now() {
         now_s: 0.0,
         cluster_capacity: res("cpus=1"),
         fair_share: res("cpus=0.5"),
-    };
+    }
+}
+
+#[test]
+fn carbyne_plans_t_k_and_yields_what_need_not_start_now() {
+    let (job, state) = carbyne_fig2_j1();
+    let j1 = &job;
+    let mut carbyne = carbyne_over_tetris(j1, CarbyneParams::default());
     // T_k with a share of 0.5: S0 and S1 take two rounds, S2 ends at 2.1.
     let due = carbyne
-        .tasks_to_start_now(j1, &state, &offer(OfferKind::Regular))
+        .tasks_to_start_now(j1, &state, &carbyne_fig2_offer(OfferKind::Regular))
         .expect("a plan");
     assert!((carbyne.planned_completion().unwrap_or(0.0) - 2.1).abs() < 1e-9);
     // Reverse packing from 2.1: only one S1 task must start now.
     assert_eq!(due.len(), 1);
     assert_eq!(due[0].stage, 1);
-    let regular = carbyne.on_offer(j1, &state, &offer(OfferKind::Regular));
+    let regular = carbyne.on_offer(j1, &state, &carbyne_fig2_offer(OfferKind::Regular));
     assert_eq!(regular.launch, due);
     assert_eq!(regular.leftover, LeftoverAction::Yield);
     // On leftovers the job is greedy: all five runnable tasks fit in the machine.
-    let leftover = carbyne.on_offer(j1, &state, &offer(OfferKind::Leftover));
+    let leftover = carbyne.on_offer(j1, &state, &carbyne_fig2_offer(OfferKind::Leftover));
     assert_eq!(leftover.launch.len(), 5);
     assert_eq!(leftover.leftover, LeftoverAction::Decline);
 }
 
 #[test]
 fn carbyne_takes_everything_due_when_behind_its_plan() {
-    let jobs = carbyne_fig2_jobs();
-    let j1 = &jobs[0];
-    let state = JobState::new(j1);
-    let mut carbyne = CarbynePolicy::new(
-        "carbyne",
-        j1,
-        Box::new(TetrisPolicy::new(j1)),
-        CarbyneParams::default(),
-    );
-    let mut offer = OfferContext {
-        machine: 0,
-        free: res("cpus=1"),
-        capacity: res("cpus=1"),
-        kind: OfferKind::Regular,
-        now_s: 0.0,
-        cluster_capacity: res("cpus=1"),
-        fair_share: res("cpus=0.5"),
-    };
+    let (job, state) = carbyne_fig2_j1();
+    let j1 = &job;
+    let mut carbyne = carbyne_over_tetris(j1, CarbyneParams::default());
+    let mut offer = carbyne_fig2_offer(OfferKind::Regular);
     assert_eq!(carbyne.on_offer(j1, &state, &offer).launch.len(), 1);
     // Nothing launched and a whole time unit passed: the four tasks planned for time 1 are
     // now due as well.
@@ -589,10 +572,8 @@ fn carbyne_takes_everything_due_when_behind_its_plan() {
     let d = carbyne.on_offer(j1, &state, &offer);
     assert_eq!(d.launch.len(), 5);
     // With altruism off (P(Altruism) = 0) Carbyne is its inner policy.
-    let mut greedy = CarbynePolicy::new(
-        "carbyne",
+    let mut greedy = carbyne_over_tetris(
         j1,
-        Box::new(TetrisPolicy::new(j1)),
         CarbyneParams {
             altruism_probability: 0.0,
             ..CarbyneParams::default()
@@ -606,27 +587,16 @@ fn carbyne_takes_everything_due_when_behind_its_plan() {
 
 #[test]
 fn carbyne_replans_after_a_loss_and_after_finishes() {
-    let jobs = carbyne_fig2_jobs();
-    let j1 = &jobs[0];
-    let mut state = JobState::new(j1);
-    let mut carbyne = CarbynePolicy::new(
-        "carbyne",
+    let (job, mut state) = carbyne_fig2_j1();
+    let j1 = &job;
+    let mut carbyne = carbyne_over_tetris(
         j1,
-        Box::new(TetrisPolicy::new(j1)),
         CarbyneParams {
             replan_fraction: 0.0,
             ..CarbyneParams::default()
         },
     );
-    let mut offer = OfferContext {
-        machine: 0,
-        free: res("cpus=1"),
-        capacity: res("cpus=1"),
-        kind: OfferKind::Regular,
-        now_s: 0.0,
-        cluster_capacity: res("cpus=1"),
-        fair_share: res("cpus=0.5"),
-    };
+    let mut offer = carbyne_fig2_offer(OfferKind::Regular);
     let first = carbyne.on_offer(j1, &state, &offer).launch;
     assert_eq!(first.len(), 1);
     state.mark_launched(first[0], 0, 0.0);
@@ -659,14 +629,14 @@ fn carbyne_replans_after_a_loss_and_after_finishes() {
 /// A random DAG of 1–6 stages, each with 1–6 tasks that fit an empty reference machine
 /// (some using network bandwidth, so that Graphene's overbooking comes into play).
 fn arb_job() -> impl Strategy<Value = Job> {
-    let stage = (
+    let stage_strategy = (
         prop::collection::vec(0.5f64..20.0, 1..6),
         1u32..=8,
         1u32..=24,
         0u32..=8,
         prop::collection::vec(any::<bool>(), 6),
     );
-    prop::collection::vec(stage, 1..6).prop_map(|stages| {
+    prop::collection::vec(stage_strategy, 1..6).prop_map(|stages| {
         let specs = stages
             .into_iter()
             .enumerate()
@@ -678,34 +648,16 @@ fn arb_job() -> impl Strategy<Value = Job> {
                     (ResourceKind::MemMib, f64::from(mem_gib) * 1024.0),
                     (ResourceKind::NetMbps, f64::from(net_tenths) * 1000.0),
                 ]);
-                spec(i as u32, &parents, &durations, demand)
+                stage(i as u32, &parents, &durations, demand)
             })
             .collect();
         Job::new("random", "g", None, specs).expect("random DAGs are valid")
     })
 }
 
-fn reference_machine() -> ResourceVec {
-    res("cpus=16,mem_mib=65536,disk_mbps=1000,net_mbps=10000")
-}
-
 fn policy_for(kind: PolicyKind, job: &Job) -> Box<dyn JobPolicy> {
     // Hand-made priScores: a reverse topological rank, with a tie-break by task index.
-    let pri = kind.needs_pri_scores().then(|| {
-        let n = job.num_tasks().max(1) as f64;
-        let mut rank = 0.0;
-        job.stages
-            .iter()
-            .map(|s| {
-                (0..s.num_tasks())
-                    .map(|_| {
-                        rank += 1.0;
-                        1.0 - (rank - 1.0) / n
-                    })
-                    .collect()
-            })
-            .collect()
-    });
+    let pri = kind.needs_pri_scores().then(|| rank_pri_scores(job));
     build(kind, job, pri, &PolicyParams::default()).expect("policy builds")
 }
 
@@ -727,7 +679,7 @@ proptest! {
         leftover in any::<bool>(),
         share_frac in 0.05f64..=1.0,
     ) {
-        let capacity = reference_machine();
+        let capacity = machine();
         let mut state = JobState::new(&job);
         // Random progress: launch, finish or lose tasks.
         for (i, (op, pick)) in steps.into_iter().enumerate() {
@@ -815,7 +767,7 @@ proptest! {
         } else {
             Allocation::SlotFairPerTask
         };
-        let jct = run_cluster_with_losses(&mut seats, 2, reference_machine(), allocation, 0.5, 5);
+        let jct = run_cluster_with_losses(&mut seats, 2, machine(), allocation, 0.5, 5);
         for (s, t) in seats.iter().zip(&jct) {
             prop_assert!(s.state.is_complete());
             prop_assert!(t.is_finite());

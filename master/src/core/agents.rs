@@ -135,6 +135,24 @@ impl AgentSessions {
         }
     }
 
+    /// The agent was declared lost while its session may still be open (a pause, or a
+    /// partition that healed before the connection timed out): it is told so and its session
+    /// closed, so that it registers again, which is how a lost agent comes back (its tasks
+    /// ended LOST, it must kill what it still runs of them).
+    pub(crate) fn send_back_lost(&mut self, agent_id: &AgentId, out: &mut Outbox) {
+        if let Some(link) = self.links.remove(agent_id) {
+            tracing::info!(agent = %agent_id, "agent declared lost while connected: told to register again");
+            out.send_agent(
+                link.session,
+                MasterToAgent::Error(WireError::new(
+                    ErrorCode::UnknownAgent,
+                    format!("agent `{agent_id}` was declared lost: register again"),
+                )),
+            );
+            out.close(link.session);
+        }
+    }
+
     /// The agent was heard from. Returns the command to propose when the agent was marked
     /// unreachable and is back.
     pub(crate) fn heard(

@@ -3,8 +3,10 @@
 //!
 //! Subscriptions, kills, acknowledgements and teardowns go through the log; the answers to
 //! the calls that made them are sent once they are applied. Status updates recorded in the
-//! state are pushed to the task's framework when its session is on this leader, and again on
-//! reconciliation: updates are at least once, and the framework acknowledges each.
+//! state are pushed to the task's framework when its session is on this leader. Each stays in
+//! the replicated state until the framework acknowledges it, and is sent again when the
+//! framework subscribes (a failover, or a new leader) and on a timer while it is connected:
+//! updates are at least once, in order per task, whatever queue or session dropped them.
 //!
 //! A framework whose session closes is marked disconnected (replicated), and torn down when
 //! `failover_timeout_ms` passes without it subscribing again. A new leader cannot know when
@@ -45,17 +47,56 @@ pub(crate) struct FrameworkLink {
 }
 
 /// The leader's framework sessions and failover clocks.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct FrameworkSessions {
     links: HashMap<FrameworkId, FrameworkLink>,
     /// Since when each framework without a session on this leader has been without one.
     absent_since: HashMap<FrameworkId, Time>,
     /// Teardowns proposed and not yet applied.
     teardowns_in_flight: std::collections::BTreeSet<FrameworkId>,
+    /// How often unacknowledged status updates are sent again.
+    resend_interval: Duration,
+    /// When they are next sent again.
+    next_resend: Time,
 }
 
 impl FrameworkSessions {
-    /// This master became leader: every framework's failover clock starts now.
+    pub(crate) fn new(resend_interval: Duration) -> FrameworkSessions {
+        FrameworkSessions {
+            links: HashMap::new(),
+            absent_since: HashMap::new(),
+            teardowns_in_flight: std::collections::BTreeSet::new(),
+            resend_interval,
+            next_resend: Time::ZERO,
+        }
+    }
+
+    /// Sends `framework_id` every update of its tasks it has not acknowledged, when its
+    /// session is on this leader.
+    pub(crate) fn push_unacked(
+        &self,
+        state: &ClusterState,
+        framework_id: &FrameworkId,
+        out: &mut Outbox,
+    ) {
+        if let Some(link) = self.links.get(framework_id) {
+            for update in state.unacked_updates(framework_id) {
+                out.send_framework(link.session, MasterToFramework::Update(update.clone()));
+            }
+        }
+    }
+
+    /// Whether the resend timer fired at `now` (it is then set again).
+    fn resend_due(&mut self, now: Time) -> bool {
+        if now < self.next_resend {
+            return false;
+        }
+        self.next_resend = now + self.resend_interval;
+        true
+    }
+
+    /// This master became leader: every framework's failover clock starts now, and so does
+    /// the resend timer (frameworks get their unacknowledged updates when they subscribe).
     pub(crate) fn on_leadership(&mut self, state: &ClusterState, now: Time) {
         self.absent_since = state
             .frameworks()
@@ -64,6 +105,7 @@ impl FrameworkSessions {
             .map(|f| (f.id.clone(), now))
             .collect();
         self.teardowns_in_flight.clear();
+        self.next_resend = now + self.resend_interval;
     }
 
     /// This master stopped leading: frameworks are sent to the new leader, their sessions
@@ -188,6 +230,20 @@ impl FrameworkSessions {
 }
 
 impl<S: RaftStore> MasterCore<S> {
+    /// On the resend timer, sends each connected framework the updates it has not
+    /// acknowledged (the leader's half of at-least-once: pushes into a full session queue are
+    /// dropped, and sessions die with what they carried).
+    pub(super) fn resend_status_updates(&mut self, now: Now) {
+        if !self.node.is_leader() || !self.frameworks.resend_due(now.monotonic) {
+            return;
+        }
+        let connected: Vec<FrameworkId> = self.frameworks.links.keys().cloned().collect();
+        for framework_id in connected {
+            self.frameworks
+                .push_unacked(self.node.state(), &framework_id, &mut self.out);
+        }
+    }
+
     pub(super) fn handle_subscribe(
         &mut self,
         session: SessionId,
@@ -417,10 +473,8 @@ impl<S: RaftStore> MasterCore<S> {
         };
         if task_ids.is_empty() {
             return state
-                .tasks()
-                .keys()
-                .filter(|key| &key.framework_id == framework_id)
-                .filter_map(latest)
+                .tasks_of(framework_id)
+                .filter_map(|(key, _)| latest(key))
                 .collect();
         }
         task_ids
@@ -505,10 +559,19 @@ impl<S: RaftStore> MasterCore<S> {
                     self.frameworks
                         .attach(framework_id.clone(), link.clone(), &mut self.out);
                     let interval = self.agents.timeouts().heartbeat_interval;
-                    Ok(CallOk::Subscribed {
-                        framework_id,
-                        heartbeat_interval_ms: millis(interval),
-                    })
+                    // The answer first: the framework knows its id before its updates arrive.
+                    self.answer_call(
+                        &link,
+                        call_id,
+                        Ok(CallOk::Subscribed {
+                            framework_id: framework_id.clone(),
+                            heartbeat_interval_ms: millis(interval),
+                        }),
+                    );
+                    // What a framework failing over missed, or what its old session dropped.
+                    self.frameworks
+                        .push_unacked(self.node.state(), &framework_id, &mut self.out);
+                    return;
                 }
                 FrameworkPending::Teardown(framework_id) => {
                     // The answer goes out before the session closes.
@@ -664,7 +727,7 @@ mod tests {
         let mut state = ClusterState::default();
         subscribe(&mut state, "fw-1", 1_000);
         let id = FrameworkId("fw-1".to_string());
-        let mut links = FrameworkSessions::default();
+        let mut links = FrameworkSessions::new(crate::core::DEFAULT_STATUS_RESEND_INTERVAL);
         let start = Time::from_millis(1_000);
         links.on_leadership(&state, start);
         let mut out = Outbox::default();
@@ -702,7 +765,7 @@ mod tests {
     fn a_new_leader_gives_every_framework_its_whole_timeout() {
         let mut state = ClusterState::default();
         subscribe(&mut state, "fw-1", 1_000);
-        let mut links = FrameworkSessions::default();
+        let mut links = FrameworkSessions::new(crate::core::DEFAULT_STATUS_RESEND_INTERVAL);
         let later = Time::from_millis(1_000) + Duration::from_secs(100);
         links.on_leadership(&state, later);
         assert!(links
@@ -718,7 +781,7 @@ mod tests {
 
     #[test]
     fn updates_go_to_the_connected_framework_only() {
-        let mut links = FrameworkSessions::default();
+        let mut links = FrameworkSessions::new(crate::core::DEFAULT_STATUS_RESEND_INTERVAL);
         let mut out = Outbox::default();
         links.attach(FrameworkId("fw-1".to_string()), link(1), &mut out);
         let update = |framework: &str| StatusUpdate {

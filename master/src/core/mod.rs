@@ -53,8 +53,8 @@ use std::time::Duration;
 
 use fullerene_proto::ids::{AgentId, FrameworkId};
 use fullerene_proto::messages::{
-    ErrorCode, FrameworkCall, LeaderInfo, MasterToAgent, MasterToFramework, Offer, OperatorRequest,
-    OperatorResponse, Redirect, StatusUpdate, TaskInfo, WireError,
+    AgentState, ErrorCode, FrameworkCall, LeaderInfo, MasterToAgent, MasterToFramework, Offer,
+    OperatorRequest, OperatorResponse, Redirect, StatusUpdate, TaskInfo, WireError,
 };
 use fullerene_proto::{MasterId, Now, ResourceVec, Resources, Time};
 use raft::eraftpb::Message;
@@ -97,11 +97,20 @@ pub struct CoreConfig {
     pub offer_ttl: Duration,
     /// Agent shards, each with its own allocation cycle.
     pub allocator_shards: usize,
+    /// How often the leader sends connected frameworks the status updates they have not
+    /// acknowledged (an update pushed into a full queue, or lost with its session, is sent
+    /// again; the framework ignores what it has seen and acknowledges it again).
+    pub status_resend_interval: Duration,
 }
+
+/// The default [`CoreConfig::status_resend_interval`]: long enough that a framework busy with
+/// a burst of updates has acknowledged them before they are sent again, short enough that a
+/// dropped update costs its job seconds, not minutes.
+pub const DEFAULT_STATUS_RESEND_INTERVAL: Duration = Duration::from_secs(5);
 
 impl Default for CoreConfig {
     /// No addresses, default agent timeouts, an allocation cycle every 100 ms, offers valid for
-    /// the offer book's default, one shard.
+    /// the offer book's default, one shard, unacknowledged updates sent again every 5 s.
     fn default() -> CoreConfig {
         CoreConfig {
             members: BTreeMap::new(),
@@ -110,6 +119,7 @@ impl Default for CoreConfig {
             allocation_interval: Duration::from_millis(100),
             offer_ttl: Duration::from_millis(crate::offers::DEFAULT_OFFER_TTL_MS),
             allocator_shards: 1,
+            status_resend_interval: DEFAULT_STATUS_RESEND_INTERVAL,
         }
     }
 }
@@ -378,7 +388,7 @@ impl<S: RaftStore> MasterCore<S> {
         addresses.extend(config.members.iter().map(|(id, addr)| (*id, *addr)));
         MasterCore {
             agents: AgentSessions::new(config.agent_timeouts),
-            frameworks: FrameworkSessions::default(),
+            frameworks: FrameworkSessions::new(config.status_resend_interval),
             promotion_in_flight: false,
             offers: None,
             next_allocation: Time::ZERO,
@@ -451,6 +461,7 @@ impl<S: RaftStore> MasterCore<S> {
         self.node.tick();
         self.propose_agent_marks(now);
         self.propose_framework_teardowns(now);
+        self.resend_status_updates(now);
         self.promote_learners();
         self.allocate(now);
     }
@@ -479,7 +490,15 @@ impl<S: RaftStore> MasterCore<S> {
                 now,
             ),
             Input::AgentHeartbeat(agent_id) => {
-                if self.node.is_leader() {
+                let lost = self
+                    .node
+                    .state()
+                    .agents()
+                    .get(&agent_id)
+                    .is_some_and(|entry| entry.state == AgentState::Lost);
+                if self.node.is_leader() && lost {
+                    self.agents.send_back_lost(&agent_id, &mut self.out);
+                } else if self.node.is_leader() {
                     let command = self.agents.heard(
                         self.node.state(),
                         &agent_id,
@@ -632,6 +651,11 @@ impl<S: RaftStore> MasterCore<S> {
                     tracing::debug!(command = command.kind(), %error, "a leader's own command was refused");
                 }
                 self.agents.mark_settled(&command);
+                if let (Command::MarkAgentLost { agent_id, .. }, Settled::Applied(_)) =
+                    (&command, &settled)
+                {
+                    self.agents.send_back_lost(agent_id, &mut self.out);
+                }
                 if let Command::TeardownFramework { framework_id, .. } = &command {
                     let applied = matches!(settled, Settled::Applied(_));
                     if applied {

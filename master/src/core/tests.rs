@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use fullerene_proto::ids::{AgentId, FrameworkId, TaskId};
 use fullerene_proto::messages::{
-    CallOk, DemandSummary, ErrorCode, FrameworkCall, FrameworkRequest, Leftover, MasterToAgent,
-    MasterToFramework, Offer, OperatorRequest, OperatorResponse, PendingDemand, StatusAck,
-    StatusReason, StatusUpdate, TaskSpec, TaskState,
+    AgentState, CallOk, ErrorCode, FrameworkCall, FrameworkRequest, Leftover, MasterToAgent,
+    MasterToFramework, Offer, OperatorRequest, OperatorResponse, StatusAck, StatusReason,
+    StatusUpdate, TaskSpec, TaskState,
 };
 use fullerene_proto::{Now, Time};
 
-use fullerene_scheduling::testkit::resources;
+use fullerene_scheduling::testkit::{demand, resources};
 
 use super::*;
 use crate::raft_node::NodeConfig;
@@ -20,6 +20,9 @@ use crate::state::{ClusterSettings, TaskKey};
 use crate::storage::MemStorage;
 
 const TICK: Duration = Duration::from_millis(25);
+
+/// What each task of the tests' framework asks for.
+const ONE_TASK: &str = "cpus=1,mem_mib=512";
 
 fn address() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 4000))
@@ -200,14 +203,7 @@ impl Harness {
     }
 
     fn want(&mut self, framework_id: &FrameworkId, session: SessionId, count: u32) {
-        let demand = DemandSummary {
-            pending: vec![PendingDemand {
-                resources: resources("cpus=1,mem_mib=512"),
-                count,
-                pri_score: 1.0,
-            }],
-            remaining_work: f64::from(count),
-        };
+        let demand = demand(&resources(ONE_TASK), count);
         let (answer, _) = self.call(
             framework_id,
             session,
@@ -243,6 +239,29 @@ impl Harness {
                 leftover: Leftover::Decline { refuse_ms: 0 },
             },
         )
+    }
+
+    /// Accepts `offer` for the one task `t1` of [`ONE_TASK`].
+    fn accept_t1(
+        &mut self,
+        framework_id: &FrameworkId,
+        session: SessionId,
+        offer: &Offer,
+    ) -> (Option<Result<CallOk, WireError>>, Vec<Output>) {
+        self.accept(framework_id, session, offer, vec![task("t1", ONE_TASK)])
+    }
+
+    /// Launches `t1` on the first offer `session` receives; returns the accept's outputs.
+    fn launch_t1(&mut self, framework_id: &FrameworkId, session: SessionId) -> Vec<Output> {
+        let offer = self.offers_for(session).remove(0);
+        let (answer, outputs) = self.accept_t1(framework_id, session, &offer);
+        assert_eq!(answer, Some(Ok(CallOk::Done)));
+        outputs
+    }
+
+    /// The agent's state in the replicated state.
+    fn agent_state(&self, agent: &AgentId) -> AgentState {
+        self.core.node().state().agents()[agent].state
     }
 
     fn operator(&mut self, request: OperatorRequest) -> OperatorResponse {
@@ -374,14 +393,7 @@ fn a_framework_with_demand_is_offered_an_agents_free_resources() {
 #[test]
 fn an_accept_launches_on_the_agent_once_committed_and_charges_its_resources() {
     let (mut h, agent_session, framework, session) = cluster_with_demand();
-    let offer = h.offers_for(session).remove(0);
-    let (answer, outputs) = h.accept(
-        &framework,
-        session,
-        &offer,
-        vec![task("t1", "cpus=1,mem_mib=512")],
-    );
-    assert_eq!(answer, Some(Ok(CallOk::Done)));
+    let outputs = h.launch_t1(&framework, session);
     match to_agent(&outputs, agent_session).as_slice() {
         [MasterToAgent::Launch {
             framework_id,
@@ -398,7 +410,7 @@ fn an_accept_launches_on_the_agent_once_committed_and_charges_its_resources() {
         .state()
         .agent_info(&AgentId::from("agent-1"))
         .expect("agent");
-    assert_eq!(info.used, resources("cpus=1,mem_mib=512"));
+    assert_eq!(info.used, resources(ONE_TASK));
     // The offer is answered: it is gone.
     assert!(h.core.open_offers().is_empty());
 }
@@ -407,19 +419,9 @@ fn an_accept_launches_on_the_agent_once_committed_and_charges_its_resources() {
 fn an_accept_of_an_answered_offer_is_refused_as_unknown() {
     let (mut h, _, framework, session) = cluster_with_demand();
     let offer = h.offers_for(session).remove(0);
-    let (first, _) = h.accept(
-        &framework,
-        session,
-        &offer,
-        vec![task("t1", "cpus=1,mem_mib=512")],
-    );
+    let (first, _) = h.accept_t1(&framework, session, &offer);
     assert_eq!(first, Some(Ok(CallOk::Done)));
-    let (stale, outputs) = h.accept(
-        &framework,
-        session,
-        &offer,
-        vec![task("t2", "cpus=1,mem_mib=512")],
-    );
+    let (stale, outputs) = h.accept(&framework, session, &offer, vec![task("t2", ONE_TASK)]);
     assert_eq!(error_code(stale), ErrorCode::UnknownOffer);
     assert!(
         !outputs.iter().any(|o| matches!(o, Output::ToAgent { .. })),
@@ -432,12 +434,7 @@ fn an_accept_of_another_frameworks_offer_is_refused_and_changes_nothing() {
     let (mut h, _, _, session) = cluster_with_demand();
     let offer = h.offers_for(session).remove(0);
     let (thief_session, thief) = h.subscribe("framework-2", None);
-    let (answer, outputs) = h.accept(
-        &thief,
-        thief_session,
-        &offer,
-        vec![task("t1", "cpus=1,mem_mib=512")],
-    );
+    let (answer, outputs) = h.accept(&thief, thief_session, &offer, vec![task("t1", ONE_TASK)]);
     assert_eq!(error_code(answer), ErrorCode::OfferNotYours);
     assert!(!outputs.iter().any(|o| matches!(o, Output::ToAgent { .. })));
     assert_eq!(
@@ -477,38 +474,20 @@ fn an_expired_offer_is_rescinded_and_its_accept_refused() {
         })
         .collect();
     assert_eq!(rescinded, vec![vec![offer.id]]);
-    let (answer, _) = h.accept(
-        &framework,
-        session,
-        &offer,
-        vec![task("t1", "cpus=1,mem_mib=512")],
-    );
+    let (answer, _) = h.accept_t1(&framework, session, &offer);
     assert_eq!(error_code(answer), ErrorCode::UnknownOffer);
 }
 
 #[test]
 fn a_silent_agent_is_marked_unreachable_then_lost_and_its_tasks_reported_lost() {
     let (mut h, _, framework, session) = cluster_with_demand();
-    let offer = h.offers_for(session).remove(0);
-    let (answer, _) = h.accept(
-        &framework,
-        session,
-        &offer,
-        vec![task("t1", "cpus=1,mem_mib=512")],
-    );
-    assert_eq!(answer, Some(Ok(CallOk::Done)));
+    h.launch_t1(&framework, session);
     let agent = AgentId::from("agent-1");
     h.heartbeating.clear();
     h.pass(Duration::from_millis(1_100));
-    assert_eq!(
-        h.core.node().state().agents()[&agent].state,
-        fullerene_proto::messages::AgentState::Unreachable
-    );
+    assert_eq!(h.agent_state(&agent), AgentState::Unreachable);
     let outputs = h.pass(Duration::from_millis(3_100));
-    assert_eq!(
-        h.core.node().state().agents()[&agent].state,
-        fullerene_proto::messages::AgentState::Lost
-    );
+    assert_eq!(h.agent_state(&agent), AgentState::Lost);
     let lost: Vec<_> = to_framework(&outputs, session)
         .into_iter()
         .filter_map(|m| match m {
@@ -535,32 +514,20 @@ fn a_heartbeat_keeps_an_agent_active_and_brings_an_unreachable_one_back() {
         h.input(Input::AgentHeartbeat(agent.clone()));
     }
     assert_eq!(
-        h.core.node().state().agents()[&agent].state,
-        fullerene_proto::messages::AgentState::Active,
+        h.agent_state(&agent),
+        AgentState::Active,
         "4 s of heartbeats every 200 ms"
     );
     h.pass(Duration::from_millis(1_100));
-    assert_eq!(
-        h.core.node().state().agents()[&agent].state,
-        fullerene_proto::messages::AgentState::Unreachable
-    );
+    assert_eq!(h.agent_state(&agent), AgentState::Unreachable);
     h.input(Input::AgentHeartbeat(agent.clone()));
-    assert_eq!(
-        h.core.node().state().agents()[&agent].state,
-        fullerene_proto::messages::AgentState::Active
-    );
+    assert_eq!(h.agent_state(&agent), AgentState::Active);
 }
 
 #[test]
 fn status_updates_are_committed_then_acknowledged_to_the_agent_and_forwarded_to_the_framework() {
     let (mut h, agent_session, framework, session) = cluster_with_demand();
-    let offer = h.offers_for(session).remove(0);
-    h.accept(
-        &framework,
-        session,
-        &offer,
-        vec![task("t1", "cpus=1,mem_mib=512")],
-    );
+    h.launch_t1(&framework, session);
     let running = update("t1", &framework, "agent-1", TaskState::Running, 1);
     let outputs = h.input(Input::AgentStatus("agent-1".into(), running.clone()));
     assert_eq!(
@@ -592,16 +559,119 @@ fn status_updates_are_committed_then_acknowledged_to_the_agent_and_forwarded_to_
     assert_eq!(answer, Some(Ok(CallOk::Done)));
 }
 
+/// The status updates `outputs` carry to `session`.
+fn updates_to(outputs: &[Output], session: SessionId) -> Vec<StatusUpdate> {
+    to_framework(outputs, session)
+        .into_iter()
+        .filter_map(|m| match m {
+            MasterToFramework::Update(update) => Some(update.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn unacknowledged_updates_are_sent_again_until_acknowledged_and_to_a_framework_back_from_failover()
+{
+    let (mut h, _, framework, session) = cluster_with_demand();
+    h.launch_t1(&framework, session);
+    // Pushed once; as if that push had been dropped, the framework does not acknowledge it.
+    let running = update("t1", &framework, "agent-1", TaskState::Running, 1);
+    let outputs = h.input(Input::AgentStatus("agent-1".into(), running.clone()));
+    assert_eq!(updates_to(&outputs, session), vec![running.clone()]);
+    let outputs = h.pass(DEFAULT_STATUS_RESEND_INTERVAL + TICK);
+    assert_eq!(
+        updates_to(&outputs, session),
+        vec![running.clone()],
+        "sent again once in an interval"
+    );
+
+    // Acknowledged: no longer sent.
+    let (answer, _) = h.call(
+        &framework,
+        session,
+        FrameworkRequest::Acknowledge(StatusAck {
+            task_id: TaskId::from("t1"),
+            seq: 1,
+        }),
+    );
+    assert_eq!(answer, Some(Ok(CallOk::Done)));
+    let outputs = h.pass(DEFAULT_STATUS_RESEND_INTERVAL + TICK);
+    assert!(updates_to(&outputs, session).is_empty(), "{outputs:?}");
+
+    // The task ends while its framework is away: it gets the end when it fails over, after
+    // the answer to its subscription, and the task is forgotten only once acknowledged.
+    h.input(Input::FrameworkGone(framework.clone(), session));
+    let finished = update("t1", &framework, "agent-1", TaskState::Finished, 2);
+    h.input(Input::AgentStatus("agent-1".into(), finished.clone()));
+    let new_session = h.session();
+    let call_id = h.call_id();
+    let outputs = h.input(Input::FrameworkSubscribe(
+        new_session,
+        Subscription {
+            call_id,
+            framework_id: Some(framework.clone()),
+            name: "job".to_string(),
+            group: "default".to_string(),
+            failover_timeout_ms: 2_000,
+            principal: "framework-1".to_string(),
+        },
+    ));
+    let to_new = to_framework(&outputs, new_session);
+    assert!(
+        matches!(
+            to_new.as_slice(),
+            [
+                MasterToFramework::CallResult { result: Ok(CallOk::Subscribed { .. }), .. },
+                MasterToFramework::Update(update),
+            ] if *update == finished
+        ),
+        "{to_new:?}"
+    );
+    let key = TaskKey::new(framework.clone(), TaskId::from("t1"));
+    assert!(h.core.node().state().task(&key).is_some());
+    h.call(
+        &framework,
+        new_session,
+        FrameworkRequest::Acknowledge(StatusAck {
+            task_id: TaskId::from("t1"),
+            seq: 2,
+        }),
+    );
+    assert!(h.core.node().state().task(&key).is_none());
+}
+
+#[test]
+fn an_agent_declared_lost_while_its_session_is_open_is_told_to_register_again_and_comes_back() {
+    let (mut h, agent_session, _, _) = cluster_with_demand();
+    let agent = AgentId::from("agent-1");
+    // Its heartbeats stop reaching the leader (a pause, a one-way partition) but its session
+    // stays open.
+    h.heartbeating.clear();
+    let outputs = h.pass(Duration::from_millis(4_200));
+    assert_eq!(h.agent_state(&agent), AgentState::Lost);
+    assert!(
+        matches!(
+            to_agent(&outputs, agent_session).as_slice(),
+            [MasterToAgent::Error(error)] if error.code == ErrorCode::UnknownAgent
+        ),
+        "{outputs:?}"
+    );
+    assert!(outputs.contains(&Output::Close(agent_session)));
+
+    // It registers again, as any agent whose session closed does, and is active.
+    let (new_session, outputs) = h.register_agent("agent-1", "cpus=4,mem_mib=4096");
+    assert!(matches!(
+        to_agent(&outputs, new_session).as_slice(),
+        [MasterToAgent::Registered { .. }]
+    ));
+    assert_eq!(h.agent_state(&agent), AgentState::Active);
+}
+
 #[test]
 fn status_from_an_agent_without_a_session_here_is_not_acknowledged() {
     let (mut h, _, framework, session) = cluster_with_demand();
-    let offer = h.offers_for(session).remove(0);
-    h.accept(
-        &framework,
-        session,
-        &offer,
-        vec![task("t1", "cpus=1,mem_mib=512")],
-    );
+    h.launch_t1(&framework, session);
     let running = update("t1", &framework, "agent-2", TaskState::Running, 1);
     let outputs = h.input(Input::AgentStatus("agent-2".into(), running));
     assert!(outputs.is_empty(), "{outputs:?}");
@@ -610,13 +680,7 @@ fn status_from_an_agent_without_a_session_here_is_not_acknowledged() {
 #[test]
 fn reconciliation_reports_the_latest_state_and_unknown_tasks_as_lost() {
     let (mut h, _, framework, session) = cluster_with_demand();
-    let offer = h.offers_for(session).remove(0);
-    h.accept(
-        &framework,
-        session,
-        &offer,
-        vec![task("t1", "cpus=1,mem_mib=512")],
-    );
+    h.launch_t1(&framework, session);
     h.input(Input::AgentStatus(
         "agent-1".into(),
         update("t1", &framework, "agent-1", TaskState::Running, 1),
@@ -669,13 +733,7 @@ fn reconciliation_reports_the_latest_state_and_unknown_tasks_as_lost() {
 #[test]
 fn a_framework_that_fails_over_in_time_keeps_its_tasks_and_a_late_one_is_torn_down() {
     let (mut h, _, framework, session) = cluster_with_demand();
-    let offer = h.offers_for(session).remove(0);
-    h.accept(
-        &framework,
-        session,
-        &offer,
-        vec![task("t1", "cpus=1,mem_mib=512")],
-    );
+    h.launch_t1(&framework, session);
     h.input(Input::FrameworkGone(framework.clone(), session));
     let entry = &h.core.node().state().frameworks()[&framework];
     assert!(entry.torn_down_at_ms.is_none());
@@ -830,12 +888,7 @@ fn the_same_inputs_give_the_same_outputs() {
         let (mut h, _, framework, session) = cluster_with_demand();
         let offer = h.offers_for(session).remove(0);
         let mut all = h
-            .accept(
-                &framework,
-                session,
-                &offer,
-                vec![task("t1", "cpus=1,mem_mib=512")],
-            )
+            .accept(&framework, session, &offer, vec![task("t1", ONE_TASK)])
             .1;
         all.extend(h.input(Input::AgentStatus(
             "agent-1".into(),

@@ -14,6 +14,7 @@ use fullerene_proto::time::SystemClock;
 use fullerene_transport::Client;
 use protobuf::Message as _;
 use raft::eraftpb::{Message, MessageType};
+use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::MissedTickBehavior;
 
@@ -215,6 +216,18 @@ impl<S: RaftStore> Shell<S> {
         self.core.handle(input, self.clock.now());
     }
 
+    /// A session whose queue is full is ended rather than skipped: a message dropped in the
+    /// middle of a stream (a launch, a kill, a status update) would leave a hole that nothing
+    /// fills, while a session that ends makes its peer register or subscribe again, and that
+    /// resynchronises everything (the agent's tasks are reconciled, the framework is sent what
+    /// it has not acknowledged). The queue is dropped, so the session ends after what it holds.
+    fn end_stuck_session(&mut self, session: SessionId, role: &'static str) {
+        tracing::warn!(?session, role, "session queue full: the peer is too slow; ending the session so that it resynchronises");
+        metrics::counter!("fullerene_master_stuck_sessions_ended_total", "role" => role)
+            .increment(1);
+        self.sessions.remove(&session);
+    }
+
     /// Carries out what the core asked for, in order.
     fn carry_outputs(&mut self) {
         let mut undelivered = Vec::new();
@@ -227,15 +240,16 @@ impl<S: RaftStore> Shell<S> {
                 }
                 Output::ToAgent { session, message } => {
                     if let Some(SessionQueue::Agent(queue)) = self.sessions.get(&session) {
-                        // A full or closed queue means the session is gone or stuck; the agent
-                        // re-registers (and is resent what matters) when it reconnects.
-                        let _ = queue.try_send(message);
+                        if let Err(TrySendError::Full(_)) = queue.try_send(message) {
+                            self.end_stuck_session(session, "agent");
+                        }
                     }
                 }
                 Output::ToFramework { session, message } => {
                     if let Some(SessionQueue::Framework(queue)) = self.sessions.get(&session) {
-                        // Likewise: the framework reconciles when it reconnects.
-                        let _ = queue.try_send(message);
+                        if let Err(TrySendError::Full(_)) = queue.try_send(message) {
+                            self.end_stuck_session(session, "framework");
+                        }
                     }
                 }
                 // Dropping the queue ends the session once it has sent what is queued.

@@ -101,6 +101,21 @@ pub enum CommandError {
         /// The latest recorded one.
         latest: u64,
     },
+    /// A status update numbered too far past the task's latest (or above the largest number
+    /// an agent may use).
+    #[error(
+        "task `{task}`: status update seq {seq} is past the allowed {limit} (latest is {latest})"
+    )]
+    SeqOutOfRange {
+        /// The task.
+        task: TaskKey,
+        /// The update's sequence number.
+        seq: u64,
+        /// The latest recorded one.
+        latest: u64,
+        /// The largest number the update could have had.
+        limit: u64,
+    },
     /// A launch bundle without tasks.
     #[error("a launch must contain at least one task")]
     EmptyBundle,
@@ -166,6 +181,7 @@ impl CommandError {
             CommandError::TerminalTask { .. }
             | CommandError::BadTransition { .. }
             | CommandError::AckBeyondLatest { .. }
+            | CommandError::SeqOutOfRange { .. }
             | CommandError::EmptyBundle
             | CommandError::InvalidResources(_)
             | CommandError::InvalidWeight(_)

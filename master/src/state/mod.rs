@@ -25,7 +25,7 @@ use fullerene_proto::messages::{
     AgentInfo, AgentState, Executor, FrameworkInfo, StatusReason, StatusUpdate, TaskInfo, TaskSpec,
     TaskState, UnixMillis,
 };
-use fullerene_proto::{AgentId, FrameworkId, ResourceVec, Resources, TaskId};
+use fullerene_proto::{AgentId, FrameworkId, ResourceVec, Resources, TaskId, Time};
 use fullerene_scheduling::allocator::state::{AllocationState, StateError};
 use fullerene_scheduling::fairness::{FairnessError, FairnessFactor};
 use fullerene_scheduling::Overbooking;
@@ -34,6 +34,15 @@ pub use command::{Command, CommandOutcome, TaskKey, TaskKill};
 pub use error::CommandError;
 pub use records::{AgentEntry, ClusterSettings, FrameworkEntry, TaskRecord};
 pub use snapshot::{SnapshotError, STATE_FORMAT_VERSION};
+
+/// How far past a task's recorded sequence number an agent's status update may jump. Agents
+/// number their updates one by one; gaps come only from numbers the master used when it ended
+/// a task itself (a handful), so a larger jump is a bug or an attack and is refused.
+pub const MAX_STATUS_SEQ_GAP: u64 = 1 << 16;
+
+/// The largest sequence number an agent may give a status update: far below `u64::MAX`, so
+/// that the numbers the master adds after it (LOST, KILLED) always exist.
+pub const MAX_STATUS_SEQ: u64 = 1 << 62;
 
 /// The replicated state of a Fullerene cluster.
 #[derive(Clone, Debug, PartialEq)]
@@ -117,6 +126,27 @@ impl ClusterState {
     /// One task.
     pub fn task(&self, key: &TaskKey) -> Option<&TaskRecord> {
         self.tasks.get(key)
+    }
+
+    /// The tasks of one framework that the master still tracks (live, or ended and not yet
+    /// acknowledged), in id order.
+    pub fn tasks_of<'a>(
+        &'a self,
+        framework_id: &'a FrameworkId,
+    ) -> impl Iterator<Item = (&'a TaskKey, &'a TaskRecord)> + 'a {
+        let first = TaskKey::new(framework_id.clone(), TaskId(String::new()));
+        self.tasks
+            .range(first..)
+            .take_while(move |(key, _)| &key.framework_id == framework_id)
+    }
+
+    /// The status updates a framework has not acknowledged, in order per task.
+    pub fn unacked_updates<'a>(
+        &'a self,
+        framework_id: &'a FrameworkId,
+    ) -> impl Iterator<Item = &'a StatusUpdate> + 'a {
+        self.tasks_of(framework_id)
+            .flat_map(|(_, record)| record.unacked.iter())
     }
 
     /// Resources charged on an agent (zero for a lost or unknown agent).
@@ -365,11 +395,13 @@ impl ClusterState {
         let reported: std::collections::BTreeSet<&TaskKey> = running.iter().collect();
         let mut kill = Vec::new();
         for key in running {
-            let alive_here = self
-                .tasks
-                .get(key)
-                .is_some_and(|t| &t.agent_id == agent_id && !t.state.is_terminal());
-            if !alive_here {
+            let record = self.tasks.get(key);
+            let alive_here =
+                record.is_some_and(|t| &t.agent_id == agent_id && !t.state.is_terminal());
+            // A kill asked for and not yet done is asked again: the first may have been lost
+            // with the agent's previous session.
+            let kill_pending = record.is_some_and(|t| t.kill_requested);
+            if !alive_here || kill_pending {
                 let grace_ms = self.tasks.get(key).map_or(0, |t| t.spec.kill_grace_ms);
                 kill.push(TaskKill {
                     agent_id: agent_id.clone(),
@@ -409,6 +441,9 @@ impl ClusterState {
         entry.attributes = attributes.clone();
         entry.executors = executors.to_vec();
         entry.last_heartbeat_ms = at_ms;
+        let (shed_updates, shed_kill) = self.shed_to_fit(agent_id, at_ms)?;
+        updates.extend(shed_updates);
+        kill.extend(shed_kill);
         Ok(CommandOutcome::AgentRegistered { kill, updates })
     }
 
@@ -428,7 +463,49 @@ impl ClusterState {
             entry.total = total;
             entry.last_heartbeat_ms = entry.last_heartbeat_ms.max(at_ms);
         }
-        Ok(CommandOutcome::Applied)
+        let (updates, kill) = self.shed_to_fit(agent_id, at_ms)?;
+        if updates.is_empty() {
+            Ok(CommandOutcome::Applied)
+        } else {
+            Ok(CommandOutcome::TasksEnded { updates, kill })
+        }
+    }
+
+    /// Ends an agent's newest tasks (LOST, [`StatusReason::AgentShrunk`]) until what the rest
+    /// are charged fits its total under the overbooking allowance (DESIGN.md: used ≤ total).
+    /// An agent whose capacity shrank (a disk removed, a smaller machine under the same id)
+    /// cannot run what it ran; the newest tasks have lost the least work. Returns the updates
+    /// for their frameworks and the kills for the agent, which may still run them.
+    fn shed_to_fit(
+        &mut self,
+        agent_id: &AgentId,
+        at_ms: UnixMillis,
+    ) -> Result<(Vec<StatusUpdate>, Vec<TaskKill>), CommandError> {
+        let allowance = Overbooking(self.settings.overbooking_allowance);
+        let Some(entry) = self.agents.get(agent_id) else {
+            return Ok((Vec::new(), Vec::new()));
+        };
+        let total = entry.total;
+        let mut newest_first: Vec<(UnixMillis, TaskKey)> = entry
+            .tasks
+            .iter()
+            .filter_map(|key| self.tasks.get(key).map(|t| (t.launched_at_ms, key.clone())))
+            .collect();
+        newest_first.sort_unstable_by(|a, b| b.cmp(a));
+        let (mut updates, mut kill) = (Vec::new(), Vec::new());
+        for (_, key) in newest_first {
+            if allowance.admits(&self.agent_used(agent_id), &total) {
+                break;
+            }
+            let grace_ms = self.tasks.get(&key).map_or(0, |t| t.spec.kill_grace_ms);
+            updates.push(self.end_task(&key, TaskState::Lost, StatusReason::AgentShrunk, at_ms)?);
+            kill.push(TaskKill {
+                agent_id: agent_id.clone(),
+                task: key,
+                grace_ms,
+            });
+        }
+        Ok((updates, kill))
     }
 
     /// Changes an agent's total in the allocation accounting. `AllocationState` has no such
@@ -560,8 +637,11 @@ impl ClusterState {
                 framework_id.clone(),
             ));
         }
-        self.allocation
-            .add_framework(framework_id.clone(), group, at_ms as f64 / 1000.0)?;
+        self.allocation.add_framework(
+            framework_id.clone(),
+            group,
+            Time::from_millis(at_ms).as_secs_f64(),
+        )?;
         self.frameworks.insert(
             framework_id.clone(),
             FrameworkEntry {
@@ -797,6 +877,7 @@ impl ClusterState {
                     launched_at_ms: at_ms,
                     updated_at_ms: at_ms,
                     kill_requested: false,
+                    unacked: Vec::new(),
                 },
             );
             if let Some(agent) = self.agents.get_mut(agent_id) {
@@ -818,6 +899,10 @@ impl ClusterState {
     /// one must be a valid transition: a terminal task never changes, and RUNNING never goes
     /// back to STAGING. Gaps in `seq` are accepted: the master itself uses a number when it
     /// ends a task (LOST, KILLED on teardown), so the agent's next number may already be taken.
+    /// But the numbers an agent may use are bounded: at most [`MAX_STATUS_SEQ_GAP`] past the
+    /// recorded one and never above [`MAX_STATUS_SEQ`], so that a buggy or hostile agent can
+    /// neither exhaust a task's numbers (the master still numbers the updates it makes itself)
+    /// nor make the replicated apply overflow on every master.
     fn update_status(
         &mut self,
         sender: &AgentId,
@@ -844,6 +929,18 @@ impl ClusterState {
         }
         if update.seq <= record.seq {
             return Ok(CommandOutcome::Unchanged);
+        }
+        let limit = record
+            .seq
+            .saturating_add(MAX_STATUS_SEQ_GAP)
+            .min(MAX_STATUS_SEQ);
+        if update.seq > limit {
+            return Err(CommandError::SeqOutOfRange {
+                task: key,
+                seq: update.seq,
+                latest: record.seq,
+                limit,
+            });
         }
         if record.state.is_terminal() {
             return Err(CommandError::TerminalTask {
@@ -873,6 +970,7 @@ impl ClusterState {
         record.seq = update.seq;
         record.reason = update.reason.clone();
         record.updated_at_ms = at_ms;
+        record.push_unacked(update.clone());
         Ok(CommandOutcome::StatusRecorded(update.clone()))
     }
 
@@ -919,6 +1017,7 @@ impl ClusterState {
             return Ok(CommandOutcome::Unchanged);
         }
         record.acked_seq = seq;
+        record.unacked.retain(|update| update.seq > seq);
         if record.state.is_terminal() && record.acked_seq == record.seq {
             self.tasks.remove(&key);
         }
@@ -958,7 +1057,9 @@ impl ClusterState {
             .get_mut(key)
             .ok_or_else(|| CommandError::UnknownTask(key.clone()))?;
         record.state = state;
-        record.seq += 1;
+        // Agents' numbers are bounded (`MAX_STATUS_SEQ`), so this never saturates in practice;
+        // saturating keeps a replayed log from panicking every master if that ever changed.
+        record.seq = record.seq.saturating_add(1);
         record.reason = Some(reason.clone());
         record.updated_at_ms = at_ms;
         let update = StatusUpdate {
@@ -971,6 +1072,7 @@ impl ClusterState {
             message: String::new(),
             timestamp_ms: at_ms,
         };
+        record.push_unacked(update.clone());
         let agent_id = record.agent_id.clone();
         self.detach_task(key, &agent_id);
         Ok(update)

@@ -5,7 +5,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use fullerene_proto::messages::{AgentState, StatusReason, TaskSpec, TaskState, UnixMillis};
+use fullerene_proto::messages::{
+    AgentState, StatusReason, StatusUpdate, TaskSpec, TaskState, UnixMillis,
+};
 use fullerene_proto::{AgentId, FrameworkId, ResourceKind, ResourceVec, TaskId};
 use fullerene_scheduling::fairness::FairnessFactor;
 use fullerene_scheduling::DEFAULT_OVERBOOK_ALLOWANCE;
@@ -127,4 +129,24 @@ pub struct TaskRecord {
     pub updated_at_ms: UnixMillis,
     /// Whether its framework asked for it to be killed (a new leader re-sends the kill).
     pub kill_requested: bool,
+    /// The updates its framework has not acknowledged yet, oldest first: the leader sends them
+    /// again until it does, whichever master leads (DESIGN.md: every status update reaches its
+    /// framework at least once, in order per task). See [`TaskRecord::push_unacked`].
+    pub unacked: Vec<StatusUpdate>,
+}
+
+impl TaskRecord {
+    /// Keeps `update` until its framework acknowledges it. An unacknowledged update of the
+    /// same state is replaced rather than kept beside it: each state the task passes through
+    /// reaches the framework, with the latest word on it, and the list stays as short as the
+    /// task's life cycle (STAGING, RUNNING, an end) however many updates an agent sends.
+    pub fn push_unacked(&mut self, update: StatusUpdate) {
+        if let Some(last) = self.unacked.last_mut() {
+            if last.state == update.state {
+                *last = update;
+                return;
+            }
+        }
+        self.unacked.push(update);
+    }
 }

@@ -27,7 +27,7 @@ use super::{ClusterState, TaskKey};
 
 /// Version of the snapshot layout (independent of the codec's wire version). Bumped whenever
 /// a record type changes.
-pub const STATE_FORMAT_VERSION: u32 = 2;
+pub const STATE_FORMAT_VERSION: u32 = 3;
 
 /// Bytes of the encoded core (settings and allocation) per `CorePart` frame.
 const CORE_PART_BYTES: usize = 1 << 20;

@@ -44,27 +44,15 @@ fn spec(id: &str, resources: &str) -> TaskSpec {
 }
 
 fn launch(framework: &str, principal: &str, agent: &str, tasks: Vec<TaskSpec>) -> Command {
-    Command::LaunchTasks {
-        framework_id: framework.into(),
-        principal: principal.into(),
-        agent_id: agent.into(),
-        tasks,
-        at_ms: 3_000,
-    }
+    crate::testkit::launch_tasks(framework, principal, agent, tasks, 3_000)
 }
 
 fn status(agent: &str, framework: &str, task: &str, state: TaskState, seq: u64) -> Command {
     Command::UpdateStatus {
         agent_id: agent.into(),
         update: StatusUpdate {
-            task_id: task.into(),
-            framework_id: framework.into(),
-            agent_id: agent.into(),
-            state,
-            seq,
-            reason: None,
-            message: String::new(),
             timestamp_ms: 4_000,
+            ..fullerene_proto::testkit::status_update(task, framework, agent, state, seq)
         },
         at_ms: 4_000,
     }
@@ -77,6 +65,27 @@ fn ack(framework: &str, principal: &str, task: &str, seq: u64) -> Command {
         task_id: task.into(),
         seq,
     }
+}
+
+fn unreachable(agent: &str, at_ms: u64) -> Command {
+    Command::MarkAgentUnreachable {
+        agent_id: agent.into(),
+        at_ms,
+    }
+}
+
+fn lost(agent: &str, at_ms: u64) -> Command {
+    Command::MarkAgentLost {
+        agent_id: agent.into(),
+        at_ms,
+    }
+}
+
+/// Launches `tasks` (id, resources) for f1 (alice) on a1, which must succeed.
+fn launch_on_a1(st: &mut ClusterState, tasks: &[(&str, &str)]) {
+    let specs = tasks.iter().map(|(id, res)| spec(id, res)).collect();
+    st.apply(&launch("f1", "alice", "a1", specs))
+        .expect("launch on a1");
 }
 
 fn key(framework: &str, task: &str) -> TaskKey {
@@ -210,11 +219,7 @@ fn launch_validation_refuses_without_changing_anything() {
     }
 
     // Not on an unreachable agent, and not on a lost one.
-    st.apply(&Command::MarkAgentUnreachable {
-        agent_id: "a1".into(),
-        at_ms: 5_000,
-    })
-    .unwrap();
+    st.apply(&unreachable("a1", 5_000)).unwrap();
     let err = refused(
         &mut st,
         &launch("f1", "alice", "a1", vec![spec("t7", "cpus=1")]),
@@ -226,11 +231,7 @@ fn launch_validation_refuses_without_changing_anything() {
             ..
         }
     ));
-    st.apply(&Command::MarkAgentLost {
-        agent_id: "a1".into(),
-        at_ms: 6_000,
-    })
-    .unwrap();
+    st.apply(&lost("a1", 6_000)).unwrap();
     let err = refused(
         &mut st,
         &launch("f1", "alice", "a1", vec![spec("t7", "cpus=1")]),
@@ -269,8 +270,7 @@ fn overbooking_applies_to_fungible_resources_only() {
 #[test]
 fn status_updates_follow_the_task_life_cycle_and_are_idempotent() {
     let mut st = cluster();
-    st.apply(&launch("f1", "alice", "a1", vec![spec("t1", "cpus=2")]))
-        .unwrap();
+    launch_on_a1(&mut st, &[("t1", "cpus=2")]);
 
     let running = status("a1", "f1", "t1", TaskState::Running, 1);
     let outcome = st.apply(&running).unwrap();
@@ -311,8 +311,7 @@ fn status_updates_follow_the_task_life_cycle_and_are_idempotent() {
 #[test]
 fn acknowledging_the_final_update_forgets_the_task() {
     let mut st = cluster();
-    st.apply(&launch("f1", "alice", "a1", vec![spec("t1", "cpus=2")]))
-        .unwrap();
+    launch_on_a1(&mut st, &[("t1", "cpus=2")]);
     st.apply(&status("a1", "f1", "t1", TaskState::Running, 1))
         .unwrap();
     let err = refused(&mut st, &ack("f1", "alice", "t1", 2));
@@ -330,15 +329,57 @@ fn acknowledging_the_final_update_forgets_the_task() {
     st.apply(&ack("f1", "alice", "t1", 2)).unwrap();
     assert!(st.task(&key("f1", "t1")).is_none());
     // Its id may be used again once forgotten.
-    st.apply(&launch("f1", "alice", "a1", vec![spec("t1", "cpus=2")]))
+    launch_on_a1(&mut st, &[("t1", "cpus=2")]);
+}
+
+#[test]
+fn updates_are_kept_until_acknowledged_the_latest_of_each_state_in_order() {
+    let mut st = cluster();
+    launch_on_a1(&mut st, &[("t1", "cpus=2"), ("t2", "cpus=1")]);
+    let unacked = |st: &ClusterState| -> Vec<(String, TaskState, u64)> {
+        st.unacked_updates(&"f1".into())
+            .map(|u| (u.task_id.to_string(), u.state, u.seq))
+            .collect()
+    };
+    st.apply(&status("a1", "f1", "t1", TaskState::Running, 1))
         .unwrap();
+    st.apply(&status("a1", "f1", "t1", TaskState::Running, 2))
+        .unwrap();
+    st.apply(&status("a1", "f1", "t1", TaskState::Failed, 3))
+        .unwrap();
+    assert_eq!(
+        unacked(&st),
+        [
+            ("t1".to_string(), TaskState::Running, 2),
+            ("t1".to_string(), TaskState::Failed, 3)
+        ]
+    );
+    st.apply(&ack("f1", "alice", "t1", 2)).unwrap();
+    assert_eq!(unacked(&st), [("t1".to_string(), TaskState::Failed, 3)]);
+    // The master's own updates are kept too.
+    st.apply(&Command::MarkAgentLost {
+        agent_id: "a1".into(),
+        at_ms: 5_000,
+    })
+    .unwrap();
+    assert_eq!(
+        unacked(&st),
+        [
+            ("t1".to_string(), TaskState::Failed, 3),
+            ("t2".to_string(), TaskState::Lost, 1)
+        ]
+    );
+    assert!(st.unacked_updates(&"f2".into()).next().is_none());
+    st.apply(&ack("f1", "alice", "t1", 3)).unwrap();
+    st.apply(&ack("f1", "alice", "t2", 1)).unwrap();
+    assert!(unacked(&st).is_empty());
+    assert!(st.tasks().is_empty(), "ended and acknowledged: forgotten");
 }
 
 #[test]
 fn kills_are_recorded_and_checked_for_ownership() {
     let mut st = cluster();
-    st.apply(&launch("f1", "alice", "a1", vec![spec("t1", "cpus=2")]))
-        .unwrap();
+    launch_on_a1(&mut st, &[("t1", "cpus=2")]);
     let kill = Command::KillTask {
         framework_id: "f1".into(),
         principal: "alice".into(),
@@ -376,24 +417,13 @@ fn kills_are_recorded_and_checked_for_ownership() {
 #[test]
 fn a_lost_agent_loses_its_tasks_and_must_kill_them_when_it_returns() {
     let mut st = cluster();
-    st.apply(&launch(
-        "f1",
-        "alice",
-        "a1",
-        vec![spec("t1", "cpus=2"), spec("t2", "cpus=1")],
-    ))
-    .unwrap();
+    launch_on_a1(&mut st, &[("t1", "cpus=2"), ("t2", "cpus=1")]);
     st.apply(&launch("f2", "bob", "a2", vec![spec("u1", "cpus=1")]))
         .unwrap();
     st.apply(&status("a1", "f1", "t1", TaskState::Running, 1))
         .unwrap();
 
-    let outcome = st
-        .apply(&Command::MarkAgentLost {
-            agent_id: "a1".into(),
-            at_ms: 7_000,
-        })
-        .unwrap();
+    let outcome = st.apply(&lost("a1", 7_000)).unwrap();
     let CommandOutcome::TasksEnded { updates, kill } = outcome else {
         panic!("expected TasksEnded");
     };
@@ -408,20 +438,8 @@ fn a_lost_agent_loses_its_tasks_and_must_kill_them_when_it_returns() {
     // Only f2's task is held now.
     assert!(st.allocation().deficits().deficit_of("g1") > 0.0);
     // Marking it lost again changes nothing; an unreachable mark is refused.
-    unchanged(
-        &mut st,
-        &Command::MarkAgentLost {
-            agent_id: "a1".into(),
-            at_ms: 8_000,
-        },
-    );
-    refused(
-        &mut st,
-        &Command::MarkAgentUnreachable {
-            agent_id: "a1".into(),
-            at_ms: 8_000,
-        },
-    );
+    unchanged(&mut st, &lost("a1", 8_000));
+    refused(&mut st, &unreachable("a1", 8_000));
     // The agent's late update about a LOST task is refused: a terminal task never changes.
     let err = refused(&mut st, &status("a1", "f1", "t1", TaskState::Finished, 3));
     assert!(matches!(err, CommandError::TerminalTask { .. }));
@@ -444,20 +462,13 @@ fn a_lost_agent_loses_its_tasks_and_must_kill_them_when_it_returns() {
     assert!(updates.is_empty());
     assert_eq!(st.agents()[&AgentId::from("a1")].state, AgentState::Active);
     assert!(st.allocation().agent_by_id(&"a1".into()).is_some());
-    st.apply(&launch("f1", "alice", "a1", vec![spec("t3", "cpus=8")]))
-        .unwrap();
+    launch_on_a1(&mut st, &[("t3", "cpus=8")]);
 }
 
 #[test]
 fn reregistration_loses_tasks_the_agent_no_longer_runs() {
     let mut st = cluster();
-    st.apply(&launch(
-        "f1",
-        "alice",
-        "a1",
-        vec![spec("t1", "cpus=2"), spec("t2", "cpus=1")],
-    ))
-    .unwrap();
+    launch_on_a1(&mut st, &[("t1", "cpus=2"), ("t2", "cpus=1")]);
     let outcome = st
         .apply(&reregister(
             "a1",
@@ -479,13 +490,7 @@ fn reregistration_loses_tasks_the_agent_no_longer_runs() {
 #[test]
 fn capacity_changes_keep_running_tasks_charged() {
     let mut st = cluster();
-    st.apply(&launch(
-        "f1",
-        "alice",
-        "a1",
-        vec![spec("t1", "cpus=2"), spec("t2", "cpus=3")],
-    ))
-    .unwrap();
+    launch_on_a1(&mut st, &[("t1", "cpus=2"), ("t2", "cpus=3")]);
     st.apply(&Command::UpdateAgentResources {
         agent_id: "a1".into(),
         resources: resources("cpus=16,mem_mib=8192"),
@@ -521,14 +526,143 @@ fn capacity_changes_keep_running_tasks_charged() {
 }
 
 #[test]
+fn status_sequence_numbers_are_bounded_so_a_bad_agent_cannot_exhaust_them() {
+    let mut st = cluster();
+    launch_on_a1(&mut st, &[("t1", "cpus=2")]);
+    // The last number there is: refused, and the state (and every replica's) unchanged.
+    let err = refused(
+        &mut st,
+        &status("a1", "f1", "t1", TaskState::Running, u64::MAX),
+    );
+    assert!(
+        matches!(
+            err,
+            CommandError::SeqOutOfRange {
+                seq: u64::MAX,
+                latest: 0,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err = refused(
+        &mut st,
+        &status("a1", "f1", "t1", TaskState::Running, MAX_STATUS_SEQ_GAP + 1),
+    );
+    assert!(matches!(err, CommandError::SeqOutOfRange { .. }), "{err}");
+    // A gap within the bound is accepted (the master may have used numbers itself).
+    st.apply(&status(
+        "a1",
+        "f1",
+        "t1",
+        TaskState::Running,
+        MAX_STATUS_SEQ_GAP,
+    ))
+    .unwrap();
+    // Whatever the agent did, the master can still number the task's end.
+    let outcome = st
+        .apply(&Command::MarkAgentLost {
+            agent_id: "a1".into(),
+            at_ms: 5_000,
+        })
+        .unwrap();
+    let CommandOutcome::TasksEnded { updates, .. } = outcome else {
+        panic!("expected TasksEnded");
+    };
+    assert_eq!(updates[0].seq, MAX_STATUS_SEQ_GAP + 1);
+}
+
+#[test]
+fn an_agent_back_with_less_capacity_sheds_its_newest_tasks_until_the_rest_fits() {
+    let mut st = cluster();
+    for (task, cpus, at_ms) in [("t1", 3, 3_000), ("t2", 2, 4_000), ("t3", 2, 5_000)] {
+        let mut cmd = launch(
+            "f1",
+            "alice",
+            "a1",
+            vec![spec(task, &format!("cpus={cpus}"))],
+        );
+        if let Command::LaunchTasks { at_ms: at, .. } = &mut cmd {
+            *at = at_ms;
+        }
+        st.apply(&cmd).unwrap();
+    }
+    assert_eq!(st.agent_used(&"a1".into()), res("cpus=7"));
+    // Back with 4 cpus instead of 8: t3 and t2 (the newest) end, t1 stays.
+    let outcome = st
+        .apply(&reregister(
+            "a1",
+            "cpus=4,mem_mib=8192",
+            vec![key("f1", "t1"), key("f1", "t2"), key("f1", "t3")],
+        ))
+        .unwrap();
+    let CommandOutcome::AgentRegistered { kill, updates } = outcome else {
+        panic!("expected AgentRegistered");
+    };
+    let ended: Vec<&str> = updates.iter().map(|u| u.task_id.as_str()).collect();
+    assert_eq!(ended, ["t3", "t2"]);
+    assert!(updates
+        .iter()
+        .all(|u| u.state == TaskState::Lost && u.reason == Some(StatusReason::AgentShrunk)));
+    let killed: Vec<&str> = kill.iter().map(|k| k.task.task_id.as_str()).collect();
+    assert_eq!(
+        killed,
+        ["t3", "t2"],
+        "the agent still runs them: it must kill them"
+    );
+    assert_eq!(st.agent_used(&"a1".into()), res("cpus=3"));
+    check_accounting(&st);
+
+    // The same through a resource report: down to 2 cpus, t1 goes too.
+    let outcome = st
+        .apply(&Command::UpdateAgentResources {
+            agent_id: "a1".into(),
+            resources: resources("cpus=2,mem_mib=8192"),
+            at_ms: 6_000,
+        })
+        .unwrap();
+    let CommandOutcome::TasksEnded { updates, kill } = outcome else {
+        panic!("expected TasksEnded");
+    };
+    assert_eq!((updates.len(), kill.len()), (1, 1));
+    assert_eq!(updates[0].task_id.as_str(), "t1");
+    assert_eq!(st.agent_used(&"a1".into()), ResourceVec::ZERO);
+    check_accounting(&st);
+}
+
+#[test]
+fn a_kill_not_yet_done_is_asked_again_when_the_agent_registers_again() {
+    let mut st = cluster();
+    launch_on_a1(&mut st, &[("t1", "cpus=1"), ("t2", "cpus=1")]);
+    st.apply(&Command::KillTask {
+        framework_id: "f1".into(),
+        principal: "alice".into(),
+        task_id: "t1".into(),
+        at_ms: 4_000,
+    })
+    .unwrap();
+    let outcome = st
+        .apply(&reregister(
+            "a1",
+            "cpus=8,mem_mib=8192",
+            vec![key("f1", "t1"), key("f1", "t2")],
+        ))
+        .unwrap();
+    let CommandOutcome::AgentRegistered { kill, updates } = outcome else {
+        panic!("expected AgentRegistered");
+    };
+    let killed: Vec<&str> = kill.iter().map(|k| k.task.task_id.as_str()).collect();
+    assert_eq!(killed, ["t1"]);
+    assert!(updates.is_empty());
+    assert_eq!(st.task(&key("f1", "t1")).unwrap().state, TaskState::Staging);
+}
+
+#[test]
 fn unreachable_agents_come_back_with_a_heartbeat() {
     let mut st = cluster();
-    let unreachable = Command::MarkAgentUnreachable {
-        agent_id: "a2".into(),
-        at_ms: 5_000,
-    };
-    st.apply(&unreachable).unwrap();
-    unchanged(&mut st, &unreachable);
+    let mark = unreachable("a2", 5_000);
+    st.apply(&mark).unwrap();
+    unchanged(&mut st, &mark);
     st.apply(&Command::AgentHeartbeat {
         agent_id: "a2".into(),
         at_ms: 6_000,
@@ -552,8 +686,7 @@ fn unreachable_agents_come_back_with_a_heartbeat() {
 fn frameworks_fail_over_only_with_their_principal_and_teardown_kills_their_tasks() {
     let mut st = cluster();
     refused(&mut st, &subscribe("f1", "alice", "g1"));
-    st.apply(&launch("f1", "alice", "a1", vec![spec("t1", "cpus=2")]))
-        .unwrap();
+    launch_on_a1(&mut st, &[("t1", "cpus=2")]);
     let disconnect = Command::DisconnectFramework {
         framework_id: "f1".into(),
         at_ms: 5_000,
@@ -638,13 +771,7 @@ fn group_weights_are_validated_and_shift_the_shares() {
 #[test]
 fn snapshots_round_trip_and_reject_damage() {
     let mut st = cluster();
-    st.apply(&launch(
-        "f1",
-        "alice",
-        "a1",
-        vec![spec("t1", "cpus=2"), spec("t2", "cpus=1")],
-    ))
-    .unwrap();
+    launch_on_a1(&mut st, &[("t1", "cpus=2"), ("t2", "cpus=1")]);
     st.apply(&status("a1", "f1", "t1", TaskState::Running, 1))
         .unwrap();
     let bytes = st.encode_snapshot().unwrap();
@@ -680,8 +807,7 @@ fn snapshots_round_trip_and_reject_damage() {
 #[test]
 fn a_task_id_another_framework_uses_on_the_agent_is_refused() {
     let mut st = cluster();
-    st.apply(&launch("f1", "alice", "a1", vec![spec("t1", "cpus=1")]))
-        .unwrap();
+    launch_on_a1(&mut st, &[("t1", "cpus=1")]);
     let before = st.clone();
     let refused = st.apply(&launch("f2", "bob", "a1", vec![spec("t1", "cpus=1")]));
     assert!(
@@ -751,14 +877,8 @@ fn arb_command() -> impl Strategy<Value = Command> {
                 &format!("cpus={c},mem_mib=4096"),
                 running.into_iter().map(|((f, _), t)| key(f, t)).collect()
             )),
-        agent.clone().prop_map(|a| Command::MarkAgentLost {
-            agent_id: a.into(),
-            at_ms: 5
-        }),
-        agent.clone().prop_map(|a| Command::MarkAgentUnreachable {
-            agent_id: a.into(),
-            at_ms: 5
-        }),
+        agent.clone().prop_map(|a| lost(a, 5)),
+        agent.clone().prop_map(|a| unreachable(a, 5)),
         agent.clone().prop_map(|a| Command::AgentHeartbeat {
             agent_id: a.into(),
             at_ms: 6
@@ -798,7 +918,7 @@ fn arb_command() -> impl Strategy<Value = Command> {
             framework.clone(),
             task.clone(),
             state,
-            0u64..6
+            prop_oneof![0u64..6, Just(u64::MAX), Just(MAX_STATUS_SEQ_GAP + 1)]
         )
             .prop_map(|(a, (f, _), t, s, seq)| status(a, f, t, s, seq)),
         (framework.clone(), task.clone()).prop_map(|((f, p), t)| Command::KillTask {
@@ -831,8 +951,23 @@ fn check_accounting(st: &ClusterState) {
         if agent.state == AgentState::Lost {
             assert!(agent.tasks.is_empty());
         }
+        let allowance = Overbooking(st.settings().overbooking_allowance);
+        assert!(
+            allowance.admits(&charged, &agent.total),
+            "agent {id}: charged {charged} beyond its total {} (allowance {})",
+            agent.total,
+            allowance.0
+        );
     }
     for task in st.tasks().values() {
+        let seqs: Vec<u64> = task.unacked.iter().map(|u| u.seq).collect();
+        assert!(
+            seqs.windows(2).all(|w| w[0] < w[1])
+                && seqs.iter().all(|&seq| seq > task.acked_seq && seq <= task.seq),
+            "unacknowledged updates out of order or already acknowledged: {seqs:?}, acked {}, latest {}",
+            task.acked_seq,
+            task.seq
+        );
         if !task.state.is_terminal() {
             assert!(st.agents()[&task.agent_id]
                 .tasks

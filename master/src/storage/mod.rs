@@ -200,12 +200,20 @@ pub const BOOTSTRAP_TERM: u64 = 1;
 
 /// The initial snapshot of a new group: index 1, term 1, `voters`, and the encoded empty state.
 pub(crate) fn bootstrap_snapshot(voters: &[u64], initial_state: &[u8]) -> Snapshot {
+    snapshot_at(BOOTSTRAP_INDEX, BOOTSTRAP_TERM, voters, initial_state)
+}
+
+/// A snapshot at (`index`, `term`) of the state `data`, whose membership is `voters` (none
+/// recorded when `voters` is empty).
+pub(crate) fn snapshot_at(index: u64, term: u64, voters: &[u64], data: &[u8]) -> Snapshot {
     let mut snapshot = Snapshot::default();
     let meta = snapshot.mut_metadata();
-    meta.index = BOOTSTRAP_INDEX;
-    meta.term = BOOTSTRAP_TERM;
-    meta.mut_conf_state().voters = voters.to_vec();
-    snapshot.data = initial_state.to_vec().into();
+    meta.index = index;
+    meta.term = term;
+    if !voters.is_empty() {
+        meta.mut_conf_state().voters = voters.to_vec();
+    }
+    snapshot.data = data.to_vec().into();
     snapshot
 }
 
@@ -390,11 +398,7 @@ mod tests {
     use super::*;
 
     fn entry(index: u64, term: u64) -> Entry {
-        Entry {
-            index,
-            term,
-            ..Default::default()
-        }
+        crate::testkit::log_entry(index, term, 0)
     }
 
     #[test]

@@ -825,15 +825,7 @@ mod tests {
     use super::*;
     use crate::raft_node::{NodeConfig, RaftNode, Token};
     use crate::state::{ClusterSettings, Command};
-
-    fn entry(index: u64, term: u64, size: usize) -> Entry {
-        Entry {
-            index,
-            term,
-            data: vec![(index % 251) as u8; size].into(),
-            ..Default::default()
-        }
-    }
+    use crate::testkit::{log_entry, snapshot};
 
     /// A store with a bootstrap snapshot, 300 entries of 1 KiB (commit 250), a snapshot at
     /// 200 and the log compacted to 150; flushed so that the data is in table files.
@@ -841,7 +833,10 @@ mod tests {
         let mut store = RocksStorage::open(dir).unwrap();
         store.bootstrap(&[1, 2, 3], b"initial state").unwrap();
         for chunk in (2..=301).collect::<Vec<u64>>().chunks(50) {
-            let ents: Vec<Entry> = chunk.iter().map(|&i| entry(i, 2 + i / 100, 1024)).collect();
+            let ents: Vec<Entry> = chunk
+                .iter()
+                .map(|&i| log_entry(i, 2 + i / 100, 1024))
+                .collect();
             let hs = HardState {
                 term: 5,
                 vote: 2,
@@ -856,11 +851,7 @@ mod tests {
                 })
                 .unwrap();
         }
-        let mut snap = Snapshot::default();
-        snap.mut_metadata().index = 200;
-        snap.mut_metadata().term = store.term(200).unwrap();
-        snap.mut_metadata().mut_conf_state().voters = vec![1, 2, 3];
-        snap.data = b"state at 200".to_vec().into();
+        let snap = snapshot(200, store.term(200).unwrap(), &[1, 2, 3], b"state at 200");
         store.save_snapshot(&snap).unwrap();
         store.compact(150).unwrap();
         store.flush().unwrap();
@@ -890,11 +881,19 @@ mod tests {
     #[test]
     fn the_tail_cache_stays_contiguous_through_overwrites_gaps_and_compaction() {
         let mut tail = TailCache::default();
-        tail.append(&[entry(1, 1, 10), entry(2, 1, 10), entry(3, 1, 10)]);
+        tail.append(&[
+            log_entry(1, 1, 10),
+            log_entry(2, 1, 10),
+            log_entry(3, 1, 10),
+        ]);
         assert_eq!(tail.first(), Some(1));
         assert_eq!(tail.get(3).map(|e| e.term), Some(1));
         // A new leader's entries overwrite the suffix from index 2.
-        tail.append(&[entry(2, 2, 10), entry(3, 2, 10), entry(4, 2, 10)]);
+        tail.append(&[
+            log_entry(2, 2, 10),
+            log_entry(3, 2, 10),
+            log_entry(4, 2, 10),
+        ]);
         assert_eq!(tail.get(2).map(|e| e.term), Some(2));
         assert_eq!(tail.get(4).map(|e| e.term), Some(2));
         assert_eq!(tail.get(1).map(|e| e.term), Some(1));
@@ -902,11 +901,11 @@ mod tests {
         assert_eq!(tail.first(), Some(3));
         assert!(tail.get(2).is_none());
         // A gap (entries after a snapshot) restarts the cache.
-        tail.append(&[entry(10, 3, 10)]);
+        tail.append(&[log_entry(10, 3, 10)]);
         assert_eq!(tail.first(), Some(10));
         assert!(tail.get(4).is_none());
         let big: Vec<Entry> = (11..11 + TAIL_MAX_ENTRIES as u64 + 5)
-            .map(|i| entry(i, 3, 1))
+            .map(|i| log_entry(i, 3, 1))
             .collect();
         tail.append(&big);
         assert_eq!(tail.entries.len(), TAIL_MAX_ENTRIES);
@@ -961,7 +960,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut store = populated(dir.path());
         // A new leader overwrites the uncommitted tail from 260.
-        let ents: Vec<Entry> = (260..=265).map(|i| entry(i, 9, 16)).collect();
+        let ents: Vec<Entry> = (260..=265).map(|i| log_entry(i, 9, 16)).collect();
         store
             .persist(ReadyWrite {
                 entries: &ents,
@@ -972,11 +971,7 @@ mod tests {
         assert_eq!(store.term(259).unwrap(), 4);
         assert_eq!(store.term(260).unwrap(), 9);
         // A snapshot from the leader replaces everything.
-        let mut snap = Snapshot::default();
-        snap.mut_metadata().index = 400;
-        snap.mut_metadata().term = 10;
-        snap.mut_metadata().mut_conf_state().voters = vec![1, 2, 3, 4];
-        snap.data = b"leader state".to_vec().into();
+        let snap = snapshot(400, 10, &[1, 2, 3, 4], b"leader state");
         let hs = HardState {
             term: 10,
             commit: 400,
@@ -986,7 +981,7 @@ mod tests {
             .persist(ReadyWrite {
                 snapshot: Some(&snap),
                 hard_state: Some(&hs),
-                entries: &[entry(401, 10, 8)],
+                entries: &[log_entry(401, 10, 8)],
                 ..Default::default()
             })
             .unwrap();
@@ -1025,7 +1020,7 @@ mod tests {
         ));
         assert!(store
             .persist(ReadyWrite {
-                entries: &[entry(100, 9, 8)],
+                entries: &[log_entry(100, 9, 8)],
                 ..Default::default()
             })
             .is_err());
@@ -1180,7 +1175,7 @@ mod tests {
                 "an entry under the wrong key",
                 |db| {
                     let cf = db.cf_handle(CF_LOG).unwrap();
-                    let value = encode_log_value(&entry(999, 3, 8)).unwrap();
+                    let value = encode_log_value(&log_entry(999, 3, 8)).unwrap();
                     db.put_cf(cf, log_key(180), value).unwrap();
                 },
                 "holds entry",

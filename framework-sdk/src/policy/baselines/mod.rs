@@ -110,10 +110,10 @@ impl<O: BaselineOrder> IntraJobPolicy for Baseline<O> {
 pub(crate) mod test_util {
     use fullerene_proto::messages::OfferKind;
 
-    use crate::job::{Job, StageSpec};
+    use crate::job::Job;
     use crate::policy::OfferContext;
 
-    use fullerene_scheduling::testkit::{machine, res};
+    use crate::testkit::{self, machine, res};
 
     pub(crate) fn offer(free: &str) -> OfferContext {
         let capacity = machine();
@@ -130,21 +130,16 @@ pub(crate) mod test_util {
 
     /// `(id, parents, durations, demand)`
     pub(crate) fn job(stages: &[(u32, &[u32], &[f64], &str)]) -> Job {
-        Job::new(
+        testkit::job(
             "j",
             "g",
             None,
             stages
                 .iter()
-                .map(|(id, parents, durations, demand)| StageSpec {
-                    id: *id,
-                    name: format!("s{id}"),
-                    parents: parents.to_vec(),
-                    durations: durations.to_vec(),
-                    demand: res(demand),
+                .map(|(id, parents, durations, demand)| {
+                    testkit::stage(*id, parents, durations, res(demand))
                 })
                 .collect(),
         )
-        .expect("valid test job")
     }
 }
