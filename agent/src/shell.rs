@@ -261,6 +261,7 @@ where
         SessionConfig {
             follow,
             join_timeout: config.register_timeout,
+            outbox_capacity: fullerene_client::DEFAULT_OUTBOX_CAPACITY,
         },
     )
     .map_err(|_| AgentError::NoMasters)?;
@@ -506,16 +507,20 @@ impl Shell {
     /// Queues a frame for the session, if there is one; a session whose writer has stopped is
     /// lost (what was not acked is resent after the next registration).
     fn send(&mut self, message: AgentToMaster) {
-        if let Err(SendError::WriterStopped) = self.session.send(message) {
-            self.lose_session("the session's writer stopped");
+        if let Err(error @ (SendError::WriterStopped | SendError::Full)) =
+            self.session.send(message)
+        {
+            self.lose_session(&error.to_string());
         }
     }
 
     /// Sends every unacknowledged update again, each task's in order.
     fn resend_unacked(&mut self) {
         let unacked = self.core.unacked().into_iter().map(AgentToMaster::Status);
-        if let Err(SendError::WriterStopped) = self.session.replay(unacked) {
-            self.lose_session("the session's writer stopped");
+        if let Err(error @ (SendError::WriterStopped | SendError::Full)) =
+            self.session.replay(unacked)
+        {
+            self.lose_session(&error.to_string());
         }
     }
 

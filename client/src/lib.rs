@@ -28,4 +28,7 @@ pub use agent::{AgentSession, Registered};
 pub use follow::{Attempt, FollowConfig, Follower, NoMasters, Pacing};
 pub use link::{open, Link, OpenError};
 pub use operator::{OperatorClient, OperatorClientError};
-pub use session::{Answer, Handshake, LeaderSession, SendError, SessionConfig, SessionEvent};
+pub use session::{
+    Answer, Handshake, LeaderSession, SendError, SessionConfig, SessionEvent,
+    DEFAULT_OUTBOX_CAPACITY,
+};

@@ -64,7 +64,18 @@ pub struct SessionConfig {
     pub follow: FollowConfig,
     /// How long an attempt may take, from connecting to the master's answer to the hello.
     pub join_timeout: Duration,
+    /// How many messages may wait for the session's writer. A master that stops reading
+    /// (stuck, or its flow control closed) would otherwise make the queue grow for as long as
+    /// the session lasts; past this, [`LeaderSession::send`] answers [`SendError::Full`] and the
+    /// caller gives the session up (what must arrive is replayed after the next join).
+    /// [`DEFAULT_OUTBOX_CAPACITY`] suits agents and frameworks.
+    pub outbox_capacity: usize,
 }
+
+/// The default [`SessionConfig::outbox_capacity`]: far more than a session queues while its
+/// master reads (a few heartbeats, a burst of updates, a replay of every unacknowledged one on
+/// a busy agent), small enough that a stuck session costs megabytes, not the machine.
+pub const DEFAULT_OUTBOX_CAPACITY: usize = 1 << 16;
 
 /// What the caller must act on.
 pub enum SessionEvent<H: Handshake> {
@@ -120,6 +131,10 @@ pub enum SendError {
     /// [`LeaderSession::lose`].
     #[error("the session's writer stopped")]
     WriterStopped,
+    /// The session's outbox is full: the master is not reading. Give the session up with
+    /// [`LeaderSession::lose`].
+    #[error("the session's outbox is full: the master is not reading")]
+    Full,
 }
 
 /// A session that follows the leader (see the module documentation).
@@ -127,6 +142,7 @@ pub struct LeaderSession<H: Handshake> {
     client: Arc<Client>,
     follower: Follower,
     join_timeout: Duration,
+    outbox_capacity: usize,
     /// The follower's clock.
     clock: SystemClock,
     /// The next attempt: when, and where.
@@ -150,7 +166,7 @@ impl<H: Handshake> fmt::Debug for LeaderSession<H> {
 struct Joined<H: Handshake> {
     addr: SocketAddr,
     connection: Connection,
-    outbox: mpsc::UnboundedSender<H::Up>,
+    outbox: mpsc::Sender<H::Up>,
     writer: JoinHandle<()>,
     rx: FramedRecv,
 }
@@ -199,6 +215,7 @@ impl<H: Handshake> LeaderSession<H> {
             client,
             follower,
             join_timeout: config.join_timeout,
+            outbox_capacity: config.outbox_capacity,
             clock,
             due: None,
             joining: None,
@@ -311,8 +328,11 @@ impl<H: Handshake> LeaderSession<H> {
         let joined = self.joined.as_ref().ok_or(SendError::NotJoined)?;
         joined
             .outbox
-            .send(message)
-            .map_err(|_| SendError::WriterStopped)
+            .try_send(message)
+            .map_err(|error| match error {
+                mpsc::error::TrySendError::Full(_) => SendError::Full,
+                mpsc::error::TrySendError::Closed(_) => SendError::WriterStopped,
+            })
     }
 
     /// Sends again, in order, what the caller says is outstanding (unacknowledged).
@@ -370,7 +390,8 @@ impl<H: Handshake> LeaderSession<H> {
                     welcome,
                 } = *accepted;
                 self.follower.joined();
-                let (outbox, writer) = spawn_writer::<H::Up>(tx, connection.clone());
+                let (outbox, writer) =
+                    spawn_writer::<H::Up>(tx, connection.clone(), self.outbox_capacity);
                 self.joined = Some(Joined {
                     addr,
                     connection,
@@ -488,13 +509,14 @@ async fn join<H: Handshake>(
     }
 }
 
-/// The writer task of a session: sends queued frames in order; on a failure it closes the
-/// connection, which ends the session for the reader too.
+/// The writer task of a session: sends queued frames in order (at most `capacity` wait); on a
+/// failure it closes the connection, which ends the session for the reader too.
 fn spawn_writer<U: Serialize + Send + Sync + 'static>(
     mut tx: FramedSend,
     connection: Connection,
-) -> (mpsc::UnboundedSender<U>, JoinHandle<()>) {
-    let (outbox, mut queue) = mpsc::unbounded_channel::<U>();
+    capacity: usize,
+) -> (mpsc::Sender<U>, JoinHandle<()>) {
+    let (outbox, mut queue) = mpsc::channel::<U>(capacity.max(1));
     let writer = tokio::spawn(async move {
         while let Some(message) = queue.recv().await {
             if let Err(error) = tx.send(&message).await {

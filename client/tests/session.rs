@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fullerene_client::{
-    AgentSession, FollowConfig, LeaderSession, Pacing, Registered, SessionConfig, SessionEvent,
+    AgentSession, FollowConfig, LeaderSession, Pacing, Registered, SendError, SessionConfig,
+    SessionEvent, DEFAULT_OUTBOX_CAPACITY,
 };
 use fullerene_proto::messages::{AgentToMaster, MasterToAgent};
 use fullerene_proto::{AgentId, MasterId};
@@ -51,6 +52,7 @@ async fn follows_a_redirect_joins_replays_and_retries_after_a_loss() {
             seed: 1,
         },
         join_timeout: Duration::from_secs(10),
+        outbox_capacity: DEFAULT_OUTBOX_CAPACITY,
     };
     let mut session =
         LeaderSession::<AgentSession>::new(Arc::new(client), vec![follower_addr], config)
@@ -116,5 +118,58 @@ async fn follows_a_redirect_joins_replays_and_retries_after_a_loss() {
     assert_ne!(next_addr, leader_addr);
     let mut again = follower.accept::<AgentPeer>().await;
     assert_eq!(again.recv().await, AgentToMaster::Heartbeat { seq: 3 });
+    session.close("done");
+}
+
+// One thread, so that the session's writer cannot run between the sends below: the outbox fills
+// exactly as it would behind a master that stopped reading.
+#[tokio::test(flavor = "current_thread")]
+async fn a_full_outbox_is_reported_rather_than_growing() {
+    let certs = TestCerts::new(CertCounts {
+        masters: 1,
+        agents: 1,
+        ..CertCounts::default()
+    });
+    let mut master = FakeMaster::bind(&certs, 1);
+    let client =
+        Client::new(&certs.tls(Role::Agent, 1), TransportConfig::default()).expect("client");
+    let config = SessionConfig {
+        follow: FollowConfig {
+            pacing: Pacing::Backoff {
+                initial: Duration::from_millis(20),
+                max: Duration::from_millis(200),
+            },
+            redirects_at_once: 3,
+            pass_over: Duration::ZERO,
+            seed: 1,
+        },
+        join_timeout: Duration::from_secs(10),
+        outbox_capacity: 2,
+    };
+    let mut session =
+        LeaderSession::<AgentSession>::new(Arc::new(client), vec![master.addr()], config)
+            .expect("masters");
+    attempt(&mut session, 1).await;
+    let mut at_master = master.accept::<AgentPeer>().await;
+    assert_eq!(at_master.recv().await, AgentToMaster::Heartbeat { seq: 1 });
+    at_master
+        .send(&MasterToAgent::Registered {
+            agent_id: AgentId::from("agent-1"),
+            heartbeat_interval_ms: 250,
+            kill: vec![],
+        })
+        .await;
+    assert!(matches!(
+        next(&mut session).await,
+        SessionEvent::Joined { .. }
+    ));
+
+    let mut send = |seq| session.send(AgentToMaster::Heartbeat { seq });
+    assert_eq!(send(10), Ok(()));
+    assert_eq!(send(11), Ok(()));
+    assert_eq!(send(12), Err(SendError::Full));
+    // What was queued still goes out, in order.
+    assert_eq!(at_master.recv().await, AgentToMaster::Heartbeat { seq: 10 });
+    assert_eq!(at_master.recv().await, AgentToMaster::Heartbeat { seq: 11 });
     session.close("done");
 }

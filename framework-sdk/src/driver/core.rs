@@ -163,6 +163,10 @@ struct PendingCall {
     from_scheduler: bool,
 }
 
+/// How many ended tasks a driver remembers the sequence numbers of (see
+/// [`DriverCore::remembered_tasks`]).
+pub const MAX_REMEMBERED_ENDS: usize = 1 << 16;
+
 /// The sans-IO driver (see the module documentation).
 ///
 /// ```
@@ -201,8 +205,11 @@ pub struct DriverCore {
     next_call_id: u64,
     pending: BTreeMap<u64, PendingCall>,
     offers: BTreeMap<OfferId, Offer>,
-    /// Highest status sequence number delivered per task.
+    /// Highest status sequence number delivered per task: every live task, and the last
+    /// [`MAX_REMEMBERED_ENDS`] that ended.
     seen_seq: HashMap<fullerene_proto::TaskId, u64>,
+    /// The tasks whose end was delivered, oldest first, so that the oldest are forgotten.
+    ended: VecDeque<fullerene_proto::TaskId>,
     /// The last demand the scheduler gave, re-sent after every subscription.
     demand: Option<DemandSummary>,
     suppressed: bool,
@@ -237,6 +244,7 @@ impl DriverCore {
             pending: BTreeMap::new(),
             offers: BTreeMap::new(),
             seen_seq: HashMap::new(),
+            ended: VecDeque::new(),
             demand: None,
             suppressed: false,
             queued: VecDeque::new(),
@@ -273,6 +281,24 @@ impl DriverCore {
     /// Calls sent and not yet answered.
     pub fn pending_calls(&self) -> usize {
         self.pending.len()
+    }
+
+    /// Tasks whose delivered sequence numbers are remembered (to drop duplicates).
+    pub fn remembered_tasks(&self) -> usize {
+        self.seen_seq.len()
+    }
+
+    /// Keeps what a task that ended last saw, forgetting the oldest end past
+    /// [`MAX_REMEMBERED_ENDS`]: a driver that runs for months must not remember every task it
+    /// ever ran, and duplicates of an end come only while the master resends it, which stops
+    /// once the acknowledgement commits, long before that many other tasks have ended.
+    fn remember_end(&mut self, task_id: fullerene_proto::TaskId) {
+        self.ended.push_back(task_id);
+        while self.ended.len() > MAX_REMEMBERED_ENDS {
+            if let Some(oldest) = self.ended.pop_front() {
+                self.seen_seq.remove(&oldest);
+            }
+        }
     }
 
     /// The master being connected to, or connected.
@@ -563,6 +589,9 @@ impl DriverCore {
         let mut actions = Vec::with_capacity(2);
         if !duplicate {
             self.seen_seq.insert(update.task_id.clone(), update.seq);
+            if update.state.is_terminal() {
+                self.remember_end(update.task_id.clone());
+            }
             actions.push(Action::Deliver(DriverEvent::Update(update)));
         }
         // Acknowledged after delivery (the shell carries actions out in order), and again for

@@ -297,6 +297,46 @@ fn updates_are_delivered_once_and_always_acknowledged() {
 }
 
 #[test]
+fn only_the_latest_ends_are_remembered_so_a_long_run_does_not_grow_without_bound() {
+    let mut c = core();
+    c.start(T0);
+    subscribe(&mut c, "f1");
+    c.received(
+        MasterToFramework::Update(update("live", 1, TaskState::Running)),
+        T0,
+    );
+    let ends = MAX_REMEMBERED_ENDS + 10;
+    for n in 0..ends {
+        let id = format!("t{n}");
+        c.received(
+            MasterToFramework::Update(update(&id, 1, TaskState::Finished)),
+            T0,
+        );
+    }
+    assert_eq!(
+        c.remembered_tasks(),
+        MAX_REMEMBERED_ENDS + 1,
+        "the live task and the latest ends"
+    );
+    // A late duplicate of a recent end, or of the live task, is still dropped.
+    let recent = format!("t{}", ends - 1);
+    for (id, state) in [
+        (recent.as_str(), TaskState::Finished),
+        ("live", TaskState::Running),
+    ] {
+        let dup = c.received(MasterToFramework::Update(update(id, 1, state)), T0);
+        assert!(events(&dup).is_empty(), "{id}: {dup:?}");
+    }
+    // One of the oldest is forgotten: the bound's price, paid only by a duplicate arriving
+    // after that many other tasks ended.
+    let old = c.received(
+        MasterToFramework::Update(update("t0", 1, TaskState::Finished)),
+        T0,
+    );
+    assert_eq!(events(&old).len(), 1);
+}
+
+#[test]
 fn reconnect_resubscribes_with_the_id_reconciles_and_resends_demand() {
     let mut c = core();
     c.start(T0);
