@@ -199,9 +199,11 @@ impl Executors {
             .envs(inherited_env())
             .env("HOME", &sandbox)
             .env("FULLERENE_SANDBOX", &sandbox)
-            .env("FULLERENE_TASK_ID", spec.id.as_str())
-            .env("FULLERENE_FRAMEWORK_ID", framework_id.as_str())
             .envs(&command.env)
+            // After the spec's own variables, so that they mark the task's processes whatever
+            // the spec says: a restarted agent finds its unrecorded processes by them.
+            .env(TASK_ID_VAR, spec.id.as_str())
+            .env(FRAMEWORK_ID_VAR, framework_id.as_str())
             .env(
                 "FULLERENE_CGROUP_PROCS",
                 procs.as_deref().map(Path::as_os_str).unwrap_or_default(),
@@ -280,12 +282,24 @@ impl Executors {
     pub fn resume(&mut self, resume: &Resume, now: Now) {
         match &resume.runtime {
             None => {
-                // Recorded as launched but not as started: whether a process was spawned is
-                // unknown, so there is nothing to attach to.
+                // Recorded as launched but not as started: the agent stopped between the spawn
+                // and the sync of `Started`, or before the spawn. A process may run that nobody
+                // supervises; it is killed, so that the task, reported gone and launched again
+                // elsewhere, never runs twice (DESIGN.md: at most one instance of a task).
+                let killed = kill_unrecorded(&resume.framework_id, &resume.task_id);
+                if let Limits::Enforced(cgroup) = &self.limits {
+                    cgroup.remove_task(&cgroup_key(&resume.framework_id, &resume.task_id));
+                }
+                let detail = match killed {
+                    0 => "it had not been recorded as started".to_string(),
+                    n => format!(
+                        "it had not been recorded as started; {n} process group(s) it left were killed"
+                    ),
+                };
                 let _ = self.events.send(ExecEvent {
                     task_id: resume.task_id.clone(),
                     outcome: Outcome::Vanished,
-                    detail: "it had not been recorded as started".into(),
+                    detail,
                 });
                 return;
             }
@@ -605,6 +619,63 @@ pub fn parse_stat(text: &str) -> Option<ProcStat> {
 /// Whether `pid` is the live (not zombie) process that started at `start_ticks`.
 pub fn process_alive(pid: i32, start_ticks: u64) -> bool {
     proc_stat(pid).is_some_and(|s| s.start_ticks == start_ticks && !matches!(s.state, 'Z' | 'X'))
+}
+
+/// The variables that mark a task's processes (set after the spec's own, which cannot
+/// override them).
+const TASK_ID_VAR: &str = "FULLERENE_TASK_ID";
+const FRAMEWORK_ID_VAR: &str = "FULLERENE_FRAMEWORK_ID";
+
+/// Kills the process groups of the processes marked as `task_id` of `framework_id` (by their
+/// environment; see [`TASK_ID_VAR`]); returns how many groups. For a task whose process was
+/// spawned but whose start was never recorded. A process that rewrote its own environment
+/// (`exec env -i ...`) is not found this way; with cgroups enforced, it is still in the task's
+/// cgroup, which the caller removes.
+fn kill_unrecorded(framework_id: &FrameworkId, task_id: &TaskId) -> usize {
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return 0;
+    };
+    let wanted = [
+        format!("{TASK_ID_VAR}={task_id}"),
+        format!("{FRAMEWORK_ID_VAR}={framework_id}"),
+    ];
+    let mut groups = std::collections::BTreeSet::new();
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(environ) = fs::read(entry.path().join("environ")) else {
+            continue;
+        };
+        let marked = wanted.iter().all(|var| {
+            environ
+                .split(|&b| b == 0)
+                .any(|item| item == var.as_bytes())
+        });
+        if !marked {
+            continue;
+        }
+        if let Some(stat) = proc_stat(pid).filter(|s| !matches!(s.state, 'Z' | 'X')) {
+            groups.insert(stat.pgrp);
+        }
+    }
+    // Never our own group (an agent that itself runs as a task carries the marks too).
+    if let Some(own) = proc_stat(std::process::id() as i32) {
+        groups.remove(&own.pgrp);
+    }
+    for &pgid in &groups {
+        tracing::warn!(task = %task_id, pgid, "killing the processes of a task whose start was not recorded");
+        // SAFETY: kill(2) with a negative pid signals a process group; no memory is involved.
+        // The group has a live member (just read), so its id is not reused.
+        unsafe {
+            libc::kill(-pgid, libc::SIGKILL);
+        }
+    }
+    groups.len()
 }
 
 /// The live (not zombie) processes of group `pgid`.

@@ -361,6 +361,62 @@ async fn a_restarted_agent_reattaches_and_reports_the_exit_code() {
 }
 
 #[tokio::test]
+async fn a_process_spawned_but_not_recorded_as_started_is_killed_on_recovery_not_doubled() {
+    let mut rig = Rig::new();
+    rig.launch(sh("orphan", "sleep 60"));
+    let Some(Runtime::Process { pid, start_ticks }) = rig
+        .core
+        .task(&TaskId::from("orphan"))
+        .and_then(|e| e.runtime.clone())
+    else {
+        panic!("no process runtime");
+    };
+    // The agent crashes after the spawn, before its `Started` record is synced: the recovered
+    // core knows the launch only.
+    let Rig { executors, dir, .. } = rig;
+    drop(executors);
+    assert!(process_alive(pid, start_ticks));
+    let resume = Resume {
+        task_id: TaskId::from("orphan"),
+        framework_id: FrameworkId::from("fw"),
+        spec: sh("orphan", "sleep 60"),
+        runtime: None,
+        kill: None,
+    };
+    let (mut executors, mut events) = Executors::new(dir.path(), not_enforced());
+    executors.resume(&resume, now());
+    let event = tokio::time::timeout(Duration::from_secs(5), events.recv())
+        .await
+        .expect("at once")
+        .expect("event");
+    assert_eq!(event.outcome, Outcome::Vanished);
+    assert!(event.detail.contains("1 process group"), "{}", event.detail);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !group_members(pid).is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        group_members(pid).is_empty(),
+        "the unrecorded process still runs: it would run twice once relaunched"
+    );
+
+    // Another task's processes are left alone.
+    let mut rig = Rig::new();
+    rig.launch(sh("other", "sleep 60"));
+    let Some(Runtime::Process { pid: other, .. }) = rig
+        .core
+        .task(&TaskId::from("other"))
+        .and_then(|e| e.runtime.clone())
+    else {
+        panic!("no process runtime");
+    };
+    executors.resume(&resume, now());
+    assert!(!group_members(other).is_empty());
+    assert!(rig.executors.kill(&TaskId::from("other"), Duration::ZERO));
+    rig.next_end().await;
+}
+
+#[tokio::test]
 async fn a_reused_pid_is_not_taken_for_the_task() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (mut executors, mut events) = Executors::new(dir.path(), not_enforced());
