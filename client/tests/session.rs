@@ -16,6 +16,23 @@ use fullerene_transport::certs::CertCounts;
 use fullerene_transport::testkit::{within, AgentPeer, FakeMaster, TestCerts};
 use fullerene_transport::{Client, Role, TransportConfig};
 
+/// Quick retries (20 ms to 200 ms, seeded), a 10 s join timeout, and `outbox_capacity`.
+fn config(outbox_capacity: usize) -> SessionConfig {
+    SessionConfig {
+        follow: FollowConfig {
+            pacing: Pacing::Backoff {
+                initial: Duration::from_millis(20),
+                max: Duration::from_millis(200),
+            },
+            redirects_at_once: 3,
+            pass_over: Duration::ZERO,
+            seed: 1,
+        },
+        join_timeout: Duration::from_secs(10),
+        outbox_capacity,
+    }
+}
+
 async fn next(session: &mut LeaderSession<AgentSession>) -> SessionEvent<AgentSession> {
     within(session.next()).await
 }
@@ -41,19 +58,7 @@ async fn follows_a_redirect_joins_replays_and_retries_after_a_loss() {
     let (follower_addr, leader_addr) = (follower.addr(), leader.addr());
     let client =
         Client::new(&certs.tls(Role::Agent, 1), TransportConfig::default()).expect("client");
-    let config = SessionConfig {
-        follow: FollowConfig {
-            pacing: Pacing::Backoff {
-                initial: Duration::from_millis(20),
-                max: Duration::from_millis(200),
-            },
-            redirects_at_once: 3,
-            pass_over: Duration::ZERO,
-            seed: 1,
-        },
-        join_timeout: Duration::from_secs(10),
-        outbox_capacity: DEFAULT_OUTBOX_CAPACITY,
-    };
+    let config = config(DEFAULT_OUTBOX_CAPACITY);
     let mut session =
         LeaderSession::<AgentSession>::new(Arc::new(client), vec![follower_addr], config)
             .expect("masters");
@@ -133,19 +138,7 @@ async fn a_full_outbox_is_reported_rather_than_growing() {
     let mut master = FakeMaster::bind(&certs, 1);
     let client =
         Client::new(&certs.tls(Role::Agent, 1), TransportConfig::default()).expect("client");
-    let config = SessionConfig {
-        follow: FollowConfig {
-            pacing: Pacing::Backoff {
-                initial: Duration::from_millis(20),
-                max: Duration::from_millis(200),
-            },
-            redirects_at_once: 3,
-            pass_over: Duration::ZERO,
-            seed: 1,
-        },
-        join_timeout: Duration::from_secs(10),
-        outbox_capacity: 2,
-    };
+    let config = config(2);
     let mut session =
         LeaderSession::<AgentSession>::new(Arc::new(client), vec![master.addr()], config)
             .expect("masters");

@@ -123,6 +123,18 @@ impl Rig {
     }
 }
 
+/// The pid and start time of `task`'s process, as the core recorded them.
+fn process_of(rig: &Rig, task: &str) -> (i32, u64) {
+    match rig
+        .core
+        .task(&TaskId::from(task))
+        .and_then(|e| e.runtime.clone())
+    {
+        Some(Runtime::Process { pid, start_ticks }) => (pid, start_ticks),
+        other => panic!("no process runtime for {task}: {other:?}"),
+    }
+}
+
 #[tokio::test]
 async fn exit_codes_become_finished_or_failed() {
     let mut rig = Rig::new();
@@ -329,13 +341,7 @@ async fn a_recovered_sleep_keeps_its_deadline() {
 async fn a_restarted_agent_reattaches_and_reports_the_exit_code() {
     let mut rig = Rig::new();
     rig.launch(sh("long", "sleep 2; exit 7"));
-    let Some(Runtime::Process { pid, start_ticks }) = rig
-        .core
-        .task(&TaskId::from("long"))
-        .and_then(|e| e.runtime.clone())
-    else {
-        panic!("no process runtime");
-    };
+    let (pid, start_ticks) = process_of(&rig, "long");
     // The agent "crashes": its supervisors go, the process does not.
     let Rig {
         core,
@@ -364,13 +370,7 @@ async fn a_restarted_agent_reattaches_and_reports_the_exit_code() {
 async fn a_process_spawned_but_not_recorded_as_started_is_killed_on_recovery_not_doubled() {
     let mut rig = Rig::new();
     rig.launch(sh("orphan", "sleep 60"));
-    let Some(Runtime::Process { pid, start_ticks }) = rig
-        .core
-        .task(&TaskId::from("orphan"))
-        .and_then(|e| e.runtime.clone())
-    else {
-        panic!("no process runtime");
-    };
+    let (pid, start_ticks) = process_of(&rig, "orphan");
     // The agent crashes after the spawn, before its `Started` record is synced: the recovered
     // core knows the launch only.
     let Rig { executors, dir, .. } = rig;
@@ -403,13 +403,7 @@ async fn a_process_spawned_but_not_recorded_as_started_is_killed_on_recovery_not
     // Another task's processes are left alone.
     let mut rig = Rig::new();
     rig.launch(sh("other", "sleep 60"));
-    let Some(Runtime::Process { pid: other, .. }) = rig
-        .core
-        .task(&TaskId::from("other"))
-        .and_then(|e| e.runtime.clone())
-    else {
-        panic!("no process runtime");
-    };
+    let (other, _) = process_of(&rig, "other");
     executors.resume(&resume, now());
     assert!(!group_members(other).is_empty());
     assert!(rig.executors.kill(&TaskId::from("other"), Duration::ZERO));
