@@ -30,7 +30,7 @@ use fullerene_proto::messages::{
     UnixMillis,
 };
 use fullerene_proto::resources::ResourceVec;
-use fullerene_proto::time::Now;
+use fullerene_proto::time::{whole_millis, Now};
 use fullerene_scheduling::DEFAULT_OVERBOOK_ALLOWANCE;
 use serde::{Deserialize, Serialize};
 
@@ -495,9 +495,7 @@ impl AgentCore {
                 last_seq: e.last_seq,
                 acked_seq: e.acked_seq,
                 runtime: e.runtime.clone(),
-                kill: e
-                    .kill
-                    .map(|(cause, grace)| (cause, checkpoint_millis(grace))),
+                kill: e.kill.map(|(cause, grace)| (cause, whole_millis(grace))),
             }));
             records.extend(e.unacked.iter().cloned().map(Record::Update));
         }
@@ -741,7 +739,7 @@ impl AgentCore {
             Action::Persist(Record::KillRequested {
                 task_id: task_id.clone(),
                 cause,
-                grace_ms: checkpoint_millis(grace),
+                grace_ms: whole_millis(grace),
             }),
             Action::Kill {
                 task_id: task_id.clone(),
@@ -838,12 +836,6 @@ fn stripped(spec: TaskSpec) -> TaskSpec {
         origin: None,
         kill_grace_ms: spec.kill_grace_ms,
     }
-}
-
-/// A grace period as the checkpoint stores it. Grace periods arrive in whole milliseconds (the
-/// wire's `grace_ms`, a spec's `kill_grace_ms`), so nothing is lost.
-fn checkpoint_millis(grace: Duration) -> u64 {
-    u64::try_from(grace.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn new_entry(framework_id: FrameworkId, spec: TaskSpec, accepted: bool) -> TaskEntry {

@@ -577,6 +577,11 @@ fn signal_group(pgid: i32, start_ticks: u64, signal: i32) {
             return;
         }
     }
+    kill_group(pgid, signal);
+}
+
+/// Sends `signal` to process group `pgid` (a group already gone is not an error).
+fn kill_group(pgid: i32, signal: i32) {
     // SAFETY: kill(2) with a negative pid signals a process group; no memory is involved.
     let rc = unsafe { libc::kill(-pgid, signal) };
     if rc != 0 {
@@ -621,9 +626,10 @@ pub fn process_alive(pid: i32, start_ticks: u64) -> bool {
     proc_stat(pid).is_some_and(|s| s.start_ticks == start_ticks && !matches!(s.state, 'Z' | 'X'))
 }
 
-/// The variables that mark a task's processes (set after the spec's own, which cannot
-/// override them).
+/// The variable that marks a task's processes with its id (set after the spec's own
+/// variables, which cannot override it).
 const TASK_ID_VAR: &str = "FULLERENE_TASK_ID";
+/// The variable that marks a task's processes with its framework's id.
 const FRAMEWORK_ID_VAR: &str = "FULLERENE_FRAMEWORK_ID";
 
 /// Kills the process groups of the processes marked as `task_id` of `framework_id` (by their
@@ -632,23 +638,13 @@ const FRAMEWORK_ID_VAR: &str = "FULLERENE_FRAMEWORK_ID";
 /// (`exec env -i ...`) is not found this way; with cgroups enforced, it is still in the task's
 /// cgroup, which the caller removes.
 fn kill_unrecorded(framework_id: &FrameworkId, task_id: &TaskId) -> usize {
-    let Ok(entries) = fs::read_dir("/proc") else {
-        return 0;
-    };
     let wanted = [
         format!("{TASK_ID_VAR}={task_id}"),
         format!("{FRAMEWORK_ID_VAR}={framework_id}"),
     ];
     let mut groups = std::collections::BTreeSet::new();
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let Ok(environ) = fs::read(entry.path().join("environ")) else {
+    for pid in pids() {
+        let Ok(environ) = fs::read(format!("/proc/{pid}/environ")) else {
             continue;
         };
         let marked = wanted.iter().all(|var| {
@@ -669,22 +665,23 @@ fn kill_unrecorded(framework_id: &FrameworkId, task_id: &TaskId) -> usize {
     }
     for &pgid in &groups {
         tracing::warn!(task = %task_id, pgid, "killing the processes of a task whose start was not recorded");
-        // SAFETY: kill(2) with a negative pid signals a process group; no memory is involved.
         // The group has a live member (just read), so its id is not reused.
-        unsafe {
-            libc::kill(-pgid, libc::SIGKILL);
-        }
+        kill_group(pgid, libc::SIGKILL);
     }
     groups.len()
 }
 
+/// The pids in `/proc` (none if it cannot be read).
+fn pids() -> impl Iterator<Item = i32> {
+    fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+}
+
 /// The live (not zombie) processes of group `pgid`.
 pub fn group_members(pgid: i32) -> Vec<i32> {
-    let Ok(entries) = fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+    pids()
         .filter(|pid| {
             proc_stat(*pid).is_some_and(|s| s.pgrp == pgid && !matches!(s.state, 'Z' | 'X'))
         })

@@ -507,20 +507,25 @@ impl Shell {
     /// Queues a frame for the session, if there is one; a session whose writer has stopped is
     /// lost (what was not acked is resent after the next registration).
     fn send(&mut self, message: AgentToMaster) {
-        if let Err(error @ (SendError::WriterStopped | SendError::Full)) =
-            self.session.send(message)
-        {
-            self.lose_session(&error.to_string());
-        }
+        let sent = self.session.send(message);
+        self.settle_send(sent);
     }
 
     /// Sends every unacknowledged update again, each task's in order.
     fn resend_unacked(&mut self) {
         let unacked = self.core.unacked().into_iter().map(AgentToMaster::Status);
-        if let Err(error @ (SendError::WriterStopped | SendError::Full)) =
-            self.session.replay(unacked)
-        {
-            self.lose_session(&error.to_string());
+        let sent = self.session.replay(unacked);
+        self.settle_send(sent);
+    }
+
+    /// A session that cannot take more (its writer stopped, or its master stopped reading) is
+    /// given up; without a session, what matters is replayed after the next registration.
+    fn settle_send(&mut self, sent: Result<(), SendError>) {
+        match sent {
+            Ok(()) | Err(SendError::NotJoined) => {}
+            Err(error @ (SendError::WriterStopped | SendError::Full)) => {
+                self.lose_session(&error.to_string());
+            }
         }
     }
 

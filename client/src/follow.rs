@@ -27,7 +27,7 @@
 //! use std::time::Duration;
 //!
 //! use fullerene_client::follow::{FollowConfig, Follower, Pacing};
-//! use fullerene_proto::time::Time;
+//! use fullerene_proto::time::{whole_millis, Time};
 //!
 //! let masters = vec!["10.0.0.1:5050".parse().unwrap(), "10.0.0.2:5050".parse().unwrap()];
 //! let config = FollowConfig {
@@ -52,7 +52,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use fullerene_proto::time::Time;
+use fullerene_proto::time::{whole_millis, Time};
 
 /// Where to try next, and after how long.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -319,11 +319,6 @@ impl Follower {
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
     }
-}
-
-/// `span` in whole milliseconds, saturating.
-fn whole_millis(span: Duration) -> u64 {
-    u64::try_from(span.as_millis()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

@@ -138,6 +138,12 @@ impl fmt::Display for Time {
     }
 }
 
+/// A span in whole milliseconds, saturating: what the wire's and the checkpoints' `_ms` fields
+/// carry.
+pub fn whole_millis(span: Duration) -> u64 {
+    u64::try_from(span.as_millis()).unwrap_or(u64::MAX)
+}
+
 /// Microseconds in a second, as scheduling seconds count them.
 const MICROS_PER_SECOND: f64 = 1_000_000.0;
 

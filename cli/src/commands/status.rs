@@ -1,8 +1,6 @@
 //! `fullerene agents`, `fullerene frameworks`, `fullerene tasks`: what the leader knows, for
 //! operators (linearizable reads; any master answers, followers redirect).
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use fullerene_proto::messages::{
@@ -44,7 +42,9 @@ pub(crate) fn agents(args: ClusterArgs, json: &JsonOutput) -> Result<()> {
         OperatorResponse::Agents(agents) => agents,
         other => bail!("unexpected answer to a list of agents: {other:?}"),
     };
-    json.emit(&agents, || render_agents(&agents, now_ms()))
+    json.emit(&agents, || {
+        render_agents(&agents, fullerene_proto::time::wall_clock().as_millis())
+    })
 }
 
 /// `fullerene frameworks`.
@@ -153,12 +153,6 @@ fn render_jobs(jobs: &[JobStatus]) -> String {
         ]);
     }
     out.to_string()
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// `used/total` of one resource, in the resource's unit.

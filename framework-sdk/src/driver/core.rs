@@ -294,7 +294,7 @@ impl DriverCore {
     /// once the acknowledgement commits, long before that many other tasks have ended.
     fn remember_end(&mut self, task_id: fullerene_proto::TaskId) {
         self.ended.push_back(task_id);
-        while self.ended.len() > MAX_REMEMBERED_ENDS {
+        if self.ended.len() > MAX_REMEMBERED_ENDS {
             if let Some(oldest) = self.ended.pop_front() {
                 self.seen_seq.remove(&oldest);
             }

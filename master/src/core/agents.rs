@@ -15,12 +15,13 @@ use std::time::Duration;
 
 use fullerene_proto::ids::AgentId;
 use fullerene_proto::messages::{AgentState, MasterToAgent, Redirect, StatusAck, StatusUpdate};
+use fullerene_proto::time::whole_millis;
 use fullerene_proto::Time;
 
 use fullerene_proto::messages::{ErrorCode, OperatorResponse, WireError};
 use fullerene_proto::Now;
 
-use super::{millis, AgentRegistration, MasterCore, Outbox, Pending, SessionId, Settled};
+use super::{AgentRegistration, MasterCore, Outbox, Pending, SessionId, Settled};
 use crate::state::{ClusterState, Command, CommandOutcome, TaskKey, TaskKill};
 use crate::storage::RaftStore;
 
@@ -300,7 +301,7 @@ impl<S: RaftStore> MasterCore<S> {
                         link.session,
                         MasterToAgent::Registered {
                             agent_id: agent_id.clone(),
-                            heartbeat_interval_ms: millis(interval),
+                            heartbeat_interval_ms: whole_millis(interval),
                             kill,
                         },
                     );

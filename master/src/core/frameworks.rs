@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use fullerene_proto::ids::FrameworkId;
 use fullerene_proto::messages::{MasterToFramework, Redirect, StatusUpdate};
+use fullerene_proto::time::whole_millis;
 use fullerene_proto::Time;
 
 use std::collections::BTreeMap;
@@ -30,8 +31,7 @@ use fullerene_proto::messages::{
 use fullerene_proto::{Now, OfferId};
 
 use super::{
-    millis, operators, FrameworkPending, MasterCore, Outbox, Pending, SessionId, Settled,
-    Subscription,
+    operators, FrameworkPending, MasterCore, Outbox, Pending, SessionId, Settled, Subscription,
 };
 use crate::raft_node::ProposeError;
 use crate::state::{ClusterState, Command, CommandOutcome, TaskKey};
@@ -231,16 +231,15 @@ impl FrameworkSessions {
 
 impl<S: RaftStore> MasterCore<S> {
     /// On the resend timer, sends each connected framework the updates it has not
-    /// acknowledged (the leader's half of at-least-once: pushes into a full session queue are
-    /// dropped, and sessions die with what they carried).
+    /// acknowledged (the leader's half of at-least-once: a framework may have missed a push
+    /// that was under way when its acknowledgement, or its session, was lost).
     pub(super) fn resend_status_updates(&mut self, now: Now) {
         if !self.node.is_leader() || !self.frameworks.resend_due(now.monotonic) {
             return;
         }
-        let connected: Vec<FrameworkId> = self.frameworks.links.keys().cloned().collect();
-        for framework_id in connected {
+        for framework_id in self.frameworks.links.keys() {
             self.frameworks
-                .push_unacked(self.node.state(), &framework_id, &mut self.out);
+                .push_unacked(self.node.state(), framework_id, &mut self.out);
         }
     }
 
@@ -565,7 +564,7 @@ impl<S: RaftStore> MasterCore<S> {
                         call_id,
                         Ok(CallOk::Subscribed {
                             framework_id: framework_id.clone(),
-                            heartbeat_interval_ms: millis(interval),
+                            heartbeat_interval_ms: whole_millis(interval),
                         }),
                     );
                     // What a framework failing over missed, or what its old session dropped.

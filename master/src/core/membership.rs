@@ -5,7 +5,9 @@ use std::net::SocketAddr;
 
 use raft::eraftpb::{ConfChangeType, ConfChangeV2};
 
-use super::{millis, LeaderView, MasterCore, MembershipView, Now, Output, Pending, PROMOTION_LAG};
+use fullerene_proto::time::whole_millis;
+
+use super::{LeaderView, MasterCore, MembershipView, Now, Output, Pending, PROMOTION_LAG};
 use crate::offers::OfferManager;
 use crate::raft_node::MembershipChange;
 use crate::state::Command;
@@ -60,7 +62,7 @@ impl<S: RaftStore> MasterCore<S> {
             self.node.state().settings(),
             self.config.allocator_shards,
             self.node.term(),
-            millis(self.config.offer_ttl),
+            whole_millis(self.config.offer_ttl),
         ) {
             Ok(offers) => self.offers = Some(offers),
             Err(error) => {

@@ -814,8 +814,3 @@ impl<S: RaftStore> MasterCore<S> {
         }
     }
 }
-
-/// A span in whole milliseconds, as the wire carries it.
-fn millis(span: Duration) -> u64 {
-    u64::try_from(span.as_millis()).unwrap_or(u64::MAX)
-}
