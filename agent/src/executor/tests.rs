@@ -94,10 +94,12 @@ impl Rig {
     }
 
     async fn next_end(&mut self) -> ExecEvent {
-        let event = tokio::time::timeout(Duration::from_secs(20), self.events.recv())
-            .await
-            .expect("the task ended in time")
-            .expect("event");
+        let event = next_event(
+            &mut self.events,
+            Duration::from_secs(20),
+            "the task ended in time",
+        )
+        .await;
         self.executors.reap(&event.task_id);
         let actions = self.core.finished(
             &event.task_id,
@@ -121,6 +123,18 @@ impl Rig {
         self.executors
             .sandbox(&FrameworkId::from("fw"), &TaskId::from(task))
     }
+}
+
+/// The next executor event, within `limit` (`what` says what was awaited).
+async fn next_event(
+    events: &mut mpsc::UnboundedReceiver<ExecEvent>,
+    limit: Duration,
+    what: &str,
+) -> ExecEvent {
+    tokio::time::timeout(limit, events.recv())
+        .await
+        .unwrap_or_else(|_| panic!("{what}: no event within {limit:?}"))
+        .expect("the executors' event channel is open")
 }
 
 /// The pid and start time of `task`'s process, as the core recorded them.
@@ -330,10 +344,7 @@ async fn a_recovered_sleep_keeps_its_deadline() {
     // A deadline that passed while the agent was down ends the task at once.
     let now = now();
     executors.resume(&resume(now.wall_ms() - 1_000), now);
-    let event = tokio::time::timeout(Duration::from_secs(5), events.recv())
-        .await
-        .expect("at once")
-        .expect("event");
+    let event = next_event(&mut events, Duration::from_secs(5), "at once").await;
     assert_eq!(event.outcome, Outcome::SleepDone);
 }
 
@@ -359,10 +370,7 @@ async fn a_restarted_agent_reattaches_and_reports_the_exit_code() {
     let resume = core.to_resume();
     assert_eq!(resume.len(), 1);
     executors.resume(&resume[0], now());
-    let event = tokio::time::timeout(Duration::from_secs(20), events.recv())
-        .await
-        .expect("ends")
-        .expect("event");
+    let event = next_event(&mut events, Duration::from_secs(20), "ends").await;
     assert_eq!(event.outcome, Outcome::Exited(7));
 }
 
@@ -385,10 +393,7 @@ async fn a_process_spawned_but_not_recorded_as_started_is_killed_on_recovery_not
     };
     let (mut executors, mut events) = Executors::new(dir.path(), not_enforced());
     executors.resume(&resume, now());
-    let event = tokio::time::timeout(Duration::from_secs(5), events.recv())
-        .await
-        .expect("at once")
-        .expect("event");
+    let event = next_event(&mut events, Duration::from_secs(5), "at once").await;
     assert_eq!(event.outcome, Outcome::Vanished);
     assert!(event.detail.contains("1 process group"), "{}", event.detail);
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -429,10 +434,7 @@ async fn a_reused_pid_is_not_taken_for_the_task() {
         kill: Some((crate::core::KillCause::Framework, Duration::ZERO)),
     };
     executors.resume(&resume, now());
-    let event = tokio::time::timeout(Duration::from_secs(5), events.recv())
-        .await
-        .expect("at once")
-        .expect("event");
+    let event = next_event(&mut events, Duration::from_secs(5), "at once").await;
     assert_eq!(event.outcome, Outcome::Vanished);
 }
 
@@ -476,10 +478,7 @@ async fn with_cgroup_v2_the_wrapper_joins_the_tasks_cgroup_before_the_program_ru
     let Runtime::Process { pid, .. } = started.runtime else {
         panic!("a process runtime");
     };
-    let event = tokio::time::timeout(Duration::from_secs(20), events.recv())
-        .await
-        .expect("ends")
-        .expect("event");
+    let event = next_event(&mut events, Duration::from_secs(20), "ends").await;
     assert_eq!(event.outcome, Outcome::Exited(0));
     let cgroup = hierarchy.path().join("fullerene-agent-1").join("fw%2Ft");
     let procs = fs::read_to_string(cgroup.join("cgroup.procs")).expect("joined");
@@ -514,10 +513,7 @@ async fn a_task_the_oom_killer_ends_fails_as_limit_exceeded() {
     executors
         .start(&FrameworkId::from("fw"), &sh("oom", &script), now())
         .expect("starts");
-    let event = tokio::time::timeout(Duration::from_secs(20), events.recv())
-        .await
-        .expect("ends")
-        .expect("event");
+    let event = next_event(&mut events, Duration::from_secs(20), "ends").await;
     assert_eq!(
         event.outcome,
         Outcome::LimitExceeded("memory (memory.max)".into())
