@@ -374,20 +374,43 @@ async fn a_restarted_agent_reattaches_and_reports_the_exit_code() {
     assert_eq!(event.outcome, Outcome::Exited(7));
 }
 
+/// Waits until process `pid` carries the mark of `task` in its environment, that is until
+/// the spawned child has exec'd.
+fn wait_until_marked(pid: i32, task: &str) {
+    let mark = format!("{TASK_ID_VAR}={task}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let environ = fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        if environ
+            .split(|&b| b == 0)
+            .any(|item| item == mark.as_bytes())
+        {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{pid} never exec'd as {task}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 #[tokio::test]
 async fn a_process_spawned_but_not_recorded_as_started_is_killed_on_recovery_not_doubled() {
+    // The scan for marked processes sees the whole machine: an id of this test process's own
+    // keeps tests running side by side (and a run left over from an earlier one) apart.
+    let orphan = format!("orphan-{}", std::process::id());
     let mut rig = Rig::new();
-    rig.launch(sh("orphan", "sleep 60"));
-    let (pid, start_ticks) = process_of(&rig, "orphan");
+    rig.launch(sh(&orphan, "sleep 60"));
+    let (pid, start_ticks) = process_of(&rig, &orphan);
+    // Until the child has exec'd, its environment is still ours, without the marks.
+    wait_until_marked(pid, &orphan);
     // The agent crashes after the spawn, before its `Started` record is synced: the recovered
     // core knows the launch only.
     let Rig { executors, dir, .. } = rig;
     drop(executors);
     assert!(process_alive(pid, start_ticks));
     let resume = Resume {
-        task_id: TaskId::from("orphan"),
+        task_id: TaskId::from(orphan.as_str()),
         framework_id: FrameworkId::from("fw"),
-        spec: sh("orphan", "sleep 60"),
+        spec: sh(&orphan, "sleep 60"),
         runtime: None,
         kill: None,
     };
