@@ -3,11 +3,12 @@
 //! - `command` runs the task's program in its sandbox directory
 //!   (`<work-dir>/sandboxes/<framework>/<task>`), with stdout and stderr in the files `stdout`
 //!   and `stderr` there, and a clean environment (`PATH`, `LANG`, `LC_ALL` and `TZ` from the
-//!   agent; `HOME` and `FULLERENE_SANDBOX` the sandbox; `FULLERENE_TASK_ID` and
-//!   `FULLERENE_FRAMEWORK_ID`; then the task's own variables), under a small `/bin/sh` wrapper that leads its own process group and
-//!   writes the program's exit code to `.fullerene-exit-code` in the sandbox: the code survives
-//!   an agent crash. With cgroups v2 the wrapper joins the task's cgroup before it starts the
-//!   program ([`crate::cgroups`]).
+//!   agent; `HOME` the sandbox; then the task's own variables; then, which the task cannot
+//!   override, `FULLERENE_SANDBOX`, `FULLERENE_TASK_ID` and `FULLERENE_FRAMEWORK_ID`), under a
+//!   small `/bin/sh` wrapper that leads its own process group and writes the program's exit
+//!   code to `.fullerene-exit-code` in the sandbox: the code survives an agent crash. With
+//!   cgroups v2 the wrapper joins the task's cgroup before it starts the program
+//!   ([`crate::cgroups`]).
 //! - `sleep` runs no process and finishes at a wall-clock deadline, which the core checkpoints,
 //!   so a restarted agent finishes it on time.
 //!
@@ -198,10 +199,10 @@ impl Executors {
             .env_clear()
             .envs(inherited_env())
             .env("HOME", &sandbox)
-            .env("FULLERENE_SANDBOX", &sandbox)
             .envs(&command.env)
             // After the spec's own variables, so that they mark the task's processes whatever
             // the spec says: a restarted agent finds its unrecorded processes by them.
+            .env(SANDBOX_VAR, &sandbox)
             .env(TASK_ID_VAR, spec.id.as_str())
             .env(FRAMEWORK_ID_VAR, framework_id.as_str())
             .env(
@@ -286,7 +287,8 @@ impl Executors {
                 // and the sync of `Started`, or before the spawn. A process may run that nobody
                 // supervises; it is killed, so that the task, reported gone and launched again
                 // elsewhere, never runs twice (DESIGN.md: at most one instance of a task).
-                let killed = kill_unrecorded(&resume.framework_id, &resume.task_id);
+                let sandbox = self.sandbox(&resume.framework_id, &resume.task_id);
+                let killed = kill_unrecorded(&sandbox, &resume.framework_id, &resume.task_id);
                 if let Limits::Enforced(cgroup) = &self.limits {
                     cgroup.remove_task(&cgroup_key(&resume.framework_id, &resume.task_id));
                 }
@@ -631,16 +633,26 @@ pub fn process_alive(pid: i32, start_ticks: u64) -> bool {
 const TASK_ID_VAR: &str = "FULLERENE_TASK_ID";
 /// The variable that marks a task's processes with its framework's id.
 const FRAMEWORK_ID_VAR: &str = "FULLERENE_FRAMEWORK_ID";
+/// The variable that marks a task's processes with its sandbox, which is under one agent's
+/// work directory: two agents on one machine may both have run the task (lost on one,
+/// launched again on the other), and each kills only its own.
+const SANDBOX_VAR: &str = "FULLERENE_SANDBOX";
 
-/// Kills the process groups of the processes marked as `task_id` of `framework_id` (by their
-/// environment; see [`TASK_ID_VAR`]); returns how many groups. For a task whose process was
-/// spawned but whose start was never recorded. A process that rewrote its own environment
-/// (`exec env -i ...`) is not found this way; with cgroups enforced, it is still in the task's
-/// cgroup, which the caller removes.
-fn kill_unrecorded(framework_id: &FrameworkId, task_id: &TaskId) -> usize {
+/// Kills the process groups of the processes marked as `task_id` of `framework_id` run in
+/// `sandbox` (by their environment; see [`TASK_ID_VAR`]); returns how many groups. For a task
+/// whose process was spawned but whose start was never recorded. A process that rewrote its
+/// own environment (`exec env -i ...`) is not found this way; with cgroups enforced, it is
+/// still in the task's cgroup, which the caller removes. A child the agent forked but that had
+/// not yet exec'd when the agent stopped still shows the agent's environment; the agent's own
+/// restart takes far longer than that exec.
+fn kill_unrecorded(sandbox: &Path, framework_id: &FrameworkId, task_id: &TaskId) -> usize {
+    use std::os::unix::ffi::OsStrExt;
+    let mut sandbox_mark = format!("{SANDBOX_VAR}=").into_bytes();
+    sandbox_mark.extend_from_slice(sandbox.as_os_str().as_bytes());
     let wanted = [
-        format!("{TASK_ID_VAR}={task_id}"),
-        format!("{FRAMEWORK_ID_VAR}={framework_id}"),
+        format!("{TASK_ID_VAR}={task_id}").into_bytes(),
+        format!("{FRAMEWORK_ID_VAR}={framework_id}").into_bytes(),
+        sandbox_mark,
     ];
     let mut groups = std::collections::BTreeSet::new();
     for pid in pids() {
@@ -650,7 +662,7 @@ fn kill_unrecorded(framework_id: &FrameworkId, task_id: &TaskId) -> usize {
         let marked = wanted.iter().all(|var| {
             environ
                 .split(|&b| b == 0)
-                .any(|item| item == var.as_bytes())
+                .any(|item| item == var.as_slice())
         });
         if !marked {
             continue;

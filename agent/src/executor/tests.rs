@@ -428,14 +428,24 @@ async fn a_process_spawned_but_not_recorded_as_started_is_killed_on_recovery_not
         "the unrecorded process still runs: it would run twice once relaunched"
     );
 
-    // Another task's processes are left alone.
+    // Another task's processes are left alone, and so are those of the same task run by
+    // another agent on this machine (lost here, launched again there).
     let mut rig = Rig::new();
     rig.launch(sh("other", "sleep 60"));
+    rig.launch(sh(&orphan, "sleep 60"));
     let (other, _) = process_of(&rig, "other");
+    let (relaunched, _) = process_of(&rig, &orphan);
+    wait_until_marked(other, "other");
+    wait_until_marked(relaunched, &orphan);
     executors.resume(&resume, now());
+    let event = next_event(&mut events, Duration::from_secs(5), "at once").await;
+    assert_eq!(event.detail, "it had not been recorded as started");
     assert!(!group_members(other).is_empty());
-    assert!(rig.executors.kill(&TaskId::from("other"), Duration::ZERO));
-    rig.next_end().await;
+    assert!(!group_members(relaunched).is_empty());
+    for task in ["other", orphan.as_str()] {
+        assert!(rig.executors.kill(&TaskId::from(task), Duration::ZERO));
+        rig.next_end().await;
+    }
 }
 
 #[tokio::test]
