@@ -34,4 +34,4 @@ pub mod shell;
 mod tests;
 
 pub use self::core::{Action, DriverConfig, DriverCore, DriverError, DriverEvent};
-pub use self::shell::{run, run_with_client, DriverHandle, RunOptions, Scheduler};
+pub use self::shell::{deliver, run, run_with_client, DriverHandle, RunOptions, Scheduler};

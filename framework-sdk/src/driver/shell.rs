@@ -68,13 +68,20 @@ pub struct DriverHandle {
 }
 
 impl DriverHandle {
-    fn new(now: Time) -> DriverHandle {
+    /// A handle for one callback at `now`, for the framework `framework_id` (once subscribed).
+    /// Shells make one per callback; see [`deliver`].
+    pub fn new(now: Time, framework_id: Option<FrameworkId>) -> DriverHandle {
         DriverHandle {
             calls: Vec::new(),
             stop: false,
             now,
-            framework_id: None,
+            framework_id,
         }
+    }
+
+    /// What the callback asked for: its calls, in order, and whether the driver must stop.
+    pub fn into_calls(self) -> (Vec<FrameworkRequest>, bool) {
+        (self.calls, self.stop)
     }
 
     /// When the callback was called: a reading of the driver's monotonic clock
@@ -136,6 +143,32 @@ impl DriverHandle {
         self.call(FrameworkRequest::Teardown);
         self.stop = true;
     }
+}
+
+/// Hands one event of the core to the scheduler's callback for it; returns the error when the
+/// event is the driver's end. The sans-IO half of a shell's `Deliver`: the tokio shell and the
+/// whole-system simulation both call it, then feed the handle's calls to [`DriverCore::call`].
+pub fn deliver<S: Scheduler + ?Sized>(
+    scheduler: &mut S,
+    handle: &mut DriverHandle,
+    event: DriverEvent,
+) -> Option<DriverError> {
+    match event {
+        DriverEvent::Registered { framework_id } => scheduler.registered(handle, &framework_id),
+        DriverEvent::Reconnected { framework_id } => scheduler.reconnected(handle, &framework_id),
+        DriverEvent::Disconnected { reason } => scheduler.disconnected(handle, &reason),
+        DriverEvent::Offers(offers) => scheduler.offers(handle, offers),
+        DriverEvent::Rescinded(ids) => scheduler.rescinded(handle, &ids),
+        DriverEvent::Update(update) => scheduler.status_update(handle, &update),
+        DriverEvent::CallFailed { request, error } => {
+            scheduler.call_failed(handle, &request, &error);
+        }
+        DriverEvent::Fatal(error) => {
+            scheduler.fatal(&error);
+            return Some(error);
+        }
+    }
+    None
 }
 
 /// How the shell runs.
@@ -291,9 +324,7 @@ impl Shell {
     }
 
     fn handle(&self, core: &DriverCore) -> DriverHandle {
-        let mut handle = DriverHandle::new(self.now());
-        handle.framework_id = core.framework_id().cloned();
-        handle
+        DriverHandle::new(self.now(), core.framework_id().cloned())
     }
 
     fn tick<S: Scheduler>(&mut self, scheduler: &mut S, core: &mut DriverCore) -> Vec<Action> {
@@ -304,11 +335,11 @@ impl Shell {
 
     /// Feeds what the scheduler asked for in one callback to the core, in order.
     fn drain(&mut self, core: &mut DriverCore, handle: DriverHandle) -> Vec<Action> {
-        if handle.stop {
+        let (calls, stop) = handle.into_calls();
+        if stop {
             self.stopping = true;
         }
-        handle
-            .calls
+        calls
             .into_iter()
             .flat_map(|request| core.call(request))
             .collect()
@@ -345,28 +376,8 @@ impl Shell {
                 }
                 Action::Deliver(event) => {
                     let mut handle = self.handle(core);
-                    match event {
-                        DriverEvent::Registered { framework_id } => {
-                            scheduler.registered(&mut handle, &framework_id);
-                        }
-                        DriverEvent::Reconnected { framework_id } => {
-                            scheduler.reconnected(&mut handle, &framework_id);
-                        }
-                        DriverEvent::Disconnected { reason } => {
-                            scheduler.disconnected(&mut handle, &reason);
-                        }
-                        DriverEvent::Offers(offers) => scheduler.offers(&mut handle, offers),
-                        DriverEvent::Rescinded(ids) => scheduler.rescinded(&mut handle, &ids),
-                        DriverEvent::Update(update) => {
-                            scheduler.status_update(&mut handle, &update);
-                        }
-                        DriverEvent::CallFailed { request, error } => {
-                            scheduler.call_failed(&mut handle, &request, &error);
-                        }
-                        DriverEvent::Fatal(error) => {
-                            scheduler.fatal(&error);
-                            self.fatal = Some(error);
-                        }
+                    if let Some(error) = deliver(scheduler, &mut handle, event) {
+                        self.fatal = Some(error);
                     }
                     // After what the core already queued: the acknowledgement of an update
                     // goes out before whatever the scheduler did about it (a teardown), and
