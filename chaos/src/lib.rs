@@ -7,6 +7,9 @@
 //! * [`storage_suite`]: the conformance suite every
 //!   [`RaftStore`](fullerene_master::storage::RaftStore) passes, run on the in-memory and the
 //!   RocksDB store ([`raft_store_conformance!`]).
+//! * [`system`]: the whole-system deterministic simulation: masters, agents and frameworks
+//!   (real cores) under seeded faults on a virtual clock, and the invariant checker that reads
+//!   the run's history.
 //! * [`cluster`]: fault injection on real processes. [`LocalMasters`] starts
 //!   `fullerene master` processes on loopback, kills them with SIGKILL and restarts them on
 //!   their data directories; the integration tests (`tests/`) and `fullerene bench raft` drive
@@ -15,5 +18,6 @@
 pub mod cluster;
 pub mod raft_sim;
 pub mod storage_suite;
+pub mod system;
 
 pub use cluster::{free_loopback_addr, free_loopback_tcp_addr, ClusterError, LocalMasters};

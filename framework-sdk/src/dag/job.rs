@@ -176,6 +176,12 @@ pub struct DagJob {
     had_runnable: bool,
     /// Accepts the master refused since the last status update of one of this job's tasks.
     refused_in_a_row: u32,
+    /// Launches whose accept's outcome is unknown (the session was lost before its answer)
+    /// and of which no update has come since: reconciled explicitly after every
+    /// (re)subscription until one does, since the implicit reconciliation answers only for
+    /// the tasks the master knows, and one explicit reconcile may itself be lost with its
+    /// session.
+    unconfirmed: BTreeSet<TaskId>,
 }
 
 /// Accepts refused in a row (with no task of the job making progress in between) after which
@@ -221,6 +227,7 @@ impl DagJob {
             refused_in_a_row: 0,
             last_demand: None,
             had_runnable: true,
+            unconfirmed: BTreeSet::new(),
         };
         if !dag.config.policy.needs_pri_scores() || dag.config.plan_cluster.is_some() {
             dag.ensure_policy()?;
@@ -260,6 +267,11 @@ impl DagJob {
     pub fn on_subscribed(&mut self) -> Vec<FrameworkRequest> {
         self.last_demand = None;
         let mut out = Vec::new();
+        if !self.unconfirmed.is_empty() {
+            out.push(FrameworkRequest::Reconcile {
+                task_ids: self.unconfirmed.iter().cloned().collect(),
+            });
+        }
         self.push_demand(&mut out);
         out
     }
@@ -383,6 +395,7 @@ impl DagJob {
     /// Takes a task's new status into account.
     pub fn on_update(&mut self, update: &StatusUpdate, now: Time) -> Vec<FrameworkRequest> {
         let mut out = Vec::new();
+        self.unconfirmed.remove(&update.task_id);
         let Some(&(task, launch)) = self.launches.get(&update.task_id) else {
             tracing::debug!(task = %update.task_id, "update for a task this job does not know");
             return out;
@@ -473,6 +486,7 @@ impl DagJob {
             }
         }
         if !unknown.is_empty() {
+            self.unconfirmed.extend(unknown.iter().cloned());
             out.push(FrameworkRequest::Reconcile { task_ids: unknown });
         }
         if !self.is_done() {

@@ -208,6 +208,29 @@ fn refused_accepts_return_tasks_and_unknown_outcomes_are_reconciled() {
     );
     assert_eq!(dag.progress().failed_attempts, 0);
     assert_eq!(dag.progress().running, 1);
+    // The explicit reconcile may be lost with its session too: every (re)subscription asks
+    // again about what is still unconfirmed, until an update for it comes (found by the
+    // whole-system simulation, seed 149: the job waited for ever on a task nobody knew).
+    let still_unknown = vec![tasks[1].id.clone()];
+    let calls = dag.on_subscribed();
+    assert!(calls.contains(&FrameworkRequest::Reconcile {
+        task_ids: still_unknown.clone()
+    }));
+    dag.on_update(
+        &update(
+            &tasks[1].id,
+            TaskState::Lost,
+            Some(StatusReason::UnknownTask),
+        ),
+        t(40),
+    );
+    let calls = dag.on_subscribed();
+    assert!(
+        !calls
+            .iter()
+            .any(|c| matches!(c, FrameworkRequest::Reconcile { .. })),
+        "{calls:?}"
+    );
 }
 
 #[test]

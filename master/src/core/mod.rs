@@ -410,6 +410,12 @@ impl<S: RaftStore> MasterCore<S> {
         &self.node
     }
 
+    /// The entries applied since the last call (see
+    /// [`RaftNode::take_apply_trace`]): empty unless the node traces them.
+    pub fn take_apply_trace(&mut self) -> Vec<crate::raft_node::AppliedTrace> {
+        self.node.take_apply_trace()
+    }
+
     /// The configuration.
     pub fn config(&self) -> &CoreConfig {
         &self.config
