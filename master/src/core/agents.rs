@@ -10,7 +10,7 @@
 //! leader last heard from it), so a failover delays the detection of a dead agent by at most one
 //! timeout, and never declares a live one lost.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use fullerene_proto::ids::AgentId;
@@ -71,10 +71,10 @@ pub(crate) enum AgentPending {
 #[derive(Debug, Default)]
 pub(crate) struct AgentSessions {
     timeouts: AgentTimeouts,
-    links: HashMap<AgentId, AgentLink>,
-    last_heard: HashMap<AgentId, Time>,
+    links: BTreeMap<AgentId, AgentLink>,
+    last_heard: BTreeMap<AgentId, Time>,
     /// The wall-clock time of `last_heard`, for operators.
-    last_heard_ms: HashMap<AgentId, u64>,
+    last_heard_ms: BTreeMap<AgentId, u64>,
     /// Marks proposed and not yet applied, so a tick does not propose them again.
     marks_in_flight: BTreeSet<(AgentId, AgentState)>,
 }
@@ -100,7 +100,7 @@ impl AgentSessions {
     /// This master stopped leading: agents are sent to the new leader (or told none is
     /// known), their sessions closed, and forgotten.
     pub(crate) fn on_lost_leadership(&mut self, redirect: &Redirect, out: &mut Outbox) {
-        for (_, link) in self.links.drain() {
+        for (_, link) in std::mem::take(&mut self.links) {
             out.send_agent(link.session, MasterToAgent::Redirect(redirect.clone()));
             out.close(link.session);
         }

@@ -13,7 +13,6 @@
 //! the old one last saw a framework, so it gives every framework without a session here the
 //! whole timeout from the moment it took over: a failover delays a teardown, never hastens it.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use fullerene_proto::ids::FrameworkId;
@@ -49,9 +48,9 @@ pub(crate) struct FrameworkLink {
 /// The leader's framework sessions and failover clocks.
 #[derive(Debug)]
 pub(crate) struct FrameworkSessions {
-    links: HashMap<FrameworkId, FrameworkLink>,
+    links: BTreeMap<FrameworkId, FrameworkLink>,
     /// Since when each framework without a session on this leader has been without one.
-    absent_since: HashMap<FrameworkId, Time>,
+    absent_since: BTreeMap<FrameworkId, Time>,
     /// Teardowns proposed and not yet applied.
     teardowns_in_flight: std::collections::BTreeSet<FrameworkId>,
     /// How often unacknowledged status updates are sent again.
@@ -63,8 +62,8 @@ pub(crate) struct FrameworkSessions {
 impl FrameworkSessions {
     pub(crate) fn new(resend_interval: Duration) -> FrameworkSessions {
         FrameworkSessions {
-            links: HashMap::new(),
-            absent_since: HashMap::new(),
+            links: BTreeMap::new(),
+            absent_since: BTreeMap::new(),
             teardowns_in_flight: std::collections::BTreeSet::new(),
             resend_interval,
             next_resend: Time::ZERO,
@@ -111,7 +110,7 @@ impl FrameworkSessions {
     /// This master stopped leading: frameworks are sent to the new leader, their sessions
     /// closed, and forgotten.
     pub(crate) fn on_lost_leadership(&mut self, redirect: &Redirect, out: &mut Outbox) {
-        for (_, link) in self.links.drain() {
+        for (_, link) in std::mem::take(&mut self.links) {
             out.send_framework(link.session, MasterToFramework::Redirect(redirect.clone()));
             out.close(link.session);
         }

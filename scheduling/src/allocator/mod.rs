@@ -75,7 +75,7 @@ pub mod state;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 pub use standalone::StandaloneAllocator;
 pub use state::{
@@ -456,7 +456,7 @@ pub struct Allocator {
     epsilon: EtaEstimator,
     /// Distinct agent capacities (bit patterns) with their agent counts: which task shapes can
     /// run at all.
-    capacity_classes: HashMap<[u64; NUM_RESOURCES], (ResourceVec, usize)>,
+    capacity_classes: BTreeMap<[u64; NUM_RESOURCES], (ResourceVec, usize)>,
 }
 
 /// Beyond this many distinct machine capacities, "fits some machine" is checked against their
@@ -482,7 +482,7 @@ impl Allocator {
             inflight_total: 0.0,
             eta: EtaEstimator::new(DEFAULT_ETA_MULTIPLIER),
             epsilon: EtaEstimator::new(TETRIS_EPSILON_MULTIPLIER),
-            capacity_classes: HashMap::new(),
+            capacity_classes: BTreeMap::new(),
         })
     }
 
