@@ -83,6 +83,10 @@ enum Commands {
     Frameworks(commands::cluster::ClusterArgs),
     /// The tasks the masters track (all, or one framework's with `--framework`).
     Tasks(commands::status::TasksArgs),
+    /// Fault injection: the whole-system deterministic simulation under seeded faults, with
+    /// the invariant checker's verdict.
+    #[command(subcommand)]
+    Chaos(commands::chaos::ChaosCommand),
     /// Benchmarks on real processes (Raft commit rate, latency and failover time).
     #[command(subcommand)]
     Bench(commands::bench::BenchCommand),
@@ -120,7 +124,11 @@ fn run() -> Result<()> {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
-    init_tracing(&cli.log_level)?;
+    // The simulation's cores log what production would (a refused update, a lost quorum), by
+    // the thousand per second: `chaos sim` logs only when asked.
+    let quiet = matches!(cli.command, Commands::Chaos(_))
+        && matches.value_source("log_level") == Some(clap::parser::ValueSource::DefaultValue);
+    init_tracing(if quiet { "off" } else { &cli.log_level })?;
     let json = JsonOutput::from_flag(cli.json);
     match cli.command {
         Commands::Certs(cmd) => commands::certs::run(cmd, &json),
@@ -130,6 +138,7 @@ fn run() -> Result<()> {
         Commands::Agent(args) => commands::agent::run(args),
         Commands::Cluster(cmd) => commands::cluster::run(cmd, &json),
         Commands::Bench(cmd) => commands::bench::run(cmd, &json),
+        Commands::Chaos(cmd) => commands::chaos::run(cmd, &json),
         Commands::Job(cmd) => commands::job::run(cmd, &json),
         Commands::Dev(args) => commands::dev::run(args, &json),
         Commands::Agents(args) => commands::status::agents(args, &json),

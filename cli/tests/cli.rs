@@ -268,3 +268,62 @@ fn masters_and_agents_refuse_the_same_bad_allowances_with_the_same_words() {
         assert_eq!(reason(&master), reason(&agent), "{bad}");
     }
 }
+
+#[test]
+fn chaos_sim_reports_faults_and_checks_and_refuses_unknown_faults() {
+    let out = run(&[
+        "chaos", "sim", "--seeds", "3", "--agents", "5", "--jobs", "3", "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(report["seeds"], 3);
+    assert_eq!(report["violations"].as_array().map(Vec::len), Some(0));
+    assert_eq!(report["jobs_completed"], report["jobs_submitted"]);
+    assert!(report["checks"]["at-most-one-instance"].as_u64() > Some(0));
+    assert!(report["faults_injected"]
+        .as_object()
+        .is_some_and(|f| !f.is_empty()));
+    assert!(
+        stderr(&out).is_empty(),
+        "chaos sim logs only when asked: {}",
+        stderr(&out)
+    );
+
+    // One seed replays into a trace file.
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("trace.txt");
+    let out = run(&[
+        "chaos",
+        "sim",
+        "--seed",
+        "2",
+        "--agents",
+        "5",
+        "--jobs",
+        "3",
+        "--faults",
+        "partition,pause",
+        "--trace",
+        trace.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = std::fs::read_to_string(&trace).expect("trace written");
+    assert!(
+        text.contains("subscribed as"),
+        "{}",
+        &text[..text.len().min(2_000)]
+    );
+    assert!(
+        stdout(&out).contains("one-leader-per-term"),
+        "{}",
+        stdout(&out)
+    );
+
+    let out = run(&["chaos", "sim", "--faults", "gremlins"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("unknown fault kind `gremlins`"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -4,6 +4,7 @@
 pub(crate) mod agent;
 pub(crate) mod bench;
 pub(crate) mod certs;
+pub(crate) mod chaos;
 pub(crate) mod cluster;
 pub(crate) mod dev;
 pub(crate) mod job;
