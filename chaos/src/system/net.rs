@@ -3,14 +3,18 @@
 //! break on partitions and crashes; each end notices a break after the idle timeout).
 //!
 //! The master's end of a session mirrors its shell's session tasks
-//! (`master/src/server/sessions.rs`, `serve_agent` and `serve_framework`).
+//! (`master/src/server/sessions.rs`, `serve_agent` and `serve_framework`), with the same rules
+//! (`fullerene_master::core::session_rules`).
 
 use std::time::Duration;
 
+use fullerene_master::core::session_rules::{
+    agent_must_register_first, ends_agent_session, ends_framework_session,
+    framework_must_subscribe_first, refuse_framework_call, subscribed_as,
+};
 use fullerene_master::core::{AgentRegistration, Input, SessionId, Subscription};
 use fullerene_proto::messages::{
-    AgentToMaster, CallOk, ErrorCode, FrameworkCall, FrameworkRequest, MasterToAgent,
-    MasterToFramework, WireError,
+    AgentToMaster, FrameworkCall, FrameworkRequest, MasterToAgent, MasterToFramework,
 };
 use fullerene_proto::{AgentId, FrameworkId, Time};
 use raft::eraftpb::{Message, MessageType};
@@ -300,11 +304,8 @@ impl World {
                 );
             }
             (MasterSide::Opening, Frame::AgentUp(_)) => {
-                let error = WireError::new(
-                    ErrorCode::InvalidRequest,
-                    "an agent session must start with Register",
-                );
-                self.send_frame(conn, false, Frame::AgentDown(MasterToAgent::Error(error)));
+                let error = agent_must_register_first();
+                self.send_frame(conn, false, Frame::AgentDown(error));
                 self.end_master_side(conn);
             }
             (MasterSide::Agent(agent_id), Frame::AgentUp(message)) => {
@@ -342,13 +343,7 @@ impl World {
                     failover_timeout_ms,
                 } = first.call
                 else {
-                    let reply = MasterToFramework::CallResult {
-                        call_id: first.call_id,
-                        result: Err(WireError::new(
-                            ErrorCode::InvalidRequest,
-                            "a framework session must start with Subscribe",
-                        )),
-                    };
+                    let reply = framework_must_subscribe_first(&first);
                     self.send_frame(conn, false, Frame::FrameworkDown(reply));
                     self.end_master_side(conn);
                     return;
@@ -372,18 +367,7 @@ impl World {
                 );
             }
             (MasterSide::Framework(subscribed), Frame::FrameworkUp(call)) => {
-                let refusal = match (&subscribed, &call.call) {
-                    (_, FrameworkRequest::Subscribe { .. }) => {
-                        Some("already subscribed on this session")
-                    }
-                    (None, _) => Some("the subscription is not answered yet"),
-                    (Some(_), _) => None,
-                };
-                if let Some(why) = refusal {
-                    let reply = MasterToFramework::CallResult {
-                        call_id: call.call_id,
-                        result: Err(WireError::new(ErrorCode::InvalidRequest, why)),
-                    };
+                if let Some(reply) = refuse_framework_call(subscribed.is_some(), &call) {
                     self.send_frame(conn, false, Frame::FrameworkDown(reply));
                     return;
                 }
@@ -464,10 +448,7 @@ impl World {
         if !self.conns.get(&conn).is_some_and(Conn::master_open) {
             return;
         }
-        let ends = matches!(
-            message,
-            MasterToAgent::Redirect(_) | MasterToAgent::Error(_)
-        );
+        let ends = ends_agent_session(&message);
         self.send_frame(conn, false, Frame::AgentDown(message));
         if ends {
             self.end_master_side(conn);
@@ -483,20 +464,11 @@ impl World {
             return;
         }
         let mut subscribed = matches!(c.master_side, MasterSide::Framework(Some(_)));
-        if let MasterToFramework::CallResult {
-            result: Ok(CallOk::Subscribed { framework_id, .. }),
-            ..
-        } = &message
-        {
+        if let Some(framework_id) = subscribed_as(&message) {
             self.set_master_side(conn, MasterSide::Framework(Some(framework_id.clone())));
             subscribed = true;
         }
-        let ends = matches!(message, MasterToFramework::Redirect(_))
-            || (!subscribed
-                && matches!(
-                    message,
-                    MasterToFramework::CallResult { result: Err(_), .. }
-                ));
+        let ends = ends_framework_session(subscribed, &message);
         self.send_frame(conn, false, Frame::FrameworkDown(message));
         if ends {
             self.end_master_side(conn);

@@ -452,7 +452,6 @@ impl World {
         agent.supervised.clear();
         agent.session = AgentSession::Idle;
         agent.acked_since_retry = true;
-        let incarnation = agent.incarnation;
         // The executor finds its tasks again (`Executors::resume`).
         let resumes = self.agents[i]
             .core
@@ -509,28 +508,26 @@ impl World {
         let now = self.now;
         let first = self.agents[i].follower.start(now);
         self.schedule_attempt(i, first);
+        self.agent_timer_after(i, STATUS_RETRY, AgentTimer::Retry);
+    }
+
+    /// Sets one of agent `i`'s timers, for its current incarnation.
+    fn agent_timer_after(&mut self, i: usize, delay: Duration, timer: AgentTimer) {
+        let incarnation = self.agents[i].incarnation;
         self.after(
-            STATUS_RETRY,
+            delay,
             Event::Agent {
                 agent: i,
                 incarnation,
-                timer: AgentTimer::Retry,
+                timer,
             },
         );
     }
 
     fn schedule_attempt(&mut self, i: usize, attempt: Attempt) {
-        let incarnation = self.agents[i].incarnation;
         self.agents[i].session = AgentSession::Idle;
         self.agents[i].next_attempt = Some(attempt.addr);
-        self.after(
-            attempt.delay,
-            Event::Agent {
-                agent: i,
-                incarnation,
-                timer: AgentTimer::Attempt,
-            },
-        );
+        self.agent_timer_after(i, attempt.delay, AgentTimer::Attempt);
     }
 
     pub(crate) fn agent_timer(&mut self, i: usize, incarnation: u64, timer: AgentTimer) {
@@ -572,14 +569,7 @@ impl World {
                 self.agents[i].heartbeat_seq += 1;
                 let seq = self.agents[i].heartbeat_seq;
                 self.send_frame(conn, true, Frame::AgentUp(AgentToMaster::Heartbeat { seq }));
-                self.after(
-                    period,
-                    Event::Agent {
-                        agent: i,
-                        incarnation,
-                        timer: AgentTimer::Heartbeat,
-                    },
-                );
+                self.agent_timer_after(i, period, AgentTimer::Heartbeat);
             }
             AgentTimer::Retry => {
                 let backlog = agent.core.as_ref().map_or(0, AgentCore::backlog);
@@ -590,14 +580,7 @@ impl World {
                     self.agent_resend_unacked(i);
                 }
                 self.agents[i].acked_since_retry = false;
-                self.after(
-                    STATUS_RETRY,
-                    Event::Agent {
-                        agent: i,
-                        incarnation,
-                        timer: AgentTimer::Retry,
-                    },
-                );
+                self.agent_timer_after(i, STATUS_RETRY, AgentTimer::Retry);
             }
         }
     }
@@ -618,15 +601,7 @@ impl World {
         let conn = self.open_conn(master, Node::Agent(i));
         self.send_frame(conn, true, Frame::AgentUp(register));
         self.agents[i].session = AgentSession::Joining { conn, addr };
-        let incarnation = self.agents[i].incarnation;
-        self.after(
-            REGISTER_TIMEOUT,
-            Event::Agent {
-                agent: i,
-                incarnation,
-                timer: AgentTimer::JoinTimeout(conn),
-            },
-        );
+        self.agent_timer_after(i, REGISTER_TIMEOUT, AgentTimer::JoinTimeout(conn));
     }
 
     fn agent_loses_session(&mut self, i: usize) {
@@ -657,15 +632,7 @@ impl World {
                         period,
                     };
                     self.agents[i].acked_since_retry = true;
-                    let incarnation = self.agents[i].incarnation;
-                    self.after(
-                        period,
-                        Event::Agent {
-                            agent: i,
-                            incarnation,
-                            timer: AgentTimer::Heartbeat,
-                        },
-                    );
+                    self.agent_timer_after(i, period, AgentTimer::Heartbeat);
                     self.agent_resend_unacked(i);
                     let actions = self.agents[i]
                         .core

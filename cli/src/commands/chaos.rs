@@ -140,7 +140,7 @@ fn sim(args: ChaosSimArgs, json: &JsonOutput) -> Result<()> {
         bail!("--start {start} plus --seeds {seeds} overflows the seed range");
     }
     let threads = args.threads.map_or_else(
-        || std::thread::available_parallelism().map_or(1, |n| n.get()),
+        || std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
         |n| n as usize,
     );
     let began = Instant::now();
@@ -205,13 +205,17 @@ fn run_seeds(
                         report = run_seed(seed, options, true);
                     }
                 }
-                done.lock().unwrap_or_else(|e| e.into_inner()).push(report);
+                done.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push(report);
                 bar.inc(1);
             });
         }
     });
     bar.finish_and_clear();
-    let mut reports = done.into_inner().unwrap_or_else(|e| e.into_inner());
+    let mut reports = done
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     reports.sort_by_key(|r| r.seed);
     reports
 }

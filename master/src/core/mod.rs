@@ -44,6 +44,7 @@ mod agents;
 mod frameworks;
 mod membership;
 mod operators;
+pub mod session_rules;
 #[cfg(test)]
 mod tests;
 

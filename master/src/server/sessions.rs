@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use fullerene_proto::ids::FrameworkId;
 use fullerene_proto::messages::{
-    AgentToMaster, CallOk, ErrorCode, FrameworkCall, FrameworkRequest, MasterToAgent,
-    MasterToFramework, OperatorRequest, OperatorResponse, PeerMessage, SessionOpen, WireError,
+    AgentToMaster, ErrorCode, FrameworkCall, FrameworkRequest, MasterToAgent, OperatorRequest,
+    OperatorResponse, PeerMessage, SessionOpen, WireError,
 };
 use fullerene_transport::{Connection, Server, Session, StreamErrorCode};
 use protobuf::Message as _;
@@ -15,6 +15,10 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::node_loop::Event;
 use super::{LeaderView, MembershipView};
+use crate::core::session_rules::{
+    agent_must_register_first, ends_agent_session, ends_framework_session,
+    framework_must_subscribe_first, refuse_framework_call, subscribed_as,
+};
 use crate::core::{AgentRegistration, Input, SessionId, Subscription};
 
 /// What every session task needs.
@@ -298,11 +302,7 @@ async fn serve_agent(mut session: Session, remote: std::net::SocketAddr, context
             executors,
         },
         Ok(Some(_)) => {
-            let error = WireError::new(
-                ErrorCode::InvalidRequest,
-                "an agent session must start with Register",
-            );
-            if session.tx.send(&MasterToAgent::Error(error)).await.is_ok() {
+            if session.tx.send(&agent_must_register_first()).await.is_ok() {
                 let _ = session.tx.finish().await;
             }
             return;
@@ -328,7 +328,7 @@ async fn serve_agent(mut session: Session, remote: std::net::SocketAddr, context
         tokio::select! {
             pushed = queue.recv() => {
                 let Some(message) = pushed else { break };
-                let ends = matches!(message, MasterToAgent::Redirect(_) | MasterToAgent::Error(_));
+                let ends = ends_agent_session(&message);
                 if session.tx.send(&message).await.is_err() || ends {
                     break;
                 }
@@ -396,13 +396,7 @@ async fn serve_framework(mut session: Session, context: &SessionContext) {
         failover_timeout_ms,
     } = first.call
     else {
-        let reply = MasterToFramework::CallResult {
-            call_id: first.call_id,
-            result: Err(WireError::new(
-                ErrorCode::InvalidRequest,
-                "a framework session must start with Subscribe",
-            )),
-        };
+        let reply = framework_must_subscribe_first(&first);
         if session.tx.send(&reply).await.is_ok() {
             let _ = session.tx.finish().await;
         }
@@ -430,17 +424,10 @@ async fn serve_framework(mut session: Session, context: &SessionContext) {
         tokio::select! {
             pushed = queue.recv() => {
                 let Some(message) = pushed else { break };
-                if let MasterToFramework::CallResult {
-                    result: Ok(CallOk::Subscribed { framework_id, .. }),
-                    ..
-                } = &message
-                {
+                if let Some(framework_id) = subscribed_as(&message) {
                     subscribed = Some(framework_id.clone());
                 }
-                // A redirect, or a refused subscription, ends the session.
-                let ends = matches!(message, MasterToFramework::Redirect(_))
-                    || (subscribed.is_none()
-                        && matches!(message, MasterToFramework::CallResult { result: Err(_), .. }));
+                let ends = ends_framework_session(subscribed.is_some(), &message);
                 if session.tx.send(&message).await.is_err() || ends {
                     break;
                 }
@@ -454,18 +441,7 @@ async fn serve_framework(mut session: Session, context: &SessionContext) {
                         break;
                     }
                 };
-                let refusal = match (&subscribed, &call.call) {
-                    (_, FrameworkRequest::Subscribe { .. }) => {
-                        Some("already subscribed on this session")
-                    }
-                    (None, _) => Some("the subscription is not answered yet"),
-                    (Some(_), _) => None,
-                };
-                if let Some(why) = refusal {
-                    let reply = MasterToFramework::CallResult {
-                        call_id: call.call_id,
-                        result: Err(WireError::new(ErrorCode::InvalidRequest, why)),
-                    };
+                if let Some(reply) = refuse_framework_call(subscribed.is_some(), &call) {
                     if session.tx.send(&reply).await.is_err() {
                         break;
                     }
