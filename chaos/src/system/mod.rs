@@ -277,6 +277,8 @@ const SAMPLE_INTERVAL: Duration = Duration::from_millis(500);
 const FAULT_TICK: Duration = Duration::from_millis(100);
 /// How long the run goes on after the last job completed, for acknowledgements to settle.
 const SETTLE: Duration = Duration::from_secs(5);
+/// How long past the liveness bound masters have to catch up with the committed log.
+const CATCH_UP: Duration = Duration::from_secs(10);
 
 impl World {
     fn new(seed: u64, options: SimOptions) -> World {
@@ -365,6 +367,14 @@ impl World {
         self.queue.insert((at.max(self.now), shuffle, seq), event);
     }
 
+    /// Schedules `event` at `at` after every event scheduled there the same way before it,
+    /// and before those in the seeded random order.
+    fn at_in_order(&mut self, at: Time, event: Event) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.queue.insert((at.max(self.now), 0, seq), event);
+    }
+
     /// Schedules `event` after `span`.
     pub(crate) fn after(&mut self, span: Duration, event: Event) {
         let at = self.now.saturating_add(span);
@@ -407,6 +417,7 @@ impl World {
         let fault_end = Time::ZERO.saturating_add(self.options.fault_phase);
         let deadline = fault_end.saturating_add(self.options.liveness_bound);
         let mut settle_until: Option<Time> = None;
+        let catch_up_bound = deadline.saturating_add(CATCH_UP);
         let mut healed = false;
         while let Some(((at, _, _), event)) = self.queue.pop_first() {
             if !healed && at >= fault_end {
@@ -414,14 +425,18 @@ impl World {
                 self.heal();
                 healed = true;
             }
-            if at > deadline || settle_until.is_some_and(|until| at > until) {
+            let settled = settle_until.is_some_and(|until| at > until);
+            // Once settled, a master that is up may still be applying the last entries: the
+            // run ends when every one caught up (no committed change is lost), or at the bound.
+            if at > deadline || (settled && (self.masters_caught_up() || at > catch_up_bound)) {
                 break;
             }
             self.now = at;
             if let Some(node) = self.owner(&event) {
                 if let Some(&until) = self.paused.get(&node) {
                     if until > self.now {
-                        self.at(until, event);
+                        // In the order they came: a paused process reads its sockets in order.
+                        self.at_in_order(until, event);
                         continue;
                     }
                     self.paused.remove(&node);
@@ -434,6 +449,18 @@ impl World {
             }
         }
         self.finish();
+    }
+
+    /// Whether every master that is up has applied the whole committed log (as far as any
+    /// master applied it).
+    fn masters_caught_up(&self) -> bool {
+        let applied: Vec<u64> = self
+            .masters
+            .values()
+            .filter_map(|m| Some(m.core.as_ref()?.node().applied_index()))
+            .collect();
+        let highest = applied.iter().copied().max().unwrap_or(0);
+        applied.iter().all(|&a| a == highest)
     }
 
     fn all_jobs_completed(&self) -> bool {
