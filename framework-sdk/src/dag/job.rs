@@ -182,6 +182,10 @@ pub struct DagJob {
     /// the tasks the master knows, and one explicit reconcile may itself be lost with its
     /// session.
     unconfirmed: BTreeSet<TaskId>,
+    /// Of those, the ones whose explicit reconcile is already asked for and will go out on
+    /// the next session (the driver holds calls made while disconnected): the next
+    /// subscription does not ask again.
+    reconcile_queued: BTreeSet<TaskId>,
 }
 
 /// Accepts refused in a row (with no task of the job making progress in between) after which
@@ -228,6 +232,7 @@ impl DagJob {
             last_demand: None,
             had_runnable: true,
             unconfirmed: BTreeSet::new(),
+            reconcile_queued: BTreeSet::new(),
         };
         if !dag.config.policy.needs_pri_scores() || dag.config.plan_cluster.is_some() {
             dag.ensure_policy()?;
@@ -267,10 +272,10 @@ impl DagJob {
     pub fn on_subscribed(&mut self) -> Vec<FrameworkRequest> {
         self.last_demand = None;
         let mut out = Vec::new();
-        if !self.unconfirmed.is_empty() {
-            out.push(FrameworkRequest::Reconcile {
-                task_ids: self.unconfirmed.iter().cloned().collect(),
-            });
+        let queued = std::mem::take(&mut self.reconcile_queued);
+        let task_ids: Vec<TaskId> = self.unconfirmed.difference(&queued).cloned().collect();
+        if !task_ids.is_empty() {
+            out.push(FrameworkRequest::Reconcile { task_ids });
         }
         self.push_demand(&mut out);
         out
@@ -396,6 +401,7 @@ impl DagJob {
     pub fn on_update(&mut self, update: &StatusUpdate, now: Time) -> Vec<FrameworkRequest> {
         let mut out = Vec::new();
         self.unconfirmed.remove(&update.task_id);
+        self.reconcile_queued.remove(&update.task_id);
         let Some(&(task, launch)) = self.launches.get(&update.task_id) else {
             tracing::debug!(task = %update.task_id, "update for a task this job does not know");
             return out;
@@ -487,6 +493,7 @@ impl DagJob {
         }
         if !unknown.is_empty() {
             self.unconfirmed.extend(unknown.iter().cloned());
+            self.reconcile_queued.extend(unknown.iter().cloned());
             out.push(FrameworkRequest::Reconcile { task_ids: unknown });
         }
         if !self.is_done() {
