@@ -315,12 +315,13 @@ impl World {
         }
         match advanced {
             Err(error) => {
-                self.record(Fact::MasterCrashed { master: id });
-                let _ = error;
+                // A failed write (an injected storage fault) stops the master, as in production.
+                self.note(Node::Master(id), format!("stops: {error}"));
                 self.crash_master(id);
                 return;
             }
-            Ok(Some(_exit)) => {
+            Ok(Some(exit)) => {
+                self.note(Node::Master(id), format!("stops: {exit:?}"));
                 self.crash_master(id);
                 return;
             }
@@ -1271,7 +1272,6 @@ impl World {
                         let id = fw.core.framework_id()?.clone();
                         Some((f, fw.live?, id))
                     })
-                    .filter(|_| true)
                     .collect();
                 if live.is_empty() {
                     return;
