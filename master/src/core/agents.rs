@@ -288,6 +288,14 @@ impl<S: RaftStore> MasterCore<S> {
     pub(super) fn settle_agent(&mut self, pending: AgentPending, settled: Settled, now: Now) {
         match pending {
             AgentPending::Register { agent_id, link } => match settled {
+                Settled::Applied(_) if !self.node.is_leader() => {
+                    // Committed under the next leader: registered there, not attached here
+                    // (a follower's session would hear no launch and report no loss).
+                    tracing::info!(agent = %agent_id, "registration committed after this master stopped leading; redirecting");
+                    self.out
+                        .send_agent(link.session, MasterToAgent::Redirect(self.redirect()));
+                    self.out.close(link.session);
+                }
                 Settled::Applied(outcome) => {
                     let kill = match outcome {
                         CommandOutcome::AgentRegistered { kill, .. } => {

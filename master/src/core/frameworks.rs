@@ -552,6 +552,16 @@ impl<S: RaftStore> MasterCore<S> {
         let subscribing = matches!(kind, FrameworkPending::Subscribe(_));
         let result = match settled {
             Settled::Applied(_) => match kind {
+                FrameworkPending::Subscribe(framework_id) if !self.node.is_leader() => {
+                    // Proposed as leader, committed under the next one: this master's
+                    // sessions were redirected when it stepped down, and this one must be
+                    // too, or the framework would stay on a follower that makes no offers.
+                    tracing::info!(framework = %framework_id, "subscription committed after this master stopped leading; redirecting");
+                    self.out
+                        .send_framework(link.session, MasterToFramework::Redirect(self.redirect()));
+                    self.out.close(link.session);
+                    return;
+                }
                 FrameworkPending::Subscribe(framework_id) => {
                     tracing::info!(framework = %framework_id, principal = link.principal, "framework subscribed");
                     self.frameworks
