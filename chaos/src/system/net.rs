@@ -9,13 +9,11 @@
 use std::time::Duration;
 
 use fullerene_master::core::session_rules::{
-    agent_must_register_first, ends_agent_session, ends_framework_session,
-    framework_must_subscribe_first, refuse_framework_call, subscribed_as,
+    agent_must_register_first, ends_agent_session, ends_framework_session, refuse_framework_call,
+    subscribed_as, subscription,
 };
-use fullerene_master::core::{AgentRegistration, Input, SessionId, Subscription};
-use fullerene_proto::messages::{
-    AgentToMaster, FrameworkCall, FrameworkRequest, MasterToAgent, MasterToFramework,
-};
+use fullerene_master::core::{AgentRegistration, Input, SessionId};
+use fullerene_proto::messages::{AgentToMaster, FrameworkCall, MasterToAgent, MasterToFramework};
 use fullerene_proto::{AgentId, FrameworkId, Time};
 use raft::eraftpb::{Message, MessageType};
 
@@ -336,35 +334,21 @@ impl World {
                 self.master_input(c.master, input);
             }
             (MasterSide::Opening, Frame::FrameworkUp(first)) => {
-                let FrameworkRequest::Subscribe {
-                    framework_id,
-                    name,
-                    group,
-                    failover_timeout_ms,
-                } = first.call
-                else {
-                    let reply = framework_must_subscribe_first(&first);
-                    self.send_frame(conn, false, Frame::FrameworkDown(reply));
-                    self.end_master_side(conn);
-                    return;
-                };
                 let Node::Framework(f) = c.client else { return };
                 let principal = self.frameworks[f].principal.clone();
-                self.set_master_side(conn, MasterSide::Framework(None));
-                self.master_input(
-                    c.master,
-                    Input::FrameworkSubscribe(
-                        session,
-                        Subscription {
-                            call_id: first.call_id,
-                            framework_id,
-                            name,
-                            group,
-                            failover_timeout_ms,
-                            principal,
-                        },
-                    ),
-                );
+                match subscription(first, principal) {
+                    Ok(subscription) => {
+                        self.set_master_side(conn, MasterSide::Framework(None));
+                        self.master_input(
+                            c.master,
+                            Input::FrameworkSubscribe(session, subscription),
+                        );
+                    }
+                    Err(reply) => {
+                        self.send_frame(conn, false, Frame::FrameworkDown(*reply));
+                        self.end_master_side(conn);
+                    }
+                }
             }
             (MasterSide::Framework(subscribed), Frame::FrameworkUp(call)) => {
                 if let Some(reply) = refuse_framework_call(subscribed.is_some(), &call) {

@@ -291,7 +291,13 @@ impl World {
         let advanced = core.advance(now);
         let trace = core_trace(core);
         let leading = core.node().is_leader().then(|| core.node().term());
-        let lost_agents: Vec<AgentId> = lost_agents(core.node().state());
+        // Read on the leader only, and only when it applied something: a lagging follower
+        // would report an agent lost again after it registered again.
+        let lost_agents: Vec<AgentId> = if leading.is_some() && !trace.is_empty() {
+            lost_agents(core.node().state())
+        } else {
+            Vec::new()
+        };
         let outputs = core.drain_outputs();
         for (index, term, digest) in trace {
             self.record(Fact::Applied {
@@ -1049,9 +1055,6 @@ impl World {
             self.frameworks[f].live = Some(conn);
             self.frameworks[f].core.connected()
         } else {
-            if let Some(c) = self.conns.get_mut(&conn) {
-                c.client_open = false;
-            }
             self.conns.remove(&conn);
             self.frameworks[f]
                 .core

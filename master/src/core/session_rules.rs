@@ -4,6 +4,7 @@
 //! whole-system simulation (`fullerene_chaos::system`) both follow them, so the simulated
 //! sessions behave as the real ones.
 
+use super::Subscription;
 use fullerene_proto::ids::FrameworkId;
 use fullerene_proto::messages::{
     CallOk, ErrorCode, FrameworkCall, FrameworkRequest, MasterToAgent, MasterToFramework, WireError,
@@ -17,15 +18,34 @@ pub fn agent_must_register_first() -> MasterToAgent {
     ))
 }
 
-/// What a framework's session answers a first call other than `Subscribe` with (then it
-/// ends).
-pub fn framework_must_subscribe_first(first: &FrameworkCall) -> MasterToFramework {
-    MasterToFramework::CallResult {
-        call_id: first.call_id,
-        result: Err(WireError::new(
-            ErrorCode::InvalidRequest,
-            "a framework session must start with Subscribe",
-        )),
+/// The subscription a framework's first call opens its session with, `principal` being its
+/// certificate's; or, for a first call other than `Subscribe`, the answer to send before the
+/// session ends.
+pub fn subscription(
+    first: FrameworkCall,
+    principal: String,
+) -> Result<Subscription, Box<MasterToFramework>> {
+    match first.call {
+        FrameworkRequest::Subscribe {
+            framework_id,
+            name,
+            group,
+            failover_timeout_ms,
+        } => Ok(Subscription {
+            call_id: first.call_id,
+            framework_id,
+            name,
+            group,
+            failover_timeout_ms,
+            principal,
+        }),
+        _ => Err(Box::new(MasterToFramework::CallResult {
+            call_id: first.call_id,
+            result: Err(WireError::new(
+                ErrorCode::InvalidRequest,
+                "a framework session must start with Subscribe",
+            )),
+        })),
     }
 }
 

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use fullerene_proto::ids::FrameworkId;
 use fullerene_proto::messages::{
-    AgentToMaster, ErrorCode, FrameworkCall, FrameworkRequest, MasterToAgent, OperatorRequest,
-    OperatorResponse, PeerMessage, SessionOpen, WireError,
+    AgentToMaster, ErrorCode, FrameworkCall, MasterToAgent, OperatorRequest, OperatorResponse,
+    PeerMessage, SessionOpen, WireError,
 };
 use fullerene_transport::{Connection, Server, Session, StreamErrorCode};
 use protobuf::Message as _;
@@ -16,10 +16,10 @@ use tokio::sync::{mpsc, oneshot, watch};
 use super::node_loop::Event;
 use super::{LeaderView, MembershipView};
 use crate::core::session_rules::{
-    agent_must_register_first, ends_agent_session, ends_framework_session,
-    framework_must_subscribe_first, refuse_framework_call, subscribed_as,
+    agent_must_register_first, ends_agent_session, ends_framework_session, refuse_framework_call,
+    subscribed_as, subscription,
 };
-use crate::core::{AgentRegistration, Input, SessionId, Subscription};
+use crate::core::{AgentRegistration, Input, SessionId};
 
 /// What every session task needs.
 #[derive(Debug)]
@@ -389,31 +389,20 @@ async fn serve_framework(mut session: Session, context: &SessionContext) {
     let Ok(Some(first)) = session.rx.recv::<FrameworkCall>().await else {
         return;
     };
-    let FrameworkRequest::Subscribe {
-        framework_id,
-        name,
-        group,
-        failover_timeout_ms,
-    } = first.call
-    else {
-        let reply = framework_must_subscribe_first(&first);
-        if session.tx.send(&reply).await.is_ok() {
-            let _ = session.tx.finish().await;
+    let subscription = match subscription(first, principal.clone()) {
+        Ok(subscription) => subscription,
+        Err(reply) => {
+            if session.tx.send(&*reply).await.is_ok() {
+                let _ = session.tx.finish().await;
+            }
+            return;
         }
-        return;
     };
     let id = new_session();
     let (outbound, mut queue) = mpsc::channel(FRAMEWORK_QUEUE);
     let subscribe = Event::FrameworkSubscribe {
         session: id,
-        subscription: Subscription {
-            call_id: first.call_id,
-            framework_id,
-            name,
-            group,
-            failover_timeout_ms,
-            principal: principal.clone(),
-        },
+        subscription,
         outbound,
     };
     if context.events.send(subscribe).await.is_err() {
