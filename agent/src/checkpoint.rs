@@ -6,9 +6,14 @@
 //!
 //! # Format
 //!
-//! `checkpoint.log` starts with the 8-byte magic `FLRNCKP1`; then each record is a frame:
+//! `checkpoint.log` starts with the 8-byte magic `FLRNCKP2`; then each record is a frame:
 //! length (`u32`, little endian), CRC-32 (IEEE) of the body (`u32`, little endian), and the body,
 //! the record encoded with `fullerene_proto::codec` (a version byte and bincode).
+//!
+//! Format 1 (magic `FLRNCKP1`) named a task by its id alone in `Started`, `KillRequested` and
+//! `Ack` records, which cannot tell apart two frameworks' tasks with the same id. An agent that
+//! finds a format-1 log reads it (in that format a task id named one task, the one last
+//! launched with it), and rewrites it in format 2 before it appends anything.
 //!
 //! # Crashes
 //!
@@ -25,18 +30,23 @@
 //! to a temporary file, fsyncs it, renames it over the log and fsyncs the directory: a crash at
 //! any point leaves either the old log or the new one.
 
+use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
 use fullerene_proto::codec;
+use fullerene_proto::ids::{FrameworkId, TaskId, TaskKey};
+use fullerene_proto::messages::StatusUpdate;
+use serde::Deserialize;
 
-use crate::core::Record;
+use crate::core::{KillCause, Record, Runtime, TaskSnapshot};
 
 /// The log's file name under the work directory.
 pub const LOG_FILE: &str = "checkpoint.log";
 const TMP_FILE: &str = "checkpoint.log.tmp";
-const MAGIC: &[u8; 8] = b"FLRNCKP1";
+const MAGIC: &[u8; 8] = b"FLRNCKP2";
+const MAGIC_V1: &[u8; 8] = b"FLRNCKP1";
 const HEADER_LEN: usize = 8;
 /// Compaction is not worth it below this size.
 const MIN_COMPACT_BYTES: u64 = 1 << 20;
@@ -132,11 +142,7 @@ impl Checkpoint {
         File::open(&path)
             .and_then(|mut f| f.read_to_end(&mut bytes))
             .map_err(io_error(&path, "read"))?;
-        let (records, good_len, torn_tail) = parse(&path, &bytes)?;
-        let file = OpenOptions::new()
-            .write(true)
-            .open(&path)
-            .map_err(io_error(&path, "open for writing"))?;
+        let (records, mut good_len, torn_tail, format) = parse(&path, &bytes)?;
         if let Some(torn) = &torn_tail {
             tracing::warn!(
                 path = %path.display(),
@@ -145,6 +151,18 @@ impl Checkpoint {
                 reason = %torn.reason,
                 "dropping a torn last checkpoint record (the agent crashed while writing it; it was never sent)"
             );
+        }
+        if format == Format::V1 {
+            // Appends must be in the format the whole file is in; the rewrite drops any torn
+            // tail too.
+            tracing::info!(path = %path.display(), records = records.len(), "rewriting a format-1 checkpoint in format 2");
+            good_len = write_new_log(dir, &path, &records)?;
+        }
+        let file = OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .map_err(io_error(&path, "open for writing"))?;
+        if torn_tail.is_some() && format == Format::V2 {
             file.set_len(good_len)
                 .and_then(|()| file.sync_all())
                 .map_err(io_error(&path, "truncate the torn record"))?;
@@ -261,22 +279,42 @@ fn frame(record: &Record) -> Result<Vec<u8>, CheckpointError> {
     Ok(out)
 }
 
-/// Parses a whole log: the records, the length of the good prefix, and a torn tail if any.
-fn parse(
-    path: &Path,
-    bytes: &[u8],
-) -> Result<(Vec<Record>, u64, Option<TornTail>), CheckpointError> {
-    if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
-        return Err(CheckpointError::NotACheckpoint {
-            path: path.to_path_buf(),
-        });
-    }
+/// The on-disk format of a log, told by its magic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Format {
+    /// `FLRNCKP1`: tasks named by id alone.
+    V1,
+    /// `FLRNCKP2`: tasks named by framework and id.
+    V2,
+}
+
+/// What a parse returns: the records, the length of the good prefix, a torn tail if any, and
+/// the format the log was in.
+type Parsed = (Vec<Record>, u64, Option<TornTail>, Format);
+
+/// Parses a whole log (either format; format-1 records are converted).
+fn parse(path: &Path, bytes: &[u8]) -> Result<Parsed, CheckpointError> {
+    let format = match bytes.get(..MAGIC.len()) {
+        Some(magic) if magic == MAGIC => Format::V2,
+        Some(magic) if magic == MAGIC_V1 => Format::V1,
+        _ => {
+            return Err(CheckpointError::NotACheckpoint {
+                path: path.to_path_buf(),
+            })
+        }
+    };
     let mut records = Vec::new();
+    let mut v1_owners = V1Owners::default();
     let mut pos = MAGIC.len();
     while pos < bytes.len() {
-        match parse_one(&bytes[pos..]) {
+        let parsed = match format {
+            Format::V2 => parse_one::<Record>(&bytes[pos..]).map(|(r, used)| (Some(r), used)),
+            Format::V1 => parse_one::<RecordV1>(&bytes[pos..])
+                .map(|(record, used)| (v1_owners.convert(record), used)),
+        };
+        match parsed {
             Ok((record, used)) => {
-                records.push(record);
+                records.extend(record);
                 pos += used;
             }
             Err(bad) => {
@@ -299,11 +337,93 @@ fn parse(
                     bytes: rest.len() as u64,
                     reason: bad.reason,
                 };
-                return Ok((records, pos as u64, Some(torn)));
+                return Ok((records, pos as u64, Some(torn), format));
             }
         }
     }
-    Ok((records, pos as u64, None))
+    Ok((records, pos as u64, None, format))
+}
+
+/// A record as format 1 wrote it: the same variants in the same order, with `Started`,
+/// `KillRequested` and `Ack` naming the task by id alone.
+#[derive(Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+enum RecordV1 {
+    Launched {
+        framework_id: FrameworkId,
+        spec: fullerene_proto::messages::TaskSpec,
+        accepted: bool,
+    },
+    Started {
+        task_id: TaskId,
+        runtime: Runtime,
+    },
+    KillRequested {
+        task_id: TaskId,
+        cause: KillCause,
+        grace_ms: u64,
+    },
+    Update(StatusUpdate),
+    Ack {
+        task_id: TaskId,
+        seq: u64,
+    },
+    Snapshot(TaskSnapshot),
+}
+
+/// Whose each task id was, as a format-1 log is read: a format-1 agent kept one task per id,
+/// the one launched (or snapshotted) last with it.
+#[derive(Default)]
+struct V1Owners {
+    owner: BTreeMap<TaskId, FrameworkId>,
+}
+
+impl V1Owners {
+    /// The record in format 2; `None` for a record about a task the log never launched, which
+    /// recovery would have ignored anyway.
+    fn convert(&mut self, record: RecordV1) -> Option<Record> {
+        let key = |owners: &Self, task_id: TaskId| {
+            let framework_id = owners.owner.get(&task_id)?.clone();
+            Some(TaskKey::new(framework_id, task_id))
+        };
+        Some(match record {
+            RecordV1::Launched {
+                framework_id,
+                spec,
+                accepted,
+            } => {
+                self.owner.insert(spec.id.clone(), framework_id.clone());
+                Record::Launched {
+                    framework_id,
+                    spec,
+                    accepted,
+                }
+            }
+            RecordV1::Snapshot(snapshot) => {
+                self.owner
+                    .insert(snapshot.spec.id.clone(), snapshot.framework_id.clone());
+                Record::Snapshot(snapshot)
+            }
+            RecordV1::Update(update) => Record::Update(update),
+            RecordV1::Started { task_id, runtime } => Record::Started {
+                task: key(self, task_id)?,
+                runtime,
+            },
+            RecordV1::KillRequested {
+                task_id,
+                cause,
+                grace_ms,
+            } => Record::KillRequested {
+                task: key(self, task_id)?,
+                cause,
+                grace_ms,
+            },
+            RecordV1::Ack { task_id, seq } => Record::Ack {
+                task: key(self, task_id)?,
+                seq,
+            },
+        })
+    }
 }
 
 struct BadFrame {
@@ -314,7 +434,7 @@ struct BadFrame {
     decode_error: bool,
 }
 
-fn parse_one(rest: &[u8]) -> Result<(Record, usize), BadFrame> {
+fn parse_one<R: serde::de::DeserializeOwned>(rest: &[u8]) -> Result<(R, usize), BadFrame> {
     let bad = |end, reason: String| BadFrame {
         end,
         reason,
@@ -351,7 +471,7 @@ fn parse_one(rest: &[u8]) -> Result<(Record, usize), BadFrame> {
     if crc32(body) != crc {
         return Err(bad(Some(end), "checksum mismatch".to_string()));
     }
-    match codec::decode::<Record>(body) {
+    match codec::decode::<R>(body) {
         Ok(record) => Ok((record, end)),
         Err(e) => Err(BadFrame {
             end: Some(end),

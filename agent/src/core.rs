@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 use fullerene_proto::codec;
-use fullerene_proto::ids::{AgentId, FrameworkId, TaskId};
+use fullerene_proto::ids::{AgentId, FrameworkId, TaskId, TaskKey};
 use fullerene_proto::messages::{
     CommandSpec, Executor, StatusAck, StatusReason, StatusUpdate, TaskInfo, TaskSpec, TaskState,
     UnixMillis,
@@ -111,14 +111,14 @@ pub enum Record {
     /// The executor started the task.
     Started {
         /// The task.
-        task_id: TaskId,
+        task: TaskKey,
         /// How to find it again.
         runtime: Runtime,
     },
     /// A kill was asked for.
     KillRequested {
         /// The task.
-        task_id: TaskId,
+        task: TaskKey,
         /// Who asked.
         cause: KillCause,
         /// Grace period between the polite signal and the kill, in milliseconds.
@@ -129,7 +129,7 @@ pub enum Record {
     /// The master acknowledged `seq` and everything before it.
     Ack {
         /// The task.
-        task_id: TaskId,
+        task: TaskKey,
         /// The highest acknowledged sequence number.
         seq: u64,
     },
@@ -178,7 +178,7 @@ pub enum Action {
     /// [`AgentCore::finished`].
     Kill {
         /// The task.
-        task_id: TaskId,
+        task: TaskKey,
         /// Grace period.
         grace: Duration,
     },
@@ -237,6 +237,11 @@ pub struct TaskEntry {
 }
 
 impl TaskEntry {
+    /// The task's key.
+    pub fn key(&self) -> TaskKey {
+        TaskKey::new(self.framework_id.clone(), self.spec.id.clone())
+    }
+
     /// Whether the task holds the agent's resources: accepted and not yet ended.
     pub fn holds_resources(&self) -> bool {
         self.accepted && !self.state.is_terminal()
@@ -258,6 +263,13 @@ pub struct Resume {
     pub kill: Option<(KillCause, Duration)>,
 }
 
+impl Resume {
+    /// The task's key.
+    pub fn key(&self) -> TaskKey {
+        TaskKey::new(self.framework_id.clone(), self.task_id.clone())
+    }
+}
+
 /// The task table and its status streams. Deterministic: no clock, no disk, no sockets.
 ///
 /// The shell feeds it what happens (a launch from the master, an executor's report, an
@@ -270,7 +282,7 @@ pub struct Resume {
 /// use fullerene_agent::core::{Action, AgentCore, CoreConfig, Outcome, Runtime};
 /// use fullerene_proto::messages::{Executor, StatusAck, TaskSpec, TaskState};
 /// use fullerene_proto::time::{Now, Time};
-/// use fullerene_proto::{ResourceVec, Resources};
+/// use fullerene_proto::{ResourceVec, Resources, TaskKey};
 ///
 /// let total: ResourceVec = "cpus=4,mem_mib=4096".parse()?;
 /// let mut core = AgentCore::new(CoreConfig::new("agent-1".into(), total));
@@ -288,25 +300,28 @@ pub struct Resume {
 ///
 /// // The executor started it (recorded with where it runs), then it ended: each update is
 /// // persisted, then sent.
-/// let running = core.started(&"t1".into(), Runtime::Sleep { deadline_ms: 1_010 }, String::new(), now);
+/// let key = TaskKey::new("fw-1".into(), "t1".into());
+/// let running = core.started(&key, Runtime::Sleep { deadline_ms: 1_010 }, String::new(), now);
 /// assert!(matches!(
 ///     &running[..],
 ///     [Action::Persist(_), Action::Persist(_), Action::Send(u)] if u.state == TaskState::Running
 /// ));
 /// let later = now.after(Duration::from_millis(10));
-/// let finished = core.finished(&"t1".into(), Outcome::SleepDone, String::new(), later);
+/// let finished = core.finished(&key, Outcome::SleepDone, String::new(), later);
 /// assert!(finished.iter().any(|a| matches!(a, Action::Send(u) if u.state == TaskState::Finished)));
 ///
 /// // Kept (and resent after a reconnect) until the master acknowledges it.
 /// assert_eq!(core.unacked().len(), 2);
-/// core.ack(&StatusAck { task_id: "t1".into(), seq: 2 });
+/// core.ack(&StatusAck { task_id: "t1".into(), framework_id: "fw-1".into(), seq: 2 });
 /// assert!(core.unacked().is_empty());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, Debug)]
 pub struct AgentCore {
     config: CoreConfig,
-    tasks: BTreeMap<TaskId, TaskEntry>,
+    /// Keyed by framework and task: two frameworks may run tasks with the same id here (a job
+    /// resubmitted under a new framework reuses its task ids).
+    tasks: BTreeMap<TaskKey, TaskEntry>,
 }
 
 impl AgentCore {
@@ -337,12 +352,13 @@ impl AgentCore {
                 spec,
                 accepted,
             } => {
+                let key = TaskKey::new(framework_id.clone(), spec.id.clone());
                 self.tasks
-                    .insert(spec.id.clone(), new_entry(framework_id, spec, accepted));
+                    .insert(key, new_entry(framework_id, spec, accepted));
             }
             Record::Snapshot(s) => {
                 self.tasks.insert(
-                    s.spec.id.clone(),
+                    TaskKey::new(s.framework_id.clone(), s.spec.id.clone()),
                     TaskEntry {
                         framework_id: s.framework_id,
                         spec: s.spec,
@@ -358,22 +374,22 @@ impl AgentCore {
                     },
                 );
             }
-            Record::Started { task_id, runtime } => {
-                if let Some(entry) = self.tasks.get_mut(&task_id) {
+            Record::Started { task, runtime } => {
+                if let Some(entry) = self.tasks.get_mut(&task) {
                     entry.runtime = Some(runtime);
                 }
             }
             Record::KillRequested {
-                task_id,
+                task,
                 cause,
                 grace_ms,
             } => {
-                if let Some(entry) = self.tasks.get_mut(&task_id) {
+                if let Some(entry) = self.tasks.get_mut(&task) {
                     entry.kill = Some((cause, Duration::from_millis(grace_ms)));
                 }
             }
             Record::Update(update) => {
-                if let Some(entry) = self.tasks.get_mut(&update.task_id) {
+                if let Some(entry) = self.tasks.get_mut(&update.key()) {
                     entry.last_seq = entry.last_seq.max(update.seq);
                     entry.state = update.state;
                     if update.state.is_terminal() {
@@ -386,8 +402,8 @@ impl AgentCore {
                     }
                 }
             }
-            Record::Ack { task_id, seq } => {
-                self.apply_ack(&task_id, seq);
+            Record::Ack { task, seq } => {
+                self.apply_ack(&task, seq);
             }
         }
     }
@@ -404,11 +420,11 @@ impl AgentCore {
     }
 
     /// A task, if the table holds it.
-    pub fn task(&self, task_id: &TaskId) -> Option<&TaskEntry> {
-        self.tasks.get(task_id)
+    pub fn task(&self, task: &TaskKey) -> Option<&TaskEntry> {
+        self.tasks.get(task)
     }
 
-    /// Every task in the table, by id.
+    /// Every task in the table, by framework and id.
     pub fn tasks(&self) -> impl Iterator<Item = &TaskEntry> {
         self.tasks.values()
     }
@@ -540,8 +556,8 @@ impl AgentCore {
 
     /// Tasks sent by the master. Each accepted task is recorded and started; a refused one
     /// ends at once with a FAILED update (UnknownExecutor, InsufficientResources or
-    /// LaunchFailed) and holds nothing. A task id the table already holds is ignored: the
-    /// launch is a duplicate.
+    /// LaunchFailed) and holds nothing. A task the table already holds (the same id of the same
+    /// framework) is ignored: the launch is a duplicate.
     pub fn launch(
         &mut self,
         framework_id: &FrameworkId,
@@ -552,7 +568,10 @@ impl AgentCore {
         // Starts come after every launch record, so that one fsync covers the whole bundle.
         let mut starts = Vec::new();
         for spec in tasks {
-            if self.tasks.contains_key(&spec.id) {
+            if self
+                .tasks
+                .contains_key(&TaskKey::new(framework_id.clone(), spec.id.clone()))
+            {
                 continue;
             }
             let size = codec::encode(&spec).map_or(usize::MAX, |b| b.len());
@@ -567,14 +586,14 @@ impl AgentCore {
                 let verdict = self.validate(&spec);
                 (spec, verdict)
             };
-            let task_id = spec.id.clone();
+            let key = TaskKey::new(framework_id.clone(), spec.id.clone());
             actions.push(Action::Persist(Record::Launched {
                 framework_id: framework_id.clone(),
                 spec: spec.clone(),
                 accepted: verdict.is_ok(),
             }));
             self.tasks.insert(
-                task_id.clone(),
+                key.clone(),
                 new_entry(framework_id.clone(), spec.clone(), verdict.is_ok()),
             );
             match verdict {
@@ -584,7 +603,7 @@ impl AgentCore {
                 }),
                 Err((reason, message)) => {
                     self.push_update(
-                        &task_id,
+                        &key,
                         TaskState::Failed,
                         Some(reason),
                         message,
@@ -602,13 +621,13 @@ impl AgentCore {
     /// enforced) as the message.
     pub fn started(
         &mut self,
-        task_id: &TaskId,
+        task: &TaskKey,
         runtime: Runtime,
         note: String,
         now: Now,
     ) -> Vec<Action> {
         let mut actions = Vec::new();
-        let Some(entry) = self.tasks.get_mut(task_id) else {
+        let Some(entry) = self.tasks.get_mut(task) else {
             return actions;
         };
         if entry.state.is_terminal() {
@@ -616,11 +635,11 @@ impl AgentCore {
         }
         entry.runtime = Some(runtime.clone());
         actions.push(Action::Persist(Record::Started {
-            task_id: task_id.clone(),
+            task: task.clone(),
             runtime,
         }));
         if entry.state == TaskState::Staging {
-            self.push_update(task_id, TaskState::Running, None, note, now, &mut actions);
+            self.push_update(task, TaskState::Running, None, note, now, &mut actions);
         }
         actions
     }
@@ -630,13 +649,13 @@ impl AgentCore {
     /// else FAILED. A task already ended is left alone (the executor may report twice).
     pub fn finished(
         &mut self,
-        task_id: &TaskId,
+        task: &TaskKey,
         outcome: Outcome,
         detail: String,
         now: Now,
     ) -> Vec<Action> {
         let mut actions = Vec::new();
-        let Some(entry) = self.tasks.get(task_id) else {
+        let Some(entry) = self.tasks.get(task) else {
             return actions;
         };
         if entry.state.is_terminal() {
@@ -693,42 +712,32 @@ impl AgentCore {
                 join("the agent restarted and the task's process is gone with no exit code".into()),
             ),
         };
-        self.push_update(task_id, state, reason, message, now, &mut actions);
+        self.push_update(task, state, reason, message, now, &mut actions);
         actions
     }
 
     /// A kill from the master. Unknown or ended tasks need nothing (their updates are already
-    /// queued); a task of another framework is not this kill's to end.
-    pub fn kill(
-        &mut self,
-        task_id: &TaskId,
-        framework_id: &FrameworkId,
-        grace: Duration,
-    ) -> Vec<Action> {
-        match self.tasks.get(task_id) {
-            Some(entry) if &entry.framework_id == framework_id => {
-                self.request_kill(task_id, KillCause::Framework, grace)
-            }
-            _ => Vec::new(),
-        }
+    /// queued); a task of another framework with the same id is another key, left alone.
+    pub fn kill(&mut self, task: &TaskKey, grace: Duration) -> Vec<Action> {
+        self.request_kill(task, KillCause::Framework, grace)
     }
 
     /// Registration answered: kill the listed tasks (the master declared this agent lost and
     /// its tasks LOST) if they still run.
-    pub fn registered(&mut self, kill: &[TaskId]) -> Vec<Action> {
+    pub fn registered(&mut self, kill: &[TaskKey]) -> Vec<Action> {
         let mut actions = Vec::new();
-        for task_id in kill {
-            let grace = match self.tasks.get(task_id) {
+        for task in kill {
+            let grace = match self.tasks.get(task) {
                 Some(entry) => Duration::from_millis(entry.spec.kill_grace_ms),
                 None => continue,
             };
-            actions.extend(self.request_kill(task_id, KillCause::AgentLost, grace));
+            actions.extend(self.request_kill(task, KillCause::AgentLost, grace));
         }
         actions
     }
 
-    fn request_kill(&mut self, task_id: &TaskId, cause: KillCause, grace: Duration) -> Vec<Action> {
-        let Some(entry) = self.tasks.get_mut(task_id) else {
+    fn request_kill(&mut self, task: &TaskKey, cause: KillCause, grace: Duration) -> Vec<Action> {
+        let Some(entry) = self.tasks.get_mut(task) else {
             return Vec::new();
         };
         if entry.state.is_terminal() || entry.kill.is_some() {
@@ -737,12 +746,12 @@ impl AgentCore {
         entry.kill = Some((cause, grace));
         vec![
             Action::Persist(Record::KillRequested {
-                task_id: task_id.clone(),
+                task: task.clone(),
                 cause,
                 grace_ms: whole_millis(grace),
             }),
             Action::Kill {
-                task_id: task_id.clone(),
+                task: task.clone(),
                 grace,
             },
         ]
@@ -752,18 +761,16 @@ impl AgentCore {
     /// has nothing left unacknowledged leaves the table. Duplicate or stale acks change
     /// nothing and record nothing.
     pub fn ack(&mut self, ack: &StatusAck) -> Vec<Action> {
-        if self.apply_ack(&ack.task_id, ack.seq) {
-            vec![Action::Persist(Record::Ack {
-                task_id: ack.task_id.clone(),
-                seq: ack.seq,
-            })]
+        let task = ack.key();
+        if self.apply_ack(&task, ack.seq) {
+            vec![Action::Persist(Record::Ack { task, seq: ack.seq })]
         } else {
             Vec::new()
         }
     }
 
-    fn apply_ack(&mut self, task_id: &TaskId, seq: u64) -> bool {
-        let Some(entry) = self.tasks.get_mut(task_id) else {
+    fn apply_ack(&mut self, task: &TaskKey, seq: u64) -> bool {
+        let Some(entry) = self.tasks.get_mut(task) else {
             return false;
         };
         // An ack beyond what was sent cannot be for this incarnation of the task.
@@ -776,21 +783,21 @@ impl AgentCore {
             entry.unacked.pop_front();
         }
         if entry.state.is_terminal() && entry.unacked.is_empty() {
-            self.tasks.remove(task_id);
+            self.tasks.remove(task);
         }
         true
     }
 
     fn push_update(
         &mut self,
-        task_id: &TaskId,
+        task: &TaskKey,
         state: TaskState,
         reason: Option<StatusReason>,
         message: String,
         now: Now,
         actions: &mut Vec<Action>,
     ) {
-        let Some(entry) = self.tasks.get_mut(task_id) else {
+        let Some(entry) = self.tasks.get_mut(task) else {
             return;
         };
         entry.last_seq += 1;
@@ -799,7 +806,7 @@ impl AgentCore {
             entry.kill = None;
         }
         let update = StatusUpdate {
-            task_id: task_id.clone(),
+            task_id: task.task_id.clone(),
             framework_id: entry.framework_id.clone(),
             agent_id: self.config.agent_id.clone(),
             state,

@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
-use fullerene_proto::ids::{FrameworkId, TaskId};
+use fullerene_proto::ids::{FrameworkId, TaskId, TaskKey};
 use fullerene_proto::messages::{CommandSpec, Executor, TaskSpec, UnixMillis};
 use fullerene_proto::time::Now;
 use tokio::sync::mpsc;
@@ -69,7 +69,7 @@ const STDERR_TAIL_BYTES: u64 = 512;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExecEvent {
     /// The task.
-    pub task_id: TaskId,
+    pub task: TaskKey,
     /// How it ended.
     pub outcome: Outcome,
     /// Details for humans (stderr tail, escalation to SIGKILL).
@@ -98,7 +98,7 @@ pub struct Executors {
     work_dir: PathBuf,
     limits: Limits,
     events: mpsc::UnboundedSender<ExecEvent>,
-    tasks: HashMap<TaskId, Handle>,
+    tasks: HashMap<TaskKey, Handle>,
 }
 
 impl Executors {
@@ -129,8 +129,8 @@ impl Executors {
     }
 
     /// Whether a supervisor runs for this task.
-    pub fn is_running(&self, task_id: &TaskId) -> bool {
-        self.tasks.contains_key(task_id)
+    pub fn is_running(&self, task: &TaskKey) -> bool {
+        self.tasks.contains_key(task)
     }
 
     /// Starts a task. `Err` says why it could not start (a LaunchFailed update).
@@ -145,7 +145,8 @@ impl Executors {
                 // On the wall clock: the deadline is checkpointed and must mean the same to
                 // the agent that re-attaches to the task after a restart.
                 let deadline_ms = now.wall_ms().saturating_add(*duration_ms);
-                self.watch_sleep(&spec.id, deadline_ms, now);
+                let task = TaskKey::new(framework_id.clone(), spec.id.clone());
+                self.watch_sleep(&task, deadline_ms, now);
                 Ok(Started {
                     runtime: Runtime::Sleep { deadline_ms },
                     note: format!("sleep executor: no process; ends after {duration_ms} ms"),
@@ -226,8 +227,9 @@ impl Executors {
         let start_ticks = proc_stat(pid)
             .map(|s| s.start_ticks)
             .ok_or_else(|| format!("cannot read /proc/{pid}/stat of the task's process"))?;
+        let key = TaskKey::new(framework_id.clone(), spec.id.clone());
         let ctx = ProcessCtx {
-            task_id: spec.id.clone(),
+            task: key.clone(),
             pid,
             start_ticks,
             sandbox: sandbox.clone(),
@@ -241,7 +243,7 @@ impl Executors {
             ctx.finish(outcome, &events);
         });
         self.tasks.insert(
-            spec.id.clone(),
+            key,
             Handle {
                 kill: kill_tx,
                 join,
@@ -253,10 +255,10 @@ impl Executors {
         })
     }
 
-    fn watch_sleep(&mut self, task_id: &TaskId, deadline_ms: UnixMillis, now: Now) {
+    fn watch_sleep(&mut self, task: &TaskKey, deadline_ms: UnixMillis, now: Now) {
         let (kill_tx, mut kill_rx) = mpsc::unbounded_channel::<Duration>();
         let events = self.events.clone();
-        let id = task_id.clone();
+        let id = task.clone();
         let remaining = Duration::from_millis(deadline_ms.saturating_sub(now.wall_ms()));
         let join = tokio::spawn(async move {
             let outcome = tokio::select! {
@@ -264,13 +266,13 @@ impl Executors {
                 Some(_) = kill_rx.recv() => Outcome::Stopped,
             };
             let _ = events.send(ExecEvent {
-                task_id: id,
+                task: id,
                 outcome,
                 detail: String::new(),
             });
         });
         self.tasks.insert(
-            task_id.clone(),
+            task.clone(),
             Handle {
                 kill: kill_tx,
                 join,
@@ -299,18 +301,18 @@ impl Executors {
                     ),
                 };
                 let _ = self.events.send(ExecEvent {
-                    task_id: resume.task_id.clone(),
+                    task: resume.key(),
                     outcome: Outcome::Vanished,
                     detail,
                 });
                 return;
             }
             Some(Runtime::Sleep { deadline_ms }) => {
-                self.watch_sleep(&resume.task_id, *deadline_ms, now);
+                self.watch_sleep(&resume.key(), *deadline_ms, now);
             }
             Some(Runtime::Process { pid, start_ticks }) => {
                 let ctx = ProcessCtx {
-                    task_id: resume.task_id.clone(),
+                    task: resume.key(),
                     pid: *pid,
                     start_ticks: *start_ticks,
                     sandbox: self.sandbox(&resume.framework_id, &resume.task_id),
@@ -329,7 +331,7 @@ impl Executors {
                     ctx.finish(outcome, &events);
                 });
                 self.tasks.insert(
-                    resume.task_id.clone(),
+                    resume.key(),
                     Handle {
                         kill: kill_tx,
                         join,
@@ -338,22 +340,22 @@ impl Executors {
             }
         }
         if let Some((_, grace)) = resume.kill {
-            self.kill(&resume.task_id, grace);
+            self.kill(&resume.key(), grace);
         }
     }
 
     /// Kills a task: SIGTERM to its group, `grace`, then SIGKILL. Returns false if no
     /// supervisor runs for it (it had not started or has already ended).
-    pub fn kill(&mut self, task_id: &TaskId, grace: Duration) -> bool {
-        match self.tasks.get(task_id) {
+    pub fn kill(&mut self, task: &TaskKey, grace: Duration) -> bool {
+        match self.tasks.get(task) {
             Some(handle) => handle.kill.send(grace).is_ok(),
             None => false,
         }
     }
 
     /// Forgets a task whose [`ExecEvent`] arrived.
-    pub fn reap(&mut self, task_id: &TaskId) {
-        self.tasks.remove(task_id);
+    pub fn reap(&mut self, task: &TaskKey) {
+        self.tasks.remove(task);
     }
 }
 
@@ -414,7 +416,7 @@ fn resolve_program(program: &str, sandbox: &Path, path_var: Option<&String>) -> 
 
 /// What a process supervisor knows about its task.
 struct ProcessCtx {
-    task_id: TaskId,
+    task: TaskKey,
     pid: i32,
     start_ticks: u64,
     sandbox: PathBuf,
@@ -465,7 +467,7 @@ impl ProcessCtx {
             Ended::Killed { outcome, .. } => (outcome, String::new()),
         };
         let _ = events.send(ExecEvent {
-            task_id: self.task_id.clone(),
+            task: self.task.clone(),
             outcome,
             detail,
         });
@@ -529,7 +531,7 @@ fn outcome_of_status(status: std::io::Result<ExitStatus>, ctx: &ProcessCtx) -> O
             (None, None) => ctx.recorded_outcome().unwrap_or(Outcome::Vanished),
         },
         Err(error) => {
-            tracing::warn!(task = %ctx.task_id, %error, "cannot wait for the task's process");
+            tracing::warn!(task = %ctx.task, %error, "cannot wait for the task's process");
             ctx.recorded_outcome().unwrap_or(Outcome::Vanished)
         }
     }

@@ -34,7 +34,7 @@ use fullerene_client::{
     AgentSession, FollowConfig, LeaderSession, Pacing, Registered, SendError, SessionConfig,
     SessionEvent,
 };
-use fullerene_proto::ids::AgentId;
+use fullerene_proto::ids::{AgentId, TaskKey};
 use fullerene_proto::messages::{AgentToMaster, MasterToAgent};
 use fullerene_proto::resources::{ResourceKind, ResourceVec};
 use fullerene_proto::time::SystemClock;
@@ -347,11 +347,11 @@ impl Shell {
             match event {
                 Event::Shutdown => return Ok(()),
                 Event::Exec(event) => {
-                    self.executors.reap(&event.task_id);
+                    self.executors.reap(&event.task);
                     let now = self.clock.now();
-                    let actions =
-                        self.core
-                            .finished(&event.task_id, event.outcome, event.detail, now);
+                    let actions = self
+                        .core
+                        .finished(&event.task, event.outcome, event.detail, now);
                     self.apply(actions).await?;
                 }
                 Event::Session(SessionEvent::Due) => self.start_attempt(),
@@ -457,31 +457,27 @@ impl Shell {
                     self.checkpoint.sync()?;
                     m::launched();
                     let now = self.clock.now();
+                    let key = TaskKey::new(framework_id.clone(), spec.id.clone());
                     let more = match self.executors.start(&framework_id, &spec, now) {
                         Ok(started) => {
-                            tracing::info!(task = %spec.id, framework = %framework_id, "task started");
-                            self.core
-                                .started(&spec.id, started.runtime, started.note, now)
+                            tracing::info!(task = %key, "task started");
+                            self.core.started(&key, started.runtime, started.note, now)
                         }
                         Err(why) => {
-                            tracing::warn!(task = %spec.id, %why, "task could not start");
-                            self.core.finished(
-                                &spec.id,
-                                Outcome::LaunchFailed(why),
-                                String::new(),
-                                now,
-                            )
+                            tracing::warn!(task = %key, %why, "task could not start");
+                            self.core
+                                .finished(&key, Outcome::LaunchFailed(why), String::new(), now)
                         }
                     };
                     for (i, action) in more.into_iter().enumerate() {
                         queue.insert(i, action);
                     }
                 }
-                Action::Kill { task_id, grace } => {
+                Action::Kill { task, grace } => {
                     self.checkpoint.sync()?;
-                    if !self.executors.kill(&task_id, grace) {
+                    if !self.executors.kill(&task, grace) {
                         let more = self.core.finished(
-                            &task_id,
+                            &task,
                             Outcome::NotRunning,
                             String::new(),
                             self.clock.now(),
@@ -588,7 +584,7 @@ impl Shell {
                 grace_ms,
             } => {
                 let grace = Duration::from_millis(grace_ms);
-                let actions = self.core.kill(&task_id, &framework_id, grace);
+                let actions = self.core.kill(&TaskKey::new(framework_id, task_id), grace);
                 self.apply(actions).await?;
             }
             MasterToAgent::StatusAck(ack) => {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::*;
 use fullerene_agent::AgentError;
-use fullerene_proto::ids::{AgentId, TaskId};
+use fullerene_proto::ids::{AgentId, FrameworkId, TaskId, TaskKey};
 use fullerene_proto::messages::{AgentToMaster, StatusReason, StatusUpdate, TaskState};
 use fullerene_proto::resources::ResourceVec;
 use fullerene_proto::testkit::resources;
@@ -230,7 +230,12 @@ async fn tasks_the_master_lists_at_registration_are_killed() {
     // The master declared the agent lost meanwhile and marked `doomed` LOST.
     let registering = next_registration(&mut bench.master).await;
     assert_eq!(registering.tasks.len(), 2);
-    let mut session = registering.accept(vec![TaskId::from("doomed")]).await;
+    let mut session = registering
+        .accept(vec![TaskKey::new(
+            FrameworkId::from("fw"),
+            TaskId::from("doomed"),
+        )])
+        .await;
     let killed = session.status().await;
     assert_eq!(killed.task_id.as_str(), "doomed");
     assert_eq!((killed.seq, killed.state), (2, TaskState::Killed));

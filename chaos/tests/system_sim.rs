@@ -88,12 +88,17 @@ fn seeds_of_a_large_cluster_hold_every_invariant() {
 ///   stepped down (an asymmetric partition) attached the framework to that follower, which
 ///   refused its demand for ever ("not leading"): the job never ran again. The master now
 ///   redirects such a session (and an agent's registration likewise).
+/// - 5406 (small cluster): a job resubmitted under a new framework reuses its task ids; the
+///   agent, keying tasks by id alone, ignored the new framework's launch as a duplicate of the
+///   old framework's ended and unacknowledged task, which then stayed STAGING for ever. Agents
+///   now key tasks, acknowledgements and kill lists by framework and task.
 #[test]
 fn seeds_that_found_bugs_pass() {
     run_all(&small(), 149..150);
     run_all(&small(), 3049..3050);
     run_all(&small(), 2992..2993);
     run_all(&small(), 5583..5584);
+    run_all(&small(), 5406..5407);
 }
 
 #[test]

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use fullerene_proto::ids::TaskId;
+use fullerene_proto::ids::TaskKey;
 use fullerene_proto::messages::{AgentToMaster, MasterToAgent, SessionOpen};
 
 use crate::session::{Answer, Handshake};
@@ -18,7 +18,7 @@ pub struct Registered {
     /// How often the agent heartbeats, as the master says.
     pub heartbeat_interval: Duration,
     /// Tasks the master marked lost that the agent must kill if it still runs them.
-    pub kill: Vec<TaskId>,
+    pub kill: Vec<TaskKey>,
 }
 
 impl Handshake for AgentSession {

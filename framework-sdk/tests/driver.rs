@@ -159,6 +159,7 @@ async fn driver_follows_redirect_answers_offers_acks_updates_and_resubscribes() 
             call.call,
             FrameworkRequest::Acknowledge(StatusAck {
                 task_id: TaskId::from("t1"),
+                framework_id: "fw-1".into(),
                 seq: 1
             })
         );
@@ -198,6 +199,7 @@ async fn driver_follows_redirect_answers_offers_acks_updates_and_resubscribes() 
         call.call,
         FrameworkRequest::Acknowledge(StatusAck {
             task_id: TaskId::from("t1"),
+            framework_id: "fw-1".into(),
             seq: 3
         })
     );

@@ -23,6 +23,6 @@ pub mod time;
 #[cfg(test)]
 mod proptests;
 
-pub use ids::{AgentId, FrameworkId, MasterId, OfferId, TaskId};
+pub use ids::{AgentId, FrameworkId, MasterId, OfferId, TaskId, TaskKey};
 pub use resources::{ResourceKind, ResourceVec, Resources, NUM_RESOURCES};
 pub use time::{Now, Time};

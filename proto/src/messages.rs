@@ -16,7 +16,7 @@ use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::ids::{AgentId, FrameworkId, MasterId, OfferId, TaskId};
+use crate::ids::{AgentId, FrameworkId, MasterId, OfferId, TaskId, TaskKey};
 use crate::resources::Resources;
 
 /// The demand summary a framework sends and the kind of an offer, shared with the allocator,
@@ -284,14 +284,32 @@ pub struct StatusUpdate {
     pub timestamp_ms: UnixMillis,
 }
 
+impl StatusUpdate {
+    /// The task this update is about.
+    pub fn key(&self) -> TaskKey {
+        TaskKey::new(self.framework_id.clone(), self.task_id.clone())
+    }
+}
+
 /// Acknowledges a status update; the sender stops retrying `seq` and everything before it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub struct StatusAck {
     /// The task.
     pub task_id: TaskId,
+    /// Its framework: task ids are unique within a framework only, so an agent running tasks
+    /// of two frameworks with the same id tells their streams apart by this. A framework's own
+    /// acknowledgement must name itself.
+    pub framework_id: FrameworkId,
     /// The highest sequence number acknowledged.
     pub seq: u64,
+}
+
+impl StatusAck {
+    /// The task acknowledged.
+    pub fn key(&self) -> TaskKey {
+        TaskKey::new(self.framework_id.clone(), self.task_id.clone())
+    }
 }
 
 /// Free resources of one agent, offered to one framework until `expires_at_ms`.
@@ -330,6 +348,13 @@ pub struct TaskInfo {
     pub state: TaskState,
     /// The sequence number of its latest update.
     pub seq: u64,
+}
+
+impl TaskInfo {
+    /// The task's key.
+    pub fn key(&self) -> TaskKey {
+        TaskKey::new(self.framework_id.clone(), self.spec.id.clone())
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -378,7 +403,7 @@ pub enum MasterToAgent {
         /// How often the agent should heartbeat.
         heartbeat_interval_ms: u64,
         /// Tasks the master has marked LOST that the agent must kill if it still runs them.
-        kill: Vec<TaskId>,
+        kill: Vec<TaskKey>,
     },
     /// Answer to a heartbeat.
     HeartbeatAck {

@@ -80,3 +80,30 @@ numeric_id!(
     /// An offer, unique for the lifetime of the cluster (the leader's term is folded in).
     OfferId
 );
+
+/// A task's identity across the cluster: task ids are unique within their framework only, so
+/// the master's task table, an agent's task table and its executors all key tasks by this pair.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(proptest_derive::Arbitrary))]
+pub struct TaskKey {
+    /// The task's framework.
+    pub framework_id: FrameworkId,
+    /// The task's id within it.
+    pub task_id: TaskId,
+}
+
+impl TaskKey {
+    /// The key of `task_id` of `framework_id`.
+    pub fn new(framework_id: FrameworkId, task_id: TaskId) -> TaskKey {
+        TaskKey {
+            framework_id,
+            task_id,
+        }
+    }
+}
+
+impl fmt::Display for TaskKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.framework_id, self.task_id)
+    }
+}

@@ -30,6 +30,6 @@ pub mod testkit;
 
 pub use demand::{DemandSummary, PendingDemand};
 pub use fit::{fits, AllowanceError, Overbooking, DEFAULT_OVERBOOK_ALLOWANCE};
-pub use ids::{AgentId, FrameworkId, MasterId, OfferId, TaskId};
+pub use ids::{AgentId, FrameworkId, MasterId, OfferId, TaskId, TaskKey};
 pub use offer::{LeftoverAction, OfferKind};
 pub use resources::{ResourceError, ResourceKind, ResourceVec, Resources, EPSILON, NUM_RESOURCES};

@@ -29,9 +29,12 @@ use rustls::{
 use crate::identity::{IdentityError, PeerIdentity, Role};
 use crate::TransportError;
 
-/// The ALPN protocol of Fullerene's transport, version 1. A peer that does not offer it fails
-/// the handshake, so an incompatible future version is refused before any frame is read.
-pub const ALPN_PROTOCOL: &[u8] = b"fullerene/1";
+/// The ALPN protocol of Fullerene's transport, version 2. A peer that does not offer it fails
+/// the handshake, so an incompatible version is refused before any frame is read.
+///
+/// Version 2 names tasks by framework and id in status acknowledgements and in the kill list
+/// of `Registered` (version 1 named them by id alone).
+pub const ALPN_PROTOCOL: &[u8] = b"fullerene/2";
 
 /// The DNS name every master certificate carries and every client asks for.
 ///

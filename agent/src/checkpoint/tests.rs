@@ -1,6 +1,7 @@
 use super::*;
-use fullerene_proto::ids::{AgentId, FrameworkId, TaskId};
+use fullerene_proto::ids::{AgentId, FrameworkId, TaskId, TaskKey};
 use fullerene_proto::messages::{StatusUpdate, TaskState};
+use fullerene_proto::testkit::sleep_task;
 
 fn update(task: &str, seq: u64) -> Record {
     Record::Update(StatusUpdate {
@@ -17,7 +18,7 @@ fn update(task: &str, seq: u64) -> Record {
 
 fn ack(task: &str, seq: u64) -> Record {
     Record::Ack {
-        task_id: TaskId::from(task),
+        task: TaskKey::new(FrameworkId::from("f"), TaskId::from(task)),
         seq,
     }
 }
@@ -199,4 +200,90 @@ fn a_full_disk_is_a_clear_error() {
     );
     assert!(error.to_string().contains("disk is full"), "{error}");
     assert_eq!(log.len(), HEADER_LEN as u64);
+}
+
+/// Writes `records` as a format-1 log (magic `FLRNCKP1`, tasks named by id alone).
+fn write_v1(dir: &Path, records: &[RecordV1]) {
+    let mut bytes = MAGIC_V1.to_vec();
+    for record in records {
+        let body = codec::encode(record).expect("encode");
+        bytes.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        bytes.extend_from_slice(&crc32(&body).to_le_bytes());
+        bytes.extend_from_slice(&body);
+    }
+    fs::write(dir.join(LOG_FILE), bytes).expect("write");
+}
+
+#[test]
+fn a_format_1_log_is_read_and_rewritten_in_format_2() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let launched = |framework: &str, task: &str| RecordV1::Launched {
+        framework_id: FrameworkId::from(framework),
+        spec: sleep_task(task, 1_000, "cpus=1", 0),
+        accepted: true,
+    };
+    let key = |framework: &str, task: &str| TaskKey::new(framework.into(), task.into());
+    write_v1(
+        dir.path(),
+        &[
+            launched("fw-1", "a"),
+            RecordV1::Started {
+                task_id: "a".into(),
+                runtime: Runtime::Sleep { deadline_ms: 5 },
+            },
+            // Acked and forgotten, then launched again by another framework: later records
+            // about `a` are the new task's.
+            RecordV1::Ack {
+                task_id: "a".into(),
+                seq: 2,
+            },
+            launched("fw-2", "a"),
+            RecordV1::KillRequested {
+                task_id: "a".into(),
+                cause: KillCause::Framework,
+                grace_ms: 7,
+            },
+            // About a task the log never launched: recovery ignores it, so it is dropped.
+            RecordV1::Ack {
+                task_id: "ghost".into(),
+                seq: 1,
+            },
+        ],
+    );
+    let expected = vec![
+        Record::Launched {
+            framework_id: "fw-1".into(),
+            spec: sleep_task("a", 1_000, "cpus=1", 0),
+            accepted: true,
+        },
+        Record::Started {
+            task: key("fw-1", "a"),
+            runtime: Runtime::Sleep { deadline_ms: 5 },
+        },
+        Record::Ack {
+            task: key("fw-1", "a"),
+            seq: 2,
+        },
+        Record::Launched {
+            framework_id: "fw-2".into(),
+            spec: sleep_task("a", 1_000, "cpus=1", 0),
+            accepted: true,
+        },
+        Record::KillRequested {
+            task: key("fw-2", "a"),
+            cause: KillCause::Framework,
+            grace_ms: 7,
+        },
+    ];
+    let (mut log, recovered) = Checkpoint::open(dir.path()).expect("open a format-1 log");
+    assert_eq!(recovered.records, expected);
+    let on_disk = fs::read(dir.path().join(LOG_FILE)).expect("read");
+    assert_eq!(&on_disk[..MAGIC.len()], MAGIC, "rewritten in format 2");
+    log.append(&ack("b", 1)).expect("append");
+    log.sync().expect("sync");
+    drop(log);
+    let (_, recovered) = Checkpoint::open(dir.path()).expect("reopen");
+    let mut with_append = expected;
+    with_append.push(ack("b", 1));
+    assert_eq!(recovered.records, with_append);
 }

@@ -17,6 +17,11 @@ fn fw(name: &str) -> FrameworkId {
     FrameworkId::from(name)
 }
 
+/// The key of task `id` of framework `f`, which most tests here launch as.
+fn key(id: &str) -> TaskKey {
+    TaskKey::new(fw("f"), TaskId::from(id))
+}
+
 fn spec(id: &str, resources: &str) -> TaskSpec {
     fullerene_proto::testkit::command_task(id, "true", &[], resources, 750)
 }
@@ -31,7 +36,7 @@ struct Log {
     records: Vec<Record>,
     sent: Vec<StatusUpdate>,
     starts: Vec<TaskId>,
-    kills: Vec<(TaskId, Duration)>,
+    kills: Vec<(TaskKey, Duration)>,
 }
 
 impl Log {
@@ -48,7 +53,7 @@ impl Log {
                     self.sent.push(update);
                 }
                 Action::Start { spec, .. } => self.starts.push(spec.id),
-                Action::Kill { task_id, grace } => self.kills.push((task_id, grace)),
+                Action::Kill { task, grace } => self.kills.push((task, grace)),
             }
         }
     }
@@ -65,7 +70,7 @@ fn seqs(updates: &[StatusUpdate], task: &str) -> Vec<(u64, TaskState)> {
 fn running(core: &mut AgentCore, log: &mut Log, id: &str, resources: &str) {
     log.take(core.launch(&fw("f"), vec![spec(id, resources)], at(1)));
     log.take(core.started(
-        &TaskId::from(id),
+        &key(id),
         Runtime::Process {
             pid: 100,
             start_ticks: 7,
@@ -82,12 +87,7 @@ fn a_task_streams_running_then_finished_and_leaves_once_acked() {
     running(&mut core, &mut log, "t1", "cpus=1,mem_mib=100");
     assert_eq!(log.starts, vec![TaskId::from("t1")]);
     assert_eq!(core.used(), "cpus=1,mem_mib=100".parse().expect("r"));
-    log.take(core.finished(
-        &TaskId::from("t1"),
-        Outcome::Exited(0),
-        String::new(),
-        at(3),
-    ));
+    log.take(core.finished(&key("t1"), Outcome::Exited(0), String::new(), at(3)));
     assert_eq!(
         seqs(&log.sent, "t1"),
         vec![(1, TaskState::Running), (2, TaskState::Finished)]
@@ -100,6 +100,7 @@ fn a_task_streams_running_then_finished_and_leaves_once_acked() {
 
     let ack1 = core.ack(&StatusAck {
         task_id: TaskId::from("t1"),
+        framework_id: fw("f"),
         seq: 1,
     });
     assert_eq!(ack1.len(), 1);
@@ -108,14 +109,16 @@ fn a_task_streams_running_then_finished_and_leaves_once_acked() {
     assert!(core
         .ack(&StatusAck {
             task_id: TaskId::from("t1"),
+            framework_id: fw("f"),
             seq: 1
         })
         .is_empty());
     core.ack(&StatusAck {
         task_id: TaskId::from("t1"),
+        framework_id: fw("f"),
         seq: 2,
     });
-    assert!(core.task(&TaskId::from("t1")).is_none());
+    assert!(core.task(&key("t1")).is_none());
     assert_eq!(core.backlog(), 0);
 }
 
@@ -125,15 +128,11 @@ fn resend_is_every_unacked_update_in_per_task_order() {
     let mut log = Log::default();
     running(&mut core, &mut log, "a", "cpus=1");
     running(&mut core, &mut log, "b", "cpus=1");
-    log.take(core.finished(&TaskId::from("a"), Outcome::Exited(3), "boom".into(), at(5)));
-    log.take(core.finished(
-        &TaskId::from("b"),
-        Outcome::Signaled(9),
-        String::new(),
-        at(6),
-    ));
+    log.take(core.finished(&key("a"), Outcome::Exited(3), "boom".into(), at(5)));
+    log.take(core.finished(&key("b"), Outcome::Signaled(9), String::new(), at(6)));
     core.ack(&StatusAck {
         task_id: TaskId::from("b"),
+        framework_id: fw("f"),
         seq: 1,
     });
     let resend = core.unacked();
@@ -148,9 +147,10 @@ fn resend_is_every_unacked_update_in_per_task_order() {
     // An ack for everything acks only what was sent: no future seq is pre-acknowledged.
     core.ack(&StatusAck {
         task_id: TaskId::from("a"),
+        framework_id: fw("f"),
         seq: 99,
     });
-    assert!(core.task(&TaskId::from("a")).is_none());
+    assert!(core.task(&key("a")).is_none());
     // Registration lists what is left, with its latest seq.
     let tasks = core.register_tasks();
     assert_eq!(tasks.len(), 1);
@@ -167,21 +167,11 @@ fn duplicate_launch_and_duplicate_executor_reports_are_harmless() {
         .is_empty());
     let runtime = Runtime::Sleep { deadline_ms: 5 };
     // A second `started` records the runtime but sends no second RUNNING.
-    let again = core.started(&TaskId::from("t"), runtime, String::new(), at(9));
+    let again = core.started(&key("t"), runtime, String::new(), at(9));
     assert!(again.iter().all(|a| !matches!(a, Action::Send(_))));
-    log.take(core.finished(
-        &TaskId::from("t"),
-        Outcome::Exited(0),
-        String::new(),
-        at(10),
-    ));
+    log.take(core.finished(&key("t"), Outcome::Exited(0), String::new(), at(10)));
     assert!(core
-        .finished(
-            &TaskId::from("t"),
-            Outcome::Exited(1),
-            String::new(),
-            at(11)
-        )
+        .finished(&key("t"), Outcome::Exited(1), String::new(), at(11))
         .is_empty());
     assert_eq!(
         seqs(&log.sent, "t"),
@@ -195,7 +185,7 @@ fn insufficient_resources_fail_the_task_and_change_nothing_else() {
     let mut log = Log::default();
     running(&mut core, &mut log, "big", "cpus=3,mem_mib=1000");
     let before_used = core.used();
-    let before_other = core.task(&TaskId::from("big")).cloned();
+    let before_other = core.task(&key("big")).cloned();
     let actions = core.launch(
         &fw("f"),
         vec![spec("too-big", "cpus=2"), spec("fits", "cpus=1")],
@@ -212,7 +202,7 @@ fn insufficient_resources_fail_the_task_and_change_nothing_else() {
     // The refused task holds nothing; the next task of the bundle still fits.
     assert_eq!(log.starts, vec![TaskId::from("big"), TaskId::from("fits")]);
     assert_eq!(core.used(), before_used + "cpus=1".parse().expect("r"));
-    assert_eq!(core.task(&TaskId::from("big")).cloned(), before_other);
+    assert_eq!(core.task(&key("big")).cloned(), before_other);
 }
 
 #[test]
@@ -264,24 +254,16 @@ fn registered_kill_list_kills_running_tasks_as_agent_lost() {
     let mut log = Log::default();
     running(&mut core, &mut log, "keep", "cpus=1");
     running(&mut core, &mut log, "lost", "cpus=1");
-    log.take(core.registered(&[TaskId::from("lost"), TaskId::from("never-heard-of")]));
-    assert_eq!(
-        log.kills,
-        vec![(TaskId::from("lost"), Duration::from_millis(750))]
-    );
+    log.take(core.registered(&[key("lost"), key("never-heard-of")]));
+    assert_eq!(log.kills, vec![(key("lost"), Duration::from_millis(750))]);
     // Asking again while the kill runs does not start a second one.
-    assert!(core.registered(&[TaskId::from("lost")]).is_empty());
-    log.take(core.finished(
-        &TaskId::from("lost"),
-        Outcome::Signaled(15),
-        String::new(),
-        at(9),
-    ));
+    assert!(core.registered(&[key("lost")]).is_empty());
+    log.take(core.finished(&key("lost"), Outcome::Signaled(15), String::new(), at(9)));
     let last = log.sent.last().expect("update");
     assert_eq!((last.state, last.seq), (TaskState::Killed, 2));
     assert_eq!(last.reason, Some(StatusReason::AgentLost));
     assert_eq!(
-        core.task(&TaskId::from("keep")).map(|e| e.state),
+        core.task(&key("keep")).map(|e| e.state),
         Some(TaskState::Running)
     );
 }
@@ -292,18 +274,16 @@ fn kill_needs_the_tasks_own_framework_and_ends_as_killed() {
     let mut log = Log::default();
     running(&mut core, &mut log, "t", "cpus=1");
     assert!(core
-        .kill(&TaskId::from("t"), &fw("other"), Duration::from_millis(5))
+        .kill(
+            &TaskKey::new(fw("other"), TaskId::from("t")),
+            Duration::from_millis(5)
+        )
         .is_empty());
-    assert!(core
-        .kill(&TaskId::from("nope"), &fw("f"), Duration::from_millis(5))
-        .is_empty());
-    log.take(core.kill(&TaskId::from("t"), &fw("f"), Duration::from_millis(5)));
-    assert_eq!(
-        log.kills,
-        vec![(TaskId::from("t"), Duration::from_millis(5))]
-    );
+    assert!(core.kill(&key("nope"), Duration::from_millis(5)).is_empty());
+    log.take(core.kill(&key("t"), Duration::from_millis(5)));
+    assert_eq!(log.kills, vec![(key("t"), Duration::from_millis(5))]);
     // Even if the process exits 0 during the grace period, the task was killed.
-    log.take(core.finished(&TaskId::from("t"), Outcome::Exited(0), String::new(), at(9)));
+    log.take(core.finished(&key("t"), Outcome::Exited(0), String::new(), at(9)));
     let last = log.sent.last().expect("update");
     assert_eq!(last.state, TaskState::Killed);
     assert_eq!(last.reason, Some(StatusReason::KilledByFramework));
@@ -316,11 +296,12 @@ fn recovery_from_records_or_from_a_snapshot_gives_the_same_table() {
     running(&mut core, &mut log, "a", "cpus=1");
     running(&mut core, &mut log, "b", "cpus=1");
     log.take(core.launch(&fw("f"), vec![spec("refused", "cpus=9")], at(3)));
-    log.take(core.kill(&TaskId::from("b"), &fw("f"), Duration::from_millis(40)));
+    log.take(core.kill(&key("b"), Duration::from_millis(40)));
     log.take(core.launch(&fw("f"), vec![sleep_spec("c")], at(3)));
-    log.take(core.finished(&TaskId::from("a"), Outcome::Exited(0), String::new(), at(4)));
+    log.take(core.finished(&key("a"), Outcome::Exited(0), String::new(), at(4)));
     log.take(core.ack(&StatusAck {
         task_id: TaskId::from("a"),
+        framework_id: fw("f"),
         seq: 1,
     }));
 
@@ -348,12 +329,7 @@ fn recovery_from_records_or_from_a_snapshot_gives_the_same_table() {
     assert_eq!(resume[1].runtime, None);
     // The next update of a recovered task continues its sequence.
     let mut recovered = from_snapshot;
-    let actions = recovered.finished(
-        &TaskId::from("b"),
-        Outcome::Signaled(9),
-        String::new(),
-        at(9),
-    );
+    let actions = recovered.finished(&key("b"), Outcome::Signaled(9), String::new(), at(9));
     let sent: Vec<_> = actions
         .into_iter()
         .filter_map(|a| match a {
@@ -369,7 +345,7 @@ fn a_task_that_vanished_across_a_restart_fails_as_agent_restarted() {
     let mut core = AgentCore::new(config());
     let mut log = Log::default();
     running(&mut core, &mut log, "t", "cpus=1");
-    log.take(core.finished(&TaskId::from("t"), Outcome::Vanished, String::new(), at(3)));
+    log.take(core.finished(&key("t"), Outcome::Vanished, String::new(), at(3)));
     let last = log.sent.last().expect("update");
     assert_eq!(last.state, TaskState::Failed);
     assert_eq!(last.reason, Some(StatusReason::AgentRestarted));
@@ -402,4 +378,64 @@ fn an_oversized_spec_fails_and_is_recorded_stripped() {
         assert!(size < MAX_SPEC_BYTES, "{size}");
     }
     assert_eq!(core.used(), ResourceVec::ZERO);
+}
+
+/// Issue 12, defect 5: a job resubmitted under a new framework reuses its task ids. While the
+/// old framework's task waits for its terminal update to be acknowledged, the new framework's
+/// task of the same id is another task: it is started, streamed, killed and acknowledged on
+/// its own, and survives recovery as such.
+#[test]
+fn tasks_of_two_frameworks_with_one_id_are_two_tasks() {
+    let mut core = AgentCore::new(config());
+    let mut log = Log::default();
+    let old = key("t");
+    let new = TaskKey::new(fw("g"), TaskId::from("t"));
+    running(&mut core, &mut log, "t", "cpus=1");
+    log.take(core.finished(&old, Outcome::Exited(1), String::new(), at(3)));
+    assert_eq!(core.task(&old).map(|e| e.state), Some(TaskState::Failed));
+
+    log.take(core.launch(&fw("g"), vec![spec("t", "cpus=1")], at(4)));
+    assert_eq!(log.starts, vec![TaskId::from("t"), TaskId::from("t")]);
+    log.take(core.started(
+        &new,
+        Runtime::Process {
+            pid: 200,
+            start_ticks: 9,
+        },
+        String::new(),
+        at(5),
+    ));
+    let streams: Vec<(String, u64, TaskState)> = log
+        .sent
+        .iter()
+        .map(|u| (u.framework_id.to_string(), u.seq, u.state))
+        .collect();
+    assert_eq!(
+        streams,
+        vec![
+            ("f".to_string(), 1, TaskState::Running),
+            ("f".to_string(), 2, TaskState::Failed),
+            ("g".to_string(), 1, TaskState::Running),
+        ]
+    );
+    assert_eq!(core.used(), "cpus=1".parse().expect("r"));
+
+    // The old task's ack forgets the old task only; a kill for the old (ended) task does not
+    // touch the new one.
+    log.take(core.ack(&StatusAck {
+        task_id: TaskId::from("t"),
+        framework_id: fw("f"),
+        seq: 2,
+    }));
+    assert!(core.task(&old).is_none());
+    assert!(core.kill(&old, Duration::from_millis(5)).is_empty());
+    assert_eq!(core.task(&new).map(|e| e.state), Some(TaskState::Running));
+    assert_eq!(
+        AgentCore::recover(config(), log.records.clone()).tasks,
+        core.tasks
+    );
+
+    // The lost-agent kill list names tasks by framework too.
+    log.take(core.registered(std::slice::from_ref(&new)));
+    assert_eq!(log.kills, vec![(new.clone(), Duration::from_millis(750))]);
 }

@@ -14,6 +14,11 @@ fn sh(id: &str, script: &str) -> TaskSpec {
     fullerene_proto::testkit::shell_task(id, script, "cpus=0.5,mem_mib=64", 200)
 }
 
+/// The key of `task` of the framework every test here launches as (`fw`).
+fn key(task: &str) -> TaskKey {
+    TaskKey::new(FrameworkId::from("fw"), TaskId::from(task))
+}
+
 fn not_enforced() -> Limits {
     Limits::NotEnforced {
         reason: "test".into(),
@@ -58,13 +63,14 @@ impl Rig {
                 Action::Persist(_) => {}
                 Action::Send(update) => self.sent.push(update),
                 Action::Start { framework_id, spec } => {
+                    let task = TaskKey::new(framework_id.clone(), spec.id.clone());
                     let more = match self.executors.start(&framework_id, &spec, now()) {
                         Ok(started) => {
                             self.core
-                                .started(&spec.id, started.runtime, started.note, now())
+                                .started(&task, started.runtime, started.note, now())
                         }
                         Err(why) => self.core.finished(
-                            &spec.id,
+                            &task,
                             Outcome::LaunchFailed(why),
                             String::new(),
                             now(),
@@ -72,10 +78,10 @@ impl Rig {
                     };
                     queue.extend(more);
                 }
-                Action::Kill { task_id, grace } => {
-                    if !self.executors.kill(&task_id, grace) {
+                Action::Kill { task, grace } => {
+                    if !self.executors.kill(&task, grace) {
                         queue.extend(self.core.finished(
-                            &task_id,
+                            &task,
                             Outcome::NotRunning,
                             String::new(),
                             now(),
@@ -100,9 +106,9 @@ impl Rig {
             "the task ended in time",
         )
         .await;
-        self.executors.reap(&event.task_id);
+        self.executors.reap(&event.task);
         let actions = self.core.finished(
-            &event.task_id,
+            &event.task,
             event.outcome.clone(),
             event.detail.clone(),
             now(),
@@ -139,11 +145,7 @@ async fn next_event(
 
 /// The pid and start time of `task`'s process, as the core recorded them.
 fn process_of(rig: &Rig, task: &str) -> (i32, u64) {
-    match rig
-        .core
-        .task(&TaskId::from(task))
-        .and_then(|e| e.runtime.clone())
-    {
+    match rig.core.task(&key(task)).and_then(|e| e.runtime.clone()) {
         Some(Runtime::Process { pid, start_ticks }) => (pid, start_ticks),
         other => panic!("no process runtime for {task}: {other:?}"),
     }
@@ -253,22 +255,16 @@ async fn kill_terms_the_group_and_kills_what_ignores_it_after_the_grace_period()
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
-    let actions = rig.core.kill(
-        &TaskId::from("stubborn"),
-        &FrameworkId::from("fw"),
-        Duration::from_millis(1000),
-    );
+    let actions = rig.core.kill(&key("stubborn"), Duration::from_millis(1000));
     rig.run(actions);
-    let actions = rig.core.kill(
-        &TaskId::from("polite"),
-        &FrameworkId::from("fw"),
-        Duration::from_millis(u64::MAX),
-    );
+    let actions = rig
+        .core
+        .kill(&key("polite"), Duration::from_millis(u64::MAX));
     rig.run(actions);
     let mut ends = BTreeMap::new();
     for _ in 0..2 {
         let event = rig.next_end().await;
-        ends.insert(event.task_id.to_string(), event);
+        ends.insert(event.task.task_id.to_string(), event);
     }
     let stubborn = &ends["stubborn"];
     assert_eq!(stubborn.outcome, Outcome::Signaled(libc::SIGKILL));
@@ -318,13 +314,9 @@ async fn sleep_tasks_finish_after_their_duration_or_when_killed() {
     rig.launch(nap);
     rig.launch(long);
     let event = rig.next_end().await;
-    assert_eq!(event.task_id.as_str(), "nap");
+    assert_eq!(event.task.task_id.as_str(), "nap");
     assert_eq!(rig.last("nap").state, TaskState::Finished);
-    let actions = rig.core.kill(
-        &TaskId::from("long"),
-        &FrameworkId::from("fw"),
-        Duration::from_millis(1000),
-    );
+    let actions = rig.core.kill(&key("long"), Duration::from_millis(1000));
     rig.run(actions);
     rig.next_end().await;
     assert_eq!(rig.last("long").state, TaskState::Killed);
@@ -443,7 +435,7 @@ async fn a_process_spawned_but_not_recorded_as_started_is_killed_on_recovery_not
     assert!(!group_members(other).is_empty());
     assert!(!group_members(relaunched).is_empty());
     for task in ["other", orphan.as_str()] {
-        assert!(rig.executors.kill(&TaskId::from(task), Duration::ZERO));
+        assert!(rig.executors.kill(&key(task), Duration::ZERO));
         rig.next_end().await;
     }
 }
@@ -556,7 +548,7 @@ async fn a_task_the_oom_killer_ends_fails_as_limit_exceeded() {
         "cpus=4,mem_mib=4096".parse().expect("r"),
     ));
     let mut actions = core.launch(&FrameworkId::from("fw"), vec![sh("oom", "true")], now());
-    actions.extend(core.finished(&TaskId::from("oom"), event.outcome, event.detail, now()));
+    actions.extend(core.finished(&key("oom"), event.outcome, event.detail, now()));
     let last = actions
         .into_iter()
         .rev()

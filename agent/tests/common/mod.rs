@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use fullerene_agent::{AgentConfig, AgentError};
-use fullerene_proto::ids::{AgentId, FrameworkId, MasterId, TaskId};
+use fullerene_proto::ids::{AgentId, FrameworkId, MasterId, TaskKey};
 use fullerene_proto::messages::{
     AgentToMaster, MasterToAgent, StatusAck, StatusUpdate, TaskInfo, TaskSpec,
 };
@@ -99,6 +99,7 @@ impl AgentSession {
     pub(crate) async fn ack(&mut self, update: &StatusUpdate) {
         self.send(MasterToAgent::StatusAck(StatusAck {
             task_id: update.task_id.clone(),
+            framework_id: update.framework_id.clone(),
             seq: update.seq,
         }))
         .await;
@@ -118,7 +119,7 @@ impl AgentSession {
 }
 
 impl Registering {
-    pub(crate) async fn accept(self, kill: Vec<TaskId>) -> AgentSession {
+    pub(crate) async fn accept(self, kill: Vec<TaskKey>) -> AgentSession {
         let mut agent = self.agent;
         agent
             .send(MasterToAgent::Registered {

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use fullerene_proto::messages::TaskState;
-use fullerene_proto::{AgentId, FrameworkId, ResourceVec, TaskId};
+use fullerene_proto::{AgentId, FrameworkId, ResourceVec, TaskId, TaskKey};
 use serde::Serialize;
 
 use super::history::{Accounting, Fact, LogicalTask, Step};
@@ -113,7 +113,7 @@ struct Model {
     running: BTreeMap<AgentId, BTreeMap<(FrameworkId, TaskId), ResourceVec>>,
     lost: BTreeSet<AgentId>,
     /// Instances a returning agent was told to kill, until they end.
-    dying: BTreeSet<(AgentId, TaskId)>,
+    dying: BTreeSet<(AgentId, TaskKey)>,
     delivered: BTreeMap<(FrameworkId, TaskId), (u64, TaskState)>,
     terminal_delivered: BTreeSet<(FrameworkId, TaskId)>,
     terminal_sent: BTreeMap<(FrameworkId, TaskId), usize>,
@@ -178,7 +178,8 @@ impl Model {
                 continue;
             }
             for (framework_id, task_id) in processes.keys() {
-                if self.dying.contains(&(agent.clone(), task_id.clone())) {
+                let key = TaskKey::new(framework_id.clone(), task_id.clone());
+                if self.dying.contains(&(agent.clone(), key)) {
                     continue;
                 }
                 if LogicalTask::of(framework_id, task_id) == *task {
@@ -234,15 +235,14 @@ impl Model {
         }
     }
 
-    fn rejoined(&mut self, step: usize, agent: &AgentId, killing: &[TaskId]) {
+    fn rejoined(&mut self, step: usize, agent: &AgentId, killing: &[TaskKey]) {
         self.lost.remove(agent);
-        for task_id in killing {
-            let running = self
-                .running
-                .get(agent)
-                .is_some_and(|p| p.keys().any(|(_, t)| t == task_id));
+        for task in killing {
+            let running = self.running.get(agent).is_some_and(|p| {
+                p.contains_key(&(task.framework_id.clone(), task.task_id.clone()))
+            });
             if running {
-                self.dying.insert((agent.clone(), task_id.clone()));
+                self.dying.insert((agent.clone(), task.clone()));
             }
         }
         let tasks: BTreeSet<LogicalTask> = self
@@ -429,7 +429,8 @@ pub fn check(history: &[Step]) -> CheckReport {
                 if let Some(processes) = model.running.get_mut(agent) {
                     processes.remove(&(framework_id.clone(), task_id.clone()));
                 }
-                model.dying.remove(&(agent.clone(), task_id.clone()));
+                let key = TaskKey::new(framework_id.clone(), task_id.clone());
+                model.dying.remove(&(agent.clone(), key));
             }
             Fact::AgentLost { agent } => {
                 model.lost.insert(agent.clone());

@@ -5,7 +5,7 @@
 use std::fmt;
 
 use fullerene_proto::messages::TaskState;
-use fullerene_proto::{AgentId, FrameworkId, ResourceVec, TaskId, Time};
+use fullerene_proto::{AgentId, FrameworkId, ResourceVec, TaskId, TaskKey, Time};
 
 /// One recorded fact, at a virtual time.
 #[derive(Clone, Debug, PartialEq)]
@@ -122,7 +122,7 @@ pub enum Fact {
         /// The agent.
         agent: AgentId,
         /// The tasks it was told to kill.
-        killing: Vec<TaskId>,
+        killing: Vec<TaskKey>,
     },
     /// An agent sent a status update (first time or again).
     UpdateSent {

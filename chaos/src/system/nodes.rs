@@ -17,7 +17,7 @@ use fullerene_proto::messages::{
     AgentState, AgentToMaster, Executor, FrameworkCall, FrameworkRequest, Leftover, MasterToAgent,
     StatusUpdate, TaskState,
 };
-use fullerene_proto::{AgentId, FrameworkId, Now, OfferId, ResourceVec, TaskId, Time};
+use fullerene_proto::{AgentId, FrameworkId, Now, OfferId, ResourceVec, TaskKey, Time};
 use fullerene_scheduling::allocator::DEFAULT_KAPPA;
 use fullerene_sdk::dag::{DagConfig, DagJob, DagScheduler, JobOutcome};
 use fullerene_sdk::driver::{
@@ -59,8 +59,7 @@ pub(crate) struct SimMaster {
 #[derive(Clone, Debug)]
 pub(crate) struct Process {
     agent: usize,
-    framework_id: FrameworkId,
-    task_id: TaskId,
+    task: TaskKey,
     alive: bool,
     /// Set once it was killed, so that its natural exit does not count.
     killed: bool,
@@ -79,7 +78,7 @@ pub(crate) struct SimAgent {
     pub(crate) incarnation: u64,
     pub(crate) clock_offset_ms: i64,
     /// The processes the executor supervises, by task.
-    supervised: BTreeMap<TaskId, u64>,
+    supervised: BTreeMap<TaskKey, u64>,
     /// Where the next session attempt goes, once due.
     next_attempt: Option<SocketAddr>,
     heartbeat_seq: u64,
@@ -472,28 +471,21 @@ impl World {
                     let pids: Vec<u64> = self
                         .processes
                         .iter()
-                        .filter(|(_, p)| {
-                            p.alive
-                                && p.agent == i
-                                && p.task_id == resume.task_id
-                                && p.framework_id == resume.framework_id
-                        })
+                        .filter(|(_, p)| p.alive && p.agent == i && p.task == resume.key())
                         .map(|(pid, _)| *pid)
                         .collect();
                     for pid in pids {
                         self.end_process(pid, true);
                     }
-                    self.agent_finished(i, &resume.task_id, Outcome::Vanished);
+                    self.agent_finished(i, &resume.key(), Outcome::Vanished);
                 }
                 Some(Runtime::Process { pid, .. }) => {
                     let pid = pid as u64;
                     let alive = self.processes.get(&pid).is_some_and(|p| p.alive);
                     if alive {
-                        self.agents[i]
-                            .supervised
-                            .insert(resume.task_id.clone(), pid);
+                        self.agents[i].supervised.insert(resume.key(), pid);
                         if let Some((_, grace)) = resume.kill {
-                            self.executor_kill(i, &resume.task_id, grace);
+                            self.executor_kill(i, &resume.key(), grace);
                         }
                     } else {
                         // The wrapper wrote the exit code to the sandbox: it is known.
@@ -503,12 +495,12 @@ impl World {
                         } else {
                             Outcome::Exited(0)
                         };
-                        self.agent_finished(i, &resume.task_id, outcome);
+                        self.agent_finished(i, &resume.key(), outcome);
                     }
                 }
                 Some(Runtime::Sleep { .. }) => {
                     // The simulated executor runs every task as a process.
-                    self.agent_finished(i, &resume.task_id, Outcome::Vanished);
+                    self.agent_finished(i, &resume.key(), Outcome::Vanished);
                 }
             }
         }
@@ -703,7 +695,10 @@ impl World {
                 task_id,
                 framework_id,
                 grace_ms,
-            } => core.kill(&task_id, &framework_id, Duration::from_millis(grace_ms)),
+            } => core.kill(
+                &TaskKey::new(framework_id, task_id),
+                Duration::from_millis(grace_ms),
+            ),
             MasterToAgent::StatusAck(ack) => {
                 let actions = core.ack(&ack);
                 if !actions.is_empty() {
@@ -781,21 +776,24 @@ impl World {
                     let more = self.agents[i]
                         .core
                         .as_mut()
-                        .map(|core| core.started(&spec.id, runtime, String::new(), now))
+                        .map(|core| {
+                            let task = TaskKey::new(framework_id.clone(), spec.id.clone());
+                            core.started(&task, runtime, String::new(), now)
+                        })
                         .unwrap_or_default();
                     for (k, action) in more.into_iter().enumerate() {
                         queue.insert(k, action);
                     }
                 }
-                AgentAction::Kill { task_id, grace } => {
+                AgentAction::Kill { task, grace } => {
                     self.sync_checkpoint(i);
-                    if !self.executor_kill(i, &task_id, grace) {
+                    if !self.executor_kill(i, &task, grace) {
                         let now = self.agent_now(i);
                         let more = self.agents[i]
                             .core
                             .as_mut()
                             .map(|core| {
-                                core.finished(&task_id, Outcome::NotRunning, String::new(), now)
+                                core.finished(&task, Outcome::NotRunning, String::new(), now)
                             })
                             .unwrap_or_default();
                         for (k, action) in more.into_iter().enumerate() {
@@ -835,17 +833,17 @@ impl World {
     ) -> u64 {
         let pid = self.next_pid;
         self.next_pid += 1;
+        let task = TaskKey::new(framework_id.clone(), spec.id.clone());
         self.processes.insert(
             pid,
             Process {
                 agent: i,
-                framework_id: framework_id.clone(),
-                task_id: spec.id.clone(),
+                task: task.clone(),
                 alive: true,
                 killed: false,
             },
         );
-        self.agents[i].supervised.insert(spec.id.clone(), pid);
+        self.agents[i].supervised.insert(task, pid);
         let demand = spec.resources.to_vec().unwrap_or(ResourceVec::ZERO);
         let agent = self.agents[i].id.clone();
         self.record(Fact::Spawned {
@@ -863,8 +861,8 @@ impl World {
     }
 
     /// Starts killing a supervised task's process; false when the executor has none.
-    fn executor_kill(&mut self, i: usize, task_id: &TaskId, grace: Duration) -> bool {
-        let Some(&pid) = self.agents[i].supervised.get(task_id) else {
+    fn executor_kill(&mut self, i: usize, task: &TaskKey, grace: Duration) -> bool {
+        let Some(&pid) = self.agents[i].supervised.get(task) else {
             return false;
         };
         let delay = grace.min(Duration::from_millis(50));
@@ -906,8 +904,8 @@ impl World {
         process.killed = killed;
         let fact = Fact::ProcessEnded {
             agent: self.agents[process.agent].id.clone(),
-            framework_id: process.framework_id.clone(),
-            task_id: process.task_id.clone(),
+            framework_id: process.task.framework_id.clone(),
+            task_id: process.task.task_id.clone(),
         };
         self.record(fact);
     }
@@ -916,27 +914,27 @@ impl World {
         if self.agents[i].incarnation != incarnation || self.agents[i].core.is_none() {
             return;
         }
-        let Some(task_id) = self.processes.get(&pid).map(|p| p.task_id.clone()) else {
+        let Some(task) = self.processes.get(&pid).map(|p| p.task.clone()) else {
             return;
         };
-        if self.agents[i].supervised.get(&task_id) != Some(&pid) {
+        if self.agents[i].supervised.get(&task) != Some(&pid) {
             return;
         }
-        self.agents[i].supervised.remove(&task_id);
+        self.agents[i].supervised.remove(&task);
         let outcome = if signaled {
             Outcome::Signaled(15)
         } else {
             Outcome::Exited(0)
         };
-        self.agent_finished(i, &task_id, outcome);
+        self.agent_finished(i, &task, outcome);
     }
 
-    fn agent_finished(&mut self, i: usize, task_id: &TaskId, outcome: Outcome) {
+    fn agent_finished(&mut self, i: usize, task: &TaskKey, outcome: Outcome) {
         let now = self.agent_now(i);
         let actions = self.agents[i]
             .core
             .as_mut()
-            .map(|core| core.finished(task_id, outcome, String::new(), now))
+            .map(|core| core.finished(task, outcome, String::new(), now))
             .unwrap_or_default();
         self.agent_apply(i, actions);
     }

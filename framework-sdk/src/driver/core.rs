@@ -580,6 +580,7 @@ impl DriverCore {
     fn update(&mut self, update: StatusUpdate) -> Vec<Action> {
         let ack = FrameworkRequest::Acknowledge(StatusAck {
             task_id: update.task_id.clone(),
+            framework_id: update.framework_id.clone(),
             seq: update.seq,
         });
         let duplicate = self

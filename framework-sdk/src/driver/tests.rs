@@ -269,6 +269,7 @@ fn updates_are_delivered_once_and_always_acknowledged() {
         sends(&first)[0].1,
         FrameworkRequest::Acknowledge(StatusAck {
             task_id: "t1".into(),
+            framework_id: "f1".into(),
             seq: 1
         })
     );

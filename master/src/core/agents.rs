@@ -22,7 +22,7 @@ use fullerene_proto::messages::{ErrorCode, OperatorResponse, WireError};
 use fullerene_proto::Now;
 
 use super::{AgentRegistration, MasterCore, Outbox, Pending, SessionId, Settled};
-use crate::state::{ClusterState, Command, CommandOutcome, TaskKey, TaskKill};
+use crate::state::{ClusterState, Command, CommandError, CommandOutcome, TaskKey, TaskKill};
 use crate::storage::RaftStore;
 
 /// When agents are declared unreachable and lost, and how often they must heartbeat.
@@ -280,6 +280,7 @@ impl AgentSessions {
 pub(crate) fn ack_of(update: &StatusUpdate) -> StatusAck {
     StatusAck {
         task_id: update.task_id.clone(),
+        framework_id: update.framework_id.clone(),
         seq: update.seq,
     }
 }
@@ -299,7 +300,7 @@ impl<S: RaftStore> MasterCore<S> {
                 Settled::Applied(outcome) => {
                     let kill = match outcome {
                         CommandOutcome::AgentRegistered { kill, .. } => {
-                            kill.into_iter().map(|k| k.task.task_id).collect()
+                            kill.into_iter().map(|k| k.task).collect()
                         }
                         _ => Vec::new(),
                     };
@@ -341,9 +342,16 @@ impl<S: RaftStore> MasterCore<S> {
             AgentPending::Status { agent_id, ack } => {
                 match &settled {
                     Settled::Applied(_) => {}
+                    // A resend of an update whose task has since ended and been forgotten
+                    // (its end acknowledged by the framework) is routine after a reconnect.
+                    Settled::Refused(
+                        error @ (CommandError::UnknownTask(_) | CommandError::TerminalTask { .. }),
+                    ) => {
+                        tracing::debug!(agent = %agent_id, task = %ack.key(), seq = ack.seq, %error, "status update of an ended task refused");
+                    }
                     Settled::Refused(error) => {
                         // Retrying cannot change the answer: acknowledge so the agent stops.
-                        tracing::warn!(agent = %agent_id, task = %ack.task_id, seq = ack.seq, %error, "status update refused");
+                        tracing::warn!(agent = %agent_id, task = %ack.key(), seq = ack.seq, %error, "status update refused");
                     }
                     // Not committed: no ack, the agent resends it.
                     Settled::Dropped(_) => return,

@@ -332,6 +332,16 @@ impl<S: RaftStore> MasterCore<S> {
                 self.propose_for_framework(command, call_id, link, FrameworkPending::Answer);
                 return;
             }
+            FrameworkRequest::Acknowledge(ack) if ack.framework_id != framework_id => {
+                Err(WireError::new(
+                    ErrorCode::InvalidRequest,
+                    format!(
+                        "acknowledgement of task {} names framework {}, but this session is \
+                         framework {framework_id}",
+                        ack.task_id, ack.framework_id
+                    ),
+                ))
+            }
             FrameworkRequest::Acknowledge(ack) => {
                 let command = Command::AcknowledgeStatus {
                     framework_id,

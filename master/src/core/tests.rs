@@ -534,6 +534,7 @@ fn status_updates_are_committed_then_acknowledged_to_the_agent_and_forwarded_to_
         to_agent(&outputs, agent_session),
         vec![&MasterToAgent::StatusAck(StatusAck {
             task_id: TaskId::from("t1"),
+            framework_id: framework.clone(),
             seq: 1
         })]
     );
@@ -547,12 +548,30 @@ fn status_updates_are_committed_then_acknowledged_to_the_agent_and_forwarded_to_
         TaskState::Running
     );
 
+    // An acknowledgement naming another framework is refused, and says why.
+    let (answer, _) = h.call(
+        &framework,
+        session,
+        FrameworkRequest::Acknowledge(StatusAck {
+            task_id: TaskId::from("t1"),
+            framework_id: "fw-someone-else".into(),
+            seq: 1,
+        }),
+    );
+    match answer {
+        Some(Err(error)) => {
+            assert_eq!(error.code, ErrorCode::InvalidRequest);
+            assert!(error.message.contains("fw-someone-else"), "{error:?}");
+        }
+        other => panic!("a foreign acknowledgement was not refused: {other:?}"),
+    }
     // The framework's acknowledgement is committed.
     let (answer, _) = h.call(
         &framework,
         session,
         FrameworkRequest::Acknowledge(StatusAck {
             task_id: TaskId::from("t1"),
+            framework_id: framework.clone(),
             seq: 1,
         }),
     );
@@ -592,6 +611,7 @@ fn unacknowledged_updates_are_sent_again_until_acknowledged_and_to_a_framework_b
         session,
         FrameworkRequest::Acknowledge(StatusAck {
             task_id: TaskId::from("t1"),
+            framework_id: framework.clone(),
             seq: 1,
         }),
     );
@@ -635,6 +655,7 @@ fn unacknowledged_updates_are_sent_again_until_acknowledged_and_to_a_framework_b
         new_session,
         FrameworkRequest::Acknowledge(StatusAck {
             task_id: TaskId::from("t1"),
+            framework_id: framework.clone(),
             seq: 2,
         }),
     );

@@ -10,33 +10,9 @@
 use std::collections::BTreeMap;
 
 use fullerene_proto::messages::{StatusUpdate, TaskSpec, UnixMillis};
+pub use fullerene_proto::TaskKey;
 use fullerene_proto::{AgentId, FrameworkId, Resources, TaskId};
 use serde::{Deserialize, Serialize};
-
-/// A task's identity: task ids are unique within their framework only.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct TaskKey {
-    /// The task's framework.
-    pub framework_id: FrameworkId,
-    /// The task's id within it.
-    pub task_id: TaskId,
-}
-
-impl TaskKey {
-    /// The key of `task_id` of `framework_id`.
-    pub fn new(framework_id: FrameworkId, task_id: TaskId) -> TaskKey {
-        TaskKey {
-            framework_id,
-            task_id,
-        }
-    }
-}
-
-impl std::fmt::Display for TaskKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.framework_id, self.task_id)
-    }
-}
 
 /// One change to the cluster state (DESIGN.md, "a task's life").
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

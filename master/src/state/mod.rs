@@ -817,11 +817,6 @@ impl ClusterState {
             if self.tasks.contains_key(&key) || !seen.insert(spec.id.clone()) {
                 return Err(CommandError::DuplicateTask(key));
             }
-            // Agents name a task by its id alone (status acknowledgements and kill lists carry
-            // no framework), so an id another framework still has on this agent is refused.
-            if agent.tasks.iter().any(|other| other.task_id == spec.id) {
-                return Err(CommandError::DuplicateTask(key));
-            }
             let demand = spec.resources.to_vec()?;
             if demand.is_zero() {
                 return Err(CommandError::InvalidResources(format!(
