@@ -61,7 +61,7 @@ fn assert_every_invariant_checked(checks: &BTreeMap<Invariant, u64>) {
 
 #[test]
 fn seeds_of_a_small_cluster_hold_every_invariant() {
-    let seeds = if long() { 1..8_001 } else { 1..201 };
+    let seeds = if long() { 1..8_001 } else { 1..801 };
     let checks = run_all(&small(), seeds);
     assert_every_invariant_checked(&checks);
 }
@@ -71,7 +71,7 @@ fn seeds_of_a_large_cluster_hold_every_invariant() {
     let seeds = if long() {
         100_001..102_001
     } else {
-        100_001..100_061
+        100_001..100_201
     };
     let checks = run_all(&large(), seeds);
     assert_every_invariant_checked(&checks);
