@@ -89,7 +89,8 @@ pub(crate) struct JobRunArgs {
     pub group: Option<String>,
     /// Run each task as `sh -c TEMPLATE` instead of with the agents' `sleep` executor;
     /// `{job}`, `{stage}`, `{stage_name}`, `{index}`, `{attempt}`, `{duration_s}` and
-    /// `{duration_ms}` are replaced (durations scaled by --time-scale).
+    /// `{duration_ms}` are replaced (durations scaled by --time-scale); names are substituted
+    /// single-quoted, one shell word each, so write `echo {job}`, not `echo "{job}"`.
     #[arg(long, value_name = "TEMPLATE")]
     pub command: Option<String>,
     /// Attempts a task gets (FAILED or LOST each end one) before its job fails.

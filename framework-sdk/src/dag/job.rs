@@ -21,6 +21,7 @@ use fullerene_proto::time::secs_f64;
 use fullerene_proto::{AgentId, ResourceVec, Resources, TaskId, Time};
 use serde::Serialize;
 
+use super::template::{self, Value};
 use crate::job::{Job, TaskRef};
 use crate::planner::{plan_remaining, PlanCluster, PlanError, PlannerConfig};
 use crate::policy::{
@@ -34,7 +35,9 @@ pub enum ExecutorTemplate {
     /// The agents' built-in `sleep` executor, for the task's duration × `time_scale`.
     Sleep,
     /// `sh -c TEMPLATE`, with `{job}`, `{stage}` (id), `{stage_name}`, `{index}`, `{attempt}`,
-    /// `{duration_s}` and `{duration_ms}` (scaled) replaced.
+    /// `{duration_s}` and `{duration_ms}` (scaled) replaced: the names single-quoted as one
+    /// shell word each (so do not quote them again in the template), the numbers bare
+    /// (see [`template`](super::template)).
     Command(String),
 }
 
@@ -663,14 +666,18 @@ impl DagJob {
         let executor = match &self.config.executor {
             ExecutorTemplate::Sleep => Executor::Sleep { duration_ms },
             ExecutorTemplate::Command(template) => {
-                let command = template
-                    .replace("{job}", &self.job.name)
-                    .replace("{stage_name}", &stage.name)
-                    .replace("{stage}", &stage.id.to_string())
-                    .replace("{index}", &task.index.to_string())
-                    .replace("{attempt}", &launch.to_string())
-                    .replace("{duration_s}", &format!("{duration_s:.3}"))
-                    .replace("{duration_ms}", &duration_ms.to_string());
+                let command = template::expand(template, |name| {
+                    Some(match name {
+                        "job" => Value::Text(self.job.name.clone()),
+                        "stage_name" => Value::Text(stage.name.clone()),
+                        "stage" => Value::Number(stage.id.to_string()),
+                        "index" => Value::Number(task.index.to_string()),
+                        "attempt" => Value::Number(launch.to_string()),
+                        "duration_s" => Value::Number(format!("{duration_s:.3}")),
+                        "duration_ms" => Value::Number(duration_ms.to_string()),
+                        _ => return None,
+                    })
+                });
                 Executor::Command(CommandSpec {
                     program: "sh".into(),
                     args: vec!["-c".into(), command],

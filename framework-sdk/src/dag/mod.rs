@@ -7,12 +7,14 @@
 //! fails with the reason) and re-plans what is left of the DAG.
 //!
 //! - [`job`]: the sans-IO core: given offers, updates and failed calls, what to send;
+//! - [`template`]: the command template, its placeholders replaced with names shell-quoted;
 //! - `run` (feature `driver`): the driver's `Scheduler` around it and `run_jobs`, which runs
 //!   the jobs of a workload against the masters.
 
 pub mod job;
 #[cfg(feature = "driver")]
 pub mod run;
+pub mod template;
 #[cfg(test)]
 mod tests;
 

@@ -274,7 +274,7 @@ fn command_template_is_expanded() {
             assert_eq!(spec.program, "sh");
             assert_eq!(
                 spec.args,
-                vec!["-c".to_string(), "run q1 scan 10.0 5000".into()]
+                vec!["-c".to_string(), "run 'q1' 'scan' 10.0 5000".into()]
             );
         }
         other => panic!("expected a command, got {other:?}"),
