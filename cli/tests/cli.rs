@@ -96,6 +96,15 @@ fn bad_flags_and_inputs_get_clear_errors() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("fpgas"), "{}", stderr(&out));
 
+    // An offer TTL that would overflow the expiry time is refused, not wrapped.
+    let out = run(&["master", "--offer-ttl-ms", "18446744073709551615"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("--offer-ttl-ms") && stderr(&out).contains("86400000"),
+        "{}",
+        stderr(&out)
+    );
+
     let out = run(&["sim", "--compare", "graphene,yarn"]);
     assert!(!out.status.success());
     assert!(stderr(&out).contains("yarn"), "{}", stderr(&out));

@@ -591,7 +591,8 @@ impl OfferManager {
             &attributes,
             decision.resources,
             decision.kind,
-            now_ms + self.offer_ttl_ms,
+            // The CLI bounds the TTL; a library caller's huge one never wraps into the past.
+            now_ms.saturating_add(self.offer_ttl_ms),
         )
     }
 

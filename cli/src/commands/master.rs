@@ -91,8 +91,9 @@ pub(crate) struct MasterArgs {
     /// How often the leader runs an allocation cycle, in milliseconds.
     #[arg(long, env = "FULLERENE_ALLOCATION_INTERVAL_MS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
     pub allocation_interval_ms: u64,
-    /// How long an offer stays valid before it is rescinded and offered again, in milliseconds.
-    #[arg(long, env = "FULLERENE_OFFER_TTL_MS", default_value_t = fullerene_master::offers::DEFAULT_OFFER_TTL_MS, value_parser = clap::value_parser!(u64).range(1..))]
+    /// How long an offer stays valid before it is rescinded and offered again, in milliseconds
+    /// (at most a day: resources held longer by an idle framework are lost to everyone else).
+    #[arg(long, env = "FULLERENE_OFFER_TTL_MS", default_value_t = fullerene_master::offers::DEFAULT_OFFER_TTL_MS, value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
     pub offer_ttl_ms: u64,
     /// Agent shards, each with its own allocation cycle.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1024))]
