@@ -114,10 +114,11 @@ fn decode_limited<T: DeserializeOwned, const LIMIT: usize>(bytes: &[u8]) -> Resu
     }
     let (message, consumed) =
         bincode::serde::decode_from_slice(body, config::<LIMIT>()).map_err(|e| match e {
-            bincode::error::DecodeError::LimitExceeded => CodecError::TooLarge {
-                size: bytes.len(),
-                limit: LIMIT,
-            },
+            // The frame itself is within the limit (checked above): a length or count inside
+            // it claims more, which no valid message of this size can.
+            bincode::error::DecodeError::LimitExceeded => CodecError::Malformed(format!(
+                "a length or count inside claims more than the {LIMIT}-byte message limit"
+            )),
             other => CodecError::Malformed(other.to_string()),
         })?;
     if consumed != body.len() {
