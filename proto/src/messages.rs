@@ -438,6 +438,10 @@ pub enum MasterToAgent {
 // Framework <-> master
 // ---------------------------------------------------------------------------------------------
 
+/// The most task ids one explicit reconciliation may name: the master answers it at once, so
+/// its answer must fit a session's queue. Frameworks split longer lists (or reconcile all).
+pub const MAX_RECONCILE_TASK_IDS: usize = 1024;
+
 /// A framework's request, with an id the answer refers to.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
@@ -508,7 +512,8 @@ pub enum FrameworkRequest {
         /// The task.
         task_id: TaskId,
     },
-    /// Ask for the latest state of these tasks; an empty list means all of this framework's tasks.
+    /// Ask for the latest state of these tasks (at most [`MAX_RECONCILE_TASK_IDS`]); an empty
+    /// list means all of this framework's tasks, which the master sends a page at a time.
     Reconcile {
         /// The tasks.
         task_ids: Vec<TaskId>,

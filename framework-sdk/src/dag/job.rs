@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use fullerene_proto::messages::{
     CommandSpec, DemandSummary, ErrorCode, Executor, FrameworkRequest, Leftover, Offer,
-    StatusReason, StatusUpdate, TaskOrigin, TaskSpec, TaskState, WireError,
+    StatusReason, StatusUpdate, TaskOrigin, TaskSpec, TaskState, WireError, MAX_RECONCILE_TASK_IDS,
 };
 use fullerene_proto::time::secs_f64;
 use fullerene_proto::{AgentId, ResourceVec, Resources, TaskId, Time};
@@ -277,9 +277,7 @@ impl DagJob {
         let mut out = Vec::new();
         let queued = std::mem::take(&mut self.reconcile_queued);
         let task_ids: Vec<TaskId> = self.unconfirmed.difference(&queued).cloned().collect();
-        if !task_ids.is_empty() {
-            out.push(FrameworkRequest::Reconcile { task_ids });
-        }
+        push_reconciles(task_ids, &mut out);
         self.push_demand(&mut out);
         out
     }
@@ -497,7 +495,7 @@ impl DagJob {
         if !unknown.is_empty() {
             self.unconfirmed.extend(unknown.iter().cloned());
             self.reconcile_queued.extend(unknown.iter().cloned());
-            out.push(FrameworkRequest::Reconcile { task_ids: unknown });
+            push_reconciles(unknown, &mut out);
         }
         if !self.is_done() {
             self.push_demand(&mut out);
@@ -701,5 +699,15 @@ impl DagJob {
             }),
             kill_grace_ms: self.config.kill_grace_ms,
         }
+    }
+}
+
+/// Explicit reconciliations of `task_ids`, split so that none names more than the master
+/// answers in one call ([`MAX_RECONCILE_TASK_IDS`]).
+fn push_reconciles(task_ids: Vec<TaskId>, out: &mut Vec<FrameworkRequest>) {
+    for chunk in task_ids.chunks(MAX_RECONCILE_TASK_IDS) {
+        out.push(FrameworkRequest::Reconcile {
+            task_ids: chunk.to_vec(),
+        });
     }
 }

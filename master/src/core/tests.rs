@@ -8,12 +8,13 @@ use fullerene_proto::ids::{AgentId, FrameworkId, TaskId};
 use fullerene_proto::messages::{
     AgentState, CallOk, ErrorCode, FrameworkCall, FrameworkRequest, Leftover, MasterToAgent,
     MasterToFramework, Offer, OperatorRequest, OperatorResponse, StatusAck, StatusReason,
-    StatusUpdate, TaskSpec, TaskState,
+    StatusUpdate, TaskSpec, TaskState, MAX_RECONCILE_TASK_IDS,
 };
 use fullerene_proto::{Now, Time};
 
 use fullerene_scheduling::testkit::{demand, resources};
 
+use super::frameworks::SWEEP_PAGE;
 use super::*;
 use crate::raft_node::NodeConfig;
 use crate::state::{ClusterSettings, TaskKey};
@@ -749,6 +750,87 @@ fn reconciliation_reports_the_latest_state_and_unknown_tasks_as_lost() {
             .count(),
         1
     );
+}
+
+/// The updates among `outputs` to `session`, by task id.
+fn update_ids(outputs: &[Output], session: SessionId) -> Vec<String> {
+    updates_to(outputs, session)
+        .into_iter()
+        .map(|update| update.task_id.to_string())
+        .collect()
+}
+
+/// A framework with more tasks than a session's queue holds gets an implicit reconciliation,
+/// and its unacknowledged updates after a failover, a page per tick, every task once, in order;
+/// an explicit reconciliation naming too many tasks is refused, saying so.
+#[test]
+fn a_framework_with_many_tasks_is_sent_its_tasks_a_page_per_tick() {
+    let tasks = 2 * SWEEP_PAGE + 88;
+    let mut h = Harness::leader();
+    let capacity = format!("cpus={tasks},mem_mib={}", 512 * tasks);
+    h.register_agent("agent-1", &capacity);
+    h.heartbeating.push(AgentId::from("agent-1"));
+    let (session, framework) = h.subscribe("framework-1", None);
+    h.want(&framework, session, tasks as u32);
+    let offer = h.offers_for(session).remove(0);
+    let specs: Vec<TaskSpec> = (0..tasks)
+        .map(|i| task(&format!("t{i:04}"), ONE_TASK))
+        .collect();
+    let (answer, _) = h.accept(&framework, session, &offer, specs);
+    assert_eq!(answer, Some(Ok(CallOk::Done)));
+    let mut expected: Vec<String> = (0..tasks).map(|i| format!("t{i:04}")).collect();
+    expected.sort();
+
+    let (answer, outputs) = h.call(
+        &framework,
+        session,
+        FrameworkRequest::Reconcile {
+            task_ids: Vec::new(),
+        },
+    );
+    assert_eq!(answer, Some(Ok(CallOk::Done)));
+    let mut swept = update_ids(&outputs, session);
+    assert_eq!(swept.len(), SWEEP_PAGE, "the first page at once, no more");
+    for _ in 0..4 {
+        let page = update_ids(&h.tick(), session);
+        assert!(page.len() <= SWEEP_PAGE, "{} in one tick", page.len());
+        swept.extend(page);
+    }
+    assert_eq!(swept, expected);
+
+    // Each task's RUNNING, unacknowledged, goes to the framework's next session a page per
+    // tick too.
+    for i in 0..tasks {
+        let id = format!("t{i:04}");
+        h.input(Input::AgentStatus(
+            "agent-1".into(),
+            update(&id, &framework, "agent-1", TaskState::Running, 1),
+        ));
+    }
+    let (failed_over, _) = h.subscribe("framework-1", Some(framework.clone()));
+    let mut resent = Vec::new();
+    for _ in 0..4 {
+        let page = update_ids(&h.tick(), failed_over);
+        assert!(page.len() <= SWEEP_PAGE, "{} in one tick", page.len());
+        resent.extend(page);
+    }
+    assert_eq!(resent.len(), tasks - SWEEP_PAGE, "after the first page");
+
+    let too_many: Vec<TaskId> = (0..=MAX_RECONCILE_TASK_IDS)
+        .map(|i| TaskId(format!("t{i}")))
+        .collect();
+    let (answer, _) = h.call(
+        &framework,
+        failed_over,
+        FrameworkRequest::Reconcile { task_ids: too_many },
+    );
+    match answer {
+        Some(Err(error)) => {
+            assert_eq!(error.code, ErrorCode::InvalidRequest);
+            assert!(error.message.contains("1024"), "{error:?}");
+        }
+        other => panic!("an oversized reconciliation was not refused: {other:?}"),
+    }
 }
 
 #[test]
