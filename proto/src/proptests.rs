@@ -34,6 +34,23 @@ fn never_panics<T: DeserializeOwned>(bytes: &[u8]) {
     let _ = decode::<T>(bytes);
 }
 
+/// Calls the test-generating macro `$tests` with every message type, each with a test name.
+macro_rules! every_message_type {
+    ($tests:ident) => {
+        $tests! {
+            session_open: SessionOpen,
+            session_open_reply: SessionOpenReply,
+            agent_to_master: AgentToMaster,
+            master_to_agent: MasterToAgent,
+            framework_call: FrameworkCall,
+            master_to_framework: MasterToFramework,
+            operator_request: OperatorRequest,
+            operator_response: OperatorResponse,
+            peer_message: PeerMessage,
+        }
+    };
+}
+
 /// One change to an encoded frame. Positions are fractions of the body (the bytes after the
 /// version byte), so that they land inside whatever frame they are applied to.
 #[derive(Clone, Debug)]
@@ -157,17 +174,7 @@ macro_rules! mutated_frame_tests {
 mod mutated_frames {
     use super::*;
 
-    mutated_frame_tests! {
-        session_open: SessionOpen,
-        session_open_reply: SessionOpenReply,
-        agent_to_master: AgentToMaster,
-        master_to_agent: MasterToAgent,
-        framework_call: FrameworkCall,
-        master_to_framework: MasterToFramework,
-        operator_request: OperatorRequest,
-        operator_response: OperatorResponse,
-        peer_message: PeerMessage,
-    }
+    every_message_type!(mutated_frame_tests);
 }
 
 macro_rules! round_trip_tests {
@@ -184,17 +191,7 @@ macro_rules! round_trip_tests {
     };
 }
 
-round_trip_tests! {
-    session_open: SessionOpen,
-    session_open_reply: SessionOpenReply,
-    agent_to_master: AgentToMaster,
-    master_to_agent: MasterToAgent,
-    framework_call: FrameworkCall,
-    master_to_framework: MasterToFramework,
-    operator_request: OperatorRequest,
-    operator_response: OperatorResponse,
-    peer_message: PeerMessage,
-}
+every_message_type!(round_trip_tests);
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
