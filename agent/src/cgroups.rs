@@ -15,8 +15,12 @@ use fullerene_proto::resources::{ResourceKind, ResourceVec};
 pub const DEFAULT_ROOT: &str = "/sys/fs/cgroup";
 /// The CPU accounting period written to `cpu.max`, in microseconds (the kernel's default).
 const CPU_PERIOD_US: u64 = 100_000;
-/// The smallest quota the kernel accepts, in microseconds.
+/// The smallest quota the kernel accepts, in microseconds: also what a task that asks for no
+/// CPU gets (1% of a core), never an unlimited share.
 const MIN_CPU_QUOTA_US: u64 = 1_000;
+/// The smallest memory limit written, in MiB: what a task that asks for less, or for none,
+/// gets (room for its wrapper shell), never an unlimited one.
+const MIN_MEMORY_MIB: f64 = 16.0;
 
 /// Whether and how task limits are enforced.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -147,21 +151,22 @@ impl CgroupV2 {
     }
 }
 
-/// `cpu.max` for `cpus` cores: `quota period`, or `max` (no limit) for 0.
+/// `cpu.max` for `cpus` cores: `quota period`, at least the kernel's smallest quota (a task
+/// that asks for no CPU gets that, not an unlimited share).
 pub fn cpu_max(cpus: f64) -> String {
-    if cpus <= 0.0 {
-        return format!("max {CPU_PERIOD_US}");
-    }
+    let cpus = if cpus.is_finite() { cpus.max(0.0) } else { 0.0 };
     let quota = ((cpus * CPU_PERIOD_US as f64).round() as u64).max(MIN_CPU_QUOTA_US);
     format!("{quota} {CPU_PERIOD_US}")
 }
 
-/// `memory.max` for `mem_mib`: bytes, or `max` for 0.
+/// `memory.max` for `mem_mib`, in bytes, at least 16 MiB (a task that asks for no
+/// memory gets that, not an unlimited amount).
 pub fn memory_max(mem_mib: f64) -> String {
-    if mem_mib <= 0.0 {
-        return "max".into();
-    }
-    format!("{}", (mem_mib * 1024.0 * 1024.0).round() as u64)
+    let mem_mib = if mem_mib.is_finite() { mem_mib } else { 0.0 };
+    format!(
+        "{}",
+        (mem_mib.max(MIN_MEMORY_MIB) * 1024.0 * 1024.0).round() as u64
+    )
 }
 
 /// A string made safe as one path component: ASCII letters, digits, `.`, `_` and `-` stay; any
@@ -207,9 +212,12 @@ mod tests {
     fn limits_translate_to_cgroup_values() {
         assert_eq!(cpu_max(1.5), "150000 100000");
         assert_eq!(cpu_max(0.001), "1000 100000");
-        assert_eq!(cpu_max(0.0), "max 100000");
+        // Asking for none (or nonsense) is the minimum, never unlimited.
+        assert_eq!(cpu_max(0.0), "1000 100000");
+        assert_eq!(cpu_max(f64::NAN), "1000 100000");
         assert_eq!(memory_max(256.0), "268435456");
-        assert_eq!(memory_max(0.0), "max");
+        assert_eq!(memory_max(0.0), "16777216");
+        assert_eq!(memory_max(-1.0), "16777216");
     }
 
     #[test]
