@@ -641,6 +641,25 @@ pub struct ClusterView {
     pub groups: Vec<GroupInfo>,
 }
 
+/// What a [`ClusterView::redacted`] shows instead of each task environment variable's value.
+pub const REDACTED: &str = "<redacted>";
+
+impl ClusterView {
+    /// The view without the secrets tasks carry, for readers who are not authenticated (the
+    /// HTTP API): each task's environment keeps its variable names, and their values become
+    /// [`REDACTED`].
+    pub fn redacted(mut self) -> ClusterView {
+        for task in &mut self.tasks {
+            if let Executor::Command(command) = &mut task.spec.executor {
+                for value in command.env.values_mut() {
+                    *value = REDACTED.to_string();
+                }
+            }
+        }
+        self
+    }
+}
+
 /// A fairness group in a [`ClusterView`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
@@ -802,4 +821,46 @@ pub enum PeerMessage {
         /// The log index at which the answering master's membership was last set.
         as_of: u64,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_redacted_view_keeps_environment_names_and_hides_their_values() {
+        let mut spec = crate::testkit::command_task("t1", "run", &["--fast"], "cpus=1", 0);
+        if let Executor::Command(command) = &mut spec.executor {
+            command.env.insert("DB_PASSWORD".into(), "hunter2".into());
+        }
+        let view = ClusterView {
+            leader: MasterId(1),
+            applied: 7,
+            agents: Vec::new(),
+            frameworks: Vec::new(),
+            offers: Vec::new(),
+            tasks: vec![TaskInfo {
+                spec,
+                framework_id: "fw-1".into(),
+                agent_id: "agent-1".into(),
+                state: TaskState::Running,
+                seq: 1,
+            }],
+            groups: Vec::new(),
+        };
+        let redacted = view.clone().redacted();
+        match &redacted.tasks[0].spec.executor {
+            Executor::Command(command) => assert_eq!(
+                command.env.iter().collect::<Vec<_>>(),
+                vec![(&"DB_PASSWORD".to_string(), &REDACTED.to_string())]
+            ),
+            other => panic!("{other:?}"),
+        }
+        // Everything else is as it was.
+        let mut unredacted = redacted;
+        if let Executor::Command(command) = &mut unredacted.tasks[0].spec.executor {
+            command.env.insert("DB_PASSWORD".into(), "hunter2".into());
+        }
+        assert_eq!(unredacted, view);
+    }
 }

@@ -144,7 +144,8 @@ async fn state(context: &HttpContext) -> Response<Full<Bytes>> {
         }
     };
     match response {
-        OperatorResponse::State(view) => match serde_json::to_vec_pretty(&view) {
+        // The HTTP API is not authenticated: task environments (secrets) are redacted.
+        OperatorResponse::State(view) => match serde_json::to_vec_pretty(&view.redacted()) {
             Ok(body) => {
                 let mut response = Response::new(Full::new(Bytes::from(body)));
                 response.headers_mut().insert(
