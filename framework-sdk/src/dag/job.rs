@@ -21,13 +21,17 @@ use fullerene_proto::time::secs_f64;
 use fullerene_proto::{AgentId, ResourceVec, Resources, TaskId, Time};
 use serde::Serialize;
 
-use super::template::{self, Value};
+use super::template::{self, TemplateError, Value};
 use crate::job::{Job, TaskRef};
 use crate::planner::{plan_remaining, PlanCluster, PlanError, PlannerConfig};
 use crate::policy::{
     self, JobPolicy, JobState, LeftoverAction, OfferContext, PolicyError, PolicyKind, PolicyParams,
     TaskStatus,
 };
+
+/// The placeholders of a command template that stand for free text (names from the workload),
+/// substituted shell-quoted.
+const TEXT_PLACEHOLDERS: [&str; 2] = ["job", "stage_name"];
 
 /// How each task runs on its agent.
 #[derive(Clone, Debug, PartialEq)]
@@ -111,6 +115,9 @@ pub enum DagError {
     /// No attempt at all.
     #[error("max attempts must be at least 1")]
     MaxAttempts,
+    /// A command template that would not keep names quoted.
+    #[error(transparent)]
+    Template(#[from] TemplateError),
 }
 
 /// Where a job is.
@@ -215,6 +222,9 @@ impl DagJob {
         }
         if config.max_attempts == 0 {
             return Err(DagError::MaxAttempts);
+        }
+        if let ExecutorTemplate::Command(template) = &config.executor {
+            template::check(template, |name| TEXT_PLACEHOLDERS.contains(&name))?;
         }
         let state = JobState::new(&job);
         let mut dag = DagJob {

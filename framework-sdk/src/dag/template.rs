@@ -8,6 +8,74 @@
 //!
 //! [`ExecutorTemplate::Command`]: super::ExecutorTemplate::Command
 
+/// Where a text placeholder stands that its quoting cannot protect.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TemplateError {
+    /// Inside double quotes, where the single quotes of the substituted value are plain
+    /// characters and `$(...)` in it would run.
+    #[error("command template: `{{{name}}}` at byte {at} is inside double quotes, where a name's quoting does not hold; write {{{name}}} without quotes (it is substituted as one quoted word)")]
+    InDoubleQuotes {
+        /// The placeholder's name.
+        name: String,
+        /// Its byte offset in the template.
+        at: usize,
+    },
+    /// Right after `$`, where the shell would read the quoted value as `$'...'`.
+    #[error("command template: `{{{name}}}` at byte {at} follows `$`, which would make its quoted value `$'...'`; remove the `$`")]
+    AfterDollar {
+        /// The placeholder's name.
+        name: String,
+        /// Its byte offset in the template.
+        at: usize,
+    },
+}
+
+/// Checks that every text placeholder (those `is_text` names) stands where its single quotes
+/// hold: not inside double quotes, not right after `$`. Inside single quotes is fine (the value
+/// closes them, stands quoted, and reopens them). Numbers may stand anywhere.
+pub fn check(template: &str, is_text: impl Fn(&str) -> bool) -> Result<(), TemplateError> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Quote {
+        None,
+        Single,
+        Double,
+    }
+    let mut quote = Quote::None;
+    let mut escaped = false;
+    let mut previous = None;
+    for (at, c) in template.char_indices() {
+        if escaped {
+            escaped = false;
+        } else {
+            match (quote, c) {
+                (Quote::Single, '\'') => quote = Quote::None,
+                (Quote::Single, _) => {}
+                (_, '\\') => escaped = true,
+                (Quote::None, '\'') => quote = Quote::Single,
+                (Quote::None, '"') => quote = Quote::Double,
+                (Quote::Double, '"') => quote = Quote::None,
+                (_, '{') => {
+                    let name = template[at + 1..]
+                        .find('}')
+                        .map(|close| &template[at + 1..at + 1 + close]);
+                    if let Some(name) = name.filter(|name| is_text(name)) {
+                        let name = name.to_string();
+                        if quote == Quote::Double {
+                            return Err(TemplateError::InDoubleQuotes { name, at });
+                        }
+                        if previous == Some('$') {
+                            return Err(TemplateError::AfterDollar { name, at });
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        previous = Some(c);
+    }
+    Ok(())
+}
+
 /// A value substituted for a placeholder.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Value {
@@ -89,6 +157,38 @@ mod tests {
         );
         assert_eq!(expand("{index}{index}", values), "33");
         assert_eq!(expand("", values), "");
+    }
+
+    #[test]
+    fn text_placeholders_where_quoting_cannot_hold_are_refused() {
+        let is_text = |name: &str| name == "job";
+        for fine in [
+            "run {job} {index}",
+            "run '{job}' \"{index}\"",
+            "run \"$HOME\" {job} '\"' {job}",
+            "echo \\\"{job}",
+            "${HOME} {job}",
+        ] {
+            assert_eq!(check(fine, is_text), Ok(()), "{fine}");
+        }
+        assert_eq!(
+            check("echo \"{job}\"", is_text),
+            Err(TemplateError::InDoubleQuotes {
+                name: "job".into(),
+                at: 6
+            })
+        );
+        assert_eq!(
+            check("echo ${job}", is_text),
+            Err(TemplateError::AfterDollar {
+                name: "job".into(),
+                at: 6
+            })
+        );
+        // Numbers may stand anywhere.
+        assert_eq!(check("echo \"{index}\" ${index}", is_text), Ok(()));
+        let error = check("echo \"{job}\"", is_text).expect_err("refused");
+        assert!(error.to_string().contains("double quotes"), "{error}");
     }
 
     #[test]

@@ -279,6 +279,15 @@ fn command_template_is_expanded() {
         }
         other => panic!("expected a command, got {other:?}"),
     }
+    // A name in double quotes would lose its quoting: the job is refused, saying why.
+    let mut quoted = config(PolicyKind::Fifo);
+    quoted.executor = ExecutorTemplate::Command("echo \"{stage_name}\"".into());
+    match DagJob::new(two_stage_job(), quoted, t(0)) {
+        Err(DagError::Template(error)) => {
+            assert!(error.to_string().contains("{stage_name}"), "{error}")
+        }
+        other => panic!("a double-quoted name was not refused: {:?}", other.err()),
+    }
 }
 
 #[test]
