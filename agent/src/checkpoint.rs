@@ -266,7 +266,7 @@ fn write_new_log(dir: &Path, path: &Path, records: &[Record]) -> Result<u64, Che
     Ok(bytes.len() as u64)
 }
 
-fn frame(record: &Record) -> Result<Vec<u8>, CheckpointError> {
+fn frame<R: serde::Serialize>(record: &R) -> Result<Vec<u8>, CheckpointError> {
     let body = codec::encode(record)?;
     let len = u32::try_from(body.len()).map_err(|_| codec::CodecError::TooLarge {
         size: body.len(),

@@ -206,10 +206,7 @@ fn a_full_disk_is_a_clear_error() {
 fn write_v1(dir: &Path, records: &[RecordV1]) {
     let mut bytes = MAGIC_V1.to_vec();
     for record in records {
-        let body = codec::encode(record).expect("encode");
-        bytes.extend_from_slice(&(body.len() as u32).to_le_bytes());
-        bytes.extend_from_slice(&crc32(&body).to_le_bytes());
-        bytes.extend_from_slice(&body);
+        bytes.extend_from_slice(&frame(record).expect("frame"));
     }
     fs::write(dir.join(LOG_FILE), bytes).expect("write");
 }

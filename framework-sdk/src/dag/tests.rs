@@ -284,7 +284,7 @@ fn command_template_is_expanded() {
     quoted.executor = ExecutorTemplate::Command("echo \"{stage_name}\"".into());
     match DagJob::new(two_stage_job(), quoted, t(0)) {
         Err(DagError::Template(error)) => {
-            assert!(error.to_string().contains("{stage_name}"), "{error}")
+            assert!(error.to_string().contains("{stage_name}"), "{error}");
         }
         other => panic!("a double-quoted name was not refused: {:?}", other.err()),
     }

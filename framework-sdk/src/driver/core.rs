@@ -520,7 +520,8 @@ impl DriverCore {
                 };
                 let mut actions = vec![Action::Deliver(event)];
                 // Reconcile first, so that the scheduler learns what became of its tasks
-                // before it decides on new offers.
+                // (the master sends them a page per tick: a framework with many tasks may
+                // hear of the last ones after its first offers).
                 let (_, send) =
                     self.make_call(FrameworkRequest::Reconcile { task_ids: vec![] }, false);
                 actions.push(send);

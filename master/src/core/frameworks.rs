@@ -327,9 +327,10 @@ impl FrameworkSessions {
 }
 
 impl<S: RaftStore> MasterCore<S> {
-    /// On the resend timer, sends each connected framework the updates it has not
+    /// On the resend timer, starts sending each connected framework the updates it has not
     /// acknowledged (the leader's half of at-least-once: a framework may have missed a push
-    /// that was under way when its acknowledgement, or its session, was lost).
+    /// that was under way when its acknowledgement, or its session, was lost); on the other
+    /// ticks, sends the next page of every sweep under way.
     pub(super) fn resend_status_updates(&mut self, now: Now) {
         if !self.node.is_leader() {
             return;
@@ -577,8 +578,6 @@ impl<S: RaftStore> MasterCore<S> {
         );
     }
 
-    /// The latest update of each task asked about (all of the framework's when `task_ids` is
-    /// empty); a task the master does not know is reported LOST with reason `UnknownTask`.
     /// The latest state of each of `task_ids` (explicit reconciliation; at most
     /// [`MAX_RECONCILE_TASK_IDS`]): LOST with `UnknownTask` for a task the master does not know.
     pub(super) fn reconcile(
@@ -692,11 +691,13 @@ impl<S: RaftStore> MasterCore<S> {
                             heartbeat_interval_ms: whole_millis(interval),
                         }),
                     );
-                    // What a framework failing over missed, or what its old session dropped.
+                    // What a framework failing over missed, or what its old session dropped,
+                    // with every task's latest state: the implicit reconciliation a driver asks
+                    // for next is then already under way, not started over.
                     self.frameworks.sweep(
                         self.node.state(),
                         &framework_id,
-                        false,
+                        true,
                         true,
                         &mut self.out,
                     );
