@@ -184,6 +184,23 @@ pub enum Action {
     },
 }
 
+/// How long an agent's session may go without a word from the master before the agent gives
+/// it up: ten heartbeat periods, at least 10 s, and at most half the master's agent-lost
+/// timeout.
+///
+/// It also bounds how stale what the agent acts on may be. A frame read after a longer silence
+/// (the process was paused, or stalled), or a registration answered that long after it was
+/// asked, may come from a session the master has since ended by declaring the agent lost, and
+/// a launch in it may be of tasks already relaunched elsewhere: running them would make two
+/// instances. The session is given up instead, and the agent registers again (where the
+/// master's kill list settles what it still runs). Half the lost timeout leaves room for the
+/// heartbeat period and for the two clocks' rates.
+pub fn session_silence_limit(heartbeat_period: Duration, lost_after: Duration) -> Duration {
+    (heartbeat_period * 10)
+        .max(Duration::from_secs(10))
+        .min(lost_after / 2)
+}
+
 /// What the core is configured with.
 #[derive(Clone, Debug)]
 pub struct CoreConfig {

@@ -44,7 +44,9 @@ use tokio::time::{Instant, Interval, MissedTickBehavior};
 
 use crate::cgroups::Limits;
 use crate::checkpoint::{Checkpoint, CheckpointError};
-use crate::core::{Action, AgentCore, CoreConfig, Outcome, EXECUTOR_COMMAND, EXECUTOR_SLEEP};
+use crate::core::{
+    session_silence_limit, Action, AgentCore, CoreConfig, Outcome, EXECUTOR_COMMAND, EXECUTOR_SLEEP,
+};
 use crate::executor::{ExecEvent, Executors};
 use crate::metrics as m;
 
@@ -289,6 +291,7 @@ where
         client,
         session,
         liveness: None,
+        attempt_started: None,
         heartbeat_seq: 0,
         retry: tokio::time::interval(status_retry),
         acked_since_retry: true,
@@ -333,6 +336,8 @@ struct Shell {
     session: LeaderSession<AgentSession>,
     /// Set while a session is registered.
     liveness: Option<Liveness>,
+    /// When the current registration attempt was sent.
+    attempt_started: Option<Instant>,
     heartbeat_seq: u64,
     retry: Interval,
     acked_since_retry: bool,
@@ -360,6 +365,14 @@ impl Shell {
                 }
                 Event::Session(SessionEvent::Message(message)) => {
                     if let Some(liveness) = self.liveness.as_mut() {
+                        let silent = liveness.last_heard.elapsed();
+                        if silent > liveness.silence_limit {
+                            self.lose_session(&format!(
+                                "a message came after {silent:?} of silence (was this process \
+                                 paused?); not acting on it, registering again"
+                            ));
+                            continue;
+                        }
                         liveness.last_heard = Instant::now();
                     }
                     self.on_master(message).await?;
@@ -534,6 +547,7 @@ impl Shell {
             tasks: self.core.register_tasks(),
             executors: self.config.executors.iter().cloned().collect(),
         };
+        self.attempt_started = Some(Instant::now());
         self.session.attempt(register);
     }
 
@@ -544,6 +558,7 @@ impl Shell {
     ) -> Result<(), AgentError> {
         let Registered {
             heartbeat_interval,
+            lost_after,
             kill,
         } = welcome;
         tracing::info!(
@@ -555,11 +570,20 @@ impl Shell {
         // The interval comes from the master: keep it sane (10 ms to an hour).
         let period =
             heartbeat_interval.clamp(Duration::from_millis(10), Duration::from_secs(3_600));
+        let silence_limit = session_silence_limit(period, lost_after);
+        let waited = self.attempt_started.take().map(|t| t.elapsed());
+        if let Some(waited) = waited.filter(|waited| *waited > silence_limit) {
+            self.lose_session(&format!(
+                "the registration was answered {waited:?} after it was sent (was this process \
+                 paused?); not acting on it, registering again"
+            ));
+            return Ok(());
+        }
         let mut heartbeat = tokio::time::interval_at(Instant::now() + period, period);
         heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
         self.liveness = Some(Liveness {
             heartbeat,
-            silence_limit: (period * 10).max(Duration::from_secs(10)),
+            silence_limit,
             last_heard: Instant::now(),
         });
         self.acked_since_retry = true;

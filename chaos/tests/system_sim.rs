@@ -92,6 +92,12 @@ fn seeds_of_a_large_cluster_hold_every_invariant() {
 ///   agent, keying tasks by id alone, ignored the new framework's launch as a duplicate of the
 ///   old framework's ended and unacknowledged task, which then stayed STAGING for ever. Agents
 ///   now key tasks, acknowledgements and kill lists by framework and task.
+/// - 5570, 6369 (small cluster) and 101670 (large): an agent paused past the master's
+///   agent-lost timeout read, once resumed, the `Registered` and the `Launch` its old session
+///   had delivered meanwhile, and started tasks the master had declared lost and relaunched
+///   elsewhere: two instances. An agent now gives a session up rather than act on a frame read
+///   after a silence (or a registration answered after a wait) longer than its silence limit,
+///   which is at most half the lost timeout the master now sends in `Registered`.
 #[test]
 fn seeds_that_found_bugs_pass() {
     run_all(&small(), 149..150);
@@ -99,6 +105,9 @@ fn seeds_that_found_bugs_pass() {
     run_all(&small(), 2992..2993);
     run_all(&small(), 5583..5584);
     run_all(&small(), 5406..5407);
+    run_all(&small(), 5570..5571);
+    run_all(&small(), 6369..6370);
+    run_all(&large(), 101_670..101_671);
 }
 
 #[test]

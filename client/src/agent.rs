@@ -17,6 +17,8 @@ pub struct AgentSession;
 pub struct Registered {
     /// How often the agent heartbeats, as the master says.
     pub heartbeat_interval: Duration,
+    /// Silence after which the master declares the agent lost.
+    pub lost_after: Duration,
     /// Tasks the master marked lost that the agent must kill if it still runs them.
     pub kill: Vec<TaskKey>,
 }
@@ -32,9 +34,11 @@ impl Handshake for AgentSession {
             MasterToAgent::Registered {
                 agent_id: _,
                 heartbeat_interval_ms,
+                lost_after_ms,
                 kill,
             } => Answer::Joined(Registered {
                 heartbeat_interval: Duration::from_millis(heartbeat_interval_ms),
+                lost_after: Duration::from_millis(lost_after_ms),
                 kill,
             }),
             MasterToAgent::Redirect(redirect) => Answer::Redirect(redirect.leader),

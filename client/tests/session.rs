@@ -77,6 +77,7 @@ async fn follows_a_redirect_joins_replays_and_retries_after_a_loss() {
     let registered = MasterToAgent::Registered {
         agent_id: AgentId::from("agent-1"),
         heartbeat_interval_ms: 250,
+        lost_after_ms: 30_000,
         kill: vec![],
     };
     at_leader.send(&registered).await;
@@ -84,6 +85,7 @@ async fn follows_a_redirect_joins_replays_and_retries_after_a_loss() {
         SessionEvent::Joined { addr, welcome } => {
             let expected = Registered {
                 heartbeat_interval: Duration::from_millis(250),
+                lost_after: Duration::from_secs(30),
                 kill: vec![],
             };
             assert_eq!((addr, welcome), (leader_addr, expected));
@@ -149,6 +151,7 @@ async fn a_full_outbox_is_reported_rather_than_growing() {
         .send(&MasterToAgent::Registered {
             agent_id: AgentId::from("agent-1"),
             heartbeat_interval_ms: 250,
+            lost_after_ms: 30_000,
             kill: vec![],
         })
         .await;

@@ -402,6 +402,9 @@ pub enum MasterToAgent {
         agent_id: AgentId,
         /// How often the agent should heartbeat.
         heartbeat_interval_ms: u64,
+        /// Silence after which the master declares the agent lost: the agent does not act on
+        /// what it reads after a silence that long could have made it lost.
+        lost_after_ms: u64,
         /// Tasks the master has marked LOST that the agent must kill if it still runs them.
         kill: Vec<TaskKey>,
     },

@@ -125,6 +125,7 @@ impl Registering {
             .send(MasterToAgent::Registered {
                 agent_id: AgentId::from("agent-1"),
                 heartbeat_interval_ms: 50,
+                lost_after_ms: 30_000,
                 kill,
             })
             .await;

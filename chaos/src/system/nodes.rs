@@ -6,7 +6,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use fullerene_agent::core::{
-    Action as AgentAction, AgentCore, CoreConfig as AgentConfig, Outcome, Record, Runtime,
+    session_silence_limit, Action as AgentAction, AgentCore, CoreConfig as AgentConfig, Outcome,
+    Record, Runtime,
 };
 use fullerene_client::follow::{Attempt, FollowConfig, Follower, Pacing};
 use fullerene_master::core::{AgentTimeouts, CoreConfig, Input, MasterCore, Output};
@@ -91,11 +92,15 @@ enum AgentSession {
     Joining {
         conn: u64,
         addr: SocketAddr,
+        /// When the registration was sent.
+        since: Time,
     },
     Joined {
         conn: u64,
         last_heard: Time,
         period: Duration,
+        /// `session_silence_limit` of the period and the master's lost timeout.
+        silence_limit: Duration,
     },
 }
 
@@ -556,11 +561,11 @@ impl World {
                     conn,
                     last_heard,
                     period,
+                    silence_limit,
                 } = agent.session
                 else {
                     return;
                 };
-                let silence_limit = (period * 10).max(Duration::from_secs(10));
                 if self.now.saturating_duration_since(last_heard) > silence_limit {
                     self.agent_loses_session(i);
                     return;
@@ -599,7 +604,11 @@ impl World {
         };
         let conn = self.open_conn(master, Node::Agent(i));
         self.send_frame(conn, true, Frame::AgentUp(register));
-        self.agents[i].session = AgentSession::Joining { conn, addr };
+        self.agents[i].session = AgentSession::Joining {
+            conn,
+            addr,
+            since: self.now,
+        };
         self.agent_timer_after(i, REGISTER_TIMEOUT, AgentTimer::JoinTimeout(conn));
     }
 
@@ -616,19 +625,34 @@ impl World {
             return;
         }
         match self.agents[i].session {
-            AgentSession::Joining { conn: c, .. } if c == conn => match frame {
+            AgentSession::Joining { conn: c, since, .. } if c == conn => match frame {
                 Frame::AgentDown(MasterToAgent::Registered {
                     heartbeat_interval_ms,
+                    lost_after_ms,
                     kill,
                     ..
                 }) => {
                     self.agents[i].follower.joined();
                     let period = Duration::from_millis(heartbeat_interval_ms)
                         .clamp(Duration::from_millis(10), Duration::from_secs(3_600));
+                    let silence_limit =
+                        session_silence_limit(period, Duration::from_millis(lost_after_ms));
+                    if self.now.saturating_duration_since(since) > silence_limit {
+                        // `Shell::on_registered`: an answer that old is not acted upon.
+                        self.agents[i].session = AgentSession::Joined {
+                            conn,
+                            last_heard: self.now,
+                            period,
+                            silence_limit,
+                        };
+                        self.agent_loses_session(i);
+                        return;
+                    }
                     self.agents[i].session = AgentSession::Joined {
                         conn,
                         last_heard: self.now,
                         period,
+                        silence_limit,
                     };
                     self.agents[i].acked_since_retry = true;
                     self.agent_timer_after(i, period, AgentTimer::Heartbeat);
@@ -662,12 +686,22 @@ impl World {
                 _ => {}
             },
             AgentSession::Joined {
-                conn: c, period, ..
+                conn: c,
+                period,
+                last_heard,
+                silence_limit,
             } if c == conn => {
+                if self.now.saturating_duration_since(last_heard) > silence_limit {
+                    // `Shell::run_loop`: a frame read after that long a silence is not acted
+                    // upon; the session is given up.
+                    self.agent_loses_session(i);
+                    return;
+                }
                 self.agents[i].session = AgentSession::Joined {
                     conn,
                     last_heard: self.now,
                     period,
+                    silence_limit,
                 };
                 let Frame::AgentDown(message) = frame else {
                     // The master closed the session.

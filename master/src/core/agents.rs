@@ -305,12 +305,14 @@ impl<S: RaftStore> MasterCore<S> {
                         _ => Vec::new(),
                     };
                     tracing::info!(agent = %agent_id, "agent registered");
-                    let interval = self.agents.timeouts().heartbeat_interval;
+                    let timeouts = self.agents.timeouts();
+                    let (interval, lost_after) = (timeouts.heartbeat_interval, timeouts.lost_after);
                     self.out.send_agent(
                         link.session,
                         MasterToAgent::Registered {
                             agent_id: agent_id.clone(),
                             heartbeat_interval_ms: whole_millis(interval),
+                            lost_after_ms: whole_millis(lost_after),
                             kill,
                         },
                     );

@@ -364,10 +364,12 @@ fn an_agent_is_registered_once_its_registration_commits() {
         [MasterToAgent::Registered {
             agent_id,
             heartbeat_interval_ms,
+            lost_after_ms,
             kill,
         }] => {
             assert_eq!(agent_id, &AgentId::from("agent-1"));
             assert_eq!(*heartbeat_interval_ms, 100);
+            assert!(*lost_after_ms > *heartbeat_interval_ms);
             assert!(kill.is_empty());
         }
         other => panic!("{other:?}"),
