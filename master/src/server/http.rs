@@ -6,8 +6,14 @@
 //! the leader announced its HTTP address in the replicated state, and `503` naming the
 //! leader's QUIC address (or saying none is known) otherwise. `/metrics` is served by every
 //! master from its own registry.
+//!
+//! No client can hold the API ([`HttpLimits`]): headers must arrive within a timeout, a
+//! connection's buffer and life are bounded, and connections beyond a cap are closed at once.
+//! The node loop answers a `/state` read, not the HTTP connection, so a slow reader holds only
+//! its own connection task.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,10 +24,10 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::header::{CONTENT_TYPE, LOCATION};
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{oneshot, watch, Semaphore};
 
 use super::node_loop::Event;
 use super::sessions::SessionContext;
@@ -52,12 +58,55 @@ pub(crate) struct HttpContext {
     pub metrics: Option<PrometheusHandle>,
 }
 
+/// Bounds on what HTTP clients may hold.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct HttpLimits {
+    /// Time a client has to send a request's headers.
+    pub header_timeout: Duration,
+    /// A connection's whole life, keep-alive included (a scraper simply reconnects).
+    pub connection_lifetime: Duration,
+    /// Bytes buffered per connection, headers included.
+    pub max_buffer: usize,
+    /// Connections served at once; more are closed as soon as they are accepted.
+    pub max_connections: usize,
+}
+
+impl Default for HttpLimits {
+    /// 10 s for headers, a minute per connection, 64 KiB of buffer, 64 connections.
+    fn default() -> HttpLimits {
+        HttpLimits {
+            header_timeout: Duration::from_secs(10),
+            connection_lifetime: Duration::from_secs(60),
+            max_buffer: 64 * 1024,
+            max_connections: 64,
+        }
+    }
+}
+
 /// Serves the HTTP API on `listener` until `stop` fires.
 pub(crate) async fn serve(
     listener: TcpListener,
     context: Arc<HttpContext>,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) {
+    let handler = move |request: Request<Incoming>| {
+        let context = Arc::clone(&context);
+        async move { Ok::<_, Infallible>(route(request, &context).await) }
+    };
+    serve_limited(listener, handler, HttpLimits::default(), stop).await;
+}
+
+/// Serves `handler` on `listener` within `limits` until `stop` fires.
+async fn serve_limited<H, F>(
+    listener: TcpListener,
+    handler: H,
+    limits: HttpLimits,
+    mut stop: watch::Receiver<bool>,
+) where
+    H: Fn(Request<Incoming>) -> F + Clone + Send + 'static,
+    F: Future<Output = Result<Response<Full<Bytes>>, Infallible>> + Send + 'static,
+{
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
     loop {
         tokio::select! {
             _ = stop.changed() => return,
@@ -69,17 +118,22 @@ pub(crate) async fn serve(
                         continue;
                     }
                 };
-                let context = Arc::clone(&context);
+                let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+                    tracing::debug!(%peer, limit = limits.max_connections, "HTTP connection closed: too many open");
+                    continue;
+                };
+                let handler = handler.clone();
                 tokio::spawn(async move {
-                    let service = hyper::service::service_fn(move |request| {
-                        let context = Arc::clone(&context);
-                        async move { Ok::<_, Infallible>(route(request, &context).await) }
-                    });
-                    if let Err(error) = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await
-                    {
-                        tracing::debug!(%peer, %error, "HTTP connection ended");
+                    let _slot = slot;
+                    let connection = hyper::server::conn::http1::Builder::new()
+                        .timer(TokioTimer::new())
+                        .header_read_timeout(limits.header_timeout)
+                        .max_buf_size(limits.max_buffer)
+                        .serve_connection(TokioIo::new(stream), hyper::service::service_fn(handler));
+                    match tokio::time::timeout(limits.connection_lifetime, connection).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(error)) => tracing::debug!(%peer, %error, "HTTP connection ended"),
+                        Err(_) => tracing::debug!(%peer, "HTTP connection closed at the end of its lifetime"),
                     }
                 });
             }
@@ -214,4 +268,66 @@ fn json_error(status: StatusCode, message: &str) -> Response<Full<Bytes>> {
 /// Binds the HTTP API's listener (so a bad address fails at start, not later).
 pub(crate) async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::bind(addr).await
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
+    use super::*;
+
+    const WAIT: Duration = Duration::from_secs(10);
+
+    /// Reads until the server closes the connection; what it sent before.
+    async fn until_closed(stream: &mut TcpStream) -> String {
+        let mut got = Vec::new();
+        tokio::time::timeout(WAIT, stream.read_to_end(&mut got))
+            .await
+            .expect("the server closed the connection")
+            .ok();
+        String::from_utf8_lossy(&got).into_owned()
+    }
+
+    #[tokio::test]
+    async fn silent_clients_and_connections_beyond_the_cap_are_closed() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (stop, stopped) = watch::channel(false);
+        let limits = HttpLimits {
+            header_timeout: Duration::from_secs(1),
+            connection_lifetime: Duration::from_secs(30),
+            max_buffer: 8192,
+            max_connections: 1,
+        };
+        let handler = |_request: Request<Incoming>| async {
+            Ok::<_, Infallible>(text(StatusCode::OK, "ok\n"))
+        };
+        let server = tokio::spawn(serve_limited(listener, handler, limits, stopped));
+
+        // The first connection takes the one slot and says nothing; the second is closed at
+        // once, unanswered.
+        let mut silent = TcpStream::connect(addr).await.expect("connect");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut second = TcpStream::connect(addr).await.expect("connect");
+        assert_eq!(until_closed(&mut second).await, "");
+        // The silent one is closed once its time for headers is up.
+        let answer = until_closed(&mut silent).await;
+        assert!(
+            answer.is_empty() || answer.starts_with("HTTP/1.1 408"),
+            "{answer}"
+        );
+
+        // Its slot is free again: a client that asks is answered.
+        let mut client = TcpStream::connect(addr).await.expect("connect");
+        client
+            .write_all(b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            .await
+            .expect("write");
+        let answer = until_closed(&mut client).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+
+        stop.send(true).expect("stop");
+        server.await.expect("server");
+    }
 }
