@@ -314,6 +314,13 @@ struct Liveness {
     last_heard: Instant,
 }
 
+impl Liveness {
+    /// How long the master has been silent, when that is past the limit.
+    fn overdue(&self) -> Option<Duration> {
+        Some(self.last_heard.elapsed()).filter(|silent| *silent > self.silence_limit)
+    }
+}
+
 enum Event {
     Shutdown,
     Exec(ExecEvent),
@@ -364,15 +371,14 @@ impl Shell {
                     self.on_registered(addr, welcome).await?;
                 }
                 Event::Session(SessionEvent::Message(message)) => {
+                    if let Some(silent) = self.liveness.as_ref().and_then(Liveness::overdue) {
+                        self.lose_session(&format!(
+                            "a message came after {silent:?} of silence (was this process \
+                             paused?); not acting on it, registering again"
+                        ));
+                        continue;
+                    }
                     if let Some(liveness) = self.liveness.as_mut() {
-                        let silent = liveness.last_heard.elapsed();
-                        if silent > liveness.silence_limit {
-                            self.lose_session(&format!(
-                                "a message came after {silent:?} of silence (was this process \
-                                 paused?); not acting on it, registering again"
-                            ));
-                            continue;
-                        }
                         liveness.last_heard = Instant::now();
                     }
                     self.on_master(message).await?;
@@ -384,14 +390,11 @@ impl Shell {
                     m::reconnect();
                 }
                 Event::Heartbeat => {
-                    if let Some(liveness) = &self.liveness {
-                        let silent = liveness.last_heard.elapsed();
-                        if silent > liveness.silence_limit {
-                            self.lose_session(&format!(
-                                "no message from the master for {silent:?}, not even heartbeat acks"
-                            ));
-                            continue;
-                        }
+                    if let Some(silent) = self.liveness.as_ref().and_then(Liveness::overdue) {
+                        self.lose_session(&format!(
+                            "no message from the master for {silent:?}, not even heartbeat acks"
+                        ));
+                        continue;
                     }
                     self.heartbeat_seq += 1;
                     let seq = self.heartbeat_seq;

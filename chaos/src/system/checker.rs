@@ -110,13 +110,13 @@ struct Model {
     max_applied: u64,
     capacity: BTreeMap<AgentId, (ResourceVec, f64)>,
     /// Running processes: agent -> (framework, attempt) -> demand.
-    running: BTreeMap<AgentId, BTreeMap<(FrameworkId, TaskId), ResourceVec>>,
+    running: BTreeMap<AgentId, BTreeMap<TaskKey, ResourceVec>>,
     lost: BTreeSet<AgentId>,
     /// Instances a returning agent was told to kill, until they end.
     dying: BTreeSet<(AgentId, TaskKey)>,
-    delivered: BTreeMap<(FrameworkId, TaskId), (u64, TaskState)>,
-    terminal_delivered: BTreeSet<(FrameworkId, TaskId)>,
-    terminal_sent: BTreeMap<(FrameworkId, TaskId), usize>,
+    delivered: BTreeMap<TaskKey, (u64, TaskState)>,
+    terminal_delivered: BTreeSet<TaskKey>,
+    terminal_sent: BTreeMap<TaskKey, usize>,
     ended_frameworks: BTreeSet<FrameworkId>,
     completed_frameworks: BTreeSet<FrameworkId>,
     submitted: BTreeSet<String>,
@@ -177,13 +177,12 @@ impl Model {
             if self.lost.contains(agent) {
                 continue;
             }
-            for (framework_id, task_id) in processes.keys() {
-                let key = TaskKey::new(framework_id.clone(), task_id.clone());
-                if self.dying.contains(&(agent.clone(), key)) {
+            for key in processes.keys() {
+                if self.dying.contains(&(agent.clone(), key.clone())) {
                     continue;
                 }
-                if LogicalTask::of(framework_id, task_id) == *task {
-                    found.push((agent.clone(), task_id.clone()));
+                if LogicalTask::of(&key.framework_id, &key.task_id) == *task {
+                    found.push((agent.clone(), key.task_id.clone()));
                 }
             }
         }
@@ -207,14 +206,8 @@ impl Model {
         }
     }
 
-    fn spawned(
-        &mut self,
-        step: usize,
-        agent: &AgentId,
-        key: (FrameworkId, TaskId),
-        demand: ResourceVec,
-    ) {
-        let task = LogicalTask::of(&key.0, &key.1);
+    fn spawned(&mut self, step: usize, agent: &AgentId, key: TaskKey, demand: ResourceVec) {
+        let task = LogicalTask::of(&key.framework_id, &key.task_id);
         self.running
             .entry(agent.clone())
             .or_default()
@@ -238,9 +231,10 @@ impl Model {
     fn rejoined(&mut self, step: usize, agent: &AgentId, killing: &[TaskKey]) {
         self.lost.remove(agent);
         for task in killing {
-            let running = self.running.get(agent).is_some_and(|p| {
-                p.contains_key(&(task.framework_id.clone(), task.task_id.clone()))
-            });
+            let running = self
+                .running
+                .get(agent)
+                .is_some_and(|p| p.contains_key(task));
             if running {
                 self.dying.insert((agent.clone(), task.clone()));
             }
@@ -250,14 +244,14 @@ impl Model {
             .get(agent)
             .into_iter()
             .flat_map(|p| p.keys())
-            .map(|(f, t)| LogicalTask::of(f, t))
+            .map(|key| LogicalTask::of(&key.framework_id, &key.task_id))
             .collect();
         for task in tasks {
             self.check_instances(step, &task);
         }
     }
 
-    fn delivered(&mut self, step: usize, key: (FrameworkId, TaskId), seq: u64, state: TaskState) {
+    fn delivered(&mut self, step: usize, key: TaskKey, seq: u64, state: TaskState) {
         self.check(Invariant::UpdatesInOrder);
         if let Some(&(last_seq, last_state)) = self.delivered.get(&key) {
             if seq <= last_seq {
@@ -266,7 +260,7 @@ impl Model {
                     step,
                     format!(
                         "{} {} was handed #{seq} {state:?} after #{last_seq} {last_state:?}",
-                        key.0, key.1
+                        key.framework_id, key.task_id
                     ),
                 );
             } else if last_state.is_terminal() {
@@ -275,7 +269,7 @@ impl Model {
                     step,
                     format!(
                         "{} {} was handed #{seq} {state:?} after its end #{last_seq} {last_state:?}",
-                        key.0, key.1
+                        key.framework_id, key.task_id
                     ),
                 );
             }
@@ -350,15 +344,15 @@ impl Model {
             }
         }
         let live: BTreeSet<&FrameworkId> = live.iter().collect();
-        let sent: Vec<((FrameworkId, TaskId), usize)> = self
+        let sent: Vec<(TaskKey, usize)> = self
             .terminal_sent
             .iter()
             .map(|(k, s)| (k.clone(), *s))
             .collect();
         for (key, sent_at) in sent {
-            let framework_went_on =
-                live.contains(&key.0) || self.completed_frameworks.contains(&key.0);
-            if !framework_went_on || self.ended_frameworks.contains(&key.0) {
+            let framework_went_on = live.contains(&key.framework_id)
+                || self.completed_frameworks.contains(&key.framework_id);
+            if !framework_went_on || self.ended_frameworks.contains(&key.framework_id) {
                 continue;
             }
             self.check(Invariant::UpdatesDelivered);
@@ -368,7 +362,7 @@ impl Model {
                     step,
                     format!(
                         "the end of {} {} (sent at step {sent_at}) never reached its framework",
-                        key.0, key.1
+                        key.framework_id, key.task_id
                     ),
                 );
             }
@@ -418,7 +412,7 @@ pub fn check(history: &[Step]) -> CheckReport {
             } => model.spawned(
                 step,
                 agent,
-                (framework_id.clone(), task_id.clone()),
+                TaskKey::new(framework_id.clone(), task_id.clone()),
                 *demand,
             ),
             Fact::ProcessEnded {
@@ -426,10 +420,10 @@ pub fn check(history: &[Step]) -> CheckReport {
                 framework_id,
                 task_id,
             } => {
-                if let Some(processes) = model.running.get_mut(agent) {
-                    processes.remove(&(framework_id.clone(), task_id.clone()));
-                }
                 let key = TaskKey::new(framework_id.clone(), task_id.clone());
+                if let Some(processes) = model.running.get_mut(agent) {
+                    processes.remove(&key);
+                }
                 model.dying.remove(&(agent.clone(), key));
             }
             Fact::AgentLost { agent } => {
@@ -445,7 +439,7 @@ pub fn check(history: &[Step]) -> CheckReport {
                 if state.is_terminal() {
                     model
                         .terminal_sent
-                        .entry((framework_id.clone(), task_id.clone()))
+                        .entry(TaskKey::new(framework_id.clone(), task_id.clone()))
                         .or_insert(step);
                 }
             }
@@ -454,7 +448,12 @@ pub fn check(history: &[Step]) -> CheckReport {
                 task_id,
                 seq,
                 state,
-            } => model.delivered(step, (framework_id.clone(), task_id.clone()), *seq, *state),
+            } => model.delivered(
+                step,
+                TaskKey::new(framework_id.clone(), task_id.clone()),
+                *seq,
+                *state,
+            ),
             Fact::FrameworkRegistered { .. } => {}
             Fact::FrameworkEnded { framework_id, .. } => {
                 if let Some(id) = framework_id {

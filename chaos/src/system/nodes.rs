@@ -613,7 +613,9 @@ impl World {
     }
 
     fn agent_loses_session(&mut self, i: usize) {
-        if let AgentSession::Joined { conn, .. } = self.agents[i].session {
+        if let AgentSession::Joining { conn, .. } | AgentSession::Joined { conn, .. } =
+            self.agents[i].session
+        {
             self.client_closes(conn);
             let next = self.agents[i].follower.lost(self.now);
             self.schedule_attempt(i, next);
@@ -639,12 +641,6 @@ impl World {
                         session_silence_limit(period, Duration::from_millis(lost_after_ms));
                     if self.now.saturating_duration_since(since) > silence_limit {
                         // `Shell::on_registered`: an answer that old is not acted upon.
-                        self.agents[i].session = AgentSession::Joined {
-                            conn,
-                            last_heard: self.now,
-                            period,
-                            silence_limit,
-                        };
                         self.agent_loses_session(i);
                         return;
                     }

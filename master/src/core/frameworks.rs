@@ -20,7 +20,6 @@
 //! whole timeout from the moment it took over: a failover delays a teardown, never hastens it.
 
 use std::collections::BTreeMap;
-use std::ops::Bound;
 use std::time::Duration;
 
 use fullerene_proto::ids::{AgentId, FrameworkId, TaskId};
@@ -147,14 +146,8 @@ impl FrameworkSessions {
             self.sweeps.remove(framework_id);
             return;
         };
-        let start = match &sweep.after {
-            Some(after) => Bound::Excluded(after.clone()),
-            None => Bound::Included(TaskKey::new(framework_id.clone(), TaskId(String::new()))),
-        };
         let page: Vec<(&TaskKey, &TaskRecord)> = state
-            .tasks()
-            .range((start, Bound::Unbounded))
-            .take_while(|(key, _)| &key.framework_id == framework_id)
+            .tasks_of_after(framework_id, sweep.after.as_ref())
             .take(SWEEP_PAGE)
             .collect();
         for (key, record) in &page {

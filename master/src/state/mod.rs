@@ -134,9 +134,23 @@ impl ClusterState {
         &'a self,
         framework_id: &'a FrameworkId,
     ) -> impl Iterator<Item = (&'a TaskKey, &'a TaskRecord)> + 'a {
-        let first = TaskKey::new(framework_id.clone(), TaskId(String::new()));
+        self.tasks_of_after(framework_id, None)
+    }
+
+    /// The tasks of one framework in id order, from just after `after` (from the first when
+    /// `None`): where a pass over them that stopped at `after` goes on.
+    pub fn tasks_of_after<'a>(
+        &'a self,
+        framework_id: &'a FrameworkId,
+        after: Option<&TaskKey>,
+    ) -> impl Iterator<Item = (&'a TaskKey, &'a TaskRecord)> + 'a {
+        use std::ops::Bound;
+        let start = match after {
+            Some(after) => Bound::Excluded(after.clone()),
+            None => Bound::Included(TaskKey::new(framework_id.clone(), TaskId(String::new()))),
+        };
         self.tasks
-            .range(first..)
+            .range((start, Bound::Unbounded))
             .take_while(move |(key, _)| &key.framework_id == framework_id)
     }
 
