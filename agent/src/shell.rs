@@ -30,6 +30,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use fullerene_client::event_log::{self, EventLog};
 use fullerene_client::{
     AgentSession, FollowConfig, LeaderSession, Pacing, Registered, SendError, SessionConfig,
     SessionEvent,
@@ -84,6 +85,9 @@ pub struct AgentConfig {
     pub cgroup_root: PathBuf,
     /// Re-measures the machine now and then; a change is reported with `UpdateResources`.
     pub resource_check: Option<ResourceCheck>,
+    /// Where registrations, task starts and status updates sent are logged, one JSON line
+    /// each (`fullerene chaos run` reads it into its history).
+    pub event_log: Option<Arc<EventLog>>,
 }
 
 /// How the agent notices that the machine's capacity changed (hot-plugged memory or CPUs).
@@ -127,6 +131,7 @@ impl AgentConfig {
             status_retry: Duration::from_secs(10),
             cgroup_root: PathBuf::from(crate::cgroups::DEFAULT_ROOT),
             resource_check: None,
+            event_log: None,
         }
     }
 }
@@ -474,6 +479,12 @@ impl Shell {
                     m::launched();
                     let now = self.clock.now();
                     let key = TaskKey::new(framework_id.clone(), spec.id.clone());
+                    self.log_event(|agent| event_log::Event::TaskStarting {
+                        agent,
+                        task: key.clone(),
+                        // The core validated the launch's resources before asking for a start.
+                        resources: spec.resources.to_vec().unwrap_or(ResourceVec::ZERO),
+                    });
                     let more = match self.executors.start(&framework_id, &spec, now) {
                         Ok(started) => {
                             tracing::info!(task = %key, "task started");
@@ -508,6 +519,12 @@ impl Shell {
         // Durable before it leaves the machine.
         self.checkpoint.sync()?;
         for update in outbox {
+            self.log_event(|agent| event_log::Event::UpdateSent {
+                agent,
+                task: update.key(),
+                seq: update.seq,
+                state: update.state,
+            });
             self.send(AgentToMaster::Status(update));
         }
         if self.checkpoint.should_compact() {
@@ -518,6 +535,13 @@ impl Shell {
 
     /// Queues a frame for the session, if there is one; a session whose writer has stopped is
     /// lost (what was not acked is resent after the next registration).
+    /// Appends what `event` makes (given this agent's id) to the event log, if there is one.
+    fn log_event(&self, event: impl FnOnce(AgentId) -> event_log::Event) {
+        if let Some(log) = &self.config.event_log {
+            log.log(event(self.agent_id.clone()));
+        }
+    }
+
     fn send(&mut self, message: AgentToMaster) {
         let sent = self.session.send(message);
         self.settle_send(sent);
@@ -623,6 +647,10 @@ impl Shell {
             }
             MasterToAgent::HeartbeatAck { .. } => {}
             MasterToAgent::Registered { kill, .. } => {
+                self.log_event(|agent| event_log::Event::AgentRegistered {
+                    agent,
+                    killing: kill.clone(),
+                });
                 let actions = self.core.registered(&kill);
                 self.apply(actions).await?;
             }

@@ -14,11 +14,14 @@
 //!   answer), follows redirects, backs off, and replays what the caller says is
 //!   unacknowledged after each join; [`agent`] is the agent's kind of session;
 //! - [`operator`]: the [`OperatorClient`], which sends each operator request to the leader
-//!   within a deadline and never sends a non-idempotent request twice.
+//!   within a deadline and never sends a non-idempotent request twice;
+//! - [`event_log`]: what agents and frameworks did, one JSON line per event, for tests of the
+//!   whole cluster (`fullerene chaos run`) and audits.
 
 #![warn(missing_docs)]
 
 pub mod agent;
+pub mod event_log;
 pub mod follow;
 pub mod link;
 pub mod operator;

@@ -6,6 +6,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use fullerene_client::event_log::{read_events, Event, EventLog};
 use fullerene_proto::messages::{
     CallOk, FrameworkCall, FrameworkRequest, MasterToFramework, Offer, StatusReason, StatusUpdate,
     TaskState,
@@ -186,6 +187,7 @@ fn options(addr: std::net::SocketAddr) -> RunJobsOptions {
         group: None,
         failover_timeout_ms: 10_000,
         transport: TransportConfig::default(),
+        event_log: None,
     }
 }
 
@@ -197,12 +199,18 @@ async fn two_jobs_run_to_completion_with_a_retry() {
     let jobs = parse_workload(WORKLOAD, std::path::Path::new("test.jsonl")).expect("workload");
     let progress_calls = Arc::new(Mutex::new(0usize));
     let counter = Arc::clone(&progress_calls);
+    let log_dir = tempfile::tempdir().expect("temp dir");
+    let log_path = log_dir.path().join("events.jsonl");
+    let mut options = options(addr);
+    options.event_log = Some(Arc::new(
+        EventLog::open(&log_path).expect("event log opens"),
+    ));
     let reports = timeout(
         Duration::from_secs(30),
         run_jobs(
             jobs,
             &certs.tls(Role::Framework, 1),
-            options(addr),
+            options,
             Some(Arc::new(move |_, _| *counter.lock().unwrap() += 1)),
         ),
     )
@@ -234,6 +242,18 @@ async fn two_jobs_run_to_completion_with_a_retry() {
     assert!(seen.launched.contains(&"a/0.1/1".to_string()));
     assert!(seen.acks >= 11, "every update acknowledged: {}", seen.acks);
     assert!(*progress_calls.lock().unwrap() > 0);
+    // The event log tells the same story: two subscriptions, two completions, offers, and
+    // every task's end delivered (7 attempts, one of them failed).
+    let events = read_events(&log_path).expect("the event log reads");
+    let count = |f: &dyn Fn(&Event) -> bool| events.iter().filter(|e| f(&e.event)).count();
+    assert_eq!(
+        count(&|e| matches!(e, Event::FrameworkSubscribed { .. })),
+        2
+    );
+    assert_eq!(count(&|e| matches!(e, Event::JobCompleted { .. })), 2);
+    assert!(count(&|e| matches!(e, Event::OffersReceived { .. })) >= 2);
+    let ends = count(&|e| matches!(e, Event::UpdateDelivered { state, .. } if state.is_terminal()));
+    assert_eq!(ends, 7, "{events:?}");
     master.abort();
 }
 

@@ -106,6 +106,7 @@ fn start_jobs_in_process(
         group: None,
         failover_timeout_ms: 60_000,
         transport: TransportConfig::default(),
+        event_log: None,
     };
     std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -11,6 +11,7 @@ use clap::Args;
 use fullerene_agent::core::{EXECUTOR_COMMAND, EXECUTOR_SLEEP};
 use fullerene_agent::machine::{self, MachineError};
 use fullerene_agent::shell::{install_prometheus, AgentConfig, ResourceCheck};
+use fullerene_client::event_log::EventLog;
 use fullerene_proto::resources::ResourceKind;
 use fullerene_transport::{Role, TlsMaterial, TransportConfig};
 
@@ -93,6 +94,10 @@ pub(crate) struct AgentArgs {
     /// Status updates unacknowledged this long within a session are sent again, in milliseconds.
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub status_retry_ms: u64,
+    /// Append what the agent does (registrations, task starts, status updates sent) to FILE,
+    /// one JSON object per line, for `fullerene chaos run` and audits.
+    #[arg(long, env = "FULLERENE_AGENT_EVENT_LOG", value_name = "FILE")]
+    pub event_log: Option<PathBuf>,
 }
 
 /// Parsed `--resources`.
@@ -148,6 +153,11 @@ impl AgentArgs {
         config.backoff_min = config.backoff_min.min(config.backoff_max);
         config.status_retry = Duration::from_millis(self.status_retry_ms);
         config.transport = TransportConfig::default();
+        if let Some(path) = &self.event_log {
+            config.event_log = Some(Arc::new(
+                EventLog::open(path).context("cannot open --event-log")?,
+            ));
+        }
         // Hot-plugged CPUs or memory are noticed and reported; what the operator fixed stays.
         config.resource_check = Some(ResourceCheck {
             interval: RESOURCE_CHECK_INTERVAL,

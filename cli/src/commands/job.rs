@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
+use fullerene_client::event_log::EventLog;
 use fullerene_sdk::dag::{
     run_jobs, DagConfig, ExecutorTemplate, JobOutcome, JobProgress, JobReport, ProgressFn,
     RunJobsOptions,
@@ -99,6 +100,10 @@ pub(crate) struct JobRunArgs {
     /// How long the master keeps a job's tasks while its framework is disconnected.
     #[arg(long, default_value_t = 60, value_name = "SECS")]
     pub failover_timeout_secs: u64,
+    /// Append what each framework is handed (subscriptions, offers, status updates) and how
+    /// its job ends to FILE, one JSON object per line, for `fullerene chaos run` and audits.
+    #[arg(long, env = "FULLERENE_JOB_EVENT_LOG", value_name = "FILE")]
+    pub event_log: Option<PathBuf>,
 }
 
 /// Runs a `job` subcommand.
@@ -151,6 +156,12 @@ fn run_jobs_command(args: JobRunArgs, json: &JsonOutput) -> Result<()> {
         group: args.group.clone(),
         failover_timeout_ms: args.failover_timeout_secs.saturating_mul(1000),
         transport: TransportConfig::default(),
+        event_log: match &args.event_log {
+            Some(path) => Some(Arc::new(
+                EventLog::open(path).context("cannot open --event-log")?,
+            )),
+            None => None,
+        },
     };
 
     let bars = Bars::new(&jobs, matches!(json, JsonOutput::Stdout));

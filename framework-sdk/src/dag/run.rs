@@ -6,6 +6,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use fullerene_client::event_log::{Event, EventLog};
 use fullerene_proto::messages::{FrameworkRequest, Offer, StatusUpdate, WireError};
 use fullerene_proto::time::SystemClock;
 use fullerene_proto::FrameworkId;
@@ -27,6 +28,9 @@ pub struct DagScheduler {
     index: usize,
     progress: Option<ProgressFn>,
     framework_id: Option<FrameworkId>,
+    event_log: Option<Arc<EventLog>>,
+    /// Whether the job's end was logged.
+    end_logged: bool,
 }
 
 impl DagScheduler {
@@ -37,7 +41,45 @@ impl DagScheduler {
             index,
             progress,
             framework_id: None,
+            event_log: None,
+            end_logged: false,
         }
+    }
+
+    /// Logs what the framework is handed and how its job ends to `log`.
+    pub fn with_event_log(mut self, log: Option<Arc<EventLog>>) -> DagScheduler {
+        self.event_log = log;
+        self
+    }
+
+    fn log(&self, event: Event) {
+        if let Some(log) = &self.event_log {
+            log.log(event);
+        }
+    }
+
+    /// Logs the job's end, once.
+    fn log_end(&mut self) {
+        if self.end_logged || !self.dag.is_done() {
+            return;
+        }
+        self.end_logged = true;
+        let job = self.dag.job().name.clone();
+        let event = match (self.dag.outcome(), &self.framework_id) {
+            (JobOutcome::Finished { .. }, Some(framework_id)) => Event::JobCompleted {
+                job,
+                framework_id: framework_id.clone(),
+            },
+            (outcome, framework_id) => Event::JobFailed {
+                job,
+                framework_id: framework_id.clone(),
+                reason: match outcome {
+                    JobOutcome::Failed { reason } => reason.clone(),
+                    _ => "the job ended before its framework subscribed".to_string(),
+                },
+            },
+        };
+        self.log(event);
     }
 
     /// The job's core.
@@ -52,6 +94,7 @@ impl DagScheduler {
         if let Some(progress) = &self.progress {
             progress(self.index, &self.dag.progress());
         }
+        self.log_end();
         if self.dag.is_done() {
             // Every task has ended (or the job failed and its tasks were just killed): nothing
             // of this framework needs to outlive it.
@@ -63,6 +106,10 @@ impl DagScheduler {
 impl Scheduler for DagScheduler {
     fn registered(&mut self, driver: &mut DriverHandle, framework_id: &FrameworkId) {
         self.framework_id = Some(framework_id.clone());
+        self.log(Event::FrameworkSubscribed {
+            job: self.dag.job().name.clone(),
+            framework_id: framework_id.clone(),
+        });
         let calls = self.dag.on_subscribed();
         self.apply(driver, calls);
     }
@@ -73,11 +120,25 @@ impl Scheduler for DagScheduler {
     }
 
     fn offers(&mut self, driver: &mut DriverHandle, offers: Vec<Offer>) {
+        if let Some(framework_id) = &self.framework_id {
+            self.log(Event::OffersReceived {
+                framework_id: framework_id.clone(),
+                offers: offers.len(),
+            });
+        }
         let calls = self.dag.on_offers(&offers, driver.now());
         self.apply(driver, calls);
     }
 
     fn status_update(&mut self, driver: &mut DriverHandle, update: &StatusUpdate) {
+        self.log(Event::UpdateDelivered {
+            task: update.key(),
+            agent: update.agent_id.clone(),
+            seq: update.seq,
+            state: update.state,
+            reason: update.reason.clone(),
+            made_ms: update.timestamp_ms,
+        });
         let calls = self.dag.on_update(update, driver.now());
         self.apply(driver, calls);
     }
@@ -95,6 +156,7 @@ impl Scheduler for DagScheduler {
 
     fn fatal(&mut self, error: &DriverError) {
         self.dag.fail(error.to_string());
+        self.log_end();
         if let Some(progress) = &self.progress {
             progress(self.index, &self.dag.progress());
         }
@@ -114,6 +176,9 @@ pub struct RunJobsOptions {
     pub failover_timeout_ms: u64,
     /// Transport settings.
     pub transport: TransportConfig,
+    /// Where each framework logs what it is handed and how its job ends (see
+    /// [`fullerene_client::event_log`]).
+    pub event_log: Option<Arc<EventLog>>,
 }
 
 /// One job's result.
@@ -152,7 +217,10 @@ pub async fn run_jobs(
     let mut schedulers = Vec::with_capacity(jobs.len());
     for (index, job) in jobs.into_iter().enumerate() {
         let core = DagJob::new(job, dag.clone(), clock.monotonic())?;
-        schedulers.push(DagScheduler::new(core, index, progress.clone()));
+        schedulers.push(
+            DagScheduler::new(core, index, progress.clone())
+                .with_event_log(options.event_log.clone()),
+        );
     }
     let mut handles = Vec::with_capacity(schedulers.len());
     for scheduler in schedulers {
