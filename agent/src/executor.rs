@@ -686,7 +686,7 @@ fn kill_unrecorded(sandbox: &Path, framework_id: &FrameworkId, task_id: &TaskId)
 }
 
 /// The pids in `/proc` (none if it cannot be read).
-fn pids() -> impl Iterator<Item = i32> {
+pub fn pids() -> impl Iterator<Item = i32> {
     fs::read_dir("/proc")
         .into_iter()
         .flatten()

@@ -549,7 +549,16 @@ impl Shell {
 
     /// Sends every unacknowledged update again, each task's in order.
     fn resend_unacked(&mut self) {
-        let unacked = self.core.unacked().into_iter().map(AgentToMaster::Status);
+        let unacked = self.core.unacked();
+        for update in &unacked {
+            self.log_event(|agent| event_log::Event::UpdateSent {
+                agent,
+                task: update.key(),
+                seq: update.seq,
+                state: update.state,
+            });
+        }
+        let unacked = unacked.into_iter().map(AgentToMaster::Status);
         let sent = self.session.replay(unacked);
         self.settle_send(sent);
     }
@@ -616,6 +625,10 @@ impl Shell {
         self.acked_since_retry = true;
         // Unacknowledged updates go first, in order, then whatever the kills produce.
         self.resend_unacked();
+        self.log_event(|agent| event_log::Event::AgentRegistered {
+            agent,
+            killing: kill.clone(),
+        });
         let actions = self.core.registered(&kill);
         self.apply(actions).await
     }

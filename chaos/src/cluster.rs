@@ -81,6 +81,9 @@ pub struct LocalMasters {
     pub addrs: BTreeMap<u64, SocketAddr>,
     /// Every master's HTTP API address (`/state`, `/metrics`), by Raft id.
     pub http_addrs: BTreeMap<u64, SocketAddr>,
+    /// Where peers and agents are told a master is, when not at its own address (a fault
+    /// proxy in front of it, [`crate::live::proxy`]); a master still listens on `addrs`.
+    pub advertised: BTreeMap<u64, SocketAddr>,
     /// The ids bootstrapped as the initial voters.
     pub founders: Vec<u64>,
     /// Flags added to every `fullerene master` command line (Raft timing, for instance).
@@ -137,6 +140,7 @@ impl LocalMasters {
             binary,
             addrs,
             http_addrs,
+            advertised: BTreeMap::new(),
             founders: (1..=founders).collect(),
             extra_args: Vec::new(),
             own_process_group: false,
@@ -189,7 +193,7 @@ impl LocalMasters {
         let addr = self.addr(id)?;
         let mut peers = Vec::new();
         for member in self.founders.iter().chain(join.then_some(&id)) {
-            peers.push(format!("{member}={}", self.addr(*member)?));
+            peers.push(format!("{member}={}", self.advertised_addr(*member)?));
         }
         let mut command = Command::new(&self.binary);
         command
@@ -211,6 +215,14 @@ impl LocalMasters {
         }
         command.args(&self.extra_args);
         Ok(command)
+    }
+
+    /// Where master `id` is reached by its peers and agents.
+    pub fn advertised_addr(&self, id: u64) -> Result<SocketAddr, ClusterError> {
+        match self.advertised.get(&id) {
+            Some(addr) => Ok(*addr),
+            None => self.addr(id),
+        }
     }
 
     fn addr(&self, id: u64) -> Result<SocketAddr, ClusterError> {
@@ -300,6 +312,16 @@ impl LocalMasters {
         self.processes.contains_key(&id)
     }
 
+    /// Master `id`'s process id, while it runs.
+    pub fn master_pid(&self, id: u64) -> Option<u32> {
+        self.processes.get(&id).map(Child::id)
+    }
+
+    /// Agent `n`'s process id, while it runs.
+    pub fn agent_pid(&self, n: u64) -> Option<u32> {
+        self.agents.get(&n).map(Child::id)
+    }
+
     /// SIGKILLs master `id` and waits for it (nothing happens if it is not running).
     pub fn kill(&mut self, id: u64) {
         if let Some(mut child) = self.processes.remove(&id) {
@@ -335,7 +357,12 @@ impl LocalMasters {
     /// The command line that runs agent `n` (certificate `agent-<n>`) against every master,
     /// with `extra` flags (resources, executors, ...).
     pub fn agent_command(&self, n: u64, extra: &[&str]) -> Command {
-        let masters: Vec<String> = self.addrs.values().map(ToString::to_string).collect();
+        let masters: Vec<String> = self
+            .addrs
+            .keys()
+            .filter_map(|id| self.advertised_addr(*id).ok())
+            .map(|addr| addr.to_string())
+            .collect();
         let mut command = Command::new(&self.binary);
         command
             .arg("--log-level")

@@ -1,14 +1,17 @@
 //! `fullerene chaos sim`: the whole-system deterministic simulation
 //! ([`fullerene_chaos::system`]) over many seeds, with the invariant checker's verdict.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
+use fullerene_chaos::live::{run_live, LiveError, LiveFault, LiveOptions, LiveReport, Progress};
 use fullerene_chaos::system::{
     run_seed, trace_excerpt, FaultKind, FaultSet, Invariant, RunReport, SimOptions,
 };
@@ -32,6 +35,105 @@ pub(crate) enum ChaosCommand {
     /// Example: `fullerene chaos sim --seeds 500 --masters 5 --agents 20 --faults
     /// partition,master-crash,pause`.
     Sim(ChaosSimArgs),
+    /// Real processes on loopback: masters, agents running real task processes, and DAG-job
+    /// frameworks (`job run`) on jobs from the workload, under faults drawn from `--seed`
+    /// for `--duration` seconds: SIGKILL and restart of the leader, a follower, an agent and
+    /// a framework; SIGSTOP pauses past the election and agent timeouts; partitions, one-way
+    /// cuts, loss, delay and duplication through a UDP fault proxy every master is reached
+    /// by; with root, a master's data directory filling up. Faults stop, everything heals,
+    /// the jobs must complete; then the simulation's invariant checker reads the history
+    /// (the masters' HTTP API, the agents' and frameworks' event logs, the process table).
+    ///
+    /// Prints the faults injected, the time until offers flow again after each leader kill
+    /// (p50, p99, max), status updates sent, resent, delivered and lost (must be 0), tasks
+    /// that ran twice (must be 0), jobs completed and their average JCT (with `--baseline`,
+    /// against the same seed without faults), and the verdicts. Exits non-zero on a
+    /// violation, naming the seed and the file (`violations.txt` under `--dir`) with the
+    /// history that shows it. Everything it started is stopped at the end, on error and on
+    /// ctrl-c; the directory keeps every log.
+    ///
+    /// Example: `fullerene chaos run --seed 7 --duration 60 --dir /tmp/chaos`; `--runs 10
+    /// --duration 120` for ten runs (seeds 7 to 16).
+    Run(ChaosRunArgs),
+}
+
+/// Flags of `fullerene chaos run`.
+#[derive(Args, Debug)]
+pub(crate) struct ChaosRunArgs {
+    /// The seed of the first run (jobs, faults and their victims).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Runs, with seeds from `--seed` on.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub runs: u64,
+    /// Seconds of faults per run.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(5..=86_400))]
+    pub duration: u64,
+    /// Where runs keep their clusters, logs, histories and reports (`run-<seed>` each);
+    /// default: a new directory under the system's temporary directory.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Masters.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=9))]
+    pub masters: u64,
+    /// Agents (each with the `command` executor).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub agents: u64,
+    /// Framework processes (`fullerene job run`), started through the first half of a run.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub frameworks: u64,
+    /// Jobs per framework process, drawn from the workload's smaller jobs.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub jobs_per_framework: u64,
+    /// Workload file (JSON Lines, `shared/workloads/FORMAT.md`). Default: the shared TPC-H file.
+    #[arg(long, env = "FULLERENE_WORKLOAD", value_name = "FILE")]
+    pub workload: Option<PathBuf>,
+    /// Real seconds per second of the workload's task durations.
+    #[arg(long, default_value_t = 1.0, value_parser = parse_positive)]
+    pub time_scale: f64,
+    /// Each agent's resources.
+    #[arg(
+        long,
+        default_value = "cpus=4,mem_mib=16384,disk_mbps=1000,net_mbps=10000",
+        value_name = "KIND=AMOUNT,..."
+    )]
+    pub agent_resources: String,
+    /// Faults: `all`, `no-root` (all but disk-full), `none`, or a comma-separated list of
+    /// kill-leader, kill-follower, kill-agent, kill-framework, pause-leader, pause-agent,
+    /// isolate-leader, split-masters, agent-cut-from-leader, asymmetric, loss, delay,
+    /// duplicate, disk-full.
+    #[arg(long, default_value = "all", value_parser = parse_live_faults)]
+    pub faults: LiveFaults,
+    /// Seconds the jobs have to complete once faults stop.
+    #[arg(long, default_value_t = 180, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub settle: u64,
+    /// Also run each seed without faults and compare the average JCT.
+    #[arg(long)]
+    pub baseline: bool,
+}
+
+/// The faults of `chaos run --faults`.
+#[derive(Clone, Debug)]
+pub(crate) struct LiveFaults(pub BTreeSet<LiveFault>);
+
+fn parse_live_faults(text: &str) -> Result<LiveFaults, String> {
+    let set = match text {
+        "all" => LiveFault::ALL.into_iter().collect(),
+        "no-root" => LiveFault::without_root(),
+        "none" => BTreeSet::new(),
+        list => list
+            .split(',')
+            .map(|name| name.trim().parse::<LiveFault>())
+            .collect::<Result<BTreeSet<_>, _>>()?,
+    };
+    Ok(LiveFaults(set))
+}
+
+fn parse_positive(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(value) if value.is_finite() && value > 0.0 => Ok(value),
+        _ => Err(format!("`{text}` is not a number > 0")),
+    }
 }
 
 /// Flags of `fullerene chaos sim`.
@@ -118,6 +220,7 @@ const TRACE_CONTEXT: usize = 40;
 pub(crate) fn run(command: ChaosCommand, json: &JsonOutput) -> Result<()> {
     match command {
         ChaosCommand::Sim(args) => sim(args, json),
+        ChaosCommand::Run(args) => live_runs(args, json),
     }
 }
 
@@ -323,5 +426,257 @@ fn render(r: &ChaosSimReport) -> String {
             out.push_str(&format!("  {line}\n"));
         }
     }
+    out
+}
+
+/// What `chaos run` prints: each run's report, and its baseline's average JCT.
+#[derive(Serialize, Debug)]
+struct ChaosRunSummary {
+    runs: Vec<LiveRun>,
+    passed: bool,
+}
+
+#[derive(Serialize, Debug)]
+struct LiveRun {
+    report: LiveReport,
+    baseline_avg_jct_s: Option<f64>,
+}
+
+fn live_runs(args: ChaosRunArgs, json: &JsonOutput) -> Result<()> {
+    let workload = crate::commands::resolve_workload(args.workload.clone())?;
+    let binary = std::env::current_exe().context("cannot find this executable")?;
+    let root = match &args.dir {
+        Some(dir) => dir.clone(),
+        None => std::env::temp_dir().join(format!(
+            "fullerene-chaos-{}-{}",
+            args.seed,
+            std::process::id()
+        )),
+    };
+    let interrupted = Arc::new(AtomicBool::new(false));
+    watch_signals(Arc::clone(&interrupted));
+    let quiet = matches!(json, JsonOutput::Stdout);
+    let mut runs = Vec::new();
+    for seed in args.seed..args.seed.saturating_add(args.runs) {
+        let options = LiveOptions {
+            binary: binary.clone(),
+            seed,
+            duration: Duration::from_secs(args.duration),
+            dir: root.join(format!("run-{seed}")),
+            masters: args.masters,
+            agents: args.agents,
+            frameworks: args.frameworks,
+            jobs_per_framework: usize::try_from(args.jobs_per_framework).unwrap_or(1),
+            workload: workload.clone(),
+            time_scale: args.time_scale,
+            agent_resources: args.agent_resources.clone(),
+            faults: args.faults.0.clone(),
+            settle: Duration::from_secs(args.settle),
+            interrupted: Arc::clone(&interrupted),
+        };
+        let report = one_live_run(&options, quiet)?;
+        let baseline_avg_jct_s = if args.baseline {
+            let baseline = LiveOptions {
+                dir: root.join(format!("run-{seed}-baseline")),
+                faults: BTreeSet::new(),
+                ..options.clone()
+            };
+            one_live_run(&baseline, quiet)?.avg_jct_s
+        } else {
+            None
+        };
+        runs.push(LiveRun {
+            report,
+            baseline_avg_jct_s,
+        });
+    }
+    let summary = ChaosRunSummary {
+        passed: runs.iter().all(|r| r.report.passed()),
+        runs,
+    };
+    json.emit(&summary, || render_live(&summary))?;
+    if let Some(failed) = summary.runs.iter().find(|r| !r.report.passed()) {
+        bail!(
+            "seed {} broke {} promise(s); the history that shows it is in {}",
+            failed.report.seed,
+            failed.report.violations.len(),
+            failed.report.dir.join("violations.txt").display()
+        );
+    }
+    Ok(())
+}
+
+fn one_live_run(options: &LiveOptions, quiet: bool) -> Result<LiveReport> {
+    let bar = progress_bar(options.duration.as_secs());
+    if quiet {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    bar.set_prefix(format!("seed {}", options.seed));
+    let started = Instant::now();
+    let progress = |p: Progress| match p {
+        Progress::Phase(phase) => bar.set_message(phase),
+        Progress::Fault { at, fault, detail } => {
+            bar.set_position((at as u64).min(options.duration.as_secs()));
+            bar.set_message(format!("{fault}: {detail}"));
+        }
+    };
+    let outcome = run_live(options, &progress);
+    bar.finish_and_clear();
+    match outcome {
+        Ok(report) => {
+            if !quiet {
+                eprintln!(
+                    "seed {}: {} in {:.0} s, files in {}",
+                    options.seed,
+                    if report.passed() { "passed" } else { "FAILED" },
+                    started.elapsed().as_secs_f64(),
+                    options.dir.display()
+                );
+            }
+            Ok(report)
+        }
+        Err(LiveError::Interrupted) => {
+            eprintln!(
+                "interrupted: every process of the run was stopped; its files are in {}",
+                options.dir.display()
+            );
+            std::process::exit(130);
+        }
+        Err(error) => Err(anyhow::Error::new(error).context(format!(
+            "the run of seed {} could not be carried out (its logs are in {})",
+            options.seed,
+            options.dir.display()
+        ))),
+    }
+}
+
+/// Sets `flag` on SIGINT, SIGTERM or SIGHUP (a closed terminal), so that a run stops what it
+/// started before exiting.
+fn watch_signals(flag: Arc<AtomicBool>) {
+    let _ = std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            runtime.block_on(async move {
+                use tokio::signal::unix::{signal, SignalKind};
+                let (Ok(mut int), Ok(mut term), Ok(mut hup)) = (
+                    signal(SignalKind::interrupt()),
+                    signal(SignalKind::terminate()),
+                    signal(SignalKind::hangup()),
+                ) else {
+                    return;
+                };
+                tokio::select! {
+                    _ = int.recv() => {}
+                    _ = term.recv() => {}
+                    _ = hup.recv() => {}
+                }
+                flag.store(true, std::sync::atomic::Ordering::Relaxed);
+            });
+        });
+}
+
+fn render_live(summary: &ChaosRunSummary) -> String {
+    let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0}"));
+    let mut out = String::new();
+    for run in &summary.runs {
+        let r = &run.report;
+        let mut faults = table(&["fault", "injected"]);
+        for (kind, n) in &r.faults {
+            faults.add_row(vec![kind.clone(), n.to_string()]);
+        }
+        for (kind, why) in &r.skipped {
+            faults.add_row(vec![kind.clone(), format!("skipped: {why}")]);
+        }
+        let mut figures = table(&["figure", "value"]);
+        let k = &r.offers_after_leader_kill;
+        let rows = [
+            (
+                "leader kills -> offers again p50 / p99 / max (ms)".to_string(),
+                format!(
+                    "{} / {} / {} over {} kills",
+                    ms(k.p50_ms),
+                    ms(k.p99_ms),
+                    ms(k.max_ms),
+                    k.count
+                ),
+            ),
+            ("status updates sent".into(), r.updates_sent.to_string()),
+            ("  resent (allowed)".into(), r.updates_resent.to_string()),
+            ("  delivered".into(), r.updates_delivered.to_string()),
+            ("  lost (must be 0)".into(), r.updates_lost.to_string()),
+            (
+                "tasks run twice (must be 0)".into(),
+                r.tasks_run_twice.to_string(),
+            ),
+            ("task processes".into(), r.task_processes.to_string()),
+            (
+                "jobs completed".into(),
+                format!("{} of {}", r.jobs_completed, r.jobs),
+            ),
+            (
+                "average JCT (s)".into(),
+                match (r.avg_jct_s, run.baseline_avg_jct_s) {
+                    (Some(jct), Some(base)) => {
+                        format!("{jct:.1} (without faults {base:.1}, x{:.2})", jct / base)
+                    }
+                    (Some(jct), None) => format!("{jct:.1}"),
+                    _ => "-".into(),
+                },
+            ),
+            (
+                "packets relayed / cut / lost / duplicated / delayed".into(),
+                ["relayed", "cut", "lost", "duplicated", "delayed"]
+                    .iter()
+                    .map(|key| r.packets.get(*key).copied().unwrap_or(0).to_string())
+                    .collect::<Vec<_>>()
+                    .join(" / "),
+            ),
+        ];
+        for (name, value) in rows {
+            figures.add_row(vec![name, value]);
+        }
+        let mut verdicts = table(&["invariant", "checks", "violations"]);
+        for invariant in Invariant::ALL {
+            let broken = r
+                .violations
+                .iter()
+                .filter(|v| v.invariant == invariant)
+                .count();
+            verdicts.add_row(vec![
+                invariant.name().to_string(),
+                r.checks
+                    .get(invariant.name())
+                    .copied()
+                    .unwrap_or(0)
+                    .to_string(),
+                broken.to_string(),
+            ]);
+        }
+        out.push_str(&format!(
+            "seed {} ({}):\n{faults}\n{figures}\n{verdicts}\n",
+            r.seed,
+            r.dir.display()
+        ));
+        for violation in r.violations.iter().take(10) {
+            out.push_str(&format!(
+                "  {} at step {}: {}\n",
+                violation.invariant, violation.step, violation.detail
+            ));
+        }
+        for error in r.framework_errors.iter().take(5) {
+            out.push_str(&format!("  {error}\n"));
+        }
+    }
+    out.push_str(if summary.passed {
+        "every promise held\n"
+    } else {
+        "PROMISES BROKEN (see above)\n"
+    });
     out
 }

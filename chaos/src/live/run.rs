@@ -1,0 +1,1383 @@
+//! One real-process run: lay out, start, inject, heal, wait, check, report, stop.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use fullerene_client::event_log::{read_events, unix_micros, Event, LoggedEvent};
+use fullerene_proto::messages::{AgentState, ClusterView};
+use fullerene_proto::{FrameworkId, ResourceVec};
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+
+use super::history::{assemble, Sources};
+use super::observe::{http_get, Observer, Timed};
+use super::procs::{SocketOwners, TaskWatcher};
+use super::proxy::{FaultProxy, LinkFault, ProxyError, Rules};
+use super::schedule::{schedule, LiveFault, Planned, Timeouts};
+use crate::cluster::{ClusterError, LocalMasters};
+use crate::system::checker::{check, CheckReport, Invariant, Violation};
+use crate::system::history::{Fact, Step};
+
+/// What a run does.
+#[derive(Clone, Debug)]
+pub struct LiveOptions {
+    /// The `fullerene` binary.
+    pub binary: PathBuf,
+    /// Draws the jobs, the faults and their victims.
+    pub seed: u64,
+    /// How long faults are injected.
+    pub duration: Duration,
+    /// Where everything is kept (a new or empty directory).
+    pub dir: PathBuf,
+    /// Masters (Raft voters).
+    pub masters: u64,
+    /// Agents.
+    pub agents: u64,
+    /// Framework processes (`fullerene job run`), started during the first half of the run.
+    pub frameworks: u64,
+    /// Jobs each framework process runs.
+    pub jobs_per_framework: usize,
+    /// The workload the jobs are drawn from (small jobs first).
+    pub workload: PathBuf,
+    /// Real seconds per second of the workload's task durations.
+    pub time_scale: f64,
+    /// Each agent's resources (`--resources` syntax).
+    pub agent_resources: String,
+    /// The faults to inject (none: a baseline run).
+    pub faults: BTreeSet<LiveFault>,
+    /// How long the jobs may take to complete once faults stop.
+    pub settle: Duration,
+    /// Set from outside (ctrl-c): the run stops, stopping everything it started.
+    pub interrupted: std::sync::Arc<AtomicBool>,
+}
+
+/// How the run is going, for a progress bar.
+#[derive(Clone, Debug)]
+pub enum Progress {
+    /// A phase began.
+    Phase(String),
+    /// Seconds into the fault phase, and the fault just injected.
+    Fault {
+        /// Seconds into the fault phase.
+        at: f64,
+        /// What.
+        fault: LiveFault,
+        /// On whom.
+        detail: String,
+    },
+}
+
+/// Why a run could not be carried out (as opposed to a run that found violations).
+#[derive(Debug, thiserror::Error)]
+pub enum LiveError {
+    /// The cluster could not be laid out or driven.
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+    /// The fault proxy could not start.
+    #[error(transparent)]
+    Proxy(#[from] ProxyError),
+    /// A file operation failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The run could not go on (the cluster did not start, the workload is unusable, ...).
+    #[error("{0}")]
+    Failed(String),
+    /// Interrupted (ctrl-c); everything was stopped.
+    #[error("interrupted; every process the run started was stopped")]
+    Interrupted,
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> LiveError {
+    let what = what.into();
+    move |source| LiveError::Io { what, source }
+}
+
+/// Percentiles of a set of durations, in milliseconds.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Latencies {
+    /// How many.
+    pub count: usize,
+    /// Median.
+    pub p50_ms: Option<f64>,
+    /// 99th percentile (nearest rank).
+    pub p99_ms: Option<f64>,
+    /// Largest.
+    pub max_ms: Option<f64>,
+}
+
+impl Latencies {
+    fn of(mut values: Vec<f64>) -> Latencies {
+        values.sort_by(f64::total_cmp);
+        let rank = |q: f64| -> Option<f64> {
+            if values.is_empty() {
+                return None;
+            }
+            let r = (q * values.len() as f64).ceil() as usize;
+            Some(values[r.clamp(1, values.len()) - 1])
+        };
+        Latencies {
+            count: values.len(),
+            p50_ms: rank(0.5),
+            p99_ms: rank(0.99),
+            max_ms: values.last().copied(),
+        }
+    }
+}
+
+/// What a run found.
+#[derive(Clone, Debug, Serialize)]
+pub struct LiveReport {
+    /// The seed.
+    pub seed: u64,
+    /// Where its files are.
+    pub dir: PathBuf,
+    /// Faults injected, by kind.
+    pub faults: BTreeMap<String, u64>,
+    /// Faults asked for that could not be injected here, and why.
+    pub skipped: BTreeMap<String, String>,
+    /// After each leader kill: the time until a framework was handed offers again.
+    pub offers_after_leader_kill: Latencies,
+    /// Status updates sent by agents (distinct task and sequence number).
+    pub updates_sent: usize,
+    /// Sends beyond the first of an update (resends after lost sessions or acks).
+    pub updates_resent: usize,
+    /// Updates handed to frameworks (distinct).
+    pub updates_delivered: usize,
+    /// Ends of tasks sent and never handed to a framework that went on (must be 0).
+    pub updates_lost: usize,
+    /// Tasks that ran twice at once (must be 0).
+    pub tasks_run_twice: usize,
+    /// Task instances seen in the process table.
+    pub task_processes: usize,
+    /// Jobs submitted.
+    pub jobs: usize,
+    /// Jobs completed.
+    pub jobs_completed: usize,
+    /// Average JCT over completed jobs, seconds (from the first submission of a job).
+    pub avg_jct_s: Option<f64>,
+    /// Packets the proxy relayed, dropped (cut, lost), duplicated, delayed.
+    pub packets: BTreeMap<String, u64>,
+    /// Checks run, by invariant.
+    pub checks: BTreeMap<String, u64>,
+    /// What broke.
+    pub violations: Vec<Violation>,
+    /// Framework processes that exited with an error, and their last words.
+    pub framework_errors: Vec<String>,
+    /// Steps in the history.
+    pub history_steps: usize,
+}
+
+impl LiveReport {
+    /// Whether every promise held.
+    pub fn passed(&self) -> bool {
+        self.violations.is_empty()
+    }
+}
+
+/// Master flags of a chaos run: agents heartbeat every 250 ms, are unreachable after 1 s and
+/// lost after 3 s, so that a minute holds many losses; Raft keeps its defaults (25 ms ticks,
+/// elections after 250-500 ms), which are what operators run.
+const MASTER_FLAGS: [&str; 6] = [
+    "--agent-heartbeat-ms",
+    "250",
+    "--agent-unreachable-ms",
+    "1000",
+    "--agent-lost-ms",
+    "3000",
+];
+
+const TIMEOUTS: Timeouts = Timeouts {
+    election: Duration::from_millis(500),
+    agent_lost: Duration::from_millis(3000),
+};
+
+/// How long a framework process waits for a lost session before its master gives its jobs up.
+const FRAMEWORK_FAILOVER_SECS: &str = "5";
+
+/// A framework process: `fullerene job run` over its own workload file.
+struct FrameworkProc {
+    child: Option<Child>,
+    jobs: Vec<(String, String)>,
+    certificate: u64,
+    starts: u32,
+}
+
+/// What heals an injected fault.
+enum Heal {
+    RestartMaster(u64),
+    RestartAgent(u64),
+    RestartFramework(u64),
+    Resume(u32),
+    ClearRules,
+    FreeDisk(PathBuf),
+}
+
+struct Live<'a> {
+    options: &'a LiveOptions,
+    cluster: LocalMasters,
+    proxy: FaultProxy,
+    owners: SocketOwners,
+    observer: Observer,
+    watcher: TaskWatcher,
+    frameworks: BTreeMap<u64, FrameworkProc>,
+    harness: Vec<Timed>,
+    started: Instant,
+    rng: ChaCha8Rng,
+    injected: BTreeMap<String, u64>,
+    skipped: BTreeMap<String, String>,
+    leader_kills: Vec<u64>,
+    disk_limited: bool,
+}
+
+/// Runs one chaos run and checks its history. `Ok` holds the report whether or not it found
+/// violations; `Err` means the run itself could not be carried out.
+pub fn run_live(
+    options: &LiveOptions,
+    progress: &dyn Fn(Progress),
+) -> Result<LiveReport, LiveError> {
+    check_empty_dir(&options.dir)?;
+    std::fs::create_dir_all(&options.dir)
+        .map_err(io(format!("create {}", options.dir.display())))?;
+    let jobs = pick_jobs(options)?;
+    progress(Progress::Phase("starting the cluster".into()));
+    let mut live = Live::start(options)?;
+    let outcome = live.drive(&jobs, progress);
+    live.stop_everything();
+    outcome?;
+    progress(Progress::Phase("checking the history".into()));
+    live.report()
+}
+
+fn check_empty_dir(dir: &Path) -> Result<(), LiveError> {
+    let occupied = std::fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_some());
+    if occupied {
+        return Err(LiveError::Failed(format!(
+            "--dir {} is not empty: a run lays out a new cluster there",
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
+/// The jobs of each framework process: drawn from the workload's smallest jobs (by work on
+/// one agent), renamed `f<k>-<name>` so that every job of the run has its own name.
+fn pick_jobs(options: &LiveOptions) -> Result<BTreeMap<u64, Vec<(String, String)>>, LiveError> {
+    let text = std::fs::read_to_string(&options.workload)
+        .map_err(io(format!("read {}", options.workload.display())))?;
+    let jobs = fullerene_sdk::parse_workload(&text, &options.workload)
+        .map_err(|e| LiveError::Failed(e.to_string()))?;
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let overrides = fullerene_agent::machine::parse_resources(&options.agent_resources)
+        .map_err(|e| LiveError::Failed(format!("agent resources: {e}")))?;
+    let machine = fullerene_agent::machine::with_overrides(ResourceVec::ZERO, &overrides);
+    // Smallest work first (task-seconds in machines), so that jobs fit a run of minutes.
+    let mut sized: Vec<(f64, usize)> = jobs
+        .iter()
+        .enumerate()
+        .map(|(i, job)| (job.total_work(&machine), i))
+        .collect();
+    sized.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let wanted = usize::try_from(options.frameworks)
+        .unwrap_or(usize::MAX)
+        .saturating_mul(options.jobs_per_framework);
+    // The smallest quarter of the file, at least twice what is wanted, drawn from by seed.
+    let pool_size = (sized.len() / 4).max(wanted * 2).min(sized.len());
+    let mut pool: Vec<usize> = sized[..pool_size].iter().map(|(_, i)| *i).collect();
+    let mut rng = ChaCha8Rng::seed_from_u64(options.seed ^ 0x6a6f6273);
+    pool.shuffle(&mut rng);
+    if pool.is_empty() {
+        return Err(LiveError::Failed(format!(
+            "{} holds no job",
+            options.workload.display()
+        )));
+    }
+    let mut out = BTreeMap::new();
+    let mut next = pool.iter().cycle();
+    for k in 1..=options.frameworks {
+        let mut chosen = Vec::new();
+        for _ in 0..options.jobs_per_framework {
+            let Some(&index) = next.next() else { break };
+            let mut line: serde_json::Value = serde_json::from_str(lines[index])
+                .map_err(|e| LiveError::Failed(format!("workload line {}: {e}", index + 1)))?;
+            let name = format!("f{k}-{}", jobs[index].name);
+            line["name"] = serde_json::Value::String(name.clone());
+            chosen.push((name, line.to_string()));
+        }
+        out.insert(k, chosen);
+    }
+    Ok(out)
+}
+
+/// The name of process `n` of a role, as rules and logs say it.
+fn name(role: &str, n: u64) -> String {
+    format!("{role}-{n}")
+}
+
+fn now_us() -> u64 {
+    unix_micros(SystemTime::now())
+}
+
+fn signal(pid: u32, signal: i32) {
+    if let Ok(pid) = i32::try_from(pid) {
+        // SAFETY: kill(2) has no memory effects; the pid is a child this run started.
+        unsafe {
+            libc::kill(pid, signal);
+        }
+    }
+}
+
+impl<'a> Live<'a> {
+    fn start(options: &'a LiveOptions) -> Result<Live<'a>, LiveError> {
+        let mut cluster = LocalMasters::prepare(
+            options.binary.clone(),
+            options.masters,
+            options.masters,
+            options.agents.max(options.frameworks),
+            Some(options.dir.join("cluster")),
+        )?;
+        // ctrl-c reaches the run only; it stops its processes itself.
+        cluster.own_process_group = true;
+        cluster.extra_args = MASTER_FLAGS.iter().map(ToString::to_string).collect();
+        let owners = SocketOwners::default();
+        let targets: BTreeMap<String, _> = cluster
+            .addrs
+            .iter()
+            .map(|(id, addr)| (name("master", *id), *addr))
+            .collect();
+        let proxy = FaultProxy::start(&targets, owners.clone(), options.seed)?;
+        for id in cluster.addrs.keys().copied().collect::<Vec<_>>() {
+            cluster
+                .advertised
+                .insert(id, proxy.public()[&name("master", id)]);
+        }
+        let observer = Observer::start(
+            cluster.http_addrs.clone(),
+            Duration::from_millis(100),
+            fullerene_scheduling::DEFAULT_OVERBOOK_ALLOWANCE,
+        );
+        let watcher = TaskWatcher::start(cluster.dir(), Duration::from_millis(20));
+        let mut live = Live {
+            options,
+            cluster,
+            proxy,
+            owners,
+            observer,
+            watcher,
+            frameworks: BTreeMap::new(),
+            harness: Vec::new(),
+            started: Instant::now(),
+            rng: ChaCha8Rng::seed_from_u64(options.seed ^ 0x7669_6374_696d),
+            injected: BTreeMap::new(),
+            skipped: BTreeMap::new(),
+            leader_kills: Vec::new(),
+            disk_limited: false,
+        };
+        live.prepare_disks();
+        for id in live.cluster.founders.clone() {
+            live.start_master(id)?;
+        }
+        Ok(live)
+    }
+
+    /// With root and the disk-full fault asked for, every master's data directory is a small
+    /// filesystem of its own; otherwise the fault is skipped, and said so.
+    fn prepare_disks(&mut self) {
+        if !self.options.faults.contains(&LiveFault::DiskFull) {
+            return;
+        }
+        // SAFETY: geteuid(2) has no side effects.
+        if unsafe { libc::geteuid() } != 0 {
+            self.skipped.insert(
+                LiveFault::DiskFull.name().into(),
+                "needs root to mount a size-limited filesystem".into(),
+            );
+            return;
+        }
+        let mut mounted = true;
+        for id in self.cluster.addrs.keys().copied().collect::<Vec<_>>() {
+            let dir = self.cluster.data_dir(id);
+            let made = std::fs::create_dir_all(&dir).is_ok()
+                && Command::new("mount")
+                    .args(["-t", "tmpfs", "-o", "size=256m", "fullerene-chaos"])
+                    .arg(&dir)
+                    .stderr(Stdio::null())
+                    .status()
+                    .is_ok_and(|s| s.success());
+            mounted &= made;
+        }
+        if mounted {
+            self.disk_limited = true;
+        } else {
+            self.unmount_disks();
+            self.skipped.insert(
+                LiveFault::DiskFull.name().into(),
+                "could not mount a tmpfs on the masters' data directories".into(),
+            );
+        }
+    }
+
+    fn unmount_disks(&mut self) {
+        for id in self.cluster.addrs.keys().copied().collect::<Vec<_>>() {
+            let _ = Command::new("umount")
+                .arg("-l")
+                .arg(self.cluster.data_dir(id))
+                .stderr(Stdio::null())
+                .status();
+        }
+        self.disk_limited = false;
+    }
+
+    fn note(&mut self, fact: Fact) {
+        self.harness.push((now_us(), fact));
+    }
+
+    fn shell(&mut self, process: &str, event: impl Into<String>) {
+        self.note(Fact::Shell {
+            process: process.to_string(),
+            event: event.into(),
+        });
+    }
+
+    fn start_master(&mut self, id: u64) -> Result<(), LiveError> {
+        self.cluster.spawn(id, false)?;
+        if let Some(pid) = self.cluster.master_pid(id) {
+            self.owners.insert(pid, &name("master", id));
+        }
+        self.shell(&name("master", id), "started");
+        Ok(())
+    }
+
+    fn agent_flags(&self, n: u64) -> Vec<String> {
+        vec![
+            "--executors".into(),
+            "command".into(),
+            "--resources".into(),
+            self.options.agent_resources.clone(),
+            "--hostname".into(),
+            format!("chaos-agent-{n}"),
+            "--event-log".into(),
+            self.agent_log(n).display().to_string(),
+        ]
+    }
+
+    fn agent_log(&self, n: u64) -> PathBuf {
+        self.cluster.dir().join(format!("agent-{n}.events.jsonl"))
+    }
+
+    fn framework_log(&self, k: u64) -> PathBuf {
+        self.cluster
+            .dir()
+            .join(format!("framework-{k}.events.jsonl"))
+    }
+
+    fn start_agent(&mut self, n: u64) -> Result<(), LiveError> {
+        let flags = self.agent_flags(n);
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        self.cluster.spawn_agent(n, &flags)?;
+        if let Some(pid) = self.cluster.agent_pid(n) {
+            self.owners.insert(pid, &name("agent", n));
+        }
+        self.shell(&name("agent", n), "started");
+        Ok(())
+    }
+
+    /// Starts framework process `k` on the jobs of its that have not completed.
+    fn start_framework(&mut self, k: u64) -> Result<(), LiveError> {
+        let completed = self.completed_jobs(k);
+        let Some(proc_) = self.frameworks.get(&k) else {
+            return Ok(());
+        };
+        let remaining: Vec<(String, String)> = proc_
+            .jobs
+            .iter()
+            .filter(|(job, _)| !completed.contains(job))
+            .cloned()
+            .collect();
+        if remaining.is_empty() {
+            return Ok(());
+        }
+        let starts = proc_.starts + 1;
+        let certificate = proc_.certificate;
+        let dir = self.cluster.dir().to_path_buf();
+        let file = dir.join(format!("framework-{k}.{starts}.jsonl"));
+        let text: String = remaining
+            .iter()
+            .map(|(_, line)| format!("{line}\n"))
+            .collect();
+        std::fs::write(&file, text).map_err(io(format!("write {}", file.display())))?;
+        let open = |path: PathBuf| {
+            File::options()
+                .create(true)
+                .append(true)
+                .open(&path)
+                .map_err(io(format!("open {}", path.display())))
+        };
+        let stdout = open(dir.join(format!("framework-{k}.out")))?;
+        let stderr = open(dir.join(format!("framework-{k}.log")))?;
+        let masters: Vec<String> = self
+            .cluster
+            .addrs
+            .keys()
+            .filter_map(|id| self.cluster.advertised_addr(*id).ok())
+            .map(|a| a.to_string())
+            .collect();
+        let mut command = Command::new(&self.options.binary);
+        command
+            .args(["--log-level", "info", "--json", "job", "run"])
+            .arg(&file)
+            .arg("--masters")
+            .arg(masters.join(","))
+            .arg("--certs")
+            .arg(self.cluster.certs_dir())
+            .arg("--framework")
+            .arg(certificate.to_string())
+            .arg("--command")
+            .arg("sleep {duration_s}")
+            .arg("--time-scale")
+            .arg(self.options.time_scale.to_string())
+            .arg("--failover-timeout-secs")
+            .arg(FRAMEWORK_FAILOVER_SECS)
+            .arg("--max-attempts")
+            .arg("1000")
+            .arg("--event-log")
+            .arg(self.framework_log(k))
+            .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(stderr);
+        #[cfg(unix)]
+        {
+            use std::os::unix::process::CommandExt;
+            command.process_group(0);
+        }
+        let child = command
+            .spawn()
+            .map_err(io(format!("start {}", self.options.binary.display())))?;
+        self.owners.insert(child.id(), &name("framework", k));
+        for (job, _) in &remaining {
+            self.note(Fact::JobSubmitted { job: job.clone() });
+        }
+        if let Some(proc_) = self.frameworks.get_mut(&k) {
+            proc_.child = Some(child);
+            proc_.starts = starts;
+        }
+        self.shell(
+            &name("framework", k),
+            format!("started ({} jobs)", remaining.len()),
+        );
+        Ok(())
+    }
+
+    fn framework_events(&self, k: u64) -> Vec<LoggedEvent> {
+        read_events(&self.framework_log(k)).unwrap_or_default()
+    }
+
+    fn completed_jobs(&self, k: u64) -> BTreeSet<String> {
+        self.framework_events(k)
+            .into_iter()
+            .filter_map(|e| match e.event {
+                Event::JobCompleted { job, .. } => Some(job),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The frameworks of process `k` that subscribed and whose jobs have not ended.
+    fn unfinished_frameworks(&self, k: u64) -> Vec<FrameworkId> {
+        let mut subscribed = BTreeSet::new();
+        for event in self.framework_events(k) {
+            match event.event {
+                Event::FrameworkSubscribed { framework_id, .. } => {
+                    subscribed.insert(framework_id);
+                }
+                Event::JobCompleted { framework_id, .. } => {
+                    subscribed.remove(&framework_id);
+                }
+                Event::JobFailed {
+                    framework_id: Some(framework_id),
+                    ..
+                } => {
+                    subscribed.remove(&framework_id);
+                }
+                _ => {}
+            }
+        }
+        subscribed.into_iter().collect()
+    }
+
+    fn check_interrupted(&self) -> Result<(), LiveError> {
+        if self.options.interrupted.load(Ordering::Relaxed) {
+            Err(LiveError::Interrupted)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Sleeps `duration` in small steps, so that ctrl-c is heard.
+    fn sleep(&self, duration: Duration) -> Result<(), LiveError> {
+        let until = Instant::now() + duration;
+        while Instant::now() < until {
+            self.check_interrupted()?;
+            std::thread::sleep(
+                until
+                    .saturating_duration_since(Instant::now())
+                    .min(Duration::from_millis(50)),
+            );
+        }
+        Ok(())
+    }
+
+    /// The leader the masters' metrics name (the highest term wins), within `patience`.
+    fn leader(&self, patience: Duration) -> Result<Option<u64>, LiveError> {
+        let until = Instant::now() + patience;
+        loop {
+            let figures = self.observer.figures();
+            let leader = figures
+                .iter()
+                .filter(|(id, f)| f.leader && self.cluster.is_running(**id))
+                .max_by_key(|(_, f)| f.term)
+                .map(|(id, _)| *id);
+            if leader.is_some() || Instant::now() >= until {
+                return Ok(leader);
+            }
+            self.sleep(Duration::from_millis(50))?;
+        }
+    }
+
+    /// The leader's committed view.
+    fn view(&self) -> Option<ClusterView> {
+        let leader = self.leader(Duration::ZERO).ok().flatten()?;
+        let addr = self.cluster.http_addrs.get(&leader)?;
+        let (code, body) = http_get(*addr, "/state", Duration::from_secs(1)).ok()?;
+        (code == 200)
+            .then(|| serde_json::from_str(&body).ok())
+            .flatten()
+    }
+
+    fn wait_until(
+        &self,
+        what: &str,
+        patience: Duration,
+        mut done: impl FnMut(&Live<'_>) -> bool,
+    ) -> Result<(), LiveError> {
+        let until = Instant::now() + patience;
+        while !done(self) {
+            if Instant::now() >= until {
+                return Err(LiveError::Failed(format!(
+                    "{what} within {} s\n{}",
+                    patience.as_secs(),
+                    self.cluster.logs(15)
+                )));
+            }
+            self.sleep(Duration::from_millis(100))?;
+        }
+        Ok(())
+    }
+
+    fn drive(
+        &mut self,
+        jobs: &BTreeMap<u64, Vec<(String, String)>>,
+        progress: &dyn Fn(Progress),
+    ) -> Result<(), LiveError> {
+        self.wait_until(
+            "the masters did not elect a leader",
+            Duration::from_secs(30),
+            |l| l.leader(Duration::ZERO).ok().flatten().is_some(),
+        )?;
+        for n in 1..=self.options.agents {
+            self.start_agent(n)?;
+        }
+        let agents = usize::try_from(self.options.agents).unwrap_or(usize::MAX);
+        self.wait_until(
+            "the agents did not register",
+            Duration::from_secs(30),
+            |l| {
+                l.view().is_some_and(|v| {
+                    v.agents
+                        .iter()
+                        .filter(|a| a.state == AgentState::Active)
+                        .count()
+                        >= agents
+                })
+            },
+        )?;
+        for (k, jobs) in jobs {
+            let certificate = (k - 1) % self.options.agents.max(self.options.frameworks) + 1;
+            self.frameworks.insert(
+                *k,
+                FrameworkProc {
+                    child: None,
+                    jobs: jobs.clone(),
+                    certificate,
+                    starts: 0,
+                },
+            );
+        }
+
+        // Framework processes start through the first half of the fault phase, so that
+        // faults meet jobs at every stage of their lives.
+        let phase = self.options.duration;
+        let spacing = phase / 2 / u32::try_from(self.options.frameworks.max(1)).unwrap_or(1);
+        let mut starts: Vec<(Duration, u64)> = (1..=self.options.frameworks)
+            .map(|k| (spacing * u32::try_from(k - 1).unwrap_or(0), k))
+            .collect();
+        starts.reverse();
+        let planned = schedule(self.options.seed, phase, &self.options.faults, TIMEOUTS);
+        let mut planned: std::collections::VecDeque<Planned> = planned.into();
+        let mut healing: Vec<(Duration, Heal)> = Vec::new();
+        progress(Progress::Phase(format!(
+            "injecting faults for {} s",
+            phase.as_secs()
+        )));
+        let phase_start = Instant::now();
+        loop {
+            self.check_interrupted()?;
+            let elapsed = phase_start.elapsed();
+            while starts.last().is_some_and(|(at, _)| *at <= elapsed) {
+                if let Some((_, k)) = starts.pop() {
+                    self.start_framework(k)?;
+                }
+            }
+            let due: Vec<Heal> = {
+                let (due, later): (Vec<_>, Vec<_>) =
+                    healing.drain(..).partition(|(at, _)| *at <= elapsed);
+                healing = later;
+                due.into_iter().map(|(_, h)| h).collect()
+            };
+            for heal in due {
+                self.heal(heal)?;
+            }
+            if planned.front().is_some_and(|p| p.at <= elapsed) {
+                if let Some(p) = planned.pop_front() {
+                    if let Some((detail, heal)) = self.inject(&p)? {
+                        progress(Progress::Fault {
+                            at: elapsed.as_secs_f64(),
+                            fault: p.fault,
+                            detail,
+                        });
+                        healing.push((p.at + p.hold, heal));
+                    }
+                }
+            }
+            self.reap_frameworks();
+            if elapsed >= phase && starts.is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        for (_, heal) in healing {
+            self.heal(heal)?;
+        }
+        self.heal_all()?;
+        self.note(Fact::FaultsStopped);
+        progress(Progress::Phase("waiting for the jobs to complete".into()));
+        let until = Instant::now() + self.options.settle;
+        while Instant::now() < until {
+            self.reap_frameworks();
+            if self.frameworks.values().all(|f| f.child.is_none()) {
+                break;
+            }
+            self.sleep(Duration::from_millis(200))?;
+        }
+        // Late resends of acknowledged updates, and the last polls.
+        self.sleep(Duration::from_secs(2))?;
+        Ok(())
+    }
+
+    /// Notes framework processes that exited (their jobs ended, or they failed).
+    fn reap_frameworks(&mut self) {
+        let mut exited = Vec::new();
+        for (k, proc_) in &mut self.frameworks {
+            if let Some(child) = &mut proc_.child {
+                if let Ok(Some(status)) = child.try_wait() {
+                    self.owners.remove(child.id());
+                    proc_.child = None;
+                    exited.push((*k, status));
+                }
+            }
+        }
+        for (k, status) in exited {
+            self.shell(&name("framework", k), format!("exited: {status}"));
+        }
+    }
+
+    fn victim<T: Clone>(&mut self, choices: &[T], pick: u64) -> Option<T> {
+        if choices.is_empty() {
+            return None;
+        }
+        let i = usize::try_from(pick % choices.len() as u64).unwrap_or(0);
+        Some(choices[i].clone())
+    }
+
+    fn running_masters(&self) -> Vec<u64> {
+        self.cluster
+            .addrs
+            .keys()
+            .copied()
+            .filter(|id| self.cluster.is_running(*id))
+            .collect()
+    }
+
+    fn running_agents(&self) -> Vec<u64> {
+        (1..=self.options.agents)
+            .filter(|n| self.cluster.agent_pid(*n).is_some())
+            .collect()
+    }
+
+    fn all_processes(&self) -> Vec<String> {
+        let mut all: Vec<String> = self
+            .cluster
+            .addrs
+            .keys()
+            .map(|id| name("master", *id))
+            .collect();
+        all.extend((1..=self.options.agents).map(|n| name("agent", n)));
+        all.extend(self.frameworks.keys().map(|k| name("framework", *k)));
+        all
+    }
+
+    /// Injects `planned`; what was done and how to heal it, or `None` if it had no victim.
+    fn inject(&mut self, planned: &Planned) -> Result<Option<(String, Heal)>, LiveError> {
+        let pick = planned.pick;
+        let leader = match planned.fault {
+            LiveFault::KillLeader
+            | LiveFault::PauseLeader
+            | LiveFault::IsolateLeader
+            | LiveFault::AgentCutFromLeader
+            | LiveFault::Asymmetric
+            | LiveFault::KillFollower
+            | LiveFault::SplitMasters => self.leader(Duration::from_secs(2))?,
+            _ => None,
+        };
+        let followers: Vec<u64> = self
+            .running_masters()
+            .into_iter()
+            .filter(|id| Some(*id) != leader)
+            .collect();
+        let done = match planned.fault {
+            LiveFault::KillLeader => leader.map(|id| {
+                self.leader_kills.push(now_us());
+                self.cluster.kill(id);
+                (format!("master {id} (the leader)"), Heal::RestartMaster(id))
+            }),
+            LiveFault::KillFollower => self.victim(&followers, pick).map(|id| {
+                self.cluster.kill(id);
+                (format!("master {id}"), Heal::RestartMaster(id))
+            }),
+            LiveFault::KillAgent => {
+                let agents = self.running_agents();
+                self.victim(&agents, pick).map(|n| {
+                    self.cluster.kill_agent(n);
+                    (format!("agent {n}"), Heal::RestartAgent(n))
+                })
+            }
+            LiveFault::KillFramework => {
+                let running: Vec<u64> = self
+                    .frameworks
+                    .iter()
+                    .filter(|(_, f)| f.child.is_some())
+                    .map(|(k, _)| *k)
+                    .collect();
+                match self.victim(&running, pick) {
+                    Some(k) => {
+                        self.kill_framework(k);
+                        Some((format!("framework process {k}"), Heal::RestartFramework(k)))
+                    }
+                    None => None,
+                }
+            }
+            LiveFault::PauseLeader => leader
+                .and_then(|id| self.cluster.master_pid(id).map(|pid| (id, pid)))
+                .map(|(id, pid)| {
+                    signal(pid, libc::SIGSTOP);
+                    (format!("master {id} (the leader)"), Heal::Resume(pid))
+                }),
+            LiveFault::PauseAgent => {
+                let agents = self.running_agents();
+                self.victim(&agents, pick)
+                    .and_then(|n| self.cluster.agent_pid(n).map(|pid| (n, pid)))
+                    .map(|(n, pid)| {
+                        signal(pid, libc::SIGSTOP);
+                        (format!("agent {n}"), Heal::Resume(pid))
+                    })
+            }
+            LiveFault::IsolateLeader => leader.map(|id| {
+                let me = name("master", id);
+                let others: Vec<String> = self
+                    .all_processes()
+                    .into_iter()
+                    .filter(|p| *p != me)
+                    .collect();
+                let mut rules = Rules::default();
+                rules.cut_between(&[me], &others);
+                self.proxy.set_rules(rules);
+                (format!("master {id} (the leader)"), Heal::ClearRules)
+            }),
+            LiveFault::SplitMasters => {
+                let masters = self.running_masters();
+                let minority_size = (masters.len().saturating_sub(1) / 2).max(1);
+                let mut shuffled = masters.clone();
+                shuffled.shuffle(&mut self.rng);
+                // Half the time the leader is in the minority.
+                if let (Some(leader), true) = (leader, pick % 2 == 0) {
+                    shuffled.retain(|id| *id != leader);
+                    shuffled.insert(0, leader);
+                }
+                let minority: Vec<String> = shuffled[..minority_size.min(shuffled.len())]
+                    .iter()
+                    .map(|id| name("master", *id))
+                    .collect();
+                let majority: Vec<String> = masters
+                    .iter()
+                    .map(|id| name("master", *id))
+                    .filter(|m| !minority.contains(m))
+                    .collect();
+                let mut rules = Rules::default();
+                rules.cut_between(&minority, &majority);
+                self.proxy.set_rules(rules);
+                Some((format!("{minority:?} from {majority:?}"), Heal::ClearRules))
+            }
+            LiveFault::AgentCutFromLeader => {
+                let agents = self.running_agents();
+                match (leader, self.victim(&agents, pick)) {
+                    (Some(id), Some(n)) => {
+                        let mut rules = Rules::default();
+                        rules.cut_between(&[name("agent", n)], &[name("master", id)]);
+                        self.proxy.set_rules(rules);
+                        Some((
+                            format!("agent {n} from master {id} (the leader)"),
+                            Heal::ClearRules,
+                        ))
+                    }
+                    _ => None,
+                }
+            }
+            LiveFault::Asymmetric => match (leader, self.victim(&followers, pick)) {
+                (Some(id), Some(follower)) => {
+                    let (from, to) = if pick % 2 == 0 {
+                        (id, follower)
+                    } else {
+                        (follower, id)
+                    };
+                    let mut rules = Rules::default();
+                    rules.cut.insert((name("master", from), name("master", to)));
+                    self.proxy.set_rules(rules);
+                    Some((
+                        format!("master {from} -> master {to} cut"),
+                        Heal::ClearRules,
+                    ))
+                }
+                _ => None,
+            },
+            LiveFault::Loss | LiveFault::Delay | LiveFault::Duplicate => {
+                let all = self.all_processes();
+                let process = self.victim(&all, pick);
+                process.map(|process| {
+                    let fault = match planned.fault {
+                        LiveFault::Loss => LinkFault {
+                            loss: self.rng.gen_range(0.1..0.4),
+                            ..LinkFault::default()
+                        },
+                        LiveFault::Delay => {
+                            let low = self.rng.gen_range(10..60);
+                            LinkFault {
+                                delay: (
+                                    Duration::from_millis(low),
+                                    Duration::from_millis(low + self.rng.gen_range(20..150)),
+                                ),
+                                ..LinkFault::default()
+                            }
+                        }
+                        _ => LinkFault {
+                            duplicate: self.rng.gen_range(0.2..0.6),
+                            ..LinkFault::default()
+                        },
+                    };
+                    let mut rules = Rules::default();
+                    rules.degraded.insert(process.clone(), fault);
+                    self.proxy.set_rules(rules);
+                    (format!("{process}: {fault:?}"), Heal::ClearRules)
+                })
+            }
+            LiveFault::DiskFull => {
+                if !self.disk_limited {
+                    None
+                } else {
+                    let masters = self.running_masters();
+                    match self.victim(&masters, pick) {
+                        Some(id) => {
+                            let filler = self.cluster.data_dir(id).join("chaos-filler");
+                            fill(&filler);
+                            Some((
+                                format!("master {id}'s data directory"),
+                                Heal::FreeDisk(filler),
+                            ))
+                        }
+                        None => None,
+                    }
+                }
+            }
+        };
+        let Some((detail, heal)) = done else {
+            self.shell("chaos", format!("{} skipped: no victim", planned.fault));
+            return Ok(None);
+        };
+        *self
+            .injected
+            .entry(planned.fault.name().to_string())
+            .or_default() += 1;
+        // The simulation's fault kinds are its own; a live fault is the run's doing.
+        self.shell("chaos", format!("fault {}: {detail}", planned.fault));
+        Ok(Some((detail, heal)))
+    }
+
+    fn kill_framework(&mut self, k: u64) {
+        let ended = self.unfinished_frameworks(k);
+        if let Some(proc_) = self.frameworks.get_mut(&k) {
+            if let Some(mut child) = proc_.child.take() {
+                let _ = child.kill();
+                let _ = child.wait();
+                self.owners.remove(child.id());
+            }
+        }
+        for framework_id in ended {
+            self.note(Fact::FrameworkEnded {
+                framework_id: Some(framework_id),
+                why: "its process was killed".into(),
+            });
+        }
+    }
+
+    fn heal(&mut self, heal: Heal) -> Result<(), LiveError> {
+        match heal {
+            Heal::RestartMaster(id) => {
+                if !self.cluster.is_running(id) {
+                    self.start_master(id)?;
+                }
+            }
+            Heal::RestartAgent(n) => {
+                if self.cluster.agent_pid(n).is_none() {
+                    self.start_agent(n)?;
+                }
+            }
+            Heal::RestartFramework(k) => {
+                if self.frameworks.get(&k).is_some_and(|f| f.child.is_none()) {
+                    self.start_framework(k)?;
+                }
+            }
+            Heal::Resume(pid) => signal(pid, libc::SIGCONT),
+            Heal::ClearRules => self.proxy.set_rules(Rules::default()),
+            Heal::FreeDisk(filler) => {
+                let _ = std::fs::remove_file(&filler);
+            }
+        }
+        Ok(())
+    }
+
+    /// Whatever is still broken: every master and agent runs, nothing is paused or cut.
+    fn heal_all(&mut self) -> Result<(), LiveError> {
+        self.proxy.set_rules(Rules::default());
+        for id in self.cluster.addrs.keys().copied().collect::<Vec<_>>() {
+            if let Some(pid) = self.cluster.master_pid(id) {
+                signal(pid, libc::SIGCONT);
+            }
+            let _ = std::fs::remove_file(self.cluster.data_dir(id).join("chaos-filler"));
+        }
+        for n in 1..=self.options.agents {
+            if let Some(pid) = self.cluster.agent_pid(n) {
+                signal(pid, libc::SIGCONT);
+            }
+        }
+        // A master that stopped by itself (a full disk, a crash) is started again: its log
+        // says why it stopped.
+        for exited in self.cluster.reap_exited() {
+            self.shell(&exited.name, format!("exited by itself: {}", exited.status));
+        }
+        for id in self.cluster.founders.clone() {
+            if !self.cluster.is_running(id) {
+                self.start_master(id)?;
+            }
+        }
+        for n in 1..=self.options.agents {
+            if self.cluster.agent_pid(n).is_none() {
+                self.start_agent(n)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn stop_everything(&mut self) {
+        for k in self.frameworks.keys().copied().collect::<Vec<_>>() {
+            if let Some(proc_) = self.frameworks.get_mut(&k) {
+                if let Some(mut child) = proc_.child.take() {
+                    signal(child.id(), libc::SIGCONT);
+                    let _ = child.kill();
+                    let _ = child.wait();
+                }
+            }
+        }
+        for id in self.cluster.addrs.keys().copied().collect::<Vec<_>>() {
+            if let Some(pid) = self.cluster.master_pid(id) {
+                signal(pid, libc::SIGCONT);
+            }
+            self.cluster.kill(id);
+        }
+        for n in 1..=self.options.agents {
+            if let Some(pid) = self.cluster.agent_pid(n) {
+                signal(pid, libc::SIGCONT);
+            }
+            self.cluster.kill_agent(n);
+        }
+        // The tasks' processes outlive their agents by design: end them too.
+        kill_task_processes(self.cluster.dir());
+        if self.disk_limited {
+            self.unmount_disks();
+        }
+    }
+
+    fn report(&mut self) -> Result<LiveReport, LiveError> {
+        let dir = self.options.dir.clone();
+        let mut agent_logs = BTreeMap::new();
+        for n in 1..=self.options.agents {
+            agent_logs.insert(n, read_events(&self.agent_log(n)).unwrap_or_default());
+        }
+        let mut framework_logs = BTreeMap::new();
+        for k in self.frameworks.keys().copied().collect::<Vec<_>>() {
+            framework_logs.insert(k, self.framework_events(k));
+        }
+        let observed = self.observer.facts();
+        let applied: Vec<(u64, u64)> = self
+            .observer
+            .figures()
+            .iter()
+            .map(|(id, f)| (*id, f.applied))
+            .collect();
+        let mut live_frameworks = Vec::new();
+        for k in self.frameworks.keys().copied().collect::<Vec<_>>() {
+            live_frameworks.extend(self.unfinished_frameworks(k));
+        }
+        let sources = Sources {
+            start_us: unix_micros(SystemTime::now())
+                - u64::try_from(self.started.elapsed().as_micros()).unwrap_or(0),
+            harness: self.harness.clone(),
+            observed,
+            instances: self.watcher.events(),
+            agent_logs,
+            framework_logs: framework_logs.clone(),
+            end: Some(Fact::End {
+                applied,
+                live_frameworks,
+            }),
+        };
+        let history = assemble(&sources);
+        let verdict = check(&history);
+        write_history(&dir.join("history.txt"), &history)?;
+        let report = self.figures(&history, &verdict, &framework_logs);
+        if !report.violations.is_empty() {
+            write_violations(&dir.join("violations.txt"), &history, &report.violations)?;
+        }
+        let json = serde_json::to_vec_pretty(&report)
+            .map_err(|e| LiveError::Failed(format!("cannot encode the report: {e}")))?;
+        std::fs::write(dir.join("report.json"), json).map_err(io("write report.json"))?;
+        Ok(report)
+    }
+
+    fn figures(
+        &self,
+        history: &[Step],
+        verdict: &CheckReport,
+        framework_logs: &BTreeMap<u64, Vec<LoggedEvent>>,
+    ) -> LiveReport {
+        let mut sent = BTreeMap::new();
+        let mut delivered = BTreeSet::new();
+        let mut spawned = 0;
+        for step in history {
+            match &step.fact {
+                Fact::UpdateSent {
+                    framework_id,
+                    task_id,
+                    seq,
+                    ..
+                } => {
+                    *sent
+                        .entry((framework_id.clone(), task_id.clone(), *seq))
+                        .or_insert(0usize) += 1
+                }
+                Fact::UpdateDelivered {
+                    framework_id,
+                    task_id,
+                    seq,
+                    ..
+                } => {
+                    delivered.insert((framework_id.clone(), task_id.clone(), *seq));
+                }
+                Fact::Spawned { .. } => spawned += 1,
+                _ => {}
+            }
+        }
+        // Offers flowing again after each leader kill: the first offer any framework was
+        // handed after it.
+        let mut offers: Vec<u64> = framework_logs
+            .values()
+            .flatten()
+            .filter(|e| matches!(e.event, Event::OffersReceived { .. }))
+            .map(|e| e.at_us)
+            .collect();
+        offers.sort_unstable();
+        let recoveries: Vec<f64> = self
+            .leader_kills
+            .iter()
+            .filter_map(|&kill| {
+                let next = offers.iter().find(|&&at| at > kill)?;
+                Some((next - kill) as f64 / 1000.0)
+            })
+            .collect();
+        // JCT from a job's first submission to its completion.
+        let mut submitted: BTreeMap<String, u64> = BTreeMap::new();
+        for (at, fact) in &self.harness {
+            if let Fact::JobSubmitted { job } = fact {
+                submitted.entry(job.clone()).or_insert(*at);
+            }
+        }
+        let mut completed: BTreeMap<String, u64> = BTreeMap::new();
+        for event in framework_logs.values().flatten() {
+            if let Event::JobCompleted { job, .. } = &event.event {
+                completed.entry(job.clone()).or_insert(event.at_us);
+            }
+        }
+        let jcts: Vec<f64> = completed
+            .iter()
+            .filter_map(|(job, done)| {
+                let from = submitted.get(job)?;
+                Some(done.saturating_sub(*from) as f64 / 1e6)
+            })
+            .collect();
+        let count = |invariant: Invariant| {
+            verdict
+                .violations
+                .iter()
+                .filter(|v| v.invariant == invariant)
+                .count()
+        };
+        let stats = self.proxy.stats();
+        let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        let mut framework_errors = Vec::new();
+        for k in self.frameworks.keys() {
+            let log =
+                crate::cluster::tail(&self.cluster.dir().join(format!("framework-{k}.log")), 200);
+            for line in log
+                .lines()
+                .filter(|l| l.contains("ERROR") || l.contains("Error:"))
+            {
+                framework_errors.push(format!("framework {k}: {line}"));
+            }
+        }
+        LiveReport {
+            seed: self.options.seed,
+            dir: self.options.dir.clone(),
+            faults: self.injected.clone(),
+            skipped: self.skipped.clone(),
+            offers_after_leader_kill: Latencies::of(recoveries),
+            updates_sent: sent.len(),
+            updates_resent: sent.values().map(|n| n - 1).sum(),
+            updates_delivered: delivered.len(),
+            updates_lost: count(Invariant::UpdatesDelivered),
+            tasks_run_twice: count(Invariant::AtMostOneInstance),
+            task_processes: spawned,
+            jobs: submitted.len(),
+            jobs_completed: completed.len(),
+            avg_jct_s: (!jcts.is_empty()).then(|| jcts.iter().sum::<f64>() / jcts.len() as f64),
+            packets: BTreeMap::from([
+                ("relayed".to_string(), load(&stats.relayed)),
+                ("cut".to_string(), load(&stats.cut)),
+                ("lost".to_string(), load(&stats.lost)),
+                ("duplicated".to_string(), load(&stats.duplicated)),
+                ("delayed".to_string(), load(&stats.delayed)),
+            ]),
+            checks: verdict
+                .checks
+                .iter()
+                .map(|(i, n)| (i.name().to_string(), *n))
+                .collect(),
+            violations: verdict.violations.clone(),
+            framework_errors,
+            history_steps: history.len(),
+        }
+    }
+}
+
+impl Drop for Live<'_> {
+    fn drop(&mut self) {
+        self.stop_everything();
+    }
+}
+
+/// Writes zeros to `path` until the filesystem is full.
+fn fill(path: &Path) {
+    let Ok(mut file) = File::create(path) else {
+        return;
+    };
+    let block = vec![0u8; 1 << 20];
+    while file.write_all(&block).is_ok() {}
+    let _ = file.sync_all();
+}
+
+/// SIGKILLs the process groups of every task process of an agent under `dir`.
+fn kill_task_processes(dir: &Path) {
+    use std::os::unix::ffi::OsStrExt;
+    let mut mark = b"FULLERENE_SANDBOX=".to_vec();
+    mark.extend_from_slice(dir.as_os_str().as_bytes());
+    for pid in fullerene_agent::executor::pids() {
+        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        if environ.split(|b| *b == 0).any(|var| var.starts_with(&mark)) {
+            if let Some(stat) = fullerene_agent::executor::proc_stat(pid) {
+                // SAFETY: kill(2) has no memory effects; the group is a task of this run.
+                unsafe {
+                    libc::kill(-stat.pgrp, libc::SIGKILL);
+                }
+            }
+        }
+    }
+}
+
+fn write_history(path: &Path, history: &[Step]) -> Result<(), LiveError> {
+    let mut text = String::new();
+    for (i, step) in history.iter().enumerate() {
+        text.push_str(&format!("{i:>7} {step}\n"));
+    }
+    std::fs::write(path, text).map_err(io(format!("write {}", path.display())))
+}
+
+/// Each violation with the steps that led to it.
+fn write_violations(
+    path: &Path,
+    history: &[Step],
+    violations: &[Violation],
+) -> Result<(), LiveError> {
+    let mut text = String::new();
+    for violation in violations {
+        text.push_str(&format!(
+            "{} at step {}: {}\n",
+            violation.invariant, violation.step, violation.detail
+        ));
+        for line in crate::system::trace_excerpt(history, violation.step, 60) {
+            text.push_str(&line);
+            text.push('\n');
+        }
+        text.push('\n');
+    }
+    std::fs::write(path, text).map_err(io(format!("write {}", path.display())))
+}
