@@ -31,6 +31,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fullerene_client::event_log::{self, EventLog};
+use fullerene_client::follow::DEFAULT_PASS_OVER;
 use fullerene_client::{
     AgentSession, FollowConfig, LeaderSession, Pacing, Registered, SendError, SessionConfig,
     SessionEvent,
@@ -259,7 +260,7 @@ where
         // Up to three redirects in a row are followed at once.
         redirects_at_once: 3,
         // An agent tries masters in turn even if one just failed.
-        pass_over: Duration::ZERO,
+        pass_over: DEFAULT_PASS_OVER,
         seed: rand::random(),
     };
     let session = LeaderSession::new(

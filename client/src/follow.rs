@@ -54,6 +54,12 @@ use std::time::Duration;
 
 use fullerene_proto::time::{whole_millis, Time};
 
+/// How long clients that follow the leader pass over a master that failed: about two of the
+/// masters' election timeouts, so that after a leader dies the followers' redirects to it
+/// (they still name it until they notice) are not followed into its dead port, and the new
+/// leader is found through them instead.
+pub const DEFAULT_PASS_OVER: Duration = Duration::from_secs(1);
+
 /// Where to try next, and after how long.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Attempt {

@@ -69,7 +69,7 @@ pub struct OperatorClient {
 }
 
 /// How long a master that failed to answer is passed over.
-const PASS_OVER: Duration = Duration::from_secs(1);
+const PASS_OVER: Duration = crate::follow::DEFAULT_PASS_OVER;
 
 /// How long connecting to one master may take: a master that is down must not use up the
 /// whole deadline while the others are up.

@@ -26,8 +26,8 @@
 //!
 //! # Liveness
 //!
-//! Keep-alives every `keep_alive_interval` (1 s) and an idle timeout (3 s) make a dead peer show
-//! up as [`quinn::ConnectionError::TimedOut`] within a few seconds; see [`TransportConfig`].
+//! Keep-alives every `keep_alive_interval` (100 ms) and an idle timeout (500 ms) make a dead peer show
+//! up as [`quinn::ConnectionError::TimedOut`] within half a second; see [`TransportConfig`].
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), fullerene_transport::TransportError> {

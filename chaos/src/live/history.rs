@@ -121,14 +121,17 @@ pub fn assemble(sources: &Sources) -> Vec<Step> {
             }
         }
     }
+    let mut started_at: BTreeMap<(u64, TaskKey), u64> = BTreeMap::new();
     for instance in &sources.instances {
+        let slot = (instance.agent, instance.task.clone());
         let at_us = if instance.started {
+            started_at.insert(slot, instance.at_us);
             instance.at_us
         } else {
-            seen_end(
-                instance,
-                reported_end.get(&(instance.agent, instance.task.clone())),
-            )
+            // Never before the table showed it start: a task shorter than a poll is seen
+            // starting after its agent already reported its end.
+            let start = started_at.get(&slot).copied().unwrap_or(0);
+            seen_end(instance, reported_end.get(&slot)).max(start)
         };
         let agent = ids
             .get(&instance.agent)
@@ -299,6 +302,40 @@ mod tests {
         let report = check(&assemble(&sources));
         assert!(report.violations.is_empty(), "{:?}", report.violations);
         assert!(report.checks[&Invariant::AtMostOneInstance] >= 2);
+    }
+
+    #[test]
+    fn a_task_shorter_than_a_poll_ends_after_it_starts() {
+        // Reported ended at 1.0 ms; the table saw it start at 1.5 ms and end at 2 ms.
+        let sources = Sources {
+            instances: vec![
+                instance(1_500, 1, "j/0.0/1", true),
+                instance(2_000, 1, "j/0.0/1", false),
+            ],
+            agent_logs: BTreeMap::from([(
+                1,
+                vec![LoggedEvent {
+                    at_us: 1_000,
+                    event: Event::UpdateSent {
+                        agent: AgentId::from("agent-1"),
+                        task: key("j/0.0/1"),
+                        seq: 2,
+                        state: TaskState::Finished,
+                    },
+                }],
+            )]),
+            ..Sources::default()
+        };
+        let history = assemble(&sources);
+        let spawned = history
+            .iter()
+            .position(|s| matches!(s.fact, Fact::Spawned { .. }))
+            .expect("spawned");
+        let ended = history
+            .iter()
+            .position(|s| matches!(s.fact, Fact::ProcessEnded { .. }))
+            .expect("ended");
+        assert!(spawned < ended, "{history:?}");
     }
 
     #[test]

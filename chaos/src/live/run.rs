@@ -535,7 +535,14 @@ impl<'a> Live<'a> {
             .collect();
         let mut command = Command::new(&self.options.binary);
         command
-            .args(["--log-level", "info", "--json", "job", "run"])
+            // The driver says how it follows the leader at debug level: kept for forensics.
+            .args([
+                "--log-level",
+                "info,fullerene_sdk=debug,fullerene_client=debug",
+                "--json",
+                "job",
+                "run",
+            ])
             .arg(&file)
             .arg("--masters")
             .arg(masters.join(","))

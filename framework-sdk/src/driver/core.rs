@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use fullerene_client::follow::{Attempt, FollowConfig, Follower, Pacing};
+use fullerene_client::follow::{Attempt, FollowConfig, Follower, Pacing, DEFAULT_PASS_OVER};
 use fullerene_proto::messages::{
     CallOk, DemandSummary, ErrorCode, FrameworkCall, FrameworkRequest, MasterToFramework, Offer,
     Redirect, StatusAck, StatusUpdate, WireError,
@@ -37,8 +37,9 @@ pub struct DriverConfig {
     /// Largest reconnection delay.
     pub backoff_max: Duration,
     /// How long a master that failed (unreachable, session lost) is passed over: not tried
-    /// while another is not, and redirects to it not followed. Zero (the default): masters are
-    /// tried in turn even if one just failed.
+    /// while another is not, and redirects to it not followed (default
+    /// [`DEFAULT_PASS_OVER`]: a dead leader is not tried again while the followers elect
+    /// another). Zero: masters are tried in turn even if one just failed.
     pub pass_over: Duration,
     /// Seed of the jitter applied to reconnection delays (so that frameworks that lost the same
     /// master do not all come back at once).
@@ -46,8 +47,8 @@ pub struct DriverConfig {
 }
 
 impl DriverConfig {
-    /// A configuration with the usual timings: 60 s failover, backoff from 100 ms to 5 s, no
-    /// master passed over.
+    /// A configuration with the usual timings: 60 s failover, backoff from 100 ms to 5 s, a
+    /// master that failed passed over for [`DEFAULT_PASS_OVER`].
     pub fn new(
         masters: Vec<SocketAddr>,
         name: impl Into<String>,
@@ -60,7 +61,7 @@ impl DriverConfig {
             failover_timeout_ms: 60_000,
             backoff_initial: Duration::from_millis(100),
             backoff_max: Duration::from_secs(5),
-            pass_over: Duration::ZERO,
+            pass_over: DEFAULT_PASS_OVER,
             jitter_seed: 0x5eed,
         }
     }
