@@ -188,6 +188,7 @@ fn options(addr: std::net::SocketAddr) -> RunJobsOptions {
         failover_timeout_ms: 10_000,
         transport: TransportConfig::default(),
         event_log: None,
+        state_dir: None,
     }
 }
 

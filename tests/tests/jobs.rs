@@ -107,6 +107,7 @@ fn start_jobs_in_process(
         failover_timeout_ms: 60_000,
         transport: TransportConfig::default(),
         event_log: None,
+        state_dir: None,
     };
     std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_multi_thread()

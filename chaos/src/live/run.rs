@@ -175,6 +175,9 @@ pub struct LiveReport {
     pub violations: Vec<Violation>,
     /// Framework processes that exited with an error, and their last words.
     pub framework_errors: Vec<String>,
+    /// Masters and agents that exited by themselves (a master on a full disk must, with a
+    /// clear error), and their last log line.
+    pub process_exits: Vec<String>,
     /// Steps in the history.
     pub history_steps: usize,
 }
@@ -221,7 +224,7 @@ enum Heal {
     RestartFramework(u64),
     Resume(u32),
     ClearRules,
-    FreeDisk(PathBuf),
+    FreeDisk(u64, PathBuf),
 }
 
 struct Live<'a> {
@@ -239,6 +242,8 @@ struct Live<'a> {
     skipped: BTreeMap<String, String>,
     leader_kills: Vec<u64>,
     disk_limited: bool,
+    /// Masters and agents that exited by themselves, with their last log line.
+    exits: Vec<String>,
 }
 
 /// Runs one chaos run and checks its history. `Ok` holds the report whether or not it found
@@ -383,6 +388,7 @@ impl<'a> Live<'a> {
             skipped: BTreeMap::new(),
             leader_kills: Vec::new(),
             disk_limited: false,
+            exits: Vec::new(),
         };
         live.prepare_disks();
         for id in live.cluster.founders.clone() {
@@ -560,6 +566,8 @@ impl<'a> Live<'a> {
             .arg("1000")
             .arg("--event-log")
             .arg(self.framework_log(k))
+            .arg("--state-dir")
+            .arg(dir.join(format!("framework-{k}.state")))
             .stdin(Stdio::null())
             .stdout(stdout)
             .stderr(stderr);
@@ -778,6 +786,7 @@ impl<'a> Live<'a> {
                 }
             }
             self.reap_frameworks();
+            self.reap_processes();
             if elapsed >= phase && starts.is_empty() {
                 break;
             }
@@ -800,6 +809,16 @@ impl<'a> Live<'a> {
         // Late resends of acknowledged updates, and the last polls.
         self.sleep(Duration::from_secs(2))?;
         Ok(())
+    }
+
+    /// Notes masters and agents that exited by themselves, with their last words.
+    fn reap_processes(&mut self) {
+        for exited in self.cluster.reap_exited() {
+            let last = crate::cluster::tail(&exited.log, 1);
+            let line = format!("{}: {} ({})", exited.name, exited.status, last.trim());
+            self.shell(&exited.name, format!("exited by itself: {}", exited.status));
+            self.exits.push(line);
+        }
     }
 
     /// Notes framework processes that exited (their jobs ended, or they failed).
@@ -1028,7 +1047,7 @@ impl<'a> Live<'a> {
                             fill(&filler);
                             Some((
                                 format!("master {id}'s data directory"),
-                                Heal::FreeDisk(filler),
+                                Heal::FreeDisk(id, filler),
                             ))
                         }
                         None => None,
@@ -1058,11 +1077,9 @@ impl<'a> Live<'a> {
                 self.owners.remove(child.id());
             }
         }
+        // The next process takes these frameworks over from the same state directory.
         for framework_id in ended {
-            self.note(Fact::FrameworkEnded {
-                framework_id: Some(framework_id),
-                why: "its process was killed".into(),
-            });
+            self.note(Fact::FrameworkTakenOver { framework_id });
         }
     }
 
@@ -1085,8 +1102,14 @@ impl<'a> Live<'a> {
             }
             Heal::Resume(pid) => signal(pid, libc::SIGCONT),
             Heal::ClearRules => self.proxy.set_rules(Rules::default()),
-            Heal::FreeDisk(filler) => {
+            Heal::FreeDisk(id, filler) => {
                 let _ = std::fs::remove_file(&filler);
+                // A master that stopped on the full disk is started again now that there is
+                // room, as its supervisor would: it must rejoin from what it had written.
+                self.reap_processes();
+                if !self.cluster.is_running(id) {
+                    self.start_master(id)?;
+                }
             }
         }
         Ok(())
@@ -1108,9 +1131,7 @@ impl<'a> Live<'a> {
         }
         // A master that stopped by itself (a full disk, a crash) is started again: its log
         // says why it stopped.
-        for exited in self.cluster.reap_exited() {
-            self.shell(&exited.name, format!("exited by itself: {}", exited.status));
-        }
+        self.reap_processes();
         for id in self.cluster.founders.clone() {
             if !self.cluster.is_running(id) {
                 self.start_master(id)?;
@@ -1319,6 +1340,7 @@ impl<'a> Live<'a> {
                 .collect(),
             violations: verdict.violations.clone(),
             framework_errors,
+            process_exits: self.exits.clone(),
             history_steps: history.len(),
         }
     }

@@ -26,7 +26,8 @@ pub enum LiveFault {
     KillFollower,
     /// SIGKILL an agent (its tasks' processes keep running), restart it: it re-adopts them.
     KillAgent,
-    /// SIGKILL a framework process (`job run`), start it again: its jobs are submitted again.
+    /// SIGKILL a framework process (`job run`), start it again on the same state directory:
+    /// it takes its frameworks over within their failover timeout.
     KillFramework,
     /// SIGSTOP the leader for longer than the election timeout, then SIGCONT.
     PauseLeader,

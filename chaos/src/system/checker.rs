@@ -455,6 +455,11 @@ pub fn check(history: &[Step]) -> CheckReport {
                 *state,
             ),
             Fact::FrameworkRegistered { .. } => {}
+            Fact::FrameworkTakenOver { framework_id } => {
+                model
+                    .delivered
+                    .retain(|key, _| key.framework_id != *framework_id);
+            }
             Fact::FrameworkEnded { framework_id, .. } => {
                 if let Some(id) = framework_id {
                     model.ended_frameworks.insert(id.clone());

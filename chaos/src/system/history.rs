@@ -163,6 +163,13 @@ pub enum Fact {
         /// Why.
         why: String,
     },
+    /// Another process took a framework over (framework failover): the updates the old one
+    /// was handed may be handed again (delivery is at least once, and the new process has no
+    /// memory of what the old one saw); from here they must come in order again.
+    FrameworkTakenOver {
+        /// The framework.
+        framework_id: FrameworkId,
+    },
     /// A job was submitted (first time only).
     JobSubmitted {
         /// Its name.
@@ -272,6 +279,9 @@ impl fmt::Display for Step {
             }
             Fact::FrameworkEnded { framework_id, why } => {
                 write!(f, "framework {framework_id:?} ended: {why}")
+            }
+            Fact::FrameworkTakenOver { framework_id } => {
+                write!(f, "{framework_id} taken over by a new process")
             }
             Fact::JobSubmitted { job } => write!(f, "{job} submitted"),
             Fact::JobCompleted { job, framework_id } => {

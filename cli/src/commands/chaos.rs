@@ -672,6 +672,9 @@ fn render_live(summary: &ChaosRunSummary) -> String {
         for error in r.framework_errors.iter().take(5) {
             out.push_str(&format!("  {error}\n"));
         }
+        for exit in r.process_exits.iter().take(10) {
+            out.push_str(&format!("  exited by itself: {exit}\n"));
+        }
     }
     out.push_str(if summary.passed {
         "every promise held\n"

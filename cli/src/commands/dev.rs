@@ -374,6 +374,7 @@ async fn drive(
         max_attempts: 3,
         failover_timeout_secs: 60,
         event_log: None,
+        state_dir: None,
     };
     // `job run` blocks on a runtime of its own: it runs on a thread, so that this one keeps
     // watching signals and processes.

@@ -104,6 +104,12 @@ pub(crate) struct JobRunArgs {
     /// its job ends to FILE, one JSON object per line, for `fullerene chaos run` and audits.
     #[arg(long, env = "FULLERENE_JOB_EVENT_LOG", value_name = "FILE")]
     pub event_log: Option<PathBuf>,
+    /// Keep each job's journal (framework id, launches, finished tasks) in DIR: run the same
+    /// command again with the same DIR after this process died and it takes its frameworks
+    /// over if it comes within `--failover-timeout-secs` (their running tasks are adopted, not
+    /// run again), or starts the jobs over otherwise.
+    #[arg(long, env = "FULLERENE_JOB_STATE_DIR", value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
 }
 
 /// Runs a `job` subcommand.
@@ -162,6 +168,7 @@ fn run_jobs_command(args: JobRunArgs, json: &JsonOutput) -> Result<()> {
             )),
             None => None,
         },
+        state_dir: args.state_dir.clone(),
     };
 
     let bars = Bars::new(&jobs, matches!(json, JsonOutput::Stdout));

@@ -18,9 +18,10 @@ use fullerene_proto::messages::{
     StatusReason, StatusUpdate, TaskOrigin, TaskSpec, TaskState, WireError, MAX_RECONCILE_TASK_IDS,
 };
 use fullerene_proto::time::secs_f64;
-use fullerene_proto::{AgentId, ResourceVec, Resources, TaskId, Time};
+use fullerene_proto::{AgentId, FrameworkId, ResourceVec, Resources, TaskId, Time};
 use serde::Serialize;
 
+use super::journal::Record;
 use super::template::{self, TemplateError, Value};
 use crate::job::{Job, TaskRef};
 use crate::planner::{plan_remaining, PlanCluster, PlanError, PlannerConfig};
@@ -290,6 +291,78 @@ impl DagJob {
         push_reconciles(task_ids, &mut out);
         self.push_demand(&mut out);
         out
+    }
+
+    /// Takes up where an earlier process of this framework left off (framework failover),
+    /// from its [journal](super::journal): launch numbers already used are never used again,
+    /// finished tasks count as finished (replayed in the order they finished, which the DAG
+    /// allowed), and the launches with no recorded end count as running and are reconciled on
+    /// the next subscription: the master's answer says whether they still run, ended, or never
+    /// started (then they are launched again under a new id). Returns the framework id to subscribe with, if one was
+    /// recorded. Records naming no task of this job are skipped with a warning.
+    pub fn restore(&mut self, records: &[Record]) -> Option<FrameworkId> {
+        let mut framework_id = None;
+        let mut ended = BTreeSet::new();
+        for record in records {
+            match record {
+                Record::Subscribed(id) => framework_id = Some(id.clone()),
+                Record::Launched(id) => {
+                    let Some((task, launch)) = self.parse_task_id(id) else {
+                        tracing::warn!(task = %id, "journal names a task of another job; skipped");
+                        continue;
+                    };
+                    self.launches.insert(id.clone(), (task, launch));
+                    let current = self.current.entry(task).or_insert(launch);
+                    *current = (*current).max(launch);
+                }
+                Record::Finished(id) => {
+                    let Some((task, _)) = self.parse_task_id(id) else {
+                        tracing::warn!(task = %id, "journal names a task of another job; skipped");
+                        continue;
+                    };
+                    if self.state.try_mark_launched(task, 0, 0.0).is_ok() {
+                        self.state.mark_finished(&self.job, task, 0.0);
+                    }
+                    ended.insert(task);
+                }
+            }
+        }
+        // A launch with no recorded end runs until the master says otherwise: it is never
+        // launched again while it may still run (at most one instance).
+        let open: Vec<(TaskId, TaskRef)> = self
+            .launches
+            .iter()
+            .filter(|(_, (task, launch))| {
+                !ended.contains(task) && self.current.get(task) == Some(launch)
+            })
+            .map(|(id, (task, _))| (id.clone(), *task))
+            .collect();
+        for (id, task) in open {
+            if self.state.try_mark_launched(task, 0, 0.0).is_ok() {
+                self.unconfirmed.insert(id);
+            }
+        }
+        if self.state.is_complete() {
+            self.outcome = JobOutcome::Finished { jct_ms: 0 };
+        }
+        self.replan = true;
+        framework_id
+    }
+
+    /// The task and launch number of one of this job's task ids (`<job>/<stage>.<index>/<n>`).
+    fn parse_task_id(&self, id: &TaskId) -> Option<(TaskRef, u32)> {
+        let rest = id
+            .as_str()
+            .strip_prefix(&self.job.name)?
+            .strip_prefix('/')?;
+        let (stage_and_index, launch) = rest.rsplit_once('/')?;
+        let (stage_id, index) = stage_and_index.split_once('.')?;
+        let stage_id: u32 = stage_id.parse().ok()?;
+        let index: usize = index.parse().ok()?;
+        let stage = self.job.stages.iter().position(|s| s.id == stage_id)?;
+        (index < self.job.stages[stage].num_tasks())
+            .then(|| (TaskRef::new(stage, index), launch.parse().ok()))
+            .and_then(|(task, launch)| Some((task, launch?)))
     }
 
     /// The framework could not go on (its driver stopped): the job fails with `reason`.

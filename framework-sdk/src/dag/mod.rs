@@ -8,10 +8,12 @@
 //!
 //! - [`job`]: the sans-IO core: given offers, updates and failed calls, what to send;
 //! - [`template`]: the command template, its placeholders replaced with names shell-quoted;
+//! - [`journal`]: what a framework process records so that another can fail over to it;
 //! - `run` (feature `driver`): the driver's `Scheduler` around it and `run_jobs`, which runs
 //!   the jobs of a workload against the masters.
 
 pub mod job;
+pub mod journal;
 #[cfg(feature = "driver")]
 pub mod run;
 pub mod template;

@@ -4,10 +4,13 @@
 //! endpoint.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use fullerene_client::event_log::{Event, EventLog};
-use fullerene_proto::messages::{FrameworkRequest, Offer, StatusUpdate, WireError};
+
+use super::journal::{Journal, JournalError, Record};
+use fullerene_proto::messages::{ErrorCode, FrameworkRequest, Offer, StatusUpdate, WireError};
 use fullerene_proto::time::SystemClock;
 use fullerene_proto::FrameworkId;
 use fullerene_transport::{Client, TlsMaterial, TransportConfig};
@@ -31,6 +34,7 @@ pub struct DagScheduler {
     event_log: Option<Arc<EventLog>>,
     /// Whether the job's end was logged.
     end_logged: bool,
+    journal: Option<Journal>,
 }
 
 impl DagScheduler {
@@ -43,6 +47,22 @@ impl DagScheduler {
             framework_id: None,
             event_log: None,
             end_logged: false,
+            journal: None,
+        }
+    }
+
+    /// Records launches, finishes and the framework id in `journal`, so that another process
+    /// can take the job over (see [`DagJob::restore`]).
+    pub fn with_journal(mut self, journal: Option<Journal>) -> DagScheduler {
+        self.journal = journal;
+        self
+    }
+
+    fn journal(&self, record: &Record) {
+        if let Some(journal) = &self.journal {
+            if let Err(error) = journal.append(record) {
+                tracing::warn!(%error, "cannot write the job's journal; another process could not take the job over");
+            }
         }
     }
 
@@ -89,6 +109,12 @@ impl DagScheduler {
 
     fn apply(&mut self, driver: &mut DriverHandle, calls: Vec<FrameworkRequest>) {
         for call in calls {
+            // Written ahead: a task id, once asked for, is never used again by a successor.
+            if let FrameworkRequest::Accept { tasks, .. } = &call {
+                for task in tasks {
+                    self.journal(&Record::Launched(task.id.clone()));
+                }
+            }
             driver.call(call);
         }
         if let Some(progress) = &self.progress {
@@ -106,6 +132,7 @@ impl DagScheduler {
 impl Scheduler for DagScheduler {
     fn registered(&mut self, driver: &mut DriverHandle, framework_id: &FrameworkId) {
         self.framework_id = Some(framework_id.clone());
+        self.journal(&Record::Subscribed(framework_id.clone()));
         self.log(Event::FrameworkSubscribed {
             job: self.dag.job().name.clone(),
             framework_id: framework_id.clone(),
@@ -139,7 +166,11 @@ impl Scheduler for DagScheduler {
             reason: update.reason.clone(),
             made_ms: update.timestamp_ms,
         });
+        let finished_before = self.dag.progress().finished;
         let calls = self.dag.on_update(update, driver.now());
+        if self.dag.progress().finished > finished_before {
+            self.journal(&Record::Finished(update.task_id.clone()));
+        }
         self.apply(driver, calls);
     }
 
@@ -179,6 +210,10 @@ pub struct RunJobsOptions {
     /// Where each framework logs what it is handed and how its job ends (see
     /// [`fullerene_client::event_log`]).
     pub event_log: Option<Arc<EventLog>>,
+    /// Where each job keeps its [journal](super::journal): a later run with the same
+    /// directory takes over the jobs' frameworks (framework failover) if it comes within
+    /// their failover timeout, and starts them over otherwise.
+    pub state_dir: Option<PathBuf>,
 }
 
 /// One job's result.
@@ -214,34 +249,23 @@ pub async fn run_jobs(
     let clock = SystemClock::new();
     let mut dag = options.dag.clone();
     dag.concurrent_jobs = jobs.len().max(1);
-    let mut schedulers = Vec::with_capacity(jobs.len());
+    let mut handles = Vec::with_capacity(jobs.len());
     for (index, job) in jobs.into_iter().enumerate() {
-        let core = DagJob::new(job, dag.clone(), clock.monotonic())?;
-        schedulers.push(
-            DagScheduler::new(core, index, progress.clone())
-                .with_event_log(options.event_log.clone()),
-        );
-    }
-    let mut handles = Vec::with_capacity(schedulers.len());
-    for scheduler in schedulers {
-        let job = scheduler.dag().job();
+        // Checked before anything runs: a job the planner refuses is refused at once.
+        DagJob::new(job.clone(), dag.clone(), clock.monotonic())?;
         let group = options.group.clone().unwrap_or_else(|| job.group.clone());
-        let mut config =
-            DriverConfig::new(options.masters.clone(), job.name.clone(), group.clone());
-        config.failover_timeout_ms = options.failover_timeout_ms;
-        // Different jitter per job, so that the jobs do not reconnect in lockstep.
-        config.jitter_seed = 0x5eed ^ (scheduler.index as u64).wrapping_mul(0x9E37_79B9);
         let (name, tasks) = (job.name.clone(), job.num_tasks());
-        let run_options = RunOptions {
-            transport: options.transport.clone(),
+        let one = OneJob {
+            job,
+            index,
+            group: group.clone(),
+            dag: dag.clone(),
+            options: options.clone(),
+            progress: progress.clone(),
             clock,
-            ..RunOptions::default()
         };
         let client = Arc::clone(&client);
-        let handle =
-            tokio::spawn(
-                async move { run_with_client(&client, config, run_options, scheduler).await },
-            );
+        let handle = tokio::spawn(async move { one.run(&client).await });
         handles.push((name, group, tasks, handle));
     }
     let mut reports = Vec::with_capacity(handles.len());
@@ -293,6 +317,82 @@ pub async fn run_jobs(
     client.close();
     client.wait_idle().await;
     Ok(reports)
+}
+
+/// One job of [`run_jobs`], as its own framework.
+struct OneJob {
+    job: Job,
+    index: usize,
+    group: String,
+    dag: DagConfig,
+    options: RunJobsOptions,
+    progress: Option<ProgressFn>,
+    clock: SystemClock,
+}
+
+impl OneJob {
+    /// Runs the job; with a state directory, first as the framework its journal names
+    /// (failover), and, if the master no longer knows that framework (its failover timeout
+    /// passed), over again as a new one.
+    async fn run(self, client: &Client) -> Result<DagScheduler, DriverError> {
+        let mut resume = true;
+        loop {
+            let core = DagJob::new(self.job.clone(), self.dag.clone(), self.clock.monotonic())
+                .map_err(|e| DriverError::Transport(format!("the job cannot start: {e}")))?;
+            let (scheduler, framework_id) = self.scheduler(core, resume).map_err(|e| {
+                DriverError::Transport(format!("the job's journal cannot be used: {e}"))
+            })?;
+            let mut config = DriverConfig::new(
+                self.options.masters.clone(),
+                self.job.name.clone(),
+                self.group.clone(),
+            );
+            config.failover_timeout_ms = self.options.failover_timeout_ms;
+            // Different jitter per job, so that the jobs do not reconnect in lockstep.
+            config.jitter_seed = 0x5eed ^ (self.index as u64).wrapping_mul(0x9E37_79B9);
+            config.framework_id = framework_id.clone();
+            let run_options = RunOptions {
+                transport: self.options.transport.clone(),
+                clock: self.clock,
+                ..RunOptions::default()
+            };
+            match run_with_client(client, config, run_options, scheduler).await {
+                Err(DriverError::SubscriptionRefused { error, .. })
+                    if framework_id.is_some() && error.code == ErrorCode::UnknownFramework =>
+                {
+                    tracing::warn!(job = %self.job.name, framework = ?framework_id, %error, "the framework to take over is gone; starting the job over");
+                    resume = false;
+                }
+                outcome => return outcome,
+            }
+        }
+    }
+
+    /// The job's scheduler, with its journal; restored from it when `resume`, emptied
+    /// otherwise. Also the framework id to take over, if any.
+    fn scheduler(
+        &self,
+        mut core: DagJob,
+        resume: bool,
+    ) -> Result<(DagScheduler, Option<FrameworkId>), JournalError> {
+        let (journal, framework_id) = match &self.options.state_dir {
+            Some(dir) => {
+                let (journal, records) = Journal::open(dir, &self.job.name)?;
+                let framework_id = if resume {
+                    core.restore(&records)
+                } else {
+                    journal.clear()?;
+                    None
+                };
+                (Some(journal), framework_id)
+            }
+            None => (None, None),
+        };
+        let scheduler = DagScheduler::new(core, self.index, self.progress.clone())
+            .with_event_log(self.options.event_log.clone())
+            .with_journal(journal);
+        Ok((scheduler, framework_id))
+    }
 }
 
 /// Why jobs could not be run at all.

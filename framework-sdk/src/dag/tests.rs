@@ -337,3 +337,91 @@ fn a_job_whose_accepts_are_always_refused_fails_with_the_reason() {
         other => panic!("expected a failure, got {other:?}"),
     }
 }
+
+#[test]
+fn a_new_process_takes_over_from_the_journal_adopting_what_still_runs() {
+    use super::journal::Record;
+    use fullerene_proto::FrameworkId;
+
+    // The earlier process: subscribed, launched both scans (q1/10.0/0 and q1/10.1/0), saw
+    // q1/10.0/0 finish, relaunched nothing; then it died.
+    let records = vec![
+        Record::Subscribed(FrameworkId::from("fw-1-1")),
+        Record::Launched(TaskId::from("q1/10.0/0")),
+        Record::Launched(TaskId::from("q1/10.1/0")),
+        Record::Finished(TaskId::from("q1/10.0/0")),
+        Record::Launched(TaskId::from("q2/10.0/0")),
+    ];
+    let mut dag = DagJob::new(
+        two_stage_job(),
+        config(PolicyKind::GrapheneCarbyne),
+        t(1_000),
+    )
+    .expect("dag");
+    assert_eq!(dag.restore(&records), Some(FrameworkId::from("fw-1-1")));
+    assert_eq!(dag.progress().finished, 1, "the finished scan counts");
+
+    // The new subscription reconciles the launch whose end was not recorded.
+    let first = dag.on_subscribed();
+    let reconciled: Vec<TaskId> = first
+        .iter()
+        .filter_map(|c| match c {
+            FrameworkRequest::Reconcile { task_ids } => Some(task_ids.clone()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    assert_eq!(reconciled, vec![TaskId::from("q1/10.1/0")]);
+
+    // Until the master answers, the second scan counts as running: offers launch nothing.
+    assert_eq!(dag.progress().running, 1);
+    let calls = dag.on_offers(&[offer(1, "a1", "cpus=4,mem_mib=1000")], t(1_050));
+    assert!(accepted(&calls).is_empty(), "nothing runs twice: {calls:?}");
+    // It still runs.
+    dag.on_update(
+        &update(&TaskId::from("q1/10.1/0"), TaskState::Running, None),
+        t(1_100),
+    );
+    assert_eq!(dag.progress().running, 1);
+    let calls = dag.on_offers(&[offer(1, "a1", "cpus=4,mem_mib=1000")], t(1_200));
+    assert!(accepted(&calls).is_empty(), "nothing runs twice: {calls:?}");
+
+    // It finishes: the join runs, as launch 0 of its own id.
+    dag.on_update(
+        &update(&TaskId::from("q1/10.1/0"), TaskState::Finished, None),
+        t(2_000),
+    );
+    let calls = dag.on_offers(&[offer(2, "a1", "cpus=4,mem_mib=1000")], t(2_100));
+    let join = accepted(&calls);
+    assert_eq!(join.len(), 1, "{calls:?}");
+    assert_eq!(join[0].id, TaskId::from("q1/20.0/0"));
+    dag.on_update(&update(&join[0].id, TaskState::Finished, None), t(3_000));
+    assert!(matches!(dag.outcome(), JobOutcome::Finished { .. }));
+}
+
+#[test]
+fn a_launch_the_master_never_saw_is_launched_again_under_a_new_id() {
+    use super::journal::Record;
+
+    let records = vec![Record::Launched(TaskId::from("q1/10.0/0"))];
+    let mut dag = DagJob::new(
+        two_stage_job(),
+        config(PolicyKind::GrapheneCarbyne),
+        t(1_000),
+    )
+    .expect("dag");
+    assert_eq!(dag.restore(&records), None);
+    dag.on_subscribed();
+    dag.on_update(
+        &update(
+            &TaskId::from("q1/10.0/0"),
+            TaskState::Lost,
+            Some(StatusReason::UnknownTask),
+        ),
+        t(1_100),
+    );
+    let calls = dag.on_offers(&[offer(1, "a1", "cpus=4,mem_mib=1000")], t(1_200));
+    let ids: Vec<String> = accepted(&calls).iter().map(|s| s.id.0.clone()).collect();
+    assert!(ids.contains(&"q1/10.0/1".to_string()), "{ids:?}");
+    assert!(ids.contains(&"q1/10.1/0".to_string()), "{ids:?}");
+}

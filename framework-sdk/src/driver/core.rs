@@ -44,6 +44,10 @@ pub struct DriverConfig {
     /// Seed of the jitter applied to reconnection delays (so that frameworks that lost the same
     /// master do not all come back at once).
     pub jitter_seed: u64,
+    /// The id of a framework an earlier process ran, to take over (framework failover): the
+    /// first subscription names it, and the master hands this driver that framework's tasks if
+    /// it comes within the framework's failover timeout. `None`: a new framework.
+    pub framework_id: Option<FrameworkId>,
 }
 
 impl DriverConfig {
@@ -63,6 +67,7 @@ impl DriverConfig {
             backoff_max: Duration::from_secs(5),
             pass_over: DEFAULT_PASS_OVER,
             jitter_seed: 0x5eed,
+            framework_id: None,
         }
     }
 }
@@ -236,10 +241,11 @@ impl DriverCore {
         };
         let follower =
             Follower::new(config.masters.clone(), follow).map_err(|_| DriverError::NoMasters)?;
+        let framework_id = config.framework_id.clone();
         Ok(DriverCore {
             config,
             phase: Phase::Connecting,
-            framework_id: None,
+            framework_id,
             ever_subscribed: false,
             next_call_id: 1,
             pending: BTreeMap::new(),

@@ -1,0 +1,207 @@
+//! A DAG job's journal: what a framework process must remember to fail over to another
+//! process of itself (Mesos' framework failover): its framework id, every task id it launched
+//! (ids are never reused, so a new process must know which are taken) and every task that
+//! finished. One line per record, appended before the call it covers is sent (a launch) or
+//! once its outcome is known (a finish); one `write` per line on a file opened for appending,
+//! so a process killed at any point leaves every complete line behind.
+//!
+//! A new process reads the journal back ([`Journal::open`]), gives the records to
+//! [`DagJob::restore`](super::DagJob::restore), and subscribes with the framework id, within
+//! the failover timeout: the master hands it its tasks' latest states, and the job adopts
+//! the tasks still running instead of launching them again.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use fullerene_proto::{FrameworkId, TaskId};
+
+/// One line of a journal.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Record {
+    /// The framework subscribed with this id.
+    Subscribed(FrameworkId),
+    /// A task launch is about to be asked for.
+    Launched(TaskId),
+    /// A task finished, and the job counted it.
+    Finished(TaskId),
+}
+
+impl Record {
+    fn line(&self) -> String {
+        match self {
+            Record::Subscribed(id) => format!("subscribed {id}\n"),
+            Record::Launched(id) => format!("launched {id}\n"),
+            Record::Finished(id) => format!("finished {id}\n"),
+        }
+    }
+
+    fn parse(line: &str) -> Option<Record> {
+        let (kind, value) = line.split_once(' ')?;
+        if value.is_empty() {
+            return None;
+        }
+        match kind {
+            "subscribed" => Some(Record::Subscribed(FrameworkId::from(value))),
+            "launched" => Some(Record::Launched(TaskId::from(value))),
+            "finished" => Some(Record::Finished(TaskId::from(value))),
+            _ => None,
+        }
+    }
+}
+
+/// Why a journal could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    /// The file could not be opened, read or written.
+    #[error("journal {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A line (not the last, which a killed writer may have cut) is not a record.
+    #[error("journal {path}, line {line}: `{text}` is not a record")]
+    Malformed {
+        /// The file.
+        path: PathBuf,
+        /// The line, from 1.
+        line: usize,
+        /// What it says.
+        text: String,
+    },
+}
+
+/// A job's journal, open for appending.
+#[derive(Debug)]
+pub struct Journal {
+    path: PathBuf,
+    file: File,
+}
+
+impl Journal {
+    /// The journal of job `job` under `dir` (created if missing), and the records already in
+    /// it.
+    pub fn open(dir: &Path, job: &str) -> Result<(Journal, Vec<Record>), JournalError> {
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| JournalError::Io { path, source }
+        };
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
+        let path = dir.join(format!("{}.journal", file_name(job)));
+        let records = match std::fs::read_to_string(&path) {
+            Ok(text) => parse(&text, &path)?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(io(&path)(e)),
+        };
+        let file = File::options()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(io(&path))?;
+        Ok((Journal { path, file }, records))
+    }
+
+    /// Appends `record`.
+    pub fn append(&self, record: &Record) -> Result<(), JournalError> {
+        (&self.file)
+            .write_all(record.line().as_bytes())
+            .map_err(|source| JournalError::Io {
+                path: self.path.clone(),
+                source,
+            })
+    }
+
+    /// Empties the journal (the framework it remembered is gone; the job starts over).
+    pub fn clear(&self) -> Result<(), JournalError> {
+        self.file.set_len(0).map_err(|source| JournalError::Io {
+            path: self.path.clone(),
+            source,
+        })
+    }
+
+    /// Where it is.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+fn parse(text: &str, path: &Path) -> Result<Vec<Record>, JournalError> {
+    let complete = text.ends_with('\n');
+    let lines: Vec<&str> = text.lines().collect();
+    let mut records = Vec::with_capacity(lines.len());
+    for (i, line) in lines.iter().enumerate() {
+        if line.is_empty() {
+            continue;
+        }
+        match Record::parse(line) {
+            Some(record) => records.push(record),
+            // A writer killed mid-line.
+            None if i + 1 == lines.len() && !complete => break,
+            None => {
+                return Err(JournalError::Malformed {
+                    path: path.to_path_buf(),
+                    line: i + 1,
+                    text: (*line).to_string(),
+                })
+            }
+        }
+    }
+    Ok(records)
+}
+
+/// A job name as a file name: characters other than letters, digits, `-`, `_` and `.`
+/// become `_`.
+fn file_name(job: &str) -> String {
+    job.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_survive_a_reopen_and_a_torn_last_line() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (journal, records) = Journal::open(dir.path(), "q1/x").expect("opens");
+        assert!(records.is_empty());
+        assert!(journal.path().ends_with("q1_x.journal"));
+        let written = [
+            Record::Subscribed(FrameworkId::from("fw-1-1")),
+            Record::Launched(TaskId::from("q1/x/0.0/0")),
+            Record::Finished(TaskId::from("q1/x/0.0/0")),
+        ];
+        for record in &written {
+            journal.append(record).expect("appends");
+        }
+        drop(journal);
+        let (journal, records) = Journal::open(dir.path(), "q1/x").expect("reopens");
+        assert_eq!(records, written);
+
+        // A process killed mid-line.
+        std::fs::write(journal.path(), "launched a/0.0/0\nlaunch").expect("write");
+        let (_, records) = Journal::open(dir.path(), "q1/x").expect("reopens");
+        assert_eq!(records, vec![Record::Launched(TaskId::from("a/0.0/0"))]);
+
+        std::fs::write(journal.path(), "garbage\nlaunched a/0.0/0\n").expect("write");
+        let error = Journal::open(dir.path(), "q1/x").expect_err("refused");
+        assert!(error.to_string().contains("line 1"), "{error}");
+
+        let (journal, _) = Journal::open(dir.path(), "fresh").expect("opens");
+        journal.append(&written[1]).expect("appends");
+        journal.clear().expect("clears");
+        assert!(Journal::open(dir.path(), "fresh")
+            .expect("reopens")
+            .1
+            .is_empty());
+    }
+}
