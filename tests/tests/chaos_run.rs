@@ -17,13 +17,12 @@ fn workload() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/workloads/tpch-decima.jsonl")
 }
 
-fn run(seed: u64, duration: Duration) -> LiveReport {
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let options = LiveOptions {
+fn options(seed: u64, duration: Duration, dir: &std::path::Path) -> LiveOptions {
+    LiveOptions {
         binary: fullerene_binary(),
         seed,
         duration,
-        dir: dir.path().join(format!("run-{seed}")),
+        dir: dir.to_path_buf(),
         masters: 3,
         agents: 5,
         frameworks: 3,
@@ -34,7 +33,12 @@ fn run(seed: u64, duration: Duration) -> LiveReport {
         faults: LiveFault::without_root(),
         settle: Duration::from_secs(180),
         interrupted: Arc::new(AtomicBool::new(false)),
-    };
+    }
+}
+
+fn run(seed: u64, duration: Duration) -> LiveReport {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let options = options(seed, duration, &dir.path().join(format!("run-{seed}")));
     let report = run_live(&options, &|_| {}).expect("the run is carried out");
     if !report.passed() {
         let violations =
@@ -90,4 +94,53 @@ fn ten_two_minute_runs_break_no_promise() {
         let report = run(seed, Duration::from_secs(120));
         assert_kept_every_promise(&report);
     }
+}
+
+/// The processes whose command line or environment names `dir`.
+fn processes_under(dir: &std::path::Path) -> Vec<String> {
+    let mark = dir.to_string_lossy().into_owned();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let read = |file: &str| std::fs::read(format!("/proc/{pid}/{file}")).unwrap_or_default();
+        let stat = String::from_utf8_lossy(&read("stat")).into_owned();
+        if stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z'))
+        {
+            continue;
+        }
+        let cmdline = String::from_utf8_lossy(&read("cmdline")).replace('\0', " ");
+        let environ = String::from_utf8_lossy(&read("environ")).into_owned();
+        if cmdline.contains(&mark) || environ.contains(&mark) {
+            found.push(format!("{pid}: {cmdline}"));
+        }
+    }
+    found
+}
+
+#[test]
+fn an_interrupted_run_stops_every_process_it_started_and_keeps_its_logs() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let run_dir = dir.path().join("run");
+    let options = options(11, Duration::from_secs(60), &run_dir);
+    let interrupted = Arc::clone(&options.interrupted);
+    let stopper = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(12));
+        interrupted.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    let outcome = run_live(&options, &|_| {});
+    stopper.join().expect("the stopper ends");
+    assert!(
+        matches!(outcome, Err(fullerene_chaos::live::LiveError::Interrupted)),
+        "{outcome:?}"
+    );
+    let left = processes_under(&run_dir);
+    assert!(left.is_empty(), "processes left behind: {left:?}");
+    assert!(
+        run_dir.join("cluster").join("master-1.log").is_file(),
+        "the logs are kept"
+    );
 }

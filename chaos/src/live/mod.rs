@@ -11,7 +11,9 @@
 //!   the agents), and which process owns a socket;
 //! - [`observe`]: the masters' HTTP API: leaders and terms, applied indices, the leader's
 //!   committed accounting;
-//! - [`schedule`]: the fault kinds and their seeded schedule;
+//! - [`schedule`]: the fault kinds and their seeded schedule; `inject` carries them out on
+//!   the processes and the proxy, and heals them;
+//! - `report`: the history merged (`history`), checked and written out, and the figures;
 //! - the agents' and frameworks' event logs ([`fullerene_client::event_log`]): registrations,
 //!   updates sent and delivered, offers, job ends.
 //!
@@ -25,8 +27,11 @@ pub mod proxy;
 pub mod schedule;
 
 mod history;
+mod inject;
+mod report;
 mod run;
 
 pub use history::{assemble, Sources};
-pub use run::{run_live, LiveError, LiveOptions, LiveReport, Progress};
+pub use report::{Latencies, LiveReport};
+pub use run::{run_live, LiveError, LiveOptions, Progress};
 pub use schedule::{LiveFault, Planned};

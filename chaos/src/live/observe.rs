@@ -269,7 +269,7 @@ impl Poller {
         for offer in &view.offers {
             if let Ok(resources) = offer.resources.to_vec() {
                 let sum = offered.entry(&offer.agent_id).or_insert(ResourceVec::ZERO);
-                *sum = *sum + resources;
+                *sum += resources;
             }
         }
         let agents = view

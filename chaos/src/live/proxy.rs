@@ -324,13 +324,10 @@ async fn relay_back(
 ) {
     let mut buffer = vec![0u8; 65_536];
     loop {
-        let len = match upstream.recv(&mut buffer).await {
-            Ok(len) => len,
+        let Ok(len) = upstream.recv(&mut buffer).await else {
             // The target is down (ICMP port unreachable): it may come back.
-            Err(_) => {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                continue;
-            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            continue;
         };
         let to = owner.lock().ok().and_then(|o| o.clone());
         let fate = shared.fate(Some(&name), to.as_deref());

@@ -2,7 +2,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,18 +11,17 @@ use fullerene_client::event_log::{read_events, unix_micros, Event, LoggedEvent};
 use fullerene_proto::messages::{AgentState, ClusterView};
 use fullerene_proto::{FrameworkId, ResourceVec};
 use rand::seq::SliceRandom;
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use serde::Serialize;
 
-use super::history::{assemble, Sources};
+use super::inject::Heal;
 use super::observe::{http_get, Observer, Timed};
 use super::procs::{SocketOwners, TaskWatcher};
-use super::proxy::{FaultProxy, LinkFault, ProxyError, Rules};
+use super::proxy::{FaultProxy, ProxyError};
+use super::report::LiveReport;
 use super::schedule::{schedule, LiveFault, Planned, Timeouts};
 use crate::cluster::{ClusterError, LocalMasters};
-use crate::system::checker::{check, CheckReport, Invariant, Violation};
-use crate::system::history::{Fact, Step};
+use crate::system::history::Fact;
 
 /// What a run does.
 #[derive(Clone, Debug)]
@@ -99,94 +97,9 @@ pub enum LiveError {
     Interrupted,
 }
 
-fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> LiveError {
+pub(super) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> LiveError {
     let what = what.into();
     move |source| LiveError::Io { what, source }
-}
-
-/// Percentiles of a set of durations, in milliseconds.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct Latencies {
-    /// How many.
-    pub count: usize,
-    /// Median.
-    pub p50_ms: Option<f64>,
-    /// 99th percentile (nearest rank).
-    pub p99_ms: Option<f64>,
-    /// Largest.
-    pub max_ms: Option<f64>,
-}
-
-impl Latencies {
-    fn of(mut values: Vec<f64>) -> Latencies {
-        values.sort_by(f64::total_cmp);
-        let rank = |q: f64| -> Option<f64> {
-            if values.is_empty() {
-                return None;
-            }
-            let r = (q * values.len() as f64).ceil() as usize;
-            Some(values[r.clamp(1, values.len()) - 1])
-        };
-        Latencies {
-            count: values.len(),
-            p50_ms: rank(0.5),
-            p99_ms: rank(0.99),
-            max_ms: values.last().copied(),
-        }
-    }
-}
-
-/// What a run found.
-#[derive(Clone, Debug, Serialize)]
-pub struct LiveReport {
-    /// The seed.
-    pub seed: u64,
-    /// Where its files are.
-    pub dir: PathBuf,
-    /// Faults injected, by kind.
-    pub faults: BTreeMap<String, u64>,
-    /// Faults asked for that could not be injected here, and why.
-    pub skipped: BTreeMap<String, String>,
-    /// After each leader kill: the time until a framework was handed offers again.
-    pub offers_after_leader_kill: Latencies,
-    /// Status updates sent by agents (distinct task and sequence number).
-    pub updates_sent: usize,
-    /// Sends beyond the first of an update (resends after lost sessions or acks).
-    pub updates_resent: usize,
-    /// Updates handed to frameworks (distinct).
-    pub updates_delivered: usize,
-    /// Ends of tasks sent and never handed to a framework that went on (must be 0).
-    pub updates_lost: usize,
-    /// Tasks that ran twice at once (must be 0).
-    pub tasks_run_twice: usize,
-    /// Task instances seen in the process table.
-    pub task_processes: usize,
-    /// Jobs submitted.
-    pub jobs: usize,
-    /// Jobs completed.
-    pub jobs_completed: usize,
-    /// Average JCT over completed jobs, seconds (from the first submission of a job).
-    pub avg_jct_s: Option<f64>,
-    /// Packets the proxy relayed, dropped (cut, lost), duplicated, delayed.
-    pub packets: BTreeMap<String, u64>,
-    /// Checks run, by invariant.
-    pub checks: BTreeMap<String, u64>,
-    /// What broke.
-    pub violations: Vec<Violation>,
-    /// Framework processes that exited with an error, and their last words.
-    pub framework_errors: Vec<String>,
-    /// Masters and agents that exited by themselves (a master on a full disk must, with a
-    /// clear error), and their last log line.
-    pub process_exits: Vec<String>,
-    /// Steps in the history.
-    pub history_steps: usize,
-}
-
-impl LiveReport {
-    /// Whether every promise held.
-    pub fn passed(&self) -> bool {
-        self.violations.is_empty()
-    }
 }
 
 /// Master flags of a chaos run: agents heartbeat every 250 ms, are unreachable after 1 s and
@@ -210,40 +123,30 @@ const TIMEOUTS: Timeouts = Timeouts {
 const FRAMEWORK_FAILOVER_SECS: &str = "5";
 
 /// A framework process: `fullerene job run` over its own workload file.
-struct FrameworkProc {
-    child: Option<Child>,
-    jobs: Vec<(String, String)>,
-    certificate: u64,
-    starts: u32,
+pub(super) struct FrameworkProc {
+    pub(super) child: Option<Child>,
+    pub(super) jobs: Vec<(String, String)>,
+    pub(super) certificate: u64,
+    pub(super) starts: u32,
 }
 
-/// What heals an injected fault.
-enum Heal {
-    RestartMaster(u64),
-    RestartAgent(u64),
-    RestartFramework(u64),
-    Resume(u32),
-    ClearRules,
-    FreeDisk(u64, PathBuf),
-}
-
-struct Live<'a> {
-    options: &'a LiveOptions,
-    cluster: LocalMasters,
-    proxy: FaultProxy,
-    owners: SocketOwners,
-    observer: Observer,
-    watcher: TaskWatcher,
-    frameworks: BTreeMap<u64, FrameworkProc>,
-    harness: Vec<Timed>,
-    started: Instant,
-    rng: ChaCha8Rng,
-    injected: BTreeMap<String, u64>,
-    skipped: BTreeMap<String, String>,
-    leader_kills: Vec<u64>,
-    disk_limited: bool,
+pub(super) struct Live<'a> {
+    pub(super) options: &'a LiveOptions,
+    pub(super) cluster: LocalMasters,
+    pub(super) proxy: FaultProxy,
+    pub(super) owners: SocketOwners,
+    pub(super) observer: Observer,
+    pub(super) watcher: TaskWatcher,
+    pub(super) frameworks: BTreeMap<u64, FrameworkProc>,
+    pub(super) harness: Vec<Timed>,
+    pub(super) started: Instant,
+    pub(super) rng: ChaCha8Rng,
+    pub(super) injected: BTreeMap<String, u64>,
+    pub(super) skipped: BTreeMap<String, String>,
+    pub(super) leader_kills: Vec<u64>,
+    pub(super) disk_limited: bool,
     /// Masters and agents that exited by themselves, with their last log line.
-    exits: Vec<String>,
+    pub(super) exits: Vec<String>,
 }
 
 /// Runs one chaos run and checks its history. `Ok` holds the report whether or not it found
@@ -326,15 +229,15 @@ fn pick_jobs(options: &LiveOptions) -> Result<BTreeMap<u64, Vec<(String, String)
 }
 
 /// The name of process `n` of a role, as rules and logs say it.
-fn name(role: &str, n: u64) -> String {
+pub(super) fn name(role: &str, n: u64) -> String {
     format!("{role}-{n}")
 }
 
-fn now_us() -> u64 {
+pub(super) fn now_us() -> u64 {
     unix_micros(SystemTime::now())
 }
 
-fn signal(pid: u32, signal: i32) {
+pub(super) fn signal(pid: u32, signal: i32) {
     if let Ok(pid) = i32::try_from(pid) {
         // SAFETY: kill(2) has no memory effects; the pid is a child this run started.
         unsafe {
@@ -344,7 +247,7 @@ fn signal(pid: u32, signal: i32) {
 }
 
 impl<'a> Live<'a> {
-    fn start(options: &'a LiveOptions) -> Result<Live<'a>, LiveError> {
+    pub(super) fn start(options: &'a LiveOptions) -> Result<Live<'a>, LiveError> {
         let mut cluster = LocalMasters::prepare(
             options.binary.clone(),
             options.masters,
@@ -399,7 +302,7 @@ impl<'a> Live<'a> {
 
     /// With root and the disk-full fault asked for, every master's data directory is a small
     /// filesystem of its own; otherwise the fault is skipped, and said so.
-    fn prepare_disks(&mut self) {
+    pub(super) fn prepare_disks(&mut self) {
         if !self.options.faults.contains(&LiveFault::DiskFull) {
             return;
         }
@@ -434,7 +337,7 @@ impl<'a> Live<'a> {
         }
     }
 
-    fn unmount_disks(&mut self) {
+    pub(super) fn unmount_disks(&mut self) {
         for id in self.cluster.addrs.keys().copied().collect::<Vec<_>>() {
             let _ = Command::new("umount")
                 .arg("-l")
@@ -445,18 +348,18 @@ impl<'a> Live<'a> {
         self.disk_limited = false;
     }
 
-    fn note(&mut self, fact: Fact) {
+    pub(super) fn note(&mut self, fact: Fact) {
         self.harness.push((now_us(), fact));
     }
 
-    fn shell(&mut self, process: &str, event: impl Into<String>) {
+    pub(super) fn shell(&mut self, process: &str, event: impl Into<String>) {
         self.note(Fact::Shell {
             process: process.to_string(),
             event: event.into(),
         });
     }
 
-    fn start_master(&mut self, id: u64) -> Result<(), LiveError> {
+    pub(super) fn start_master(&mut self, id: u64) -> Result<(), LiveError> {
         self.cluster.spawn(id, false)?;
         if let Some(pid) = self.cluster.master_pid(id) {
             self.owners.insert(pid, &name("master", id));
@@ -465,7 +368,7 @@ impl<'a> Live<'a> {
         Ok(())
     }
 
-    fn agent_flags(&self, n: u64) -> Vec<String> {
+    pub(super) fn agent_flags(&self, n: u64) -> Vec<String> {
         vec![
             "--executors".into(),
             "command".into(),
@@ -478,17 +381,17 @@ impl<'a> Live<'a> {
         ]
     }
 
-    fn agent_log(&self, n: u64) -> PathBuf {
+    pub(super) fn agent_log(&self, n: u64) -> PathBuf {
         self.cluster.dir().join(format!("agent-{n}.events.jsonl"))
     }
 
-    fn framework_log(&self, k: u64) -> PathBuf {
+    pub(super) fn framework_log(&self, k: u64) -> PathBuf {
         self.cluster
             .dir()
             .join(format!("framework-{k}.events.jsonl"))
     }
 
-    fn start_agent(&mut self, n: u64) -> Result<(), LiveError> {
+    pub(super) fn start_agent(&mut self, n: u64) -> Result<(), LiveError> {
         let flags = self.agent_flags(n);
         let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
         self.cluster.spawn_agent(n, &flags)?;
@@ -500,7 +403,7 @@ impl<'a> Live<'a> {
     }
 
     /// Starts framework process `k` on the jobs of its that have not completed.
-    fn start_framework(&mut self, k: u64) -> Result<(), LiveError> {
+    pub(super) fn start_framework(&mut self, k: u64) -> Result<(), LiveError> {
         let completed = self.completed_jobs(k);
         let Some(proc_) = self.frameworks.get(&k) else {
             return Ok(());
@@ -594,11 +497,11 @@ impl<'a> Live<'a> {
         Ok(())
     }
 
-    fn framework_events(&self, k: u64) -> Vec<LoggedEvent> {
+    pub(super) fn framework_events(&self, k: u64) -> Vec<LoggedEvent> {
         read_events(&self.framework_log(k)).unwrap_or_default()
     }
 
-    fn completed_jobs(&self, k: u64) -> BTreeSet<String> {
+    pub(super) fn completed_jobs(&self, k: u64) -> BTreeSet<String> {
         self.framework_events(k)
             .into_iter()
             .filter_map(|e| match e.event {
@@ -609,7 +512,7 @@ impl<'a> Live<'a> {
     }
 
     /// The frameworks of process `k` that subscribed and whose jobs have not ended.
-    fn unfinished_frameworks(&self, k: u64) -> Vec<FrameworkId> {
+    pub(super) fn unfinished_frameworks(&self, k: u64) -> Vec<FrameworkId> {
         let mut subscribed = BTreeSet::new();
         for event in self.framework_events(k) {
             match event.event {
@@ -631,7 +534,7 @@ impl<'a> Live<'a> {
         subscribed.into_iter().collect()
     }
 
-    fn check_interrupted(&self) -> Result<(), LiveError> {
+    pub(super) fn check_interrupted(&self) -> Result<(), LiveError> {
         if self.options.interrupted.load(Ordering::Relaxed) {
             Err(LiveError::Interrupted)
         } else {
@@ -640,7 +543,7 @@ impl<'a> Live<'a> {
     }
 
     /// Sleeps `duration` in small steps, so that ctrl-c is heard.
-    fn sleep(&self, duration: Duration) -> Result<(), LiveError> {
+    pub(super) fn sleep(&self, duration: Duration) -> Result<(), LiveError> {
         let until = Instant::now() + duration;
         while Instant::now() < until {
             self.check_interrupted()?;
@@ -654,7 +557,7 @@ impl<'a> Live<'a> {
     }
 
     /// The leader the masters' metrics name (the highest term wins), within `patience`.
-    fn leader(&self, patience: Duration) -> Result<Option<u64>, LiveError> {
+    pub(super) fn leader(&self, patience: Duration) -> Result<Option<u64>, LiveError> {
         let until = Instant::now() + patience;
         loop {
             let figures = self.observer.figures();
@@ -671,7 +574,7 @@ impl<'a> Live<'a> {
     }
 
     /// The leader's committed view.
-    fn view(&self) -> Option<ClusterView> {
+    pub(super) fn view(&self) -> Option<ClusterView> {
         let leader = self.leader(Duration::ZERO).ok().flatten()?;
         let addr = self.cluster.http_addrs.get(&leader)?;
         let (code, body) = http_get(*addr, "/state", Duration::from_secs(1)).ok()?;
@@ -680,7 +583,7 @@ impl<'a> Live<'a> {
             .flatten()
     }
 
-    fn wait_until(
+    pub(super) fn wait_until(
         &self,
         what: &str,
         patience: Duration,
@@ -700,7 +603,7 @@ impl<'a> Live<'a> {
         Ok(())
     }
 
-    fn drive(
+    pub(super) fn drive(
         &mut self,
         jobs: &BTreeMap<u64, Vec<(String, String)>>,
         progress: &dyn Fn(Progress),
@@ -812,7 +715,7 @@ impl<'a> Live<'a> {
     }
 
     /// Notes masters and agents that exited by themselves, with their last words.
-    fn reap_processes(&mut self) {
+    pub(super) fn reap_processes(&mut self) {
         for exited in self.cluster.reap_exited() {
             let last = crate::cluster::tail(&exited.log, 1);
             let line = format!("{}: {} ({})", exited.name, exited.status, last.trim());
@@ -822,7 +725,7 @@ impl<'a> Live<'a> {
     }
 
     /// Notes framework processes that exited (their jobs ended, or they failed).
-    fn reap_frameworks(&mut self) {
+    pub(super) fn reap_frameworks(&mut self) {
         let mut exited = Vec::new();
         for (k, proc_) in &mut self.frameworks {
             if let Some(child) = &mut proc_.child {
@@ -838,314 +741,7 @@ impl<'a> Live<'a> {
         }
     }
 
-    fn victim<T: Clone>(&mut self, choices: &[T], pick: u64) -> Option<T> {
-        if choices.is_empty() {
-            return None;
-        }
-        let i = usize::try_from(pick % choices.len() as u64).unwrap_or(0);
-        Some(choices[i].clone())
-    }
-
-    fn running_masters(&self) -> Vec<u64> {
-        self.cluster
-            .addrs
-            .keys()
-            .copied()
-            .filter(|id| self.cluster.is_running(*id))
-            .collect()
-    }
-
-    fn running_agents(&self) -> Vec<u64> {
-        (1..=self.options.agents)
-            .filter(|n| self.cluster.agent_pid(*n).is_some())
-            .collect()
-    }
-
-    fn all_processes(&self) -> Vec<String> {
-        let mut all: Vec<String> = self
-            .cluster
-            .addrs
-            .keys()
-            .map(|id| name("master", *id))
-            .collect();
-        all.extend((1..=self.options.agents).map(|n| name("agent", n)));
-        all.extend(self.frameworks.keys().map(|k| name("framework", *k)));
-        all
-    }
-
-    /// Injects `planned`; what was done and how to heal it, or `None` if it had no victim.
-    fn inject(&mut self, planned: &Planned) -> Result<Option<(String, Heal)>, LiveError> {
-        let pick = planned.pick;
-        let leader = match planned.fault {
-            LiveFault::KillLeader
-            | LiveFault::PauseLeader
-            | LiveFault::IsolateLeader
-            | LiveFault::AgentCutFromLeader
-            | LiveFault::Asymmetric
-            | LiveFault::KillFollower
-            | LiveFault::SplitMasters => self.leader(Duration::from_secs(2))?,
-            _ => None,
-        };
-        let followers: Vec<u64> = self
-            .running_masters()
-            .into_iter()
-            .filter(|id| Some(*id) != leader)
-            .collect();
-        let done = match planned.fault {
-            LiveFault::KillLeader => leader.map(|id| {
-                self.leader_kills.push(now_us());
-                self.cluster.kill(id);
-                (format!("master {id} (the leader)"), Heal::RestartMaster(id))
-            }),
-            LiveFault::KillFollower => self.victim(&followers, pick).map(|id| {
-                self.cluster.kill(id);
-                (format!("master {id}"), Heal::RestartMaster(id))
-            }),
-            LiveFault::KillAgent => {
-                let agents = self.running_agents();
-                self.victim(&agents, pick).map(|n| {
-                    self.cluster.kill_agent(n);
-                    (format!("agent {n}"), Heal::RestartAgent(n))
-                })
-            }
-            LiveFault::KillFramework => {
-                let running: Vec<u64> = self
-                    .frameworks
-                    .iter()
-                    .filter(|(_, f)| f.child.is_some())
-                    .map(|(k, _)| *k)
-                    .collect();
-                match self.victim(&running, pick) {
-                    Some(k) => {
-                        self.kill_framework(k);
-                        Some((format!("framework process {k}"), Heal::RestartFramework(k)))
-                    }
-                    None => None,
-                }
-            }
-            LiveFault::PauseLeader => leader
-                .and_then(|id| self.cluster.master_pid(id).map(|pid| (id, pid)))
-                .map(|(id, pid)| {
-                    signal(pid, libc::SIGSTOP);
-                    (format!("master {id} (the leader)"), Heal::Resume(pid))
-                }),
-            LiveFault::PauseAgent => {
-                let agents = self.running_agents();
-                self.victim(&agents, pick)
-                    .and_then(|n| self.cluster.agent_pid(n).map(|pid| (n, pid)))
-                    .map(|(n, pid)| {
-                        signal(pid, libc::SIGSTOP);
-                        (format!("agent {n}"), Heal::Resume(pid))
-                    })
-            }
-            LiveFault::IsolateLeader => leader.map(|id| {
-                let me = name("master", id);
-                let others: Vec<String> = self
-                    .all_processes()
-                    .into_iter()
-                    .filter(|p| *p != me)
-                    .collect();
-                let mut rules = Rules::default();
-                rules.cut_between(&[me], &others);
-                self.proxy.set_rules(rules);
-                (format!("master {id} (the leader)"), Heal::ClearRules)
-            }),
-            LiveFault::SplitMasters => {
-                let masters = self.running_masters();
-                let minority_size = (masters.len().saturating_sub(1) / 2).max(1);
-                let mut shuffled = masters.clone();
-                shuffled.shuffle(&mut self.rng);
-                // Half the time the leader is in the minority.
-                if let (Some(leader), true) = (leader, pick % 2 == 0) {
-                    shuffled.retain(|id| *id != leader);
-                    shuffled.insert(0, leader);
-                }
-                let minority: Vec<String> = shuffled[..minority_size.min(shuffled.len())]
-                    .iter()
-                    .map(|id| name("master", *id))
-                    .collect();
-                let majority: Vec<String> = masters
-                    .iter()
-                    .map(|id| name("master", *id))
-                    .filter(|m| !minority.contains(m))
-                    .collect();
-                let mut rules = Rules::default();
-                rules.cut_between(&minority, &majority);
-                self.proxy.set_rules(rules);
-                Some((format!("{minority:?} from {majority:?}"), Heal::ClearRules))
-            }
-            LiveFault::AgentCutFromLeader => {
-                let agents = self.running_agents();
-                match (leader, self.victim(&agents, pick)) {
-                    (Some(id), Some(n)) => {
-                        let mut rules = Rules::default();
-                        rules.cut_between(&[name("agent", n)], &[name("master", id)]);
-                        self.proxy.set_rules(rules);
-                        Some((
-                            format!("agent {n} from master {id} (the leader)"),
-                            Heal::ClearRules,
-                        ))
-                    }
-                    _ => None,
-                }
-            }
-            LiveFault::Asymmetric => match (leader, self.victim(&followers, pick)) {
-                (Some(id), Some(follower)) => {
-                    let (from, to) = if pick % 2 == 0 {
-                        (id, follower)
-                    } else {
-                        (follower, id)
-                    };
-                    let mut rules = Rules::default();
-                    rules.cut.insert((name("master", from), name("master", to)));
-                    self.proxy.set_rules(rules);
-                    Some((
-                        format!("master {from} -> master {to} cut"),
-                        Heal::ClearRules,
-                    ))
-                }
-                _ => None,
-            },
-            LiveFault::Loss | LiveFault::Delay | LiveFault::Duplicate => {
-                let all = self.all_processes();
-                let process = self.victim(&all, pick);
-                process.map(|process| {
-                    let fault = match planned.fault {
-                        LiveFault::Loss => LinkFault {
-                            loss: self.rng.gen_range(0.1..0.4),
-                            ..LinkFault::default()
-                        },
-                        LiveFault::Delay => {
-                            let low = self.rng.gen_range(10..60);
-                            LinkFault {
-                                delay: (
-                                    Duration::from_millis(low),
-                                    Duration::from_millis(low + self.rng.gen_range(20..150)),
-                                ),
-                                ..LinkFault::default()
-                            }
-                        }
-                        _ => LinkFault {
-                            duplicate: self.rng.gen_range(0.2..0.6),
-                            ..LinkFault::default()
-                        },
-                    };
-                    let mut rules = Rules::default();
-                    rules.degraded.insert(process.clone(), fault);
-                    self.proxy.set_rules(rules);
-                    (format!("{process}: {fault:?}"), Heal::ClearRules)
-                })
-            }
-            LiveFault::DiskFull => {
-                if !self.disk_limited {
-                    None
-                } else {
-                    let masters = self.running_masters();
-                    match self.victim(&masters, pick) {
-                        Some(id) => {
-                            let filler = self.cluster.data_dir(id).join("chaos-filler");
-                            fill(&filler);
-                            Some((
-                                format!("master {id}'s data directory"),
-                                Heal::FreeDisk(id, filler),
-                            ))
-                        }
-                        None => None,
-                    }
-                }
-            }
-        };
-        let Some((detail, heal)) = done else {
-            self.shell("chaos", format!("{} skipped: no victim", planned.fault));
-            return Ok(None);
-        };
-        *self
-            .injected
-            .entry(planned.fault.name().to_string())
-            .or_default() += 1;
-        // The simulation's fault kinds are its own; a live fault is the run's doing.
-        self.shell("chaos", format!("fault {}: {detail}", planned.fault));
-        Ok(Some((detail, heal)))
-    }
-
-    fn kill_framework(&mut self, k: u64) {
-        let ended = self.unfinished_frameworks(k);
-        if let Some(proc_) = self.frameworks.get_mut(&k) {
-            if let Some(mut child) = proc_.child.take() {
-                let _ = child.kill();
-                let _ = child.wait();
-                self.owners.remove(child.id());
-            }
-        }
-        // The next process takes these frameworks over from the same state directory.
-        for framework_id in ended {
-            self.note(Fact::FrameworkTakenOver { framework_id });
-        }
-    }
-
-    fn heal(&mut self, heal: Heal) -> Result<(), LiveError> {
-        match heal {
-            Heal::RestartMaster(id) => {
-                if !self.cluster.is_running(id) {
-                    self.start_master(id)?;
-                }
-            }
-            Heal::RestartAgent(n) => {
-                if self.cluster.agent_pid(n).is_none() {
-                    self.start_agent(n)?;
-                }
-            }
-            Heal::RestartFramework(k) => {
-                if self.frameworks.get(&k).is_some_and(|f| f.child.is_none()) {
-                    self.start_framework(k)?;
-                }
-            }
-            Heal::Resume(pid) => signal(pid, libc::SIGCONT),
-            Heal::ClearRules => self.proxy.set_rules(Rules::default()),
-            Heal::FreeDisk(id, filler) => {
-                let _ = std::fs::remove_file(&filler);
-                // A master that stopped on the full disk is started again now that there is
-                // room, as its supervisor would: it must rejoin from what it had written.
-                self.reap_processes();
-                if !self.cluster.is_running(id) {
-                    self.start_master(id)?;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Whatever is still broken: every master and agent runs, nothing is paused or cut.
-    fn heal_all(&mut self) -> Result<(), LiveError> {
-        self.proxy.set_rules(Rules::default());
-        for id in self.cluster.addrs.keys().copied().collect::<Vec<_>>() {
-            if let Some(pid) = self.cluster.master_pid(id) {
-                signal(pid, libc::SIGCONT);
-            }
-            let _ = std::fs::remove_file(self.cluster.data_dir(id).join("chaos-filler"));
-        }
-        for n in 1..=self.options.agents {
-            if let Some(pid) = self.cluster.agent_pid(n) {
-                signal(pid, libc::SIGCONT);
-            }
-        }
-        // A master that stopped by itself (a full disk, a crash) is started again: its log
-        // says why it stopped.
-        self.reap_processes();
-        for id in self.cluster.founders.clone() {
-            if !self.cluster.is_running(id) {
-                self.start_master(id)?;
-            }
-        }
-        for n in 1..=self.options.agents {
-            if self.cluster.agent_pid(n).is_none() {
-                self.start_agent(n)?;
-            }
-        }
-        Ok(())
-    }
-
-    fn stop_everything(&mut self) {
+    pub(super) fn stop_everything(&mut self) {
         for k in self.frameworks.keys().copied().collect::<Vec<_>>() {
             if let Some(proc_) = self.frameworks.get_mut(&k) {
                 if let Some(mut child) = proc_.child.take() {
@@ -1173,177 +769,6 @@ impl<'a> Live<'a> {
             self.unmount_disks();
         }
     }
-
-    fn report(&mut self) -> Result<LiveReport, LiveError> {
-        let dir = self.options.dir.clone();
-        let mut agent_logs = BTreeMap::new();
-        for n in 1..=self.options.agents {
-            agent_logs.insert(n, read_events(&self.agent_log(n)).unwrap_or_default());
-        }
-        let mut framework_logs = BTreeMap::new();
-        for k in self.frameworks.keys().copied().collect::<Vec<_>>() {
-            framework_logs.insert(k, self.framework_events(k));
-        }
-        let observed = self.observer.facts();
-        let applied: Vec<(u64, u64)> = self
-            .observer
-            .figures()
-            .iter()
-            .map(|(id, f)| (*id, f.applied))
-            .collect();
-        let mut live_frameworks = Vec::new();
-        for k in self.frameworks.keys().copied().collect::<Vec<_>>() {
-            live_frameworks.extend(self.unfinished_frameworks(k));
-        }
-        let sources = Sources {
-            start_us: unix_micros(SystemTime::now())
-                - u64::try_from(self.started.elapsed().as_micros()).unwrap_or(0),
-            harness: self.harness.clone(),
-            observed,
-            instances: self.watcher.events(),
-            agent_logs,
-            framework_logs: framework_logs.clone(),
-            end: Some(Fact::End {
-                applied,
-                live_frameworks,
-            }),
-        };
-        let history = assemble(&sources);
-        let verdict = check(&history);
-        write_history(&dir.join("history.txt"), &history)?;
-        let report = self.figures(&history, &verdict, &framework_logs);
-        if !report.violations.is_empty() {
-            write_violations(&dir.join("violations.txt"), &history, &report.violations)?;
-        }
-        let json = serde_json::to_vec_pretty(&report)
-            .map_err(|e| LiveError::Failed(format!("cannot encode the report: {e}")))?;
-        std::fs::write(dir.join("report.json"), json).map_err(io("write report.json"))?;
-        Ok(report)
-    }
-
-    fn figures(
-        &self,
-        history: &[Step],
-        verdict: &CheckReport,
-        framework_logs: &BTreeMap<u64, Vec<LoggedEvent>>,
-    ) -> LiveReport {
-        let mut sent = BTreeMap::new();
-        let mut delivered = BTreeSet::new();
-        let mut spawned = 0;
-        for step in history {
-            match &step.fact {
-                Fact::UpdateSent {
-                    framework_id,
-                    task_id,
-                    seq,
-                    ..
-                } => {
-                    *sent
-                        .entry((framework_id.clone(), task_id.clone(), *seq))
-                        .or_insert(0usize) += 1
-                }
-                Fact::UpdateDelivered {
-                    framework_id,
-                    task_id,
-                    seq,
-                    ..
-                } => {
-                    delivered.insert((framework_id.clone(), task_id.clone(), *seq));
-                }
-                Fact::Spawned { .. } => spawned += 1,
-                _ => {}
-            }
-        }
-        // Offers flowing again after each leader kill: the first offer any framework was
-        // handed after it.
-        let mut offers: Vec<u64> = framework_logs
-            .values()
-            .flatten()
-            .filter(|e| matches!(e.event, Event::OffersReceived { .. }))
-            .map(|e| e.at_us)
-            .collect();
-        offers.sort_unstable();
-        let recoveries: Vec<f64> = self
-            .leader_kills
-            .iter()
-            .filter_map(|&kill| {
-                let next = offers.iter().find(|&&at| at > kill)?;
-                Some((next - kill) as f64 / 1000.0)
-            })
-            .collect();
-        // JCT from a job's first submission to its completion.
-        let mut submitted: BTreeMap<String, u64> = BTreeMap::new();
-        for (at, fact) in &self.harness {
-            if let Fact::JobSubmitted { job } = fact {
-                submitted.entry(job.clone()).or_insert(*at);
-            }
-        }
-        let mut completed: BTreeMap<String, u64> = BTreeMap::new();
-        for event in framework_logs.values().flatten() {
-            if let Event::JobCompleted { job, .. } = &event.event {
-                completed.entry(job.clone()).or_insert(event.at_us);
-            }
-        }
-        let jcts: Vec<f64> = completed
-            .iter()
-            .filter_map(|(job, done)| {
-                let from = submitted.get(job)?;
-                Some(done.saturating_sub(*from) as f64 / 1e6)
-            })
-            .collect();
-        let count = |invariant: Invariant| {
-            verdict
-                .violations
-                .iter()
-                .filter(|v| v.invariant == invariant)
-                .count()
-        };
-        let stats = self.proxy.stats();
-        let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
-        let mut framework_errors = Vec::new();
-        for k in self.frameworks.keys() {
-            let log =
-                crate::cluster::tail(&self.cluster.dir().join(format!("framework-{k}.log")), 200);
-            for line in log
-                .lines()
-                .filter(|l| l.contains("ERROR") || l.contains("Error:"))
-            {
-                framework_errors.push(format!("framework {k}: {line}"));
-            }
-        }
-        LiveReport {
-            seed: self.options.seed,
-            dir: self.options.dir.clone(),
-            faults: self.injected.clone(),
-            skipped: self.skipped.clone(),
-            offers_after_leader_kill: Latencies::of(recoveries),
-            updates_sent: sent.len(),
-            updates_resent: sent.values().map(|n| n - 1).sum(),
-            updates_delivered: delivered.len(),
-            updates_lost: count(Invariant::UpdatesDelivered),
-            tasks_run_twice: count(Invariant::AtMostOneInstance),
-            task_processes: spawned,
-            jobs: submitted.len(),
-            jobs_completed: completed.len(),
-            avg_jct_s: (!jcts.is_empty()).then(|| jcts.iter().sum::<f64>() / jcts.len() as f64),
-            packets: BTreeMap::from([
-                ("relayed".to_string(), load(&stats.relayed)),
-                ("cut".to_string(), load(&stats.cut)),
-                ("lost".to_string(), load(&stats.lost)),
-                ("duplicated".to_string(), load(&stats.duplicated)),
-                ("delayed".to_string(), load(&stats.delayed)),
-            ]),
-            checks: verdict
-                .checks
-                .iter()
-                .map(|(i, n)| (i.name().to_string(), *n))
-                .collect(),
-            violations: verdict.violations.clone(),
-            framework_errors,
-            process_exits: self.exits.clone(),
-            history_steps: history.len(),
-        }
-    }
 }
 
 impl Drop for Live<'_> {
@@ -1352,18 +777,8 @@ impl Drop for Live<'_> {
     }
 }
 
-/// Writes zeros to `path` until the filesystem is full.
-fn fill(path: &Path) {
-    let Ok(mut file) = File::create(path) else {
-        return;
-    };
-    let block = vec![0u8; 1 << 20];
-    while file.write_all(&block).is_ok() {}
-    let _ = file.sync_all();
-}
-
 /// SIGKILLs the process groups of every task process of an agent under `dir`.
-fn kill_task_processes(dir: &Path) {
+pub(super) fn kill_task_processes(dir: &Path) {
     use std::os::unix::ffi::OsStrExt;
     let mut mark = b"FULLERENE_SANDBOX=".to_vec();
     mark.extend_from_slice(dir.as_os_str().as_bytes());
@@ -1380,33 +795,4 @@ fn kill_task_processes(dir: &Path) {
             }
         }
     }
-}
-
-fn write_history(path: &Path, history: &[Step]) -> Result<(), LiveError> {
-    let mut text = String::new();
-    for (i, step) in history.iter().enumerate() {
-        text.push_str(&format!("{i:>7} {step}\n"));
-    }
-    std::fs::write(path, text).map_err(io(format!("write {}", path.display())))
-}
-
-/// Each violation with the steps that led to it.
-fn write_violations(
-    path: &Path,
-    history: &[Step],
-    violations: &[Violation],
-) -> Result<(), LiveError> {
-    let mut text = String::new();
-    for violation in violations {
-        text.push_str(&format!(
-            "{} at step {}: {}\n",
-            violation.invariant, violation.step, violation.detail
-        ));
-        for line in crate::system::trace_excerpt(history, violation.step, 60) {
-            text.push_str(&line);
-            text.push('\n');
-        }
-        text.push('\n');
-    }
-    std::fs::write(path, text).map_err(io(format!("write {}", path.display())))
 }
