@@ -653,6 +653,11 @@ impl Shell {
                 self.apply(actions).await?;
             }
             MasterToAgent::StatusAck(ack) => {
+                self.log_event(|agent| event_log::Event::UpdateAcked {
+                    agent,
+                    task: ack.key(),
+                    seq: ack.seq,
+                });
                 let actions = self.core.ack(&ack);
                 if !actions.is_empty() {
                     self.acked_since_retry = true;

@@ -62,6 +62,23 @@ pub enum Event {
         /// The state.
         state: TaskState,
     },
+    /// The master acknowledged a task's updates up to `seq` to an agent (the framework
+    /// acknowledged them and the master committed that).
+    UpdateAcked {
+        /// The agent.
+        agent: AgentId,
+        /// The task.
+        task: TaskKey,
+        /// The highest sequence number acknowledged.
+        seq: u64,
+    },
+    /// A framework asked for a task's launch (an accept is about to be sent).
+    LaunchRequested {
+        /// The framework.
+        framework_id: FrameworkId,
+        /// The task.
+        task: TaskKey,
+    },
     /// A framework subscribed for the first time.
     FrameworkSubscribed {
         /// The job it runs.

@@ -5,8 +5,7 @@
 //! directories in a temporary directory, every process killed on drop), with the panicking
 //! conveniences tests want.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -133,23 +132,10 @@ impl DerefMut for MasterCluster {
     }
 }
 
-/// One `GET path` over HTTP/1.1 to `addr`: the status code, the response head and the body.
+/// One `GET path` over HTTP/1.1 to `addr` (5 s per step): the status code, the response head
+/// and the body.
 pub fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String, String)> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut raw = String::new();
-    stream.read_to_string(&mut raw)?;
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((raw.as_str(), ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .unwrap_or(0);
-    Ok((status, head.to_string(), body.to_string()))
+    fullerene_chaos::live::observe::http_get(addr, path, Duration::from_secs(5))
 }
 
 impl MasterCluster {

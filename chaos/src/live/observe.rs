@@ -32,8 +32,13 @@ pub struct RaftFigures {
     pub applied: u64,
 }
 
-/// GETs `path` of `addr` within `timeout`: the status code and the body.
-pub fn http_get(addr: SocketAddr, path: &str, timeout: Duration) -> std::io::Result<(u16, String)> {
+/// One `GET path` over HTTP/1.1 to `addr`, each step within `timeout`: the status code, the
+/// response head and the body.
+pub fn http_get(
+    addr: SocketAddr,
+    path: &str,
+    timeout: Duration,
+) -> std::io::Result<(u16, String, String)> {
     let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
     stream.set_read_timeout(Some(timeout))?;
     stream.set_write_timeout(Some(timeout))?;
@@ -50,7 +55,7 @@ pub fn http_get(addr: SocketAddr, path: &str, timeout: Duration) -> std::io::Res
         .nth(1)
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
-    Ok((code, body.to_string()))
+    Ok((code, head.to_string(), body.to_string()))
 }
 
 /// Reads the Raft figures out of a Prometheus exposition.
@@ -198,7 +203,7 @@ impl Poller {
     fn poll(&mut self) {
         let mut figures = BTreeMap::new();
         for (&master, &addr) in &self.http {
-            let Ok((200, text)) = http_get(addr, "/metrics", HTTP_TIMEOUT) else {
+            let Ok((200, _, text)) = http_get(addr, "/metrics", HTTP_TIMEOUT) else {
                 continue;
             };
             figures.insert(master, parse_raft_figures(&text));
@@ -225,7 +230,7 @@ impl Poller {
             let Some(addr) = self.http.get(&master).copied() else {
                 continue;
             };
-            let Ok((200, body)) = http_get(addr, "/state", HTTP_TIMEOUT) else {
+            let Ok((200, _, body)) = http_get(addr, "/state", HTTP_TIMEOUT) else {
                 continue;
             };
             let Ok(view) = serde_json::from_str::<ClusterView>(&body) else {

@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::SystemTime;
 
 use fullerene_client::event_log::{read_events, unix_micros, Event, LoggedEvent};
+use fullerene_proto::TaskKey;
 use serde::Serialize;
 
 use super::history::{assemble, Sources};
@@ -64,6 +65,10 @@ pub struct LiveReport {
     pub updates_resent: usize,
     /// Updates handed to frameworks (distinct).
     pub updates_delivered: usize,
+    /// Highest sequence numbers acknowledged to agents (distinct task and number).
+    pub updates_acked: usize,
+    /// Task launches the frameworks asked for.
+    pub launches_requested: usize,
     /// Ends of tasks sent and never handed to a framework that went on (must be 0).
     pub updates_lost: usize,
     /// Tasks that ran twice at once (must be 0).
@@ -103,12 +108,26 @@ impl Live<'_> {
         let dir = self.options.dir.clone();
         let mut agent_logs = BTreeMap::new();
         for n in 1..=self.options.agents {
-            agent_logs.insert(n, read_events(&self.agent_log(n)).unwrap_or_default());
+            agent_logs.insert(n, events_of(&self.agent_log(n))?);
         }
         let mut framework_logs = BTreeMap::new();
         for k in self.frameworks.keys().copied().collect::<Vec<_>>() {
-            framework_logs.insert(k, self.framework_events(k));
+            framework_logs.insert(k, events_of(&self.framework_log(k))?);
         }
+        let acked: BTreeSet<(&TaskKey, u64)> = agent_logs
+            .values()
+            .flatten()
+            .filter_map(|e| match &e.event {
+                Event::UpdateAcked { task, seq, .. } => Some((task, *seq)),
+                _ => None,
+            })
+            .collect();
+        let updates_acked = acked.len();
+        let launches_requested = framework_logs
+            .values()
+            .flatten()
+            .filter(|e| matches!(e.event, Event::LaunchRequested { .. }))
+            .count();
         let observed = self.observer.facts();
         let applied: Vec<(u64, u64)> = self
             .observer
@@ -126,7 +145,7 @@ impl Live<'_> {
             harness: self.harness.clone(),
             observed,
             instances: self.watcher.events(),
-            agent_logs,
+            agent_logs: agent_logs.clone(),
             framework_logs: framework_logs.clone(),
             end: Some(Fact::End {
                 applied,
@@ -136,7 +155,9 @@ impl Live<'_> {
         let history = assemble(&sources);
         let verdict = check(&history);
         write_history(&dir.join("history.txt"), &history)?;
-        let report = self.figures(&history, &verdict, &framework_logs);
+        let mut report = self.figures(&history, &verdict, &framework_logs);
+        report.updates_acked = updates_acked;
+        report.launches_requested = launches_requested;
         if !report.violations.is_empty() {
             write_violations(&dir.join("violations.txt"), &history, &report.violations)?;
         }
@@ -244,6 +265,8 @@ impl Live<'_> {
             offers_after_leader_kill: Latencies::of(recoveries),
             updates_sent: sent.len(),
             updates_resent: sent.values().map(|n| n - 1).sum(),
+            updates_acked: 0,
+            launches_requested: 0,
             updates_delivered: delivered.len(),
             updates_lost: count(Invariant::UpdatesDelivered),
             tasks_run_twice: count(Invariant::AtMostOneInstance),
@@ -277,6 +300,16 @@ fn write_history(path: &Path, history: &[Step]) -> Result<(), LiveError> {
         text.push_str(&format!("{i:>7} {step}\n"));
     }
     std::fs::write(path, text).map_err(io(format!("write {}", path.display())))
+}
+
+/// The events of the log at `path`; none if it was never written (its process never
+/// started). A log that cannot be read is an error: a history without it would be checked as
+/// if its process had done nothing.
+fn events_of(path: &Path) -> Result<Vec<LoggedEvent>, LiveError> {
+    if !path.exists() {
+        return Ok(Vec::new());
+    }
+    read_events(path).map_err(|e| LiveError::Failed(e.to_string()))
 }
 
 /// Each violation with the steps that led to it.

@@ -577,7 +577,7 @@ impl<'a> Live<'a> {
     pub(super) fn view(&self) -> Option<ClusterView> {
         let leader = self.leader(Duration::ZERO).ok().flatten()?;
         let addr = self.cluster.http_addrs.get(&leader)?;
-        let (code, body) = http_get(*addr, "/state", Duration::from_secs(1)).ok()?;
+        let (code, _, body) = http_get(*addr, "/state", Duration::from_secs(1)).ok()?;
         (code == 200)
             .then(|| serde_json::from_str(&body).ok())
             .flatten()

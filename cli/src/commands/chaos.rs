@@ -609,10 +609,15 @@ fn render_live(summary: &ChaosRunSummary) -> String {
             ("status updates sent".into(), r.updates_sent.to_string()),
             ("  resent (allowed)".into(), r.updates_resent.to_string()),
             ("  delivered".into(), r.updates_delivered.to_string()),
+            ("  acknowledged".into(), r.updates_acked.to_string()),
             ("  lost (must be 0)".into(), r.updates_lost.to_string()),
             (
                 "tasks run twice (must be 0)".into(),
                 r.tasks_run_twice.to_string(),
+            ),
+            (
+                "launches asked for".into(),
+                r.launches_requested.to_string(),
             ),
             ("task processes".into(), r.task_processes.to_string()),
             (

@@ -12,7 +12,7 @@ use fullerene_client::event_log::{Event, EventLog};
 use super::journal::{Journal, JournalError, Record};
 use fullerene_proto::messages::{ErrorCode, FrameworkRequest, Offer, StatusUpdate, WireError};
 use fullerene_proto::time::SystemClock;
-use fullerene_proto::FrameworkId;
+use fullerene_proto::{FrameworkId, TaskKey};
 use fullerene_transport::{Client, TlsMaterial, TransportConfig};
 use serde::Serialize;
 
@@ -113,6 +113,12 @@ impl DagScheduler {
             if let FrameworkRequest::Accept { tasks, .. } = &call {
                 for task in tasks {
                     self.journal(&Record::Launched(task.id.clone()));
+                    if let Some(framework_id) = &self.framework_id {
+                        self.log(Event::LaunchRequested {
+                            framework_id: framework_id.clone(),
+                            task: TaskKey::new(framework_id.clone(), task.id.clone()),
+                        });
+                    }
                 }
             }
             driver.call(call);
