@@ -259,7 +259,8 @@ where
         },
         // Up to three redirects in a row are followed at once.
         redirects_at_once: 3,
-        // An agent tries masters in turn even if one just failed.
+        // A master that just failed (a dead leader) is not tried again, nor redirected to,
+        // while the followers elect another.
         pass_over: DEFAULT_PASS_OVER,
         seed: rand::random(),
     };
@@ -534,8 +535,6 @@ impl Shell {
         Ok(())
     }
 
-    /// Queues a frame for the session, if there is one; a session whose writer has stopped is
-    /// lost (what was not acked is resent after the next registration).
     /// Appends what `event` makes (given this agent's id) to the event log, if there is one.
     fn log_event(&self, event: impl FnOnce(AgentId) -> event_log::Event) {
         if let Some(log) = &self.config.event_log {
@@ -543,6 +542,8 @@ impl Shell {
         }
     }
 
+    /// Queues a frame for the session, if there is one; a session whose writer has stopped is
+    /// lost (what was not acked is resent after the next registration).
     fn send(&mut self, message: AgentToMaster) {
         let sent = self.session.send(message);
         self.settle_send(sent);

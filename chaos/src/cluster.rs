@@ -92,6 +92,10 @@ pub struct LocalMasters {
     /// only the parent, which then stops them itself (`fullerene dev`); off by default, so
     /// that tests interrupted from a terminal take their masters with them.
     pub own_process_group: bool,
+    /// SIGKILL every process started when the thread that started it dies (Linux's parent
+    /// death signal), so that a harness killed outright leaves nothing behind; off by default
+    /// (`fullerene dev`'s processes outlive nothing, but tests' threads end early).
+    pub die_with_parent: bool,
     /// How many agent certificates there are (`agent-1` ..).
     agent_certs: u64,
     processes: BTreeMap<u64, Child>,
@@ -144,6 +148,7 @@ impl LocalMasters {
             founders: (1..=founders).collect(),
             extra_args: Vec::new(),
             own_process_group: false,
+            die_with_parent: false,
             agent_certs: agents,
             processes: BTreeMap::new(),
             agents: BTreeMap::new(),
@@ -257,6 +262,9 @@ impl LocalMasters {
         if self.own_process_group {
             use std::os::unix::process::CommandExt;
             command.process_group(0);
+        }
+        if self.die_with_parent {
+            die_with_parent(command);
         }
         #[cfg(not(unix))]
         let _ = command;
@@ -448,6 +456,27 @@ impl LocalMasters {
         }
         text
     }
+}
+
+/// Makes the process `command` starts receive SIGKILL when the thread that starts it dies
+/// (Linux's `PR_SET_PDEATHSIG`; elsewhere nothing).
+pub fn die_with_parent(command: &mut Command) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: prctl(2) with PR_SET_PDEATHSIG is async-signal-safe and touches no memory
+        // of the parent; it runs in the child between fork and exec.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = command;
 }
 
 /// A master or agent that exited by itself (see [`LocalMasters::reap_exited`]).

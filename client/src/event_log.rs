@@ -3,10 +3,9 @@
 //!
 //! `fullerene agent --event-log FILE` and `fullerene job run --event-log FILE` write one;
 //! `fullerene chaos run` reads them (with what the masters' HTTP API and the machine's process
-//! table show) into the history its invariant checker reads. Each line is written with one
-//! `write` on a file opened for appending and nothing is buffered, so a SIGKILL loses nothing
-//! already logged, several writers may share a file, and a line is never interleaved with
-//! another. Times are the machine's wall clock in microseconds since the Unix epoch, the one
+//! table show) into the history its invariant checker reads. Lines follow
+//! [`append_log`](crate::append_log)'s rules and nothing is buffered, so a SIGKILL loses
+//! nothing already logged. Times are the machine's wall clock in microseconds since the Unix epoch, the one
 //! clock every process on a machine shares.
 //!
 //! An event log is a record for tests and audits, not a source of truth: a write that fails
@@ -79,7 +78,8 @@ pub enum Event {
         /// The task.
         task: TaskKey,
     },
-    /// A framework subscribed for the first time.
+    /// A framework subscribed for the first time in this process (a process that took it
+    /// over from another logs it again).
     FrameworkSubscribed {
         /// The job it runs.
         job: String,
@@ -108,6 +108,12 @@ pub enum Event {
         /// When its producer (the agent, or the master for a task it gave up on) made it, in
         /// milliseconds since the Unix epoch.
         made_ms: u64,
+    },
+    /// A framework an earlier process ran could not be taken over (the master no longer knows
+    /// it: its failover timeout passed); its job starts over as a new framework.
+    FrameworkGone {
+        /// The framework.
+        framework_id: FrameworkId,
     },
     /// A job's every task finished.
     JobCompleted {
@@ -161,14 +167,10 @@ pub struct EventLog {
 impl EventLog {
     /// Opens `path` for appending (creating it).
     pub fn open(path: &Path) -> Result<EventLog, EventLogError> {
-        let file = File::options()
-            .create(true)
-            .append(true)
-            .open(path)
-            .map_err(|source| EventLogError::Io {
-                path: path.to_path_buf(),
-                source,
-            })?;
+        let file = crate::append_log::open_append(path).map_err(|source| EventLogError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
         Ok(EventLog {
             path: path.to_path_buf(),
             file,
@@ -188,8 +190,9 @@ impl EventLog {
         line.push(b'\n');
         // One write of the whole line: O_APPEND makes it land whole at the end.
         if let Err(error) = (&self.file).write_all(&line) {
+            // Said once; later events are still tried (the disk may have room again).
             if !self.failed.swap(true, Ordering::Relaxed) {
-                tracing::warn!(path = %self.path.display(), %error, "cannot write the event log; events are dropped from now on");
+                tracing::warn!(path = %self.path.display(), %error, "cannot write the event log; events are lost while this lasts");
             }
         }
     }
@@ -198,28 +201,18 @@ impl EventLog {
 /// Reads every event of the log at `path`, in order. A last line cut short (the writer was
 /// killed in the middle of it) is ignored; any other bad line is an error.
 pub fn read_events(path: &Path) -> Result<Vec<LoggedEvent>, EventLogError> {
-    let text = std::fs::read_to_string(path).map_err(|source| EventLogError::Io {
+    let lines = crate::append_log::read_lines(path).map_err(|source| EventLogError::Io {
         path: path.to_path_buf(),
         source,
     })?;
-    let complete = text.ends_with('\n');
-    let lines: Vec<&str> = text.lines().collect();
     let mut events = Vec::with_capacity(lines.len());
-    for (i, line) in lines.iter().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        match serde_json::from_str(line) {
-            Ok(event) => events.push(event),
-            Err(_) if i + 1 == lines.len() && !complete => break,
-            Err(error) => {
-                return Err(EventLogError::Malformed {
-                    path: path.to_path_buf(),
-                    line: i + 1,
-                    why: error.to_string(),
-                })
-            }
-        }
+    for (line, bytes) in lines {
+        let event = serde_json::from_slice(&bytes).map_err(|error| EventLogError::Malformed {
+            path: path.to_path_buf(),
+            line,
+            why: error.to_string(),
+        })?;
+        events.push(event);
     }
     Ok(events)
 }

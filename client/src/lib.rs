@@ -15,12 +15,14 @@
 //!   unacknowledged after each join; [`agent`] is the agent's kind of session;
 //! - [`operator`]: the [`OperatorClient`], which sends each operator request to the leader
 //!   within a deadline and never sends a non-idempotent request twice;
+//! - [`append_log`]: files of lines appended as things happen, read back after a crash;
 //! - [`event_log`]: what agents and frameworks did, one JSON line per event, for tests of the
 //!   whole cluster (`fullerene chaos run`) and audits.
 
 #![warn(missing_docs)]
 
 pub mod agent;
+pub mod append_log;
 pub mod event_log;
 pub mod follow;
 pub mod link;

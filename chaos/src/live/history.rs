@@ -49,30 +49,53 @@ pub(super) fn agent_id(n: u64, log: Option<&Vec<LoggedEvent>>) -> AgentId {
         .unwrap_or_else(|| AgentId::from(format!("agent-{n}")))
 }
 
-/// How late the process table may show an instance's end after its agent reported it: the
-/// watcher's poll period and a loaded machine's scheduling delays.
-pub(super) const WATCH_SLACK_US: u64 = 150_000;
-
-/// When an instance ended: the agent's report of its end when the process table confirmed it
-/// within [`WATCH_SLACK_US`] (the table is only polled), else when the table showed it (an
-/// instance that outlives its reported end by more is one the checker must count).
+/// When an instance ended. The process table says it ended after the last poll that saw it
+/// (`last_seen_us`) and by the poll that did not (`at_us`); its agent reported the end only
+/// after the process exited, so a report inside that window narrows it. A report from before
+/// the last sighting (the process outlived its reported end) does not move the end before
+/// what was seen.
 fn seen_end(instance: &InstanceEvent, reported: Option<&u64>) -> u64 {
     match reported {
-        Some(&reported)
-            if reported <= instance.at_us && instance.at_us - reported <= WATCH_SLACK_US =>
-        {
-            reported
-        }
-        _ => instance.at_us,
+        Some(&reported) => reported.clamp(
+            instance.last_seen_us,
+            instance.at_us.max(instance.last_seen_us),
+        ),
+        None => instance.at_us,
     }
+}
+
+/// `(at, x)` pairs of one source with their times made non-decreasing: one process's own
+/// order is its truth, and a wall clock stepped back must not reorder it.
+fn monotonic<T: Clone>(items: impl IntoIterator<Item = (u64, T)>) -> Vec<(u64, T)> {
+    let mut latest = 0;
+    items
+        .into_iter()
+        .map(|(at, item)| {
+            latest = latest.max(at);
+            (latest, item)
+        })
+        .collect()
 }
 
 /// Merges the sources into one history in time order (ties keep the sources' order: the
 /// run's doings, the masters, processes, agents, frameworks).
 pub fn assemble(sources: &Sources) -> Vec<Step> {
     let mut timed: Vec<Timed> = Vec::new();
-    timed.extend(sources.harness.iter().cloned());
-    timed.extend(sources.observed.iter().cloned());
+    timed.extend(monotonic(sources.harness.iter().cloned()));
+    timed.extend(monotonic(sources.observed.iter().cloned()));
+    let in_order = |logs: &BTreeMap<u64, Vec<LoggedEvent>>| -> BTreeMap<u64, Vec<LoggedEvent>> {
+        logs.iter()
+            .map(|(n, log)| {
+                let events = monotonic(log.iter().map(|e| (e.at_us, e.event.clone())))
+                    .into_iter()
+                    .map(|(at_us, event)| LoggedEvent { at_us, event })
+                    .collect();
+                (*n, events)
+            })
+            .collect()
+    };
+    let agent_logs = in_order(&sources.agent_logs);
+    let framework_logs = in_order(&sources.framework_logs);
 
     let ids: BTreeMap<u64, AgentId> = sources
         .agent_logs
@@ -81,7 +104,7 @@ pub fn assemble(sources: &Sources) -> Vec<Step> {
         .map(|n| (*n, agent_id(*n, sources.agent_logs.get(n))))
         .collect();
     let mut demands: BTreeMap<(AgentId, TaskKey), ResourceVec> = BTreeMap::new();
-    for (n, log) in &sources.agent_logs {
+    for (n, log) in &agent_logs {
         for record in log {
             let fact = match &record.event {
                 Event::AgentRegistered { killing, .. } => Fact::AgentRejoined {
@@ -110,7 +133,7 @@ pub fn assemble(sources: &Sources) -> Vec<Step> {
     }
     // When each agent reported each task ended: its executor saw the process exit.
     let mut reported_end: BTreeMap<(u64, TaskKey), u64> = BTreeMap::new();
-    for (n, log) in &sources.agent_logs {
+    for (n, log) in &agent_logs {
         for record in log {
             if let Event::UpdateSent { task, state, .. } = &record.event {
                 if state.is_terminal() {
@@ -159,7 +182,7 @@ pub fn assemble(sources: &Sources) -> Vec<Step> {
     }
     // The first moment the master is known to have given each lost agent up.
     let mut lost_at: BTreeMap<AgentId, BTreeSet<u64>> = BTreeMap::new();
-    for log in sources.framework_logs.values() {
+    for log in framework_logs.values() {
         for record in log {
             let fact = match &record.event {
                 Event::FrameworkSubscribed { job, framework_id } => Fact::FrameworkRegistered {
@@ -187,6 +210,10 @@ pub fn assemble(sources: &Sources) -> Vec<Step> {
                         state: *state,
                     }
                 }
+                Event::FrameworkGone { framework_id } => Fact::FrameworkEnded {
+                    framework_id: Some(framework_id.clone()),
+                    why: "its failover timeout passed before a new process took it over".into(),
+                },
                 Event::JobCompleted { job, framework_id } => Fact::JobCompleted {
                     job: job.clone(),
                     framework_id: framework_id.clone(),
@@ -197,18 +224,14 @@ pub fn assemble(sources: &Sources) -> Vec<Step> {
         }
     }
     for (agent, stamps) in lost_at {
-        // One fact per loss: stamps close together (the tasks of one decision) count once.
-        let mut last = None;
+        // One fact per decision: every LOST update of one loss carries its stamp.
         for at in stamps {
-            if last.is_none_or(|l: u64| at > l + 1_000_000) {
-                timed.push((
-                    at,
-                    Fact::AgentLost {
-                        agent: agent.clone(),
-                    },
-                ));
-            }
-            last = Some(at);
+            timed.push((
+                at,
+                Fact::AgentLost {
+                    agent: agent.clone(),
+                },
+            ));
         }
     }
     // A stable sort keeps each source's own order among equal times.
@@ -247,6 +270,12 @@ mod tests {
             agent,
             task: key(task),
             started,
+            // The poll before, 20 ms earlier.
+            last_seen_us: if started {
+                at_us
+            } else {
+                at_us.saturating_sub(20_000)
+            },
         }
     }
 
@@ -339,23 +368,20 @@ mod tests {
     }
 
     #[test]
-    fn an_end_seen_soon_after_the_agent_reported_it_counts_from_the_report() {
+    fn an_end_is_placed_by_the_report_only_inside_the_window_the_table_allows() {
+        // Seen alive at 230 ms, gone at 250 ms.
         let ended = instance(250_000, 1, "j/0.0/1", false);
         assert_eq!(
-            seen_end(&ended, Some(&200_000)),
-            200_000,
-            "within the slack"
+            seen_end(&ended, Some(&240_000)),
+            240_000,
+            "inside the window"
         );
         assert_eq!(
             seen_end(&ended, Some(&10_000)),
-            250_000,
-            "outlived its report"
+            230_000,
+            "it outlived its report: alive when last seen"
         );
-        assert_eq!(
-            seen_end(&ended, Some(&300_000)),
-            250_000,
-            "reported after the end"
-        );
+        assert_eq!(seen_end(&ended, Some(&300_000)), 250_000, "reported late");
         assert_eq!(seen_end(&ended, None), 250_000);
     }
 }

@@ -3,7 +3,7 @@
 //! (a linearizable read of the committed cluster state), polled on a thread and turned into
 //! the checker's facts as they are read.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -126,7 +126,11 @@ pub struct Observer {
 impl Observer {
     /// Starts polling the masters' HTTP addresses (by Raft id) every `period`; agents' totals
     /// are checked against `allowance` of overbooking.
-    pub fn start(http: BTreeMap<u64, SocketAddr>, period: Duration, allowance: f64) -> Observer {
+    pub fn start(
+        http: BTreeMap<u64, SocketAddr>,
+        period: Duration,
+        allowance: f64,
+    ) -> std::io::Result<Observer> {
         let stop = Arc::new(AtomicBool::new(false));
         let facts = Arc::new(Mutex::new(Vec::new()));
         let figures = Arc::new(Mutex::new(BTreeMap::new()));
@@ -142,22 +146,21 @@ impl Observer {
                         facts,
                         figures,
                         leading: BTreeMap::new(),
-                        lost: BTreeSet::new(),
+                        candidates: BTreeMap::new(),
                         capacity: BTreeMap::new(),
                     };
                     while !stop.load(Ordering::Relaxed) {
                         poller.poll();
                         std::thread::sleep(period);
                     }
-                })
-                .ok()
+                })?
         };
-        Observer {
+        Ok(Observer {
             stop,
             facts,
             figures,
-            thread,
-        }
+            thread: Some(thread),
+        })
     }
 
     /// The facts read so far.
@@ -189,7 +192,10 @@ struct Poller {
     figures: Arc<Mutex<BTreeMap<u64, RaftFigures>>>,
     /// The term each master was last seen leading.
     leading: BTreeMap<u64, u64>,
-    lost: BTreeSet<AgentId>,
+    /// The term each master said it led at the last poll: a lead is recorded once two polls
+    /// in a row agree, since the term and the role are two gauges a scrape can read between
+    /// the updates of.
+    candidates: BTreeMap<u64, u64>,
     capacity: BTreeMap<AgentId, ResourceVec>,
 }
 
@@ -211,8 +217,14 @@ impl Poller {
         if let Ok(mut shared) = self.figures.lock() {
             shared.clone_from(&figures);
         }
+        let mut candidates = BTreeMap::new();
         for (&master, figure) in &figures {
-            if figure.leader && self.leading.get(&master) != Some(&figure.term) {
+            if !figure.leader {
+                continue;
+            }
+            candidates.insert(master, figure.term);
+            let confirmed = self.candidates.get(&master) == Some(&figure.term);
+            if confirmed && self.leading.get(&master) != Some(&figure.term) {
                 self.leading.insert(master, figure.term);
                 self.record(Fact::Leader {
                     master,
@@ -220,6 +232,7 @@ impl Poller {
                 });
             }
         }
+        self.candidates = candidates;
         // The leader's view; a master that just lost the lead answers with a redirect.
         let leaders: Vec<(u64, u64)> = figures
             .iter()
@@ -253,16 +266,9 @@ impl Poller {
                     allowance: self.allowance,
                 });
             }
-            let lost = agent.state == AgentState::Lost;
-            if lost && self.lost.insert(agent.id.clone()) {
-                self.record(Fact::AgentLost {
-                    agent: agent.id.clone(),
-                });
-            } else if !lost {
-                // Its registration is what the checker counts again (the agent's own log).
-                self.lost.remove(&agent.id);
-            }
         }
+        // Losses come from the master's own stamp on the LOST updates it sent (see
+        // `history`): a poll sees them late, possibly after the agent came back.
         self.record(Fact::Applied {
             master,
             index: view.applied,

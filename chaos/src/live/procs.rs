@@ -31,6 +31,9 @@ pub struct InstanceEvent {
     pub task: TaskKey,
     /// Whether it started (or ended).
     pub started: bool,
+    /// For an end: the last poll that still saw it alive (it ended between then and
+    /// `at_us`); for a start, `at_us`.
+    pub last_seen_us: u64,
 }
 
 /// Polls `/proc` for the task processes of the agents whose work directories are
@@ -49,21 +52,20 @@ type Instance = (u64, TaskKey);
 
 impl TaskWatcher {
     /// Starts polling every `period`.
-    pub fn start(dir: &Path, period: Duration) -> TaskWatcher {
+    pub fn start(dir: &Path, period: Duration) -> std::io::Result<TaskWatcher> {
         let stop = Arc::new(AtomicBool::new(false));
         let events = Arc::new(Mutex::new(Vec::new()));
         let thread = {
             let (stop, events, dir) = (Arc::clone(&stop), Arc::clone(&events), dir.to_path_buf());
             std::thread::Builder::new()
                 .name("task-watcher".into())
-                .spawn(move || watch(&dir, period, &stop, &events))
-                .ok()
+                .spawn(move || watch(&dir, period, &stop, &events))?
         };
-        TaskWatcher {
+        Ok(TaskWatcher {
             stop,
             events,
-            thread,
-        }
+            thread: Some(thread),
+        })
     }
 
     /// Everything seen so far.
@@ -95,10 +97,15 @@ impl Drop for TaskWatcher {
     }
 }
 
+/// Polls a process's environment this many times before taking "not a task" for an answer:
+/// a child the agent forked shows the agent's environment until it execs, a few milliseconds.
+const ENVIRONMENT_READS: u32 = 10;
+
 fn watch(dir: &Path, period: Duration, stop: &AtomicBool, events: &Mutex<Vec<InstanceEvent>>) {
-    // What each process is, read once: its environment does not change after exec.
-    let mut known: HashMap<ProcessId, Option<Instance>> = HashMap::new();
+    // What each process is, once known: its environment does not change after exec.
+    let mut known: HashMap<ProcessId, (Option<Instance>, u32)> = HashMap::new();
     let mut previous: BTreeMap<Instance, usize> = BTreeMap::new();
+    let mut previous_at = 0;
     while !stop.load(Ordering::Relaxed) {
         let mut current: BTreeMap<Instance, usize> = BTreeMap::new();
         let mut alive = BTreeSet::new();
@@ -109,11 +116,12 @@ fn watch(dir: &Path, period: Duration, stop: &AtomicBool, events: &Mutex<Vec<Ins
             }
             let id = (pid, stat.start_ticks);
             alive.insert(id);
-            let instance = known
-                .entry(id)
-                .or_insert_with(|| instance_of(pid, dir))
-                .clone();
-            if let Some(instance) = instance {
+            let entry = known.entry(id).or_insert((None, 0));
+            if entry.0.is_none() && entry.1 < ENVIRONMENT_READS {
+                entry.0 = instance_of(pid, dir);
+                entry.1 += 1;
+            }
+            if let Some(instance) = entry.0.clone() {
                 *current.entry(instance).or_default() += 1;
             }
         }
@@ -126,6 +134,7 @@ fn watch(dir: &Path, period: Duration, stop: &AtomicBool, events: &Mutex<Vec<Ins
                 agent: instance.0,
                 task: instance.1.clone(),
                 started: true,
+                last_seen_us: at_us,
             });
         }
         for instance in previous.keys().filter(|i| !current.contains_key(*i)) {
@@ -134,6 +143,7 @@ fn watch(dir: &Path, period: Duration, stop: &AtomicBool, events: &Mutex<Vec<Ins
                 agent: instance.0,
                 task: instance.1.clone(),
                 started: false,
+                last_seen_us: previous_at,
             });
         }
         if !seen.is_empty() {
@@ -142,6 +152,7 @@ fn watch(dir: &Path, period: Duration, stop: &AtomicBool, events: &Mutex<Vec<Ins
             }
         }
         previous = current;
+        previous_at = at_us;
         std::thread::sleep(period);
     }
 }

@@ -7,7 +7,8 @@
 //! ways. It learns which process a client socket belongs to from the process table
 //! ([`SocketOwners`]), so a rule names processes, not ports: "agent-2 cannot reach master-1",
 //! "every packet of master-3 is delayed 50-200 ms". Packets of sockets no run process owns
-//! (the run's own observer) are never faulted. Traffic stays on loopback.
+//! are never faulted (the run's own observer reads the masters' HTTP API over TCP, which
+//! does not go through the proxy at all). Traffic stays on loopback.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;

@@ -129,19 +129,14 @@ impl Live<'_> {
             .filter(|e| matches!(e.event, Event::LaunchRequested { .. }))
             .count();
         let observed = self.observer.facts();
-        let applied: Vec<(u64, u64)> = self
-            .observer
-            .figures()
-            .iter()
-            .map(|(id, f)| (*id, f.applied))
-            .collect();
+        let applied = self.final_applied.clone();
         let mut live_frameworks = Vec::new();
         for k in self.frameworks.keys().copied().collect::<Vec<_>>() {
             live_frameworks.extend(self.unfinished_frameworks(k));
         }
         let sources = Sources {
             start_us: unix_micros(SystemTime::now())
-                - u64::try_from(self.started.elapsed().as_micros()).unwrap_or(0),
+                .saturating_sub(u64::try_from(self.started.elapsed().as_micros()).unwrap_or(0)),
             harness: self.harness.clone(),
             observed,
             instances: self.watcher.events(),

@@ -147,6 +147,8 @@ pub(super) struct Live<'a> {
     pub(super) disk_limited: bool,
     /// Masters and agents that exited by themselves, with their last log line.
     pub(super) exits: Vec<String>,
+    /// Each master's applied index at the end, read before anything was stopped.
+    pub(super) final_applied: Vec<(u64, u64)>,
 }
 
 /// Runs one chaos run and checks its history. `Ok` holds the report whether or not it found
@@ -155,6 +157,12 @@ pub fn run_live(
     options: &LiveOptions,
     progress: &dyn Fn(Progress),
 ) -> Result<LiveReport, LiveError> {
+    // Agents report their sandboxes by absolute path; the process table is matched on it.
+    let options = &LiveOptions {
+        dir: std::path::absolute(&options.dir)
+            .map_err(io(format!("resolve {}", options.dir.display())))?,
+        ..options.clone()
+    };
     check_empty_dir(&options.dir)?;
     std::fs::create_dir_all(&options.dir)
         .map_err(io(format!("create {}", options.dir.display())))?;
@@ -205,10 +213,11 @@ fn pick_jobs(options: &LiveOptions) -> Result<BTreeMap<u64, Vec<(String, String)
     let mut pool: Vec<usize> = sized[..pool_size].iter().map(|(_, i)| *i).collect();
     let mut rng = ChaCha8Rng::seed_from_u64(options.seed ^ 0x6a6f6273);
     pool.shuffle(&mut rng);
-    if pool.is_empty() {
+    if pool.len() < wanted {
         return Err(LiveError::Failed(format!(
-            "{} holds no job",
-            options.workload.display()
+            "{} holds {} jobs; the run needs {wanted} (frameworks × jobs per framework)",
+            options.workload.display(),
+            jobs.len()
         )));
     }
     let mut out = BTreeMap::new();
@@ -255,8 +264,10 @@ impl<'a> Live<'a> {
             options.agents.max(options.frameworks),
             Some(options.dir.join("cluster")),
         )?;
-        // ctrl-c reaches the run only; it stops its processes itself.
+        // ctrl-c reaches the run only; it stops its processes itself. A run killed outright
+        // takes them with it.
         cluster.own_process_group = true;
+        cluster.die_with_parent = true;
         cluster.extra_args = MASTER_FLAGS.iter().map(ToString::to_string).collect();
         let owners = SocketOwners::default();
         let targets: BTreeMap<String, _> = cluster
@@ -274,8 +285,10 @@ impl<'a> Live<'a> {
             cluster.http_addrs.clone(),
             Duration::from_millis(100),
             fullerene_scheduling::DEFAULT_OVERBOOK_ALLOWANCE,
-        );
-        let watcher = TaskWatcher::start(cluster.dir(), Duration::from_millis(20));
+        )
+        .map_err(io("start the observer's thread"))?;
+        let watcher = TaskWatcher::start(cluster.dir(), Duration::from_millis(20))
+            .map_err(io("start the process watcher's thread"))?;
         let mut live = Live {
             options,
             cluster,
@@ -292,6 +305,7 @@ impl<'a> Live<'a> {
             leader_kills: Vec::new(),
             disk_limited: false,
             exits: Vec::new(),
+            final_applied: Vec::new(),
         };
         live.prepare_disks();
         for id in live.cluster.founders.clone() {
@@ -479,6 +493,7 @@ impl<'a> Live<'a> {
             use std::os::unix::process::CommandExt;
             command.process_group(0);
         }
+        crate::cluster::die_with_parent(&mut command);
         let child = command
             .spawn()
             .map_err(io(format!("start {}", self.options.binary.display())))?;
@@ -519,7 +534,8 @@ impl<'a> Live<'a> {
                 Event::FrameworkSubscribed { framework_id, .. } => {
                     subscribed.insert(framework_id);
                 }
-                Event::JobCompleted { framework_id, .. } => {
+                Event::JobCompleted { framework_id, .. }
+                | Event::FrameworkGone { framework_id } => {
                     subscribed.remove(&framework_id);
                 }
                 Event::JobFailed {
@@ -651,7 +667,10 @@ impl<'a> Live<'a> {
             .map(|k| (spacing * u32::try_from(k - 1).unwrap_or(0), k))
             .collect();
         starts.reverse();
-        let planned = schedule(self.options.seed, phase, &self.options.faults, TIMEOUTS);
+        // A fault this machine cannot inject (said in the report) takes no slot.
+        let mut kinds = self.options.faults.clone();
+        kinds.retain(|kind| !self.skipped.contains_key(kind.name()));
+        let planned = schedule(self.options.seed, phase, &kinds, TIMEOUTS);
         let mut planned: std::collections::VecDeque<Planned> = planned.into();
         let mut healing: Vec<(Duration, Heal)> = Vec::new();
         progress(Progress::Phase(format!(
@@ -684,7 +703,8 @@ impl<'a> Live<'a> {
                             fault: p.fault,
                             detail,
                         });
-                        healing.push((p.at + p.hold, heal));
+                        // Held for its whole time from when it took effect.
+                        healing.push((phase_start.elapsed() + p.hold, heal));
                     }
                 }
             }
@@ -711,7 +731,32 @@ impl<'a> Live<'a> {
         }
         // Late resends of acknowledged updates, and the last polls.
         self.sleep(Duration::from_secs(2))?;
+        self.final_applied = self.settled_applied()?;
         Ok(())
+    }
+
+    /// Every master's applied index once they agree (nothing is proposed any more but
+    /// heartbeats' effects), read while they all still run: what the end of the history says
+    /// each master applied. Waits up to 10 s; then whatever they last said.
+    fn settled_applied(&self) -> Result<Vec<(u64, u64)>, LiveError> {
+        let until = Instant::now() + Duration::from_secs(10);
+        let mut last: Vec<(u64, u64)> = Vec::new();
+        loop {
+            let figures = self.observer.figures();
+            let now: Vec<(u64, u64)> = self
+                .cluster
+                .founders
+                .iter()
+                .filter_map(|id| figures.get(id).map(|f| (*id, f.applied)))
+                .collect();
+            let everyone = now.len() == self.cluster.founders.len();
+            let agree = now.windows(2).all(|w| w[0].1 == w[1].1);
+            if (everyone && agree && now == last) || Instant::now() >= until {
+                return Ok(now);
+            }
+            last = now;
+            self.sleep(Duration::from_millis(150))?;
+        }
     }
 
     /// Notes masters and agents that exited by themselves, with their last words.
@@ -777,21 +822,29 @@ impl Drop for Live<'_> {
     }
 }
 
-/// SIGKILLs the process groups of every task process of an agent under `dir`.
+/// SIGKILLs the process groups of every task process of an agent under `dir` (their sandboxes
+/// are under it), never this process's own group or init's.
 pub(super) fn kill_task_processes(dir: &Path) {
     use std::os::unix::ffi::OsStrExt;
     let mut mark = b"FULLERENE_SANDBOX=".to_vec();
     mark.extend_from_slice(dir.as_os_str().as_bytes());
+    mark.push(b'/');
+    // SAFETY: getpgrp(2) has no side effects.
+    let own_group = unsafe { libc::getpgrp() };
     for pid in fullerene_agent::executor::pids() {
         let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
             continue;
         };
-        if environ.split(|b| *b == 0).any(|var| var.starts_with(&mark)) {
-            if let Some(stat) = fullerene_agent::executor::proc_stat(pid) {
-                // SAFETY: kill(2) has no memory effects; the group is a task of this run.
-                unsafe {
-                    libc::kill(-stat.pgrp, libc::SIGKILL);
-                }
+        if !environ.split(|b| *b == 0).any(|var| var.starts_with(&mark)) {
+            continue;
+        }
+        let Some(stat) = fullerene_agent::executor::proc_stat(pid) else {
+            continue;
+        };
+        if stat.pgrp > 1 && stat.pgrp != own_group {
+            // SAFETY: kill(2) has no memory effects; the group is a task of this run.
+            unsafe {
+                libc::kill(-stat.pgrp, libc::SIGKILL);
             }
         }
     }

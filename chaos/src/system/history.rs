@@ -170,7 +170,7 @@ pub enum Fact {
         /// The framework.
         framework_id: FrameworkId,
     },
-    /// A job was submitted (first time only).
+    /// A job was submitted (again when a new process takes it over: the first counts).
     JobSubmitted {
         /// Its name.
         job: String,

@@ -1,5 +1,7 @@
 //! `fullerene chaos sim`: the whole-system deterministic simulation
-//! ([`fullerene_chaos::system`]) over many seeds, with the invariant checker's verdict.
+//! ([`fullerene_chaos::system`]) over many seeds, with the invariant checker's verdict; and
+//! `fullerene chaos run`: the same checker over real processes under faults
+//! ([`fullerene_chaos::live`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;

@@ -10,9 +10,13 @@
 //! the failover timeout: the master hands it its tasks' latest states, and the job adopts
 //! the tasks still running instead of launching them again.
 
+#[cfg(feature = "driver")]
 use std::fs::File;
+#[cfg(feature = "driver")]
 use std::io::Write;
-use std::path::{Path, PathBuf};
+#[cfg(feature = "driver")]
+use std::path::Path;
+use std::path::PathBuf;
 
 use fullerene_proto::{FrameworkId, TaskId};
 
@@ -28,6 +32,7 @@ pub enum Record {
 }
 
 impl Record {
+    #[cfg_attr(not(feature = "driver"), allow(dead_code))]
     fn line(&self) -> String {
         match self {
             Record::Subscribed(id) => format!("subscribed {id}\n"),
@@ -36,6 +41,7 @@ impl Record {
         }
     }
 
+    #[cfg_attr(not(feature = "driver"), allow(dead_code))]
     fn parse(line: &str) -> Option<Record> {
         let (kind, value) = line.split_once(' ')?;
         if value.is_empty() {
@@ -74,15 +80,17 @@ pub enum JournalError {
 }
 
 /// A job's journal, open for appending.
+#[cfg(feature = "driver")]
 #[derive(Debug)]
 pub struct Journal {
     path: PathBuf,
     file: File,
 }
 
+#[cfg(feature = "driver")]
 impl Journal {
     /// The journal of job `job` under `dir` (created if missing), and the records already in
-    /// it.
+    /// it. Lines follow [`fullerene_client::append_log`]'s rules.
     pub fn open(dir: &Path, job: &str) -> Result<(Journal, Vec<Record>), JournalError> {
         let io = |path: &Path| {
             let path = path.to_path_buf();
@@ -90,16 +98,21 @@ impl Journal {
         };
         std::fs::create_dir_all(dir).map_err(io(dir))?;
         let path = dir.join(format!("{}.journal", file_name(job)));
-        let records = match std::fs::read_to_string(&path) {
-            Ok(text) => parse(&text, &path)?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(io(&path)(e)),
-        };
-        let file = File::options()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(io(&path))?;
+        let mut records = Vec::new();
+        if path.exists() {
+            for (line, bytes) in
+                fullerene_client::append_log::read_lines(&path).map_err(io(&path))?
+            {
+                let text = String::from_utf8_lossy(&bytes);
+                let record = Record::parse(&text).ok_or_else(|| JournalError::Malformed {
+                    path: path.clone(),
+                    line,
+                    text: text.to_string(),
+                })?;
+                records.push(record);
+            }
+        }
+        let file = fullerene_client::append_log::open_append(&path).map_err(io(&path))?;
         Ok((Journal { path, file }, records))
     }
 
@@ -127,45 +140,22 @@ impl Journal {
     }
 }
 
-fn parse(text: &str, path: &Path) -> Result<Vec<Record>, JournalError> {
-    let complete = text.ends_with('\n');
-    let lines: Vec<&str> = text.lines().collect();
-    let mut records = Vec::with_capacity(lines.len());
-    for (i, line) in lines.iter().enumerate() {
-        if line.is_empty() {
-            continue;
-        }
-        match Record::parse(line) {
-            Some(record) => records.push(record),
-            // A writer killed mid-line.
-            None if i + 1 == lines.len() && !complete => break,
-            None => {
-                return Err(JournalError::Malformed {
-                    path: path.to_path_buf(),
-                    line: i + 1,
-                    text: (*line).to_string(),
-                })
-            }
+/// A job name as a file name, one to one: letters, digits, `-`, `_` and `.` stay, every other
+/// byte becomes `%XX` (so `a/b` and `a_b` get different files).
+#[cfg(feature = "driver")]
+fn file_name(job: &str) -> String {
+    let mut name = String::with_capacity(job.len());
+    for byte in job.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.') {
+            name.push(char::from(byte));
+        } else {
+            name.push_str(&format!("%{byte:02X}"));
         }
     }
-    Ok(records)
+    name
 }
 
-/// A job name as a file name: characters other than letters, digits, `-`, `_` and `.`
-/// become `_`.
-fn file_name(job: &str) -> String {
-    job.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
-}
-
-#[cfg(test)]
+#[cfg(all(test, feature = "driver"))]
 mod tests {
     use super::*;
 
@@ -174,7 +164,8 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let (journal, records) = Journal::open(dir.path(), "q1/x").expect("opens");
         assert!(records.is_empty());
-        assert!(journal.path().ends_with("q1_x.journal"));
+        assert!(journal.path().ends_with("q1%2Fx.journal"));
+        assert_ne!(file_name("a/b"), file_name("a_b"));
         let written = [
             Record::Subscribed(FrameworkId::from("fw-1-1")),
             Record::Launched(TaskId::from("q1/x/0.0/0")),
@@ -187,10 +178,13 @@ mod tests {
         let (journal, records) = Journal::open(dir.path(), "q1/x").expect("reopens");
         assert_eq!(records, written);
 
-        // A process killed mid-line.
+        // A process killed mid-line; the next one appends after the complete lines.
         std::fs::write(journal.path(), "launched a/0.0/0\nlaunch").expect("write");
-        let (_, records) = Journal::open(dir.path(), "q1/x").expect("reopens");
+        let (journal, records) = Journal::open(dir.path(), "q1/x").expect("reopens");
         assert_eq!(records, vec![Record::Launched(TaskId::from("a/0.0/0"))]);
+        journal.append(&written[2]).expect("appends");
+        let (_, records) = Journal::open(dir.path(), "q1/x").expect("reopens");
+        assert_eq!(records.len(), 2, "{records:?}");
 
         std::fs::write(journal.path(), "garbage\nlaunched a/0.0/0\n").expect("write");
         let error = Journal::open(dir.path(), "q1/x").expect_err("refused");

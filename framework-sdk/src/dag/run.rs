@@ -58,10 +58,21 @@ impl DagScheduler {
         self
     }
 
-    fn journal(&self, record: &Record) {
-        if let Some(journal) = &self.journal {
-            if let Err(error) = journal.append(record) {
-                tracing::warn!(%error, "cannot write the job's journal; another process could not take the job over");
+    /// Appends `record` to the journal, if there is one. A record that cannot be written
+    /// fails the job: a successor reading a journal with a gap could launch a task that still
+    /// runs, or take over a framework it does not know the launches of.
+    fn journal(&mut self, record: &Record) -> bool {
+        let Some(journal) = &self.journal else {
+            return true;
+        };
+        match journal.append(record) {
+            Ok(()) => true,
+            Err(error) => {
+                self.dag.fail(format!(
+                    "cannot write the job's journal, which another process would need to take \
+                     the job over: {error}"
+                ));
+                false
             }
         }
     }
@@ -109,10 +120,16 @@ impl DagScheduler {
 
     fn apply(&mut self, driver: &mut DriverHandle, calls: Vec<FrameworkRequest>) {
         for call in calls {
-            // Written ahead: a task id, once asked for, is never used again by a successor.
+            // Written ahead: a task id, once asked for, is never used again by a successor,
+            // and a launch that cannot be recorded is not asked for.
             if let FrameworkRequest::Accept { tasks, .. } = &call {
+                let recorded = tasks
+                    .iter()
+                    .all(|task| self.journal(&Record::Launched(task.id.clone())));
+                if !recorded {
+                    continue;
+                }
                 for task in tasks {
-                    self.journal(&Record::Launched(task.id.clone()));
                     if let Some(framework_id) = &self.framework_id {
                         self.log(Event::LaunchRequested {
                             framework_id: framework_id.clone(),
@@ -138,7 +155,10 @@ impl DagScheduler {
 impl Scheduler for DagScheduler {
     fn registered(&mut self, driver: &mut DriverHandle, framework_id: &FrameworkId) {
         self.framework_id = Some(framework_id.clone());
-        self.journal(&Record::Subscribed(framework_id.clone()));
+        if !self.journal(&Record::Subscribed(framework_id.clone())) {
+            self.apply(driver, Vec::new());
+            return;
+        }
         self.log(Event::FrameworkSubscribed {
             job: self.dag.job().name.clone(),
             framework_id: framework_id.clone(),
@@ -257,12 +277,13 @@ pub async fn run_jobs(
     dag.concurrent_jobs = jobs.len().max(1);
     let mut handles = Vec::with_capacity(jobs.len());
     for (index, job) in jobs.into_iter().enumerate() {
-        // Checked before anything runs: a job the planner refuses is refused at once.
-        DagJob::new(job.clone(), dag.clone(), clock.monotonic())?;
+        // Made before anything runs: a job the planner refuses is refused at once.
+        let core = DagJob::new(job.clone(), dag.clone(), clock.monotonic())?;
         let group = options.group.clone().unwrap_or_else(|| job.group.clone());
         let (name, tasks) = (job.name.clone(), job.num_tasks());
         let one = OneJob {
             job,
+            first: Some(core),
             index,
             group: group.clone(),
             dag: dag.clone(),
@@ -328,6 +349,8 @@ pub async fn run_jobs(
 /// One job of [`run_jobs`], as its own framework.
 struct OneJob {
     job: Job,
+    /// The job's core for the first attempt (a start over makes a new one).
+    first: Option<DagJob>,
     index: usize,
     group: String,
     dag: DagConfig,
@@ -340,14 +363,21 @@ impl OneJob {
     /// Runs the job; with a state directory, first as the framework its journal names
     /// (failover), and, if the master no longer knows that framework (its failover timeout
     /// passed), over again as a new one.
-    async fn run(self, client: &Client) -> Result<DagScheduler, DriverError> {
+    async fn run(mut self, client: &Client) -> Result<DagScheduler, DriverError> {
         let mut resume = true;
         loop {
-            let core = DagJob::new(self.job.clone(), self.dag.clone(), self.clock.monotonic())
-                .map_err(|e| DriverError::Transport(format!("the job cannot start: {e}")))?;
+            let core = match self.first.take() {
+                Some(core) => core,
+                None => DagJob::new(self.job.clone(), self.dag.clone(), self.clock.monotonic())
+                    .map_err(|e| DriverError::Transport(format!("the job cannot start: {e}")))?,
+            };
             let (scheduler, framework_id) = self.scheduler(core, resume).map_err(|e| {
                 DriverError::Transport(format!("the job's journal cannot be used: {e}"))
             })?;
+            if scheduler.dag().is_done() {
+                // An earlier process saw it through; its framework is gone with it.
+                return Ok(scheduler);
+            }
             let mut config = DriverConfig::new(
                 self.options.masters.clone(),
                 self.job.name.clone(),
@@ -367,6 +397,10 @@ impl OneJob {
                     if framework_id.is_some() && error.code == ErrorCode::UnknownFramework =>
                 {
                     tracing::warn!(job = %self.job.name, framework = ?framework_id, %error, "the framework to take over is gone; starting the job over");
+                    if let (Some(log), Some(framework_id)) = (&self.options.event_log, framework_id)
+                    {
+                        log.log(Event::FrameworkGone { framework_id });
+                    }
                     resume = false;
                 }
                 outcome => return outcome,
