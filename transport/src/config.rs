@@ -43,6 +43,12 @@ pub struct TransportConfig {
     pub max_pending_handshakes: usize,
 }
 
+/// The default `keep_alive_interval` (see [`TransportConfig`]).
+pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_millis(100);
+
+/// The default `idle_timeout` (see [`TransportConfig`]).
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_millis(500);
+
 /// The round-trip time assumed before one is measured. QUIC never times a connection out
 /// sooner than three probe timeouts (RFC 9000 §10.1), and quinn's default guess of 333 ms
 /// makes that about three seconds: a client trying a master that just died would wait that long
@@ -53,8 +59,8 @@ const INITIAL_RTT: Duration = Duration::from_millis(50);
 impl Default for TransportConfig {
     fn default() -> TransportConfig {
         TransportConfig {
-            keep_alive_interval: Duration::from_millis(100),
-            idle_timeout: Duration::from_millis(500),
+            keep_alive_interval: DEFAULT_KEEP_ALIVE,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
             handshake_timeout: Duration::from_secs(5),
             max_frame_bytes: MAX_FRAME_BYTES,
             max_concurrent_sessions: 100,

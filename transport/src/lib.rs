@@ -61,7 +61,7 @@ mod session;
 pub mod testkit;
 pub mod tls;
 
-pub use config::TransportConfig;
+pub use config::{TransportConfig, DEFAULT_IDLE_TIMEOUT, DEFAULT_KEEP_ALIVE};
 pub use endpoint::{Client, Connection, Server, CLOSE_NORMAL, CLOSE_NO_IDENTITY};
 pub use error::TransportError;
 pub use identity::{IdentityError, PeerIdentity, Role};

@@ -13,7 +13,7 @@ use fullerene_agent::machine::{self, MachineError};
 use fullerene_agent::shell::{install_prometheus, AgentConfig, ResourceCheck};
 use fullerene_client::event_log::EventLog;
 use fullerene_proto::resources::ResourceKind;
-use fullerene_transport::{Role, TlsMaterial, TransportConfig};
+use fullerene_transport::{Role, TlsMaterial};
 
 use super::master::tls_paths;
 use super::parse_allowance;
@@ -98,6 +98,8 @@ pub(crate) struct AgentArgs {
     /// one JSON object per line, for `fullerene chaos run` and audits.
     #[arg(long, env = "FULLERENE_AGENT_EVENT_LOG", value_name = "FILE")]
     pub event_log: Option<PathBuf>,
+    #[command(flatten)]
+    pub quic: super::QuicArgs,
 }
 
 /// Parsed `--resources`.
@@ -152,7 +154,7 @@ impl AgentArgs {
         config.backoff_max = Duration::from_millis(self.backoff_max_ms);
         config.backoff_min = config.backoff_min.min(config.backoff_max);
         config.status_retry = Duration::from_millis(self.status_retry_ms);
-        config.transport = TransportConfig::default();
+        config.transport = self.quic.config()?;
         if let Some(path) = &self.event_log {
             config.event_log = Some(Arc::new(
                 EventLog::open(path).context("cannot open --event-log")?,

@@ -375,6 +375,7 @@ async fn drive(
         failover_timeout_secs: 60,
         event_log: None,
         state_dir: None,
+        quic: crate::commands::QuicArgs::default(),
     };
     // `job run` blocks on a runtime of its own: it runs on a thread, so that this one keeps
     // watching signals and processes.

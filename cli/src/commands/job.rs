@@ -14,7 +14,7 @@ use fullerene_sdk::dag::{
 };
 use fullerene_sdk::policy::PolicyKind;
 use fullerene_sdk::read_workload;
-use fullerene_transport::{Role, TlsMaterial, TransportConfig};
+use fullerene_transport::{Role, TlsMaterial};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 
@@ -110,6 +110,8 @@ pub(crate) struct JobRunArgs {
     /// run again), or starts the jobs over otherwise.
     #[arg(long, env = "FULLERENE_JOB_STATE_DIR", value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub quic: crate::commands::QuicArgs,
 }
 
 /// Runs a `job` subcommand.
@@ -161,7 +163,7 @@ fn run_jobs_command(args: JobRunArgs, json: &JsonOutput) -> Result<()> {
         },
         group: args.group.clone(),
         failover_timeout_ms: args.failover_timeout_secs.saturating_mul(1000),
-        transport: TransportConfig::default(),
+        transport: args.quic.config()?,
         event_log: match &args.event_log {
             Some(path) => Some(Arc::new(
                 EventLog::open(path).context("cannot open --event-log")?,

@@ -12,7 +12,7 @@ use fullerene_master::server::{self, MasterExit, ShellConfig};
 use fullerene_master::state::ClusterSettings;
 use fullerene_master::storage::{RaftStore, RocksStorage};
 use fullerene_transport::certs::CertPaths;
-use fullerene_transport::{Role, Server, TlsMaterial, TransportConfig};
+use fullerene_transport::{Role, Server, TlsMaterial};
 
 use super::parse_allowance;
 
@@ -106,6 +106,8 @@ pub(crate) struct MasterArgs {
     /// How long an operator request waits for a commit or a read confirmation, in milliseconds.
     #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub request_timeout_ms: u64,
+    #[command(flatten)]
+    pub quic: super::QuicArgs,
 }
 
 fn parse_peer(text: &str) -> Result<(u64, SocketAddr), String> {
@@ -258,6 +260,7 @@ pub(crate) fn run(args: MasterArgs) -> Result<()> {
     }
     let mut shell = ShellConfig::new(members);
     shell.request_timeout = Duration::from_millis(args.request_timeout_ms);
+    shell.transport = args.quic.config()?;
     shell.core.http_addr = args.http_listen;
     shell.core.allocation_interval = Duration::from_millis(args.allocation_interval_ms);
     shell.core.offer_ttl = Duration::from_millis(args.offer_ttl_ms);
@@ -269,7 +272,7 @@ pub(crate) fn run(args: MasterArgs) -> Result<()> {
         lost_after: Duration::from_millis(args.agent_lost_ms),
     };
     let exit = runtime.block_on(async {
-        let endpoint = Server::bind(args.listen, &tls, TransportConfig::default())
+        let endpoint = Server::bind(args.listen, &tls, shell.transport.clone())
             .with_context(|| format!("cannot serve on {}", args.listen))?;
         let exit = server::serve(node, endpoint, &tls, shell, shutdown_signal()).await?;
         anyhow::Ok(exit)

@@ -14,8 +14,50 @@ pub(crate) mod sim;
 pub(crate) mod status;
 
 use std::path::PathBuf;
+use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use fullerene_transport::{TransportConfig, DEFAULT_IDLE_TIMEOUT, DEFAULT_KEEP_ALIVE};
+
+/// How fast a QUIC connection gives up on a silent peer: the same flags on masters, agents and
+/// frameworks (QUIC uses the smaller idle timeout of the two sides).
+#[derive(Args, Clone, Debug)]
+pub(crate) struct QuicArgs {
+    /// A silent connection sends a keep-alive this often, in milliseconds.
+    #[arg(long, env = "FULLERENE_QUIC_KEEP_ALIVE_MS", default_value_t = DEFAULT_KEEP_ALIVE.as_millis() as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub quic_keep_alive_ms: u64,
+    /// A peer heard nothing from (keep-alives included) for this long, in milliseconds, is
+    /// dead: a client moves to another master. The default (500 ms) matches the masters' own
+    /// election timeout on a LAN; raise both on slower or lossier networks.
+    #[arg(long, env = "FULLERENE_QUIC_IDLE_TIMEOUT_MS", default_value_t = DEFAULT_IDLE_TIMEOUT.as_millis() as u64, value_parser = clap::value_parser!(u64).range(2..))]
+    pub quic_idle_timeout_ms: u64,
+}
+
+impl Default for QuicArgs {
+    /// The transport's defaults.
+    fn default() -> QuicArgs {
+        QuicArgs {
+            quic_keep_alive_ms: DEFAULT_KEEP_ALIVE.as_millis() as u64,
+            quic_idle_timeout_ms: DEFAULT_IDLE_TIMEOUT.as_millis() as u64,
+        }
+    }
+}
+
+impl QuicArgs {
+    /// The transport settings, checked.
+    pub(crate) fn config(&self) -> Result<TransportConfig> {
+        let config = TransportConfig {
+            keep_alive_interval: Duration::from_millis(self.quic_keep_alive_ms),
+            idle_timeout: Duration::from_millis(self.quic_idle_timeout_ms),
+            ..TransportConfig::default()
+        };
+        config
+            .validate()
+            .context("invalid --quic-keep-alive-ms / --quic-idle-timeout-ms")?;
+        Ok(config)
+    }
+}
 
 /// Parses an overbooking allowance flag with the rule masters and agents share
 /// ([`Overbooking`](fullerene_scheduling::Overbooking)'s `FromStr`), so that both accept the same
