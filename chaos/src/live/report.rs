@@ -25,10 +25,13 @@ pub struct Latencies {
     pub p99_ms: Option<f64>,
     /// Largest.
     pub max_ms: Option<f64>,
+    /// Every value, in the order measured.
+    pub values_ms: Vec<f64>,
 }
 
 impl Latencies {
-    pub(super) fn of(mut values: Vec<f64>) -> Latencies {
+    pub(super) fn of(measured: Vec<f64>) -> Latencies {
+        let mut values = measured.clone();
         values.sort_by(f64::total_cmp);
         let rank = |q: f64| -> Option<f64> {
             if values.is_empty() {
@@ -42,9 +45,13 @@ impl Latencies {
             p50_ms: rank(0.5),
             p99_ms: rank(0.99),
             max_ms: values.last().copied(),
+            values_ms: measured,
         }
     }
 }
+
+/// An offer this recent before a leader kill means offers were flowing when it died.
+const OFFERS_FLOWING_US: u64 = 1_000_000;
 
 /// What a run found.
 #[derive(Clone, Debug, Serialize)]
@@ -196,7 +203,8 @@ impl Live<'_> {
             }
         }
         // Offers flowing again after each leader kill: the first offer any framework was
-        // handed after it.
+        // handed after it. Only kills while offers flowed count (one was handed in the second
+        // before): with no work waiting, none would flow, kill or not.
         let mut offers: Vec<u64> = framework_logs
             .values()
             .flatten()
@@ -208,8 +216,11 @@ impl Live<'_> {
             .leader_kills
             .iter()
             .filter_map(|&kill| {
+                let flowing = offers
+                    .iter()
+                    .any(|&at| at <= kill && kill - at <= OFFERS_FLOWING_US);
                 let next = offers.iter().find(|&&at| at > kill)?;
-                Some((next - kill) as f64 / 1000.0)
+                flowing.then(|| (next - kill) as f64 / 1000.0)
             })
             .collect();
         // JCT from a job's first submission to its completion.

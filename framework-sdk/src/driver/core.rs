@@ -519,6 +519,7 @@ impl DriverCore {
                 self.follower.joined();
                 let reconnected = self.ever_subscribed;
                 self.ever_subscribed = true;
+                tracing::info!(framework = %framework_id, name = %self.config.name, reconnected, "subscribed");
                 self.framework_id = Some(framework_id.clone());
                 let event = if reconnected {
                     DriverEvent::Reconnected { framework_id }
@@ -578,9 +579,9 @@ impl DriverCore {
                 reason: "the master is no longer the leader".to_string(),
             }));
         }
-        let next = self
-            .follower
-            .redirected(redirect.leader.map(|leader| leader.addr), now);
+        let leader = redirect.leader.map(|leader| leader.addr);
+        let next = self.follower.redirected(leader, now);
+        tracing::debug!(?leader, next = %next.addr, delay = ?next.delay, "redirected");
         actions.push(self.connect(next));
         actions
     }

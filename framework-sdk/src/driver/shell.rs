@@ -250,10 +250,12 @@ pub async fn run_with_client<S: Scheduler>(
                 Some(Ok(Some(message))) => core.received(message, shell.now()),
                 Some(Ok(None)) => {
                     shell.live = None;
+                    tracing::info!("the master closed the session; reconnecting");
                     core.session_lost("the master closed the session", shell.now())
                 }
                 Some(Err(e)) => {
                     shell.live = None;
+                    tracing::info!(error = %e, "session with the master lost; reconnecting");
                     core.session_lost(&e.to_string(), shell.now())
                 }
                 None => shell.tick(&mut scheduler, &mut core),
@@ -272,6 +274,7 @@ pub async fn run_with_client<S: Scheduler>(
                     open(client, addr, SessionOpen::Framework, options.connect_timeout).await;
                 let actions = match outcome {
                     Ok(Link { connection, session, .. }) => {
+                        tracing::debug!(%addr, "connected; subscribing");
                         shell.live = Some(Live {
                             _connection: connection,
                             tx: session.tx,
@@ -279,7 +282,10 @@ pub async fn run_with_client<S: Scheduler>(
                         });
                         core.connected()
                     }
-                    Err(OpenError::TimedOut(_)) => core.connect_failed("timed out", shell.now()),
+                    Err(OpenError::TimedOut(_)) => {
+                        tracing::debug!(%addr, "could not reach a master: timed out");
+                        core.connect_failed("timed out", shell.now())
+                    }
                     Err(e) => {
                         tracing::debug!(%addr, error = %e, "could not reach a master");
                         core.connect_failed(&e.to_string(), shell.now())
