@@ -71,6 +71,13 @@ pub enum Event {
         /// The highest sequence number acknowledged.
         seq: u64,
     },
+    /// A framework told the master how many of its tasks are runnable now (its demand).
+    DemandChanged {
+        /// The framework.
+        framework_id: FrameworkId,
+        /// Runnable tasks.
+        runnable: u64,
+    },
     /// A framework asked for a task's launch (an accept is about to be sent).
     LaunchRequested {
         /// The framework.

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::SystemTime;
 
 use fullerene_client::event_log::{read_events, unix_micros, Event, LoggedEvent};
-use fullerene_proto::TaskKey;
+use fullerene_proto::{AgentId, FrameworkId, ResourceKind, TaskId, TaskKey};
 use serde::Serialize;
 
 use super::history::{assemble, Sources};
@@ -50,8 +50,108 @@ impl Latencies {
     }
 }
 
-/// An offer this recent before a leader kill means offers were flowing when it died.
-const OFFERS_FLOWING_US: u64 = 1_000_000;
+/// Whether some agent had a core free (its task processes using at most its total less one
+/// CPU; every task of the workloads asks for at least one), from each change on: `(µs since
+/// the epoch, room)`. Read from the process table's facts, not from the masters.
+fn room_timeline(history: &[Step], start_us: u64) -> Vec<(u64, bool)> {
+    let mut total: BTreeMap<&AgentId, f64> = BTreeMap::new();
+    let mut running: BTreeMap<(&AgentId, &FrameworkId, &TaskId), f64> = BTreeMap::new();
+    let mut timeline = Vec::new();
+    for step in history {
+        match &step.fact {
+            Fact::AgentCapacity {
+                agent, total: t, ..
+            } => {
+                total.insert(agent, t[ResourceKind::Cpus]);
+            }
+            Fact::Spawned {
+                agent,
+                framework_id,
+                task_id,
+                demand,
+            } => {
+                running.insert((agent, framework_id, task_id), demand[ResourceKind::Cpus]);
+            }
+            Fact::ProcessEnded {
+                agent,
+                framework_id,
+                task_id,
+            } => {
+                running.remove(&(agent, framework_id, task_id));
+            }
+            _ => continue,
+        }
+        let room = total.iter().any(|(agent, cpus)| {
+            let used: f64 = running
+                .iter()
+                .filter(|((a, _, _), _)| a == agent)
+                .map(|(_, c)| c)
+                .sum();
+            cpus - used >= 1.0 - 1e-9
+        });
+        timeline.push((start_us + step.at.as_micros(), room));
+    }
+    timeline
+}
+
+/// How long after each leader kill (`kills`, µs since the epoch) offers flowed again, in
+/// milliseconds: from the kill, or, if no offer could have been made then (no framework had a
+/// runnable task, or no agent had a free core: `room`), from the first moment after it that
+/// one could, to the first offer any framework was handed after that.
+fn recoveries(
+    kills: &[u64],
+    framework_logs: &BTreeMap<u64, Vec<LoggedEvent>>,
+    room: &[(u64, bool)],
+) -> Vec<f64> {
+    let mut offers: Vec<u64> = Vec::new();
+    // (time, framework, runnable tasks) as each framework told the master.
+    let mut demand: Vec<(u64, &FrameworkId, u64)> = Vec::new();
+    for event in framework_logs.values().flatten() {
+        match &event.event {
+            Event::OffersReceived { .. } => offers.push(event.at_us),
+            Event::DemandChanged {
+                framework_id,
+                runnable,
+            } => demand.push((event.at_us, framework_id, *runnable)),
+            _ => {}
+        }
+    }
+    offers.sort_unstable();
+    demand.sort_by_key(|(at, _, _)| *at);
+    // Whether any framework had runnable tasks, from each demand change on.
+    let mut latest: BTreeMap<&FrameworkId, u64> = BTreeMap::new();
+    let wanting: Vec<(u64, bool)> = demand
+        .iter()
+        .map(|(at, framework, runnable)| {
+            latest.insert(framework, *runnable);
+            (*at, latest.values().any(|r| *r > 0))
+        })
+        .collect();
+    let at = |timeline: &[(u64, bool)], t: u64, empty: bool| -> bool {
+        match timeline.partition_point(|(at, _)| *at <= t) {
+            0 => empty,
+            i => timeline[i - 1].1,
+        }
+    };
+    kills
+        .iter()
+        .filter_map(|&kill| {
+            let possible = |t: u64| at(&wanting, t, false) && at(room, t, room.is_empty());
+            let mut changes: Vec<u64> = wanting
+                .iter()
+                .chain(room)
+                .map(|(t, _)| *t)
+                .filter(|t| *t > kill)
+                .collect();
+            changes.sort_unstable();
+            let ready = std::iter::once(kill)
+                .chain(changes)
+                .find(|t| possible(*t))?;
+            let next = offers.iter().find(|&&at| at > ready)?;
+            Some((next - ready) as f64 / 1000.0)
+        })
+        .collect()
+}
 
 /// What a run found.
 #[derive(Clone, Debug, Serialize)]
@@ -157,7 +257,7 @@ impl Live<'_> {
         let history = assemble(&sources);
         let verdict = check(&history);
         write_history(&dir.join("history.txt"), &history)?;
-        let mut report = self.figures(&history, &verdict, &framework_logs);
+        let mut report = self.figures(&history, sources.start_us, &verdict, &framework_logs);
         report.updates_acked = updates_acked;
         report.launches_requested = launches_requested;
         if !report.violations.is_empty() {
@@ -172,6 +272,7 @@ impl Live<'_> {
     pub(super) fn figures(
         &self,
         history: &[Step],
+        start_us: u64,
         verdict: &CheckReport,
         framework_logs: &BTreeMap<u64, Vec<LoggedEvent>>,
     ) -> LiveReport {
@@ -202,27 +303,8 @@ impl Live<'_> {
                 _ => {}
             }
         }
-        // Offers flowing again after each leader kill: the first offer any framework was
-        // handed after it. Only kills while offers flowed count (one was handed in the second
-        // before): with no work waiting, none would flow, kill or not.
-        let mut offers: Vec<u64> = framework_logs
-            .values()
-            .flatten()
-            .filter(|e| matches!(e.event, Event::OffersReceived { .. }))
-            .map(|e| e.at_us)
-            .collect();
-        offers.sort_unstable();
-        let recoveries: Vec<f64> = self
-            .leader_kills
-            .iter()
-            .filter_map(|&kill| {
-                let flowing = offers
-                    .iter()
-                    .any(|&at| at <= kill && kill - at <= OFFERS_FLOWING_US);
-                let next = offers.iter().find(|&&at| at > kill)?;
-                flowing.then(|| (next - kill) as f64 / 1000.0)
-            })
-            .collect();
+        let room = room_timeline(history, start_us);
+        let recoveries = recoveries(&self.leader_kills, framework_logs, &room);
         // JCT from a job's first submission to its completion.
         let mut submitted: BTreeMap<String, u64> = BTreeMap::new();
         for (at, fact) in &self.harness {
@@ -337,4 +419,61 @@ fn write_violations(
         text.push('\n');
     }
     std::fs::write(path, text).map_err(io(format!("write {}", path.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(at_s: f64, event: Event) -> LoggedEvent {
+        LoggedEvent {
+            at_us: (at_s * 1e6) as u64,
+            event,
+        }
+    }
+
+    fn demand(at_s: f64, runnable: u64) -> LoggedEvent {
+        event(
+            at_s,
+            Event::DemandChanged {
+                framework_id: FrameworkId::from("fw-1"),
+                runnable,
+            },
+        )
+    }
+
+    fn offer(at_s: f64) -> LoggedEvent {
+        event(
+            at_s,
+            Event::OffersReceived {
+                framework_id: FrameworkId::from("fw-1"),
+                offers: 1,
+            },
+        )
+    }
+
+    #[test]
+    fn failover_is_timed_from_the_kill_or_from_when_work_was_waiting() {
+        let log = vec![
+            demand(1.0, 4),
+            offer(9.5),
+            // Killed at 10 s with work waiting: offers again at 10.7 s.
+            offer(10.7),
+            demand(15.0, 0),
+            // Killed at 16 s with nothing to run: work waits from 18 s, offered at 18.1 s.
+            demand(18.0, 3),
+            offer(18.1),
+        ];
+        let logs = BTreeMap::from([(1, log)]);
+        let got = recoveries(&[10_000_000, 16_000_000], &logs, &[]);
+        assert_eq!(got.len(), 2);
+        assert!((got[0] - 700.0).abs() < 1e-6, "{got:?}");
+        assert!((got[1] - 100.0).abs() < 1e-6, "{got:?}");
+        // A kill after the last offer never recovered: not counted.
+        assert!(recoveries(&[20_000_000], &logs, &[]).is_empty());
+        // Work waited at the 10 s kill, but every core was busy until 10.5 s.
+        let room = [(0, true), (9_000_000, false), (10_500_000, true)];
+        let got = recoveries(&[10_000_000], &logs, &room);
+        assert!((got[0] - 200.0).abs() < 1e-6, "{got:?}");
+    }
 }

@@ -47,7 +47,7 @@ pub(crate) enum ChaosCommand {
     /// (the masters' HTTP API, the agents' and frameworks' event logs, the process table).
     ///
     /// Prints the faults injected, the time until offers flow again after each leader kill
-    /// that struck while offers were flowing (p50, p99, max), status updates sent, resent, delivered and lost (must be 0), tasks
+    /// (from the kill, or from when work was next waiting if none was; p50, p99, max), status updates sent, resent, delivered and lost (must be 0), tasks
     /// that ran twice (must be 0), jobs completed and their average JCT (with `--baseline`,
     /// against the same seed without faults), and the verdicts. Exits non-zero on a
     /// violation, naming the seed and the file (`violations.txt` under `--dir`) with the
@@ -601,7 +601,7 @@ fn render_live(summary: &ChaosRunSummary) -> String {
             (
                 "leader kills -> offers again p50 / p99 / max (ms)".to_string(),
                 format!(
-                    "{} / {} / {} over {} kills while offers flowed",
+                    "{} / {} / {} over {} kills",
                     ms(k.p50_ms),
                     ms(k.p99_ms),
                     ms(k.max_ms),

@@ -138,6 +138,14 @@ impl DagScheduler {
                     }
                 }
             }
+            if let (FrameworkRequest::UpdateDemand(demand), Some(framework_id)) =
+                (&call, &self.framework_id)
+            {
+                self.log(Event::DemandChanged {
+                    framework_id: framework_id.clone(),
+                    runnable: demand.pending.iter().map(|p| u64::from(p.count)).sum(),
+                });
+            }
             driver.call(call);
         }
         if let Some(progress) = &self.progress {
