@@ -35,7 +35,7 @@ use fullerene_master::raft_node::{
 use fullerene_master::state::{
     ClusterSettings, ClusterState, Command, CommandError, CommandOutcome, TaskKey,
 };
-use fullerene_master::storage::MemStorage;
+use fullerene_master::storage::{MemStorage, RaftStore};
 use fullerene_proto::codec;
 use fullerene_proto::messages::{Executor, StatusUpdate, TaskSpec, TaskState};
 use fullerene_proto::{ResourceKind, ResourceVec, Resources};
@@ -66,6 +66,10 @@ pub struct SimConfig {
     /// Per round, probability that a storage write of a random master fails (it then
     /// crashes, as a master whose fsync fails does).
     pub persist_failure: f64,
+    /// Per round, probability that a random master's store stops answering reads of the log
+    /// (the node then halts on its next read, as raft-rs cannot carry on without the entry, and
+    /// the master is restarted like a crashed one).
+    pub read_failure: f64,
     /// Per round without a partition, probability that one starts.
     pub partition: f64,
     /// A partition lasts this many rounds (min, max).
@@ -103,6 +107,7 @@ impl SimConfig {
             crash: 0.01,
             downtime: (5, 60),
             persist_failure: 0.004,
+            read_failure: 0.002,
             partition: 0.02,
             partition_length: (15, 80),
             propose: 0.5,
@@ -555,8 +560,20 @@ impl Sim {
             self.partition_until = None;
             for slot in self.slots.values_mut() {
                 slot.store.cancel_injected_failure();
-                slot.injected_failure = false;
+                // A store that already failed a read has halted its node, which must still be
+                // restarted.
+                slot.injected_failure = slot.store.read_fault().is_some();
             }
+        }
+    }
+
+    /// Makes master `id`'s store fail every read of the log from now on: its node halts on the
+    /// next read raft-rs makes, and the master is restarted (on what its store had written)
+    /// as a crashed one is.
+    pub fn fail_reads(&mut self, id: u64) {
+        if let Some(slot) = self.slots.get_mut(&id) {
+            slot.store.fail_reads();
+            slot.injected_failure = true;
         }
     }
 
@@ -714,6 +731,10 @@ impl Sim {
                 slot.store.fail_next_persist();
                 slot.injected_failure = true;
             }
+        }
+        if !live.is_empty() && self.rng.gen_bool(self.config.read_failure) {
+            let id = *live.choose(&mut self.rng).unwrap_or(&live[0]);
+            self.fail_reads(id);
         }
         match self.partition_until {
             Some(until) if until <= self.round => {

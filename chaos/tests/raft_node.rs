@@ -180,6 +180,71 @@ fn a_failed_write_is_fatal_and_leaves_the_store_as_it_was() {
     assert_eq!(restarted.state().agents().len(), 1);
 }
 
+/// raft-rs gives up with a panic when a read of its log fails; the node turns that into a
+/// fatal error naming the store, and makes no further call into raft-rs.
+#[test]
+fn a_failed_read_halts_the_node_with_an_error_instead_of_a_panic() {
+    let store = MemStorage::new("unreadable");
+    let mut node = single(store.clone());
+    node.propose(&register(1), Token(1)).unwrap();
+    drain(&mut node);
+    store.fail_reads();
+    node.propose(&register(2), Token(2)).unwrap();
+    let mut failure = None;
+    for _ in 0..10 {
+        if let Err(error) = node.advance(Time::ZERO) {
+            failure = Some(error);
+            break;
+        }
+    }
+    let failure = failure.expect("the node noticed the failed read");
+    assert!(
+        matches!(&failure, NodeError::Storage(StorageError::Injected { location }) if location == "memory:unreadable"),
+        "{failure}"
+    );
+    // Halted: every later call says so, and none reaches raft-rs.
+    assert!(node.has_ready());
+    assert_eq!(node.advance(Time::ZERO).unwrap_err(), failure);
+    assert!(matches!(
+        node.propose(&register(3), Token(3)),
+        Err(ProposeError::Halted(_))
+    ));
+    assert!(matches!(node.read_index(Token(4)), Err(ReadError::Halted(_))));
+    node.tick();
+    // What was written survives: a restart on the store's durable contents serves again.
+    drop(node);
+    let mut restarted = RaftNode::open(config(1), store.crash()).unwrap();
+    restarted.campaign().unwrap();
+    drain(&mut restarted);
+    assert!(restarted.is_leader());
+    assert!(!restarted.state().agents().is_empty());
+}
+
+/// A leader whose store stops answering reads halts; the other masters elect a new leader and
+/// nothing committed is lost (the simulation's oracle checks every applied entry).
+#[test]
+fn a_leader_whose_reads_fail_stops_and_another_master_takes_over() {
+    let mut sim = Sim::new(3, SimConfig::with_voters(3)).unwrap();
+    sim.set_faults(false);
+    sim.run_until(500, |s| s.leader().is_some()).unwrap();
+    let old = sim.leader().unwrap();
+    let first = sim.propose_command(&register(1)).unwrap();
+    sim.run_until(500, |s| s.answer(first).is_some()).unwrap();
+    sim.fail_reads(old);
+    let second = sim.propose_command(&register(2)).unwrap();
+    sim.run_until(1_000, |s| s.leader().is_some_and(|l| l != old))
+        .unwrap();
+    sim.run_until(1_000, |s| s.answer(second).is_some()).unwrap();
+    let third = sim.propose_command(&register(3)).unwrap();
+    sim.run_until(1_000, |s| {
+        s.answer(third).is_some() && s.converged()
+    })
+    .unwrap();
+    assert!(matches!(sim.answer(third), Some(Ok(Ok(_)))));
+    assert!(sim.stats().crashes >= 1, "the halted leader was not restarted");
+    sim.heal_and_check().unwrap();
+}
+
 #[test]
 fn a_store_whose_state_snapshot_does_not_decode_is_refused() {
     let mut store = MemStorage::new("garbled");

@@ -98,10 +98,13 @@ pub enum ProposeError {
     /// This master was removed from the group.
     #[error("this master was removed from the group")]
     Removed,
+    /// The node stopped after a fatal failure.
+    #[error("the node stopped: {0}")]
+    Halted(NodeError),
 }
 
 /// Why a linearizable read failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ReadError {
     /// No leader is known: ReadIndex requests are not queued while there is none.
     #[error("no leader is known; retry later")]
@@ -112,6 +115,9 @@ pub enum ReadError {
     /// This master was removed from the group.
     #[error("this master was removed from the group")]
     Removed,
+    /// The node stopped after a fatal failure.
+    #[error("the node stopped: {0}")]
+    Halted(NodeError),
 }
 
 /// A fatal failure: the node must stop (and, for storage damage, must not be restarted on
@@ -136,6 +142,10 @@ pub enum NodeError {
         /// The codec's error.
         source: CodecError,
     },
+    /// raft-rs gave up (it panics where it meets what it cannot handle, such as a failed read
+    /// of the log); the node stops rather than serve from a state raft-rs left half-changed.
+    #[error("raft stopped: {0}")]
+    Halted(String),
     /// A snapshot (from the leader, or the store's) that does not decode.
     #[error("snapshot at index {index} from {origin} cannot be decoded: {detail}")]
     BadSnapshot {
@@ -148,8 +158,9 @@ pub enum NodeError {
     },
 }
 
-/// Why a peer's message was not stepped. None is fatal; the transport logs them.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// Why a peer's message was not stepped. None is fatal in itself (the transport logs them);
+/// `Halted` reports a failure that [`RaftNode::advance`] returns as fatal.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum StepError {
     /// A message type only a node sends itself (a buggy or hostile peer).
     #[error("peer {from} sent a local message type {msg_type:?}")]
@@ -176,6 +187,9 @@ pub enum StepError {
     /// raft-rs refused it.
     #[error("raft: {0}")]
     Raft(String),
+    /// The node stopped after a fatal failure ([`RaftNode::advance`] returns it).
+    #[error("the node stopped: {0}")]
+    Halted(NodeError),
 }
 
 /// A membership change in a form that needs no raft-rs types.
@@ -378,6 +392,9 @@ pub struct RaftNode<S: RaftStore> {
     metrics: NodeMetrics,
     /// The entries applied since the last `take_apply_trace`, when `config.trace_applied`.
     trace: Vec<AppliedTrace>,
+    /// Set when raft-rs gave up or the store failed a read: nothing reaches raft-rs any more,
+    /// and [`RaftNode::advance`] returns it.
+    halted: Option<NodeError>,
 }
 
 impl<S: RaftStore> std::fmt::Debug for RaftNode<S> {
@@ -394,6 +411,19 @@ impl<S: RaftStore> std::fmt::Debug for RaftNode<S> {
 
 fn raft_error(e: raft::Error) -> NodeError {
     NodeError::Raft(e.to_string())
+}
+
+/// Runs `call`, turning a panic (how raft-rs gives up) into [`NodeError::Halted`] with the
+/// panic's message.
+fn catch_raft_panic<R>(call: impl FnOnce() -> R) -> Result<R, NodeError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(call)).map_err(|panic| {
+        let message = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_string()))
+            .unwrap_or_else(|| "raft-rs panicked".to_string());
+        NodeError::Halted(message)
+    })
 }
 
 fn sorted_conf_state(mut cs: ConfState) -> ConfState {
@@ -462,7 +492,8 @@ impl<S: RaftStore> RaftNode<S> {
         };
         let raft_config = config.to_raft(snapshot_index).map_err(NodeError::Config)?;
         let logger = raft_logger(config.id);
-        let raw = RawNode::new(&raft_config, store, &logger).map_err(raft_error)?;
+        let raw = catch_raft_panic(|| RawNode::new(&raft_config, store, &logger))?
+            .map_err(raft_error)?;
         let metrics = NodeMetrics::new(config.id);
         metrics.applied_index.set(snapshot_index as f64);
         metrics.snapshot_bytes.set(snapshot.data.len() as f64);
@@ -491,6 +522,7 @@ impl<S: RaftStore> RaftNode<S> {
             now: None,
             metrics,
             trace: Vec::new(),
+            halted: None,
         })
     }
 
@@ -567,17 +599,18 @@ impl<S: RaftStore> RaftNode<S> {
         self.queued.len() + self.in_flight.len()
     }
 
-    /// Whether [`RaftNode::advance`] has something to do.
+    /// Whether [`RaftNode::advance`] has something to do (for a halted node: report why).
     pub fn has_ready(&self) -> bool {
-        !self.removed
-            && (self.raw.has_ready()
-                || !self.queued.is_empty()
-                || !self.dropped.is_empty()
-                || !self.reads_failed.is_empty()
-                || self
-                    .reads_confirmed
-                    .front()
-                    .is_some_and(|(index, _)| *index <= self.applied))
+        self.halted.is_some()
+            || !self.removed
+                && (self.raw.has_ready()
+                    || !self.queued.is_empty()
+                    || !self.dropped.is_empty()
+                    || !self.reads_failed.is_empty()
+                    || self
+                        .reads_confirmed
+                        .front()
+                        .is_some_and(|(index, _)| *index <= self.applied))
     }
 
     /// Queues `command` for the next batch. Only the leader takes proposals; the answer comes
@@ -602,6 +635,9 @@ impl<S: RaftStore> RaftNode<S> {
     }
 
     fn check_can_propose(&self) -> Result<(), ProposeError> {
+        if let Some(error) = &self.halted {
+            return Err(ProposeError::Halted(error.clone()));
+        }
         if self.removed {
             return Err(ProposeError::Removed);
         }
@@ -621,6 +657,9 @@ impl<S: RaftStore> RaftNode<S> {
     /// before this call. Works on followers too (the leader confirms). Fails at once while no
     /// leader is known, and after `read_timeout_ticks` if the leader does not confirm.
     pub fn read_index(&mut self, token: Token) -> Result<(), ReadError> {
+        if let Some(error) = &self.halted {
+            return Err(ReadError::Halted(error.clone()));
+        }
         if self.removed {
             return Err(ReadError::Removed);
         }
@@ -635,8 +674,8 @@ impl<S: RaftStore> RaftNode<S> {
                 ticks_left: self.config.read_timeout_ticks,
             },
         );
-        self.raw.read_index(ctx);
-        Ok(())
+        self.guarded(|node| node.raw.read_index(ctx))
+            .map_err(ReadError::Halted)
     }
 
     /// Advances Raft's logical clock by one tick (the shell ticks every
@@ -645,7 +684,10 @@ impl<S: RaftStore> RaftNode<S> {
         if self.removed {
             return;
         }
-        self.raw.tick();
+        // A failure is kept in `halted` and returned by the next `advance`.
+        if self.guarded(|node| node.raw.tick()).is_err() {
+            return;
+        }
         let mut expired = Vec::new();
         for (ctx, read) in self.reads_unconfirmed.iter_mut() {
             read.ticks_left = read.ticks_left.saturating_sub(1);
@@ -676,7 +718,10 @@ impl<S: RaftStore> RaftNode<S> {
             });
         }
         let (from, msg_type) = (message.from, message.get_msg_type());
-        match self.raw.step(message) {
+        let stepped = self
+            .guarded(|node| node.raw.step(message))
+            .map_err(StepError::Halted)?;
+        match stepped {
             Ok(()) => Ok(()),
             Err(raft::Error::StepLocalMsg) => Err(StepError::LocalMessage { from, msg_type }),
             Err(raft::Error::StepPeerNotFound) => Err(StepError::UnknownPeer(from)),
@@ -687,7 +732,8 @@ impl<S: RaftStore> RaftNode<S> {
     /// Reports that the last message to `peer` could not be delivered (the leader then probes
     /// it instead of streaming appends).
     pub fn report_unreachable(&mut self, peer: u64) {
-        self.raw.report_unreachable(peer);
+        // A failure is kept and returned by the next `advance`.
+        let _ = self.guarded(|node| node.raw.report_unreachable(peer));
     }
 
     /// Reports whether a `MsgSnapshot` to `peer` was delivered. raft-rs waits for this before
@@ -698,26 +744,55 @@ impl<S: RaftStore> RaftNode<S> {
         } else {
             raft::SnapshotStatus::Failure
         };
-        self.raw.report_snapshot(peer, status);
+        // A failure is kept and returned by the next `advance`.
+        let _ = self.guarded(|node| node.raw.report_snapshot(peer, status));
     }
 
     /// Asks the leader to hand leadership to `transferee` (e.g. before removing itself).
     pub fn transfer_leader(&mut self, transferee: u64) {
-        self.raw.transfer_leader(transferee);
+        // A failure is kept and returned by the next `advance`.
+        let _ = self.guarded(|node| node.raw.transfer_leader(transferee));
     }
 
     /// Starts an election now (tests, and an operator's forced election).
     pub fn campaign(&mut self) -> Result<(), NodeError> {
-        self.raw.campaign().map_err(raft_error)
+        self.guarded(|node| node.raw.campaign())?
+            .map_err(raft_error)
+    }
+
+    /// Runs `call`, which reaches into raft-rs, so that raft-rs giving up does not take the
+    /// process down with it. raft-rs panics where it meets what it cannot handle, a failed
+    /// read of the log above all ([`RaftStore::read_fault`]): the panic, or a read failure it
+    /// passed over, halts the node with a [`NodeError`] that [`RaftNode::advance`] returns, so
+    /// that the shell stops the master cleanly (its peers elect another leader) instead of
+    /// crashing or serving from a state raft-rs left half-changed. A halted node makes no
+    /// further call into raft-rs.
+    fn guarded<R>(&mut self, call: impl FnOnce(&mut Self) -> R) -> Result<R, NodeError> {
+        if let Some(error) = &self.halted {
+            return Err(error.clone());
+        }
+        let result = catch_raft_panic(|| call(self));
+        let failure = match (self.raw.store().read_fault(), result) {
+            (Some(fault), _) => NodeError::Storage(fault),
+            (None, Ok(value)) => return Ok(value),
+            (None, Err(panic)) => panic,
+        };
+        tracing::error!(node = self.config.id, error = %failure, "raft stopped; this master stops");
+        self.halted = Some(failure.clone());
+        Err(failure)
     }
 
     /// Runs one `Ready` cycle (see the module documentation). `now` is used only to measure
     /// the apply latency of this master's proposals. An error is fatal: stop the node.
     pub fn advance(&mut self, now: Time) -> Result<NodeOutput, NodeError> {
-        let mut out = NodeOutput::default();
         if self.removed {
-            return Ok(out);
+            return Ok(NodeOutput::default());
         }
+        self.guarded(|node| node.advance_guarded(now))?
+    }
+
+    fn advance_guarded(&mut self, now: Time) -> Result<NodeOutput, NodeError> {
+        let mut out = NodeOutput::default();
         self.now = Some(now);
         self.flush_proposals(now);
 

@@ -30,6 +30,10 @@ struct MemCore {
     /// (`hard_state.commit` may be ahead after [`Durability::Ordered`] writes).
     synced_commit: u64,
     fail_next_persist: bool,
+    /// Set by [`MemStorage::fail_reads`]: raft-rs's reads of entries and terms fail.
+    fail_reads: bool,
+    /// The first read that failed ([`RaftStore::read_fault`]).
+    read_fault: Option<StorageError>,
     /// Set on the old handle by [`MemStorage::crash`]: writes through it fail.
     fenced: bool,
     persist_count: u64,
@@ -104,6 +108,12 @@ impl MemStorage {
         self.core().fail_next_persist = true;
     }
 
+    /// Makes every later read of log entries and terms through [`raft::Storage`] fail, as a
+    /// disk that stopped answering would (until [`MemStorage::crash`] gives a fresh handle).
+    pub fn fail_reads(&self) {
+        self.core().fail_reads = true;
+    }
+
     /// Cancels a failure armed by [`MemStorage::fail_next_persist`] that has not happened yet.
     pub fn cancel_injected_failure(&self) {
         self.core().fail_next_persist = false;
@@ -118,6 +128,8 @@ impl MemStorage {
         // Unsynced commit-index writes are lost with the machine.
         durable.hard_state.commit = durable.synced_commit;
         durable.fail_next_persist = false;
+        durable.fail_reads = false;
+        durable.read_fault = None;
         durable.fenced = false;
         core.fenced = true;
         MemStorage {
@@ -142,6 +154,18 @@ fn raft_err(e: raft::StorageError) -> raft::Error {
     raft::Error::Store(e)
 }
 
+impl MemStorage {
+    /// The failure of a read while [`MemStorage::fail_reads`] holds, kept for
+    /// [`RaftStore::read_fault`].
+    fn failed_read(&self, core: &mut MemCore) -> raft::Error {
+        let error = StorageError::Injected {
+            location: self.location(),
+        };
+        core.read_fault.get_or_insert_with(|| error.clone());
+        error.into_raft()
+    }
+}
+
 impl raft::Storage for MemStorage {
     fn initial_state(&self) -> raft::Result<RaftState> {
         let core = self.core();
@@ -158,7 +182,10 @@ impl raft::Storage for MemStorage {
         max_size: impl Into<Option<u64>>,
         _context: GetEntriesContext,
     ) -> raft::Result<Vec<Entry>> {
-        let core = self.core();
+        let mut core = self.core();
+        if core.fail_reads {
+            return Err(self.failed_read(&mut core));
+        }
         if low < core.first_index() {
             return Err(raft_err(raft::StorageError::Compacted));
         }
@@ -172,7 +199,10 @@ impl raft::Storage for MemStorage {
     }
 
     fn term(&self, idx: u64) -> raft::Result<u64> {
-        let core = self.core();
+        let mut core = self.core();
+        if core.fail_reads {
+            return Err(self.failed_read(&mut core));
+        }
         if idx < core.truncated_index {
             return Err(raft_err(raft::StorageError::Compacted));
         }
@@ -323,5 +353,9 @@ impl RaftStore for MemStorage {
 
     fn conf_state(&self) -> ConfState {
         self.core().snapshot.get_metadata().get_conf_state().clone()
+    }
+
+    fn read_fault(&self) -> Option<StorageError> {
+        self.core().read_fault.clone()
     }
 }

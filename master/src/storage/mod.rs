@@ -126,7 +126,8 @@ pub enum StorageError {
         /// What was wrong with it.
         detail: String,
     },
-    /// A failure injected by a test ([`MemStorage::fail_next_persist`]).
+    /// A failure injected by a test ([`MemStorage::fail_next_persist`],
+    /// [`MemStorage::fail_reads`]).
     #[error("storage at {location}: injected failure")]
     Injected {
         /// The store's location.
@@ -190,6 +191,37 @@ pub trait RaftStore: raft::Storage {
 
     /// The persisted hard state.
     fn hard_state(&self) -> HardState;
+
+    /// The first failure of a read raft-rs made through [`raft::Storage`], kept until the node
+    /// stops. raft-rs cannot report a failed read to its caller (it gives up with a panic, or
+    /// carries on without the entries): the node driver asks after each step, so that a read
+    /// error stops the master with this error instead.
+    fn read_fault(&self) -> Option<StorageError>;
+}
+
+/// Keeps the first read failure of a store for [`RaftStore::read_fault`] (reads take `&self`,
+/// so the latch is shared-mutable).
+#[derive(Debug, Default)]
+pub struct ReadFault(std::sync::Mutex<Option<StorageError>>);
+
+impl ReadFault {
+    /// Records `error` (unless an earlier failure is already kept) and returns it for raft-rs.
+    pub fn record(&self, error: StorageError) -> raft::Error {
+        let mut kept = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        kept.get_or_insert_with(|| error.clone());
+        error.into_raft()
+    }
+
+    /// The failure kept, if any.
+    pub fn get(&self) -> Option<StorageError> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
 }
 
 /// The index and term of the snapshot every founding master starts from

@@ -41,7 +41,9 @@ use rocksdb::{
     WriteBatch, WriteOptions, DB,
 };
 
-use super::{check_compact, check_write, Durability, RaftStore, ReadyWrite, StorageError};
+use super::{
+    check_compact, check_write, Durability, RaftStore, ReadFault, ReadyWrite, StorageError,
+};
 
 /// Version of the on-disk layout. Bumped whenever it changes.
 pub const STORAGE_FORMAT_VERSION: u32 = 1;
@@ -83,6 +85,8 @@ pub struct RocksStorage {
     /// what raft-rs asks terms of, served without a RocksDB read (and without walking the
     /// range tombstones compaction leaves behind). Kept after each write succeeds.
     tail: TailCache,
+    /// The first read raft-rs made that failed ([`RaftStore::read_fault`]).
+    read_fault: ReadFault,
 }
 
 /// Recent log entries, contiguous, ending at the last index.
@@ -227,6 +231,7 @@ impl RocksStorage {
             truncated_term: 0,
             last_index: 0,
             tail: TailCache::default(),
+            read_fault: ReadFault::default(),
         };
         if fresh {
             let mut batch = WriteBatch::default();
@@ -542,10 +547,6 @@ fn encode_log_value(entry: &Entry) -> Result<Vec<u8>, String> {
     Ok(value)
 }
 
-fn store_err(e: StorageError) -> raft::Error {
-    e.into_raft()
-}
-
 impl raft::Storage for RocksStorage {
     fn initial_state(&self) -> raft::Result<RaftState> {
         Ok(RaftState::new(
@@ -577,7 +578,7 @@ impl raft::Storage for RocksStorage {
                 return Ok(entries);
             }
         }
-        let cf = self.cf(CF_LOG).map_err(store_err)?;
+        let cf = self.cf(CF_LOG).map_err(|e| self.read_fault.record(e))?;
         let mut entries = Vec::with_capacity((high - low).min(1024) as usize);
         let mut size = 0u64;
         let mut stopped_by_size = false;
@@ -585,13 +586,15 @@ impl raft::Storage for RocksStorage {
             .db
             .iterator_cf(cf, IteratorMode::From(&log_key(low), Direction::Forward));
         for item in iter {
-            let (key, value) = item.map_err(|e| store_err(self.backend(e)))?;
+            let (key, value) = item.map_err(|e| self.read_fault.record(self.backend(e)))?;
             let index = u64_from(&key).unwrap_or(u64::MAX);
             if index >= high {
                 break;
             }
-            let entry = decode_log_value(&value)
-                .map_err(|d| store_err(self.corrupt(format!("log entry {index}: {d}"))))?;
+            let entry = decode_log_value(&value).map_err(|d| {
+                self.read_fault
+                    .record(self.corrupt(format!("log entry {index}: {d}")))
+            })?;
             size += value.len() as u64;
             entries.push(entry);
             // Stop reading once the limit is certainly passed; `limit_size` trims exactly.
@@ -606,9 +609,9 @@ impl raft::Storage for RocksStorage {
             .all(|(i, e)| e.index == low + i as u64);
         let complete = stopped_by_size || entries.len() as u64 == high - low;
         if !contiguous || !complete {
-            return Err(store_err(
-                self.corrupt(format!("log entries in [{low}, {high}) are missing")),
-            ));
+            return Err(self
+                .read_fault
+                .record(self.corrupt(format!("log entries in [{low}, {high}) are missing"))));
         }
         raft::util::limit_size(&mut entries, max_size);
         Ok(entries)
@@ -618,7 +621,7 @@ impl raft::Storage for RocksStorage {
         if idx < self.truncated_index {
             return Err(raft::Error::Store(raft::StorageError::Compacted));
         }
-        match self.term_of(idx).map_err(store_err)? {
+        match self.term_of(idx).map_err(|e| self.read_fault.record(e))? {
             Some(term) => Ok(term),
             None => Err(raft::Error::Store(raft::StorageError::Unavailable)),
         }
@@ -640,7 +643,8 @@ impl raft::Storage for RocksStorage {
                 raft::StorageError::SnapshotTemporarilyUnavailable,
             ));
         }
-        self.snapshot_with_data().map_err(store_err)
+        self.snapshot_with_data()
+            .map_err(|e| self.read_fault.record(e))
     }
 }
 
@@ -790,6 +794,10 @@ impl RaftStore for RocksStorage {
 
     fn applied(&self) -> u64 {
         self.snapshot_meta.index
+    }
+
+    fn read_fault(&self) -> Option<StorageError> {
+        self.read_fault.get()
     }
 
     fn latest_snapshot(&self) -> Snapshot {
