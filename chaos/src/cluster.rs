@@ -521,5 +521,8 @@ impl Drop for LocalMasters {
         for id in ids {
             self.kill(id);
         }
+        // Tasks outlive a killed agent (as they would a crashed one): stop the processes of
+        // every sandbox under this cluster's directory too.
+        crate::live::kill_task_processes(self.home.path());
     }
 }

@@ -33,5 +33,6 @@ mod run;
 
 pub use history::{assemble, Sources};
 pub use report::{Latencies, LiveReport};
+pub(crate) use run::kill_task_processes;
 pub use run::{run_live, LiveError, LiveOptions, Progress};
 pub use schedule::{LiveFault, Planned};

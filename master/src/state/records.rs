@@ -75,7 +75,9 @@ pub struct AgentEntry {
     /// When the leader last recorded hearing from it (registration, re-registration, resource
     /// update, or a replicated heartbeat).
     pub last_heartbeat_ms: UnixMillis,
-    /// Its non-terminal tasks.
+    /// Its non-terminal tasks: an index over the task table, so not written in snapshots
+    /// (which rebuild it from the task records).
+    #[serde(skip)]
     pub tasks: BTreeSet<TaskKey>,
 }
 
@@ -101,7 +103,9 @@ pub struct FrameworkEntry {
     /// When it was torn down; a torn-down framework is a tombstone that keeps its id from
     /// being reused.
     pub torn_down_at_ms: Option<UnixMillis>,
-    /// Its non-terminal tasks.
+    /// Its non-terminal tasks: an index over the task table, so not written in snapshots
+    /// (which rebuild it from the task records).
+    #[serde(skip)]
     pub active_tasks: BTreeSet<TaskId>,
 }
 

@@ -1,23 +1,31 @@
 //! The snapshot format of [`ClusterState`]: what followers receive and what the disk keeps.
 //!
-//! A snapshot is a sequence of frames, each a 4-byte big-endian length followed by one
-//! [`fullerene_proto::codec`] message (version byte, bincode, size limit, strict decoding):
+//! A snapshot is a sequence of *records*, each one [`fullerene_proto::codec`] message (version
+//! byte, bincode, strict decoding), written in the order
 //!
 //! ```text
-//! Header { format, agents, frameworks, tasks, core_bytes }
-//! CorePart × ⌈core_bytes / 1 MiB⌉
+//! Header { format, agents, frameworks, tasks }
+//! Core (the settings and the allocation accounting)
 //! Agent × agents, Framework × frameworks, Task × tasks
 //! End
 //! ```
 //!
-//! One frame per record rather than one message for the whole state keeps every message far
-//! below the codec's 4 MiB limit however many tasks the cluster runs. The core, the settings
-//! (group weights, member addresses) and the allocation accounting (tens of bytes per running
-//! task and per group), is one value, encoded with the codec's large limit and cut into 1 MiB
-//! parts, so a cluster with millions of running tasks or groups still snapshots. The header's counts and the `End` frame make a truncated snapshot an error
-//! rather than a smaller, wrong state.
+//! Every record is cut into *frames* of at most [`FRAME_BYTES`]: a 4-byte big-endian word
+//! whose top bit says that the record goes on in the next frame and whose other bits give the
+//! payload's length, then the payload. So no record has a size limit of its own (a task with a
+//! long environment, or the accounting of a cluster with a million agents, is as good as a
+//! small one) while no frame is larger than a megabyte, and a reader needs nothing but the
+//! bytes it already holds: a claimed length is checked against what is left before anything
+//! is allocated. A record's reassembled bytes are bounded by the codec's large limit
+//! ([`codec::MAX_LARGE_BYTES`]).
+//!
+//! What can be derived is not written: an agent's set of live tasks and a framework's set of
+//! active tasks are rebuilt from the task records when a snapshot is read, so a framework with
+//! a hundred thousand running tasks costs a hundred thousand small records, not one huge one,
+//! and the two can never disagree. The header's counts and the `End` record make a truncated
+//! snapshot an error rather than a smaller, wrong state.
 
-use fullerene_proto::codec::{self, CodecError, MAX_MESSAGE_BYTES};
+use fullerene_proto::codec::{self, CodecError};
 use fullerene_proto::FrameworkId;
 use fullerene_scheduling::allocator::state::AllocationState;
 use serde::{Deserialize, Serialize};
@@ -26,16 +34,20 @@ use super::records::{AgentEntry, ClusterSettings, FrameworkEntry, TaskRecord};
 use super::{ClusterState, TaskKey};
 
 /// Version of the snapshot layout (independent of the codec's wire version). Bumped whenever
-/// a record type changes.
-pub const STATE_FORMAT_VERSION: u32 = 3;
+/// a record type changes. Version 4 cut every record into frames and stopped writing the
+/// derived task sets of agents and frameworks.
+pub const STATE_FORMAT_VERSION: u32 = 4;
 
-/// Bytes of the encoded core (settings and allocation) per `CorePart` frame.
-const CORE_PART_BYTES: usize = 1 << 20;
+/// The largest payload of one frame (1 MiB): a record longer than this spans several frames.
+pub const FRAME_BYTES: usize = 1 << 20;
+
+/// The frame word's bit that says the record continues in the next frame.
+const CONTINUES: u32 = 1 << 31;
 
 /// Why a snapshot could not be encoded or decoded.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum SnapshotError {
-    /// A record could not be encoded (e.g. larger than the codec's limit).
+    /// A record could not be encoded (e.g. larger than the codec's large limit).
     #[error("cannot encode the {record} record of the state snapshot: {source}")]
     Encode {
         /// Which record.
@@ -43,7 +55,7 @@ pub enum SnapshotError {
         /// The codec's error.
         source: CodecError,
     },
-    /// The bytes end inside a frame, or before the `End` frame.
+    /// The bytes end inside a frame, or before the `End` record.
     #[error("state snapshot is truncated at byte {offset} of {len}")]
     Truncated {
         /// Where the data ended.
@@ -51,20 +63,21 @@ pub enum SnapshotError {
         /// The snapshot's length.
         len: usize,
     },
-    /// A frame longer than any message may be.
+    /// A frame longer than [`FRAME_BYTES`], or a record whose frames add up to more than the
+    /// codec's large limit.
     #[error("state snapshot frame at byte {offset} claims {length} bytes (limit {limit})")]
     FrameTooLarge {
         /// The frame's offset.
         offset: usize,
-        /// Its claimed length.
+        /// Its claimed length (for a record, the length reached with this frame).
         length: usize,
-        /// The codec's limit.
+        /// The limit.
         limit: usize,
     },
-    /// A frame that does not decode.
-    #[error("state snapshot frame at byte {offset} is malformed: {source}")]
+    /// A record that does not decode.
+    #[error("state snapshot record at byte {offset} is malformed: {source}")]
     Frame {
-        /// The frame's offset.
+        /// The offset of the record's first frame.
         offset: usize,
         /// The codec's error.
         source: CodecError,
@@ -80,7 +93,7 @@ pub enum SnapshotError {
     /// A record where another was expected, a duplicate, or counts that do not add up.
     #[error("state snapshot is inconsistent: {0}")]
     Inconsistent(String),
-    /// Bytes after the `End` frame.
+    /// Bytes after the `End` record.
     #[error("state snapshot has {0} bytes after its end")]
     TrailingBytes(usize),
 }
@@ -93,9 +106,8 @@ enum RecordRef<'a> {
         agents: u64,
         frameworks: u64,
         tasks: u64,
-        core_bytes: u64,
     },
-    CorePart(&'a [u8]),
+    Core(&'a ClusterSettings, &'a AllocationState),
     Agent(&'a AgentEntry),
     Framework(&'a FrameworkEntry),
     Task(&'a FrameworkId, &'a TaskRecord),
@@ -110,9 +122,8 @@ enum Record {
         agents: u64,
         frameworks: u64,
         tasks: u64,
-        core_bytes: u64,
     },
-    CorePart(Vec<u8>),
+    Core(ClusterSettings, AllocationState),
     Agent(AgentEntry),
     Framework(FrameworkEntry),
     Task(FrameworkId, TaskRecord),
@@ -123,7 +134,7 @@ impl Record {
     fn name(&self) -> &'static str {
         match self {
             Record::Header { .. } => "header",
-            Record::CorePart(_) => "core part",
+            Record::Core(..) => "core",
             Record::Agent(_) => "agent",
             Record::Framework(_) => "framework",
             Record::Task(..) => "task",
@@ -132,59 +143,92 @@ impl Record {
     }
 }
 
-fn push_frame(
+/// Encodes `record` and appends it as frames of at most [`FRAME_BYTES`].
+fn push_record(
     out: &mut Vec<u8>,
     record: &RecordRef<'_>,
     name: &'static str,
 ) -> Result<(), SnapshotError> {
-    let bytes = codec::encode(record).map_err(|source| SnapshotError::Encode {
+    let bytes = codec::encode_large(record).map_err(|source| SnapshotError::Encode {
         record: name,
         source,
     })?;
-    out.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
-    out.extend_from_slice(&bytes);
+    let mut pieces = bytes.chunks(FRAME_BYTES).peekable();
+    while let Some(piece) = pieces.next() {
+        // A piece is at most FRAME_BYTES (2^20), so its length never reaches the flag bit.
+        let mut word = piece.len() as u32;
+        if pieces.peek().is_some() {
+            word |= CONTINUES;
+        }
+        out.extend_from_slice(&word.to_be_bytes());
+        out.extend_from_slice(piece);
+    }
     Ok(())
 }
 
-struct FrameReader<'a> {
+struct RecordReader<'a> {
     data: &'a [u8],
     offset: usize,
 }
 
-impl FrameReader<'_> {
-    fn next(&mut self) -> Result<Record, SnapshotError> {
+impl RecordReader<'_> {
+    /// Reads one frame: its payload, and whether the record continues after it.
+    fn frame(&mut self) -> Result<(&[u8], bool), SnapshotError> {
         let len = self.data.len();
-        let header_end = self.offset + 4;
-        if header_end > len {
-            return Err(SnapshotError::Truncated {
-                offset: self.offset,
-                len,
-            });
-        }
-        let mut length_bytes = [0u8; 4];
-        length_bytes.copy_from_slice(&self.data[self.offset..header_end]);
-        let length = u32::from_be_bytes(length_bytes) as usize;
-        if length > MAX_MESSAGE_BYTES {
+        let truncated = SnapshotError::Truncated {
+            offset: self.offset,
+            len,
+        };
+        let header_end = self.offset.checked_add(4).filter(|&end| end <= len);
+        let Some(header_end) = header_end else {
+            return Err(truncated);
+        };
+        let mut word = [0u8; 4];
+        word.copy_from_slice(&self.data[self.offset..header_end]);
+        let word = u32::from_be_bytes(word);
+        let length = (word & !CONTINUES) as usize;
+        if length > FRAME_BYTES {
             return Err(SnapshotError::FrameTooLarge {
                 offset: self.offset,
                 length,
-                limit: MAX_MESSAGE_BYTES,
+                limit: FRAME_BYTES,
             });
         }
         let end = header_end + length;
         if end > len {
-            return Err(SnapshotError::Truncated {
-                offset: self.offset,
-                len,
-            });
+            return Err(truncated);
         }
-        let record =
-            codec::decode(&self.data[header_end..end]).map_err(|source| SnapshotError::Frame {
-                offset: self.offset,
-                source,
-            })?;
         self.offset = end;
-        Ok(record)
+        Ok((&self.data[header_end..end], word & CONTINUES != 0))
+    }
+
+    fn next(&mut self) -> Result<Record, SnapshotError> {
+        let start = self.offset;
+        let (first, mut continues) = self.frame()?;
+        let record = if !continues {
+            codec::decode_large(first)
+        } else {
+            // Grown as frames arrive, so a lying flag cannot make us allocate up front.
+            let mut bytes = first.to_vec();
+            while continues {
+                let frame_offset = self.offset;
+                let (piece, more) = self.frame()?;
+                if bytes.len() + piece.len() > codec::MAX_LARGE_BYTES {
+                    return Err(SnapshotError::FrameTooLarge {
+                        offset: frame_offset,
+                        length: bytes.len() + piece.len(),
+                        limit: codec::MAX_LARGE_BYTES,
+                    });
+                }
+                bytes.extend_from_slice(piece);
+                continues = more;
+            }
+            codec::decode_large(&bytes)
+        };
+        record.map_err(|source| SnapshotError::Frame {
+            offset: start,
+            source,
+        })
     }
 
     fn expect<T>(
@@ -203,90 +247,60 @@ impl FrameReader<'_> {
 impl ClusterState {
     /// Encodes the whole state as a snapshot (see the module documentation for the layout).
     pub fn encode_snapshot(&self) -> Result<Vec<u8>, SnapshotError> {
-        let core = codec::encode_large(&(&self.settings, &self.allocation)).map_err(|source| {
-            SnapshotError::Encode {
-                record: "core",
-                source,
-            }
-        })?;
         let mut out = Vec::new();
-        push_frame(
+        push_record(
             &mut out,
             &RecordRef::Header {
                 format: STATE_FORMAT_VERSION,
                 agents: self.agents.len() as u64,
                 frameworks: self.frameworks.len() as u64,
                 tasks: self.tasks.len() as u64,
-                core_bytes: core.len() as u64,
             },
             "header",
         )?;
-        for part in core.chunks(CORE_PART_BYTES) {
-            push_frame(&mut out, &RecordRef::CorePart(part), "core part")?;
-        }
+        push_record(
+            &mut out,
+            &RecordRef::Core(&self.settings, &self.allocation),
+            "core",
+        )?;
         for agent in self.agents.values() {
-            push_frame(&mut out, &RecordRef::Agent(agent), "agent")?;
+            push_record(&mut out, &RecordRef::Agent(agent), "agent")?;
         }
         for framework in self.frameworks.values() {
-            push_frame(&mut out, &RecordRef::Framework(framework), "framework")?;
+            push_record(&mut out, &RecordRef::Framework(framework), "framework")?;
         }
         for (key, task) in &self.tasks {
-            push_frame(&mut out, &RecordRef::Task(&key.framework_id, task), "task")?;
+            push_record(&mut out, &RecordRef::Task(&key.framework_id, task), "task")?;
         }
-        push_frame(&mut out, &RecordRef::End, "end")?;
+        push_record(&mut out, &RecordRef::End, "end")?;
         Ok(out)
     }
 
     /// Decodes a snapshot made by [`ClusterState::encode_snapshot`], strictly: a wrong format
-    /// version, a truncated or malformed frame, records out of order or duplicated, counts that
-    /// disagree with the header, or bytes after the end are all errors.
+    /// version, a truncated or malformed frame or record, records out of order or duplicated,
+    /// counts that disagree with the header, or bytes after the end are all errors. The task
+    /// sets of agents and frameworks are rebuilt from the task records.
     pub fn decode_snapshot(data: &[u8]) -> Result<ClusterState, SnapshotError> {
-        let mut reader = FrameReader { data, offset: 0 };
-        let (format, agents, frameworks, tasks, core_bytes) =
-            reader.expect("header", |r| match r {
-                Record::Header {
-                    format,
-                    agents,
-                    frameworks,
-                    tasks,
-                    core_bytes,
-                } => Some((format, agents, frameworks, tasks, core_bytes)),
-                _ => None,
-            })?;
+        let mut reader = RecordReader { data, offset: 0 };
+        let (format, agents, frameworks, tasks) = reader.expect("header", |r| match r {
+            Record::Header {
+                format,
+                agents,
+                frameworks,
+                tasks,
+            } => Some((format, agents, frameworks, tasks)),
+            _ => None,
+        })?;
         if format != STATE_FORMAT_VERSION {
             return Err(SnapshotError::FormatVersion {
                 found: format,
                 expected: STATE_FORMAT_VERSION,
             });
         }
-        let core_bytes = usize::try_from(core_bytes)
-            .ok()
-            .filter(|&n| n <= codec::MAX_LARGE_BYTES)
-            .ok_or_else(|| {
-                SnapshotError::Inconsistent(format!(
-                    "the header claims {core_bytes} bytes of settings and accounting (limit {})",
-                    codec::MAX_LARGE_BYTES
-                ))
-            })?;
-        // Grown as parts arrive, so a lying header cannot make us allocate up front.
-        let mut encoded = Vec::new();
-        while encoded.len() < core_bytes {
-            let part = reader.expect("core part", |r| match r {
-                Record::CorePart(p) => Some(p),
-                _ => None,
-            })?;
-            if part.is_empty() || encoded.len() + part.len() > core_bytes {
-                return Err(SnapshotError::Inconsistent(format!(
-                    "core parts do not add up to the header's {core_bytes} bytes"
-                )));
-            }
-            encoded.extend_from_slice(&part);
-        }
-        let (settings, allocation): (ClusterSettings, AllocationState) =
-            codec::decode_large(&encoded).map_err(|source| SnapshotError::Frame {
-                offset: reader.offset,
-                source,
-            })?;
+        let (settings, allocation) = reader.expect("core", |r| match r {
+            Record::Core(settings, allocation) => Some((settings, allocation)),
+            _ => None,
+        })?;
         let mut state = ClusterState {
             settings,
             allocation,
@@ -323,25 +337,7 @@ impl ClusterState {
                 Record::Task(f, t) => Some((f, t)),
                 _ => None,
             })?;
-            if !state.frameworks.contains_key(&framework_id) {
-                return Err(SnapshotError::Inconsistent(format!(
-                    "task `{}` belongs to unknown framework `{framework_id}`",
-                    task.spec.id
-                )));
-            }
-            if !state.agents.contains_key(&task.agent_id) {
-                return Err(SnapshotError::Inconsistent(format!(
-                    "task `{}` runs on unknown agent `{}`",
-                    task.spec.id, task.agent_id
-                )));
-            }
-            let key = TaskKey::new(framework_id, task.spec.id.clone());
-            if state.tasks.contains_key(&key) {
-                return Err(SnapshotError::Inconsistent(format!(
-                    "task `{key}` appears twice"
-                )));
-            }
-            state.tasks.insert(key, task);
+            state.insert_snapshot_task(framework_id, task)?;
         }
         reader.expect("end", |r| match r {
             Record::End => Some(()),
@@ -351,5 +347,39 @@ impl ClusterState {
             return Err(SnapshotError::TrailingBytes(data.len() - reader.offset));
         }
         Ok(state)
+    }
+
+    /// Adds a task read from a snapshot, and to the task sets of its agent and framework while
+    /// it is live (the sets hold exactly the non-terminal tasks, see [`AgentEntry::tasks`]).
+    fn insert_snapshot_task(
+        &mut self,
+        framework_id: FrameworkId,
+        task: TaskRecord,
+    ) -> Result<(), SnapshotError> {
+        let key = TaskKey::new(framework_id, task.spec.id.clone());
+        let Some(framework) = self.frameworks.get_mut(&key.framework_id) else {
+            return Err(SnapshotError::Inconsistent(format!(
+                "task `{key}` belongs to an unknown framework"
+            )));
+        };
+        let live = !task.state.is_terminal();
+        if live {
+            framework.active_tasks.insert(key.task_id.clone());
+        }
+        let Some(agent) = self.agents.get_mut(&task.agent_id) else {
+            return Err(SnapshotError::Inconsistent(format!(
+                "task `{key}` runs on unknown agent `{}`",
+                task.agent_id
+            )));
+        };
+        if live {
+            agent.tasks.insert(key.clone());
+        }
+        if self.tasks.insert(key.clone(), task).is_some() {
+            return Err(SnapshotError::Inconsistent(format!(
+                "task `{key}` appears twice"
+            )));
+        }
+        Ok(())
     }
 }
