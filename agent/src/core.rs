@@ -26,7 +26,7 @@ use std::time::Duration;
 use fullerene_proto::codec;
 use fullerene_proto::ids::{AgentId, FrameworkId, TaskId, TaskKey};
 use fullerene_proto::messages::{
-    CommandSpec, Executor, StatusAck, StatusReason, StatusUpdate, TaskInfo, TaskSpec, TaskState,
+    CommandSpec, Executor, StatusAck, StatusReason, StatusUpdate, TaskReport, TaskSpec, TaskState,
     UnixMillis,
 };
 use fullerene_proto::resources::ResourceVec;
@@ -478,13 +478,11 @@ impl AgentCore {
 
     /// What `Register { tasks }` carries: every task still running or with unacknowledged
     /// updates.
-    pub fn register_tasks(&self) -> Vec<TaskInfo> {
+    pub fn register_tasks(&self) -> Vec<TaskReport> {
         self.tasks
             .values()
-            .map(|e| TaskInfo {
-                spec: e.spec.clone(),
-                framework_id: e.framework_id.clone(),
-                agent_id: self.config.agent_id.clone(),
+            .map(|e| TaskReport {
+                task: TaskKey::new(e.framework_id.clone(), e.spec.id.clone()),
                 state: e.state,
                 seq: e.last_seq,
             })

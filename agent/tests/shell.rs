@@ -197,7 +197,7 @@ async fn a_restarted_agent_reregisters_its_task_and_reports_how_it_ended() {
     assert_eq!(registering.tasks.len(), 1);
     assert_eq!(
         (
-            registering.tasks[0].spec.id.as_str(),
+            registering.tasks[0].task.task_id.as_str(),
             registering.tasks[0].state,
             registering.tasks[0].seq
         ),

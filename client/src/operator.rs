@@ -5,9 +5,11 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use fullerene_proto::messages::{
-    ErrorCode, OperatorRequest, OperatorResponse, SessionOpen, WireError,
+    AgentInfo, ErrorCode, FrameworkInfo, OperatorRequest, OperatorResponse, SessionOpen, TaskInfo,
+    WireError,
 };
 use fullerene_proto::time::SystemClock;
+use fullerene_proto::FrameworkId;
 use fullerene_transport::Client;
 use tokio::time::{sleep, timeout, Instant};
 
@@ -32,6 +34,14 @@ pub enum OperatorClientError {
         master: SocketAddr,
         /// What happened.
         detail: String,
+    },
+    /// The master answered with a response of another kind than the request asks for.
+    #[error("the master answered {request} with {answer}")]
+    Unexpected {
+        /// The request.
+        request: String,
+        /// The start of the answer.
+        answer: String,
     },
     /// No leader could be reached before the deadline.
     #[error("no leader answered within {timeout:?} (last problem: {last})")]
@@ -215,6 +225,81 @@ impl OperatorClient {
             timeout: self.deadline,
             last,
         })
+    }
+}
+
+impl OperatorClient {
+    /// Every agent, page by page ([`OperatorRequest::ListAgents`]). Pages are separate reads:
+    /// an agent registered between two of them may be missing, never listed twice.
+    pub async fn list_agents(&mut self) -> Result<Vec<AgentInfo>, OperatorClientError> {
+        let mut all = Vec::new();
+        let mut after = None;
+        loop {
+            match self.request(&OperatorRequest::ListAgents { after }).await? {
+                OperatorResponse::Agents { agents, next } => {
+                    all.extend(agents);
+                    match next {
+                        Some(next) => after = Some(next),
+                        None => return Ok(all),
+                    }
+                }
+                other => return Err(unexpected("ListAgents", &other)),
+            }
+        }
+    }
+
+    /// Every framework, page by page ([`OperatorRequest::ListFrameworks`]).
+    pub async fn list_frameworks(&mut self) -> Result<Vec<FrameworkInfo>, OperatorClientError> {
+        let mut all = Vec::new();
+        let mut after = None;
+        loop {
+            match self
+                .request(&OperatorRequest::ListFrameworks { after })
+                .await?
+            {
+                OperatorResponse::Frameworks { frameworks, next } => {
+                    all.extend(frameworks);
+                    match next {
+                        Some(next) => after = Some(next),
+                        None => return Ok(all),
+                    }
+                }
+                other => return Err(unexpected("ListFrameworks", &other)),
+            }
+        }
+    }
+
+    /// Every task (of `framework_id`, when given), page by page
+    /// ([`OperatorRequest::ListTasks`]).
+    pub async fn list_tasks(
+        &mut self,
+        framework_id: Option<FrameworkId>,
+    ) -> Result<Vec<TaskInfo>, OperatorClientError> {
+        let mut all = Vec::new();
+        let mut after = None;
+        loop {
+            let request = OperatorRequest::ListTasks {
+                framework_id: framework_id.clone(),
+                after,
+            };
+            match self.request(&request).await? {
+                OperatorResponse::Tasks { tasks, next } => {
+                    all.extend(tasks);
+                    match next {
+                        Some(next) => after = Some(next),
+                        None => return Ok(all),
+                    }
+                }
+                other => return Err(unexpected("ListTasks", &other)),
+            }
+        }
+    }
+}
+
+fn unexpected(request: &str, answer: &OperatorResponse) -> OperatorClientError {
+    OperatorClientError::Unexpected {
+        request: request.to_string(),
+        answer: format!("{answer:?}").chars().take(200).collect(),
     }
 }
 

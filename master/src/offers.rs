@@ -46,6 +46,9 @@ pub enum OfferError {
     /// The offer was made to another framework.
     #[error("offer {0} was made to another framework")]
     NotYours(OfferId),
+    /// The same offer named twice (its resources would count twice).
+    #[error("offer {0} is named twice")]
+    NamedTwice(OfferId),
     /// The offers are of more than one agent.
     #[error("offers {0} and {1} are of different agents; one accept uses one agent's offers")]
     MixedAgents(OfferId, OfferId),
@@ -63,7 +66,7 @@ impl OfferError {
     /// The error as a framework receives it.
     pub fn to_wire(&self) -> WireError {
         let code = match self {
-            OfferError::NoOffers => ErrorCode::InvalidRequest,
+            OfferError::NoOffers | OfferError::NamedTwice(_) => ErrorCode::InvalidRequest,
             OfferError::Unknown(_) => ErrorCode::UnknownOffer,
             OfferError::NotYours(_) => ErrorCode::OfferNotYours,
             OfferError::MixedAgents(..) => ErrorCode::MixedAgents,
@@ -155,7 +158,11 @@ impl OfferBook {
         };
         let mut agent: Option<(&AgentId, OfferId)> = None;
         let mut total = ResourceVec::ZERO;
+        let mut named = std::collections::BTreeSet::new();
         for id in offer_ids {
+            if !named.insert(*id) {
+                return Err(OfferError::NamedTwice(*id));
+            }
             let open = self
                 .offers
                 .get(id)
@@ -367,7 +374,10 @@ impl OfferManager {
             rescinded.push(open.offer);
         }
         for (agent_id, entry) in state.agents() {
-            let pause = entry.state != AgentState::Active;
+            // An agent that runs the most tasks one agent may is offered nothing until one
+            // ends: a launch there would be refused (the state machine checks it too).
+            let pause = entry.state != AgentState::Active
+                || entry.tasks.len() >= fullerene_proto::limits::MAX_TASKS_PER_AGENT;
             self.allocator.pause_agent(accounting, agent_id, pause);
         }
         for (framework_id, entry) in state.frameworks() {
@@ -453,6 +463,9 @@ impl OfferManager {
         }
         let mut demands = Vec::with_capacity(tasks.len());
         for task in tasks {
+            // Refused here as well as on apply, so that an oversized task never reaches the log.
+            fullerene_proto::limits::check_task_spec(task)
+                .map_err(|e| WireError::new(ErrorCode::TooLarge, e.to_string()))?;
             let demand = task.resources.to_vec().map_err(|e| {
                 WireError::new(
                     ErrorCode::InvalidRequest,

@@ -83,6 +83,23 @@ pub fn decode_large<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> 
     decode_limited::<T, MAX_LARGE_BYTES>(bytes)
 }
 
+/// The size [`encode`] would give `message` (version byte included), computed without
+/// encoding it into memory: what a sender needs to cut a long list into messages that fit.
+pub fn encoded_size<T: Serialize>(message: &T) -> Result<usize, CodecError> {
+    /// Counts the bytes the encoder writes, and keeps none.
+    struct Counter<'a>(&'a mut usize);
+    impl bincode::enc::write::Writer for Counter<'_> {
+        fn write(&mut self, bytes: &[u8]) -> Result<(), bincode::error::EncodeError> {
+            *self.0 += bytes.len();
+            Ok(())
+        }
+    }
+    let mut size = 1;
+    bincode::serde::encode_into_writer(message, Counter(&mut size), config::<MAX_LARGE_BYTES>())
+        .map_err(|e| CodecError::Encode(e.to_string()))?;
+    Ok(size)
+}
+
 fn encode_limited<T: Serialize, const LIMIT: usize>(message: &T) -> Result<Vec<u8>, CodecError> {
     let mut out = vec![WIRE_VERSION];
     // bincode's limit bounds only decoding; the size check below bounds encoding.

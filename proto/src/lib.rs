@@ -14,6 +14,7 @@
 
 pub mod codec;
 pub mod ids;
+pub mod limits;
 pub mod messages;
 pub mod resources;
 #[cfg(any(test, feature = "testkit"))]

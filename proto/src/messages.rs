@@ -357,6 +357,21 @@ impl TaskInfo {
     }
 }
 
+/// What an agent says of one of its tasks when it registers: enough for the master to
+/// reconcile (which tasks still run, which ended unacknowledged), not the whole task, which the
+/// master already holds. Small and bounded ([`crate::limits::MAX_TASKS_PER_AGENT`]), so that
+/// an agent with many tasks still registers in one frame.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+pub struct TaskReport {
+    /// The task.
+    pub task: TaskKey,
+    /// Its latest state on the agent.
+    pub state: TaskState,
+    /// The sequence number of its latest update.
+    pub seq: u64,
+}
+
 // ---------------------------------------------------------------------------------------------
 // Agent <-> master
 // ---------------------------------------------------------------------------------------------
@@ -374,7 +389,7 @@ pub enum AgentToMaster {
         /// Placement attributes.
         attributes: BTreeMap<String, String>,
         /// Tasks the agent still runs or has unacknowledged updates for (empty on first start).
-        tasks: Vec<TaskInfo>,
+        tasks: Vec<TaskReport>,
         /// Executors this agent can run (`command`, `sleep`).
         executors: Vec<String>,
     },
@@ -576,14 +591,24 @@ pub enum CallOk {
 pub enum OperatorRequest {
     /// Raft status of the cluster.
     ClusterStatus,
-    /// All agents.
-    ListAgents,
-    /// All frameworks.
-    ListFrameworks,
-    /// Tasks, optionally of one framework.
+    /// A page of agents, in id order, starting after `after` (from the first when `None`).
+    /// The answer holds at most [`crate::limits::MAX_PAGE_ITEMS`] agents and says where the
+    /// next page starts.
+    ListAgents {
+        /// The last agent of the previous page.
+        after: Option<AgentId>,
+    },
+    /// A page of frameworks, in id order, starting after `after`.
+    ListFrameworks {
+        /// The last framework of the previous page.
+        after: Option<FrameworkId>,
+    },
+    /// A page of tasks (optionally of one framework), in key order, starting after `after`.
     ListTasks {
         /// Only this framework's tasks.
         framework_id: Option<FrameworkId>,
+        /// The last task of the previous page.
+        after: Option<TaskKey>,
     },
     /// Add a master to the Raft group.
     AddMaster {
@@ -778,12 +803,28 @@ pub struct FrameworkInfo {
 pub enum OperatorResponse {
     /// For [`OperatorRequest::ClusterStatus`].
     ClusterStatus(ClusterStatus),
-    /// For [`OperatorRequest::ListAgents`].
-    Agents(Vec<AgentInfo>),
-    /// For [`OperatorRequest::ListFrameworks`].
-    Frameworks(Vec<FrameworkInfo>),
-    /// For [`OperatorRequest::ListTasks`].
-    Tasks(Vec<TaskInfo>),
+    /// For [`OperatorRequest::ListAgents`]: a page, and the last agent on it when more follow
+    /// (ask again with `after` set to it).
+    Agents {
+        /// This page.
+        agents: Vec<AgentInfo>,
+        /// Set when more agents follow.
+        next: Option<AgentId>,
+    },
+    /// For [`OperatorRequest::ListFrameworks`]: a page, and where the next one starts.
+    Frameworks {
+        /// This page.
+        frameworks: Vec<FrameworkInfo>,
+        /// Set when more frameworks follow.
+        next: Option<FrameworkId>,
+    },
+    /// For [`OperatorRequest::ListTasks`]: a page, and where the next one starts.
+    Tasks {
+        /// This page.
+        tasks: Vec<TaskInfo>,
+        /// Set when more tasks follow.
+        next: Option<TaskKey>,
+    },
     /// For [`OperatorRequest::GroupWeights`]: every weight set (groups not listed weigh 1).
     GroupWeights(BTreeMap<String, f64>),
     /// For [`OperatorRequest::State`].

@@ -7,15 +7,12 @@
 use std::time::{Duration, Instant};
 
 use fullerene_client::OperatorClient;
-use fullerene_proto::messages::{AgentInfo, AgentState, OperatorRequest, OperatorResponse};
+use fullerene_proto::messages::{AgentInfo, AgentState};
 use fullerene_proto::AgentId;
 use fullerene_tests::{MasterCluster, FAST_LIVENESS};
 
 async fn agents(client: &mut OperatorClient) -> Vec<AgentInfo> {
-    match client.request(&OperatorRequest::ListAgents).await {
-        Ok(OperatorResponse::Agents(agents)) => agents,
-        _ => Vec::new(),
-    }
+    client.list_agents().await.unwrap_or_default()
 }
 
 /// Polls until agent `id` is in `state`, up to `timeout`.

@@ -154,7 +154,7 @@ fn resend_is_every_unacked_update_in_per_task_order() {
     // Registration lists what is left, with its latest seq.
     let tasks = core.register_tasks();
     assert_eq!(tasks.len(), 1);
-    assert_eq!((tasks[0].spec.id.as_str(), tasks[0].seq), ("b", 2));
+    assert_eq!((tasks[0].task.task_id.as_str(), tasks[0].seq), ("b", 2));
 }
 
 #[test]

@@ -12,7 +12,7 @@ use std::time::Duration;
 use fullerene_agent::{AgentConfig, AgentError};
 use fullerene_proto::ids::{AgentId, FrameworkId, MasterId, TaskKey};
 use fullerene_proto::messages::{
-    AgentToMaster, MasterToAgent, StatusAck, StatusUpdate, TaskInfo, TaskSpec,
+    AgentToMaster, MasterToAgent, StatusAck, StatusUpdate, TaskReport, TaskSpec,
 };
 use fullerene_proto::resources::ResourceVec;
 use fullerene_transport::certs::CertCounts;
@@ -55,11 +55,11 @@ pub(crate) struct AgentSession {
 /// A session whose `Register` carried `tasks`.
 pub(crate) struct Registering {
     pub agent: AgentSession,
-    pub tasks: Vec<TaskInfo>,
+    pub tasks: Vec<TaskReport>,
 }
 
 impl AgentSession {
-    pub(crate) fn registered_tasks(self, tasks: Vec<TaskInfo>) -> Registering {
+    pub(crate) fn registered_tasks(self, tasks: Vec<TaskReport>) -> Registering {
         Registering { agent: self, tasks }
     }
 

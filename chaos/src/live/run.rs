@@ -824,7 +824,7 @@ impl Drop for Live<'_> {
 
 /// SIGKILLs the process groups of every task process of an agent under `dir` (their sandboxes
 /// are under it), never this process's own group or init's.
-pub(super) fn kill_task_processes(dir: &Path) {
+pub(crate) fn kill_task_processes(dir: &Path) {
     use std::os::unix::ffi::OsStrExt;
     let mut mark = b"FULLERENE_SANDBOX=".to_vec();
     mark.extend_from_slice(dir.as_os_str().as_bytes());

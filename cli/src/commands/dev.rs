@@ -487,8 +487,8 @@ async fn wait_for_agents(
     let started = Instant::now();
     let mut last = String::from("no answer yet");
     while started.elapsed() < timeout {
-        match client.request(&OperatorRequest::ListAgents).await {
-            Ok(OperatorResponse::Agents(agents)) => {
+        match client.list_agents().await {
+            Ok(agents) => {
                 let active = agents
                     .iter()
                     .filter(|a| a.state == AgentState::Active)
@@ -498,7 +498,6 @@ async fn wait_for_agents(
                 }
                 last = format!("{active} of {count} agents active");
             }
-            Ok(other) => last = format!("{other:?}"),
             Err(error) => last = error.to_string(),
         }
         tokio::time::sleep(Duration::from_millis(50)).await;

@@ -1,11 +1,10 @@
 //! `fullerene agents`, `fullerene frameworks`, `fullerene tasks`: what the leader knows, for
 //! operators (linearizable reads; any master answers, followers redirect).
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::Args;
-use fullerene_proto::messages::{
-    AgentInfo, AgentState, FrameworkInfo, OperatorRequest, OperatorResponse, TaskInfo,
-};
+use fullerene_client::{OperatorClient, OperatorClientError};
+use fullerene_proto::messages::{AgentInfo, AgentState, FrameworkInfo, TaskInfo};
 use fullerene_proto::{FrameworkId, ResourceKind, Resources};
 
 use crate::commands::cluster::{operator_client, ClusterArgs};
@@ -21,12 +20,17 @@ pub(crate) struct TasksArgs {
     pub framework: Option<String>,
 }
 
-async fn ask(args: &ClusterArgs, request: OperatorRequest) -> Result<OperatorResponse> {
-    let mut client = operator_client(args)?;
-    client
-        .request(&request)
-        .await
-        .context("the masters did not answer")
+/// Runs `list` with an operator client for `args`' masters.
+fn with_client<T>(
+    args: &ClusterArgs,
+    list: impl AsyncFnOnce(&mut OperatorClient) -> Result<T, OperatorClientError>,
+) -> Result<T> {
+    runtime()?.block_on(async {
+        let mut client = operator_client(args)?;
+        list(&mut client)
+            .await
+            .context("the masters did not answer")
+    })
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
@@ -38,10 +42,7 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 
 /// `fullerene agents`.
 pub(crate) fn agents(args: ClusterArgs, json: &JsonOutput) -> Result<()> {
-    let agents = match runtime()?.block_on(ask(&args, OperatorRequest::ListAgents))? {
-        OperatorResponse::Agents(agents) => agents,
-        other => bail!("unexpected answer to a list of agents: {other:?}"),
-    };
+    let agents = with_client(&args, OperatorClient::list_agents)?;
     json.emit(&agents, || {
         render_agents(&agents, fullerene_proto::time::wall_clock().as_millis())
     })
@@ -49,22 +50,16 @@ pub(crate) fn agents(args: ClusterArgs, json: &JsonOutput) -> Result<()> {
 
 /// `fullerene frameworks`.
 pub(crate) fn frameworks(args: ClusterArgs, json: &JsonOutput) -> Result<()> {
-    let frameworks = match runtime()?.block_on(ask(&args, OperatorRequest::ListFrameworks))? {
-        OperatorResponse::Frameworks(frameworks) => frameworks,
-        other => bail!("unexpected answer to a list of frameworks: {other:?}"),
-    };
+    let frameworks = with_client(&args, OperatorClient::list_frameworks)?;
     json.emit(&frameworks, || render_frameworks(&frameworks))
 }
 
 /// `fullerene tasks`.
 pub(crate) fn tasks(args: TasksArgs, json: &JsonOutput) -> Result<()> {
-    let request = OperatorRequest::ListTasks {
-        framework_id: args.framework.map(FrameworkId),
-    };
-    let tasks = match runtime()?.block_on(ask(&args.cluster, request))? {
-        OperatorResponse::Tasks(tasks) => tasks,
-        other => bail!("unexpected answer to a list of tasks: {other:?}"),
-    };
+    let framework = args.framework.map(FrameworkId);
+    let tasks = with_client(&args.cluster, async |client| {
+        client.list_tasks(framework).await
+    })?;
     json.emit(&tasks, || render_tasks(&tasks))
 }
 
@@ -87,18 +82,12 @@ pub(crate) struct JobStatus {
 
 /// `fullerene job status`.
 pub(crate) fn job_status(args: ClusterArgs, json: &JsonOutput) -> Result<()> {
-    let runtime = runtime()?;
-    let frameworks = match runtime.block_on(ask(&args, OperatorRequest::ListFrameworks))? {
-        OperatorResponse::Frameworks(frameworks) => frameworks,
-        other => bail!("unexpected answer to a list of frameworks: {other:?}"),
-    };
-    let tasks = match runtime.block_on(ask(
-        &args,
-        OperatorRequest::ListTasks { framework_id: None },
-    ))? {
-        OperatorResponse::Tasks(tasks) => tasks,
-        other => bail!("unexpected answer to a list of tasks: {other:?}"),
-    };
+    let (frameworks, tasks) = with_client(&args, async |client| {
+        Ok((
+            client.list_frameworks().await?,
+            client.list_tasks(None).await?,
+        ))
+    })?;
     let jobs = job_statuses(&frameworks, &tasks);
     json.emit(&jobs, || render_jobs(&jobs))
 }

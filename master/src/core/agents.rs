@@ -77,6 +77,10 @@ pub(crate) struct AgentSessions {
     last_heard_ms: BTreeMap<AgentId, u64>,
     /// Marks proposed and not yet applied, so a tick does not propose them again.
     marks_in_flight: BTreeSet<(AgentId, AgentState)>,
+    /// Status updates proposed and not yet applied (task and sequence number), so that an
+    /// agent resending an update while its first copy is in the log does not add a copy per
+    /// resend: the one proposal's acknowledgement answers them all.
+    statuses_in_flight: BTreeSet<(TaskKey, u64)>,
 }
 
 impl AgentSessions {
@@ -95,6 +99,7 @@ impl AgentSessions {
     pub(crate) fn on_leadership(&mut self, state: &ClusterState, now: Time) {
         self.last_heard = state.agents().keys().map(|id| (id.clone(), now)).collect();
         self.marks_in_flight.clear();
+        self.statuses_in_flight.clear();
     }
 
     /// This master stopped leading: agents are sent to the new leader (or told none is
@@ -106,6 +111,7 @@ impl AgentSessions {
         }
         self.last_heard.clear();
         self.marks_in_flight.clear();
+        self.statuses_in_flight.clear();
     }
 
     /// The agent's registration committed: its session becomes the one to push to.
@@ -277,6 +283,18 @@ impl AgentSessions {
 }
 
 /// The acknowledgement of `update`.
+/// Whether the state already holds `update` from `agent` (its task runs there and has
+/// recorded this sequence number or a later one): what `UpdateStatus` would apply as a
+/// duplicate.
+fn already_recorded(state: &ClusterState, agent: &AgentId, update: &StatusUpdate) -> bool {
+    let key = TaskKey::new(update.framework_id.clone(), update.task_id.clone());
+    update.agent_id == *agent
+        && state
+            .tasks()
+            .get(&key)
+            .is_some_and(|task| task.agent_id == *agent && task.seq >= update.seq)
+}
+
 pub(crate) fn ack_of(update: &StatusUpdate) -> StatusAck {
     StatusAck {
         task_id: update.task_id.clone(),
@@ -342,6 +360,7 @@ impl<S: RaftStore> MasterCore<S> {
                 }
             },
             AgentPending::Status { agent_id, ack } => {
+                self.agents.statuses_in_flight.remove(&(ack.key(), ack.seq));
                 match &settled {
                     Settled::Applied(_) => {}
                     // A resend of an update whose task has since ended and been forgotten
@@ -390,8 +409,8 @@ impl<S: RaftStore> MasterCore<S> {
         let command = if self.node.state().agents().contains_key(&agent_id) {
             let running = tasks
                 .iter()
-                .filter(|task| !task.state.is_terminal())
-                .map(|task| TaskKey::new(task.framework_id.clone(), task.spec.id.clone()))
+                .filter(|report| !report.state.is_terminal())
+                .map(|report| report.task.clone())
                 .collect();
             Command::ReregisterAgent {
                 agent_id: agent_id.clone(),
@@ -442,10 +461,22 @@ impl<S: RaftStore> MasterCore<S> {
     ) {
         // Updates count only on the leader, from an agent whose registration committed here;
         // otherwise the agent resends them after it registers.
-        if !self.node.is_leader() || self.agents.link(&agent_id).is_none() {
+        if !self.node.is_leader() {
             return;
         }
+        let Some(session) = self.agents.link(&agent_id).map(|link| link.session) else {
+            return;
+        };
         let ack = ack_of(&update);
+        if already_recorded(self.node.state(), &agent_id, &update) {
+            // Applying it again would change nothing and be acknowledged: acknowledge now,
+            // without a log entry.
+            self.out.send_agent(session, MasterToAgent::StatusAck(ack));
+            return;
+        }
+        if !self.agents.statuses_in_flight.insert((ack.key(), ack.seq)) {
+            return;
+        }
         let command = Command::UpdateStatus {
             agent_id: agent_id.clone(),
             update,
@@ -457,6 +488,8 @@ impl<S: RaftStore> MasterCore<S> {
                 token,
                 Pending::Agent(AgentPending::Status { agent_id, ack }),
             );
+        } else {
+            self.agents.statuses_in_flight.remove(&(ack.key(), ack.seq));
         }
     }
 

@@ -33,7 +33,7 @@ use fullerene_proto::Time;
 use fullerene_proto::{Now, OfferId};
 
 use super::{
-    operators, FrameworkPending, MasterCore, Outbox, Pending, SessionId, Settled, Subscription,
+    FrameworkPending, MasterCore, Outbox, Pending, SessionId, Settled, Subscription,
 };
 use crate::raft_node::ProposeError;
 use crate::state::{ClusterState, Command, CommandOutcome, TaskKey, TaskRecord};
@@ -705,7 +705,7 @@ impl<S: RaftStore> MasterCore<S> {
                 }
                 FrameworkPending::Answer | FrameworkPending::Launch { .. } => Ok(CallOk::Done),
             },
-            Settled::Refused(error) => Err(operators::command_wire_error(&error)),
+            Settled::Refused(error) => Err(error.to_wire()),
             Settled::Dropped(error) => {
                 if !self.node.is_leader() {
                     // Leadership moved: the framework follows the redirect it gets.
@@ -750,7 +750,9 @@ impl<S: RaftStore> MasterCore<S> {
         Ok(())
     }
 
-    /// Sends offers to their frameworks, one frame per framework.
+    /// Sends offers to their frameworks, in frames of at most
+    /// [`MAX_OFFERS_PER_FRAME`](fullerene_proto::limits::MAX_OFFERS_PER_FRAME) offers (so a
+    /// cycle over many agents never makes a frame too large to send).
     pub(super) fn push_offers(&mut self, offers: Vec<Offer>) {
         let mut by_framework: BTreeMap<FrameworkId, Vec<Offer>> = BTreeMap::new();
         for offer in offers {
@@ -761,8 +763,10 @@ impl<S: RaftStore> MasterCore<S> {
         }
         for (framework_id, offers) in by_framework {
             if let Some(link) = self.frameworks.link(&framework_id) {
-                self.out
-                    .send_framework(link.session, MasterToFramework::Offers(offers));
+                for frame in offers.chunks(fullerene_proto::limits::MAX_OFFERS_PER_FRAME) {
+                    self.out
+                        .send_framework(link.session, MasterToFramework::Offers(frame.to_vec()));
+                }
             }
         }
     }
@@ -791,8 +795,11 @@ impl<S: RaftStore> MasterCore<S> {
         }
         for (framework_id, offer_ids) in rescinds {
             if let Some(link) = self.frameworks.link(&framework_id) {
-                self.out
-                    .send_framework(link.session, MasterToFramework::Rescind { offer_ids });
+                for frame in offer_ids.chunks(fullerene_proto::limits::MAX_OFFERS_PER_FRAME) {
+                    let offer_ids = frame.to_vec();
+                    self.out
+                        .send_framework(link.session, MasterToFramework::Rescind { offer_ids });
+                }
             }
         }
         self.push_offers(made);

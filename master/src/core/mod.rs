@@ -55,7 +55,7 @@ use std::time::Duration;
 use fullerene_proto::ids::{AgentId, FrameworkId};
 use fullerene_proto::messages::{
     AgentState, ErrorCode, FrameworkCall, LeaderInfo, MasterToAgent, MasterToFramework, Offer,
-    OperatorRequest, OperatorResponse, Redirect, StatusUpdate, TaskInfo, WireError,
+    OperatorRequest, OperatorResponse, Redirect, StatusUpdate, TaskReport, WireError,
 };
 use fullerene_proto::{MasterId, Now, ResourceVec, Resources, Time};
 use raft::eraftpb::Message;
@@ -135,7 +135,7 @@ pub struct AgentRegistration {
     /// Its attributes (rack, zone, ...).
     pub attributes: BTreeMap<String, String>,
     /// The tasks it runs or has ended without an acknowledgement.
-    pub tasks: Vec<TaskInfo>,
+    pub tasks: Vec<TaskReport>,
     /// The executors it offers.
     pub executors: Vec<String>,
 }

@@ -3,12 +3,14 @@
 //! applied). Followers answer with a redirect to the leader.
 
 use std::net::SocketAddr;
+use std::ops::Bound;
 
+use fullerene_proto::limits::take_page;
 use fullerene_proto::messages::{
     AgentInfo, ClusterStatus, ClusterView, ErrorCode, GroupInfo, MemberStatus, OperatorRequest,
     OperatorResponse, Redirect, WireError,
 };
-use fullerene_proto::{FrameworkId, MasterId};
+use fullerene_proto::{AgentId, FrameworkId, MasterId, TaskId, TaskKey};
 
 use super::{MasterCore, Pending, RequestId};
 use crate::raft_node::{MembershipChange, ProposeError, ReadError};
@@ -19,9 +21,9 @@ use crate::storage::RaftStore;
 #[derive(Debug)]
 pub(super) enum ReadQuery {
     ClusterStatus,
-    ListAgents,
-    ListFrameworks,
-    ListTasks(Option<FrameworkId>),
+    ListAgents(Option<AgentId>),
+    ListFrameworks(Option<FrameworkId>),
+    ListTasks(Option<FrameworkId>, Option<TaskKey>),
     GroupWeights,
     State,
 }
@@ -36,9 +38,12 @@ impl<S: RaftStore> MasterCore<S> {
         let token = self.token();
         let query = match request {
             OperatorRequest::ClusterStatus => ReadQuery::ClusterStatus,
-            OperatorRequest::ListAgents => ReadQuery::ListAgents,
-            OperatorRequest::ListFrameworks => ReadQuery::ListFrameworks,
-            OperatorRequest::ListTasks { framework_id } => ReadQuery::ListTasks(framework_id),
+            OperatorRequest::ListAgents { after } => ReadQuery::ListAgents(after),
+            OperatorRequest::ListFrameworks { after } => ReadQuery::ListFrameworks(after),
+            OperatorRequest::ListTasks {
+                framework_id,
+                after,
+            } => ReadQuery::ListTasks(framework_id, after),
             OperatorRequest::GroupWeights => ReadQuery::GroupWeights,
             OperatorRequest::State => ReadQuery::State,
             OperatorRequest::SetGroupWeight { group, weight } => {
@@ -131,22 +136,45 @@ impl<S: RaftStore> MasterCore<S> {
         let state = self.node.state();
         match query {
             ReadQuery::ClusterStatus => OperatorResponse::ClusterStatus(self.cluster_status()),
-            ReadQuery::ListAgents => OperatorResponse::Agents(self.agent_infos()),
-            ReadQuery::ListFrameworks => OperatorResponse::Frameworks(
-                state
-                    .frameworks()
-                    .keys()
-                    .filter_map(|framework| state.framework_info(framework))
-                    .collect(),
-            ),
-            ReadQuery::ListTasks(framework) => OperatorResponse::Tasks(
-                state
-                    .tasks()
-                    .keys()
-                    .filter(|key| framework.as_ref().is_none_or(|f| &key.framework_id == f))
-                    .filter_map(|key| state.task_info(key))
-                    .collect(),
-            ),
+            ReadQuery::ListAgents(after) => {
+                let (agents, next) = take_page(
+                    state
+                        .agents()
+                        .range::<AgentId, _>(after_key(after.as_ref()))
+                        .filter_map(|(id, _)| Some((id.clone(), self.agent_info(id)?))),
+                );
+                OperatorResponse::Agents { agents, next }
+            }
+            ReadQuery::ListFrameworks(after) => {
+                let (frameworks, next) = take_page(
+                    state
+                        .frameworks()
+                        .range::<FrameworkId, _>(after_key(after.as_ref()))
+                        .filter_map(|(id, _)| Some((id.clone(), state.framework_info(id)?))),
+                );
+                OperatorResponse::Frameworks { frameworks, next }
+            }
+            ReadQuery::ListTasks(framework, after) => {
+                // One framework's tasks are one run of keys: start at its first key (or after
+                // the cursor) and stop at the next framework's.
+                let start = match (&after, &framework) {
+                    (Some(after), _) => Bound::Excluded(after.clone()),
+                    (None, Some(framework)) => {
+                        Bound::Included(TaskKey::new(framework.clone(), TaskId(String::new())))
+                    }
+                    (None, None) => Bound::Unbounded,
+                };
+                let (tasks, next) = take_page(
+                    state
+                        .tasks()
+                        .range((start, Bound::Unbounded))
+                        .take_while(|(key, _)| {
+                            framework.as_ref().is_none_or(|f| &key.framework_id == f)
+                        })
+                        .filter_map(|(key, _)| Some((key.clone(), state.task_info(key)?))),
+                );
+                OperatorResponse::Tasks { tasks, next }
+            }
             ReadQuery::GroupWeights => {
                 OperatorResponse::GroupWeights(state.settings().group_weights.clone())
             }
@@ -184,16 +212,19 @@ impl<S: RaftStore> MasterCore<S> {
 
     /// Every agent as operators see it, with the leader's session details.
     fn agent_infos(&self) -> Vec<AgentInfo> {
-        let state = self.node.state();
-        state
+        self.node
+            .state()
             .agents()
             .keys()
-            .filter_map(|agent| state.agent_info(agent))
-            .map(|mut info| {
-                self.agents.decorate(&mut info);
-                info
-            })
+            .filter_map(|agent| self.agent_info(agent))
             .collect()
+    }
+
+    /// An agent as operators see it, with the leader's session details.
+    fn agent_info(&self, agent: &AgentId) -> Option<AgentInfo> {
+        let mut info = self.node.state().agent_info(agent)?;
+        self.agents.decorate(&mut info);
+        Some(info)
     }
 
     /// The leader's view of the group: each member's matched index comes from the leader's
@@ -234,6 +265,12 @@ impl<S: RaftStore> MasterCore<S> {
     }
 }
 
+/// The range of a listing that starts after `after` (from the first key when `None`).
+fn after_key<K: Clone>(after: Option<&K>) -> (Bound<K>, Bound<K>) {
+    let start = after.map_or(Bound::Unbounded, |key| Bound::Excluded(key.clone()));
+    (start, Bound::Unbounded)
+}
+
 fn invalid(message: String) -> OperatorResponse {
     OperatorResponse::Error(WireError::new(ErrorCode::InvalidRequest, message))
 }
@@ -249,24 +286,4 @@ pub(super) fn read_error_response(error: &ReadError) -> OperatorResponse {
 /// What an operator is told when the state machine refused its command.
 pub(super) fn command_error_response(error: &CommandError) -> OperatorResponse {
     invalid(error.to_string())
-}
-
-/// The wire error a framework gets for a refused command.
-pub(super) fn command_wire_error(error: &CommandError) -> WireError {
-    let code = match error {
-        CommandError::UnknownAgent(_)
-        | CommandError::AgentLost(_)
-        | CommandError::AgentNotActive { .. } => ErrorCode::UnknownAgent,
-        CommandError::UnknownFramework(_) | CommandError::FrameworkTornDown(_) => {
-            ErrorCode::UnknownFramework
-        }
-        CommandError::NotFrameworkOwner { .. } => ErrorCode::Unauthorized,
-        CommandError::UnknownTask(_) => ErrorCode::UnknownTask,
-        CommandError::DuplicateTask(_) => ErrorCode::DuplicateTask,
-        CommandError::InsufficientResources { .. } => ErrorCode::InsufficientResources,
-        CommandError::UnknownExecutor { .. } => ErrorCode::UnknownExecutor,
-        CommandError::Accounting(_) => ErrorCode::Internal,
-        _ => ErrorCode::InvalidRequest,
-    };
-    WireError::new(code, error.to_string())
 }

@@ -922,7 +922,7 @@ fn a_follower_redirects_agents_frameworks_and_operators() {
         },
         now,
     );
-    core.handle(Operator(RequestId(7), OperatorRequest::ListAgents), now);
+    core.handle(Operator(RequestId(7), OperatorRequest::ListAgents { after: None }), now);
     let outputs = core.drain_outputs();
     assert!(outputs.contains(&Output::ToAgent {
         session: SessionId(1),
@@ -1013,4 +1013,173 @@ fn the_same_inputs_give_the_same_outputs() {
         diverged.map(|i| (&first[i], &second[i]))
     );
     assert_eq!(first.len(), second.len());
+}
+
+/// Every operator listing comes in pages that fit a frame; following `next` lists each item
+/// once, and a framework's listing holds its tasks only.
+#[test]
+fn operator_listings_come_in_pages_that_list_everything_once() {
+    use fullerene_proto::limits::{MAX_PAGE_BYTES, MAX_PAGE_ITEMS};
+    let tasks = MAX_PAGE_ITEMS * 2 + 37;
+    let mut h = Harness::leader();
+    h.register_agent("agent-1", &format!("cpus={tasks},mem_mib={}", 512 * tasks));
+    h.heartbeating.push(AgentId::from("agent-1"));
+    let (session, framework) = h.subscribe("framework-1", None);
+    h.want(&framework, session, tasks as u32);
+    let offer = h.offers_for(session).remove(0);
+    let specs: Vec<TaskSpec> = (0..tasks).map(|i| task(&format!("t{i:05}"), ONE_TASK)).collect();
+    let (answer, _) = h.accept(&framework, session, &offer, specs);
+    assert_eq!(answer, Some(Ok(CallOk::Done)));
+
+    let mut listed = Vec::new();
+    let mut after = None;
+    let mut pages = 0;
+    loop {
+        let request = OperatorRequest::ListTasks {
+            framework_id: Some(framework.clone()),
+            after: after.clone(),
+        };
+        let OperatorResponse::Tasks { tasks: page, next } = h.operator(request) else {
+            panic!("not a page of tasks");
+        };
+        pages += 1;
+        assert!(page.len() <= MAX_PAGE_ITEMS);
+        assert_eq!(next.is_some(), listed.len() + page.len() < tasks);
+        listed.extend(page.into_iter().map(|t| t.spec.id.to_string()));
+        match next {
+            Some(key) => after = Some(key),
+            None => break,
+        }
+    }
+    let expected: Vec<String> = (0..tasks).map(|i| format!("t{i:05}")).collect();
+    assert_eq!(listed, expected);
+    assert_eq!(pages, 3);
+
+    // Large tasks make the page end by bytes, well before the count.
+    let (other_session, other) = h.subscribe("framework-2", None);
+    h.register_agent("agent-2", "cpus=100,mem_mib=100000");
+    h.heartbeating.push(AgentId::from("agent-2"));
+    h.want(&other, other_session, 20);
+    let offer = h
+        .offers_for(other_session)
+        .into_iter()
+        .find(|o| o.agent_id.as_str() == "agent-2")
+        .expect("an offer of agent-2");
+    let big: Vec<TaskSpec> = (0..20)
+        .map(|i| {
+            let mut spec = fullerene_proto::testkit::command_task(
+                &format!("big{i:02}"),
+                "true",
+                &[],
+                ONE_TASK,
+                0,
+            );
+            if let fullerene_proto::messages::Executor::Command(command) = &mut spec.executor {
+                command.env.insert("PAYLOAD".into(), "p".repeat(300 * 1024));
+            }
+            spec
+        })
+        .collect();
+    let (answer, _) = h.accept(&other, other_session, &offer, big);
+    assert_eq!(answer, Some(Ok(CallOk::Done)));
+    let request = OperatorRequest::ListTasks {
+        framework_id: Some(other.clone()),
+        after: None,
+    };
+    let response = h.operator(request);
+    let OperatorResponse::Tasks { tasks: page, next } = &response else {
+        panic!("not a page of tasks");
+    };
+    assert!(page.len() < 20 && next.is_some(), "{} tasks on one page", page.len());
+    assert!(page.iter().all(|t| t.framework_id == other));
+    let size = fullerene_proto::codec::encoded_size(&response).unwrap();
+    assert!(size <= MAX_PAGE_BYTES + 4096, "a page of {size} bytes");
+
+    // One agent page holds both agents, and says nothing follows.
+    let OperatorResponse::Agents { agents, next } =
+        h.operator(OperatorRequest::ListAgents { after: None })
+    else {
+        panic!("not a page of agents");
+    };
+    assert_eq!((agents.len(), next), (2, None));
+    let OperatorResponse::Frameworks { frameworks, next } = h.operator(
+        OperatorRequest::ListFrameworks {
+            after: Some(framework.clone()),
+        },
+    ) else {
+        panic!("not a page of frameworks");
+    };
+    assert_eq!(next, None);
+    assert!(frameworks.iter().all(|f| f.id > framework));
+}
+
+/// An agent that resends an update while its first copy waits in the log adds no copy, and
+/// one resent after it committed is acknowledged without a new entry.
+#[test]
+fn a_resent_status_update_is_proposed_once() {
+    let (mut h, agent_session, framework, session) = cluster_with_demand();
+    h.launch_t1(&framework, session);
+    let running = update("t1", &framework, "agent-1", TaskState::Running, 1);
+    let before = h.core.node().last_index();
+    h.core
+        .handle(Input::AgentStatus("agent-1".into(), running.clone()), h.now);
+    h.core
+        .handle(Input::AgentStatus("agent-1".into(), running.clone()), h.now);
+    let outputs = h.run();
+    assert_eq!(h.core.node().last_index(), before + 1, "one entry for two copies");
+    assert_eq!(to_agent(&outputs, agent_session).len(), 1);
+    assert_eq!(updates_to(&outputs, session), vec![running.clone()]);
+    let outputs = h.input(Input::AgentStatus("agent-1".into(), running));
+    assert_eq!(h.core.node().last_index(), before + 1, "no entry for a committed update");
+    assert!(matches!(
+        to_agent(&outputs, agent_session).as_slice(),
+        [MasterToAgent::StatusAck(ack)] if ack.seq == 1
+    ));
+}
+
+/// An accept that names one offer twice would count its resources twice: it is refused.
+#[test]
+fn an_accept_naming_an_offer_twice_is_refused() {
+    let (mut h, _, framework, session) = cluster_with_demand();
+    let offer = h.offers_for(session).remove(0);
+    let (answer, _) = h.call(
+        &framework,
+        session,
+        FrameworkRequest::Accept {
+            offer_ids: vec![offer.id, offer.id],
+            tasks: vec![task("t1", "cpus=6,mem_mib=512")],
+            leftover: Leftover::Decline { refuse_ms: 0 },
+        },
+    );
+    assert_eq!(error_code(answer), ErrorCode::InvalidRequest);
+    assert!(h.core.node().state().tasks().is_empty());
+}
+
+/// A cycle that offers more agents than one frame holds sends several frames.
+#[test]
+fn offers_of_many_agents_are_sent_in_frames_of_bounded_count() {
+    use fullerene_proto::limits::MAX_OFFERS_PER_FRAME;
+    let agents = MAX_OFFERS_PER_FRAME * 2 + 5;
+    let mut h = Harness::leader();
+    for n in 0..agents {
+        let agent = format!("agent-{n:03}");
+        h.register_agent(&agent, "cpus=2,mem_mib=2048");
+        h.heartbeating.push(AgentId::from(agent.as_str()));
+    }
+    let (session, framework) = h.subscribe("framework-1", None);
+    h.want(&framework, session, (agents * 2) as u32);
+    let mut frames = Vec::new();
+    for _ in 0..20 {
+        let outputs = h.tick();
+        frames.extend(to_framework(&outputs, session).into_iter().filter_map(|m| match m {
+            MasterToFramework::Offers(offers) => Some(offers.len()),
+            _ => None,
+        }));
+        if frames.iter().sum::<usize>() >= agents {
+            break;
+        }
+    }
+    assert_eq!(frames.iter().sum::<usize>(), agents, "{frames:?}");
+    assert!(frames.len() >= 3, "{frames:?}");
+    assert!(frames.iter().all(|n| *n <= MAX_OFFERS_PER_FRAME), "{frames:?}");
 }

@@ -254,12 +254,35 @@ async fn serve_operator(mut session: Session, context: &SessionContext) {
                 )),
             }
         };
+        let response = within_frame(response);
         if let Err(error) = session.tx.send(&response).await {
             tracing::debug!(peer = %session.peer, %error, "cannot answer the operator");
             return;
         }
     }
     let _ = session.tx.finish().await;
+}
+
+/// `response`, or an error saying why it cannot be sent when it is over the frame limit: the
+/// listings are paged, so only an answer that cannot be paged (the whole cluster's `State` of
+/// a large cluster) gets here, and its session must not be closed for it (the client would
+/// retry into the same failure).
+fn within_frame(response: OperatorResponse) -> OperatorResponse {
+    match fullerene_proto::codec::encoded_size(&response) {
+        Ok(size) if size <= fullerene_proto::codec::MAX_MESSAGE_BYTES => response,
+        Ok(size) => OperatorResponse::Error(WireError::new(
+            ErrorCode::TooLarge,
+            format!(
+                "the answer is {size} bytes, over the {}-byte message limit: list agents, \
+                 frameworks and tasks page by page instead",
+                fullerene_proto::codec::MAX_MESSAGE_BYTES
+            ),
+        )),
+        Err(error) => OperatorResponse::Error(WireError::new(
+            ErrorCode::Internal,
+            format!("the answer cannot be encoded: {error}"),
+        )),
+    }
 }
 
 fn unavailable(message: &str) -> OperatorResponse {

@@ -4,6 +4,7 @@
 //! at that point of the log, so all replicas refuse the same commands. A refused command
 //! changes nothing; its error goes back to the proposer.
 
+use fullerene_proto::limits::LimitError;
 use fullerene_proto::messages::{AgentState, ErrorCode, TaskState, WireError};
 use fullerene_proto::resources::ResourceError;
 use fullerene_proto::{AgentId, FrameworkId, ResourceVec};
@@ -141,6 +142,22 @@ pub enum CommandError {
         /// The executor asked for.
         executor: String,
     },
+    /// A task whose id, name or encoding is over the protocol's limits
+    /// ([`fullerene_proto::limits`]).
+    #[error("{0}")]
+    TooLarge(#[from] LimitError),
+    /// A launch on an agent that already runs the most tasks one agent may.
+    #[error("agent `{agent}` runs {running} tasks and the bundle adds {adding}: one agent runs at most {limit}")]
+    AgentFull {
+        /// The agent.
+        agent: AgentId,
+        /// Its live tasks.
+        running: usize,
+        /// The bundle's tasks.
+        adding: usize,
+        /// [`fullerene_proto::limits::MAX_TASKS_PER_AGENT`].
+        limit: usize,
+    },
     /// An invalid group weight.
     #[error(transparent)]
     InvalidWeight(#[from] FairnessError),
@@ -186,7 +203,10 @@ impl CommandError {
             | CommandError::InvalidResources(_)
             | CommandError::InvalidWeight(_)
             | CommandError::InvalidAllowance(_) => ErrorCode::InvalidRequest,
-            CommandError::InsufficientResources { .. } => ErrorCode::InsufficientResources,
+            CommandError::InsufficientResources { .. } | CommandError::AgentFull { .. } => {
+                ErrorCode::InsufficientResources
+            }
+            CommandError::TooLarge(_) => ErrorCode::TooLarge,
             CommandError::UnknownExecutor { .. } => ErrorCode::UnknownExecutor,
             CommandError::Accounting(_) => ErrorCode::Internal,
         }

@@ -21,6 +21,7 @@ mod tests;
 
 use std::collections::BTreeMap;
 
+use fullerene_proto::limits::{self, MAX_TASKS_PER_AGENT};
 use fullerene_proto::messages::{
     AgentInfo, AgentState, Executor, FrameworkInfo, StatusReason, StatusUpdate, TaskInfo, TaskSpec,
     TaskState, UnixMillis,
@@ -33,7 +34,7 @@ use fullerene_scheduling::Overbooking;
 pub use command::{Command, CommandOutcome, TaskKey, TaskKill};
 pub use error::CommandError;
 pub use records::{AgentEntry, ClusterSettings, FrameworkEntry, TaskRecord};
-pub use snapshot::{SnapshotError, STATE_FORMAT_VERSION};
+pub use snapshot::{SnapshotError, FRAME_BYTES, STATE_FORMAT_VERSION};
 
 /// How far past a task's recorded sequence number an agent's status update may jump. Agents
 /// number their updates one by one; gaps come only from numbers the master used when it ended
@@ -823,10 +824,20 @@ impl ClusterState {
         if tasks.is_empty() {
             return Err(CommandError::EmptyBundle);
         }
+        let running = agent.tasks.len();
+        if running + tasks.len() > MAX_TASKS_PER_AGENT {
+            return Err(CommandError::AgentFull {
+                agent: agent_id.clone(),
+                running,
+                adding: tasks.len(),
+                limit: MAX_TASKS_PER_AGENT,
+            });
+        }
         let mut demands = Vec::with_capacity(tasks.len());
         let mut requested = ResourceVec::ZERO;
         let mut seen = std::collections::BTreeSet::new();
         for spec in tasks {
+            limits::check_task_spec(spec)?;
             let key = TaskKey::new(framework_id.clone(), spec.id.clone());
             if self.tasks.contains_key(&key) || !seen.insert(spec.id.clone()) {
                 return Err(CommandError::DuplicateTask(key));

@@ -853,6 +853,72 @@ fn a_snapshot_larger_than_one_message_round_trips() {
     assert!(ClusterState::decode_snapshot(&bytes[..bytes.len() / 2]).is_err());
 }
 
+/// A task `id` whose environment makes its encoding `bytes` long (within a few bytes).
+fn task_of_size(id: &str, bytes: usize) -> TaskSpec {
+    let mut spec = fullerene_proto::testkit::command_task(id, "true", &[], "cpus=0.1", 500);
+    let base = fullerene_proto::codec::encoded_size(&spec).unwrap();
+    if let fullerene_proto::messages::Executor::Command(command) = &mut spec.executor {
+        // One byte of key, a two- or three-byte length, and the value.
+        command
+            .env
+            .insert("X".to_string(), "x".repeat(bytes.saturating_sub(base + 5)));
+    }
+    spec
+}
+
+/// A task whose record is longer than a snapshot frame spans several frames and comes back
+/// whole; so do a framework's and an agent's task sets, which are rebuilt, not written.
+#[test]
+fn a_task_record_larger_than_a_frame_round_trips() {
+    use fullerene_proto::limits::MAX_TASK_SPEC_BYTES;
+    let mut st = cluster();
+    let big = task_of_size("big", MAX_TASK_SPEC_BYTES - 16);
+    assert!(fullerene_proto::codec::encoded_size(&big).unwrap() <= MAX_TASK_SPEC_BYTES);
+    st.apply(&launch("f1", "alice", "a1", vec![big, spec("small", "cpus=1")]))
+        .unwrap();
+    st.apply(&status("a1", "f1", "small", TaskState::Finished, 1))
+        .unwrap();
+    let bytes = st.encode_snapshot().unwrap();
+    assert!(bytes.len() > FRAME_BYTES, "the snapshot fits one frame");
+    let decoded = ClusterState::decode_snapshot(&bytes).unwrap();
+    assert_eq!(decoded, st);
+    // Only the live task is in the sets; the finished one is kept until acknowledged.
+    assert_eq!(decoded.agents()[&AgentId::from("a1")].tasks.len(), 1);
+    assert_eq!(decoded.frameworks()[&"f1".into()].active_tasks.len(), 1);
+    assert_eq!(decoded.tasks().len(), 2);
+    // A record cut short inside its continuation frames is refused.
+    assert!(ClusterState::decode_snapshot(&bytes[..bytes.len() - FRAME_BYTES / 2]).is_err());
+}
+
+/// What the protocol's limits refuse at launch, each with an error naming the limit.
+#[test]
+fn launches_beyond_the_protocol_limits_are_refused() {
+    use fullerene_proto::limits::{MAX_ID_BYTES, MAX_TASKS_PER_AGENT, MAX_TASK_SPEC_BYTES};
+    let mut st = cluster();
+    let long_id = "t".repeat(MAX_ID_BYTES + 1);
+    let err = refused(&mut st, &launch("f1", "alice", "a1", vec![spec(&long_id, "cpus=1")]));
+    assert!(matches!(err, CommandError::TooLarge(_)), "{err}");
+    assert_eq!(err.code(), fullerene_proto::messages::ErrorCode::TooLarge);
+    let huge = task_of_size("huge", MAX_TASK_SPEC_BYTES + 64);
+    let err = refused(&mut st, &launch("f1", "alice", "a1", vec![huge]));
+    assert!(err.to_string().contains(&MAX_TASK_SPEC_BYTES.to_string()), "{err}");
+    let many: Vec<TaskSpec> = (0..=MAX_TASKS_PER_AGENT)
+        .map(|n| spec(&format!("t{n}"), "cpus=0.0001"))
+        .collect();
+    let err = refused(&mut st, &launch("f1", "alice", "a1", many));
+    assert!(
+        matches!(err, CommandError::AgentFull { limit: MAX_TASKS_PER_AGENT, .. }),
+        "{err}"
+    );
+    // At the limit itself the bundle is taken.
+    let most: Vec<TaskSpec> = (0..MAX_TASKS_PER_AGENT)
+        .map(|n| spec(&format!("t{n}"), "cpus=0.0001"))
+        .collect();
+    st.apply(&launch("f1", "alice", "a1", most)).unwrap();
+    let err = refused(&mut st, &launch("f2", "bob", "a1", vec![spec("one-more", "cpus=0.0001")]));
+    assert!(matches!(err, CommandError::AgentFull { running: MAX_TASKS_PER_AGENT, .. }), "{err}");
+}
+
 // -------------------------------------------------------------------------------------------
 // Property: whatever the command sequence, a refused command changes nothing, accounting stays
 // consistent with the task table, and replaying the same sequence gives the same state.
