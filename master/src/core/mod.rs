@@ -63,6 +63,7 @@ use raft::eraftpb::Message;
 pub use agents::AgentTimeouts;
 use agents::{AgentLink, AgentPending, AgentSessions};
 use frameworks::{FrameworkLink, FrameworkSessions};
+pub use operators::BoundedView;
 use operators::ReadQuery;
 
 use crate::offers::OfferManager;

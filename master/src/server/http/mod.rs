@@ -1,37 +1,65 @@
-//! The HTTP API every master serves: `GET /state`, the cluster
-//! state as JSON, and `GET /metrics`, the Prometheus exposition of the process's metrics.
+//! The HTTP API every master serves: the cluster's state for operators and dashboards
+//! (`GET /state`, `/agents`, `/frameworks`, `/tasks`, `/groups`, `/cluster`), Prometheus
+//! metrics (`GET /metrics`), and the operator writes that change state (`PUT
+//! /groups/{group}/weight`, `POST /masters`, `DELETE /masters/{id}`). The routes, their
+//! answers and their errors are in [`routes`]'s table; the documents are
+//! [`fullerene_proto::http`]'s.
 //!
-//! `/state` is a linearizable read on the leader (the same ReadIndex path as the operator's
-//! `State` request). A follower answers `307 Temporary Redirect` to the leader's `/state` when
-//! the leader announced its HTTP address in the replicated state, and `503` naming the
-//! leader's QUIC address (or saying none is known) otherwise. `/metrics` is served by every
-//! master from its own registry.
+//! # Security
 //!
-//! No client can hold the API ([`HttpLimits`]): headers must arrive within a timeout, a
-//! connection's buffer and life are bounded, and connections beyond a cap are closed at once.
-//! The node loop answers a `/state` read, not the HTTP connection, so a slow reader holds only
-//! its own connection task.
+//! - **HTTPS** with the master's own certificate (the one its QUIC endpoint serves), so clients
+//!   verify the master with the cluster CA as every other client does. Plain HTTP only with
+//!   [`HttpConfig::plaintext`] (`--http-plaintext`), only on a loopback address (for a local
+//!   TLS-terminating proxy or a node-local scraper, where nothing crosses the network), and
+//!   logged as a warning at start.
+//! - **Authentication** on every request ([`auth`]): an operator's client certificate (mutual
+//!   TLS, optional in the handshake), or a bearer token from the operator's token file, with a
+//!   `read` or `write` scope. `/metrics` may be opened to unauthenticated scrapers
+//!   ([`HttpConfig::metrics_open`], `--http-metrics-open`): it holds counts and timings, no
+//!   task data or secrets, and scrapers are often configured without credentials; everything
+//!   else always needs credentials.
+//! - **Limits** ([`HttpLimits`]): TLS handshake and request headers within a timeout, a
+//!   connection's life and buffer bounded, a cap on open connections, and writes' bodies
+//!   bounded in size and in the time they take to arrive.
+//! - **Secrets**: task environments are redacted in every document (names kept, values
+//!   `<redacted>`); the QUIC operator session, which needs an operator certificate, still
+//!   shows them.
+//!
+//! # Off the node loop
+//!
+//! The API runs on its own tasks. Reads are answered from a view the node loop publishes at
+//! most once per [`HttpConfig::view_interval`] and only when a reader asked since the last one
+//! ([`board`]), bounded to [`HttpConfig::max_view_tasks`] tasks: no client, however slow or
+//! numerous, costs the leader more than that. Writes are commands: they go through the node
+//! loop's queue as the QUIC operator session's do, and are answered after commit. A follower
+//! redirects (307) to the same path on the leader's API, whose address the leader announces
+//! in the replicated state.
+
+pub mod auth;
+pub(crate) mod board;
+mod routes;
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use fullerene_proto::messages::{OperatorRequest, OperatorResponse};
-use http_body_util::Full;
+use fullerene_transport::PeerIdentity;
 use hyper::body::Incoming;
-use hyper::header::{CONTENT_TYPE, LOCATION};
-use hyper::{Method, Request, Response, StatusCode};
+use hyper::{Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use metrics_exporter_prometheus::PrometheusHandle;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
-use tokio::sync::{oneshot, watch, Semaphore};
+use tokio::sync::{watch, Semaphore};
+use tokio_rustls::TlsAcceptor;
 
-use super::node_loop::Event;
+use self::auth::TokenStore;
+use self::board::StateBoard;
+use self::routes::Body;
 use super::sessions::SessionContext;
-use super::LeaderView;
 
 /// Installs a Prometheus recorder as the process's `metrics` recorder and returns the handle
 /// that renders it; histograms are kept bounded by an upkeep task. Call it before anything
@@ -52,30 +80,77 @@ pub fn install_recorder() -> Result<PrometheusHandle, String> {
     Ok(handle)
 }
 
-/// What the HTTP tasks need.
-pub(crate) struct HttpContext {
-    pub sessions: Arc<SessionContext>,
-    pub metrics: Option<PrometheusHandle>,
+/// How a master serves its HTTP API (where it listens is
+/// [`CoreConfig::http_addr`](crate::core::CoreConfig::http_addr)).
+#[derive(Clone, Debug, PartialEq)]
+pub struct HttpConfig {
+    /// Serve plain HTTP instead of HTTPS: refused unless the address is a loopback one.
+    pub plaintext: bool,
+    /// The token file (see [`auth`]); without one, only operators' certificates authenticate.
+    pub tokens: Option<PathBuf>,
+    /// Let unauthenticated clients read `/metrics`.
+    pub metrics_open: bool,
+    /// The least time between two builds of the published view, and the most a view may be
+    /// older than a request it answers.
+    pub view_interval: Duration,
+    /// The most tasks a published view holds.
+    pub max_view_tasks: usize,
+    /// What clients may hold.
+    pub limits: HttpLimits,
+}
+
+/// The default [`HttpConfig::view_interval`]: dashboards and `curl` see the state at most
+/// half a second old, and the leader builds at most two views a second.
+pub const DEFAULT_VIEW_INTERVAL: Duration = Duration::from_millis(500);
+
+/// The default [`HttpConfig::max_view_tasks`]: a view of 10,000 tasks is a few megabytes of
+/// JSON and a few milliseconds of the node loop's time to build.
+pub const DEFAULT_MAX_VIEW_TASKS: usize = 10_000;
+
+impl Default for HttpConfig {
+    /// HTTPS, no token file (operators' certificates only), `/metrics` authenticated, views at
+    /// most every [`DEFAULT_VIEW_INTERVAL`] of at most [`DEFAULT_MAX_VIEW_TASKS`] tasks,
+    /// default limits.
+    fn default() -> HttpConfig {
+        HttpConfig {
+            plaintext: false,
+            tokens: None,
+            metrics_open: false,
+            view_interval: DEFAULT_VIEW_INTERVAL,
+            max_view_tasks: DEFAULT_MAX_VIEW_TASKS,
+            limits: HttpLimits::default(),
+        }
+    }
 }
 
 /// Bounds on what HTTP clients may hold.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct HttpLimits {
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HttpLimits {
+    /// Time a client has to complete the TLS handshake.
+    pub handshake_timeout: Duration,
     /// Time a client has to send a request's headers.
     pub header_timeout: Duration,
+    /// Time a client has to send a write's body, once its headers are in.
+    pub body_timeout: Duration,
+    /// The largest body a write may carry.
+    pub max_body: usize,
     /// A connection's whole life, keep-alive included (a scraper simply reconnects).
     pub connection_lifetime: Duration,
-    /// Bytes buffered per connection, headers included.
+    /// Bytes buffered per connection, headers included (at least 8 KiB).
     pub max_buffer: usize,
     /// Connections served at once; more are closed as soon as they are accepted.
     pub max_connections: usize,
 }
 
 impl Default for HttpLimits {
-    /// 10 s for headers, a minute per connection, 64 KiB of buffer, 64 connections.
+    /// 10 s for the handshake, the headers and a body each; bodies of at most 16 KiB (the
+    /// writes take a few fields); a minute per connection, 64 KiB of buffer, 64 connections.
     fn default() -> HttpLimits {
         HttpLimits {
+            handshake_timeout: Duration::from_secs(10),
             header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(10),
+            max_body: 16 * 1024,
             connection_lifetime: Duration::from_secs(60),
             max_buffer: 64 * 1024,
             max_connections: 64,
@@ -83,35 +158,66 @@ impl Default for HttpLimits {
     }
 }
 
-/// Serves the HTTP API on `listener` until `stop` fires.
+/// What the HTTP tasks share.
+pub(crate) struct Api {
+    /// The node loop's inbox, who leads, the request timeout.
+    pub sessions: Arc<SessionContext>,
+    /// The published view.
+    pub board: Arc<StateBoard>,
+    /// The Prometheus recorder `/metrics` renders.
+    pub metrics: Option<PrometheusHandle>,
+    /// The tokens, if a token file is configured.
+    pub tokens: Option<Arc<TokenStore>>,
+    /// Whether `/metrics` needs no credentials.
+    pub metrics_open: bool,
+    /// The limits.
+    pub limits: HttpLimits,
+    /// `https` or `http`, for redirects.
+    pub scheme: &'static str,
+}
+
+/// Who is on the other end of a connection.
+#[derive(Clone, Debug)]
+pub(crate) struct ConnectionPeer {
+    /// Its address.
+    pub addr: SocketAddr,
+    /// The identity of the certificate it presented (verified against the cluster CA in the
+    /// handshake), if it presented one.
+    pub identity: Option<PeerIdentity>,
+}
+
+/// Serves the HTTP API on `listener` (over TLS with `tls`) until `stop` fires.
 pub(crate) async fn serve(
     listener: TcpListener,
-    context: Arc<HttpContext>,
+    api: Arc<Api>,
+    tls: Option<TlsAcceptor>,
     stop: watch::Receiver<bool>,
 ) {
-    let handler = move |request: Request<Incoming>| {
-        let context = Arc::clone(&context);
-        async move { Ok::<_, Infallible>(route(request, &context).await) }
+    let limits = api.limits;
+    let handler = move |request: Request<Incoming>, peer: Arc<ConnectionPeer>| {
+        let api = Arc::clone(&api);
+        async move { routes::handle(&api, &peer, request).await }
     };
-    serve_limited(listener, handler, HttpLimits::default(), stop).await;
+    serve_limited(listener, tls, handler, limits, stop).await;
 }
 
 /// Serves `handler` on `listener` within `limits` until `stop` fires.
 async fn serve_limited<H, F>(
     listener: TcpListener,
+    tls: Option<TlsAcceptor>,
     handler: H,
     limits: HttpLimits,
     mut stop: watch::Receiver<bool>,
 ) where
-    H: Fn(Request<Incoming>) -> F + Clone + Send + 'static,
-    F: Future<Output = Result<Response<Full<Bytes>>, Infallible>> + Send + 'static,
+    H: Fn(Request<Incoming>, Arc<ConnectionPeer>) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Response<Body>> + Send + 'static,
 {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     loop {
         tokio::select! {
             _ = stop.changed() => return,
             accepted = listener.accept() => {
-                let (stream, peer) = match accepted {
+                let (stream, addr) = match accepted {
                     Ok(accepted) => accepted,
                     Err(error) => {
                         tracing::debug!(%error, "HTTP accept failed");
@@ -119,21 +225,49 @@ async fn serve_limited<H, F>(
                     }
                 };
                 let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
-                    tracing::debug!(%peer, limit = limits.max_connections, "HTTP connection closed: too many open");
+                    tracing::debug!(peer = %addr, limit = limits.max_connections, "HTTP connection closed: too many open");
                     continue;
                 };
                 let handler = handler.clone();
+                let tls = tls.clone();
                 tokio::spawn(async move {
                     let _slot = slot;
-                    let connection = hyper::server::conn::http1::Builder::new()
-                        .timer(TokioTimer::new())
-                        .header_read_timeout(limits.header_timeout)
-                        .max_buf_size(limits.max_buffer)
-                        .serve_connection(TokioIo::new(stream), hyper::service::service_fn(handler));
-                    match tokio::time::timeout(limits.connection_lifetime, connection).await {
-                        Ok(Ok(())) => {}
-                        Ok(Err(error)) => tracing::debug!(%peer, %error, "HTTP connection ended"),
-                        Err(_) => tracing::debug!(%peer, "HTTP connection closed at the end of its lifetime"),
+                    let connection = async {
+                        match tls {
+                            Some(acceptor) => {
+                                let stream = match tokio::time::timeout(
+                                    limits.handshake_timeout,
+                                    acceptor.accept(stream),
+                                )
+                                .await
+                                {
+                                    Ok(Ok(stream)) => stream,
+                                    Ok(Err(error)) => {
+                                        tracing::debug!(peer = %addr, %error, "HTTPS handshake failed");
+                                        return;
+                                    }
+                                    Err(_) => {
+                                        tracing::debug!(peer = %addr, "HTTPS handshake not completed in time");
+                                        return;
+                                    }
+                                };
+                                let identity = stream
+                                    .get_ref()
+                                    .1
+                                    .peer_certificates()
+                                    .and_then(|chain| chain.first())
+                                    .and_then(|leaf| PeerIdentity::from_certificate(leaf).ok());
+                                let peer = Arc::new(ConnectionPeer { addr, identity });
+                                serve_io(stream, peer, handler, limits).await;
+                            }
+                            None => {
+                                let peer = Arc::new(ConnectionPeer { addr, identity: None });
+                                serve_io(stream, peer, handler, limits).await;
+                            }
+                        }
+                    };
+                    if tokio::time::timeout(limits.connection_lifetime, connection).await.is_err() {
+                        tracing::debug!(peer = %addr, "HTTP connection closed at the end of its lifetime");
                     }
                 });
             }
@@ -141,128 +275,27 @@ async fn serve_limited<H, F>(
     }
 }
 
-async fn route(request: Request<Incoming>, context: &HttpContext) -> Response<Full<Bytes>> {
-    if request.method() != Method::GET {
-        return text(StatusCode::METHOD_NOT_ALLOWED, "only GET is served\n");
+/// Serves HTTP/1.1 on one connection.
+async fn serve_io<IO, H, F>(io: IO, peer: Arc<ConnectionPeer>, handler: H, limits: HttpLimits)
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    H: Fn(Request<Incoming>, Arc<ConnectionPeer>) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Response<Body>> + Send + 'static,
+{
+    let addr = peer.addr;
+    let service = hyper::service::service_fn(move |request| {
+        let response = handler(request, Arc::clone(&peer));
+        async move { Ok::<_, Infallible>(response.await) }
+    });
+    let served = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .max_buf_size(limits.max_buffer.max(8192))
+        .serve_connection(TokioIo::new(io), service)
+        .await;
+    if let Err(error) = served {
+        tracing::debug!(peer = %addr, %error, "HTTP connection ended");
     }
-    match request.uri().path() {
-        "/state" => state(context).await,
-        "/metrics" => match &context.metrics {
-            Some(handle) => {
-                let mut response = text(StatusCode::OK, &handle.render());
-                response.headers_mut().insert(
-                    CONTENT_TYPE,
-                    hyper::header::HeaderValue::from_static("text/plain; version=0.0.4"),
-                );
-                response
-            }
-            None => text(
-                StatusCode::NOT_FOUND,
-                "this process has no Prometheus recorder installed\n",
-            ),
-        },
-        other => text(
-            StatusCode::NOT_FOUND,
-            &format!("no such path: {other} (try /state or /metrics)\n"),
-        ),
-    }
-}
-
-async fn state(context: &HttpContext) -> Response<Full<Bytes>> {
-    let sessions = &context.sessions;
-    let (reply, answer) = oneshot::channel();
-    if sessions
-        .events
-        .send(Event::Operator(OperatorRequest::State, reply))
-        .await
-        .is_err()
-    {
-        return json_error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "the master is shutting down",
-        );
-    }
-    let response = match tokio::time::timeout(sessions.request_timeout, answer).await {
-        Ok(Ok(response)) => response,
-        Ok(Err(_)) => {
-            return json_error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "the master is shutting down",
-            )
-        }
-        Err(_) => {
-            return json_error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "no answer in time (no quorum, or the leader changed); retry",
-            )
-        }
-    };
-    match response {
-        // The HTTP API is not authenticated: task environments (secrets) are redacted.
-        OperatorResponse::State(view) => match serde_json::to_vec_pretty(&view.redacted()) {
-            Ok(body) => {
-                let mut response = Response::new(Full::new(Bytes::from(body)));
-                response.headers_mut().insert(
-                    CONTENT_TYPE,
-                    hyper::header::HeaderValue::from_static("application/json"),
-                );
-                response
-            }
-            Err(error) => json_error(StatusCode::INTERNAL_SERVER_ERROR, &error.to_string()),
-        },
-        OperatorResponse::Redirect(_) => redirect(&sessions.leader.borrow()),
-        OperatorResponse::Error(error) => {
-            json_error(StatusCode::SERVICE_UNAVAILABLE, &error.to_string())
-        }
-        other => json_error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            &format!("unexpected answer {other:?}"),
-        ),
-    }
-}
-
-/// A follower's answer: to the leader's `/state` when its HTTP address is known.
-fn redirect(view: &LeaderView) -> Response<Full<Bytes>> {
-    match (view.leader_http, &view.leader) {
-        (Some(http), _) => {
-            let mut response = text(
-                StatusCode::TEMPORARY_REDIRECT,
-                &format!("the leader serves /state at http://{http}/state\n"),
-            );
-            if let Ok(location) = hyper::header::HeaderValue::from_str(&format!("http://{http}/state")) {
-                response.headers_mut().insert(LOCATION, location);
-            }
-            response
-        }
-        (None, Some(leader)) => json_error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            &format!(
-                "this master does not lead; the leader is master {} at {} (QUIC) and announced no HTTP address",
-                leader.id.0, leader.addr
-            ),
-        ),
-        (None, None) => json_error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "no leader is known yet (an election is running); retry",
-        ),
-    }
-}
-
-fn text(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
-    *response.status_mut() = status;
-    response
-}
-
-fn json_error(status: StatusCode, message: &str) -> Response<Full<Bytes>> {
-    let body = serde_json::json!({ "error": message }).to_string();
-    let mut response = Response::new(Full::new(Bytes::from(body)));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("application/json"),
-    );
-    response
 }
 
 /// Binds the HTTP API's listener (so a bad address fails at start, not later).
@@ -299,11 +332,12 @@ mod tests {
             connection_lifetime: Duration::from_secs(30),
             max_buffer: 8192,
             max_connections: 1,
+            ..HttpLimits::default()
         };
-        let handler = |_request: Request<Incoming>| async {
-            Ok::<_, Infallible>(text(StatusCode::OK, "ok\n"))
+        let handler = |_request: Request<Incoming>, _peer: Arc<ConnectionPeer>| async {
+            Response::new(Body::new(bytes::Bytes::from_static(b"ok\n")))
         };
-        let server = tokio::spawn(serve_limited(listener, handler, limits, stopped));
+        let server = tokio::spawn(serve_limited(listener, None, handler, limits, stopped));
 
         // The first connection takes the one slot and says nothing; the second is closed at
         // once, unanswered.
