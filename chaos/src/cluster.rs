@@ -14,9 +14,12 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use fullerene_client::OperatorClient;
+use fullerene_master::server::http::auth::{generate_token, token_line, Scope};
 use fullerene_transport::certs::{generate_dev_cluster, CertCounts, CertPaths};
 use fullerene_transport::{Client, Role, TlsMaterial, TransportConfig};
 use tempfile::TempDir;
+
+use crate::api::ApiClient;
 
 /// Why a local cluster could not be set up or driven.
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +43,32 @@ pub enum ClusterError {
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ClusterError {
     let what = what.into();
     move |source| ClusterError::Io { what, source }
+}
+
+/// The token file's name in a local cluster's directory.
+const TOKENS_FILE: &str = "http-tokens";
+
+/// Writes a token file with a new `read` token and a new `write` token; the tokens.
+fn write_token_file(path: &Path) -> Result<HttpTokens, ClusterError> {
+    let new = || {
+        generate_token()
+            .map_err(|_| ClusterError::Certs("no random numbers for a token".to_string()))
+    };
+    let tokens = HttpTokens {
+        read: new()?,
+        write: new()?,
+    };
+    let line = |name, scope, token: &str| {
+        token_line(name, scope, token, None).map_err(ClusterError::Certs)
+    };
+    let text = format!(
+        "# The HTTP API's tokens of this local cluster (hashes only).\n{}\n{}\n",
+        line("reader", Scope::Read, &tokens.read)?,
+        line("writer", Scope::Write, &tokens.write)?
+    );
+    fullerene_transport::certs::write_file(path, text.as_bytes(), true)
+        .map_err(|e| ClusterError::Certs(e.to_string()))?;
+    Ok(tokens)
 }
 
 /// A loopback address with a UDP port the OS just handed out (and that is free again).
@@ -73,6 +102,18 @@ impl Home {
     }
 }
 
+/// The HTTP API tokens of a local cluster, one per scope.
+#[derive(Clone, Debug)]
+pub struct HttpTokens {
+    /// A token with the `read` scope (named `reader`).
+    pub read: String,
+    /// A token with the `write` scope (named `writer`).
+    pub write: String,
+}
+
+/// The timeout of each step of the harnesses' HTTP requests.
+const HTTP_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Real master processes on loopback, stopped (SIGKILL) when dropped.
 pub struct LocalMasters {
     home: Home,
@@ -86,6 +127,8 @@ pub struct LocalMasters {
     pub advertised: BTreeMap<u64, SocketAddr>,
     /// The ids bootstrapped as the initial voters.
     pub founders: Vec<u64>,
+    /// Bearer tokens every master's HTTP API accepts (from [`LocalMasters::tokens_path`]).
+    pub http_tokens: HttpTokens,
     /// Flags added to every `fullerene master` command line (Raft timing, for instance).
     pub extra_args: Vec<String>,
     /// Start every process in a process group of its own, so that a terminal's ctrl-c reaches
@@ -104,8 +147,9 @@ pub struct LocalMasters {
 
 impl LocalMasters {
     /// Certificates for `max_masters` masters, `agents` agents, as many frameworks and one
-    /// operator under `home` (a new temporary directory when `None`), with addresses for every
-    /// master; no process is started yet (see [`LocalMasters::start_founders`]).
+    /// operator under `home` (a new temporary directory when `None`), a token file for the
+    /// masters' HTTP API with a `read` and a `write` token, and addresses for every master; no
+    /// process is started yet (see [`LocalMasters::start_founders`]).
     pub fn prepare(
         binary: PathBuf,
         founders: u64,
@@ -133,6 +177,7 @@ impl LocalMasters {
         };
         generate_dev_cluster(&home.path().join("certs"), counts, true)
             .map_err(|e| ClusterError::Certs(e.to_string()))?;
+        let http_tokens = write_token_file(&home.path().join(TOKENS_FILE))?;
         let mut addrs = BTreeMap::new();
         let mut http_addrs = BTreeMap::new();
         for id in 1..=max_masters {
@@ -146,6 +191,7 @@ impl LocalMasters {
             http_addrs,
             advertised: BTreeMap::new(),
             founders: (1..=founders).collect(),
+            http_tokens,
             extra_args: Vec::new(),
             own_process_group: false,
             die_with_parent: false,
@@ -171,6 +217,31 @@ impl LocalMasters {
     /// The certificates directory (`fullerene certs init` layout).
     pub fn certs_dir(&self) -> PathBuf {
         self.home.path().join("certs")
+    }
+
+    /// The token file of the masters' HTTP API (`--http-tokens`).
+    pub fn tokens_path(&self) -> PathBuf {
+        self.home.path().join(TOKENS_FILE)
+    }
+
+    /// A client of the masters' HTTP API with the operator's certificate (`operator-1`).
+    pub fn api_client(&self) -> Result<ApiClient, ClusterError> {
+        ApiClient::with_certificate(&self.tls_of(Role::Operator, 1)?, HTTP_TIMEOUT)
+            .map_err(|e| ClusterError::Certs(e.to_string()))
+    }
+
+    /// A client of the masters' HTTP API with the bearer token `token` and no certificate.
+    pub fn token_client(&self, token: &str) -> Result<ApiClient, ClusterError> {
+        ApiClient::with_token(&self.tls_of(Role::Operator, 1)?, token, HTTP_TIMEOUT)
+            .map_err(|e| ClusterError::Certs(e.to_string()))
+    }
+
+    /// The TLS material of certificate `<role>-<n>`.
+    pub fn tls_of(&self, role: Role, n: usize) -> Result<TlsMaterial, ClusterError> {
+        let certs = self.certs_dir();
+        let paths = CertPaths::of_member(&certs, role, n);
+        TlsMaterial::load(&certs.join("ca.pem"), &paths.cert, &paths.key)
+            .map_err(|e| ClusterError::Certs(e.to_string()))
     }
 
     /// Master `id`'s data directory.
@@ -216,7 +287,11 @@ impl LocalMasters {
             .arg("--certs")
             .arg(self.certs_dir());
         if let Some(http) = self.http_addrs.get(&id) {
-            command.arg("--http-listen").arg(http.to_string());
+            command
+                .arg("--http-listen")
+                .arg(http.to_string())
+                .arg("--http-tokens")
+                .arg(self.tokens_path());
         }
         command.args(&self.extra_args);
         Ok(command)
@@ -423,10 +498,7 @@ impl LocalMasters {
         ids: &[u64],
         deadline: Duration,
     ) -> Result<OperatorClient, ClusterError> {
-        let certs = self.certs_dir();
-        let paths = CertPaths::of_member(&certs, Role::Operator, 1);
-        let tls = TlsMaterial::load(&certs.join("ca.pem"), &paths.cert, &paths.key)
-            .map_err(|e| ClusterError::Certs(e.to_string()))?;
+        let tls = self.tls_of(Role::Operator, 1)?;
         let client = Client::new(&tls, TransportConfig::default())
             .map_err(|e| ClusterError::Certs(e.to_string()))?;
         let mut masters = Vec::new();

@@ -14,14 +14,20 @@
 //!   `fullerene master` processes on loopback, kills them with SIGKILL and restarts them on
 //!   their data directories; the integration tests (`tests/`) and `fullerene bench raft` drive
 //!   failures through it.
+//! * [`api`]: the harnesses' one client of the masters' HTTP API (HTTPS, with an operator's
+//!   certificate or a bearer token).
 //! * [`live`]: chaos on real processes (`fullerene chaos run`): a real cluster behind a UDP
 //!   fault proxy, faults on a seeded schedule, and the simulation's checker over a history read
 //!   from the masters' API, the agents' and frameworks' event logs and the process table.
 
+pub mod api;
 pub mod cluster;
 pub mod live;
 pub mod raft_sim;
 pub mod storage_suite;
 pub mod system;
 
-pub use cluster::{free_loopback_addr, free_loopback_tcp_addr, ClusterError, LocalMasters};
+pub use api::{ApiAnswer, ApiClient};
+pub use cluster::{
+    free_loopback_addr, free_loopback_tcp_addr, ClusterError, HttpTokens, LocalMasters,
+};

@@ -57,6 +57,9 @@ enum Commands {
     /// Certificates for the cluster's mutual TLS.
     #[command(subcommand)]
     Certs(commands::certs::CertsCommand),
+    /// Bearer tokens for the masters' HTTP API (`--http-tokens`).
+    #[command(subcommand)]
+    Token(commands::token::TokenCommand),
     /// Simulate workloads under one or several scheduling policies, in virtual time.
     Sim(commands::sim::SimArgs),
     /// Build Graphene's offline schedule for jobs and compare it with the lower bound.
@@ -132,6 +135,7 @@ fn run() -> Result<()> {
     let json = JsonOutput::from_flag(cli.json);
     match cli.command {
         Commands::Certs(cmd) => commands::certs::run(cmd, &json),
+        Commands::Token(cmd) => commands::token::run(cmd, &json),
         Commands::Sim(args) => commands::sim::run(args, &json),
         Commands::Plan(args) => commands::plan::run(args, &json),
         Commands::Master(args) => commands::master::run(args),

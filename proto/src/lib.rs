@@ -6,6 +6,9 @@
 //! and codec only, with no I/O dependency: the frames on streams, the mutual-TLS QUIC transport
 //! and the certificates are `fullerene-transport`'s.
 //!
+//! [`http`] holds the JSON documents of the masters' HTTP API, the one interface that is not
+//! framed by the codec.
+//!
 //! [`resources`] (the multi-resource amounts every other crate computes with) and [`ids`] (the
 //! identifier newtypes) re-export their definitions from `fullerene_scheduling`, which the
 //! allocator and the policies share without the rest of the protocol.
@@ -13,6 +16,7 @@
 #![warn(missing_docs)]
 
 pub mod codec;
+pub mod http;
 pub mod ids;
 pub mod limits;
 pub mod messages;

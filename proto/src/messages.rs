@@ -632,7 +632,8 @@ pub enum OperatorRequest {
     /// The group weights operators set (a linearizable read).
     GroupWeights,
     /// The whole cluster state at once: agents, frameworks, open offers, tasks and fairness
-    /// groups (what the HTTP API's `/state` serves).
+    /// groups, task environments included (the HTTP API's `/state` serves a redacted,
+    /// bounded copy).
     State,
 }
 
@@ -673,9 +674,9 @@ pub struct ClusterView {
 pub const REDACTED: &str = "<redacted>";
 
 impl ClusterView {
-    /// The view without the secrets tasks carry, for readers who are not authenticated (the
-    /// HTTP API): each task's environment keeps its variable names, and their values become
-    /// [`REDACTED`].
+    /// The view without the secrets tasks carry, for the HTTP API (whose readers include
+    /// dashboards with read-only tokens): each task's environment keeps its variable names,
+    /// and their values become [`REDACTED`].
     pub fn redacted(mut self) -> ClusterView {
         for task in &mut self.tasks {
             if let Executor::Command(command) = &mut task.spec.executor {

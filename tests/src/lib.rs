@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use fullerene_chaos::LocalMasters;
+use fullerene_chaos::{ApiClient, LocalMasters};
 use fullerene_client::OperatorClient;
 use fullerene_proto::messages::{FrameworkRequest, Offer, StatusUpdate, WireError};
 use fullerene_proto::{FrameworkId, OfferId, TaskId};
@@ -132,40 +132,25 @@ impl DerefMut for MasterCluster {
     }
 }
 
-/// One `GET path` over HTTP/1.1 to `addr` (5 s per step): the status code, the response head
-/// and the body.
-pub fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String, String)> {
-    fullerene_chaos::live::observe::http_get(addr, path, Duration::from_secs(5))
-}
-
 impl MasterCluster {
-    /// The leader's `/state` (HTTP), asked of every running master in turn (a follower's
-    /// redirect is followed once); `None` while no master answers with it.
+    /// A client of the masters' HTTPS API with the operator's certificate (5 s per step).
+    pub fn api(&self) -> ApiClient {
+        self.0.api_client().expect("the operator's HTTP client")
+    }
+
+    /// The leader's `/state` (HTTPS, operator certificate), asked of every running master in
+    /// turn (a follower's redirect is followed once); `None` while no master answers with it.
     pub fn http_state(&self) -> Option<serde_json::Value> {
+        let api = self.api();
         for (id, addr) in &self.0.http_addrs {
             if !self.0.is_running(*id) {
                 continue;
             }
-            let Ok((mut code, mut head, mut body)) = http_get(*addr, "/state") else {
+            let Ok(answer) = api.get_following(*addr, "/state") else {
                 continue;
             };
-            if code == 307 {
-                let location = head.lines().find_map(|line| {
-                    line.to_ascii_lowercase()
-                        .strip_prefix("location: http://")
-                        .and_then(|rest| rest.split('/').next().map(str::to_string))
-                });
-                let Some(leader) = location.and_then(|l| l.parse::<SocketAddr>().ok()) else {
-                    continue;
-                };
-                let Ok(answer) = http_get(leader, "/state") else {
-                    continue;
-                };
-                (code, head, body) = answer;
-            }
-            let _ = head;
-            if code == 200 {
-                if let Ok(state) = serde_json::from_str(&body) {
+            if answer.code == 200 {
+                if let Ok(state) = answer.json() {
                     return Some(state);
                 }
             }

@@ -1,18 +1,25 @@
-//! The masters' HTTP API on real processes: the leader serves `/state` as JSON, a follower
-//! redirects to the leader's `/state`, and every master serves Prometheus `/metrics`.
+//! The masters' HTTP API on real processes: the leader serves its view over HTTPS to an
+//! operator's certificate or a bearer token, a follower redirects reads and writes to the
+//! same path on the leader, every master serves Prometheus `/metrics`, a write through the API
+//! is committed and seen by the next read, and task environments are redacted.
 //!
 //! Needs the binary: `cargo build -p fullerene` first (see `fullerene_tests::fullerene_binary`).
 
 use std::time::{Duration, Instant};
 
-use fullerene_proto::messages::{OperatorRequest, OperatorResponse};
-use fullerene_tests::{http_get, MasterCluster};
+use fullerene_chaos::ApiClient;
+use fullerene_proto::http::{GroupsDocument, StateDocument};
+use fullerene_proto::messages::{
+    Executor, FrameworkRequest, Leftover, OperatorRequest, OperatorResponse, REDACTED,
+};
+use fullerene_tests::{demand, resources, shell_task, MasterCluster, KILL_GRACE_MS};
+use fullerene_transport::Role;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_leader_serves_state_and_followers_redirect_to_it() {
-    let cluster = MasterCluster::start(3, 3);
+/// Three masters (certificates for an agent and a framework too), and a write committed through the QUIC operator session (so a leader is
+/// elected and has announced its HTTP address); the leader's id and a follower's.
+async fn cluster_with_a_leader() -> (MasterCluster, u64, u64) {
+    let cluster = MasterCluster::start_with(3, 3, 1, &[]);
     let mut client = cluster.operator_client(&[1, 2, 3], Duration::from_secs(20));
-    // A committed write: once it is answered, a leader is elected and has announced itself.
     let request = OperatorRequest::SetGroupWeight {
         group: "batch".to_string(),
         weight: 2.0,
@@ -32,51 +39,202 @@ async fn the_leader_serves_state_and_followers_redirect_to_it() {
         .into_iter()
         .find(|id| *id != leader)
         .expect("a follower");
+    (cluster, leader, follower)
+}
 
-    let (code, _, body) = http_get(cluster.http_addrs[&leader], "/state").expect("GET /state");
-    assert_eq!(code, 200, "the leader's /state: {body}");
-    let state: serde_json::Value = serde_json::from_str(&body).expect("JSON");
-    assert_eq!(state["leader"], leader);
-    assert!(state["agents"].is_array() && state["tasks"].is_array());
-    assert!(state["offers"].is_array() && state["frameworks"].is_array());
-    let groups = state["groups"].as_array().expect("groups");
-    assert!(
-        groups
-            .iter()
-            .any(|g| g["name"] == "batch" && g["weight"] == 2.0),
-        "the weight set is not in /state: {body}"
-    );
-
-    // The follower learns the leader's HTTP address from the log; allow it to apply it.
+/// Asks `path` of `follower` until it redirects (it learns the leader's HTTP address from the
+/// log); the `Location`.
+fn redirect_of(api: &ApiClient, cluster: &MasterCluster, follower: u64, path: &str) -> String {
     let started = Instant::now();
-    let location = loop {
-        let (code, head, body) = http_get(cluster.http_addrs[&follower], "/state").expect("GET");
-        if code == 307 {
-            break head
-                .lines()
-                .find_map(|line| line.strip_prefix("location: "))
-                .map(str::to_string)
-                .expect("a Location header");
+    loop {
+        let answer = api
+            .get(cluster.http_addrs[&follower], path)
+            .expect("GET from the follower");
+        if answer.code == 307 {
+            return answer.header("location").expect("a Location").to_string();
         }
         assert!(
             started.elapsed() < Duration::from_secs(10),
-            "the follower did not redirect: {code} {body}"
+            "the follower did not redirect: {answer:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_serves_its_view_over_https_and_followers_redirect_to_it() {
+    let (cluster, leader, follower) = cluster_with_a_leader().await;
+    let api = cluster.api();
+    let leader_http = cluster.http_addrs[&leader];
+
+    let answer = api.get(leader_http, "/state").expect("GET /state");
+    assert_eq!(answer.code, 200, "the leader's /state: {answer:?}");
+    let state: StateDocument = answer.json().expect("a state document");
+    assert_eq!(state.view.leader.0, leader);
+    assert!(state.term >= 1 && state.view.applied >= 1);
+    // The write above was answered before this read: the view holds it.
+    assert!(
+        state
+            .view
+            .groups
+            .iter()
+            .any(|g| g.name == "batch" && g.weight == 2.0),
+        "the weight set is not in /state: {}",
+        answer.body
+    );
+
+    assert_eq!(
+        redirect_of(&api, &cluster, follower, "/state"),
+        format!("https://{leader_http}/state")
+    );
+    assert_eq!(
+        redirect_of(&api, &cluster, follower, "/tasks?framework=f-1"),
+        format!("https://{leader_http}/tasks?framework=f-1"),
+        "the query goes along"
+    );
+    let followed = api
+        .get_following(cluster.http_addrs[&follower], "/state")
+        .expect("GET /state, redirect followed");
+    assert_eq!(followed.code, 200, "{followed:?}");
+
+    for id in [leader, follower] {
+        let answer = api
+            .get(cluster.http_addrs[&id], "/metrics")
+            .expect("GET /metrics");
+        assert_eq!(answer.code, 200);
+        assert!(
+            answer.body.contains("fullerene_raft_term"),
+            "master {id}'s /metrics lacks the Raft term: {}",
+            answer.body
+        );
+    }
+    assert_eq!(api.get(leader_http, "/nowhere").expect("GET").code, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_read_and_write_and_other_callers_are_refused() {
+    let (cluster, leader, follower) = cluster_with_a_leader().await;
+    let leader_http = cluster.http_addrs[&leader];
+    let reader = cluster
+        .token_client(&cluster.http_tokens.read)
+        .expect("a reader");
+    let writer = cluster
+        .token_client(&cluster.http_tokens.write)
+        .expect("a writer");
+    let body = Some(r#"{"weight": 4}"#);
+
+    assert_eq!(reader.get(leader_http, "/state").expect("GET").code, 200);
+    let answer = reader
+        .request("PUT", leader_http, "/groups/web/weight", body)
+        .expect("PUT");
+    assert_eq!(answer.code, 403, "{answer:?}");
+
+    // A write sent to a follower is redirected, method and path kept.
+    let started = Instant::now();
+    let location = loop {
+        let answer = writer
+            .request(
+                "PUT",
+                cluster.http_addrs[&follower],
+                "/groups/web/weight",
+                body,
+            )
+            .expect("PUT");
+        if answer.code == 307 {
+            break answer.header("location").unwrap_or_default().to_string();
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "{answer:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(location, format!("https://{leader_http}/groups/web/weight"));
+    let answer = writer
+        .request("PUT", leader_http, "/groups/web/weight", body)
+        .expect("PUT");
+    assert_eq!(answer.code, 200, "{answer:?}");
+    let groups: GroupsDocument = reader
+        .get(leader_http, "/groups")
+        .expect("GET /groups")
+        .json()
+        .expect("a groups document");
+    assert_eq!(groups.weights.get("web"), Some(&4.0), "{groups:?}");
+
+    let tls = cluster.tls_of(Role::Operator, 1).expect("the CA");
+    let anonymous = ApiClient::anonymous(&tls, Duration::from_secs(5)).expect("a client");
+    let answer = anonymous.get(leader_http, "/state").expect("GET");
+    assert_eq!(answer.code, 401, "{answer:?}");
+    assert!(answer
+        .header("www-authenticate")
+        .is_some_and(|v| v.starts_with("Bearer")));
+    let agent = ApiClient::with_certificate(
+        &cluster
+            .tls_of(Role::Framework, 1)
+            .expect("a framework's certificate"),
+        Duration::from_secs(5),
+    )
+    .expect("a client");
+    assert_eq!(agent.get(leader_http, "/state").expect("GET").code, 403);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn task_environments_are_redacted_in_every_document() {
+    let mut cluster = MasterCluster::start_with(1, 1, 1, &[]);
+    cluster.spawn_agent(1, &["--resources", "cpus=2,mem_mib=1024,disk_mbps=100"]);
+    let mut framework = cluster.test_framework(1, "secrets");
+    let wait = Duration::from_secs(20);
+    let framework_id = framework.registered(wait).await.expect("subscribed");
+    framework.call(FrameworkRequest::UpdateDemand(demand(
+        &resources("cpus=1,mem_mib=64"),
+        1,
+    )));
+    let offer = framework
+        .offers(wait)
+        .await
+        .and_then(|offers| offers.into_iter().next())
+        .unwrap_or_else(|| panic!("no offer\n{}", cluster.logs()));
+    let mut task = shell_task("holder", "sleep 30", "cpus=1,mem_mib=64", KILL_GRACE_MS);
+    if let Executor::Command(command) = &mut task.executor {
+        command
+            .env
+            .insert("DB_PASSWORD".to_string(), "hunter2".to_string());
+    }
+    framework.call(FrameworkRequest::Accept {
+        offer_ids: vec![offer.id],
+        tasks: vec![task],
+        leftover: Leftover::Decline { refuse_ms: 500 },
+    });
+
+    let api = cluster.api();
+    let http = cluster.http_addrs[&1];
+    let started = Instant::now();
+    let state = loop {
+        let answer = api.get(http, "/state").expect("GET /state");
+        if answer.code == 200 && answer.body.contains("DB_PASSWORD") {
+            break answer.body;
+        }
+        assert!(
+            started.elapsed() < wait,
+            "the task never showed: {answer:?}"
         );
         std::thread::sleep(Duration::from_millis(50));
     };
-    assert_eq!(
-        location,
-        format!("http://{}/state", cluster.http_addrs[&leader])
+    assert!(
+        !state.contains("hunter2") && state.contains(REDACTED),
+        "{state}"
     );
-
-    for id in [leader, follower] {
-        let (code, _, body) = http_get(cluster.http_addrs[&id], "/metrics").expect("GET /metrics");
-        assert_eq!(code, 200);
-        assert!(
-            body.contains("fullerene_raft_term"),
-            "master {id}'s /metrics lacks the Raft term: {body}"
-        );
+    let tasks = api
+        .get(http, &format!("/tasks?framework={framework_id}"))
+        .expect("GET /tasks");
+    assert!(
+        tasks.body.contains("DB_PASSWORD") && !tasks.body.contains("hunter2"),
+        "{tasks:?}"
+    );
+    // The operator's QUIC session, with its certificate, still shows the value.
+    let mut operator = cluster.operator_client(&[1], wait);
+    match operator.request(&OperatorRequest::State).await {
+        Ok(OperatorResponse::State(view)) => {
+            assert!(format!("{:?}", view.tasks).contains("hunter2"));
+        }
+        other => panic!("{other:?}"),
     }
-    let (code, _, _) = http_get(cluster.http_addrs[&leader], "/nowhere").expect("GET");
-    assert_eq!(code, 404);
+    framework.teardown(Duration::from_secs(5)).await;
 }

@@ -418,8 +418,9 @@ fn spki_of_pem(pem: &str) -> Result<Vec<u8>, String> {
 }
 
 /// Writes `contents` to `path` through a temporary file and a rename, so that a crash leaves the
-/// old file or the new one, never half of one. Private files are created with mode 0600.
-fn write_file(path: &Path, contents: &[u8], private: bool) -> Result<(), CertsError> {
+/// old file or the new one, never half of one, and a process watching the file never reads
+/// half of one. Private files (keys, token files) are created with mode 0600.
+pub fn write_file(path: &Path, contents: &[u8], private: bool) -> Result<(), CertsError> {
     let io_error = |source| CertsError::Io {
         path: path.to_path_buf(),
         source,

@@ -67,4 +67,4 @@ pub use error::TransportError;
 pub use identity::{IdentityError, PeerIdentity, Role};
 pub use quinn::ConnectionError;
 pub use session::{role_may_open, FramedRecv, FramedSend, Session, StreamErrorCode};
-pub use tls::{TlsMaterial, ALPN_PROTOCOL, MASTER_SERVER_NAME};
+pub use tls::{TlsMaterial, ALPN_PROTOCOL, HTTP_ALPN_PROTOCOL, MASTER_SERVER_NAME};

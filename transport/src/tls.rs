@@ -8,6 +8,11 @@
 //! Only TLS 1.3 is offered (QUIC requires it). Servers demand a client certificate that chains
 //! to the cluster CA and carries an identity; clients accept a server only if its certificate
 //! chains to the cluster CA, names [`MASTER_SERVER_NAME`], and has the master role.
+//!
+//! The masters' HTTP API uses the same material over TLS on TCP
+//! ([`TlsMaterial::https_server_config`], [`TlsMaterial::https_client_config`]): the same CA
+//! and master certificates, HTTP/1.1 by ALPN, and a client certificate optional (operators may
+//! use a bearer token instead).
 
 use std::fmt;
 use std::path::Path;
@@ -45,6 +50,9 @@ pub const ALPN_PROTOCOL: &[u8] = b"fullerene/3";
 /// master's id from its certificate identity. Master certificates also carry a per-master name,
 /// `<id>.fullerene-master` (e.g. `master-1.fullerene-master`), for tools that want to pin one.
 pub const MASTER_SERVER_NAME: &str = "fullerene-master";
+
+/// The ALPN protocol of the masters' HTTP API: HTTP/1.1 over TLS.
+pub const HTTP_ALPN_PROTOCOL: &[u8] = b"http/1.1";
 
 /// The crypto provider of every Fullerene TLS config: rustls' ring provider.
 pub fn crypto_provider() -> Arc<CryptoProvider> {
@@ -149,23 +157,47 @@ impl TlsMaterial {
     /// certificates mandatory and verified against the cluster CA, and required to carry an
     /// identity.
     pub fn server_config(&self) -> Result<rustls::ServerConfig, TransportError> {
+        self.server_config_with(true, &[&rustls::version::TLS13], ALPN_PROTOCOL)
+    }
+
+    /// The rustls config of a master's HTTP API: TLS 1.2 or 1.3 (HTTP clients such as curl and
+    /// Prometheus are not all on 1.3; rustls offers only forward-secret AEAD suites for 1.2),
+    /// ALPN [`HTTP_ALPN_PROTOCOL`], and client certificates optional: a client may
+    /// authenticate with a bearer token instead, but a certificate it presents must chain to
+    /// the cluster CA and carry an identity, or the handshake fails. Which roles may use the
+    /// API is the API's decision (it reads the identity from the verified certificate).
+    pub fn https_server_config(&self) -> Result<rustls::ServerConfig, TransportError> {
+        self.server_config_with(false, rustls::ALL_VERSIONS, HTTP_ALPN_PROTOCOL)
+    }
+
+    fn server_config_with(
+        &self,
+        client_certificate_required: bool,
+        versions: &[&'static rustls::SupportedProtocolVersion],
+        alpn: &[u8],
+    ) -> Result<rustls::ServerConfig, TransportError> {
         let provider = crypto_provider();
-        let webpki = WebPkiClientVerifier::builder_with_provider(
+        let mut builder = WebPkiClientVerifier::builder_with_provider(
             Arc::clone(&self.roots),
             Arc::clone(&provider),
-        )
-        .build()
-        .map_err(|e| TransportError::InvalidPem {
+        );
+        if !client_certificate_required {
+            builder = builder.allow_unauthenticated();
+        }
+        let webpki = builder.build().map_err(|e| TransportError::InvalidPem {
             what: CA_WHAT,
             origin: "the loaded CA".into(),
             reason: e.to_string(),
         })?;
-        let verifier = Arc::new(ClusterClientVerifier { webpki });
+        let verifier = Arc::new(ClusterClientVerifier {
+            webpki,
+            mandatory: client_certificate_required,
+        });
         let mut config = rustls::ServerConfig::builder_with_provider(provider)
-            .with_protocol_versions(&[&rustls::version::TLS13])?
+            .with_protocol_versions(versions)?
             .with_client_cert_verifier(verifier)
             .with_single_cert(self.chain.clone(), self.key.clone_key())?;
-        config.alpn_protocols = vec![ALPN_PROTOCOL.to_vec()];
+        config.alpn_protocols = vec![alpn.to_vec()];
         Ok(config)
     }
 
@@ -173,6 +205,31 @@ impl TlsMaterial {
     /// process's certificate as client certificate, and servers accepted only if they chain to
     /// the cluster CA, are valid for [`MASTER_SERVER_NAME`] and have the master role.
     pub fn client_config(&self) -> Result<rustls::ClientConfig, TransportError> {
+        self.client_config_with(true, &[&rustls::version::TLS13], ALPN_PROTOCOL)
+    }
+
+    /// The rustls config of a client of a master's HTTP API: TLS 1.2 or 1.3, ALPN
+    /// [`HTTP_ALPN_PROTOCOL`], servers accepted as by [`TlsMaterial::client_config`] (connect
+    /// with the server name [`MASTER_SERVER_NAME`]), and this process's certificate presented
+    /// only when `present_certificate` (a client that authenticates with a bearer token
+    /// presents none).
+    pub fn https_client_config(
+        &self,
+        present_certificate: bool,
+    ) -> Result<rustls::ClientConfig, TransportError> {
+        self.client_config_with(
+            present_certificate,
+            rustls::ALL_VERSIONS,
+            HTTP_ALPN_PROTOCOL,
+        )
+    }
+
+    fn client_config_with(
+        &self,
+        present_certificate: bool,
+        versions: &[&'static rustls::SupportedProtocolVersion],
+        alpn: &[u8],
+    ) -> Result<rustls::ClientConfig, TransportError> {
         let provider = crypto_provider();
         let webpki = WebPkiServerVerifier::builder_with_provider(
             Arc::clone(&self.roots),
@@ -185,12 +242,16 @@ impl TlsMaterial {
             reason: e.to_string(),
         })?;
         let verifier = Arc::new(MasterServerVerifier { webpki });
-        let mut config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_protocol_versions(&[&rustls::version::TLS13])?
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(versions)?
             .dangerous()
-            .with_custom_certificate_verifier(verifier)
-            .with_client_auth_cert(self.chain.clone(), self.key.clone_key())?;
-        config.alpn_protocols = vec![ALPN_PROTOCOL.to_vec()];
+            .with_custom_certificate_verifier(verifier);
+        let mut config = if present_certificate {
+            builder.with_client_auth_cert(self.chain.clone(), self.key.clone_key())?
+        } else {
+            builder.with_no_client_auth()
+        };
+        config.alpn_protocols = vec![alpn.to_vec()];
         Ok(config)
     }
 }
@@ -250,9 +311,11 @@ fn certificate_refused(reason: impl fmt::Display) -> rustls::Error {
 
 /// WebPKI verification against the cluster CA, plus: the client certificate must carry an
 /// identity. Refusing here, rather than after the handshake, tells the client in a TLS alert.
+/// A certificate is mandatory on the transport and optional on the HTTP API.
 #[derive(Debug)]
 struct ClusterClientVerifier {
     webpki: Arc<dyn ClientCertVerifier>,
+    mandatory: bool,
 }
 
 impl ClientCertVerifier for ClusterClientVerifier {
@@ -261,7 +324,7 @@ impl ClientCertVerifier for ClusterClientVerifier {
     }
 
     fn client_auth_mandatory(&self) -> bool {
-        true
+        self.mandatory
     }
 
     fn root_hint_subjects(&self) -> &[DistinguishedName] {

@@ -1,21 +1,23 @@
-//! What the masters say, read through their HTTP API (which no fault touches): every master's
-//! `/metrics` (its Raft term, whether it leads, its applied index) and the leader's `/state`
-//! (a linearizable read of the committed cluster state), polled on a thread and turned into
-//! the checker's facts as they are read.
+//! What the masters say, read through their HTTP API (which no fault touches) with the
+//! operator's certificate: every master's `/metrics` (its Raft term, whether it leads, its
+//! applied index) and the leader's `/state` (its published view of the committed cluster
+//! state, exact for the applied index it carries), polled on a thread and turned into the
+//! checker's facts as they are read.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
 
 use fullerene_client::event_log::unix_micros;
+use fullerene_proto::http::StateDocument;
 use fullerene_proto::messages::{AgentState, ClusterView};
 use fullerene_proto::{AgentId, ResourceVec};
 use fullerene_scheduling::allocator::DEFAULT_KAPPA;
 
+use crate::api::ApiClient;
 use crate::system::history::{digest, Accounting, AgentAccount, Fact};
 
 /// A fact and when it was read, in microseconds since the Unix epoch.
@@ -30,32 +32,6 @@ pub struct RaftFigures {
     pub leader: bool,
     /// Its applied index.
     pub applied: u64,
-}
-
-/// One `GET path` over HTTP/1.1 to `addr`, each step within `timeout`: the status code, the
-/// response head and the body.
-pub fn http_get(
-    addr: SocketAddr,
-    path: &str,
-    timeout: Duration,
-) -> std::io::Result<(u16, String, String)> {
-    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
-    stream.set_read_timeout(Some(timeout))?;
-    stream.set_write_timeout(Some(timeout))?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response)?;
-    let text = String::from_utf8_lossy(&response);
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let code = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    Ok((code, head.to_string(), body.to_string()))
 }
 
 /// Reads the Raft figures out of a Prometheus exposition.
@@ -124,10 +100,12 @@ pub struct Observer {
 }
 
 impl Observer {
-    /// Starts polling the masters' HTTP addresses (by Raft id) every `period`; agents' totals
-    /// are checked against `allowance` of overbooking.
+    /// Starts polling the masters' HTTP addresses (by Raft id) every `period` with `client`
+    /// (its timeout should be shorter than `period`); agents' totals are checked against
+    /// `allowance` of overbooking.
     pub fn start(
         http: BTreeMap<u64, SocketAddr>,
+        client: ApiClient,
         period: Duration,
         allowance: f64,
     ) -> std::io::Result<Observer> {
@@ -142,6 +120,7 @@ impl Observer {
                 .spawn(move || {
                     let mut poller = Poller {
                         http,
+                        client,
                         allowance,
                         facts,
                         figures,
@@ -183,10 +162,9 @@ impl Drop for Observer {
     }
 }
 
-const HTTP_TIMEOUT: Duration = Duration::from_millis(500);
-
 struct Poller {
     http: BTreeMap<u64, SocketAddr>,
+    client: ApiClient,
     allowance: f64,
     facts: Arc<Mutex<Vec<Timed>>>,
     figures: Arc<Mutex<BTreeMap<u64, RaftFigures>>>,
@@ -209,10 +187,12 @@ impl Poller {
     fn poll(&mut self) {
         let mut figures = BTreeMap::new();
         for (&master, &addr) in &self.http {
-            let Ok((200, _, text)) = http_get(addr, "/metrics", HTTP_TIMEOUT) else {
+            let Ok(answer) = self.client.get(addr, "/metrics") else {
                 continue;
             };
-            figures.insert(master, parse_raft_figures(&text));
+            if answer.code == 200 {
+                figures.insert(master, parse_raft_figures(&answer.body));
+            }
         }
         if let Ok(mut shared) = self.figures.lock() {
             shared.clone_from(&figures);
@@ -243,13 +223,16 @@ impl Poller {
             let Some(addr) = self.http.get(&master).copied() else {
                 continue;
             };
-            let Ok((200, _, body)) = http_get(addr, "/state", HTTP_TIMEOUT) else {
+            let Ok(answer) = self.client.get(addr, "/state") else {
                 continue;
             };
-            let Ok(view) = serde_json::from_str::<ClusterView>(&body) else {
+            if answer.code != 200 {
+                continue;
+            }
+            let Ok(document) = answer.json::<StateDocument>() else {
                 continue;
             };
-            self.view(master, term, &view);
+            self.view(master, term, &document.view);
         }
     }
 

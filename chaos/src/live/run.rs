@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use fullerene_client::event_log::{read_events, unix_micros, Event, LoggedEvent};
+use fullerene_proto::http::StateDocument;
 use fullerene_proto::messages::{AgentState, ClusterView};
 use fullerene_proto::{FrameworkId, ResourceVec};
 use rand::seq::SliceRandom;
@@ -15,11 +16,12 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use super::inject::Heal;
-use super::observe::{http_get, Observer, Timed};
+use super::observe::{Observer, Timed};
 use super::procs::{SocketOwners, TaskWatcher};
 use super::proxy::{FaultProxy, ProxyError};
 use super::report::LiveReport;
 use super::schedule::{schedule, LiveFault, Planned, Timeouts};
+use crate::api::ApiClient;
 use crate::cluster::{ClusterError, LocalMasters};
 use crate::system::history::Fact;
 
@@ -105,13 +107,17 @@ pub(super) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Live
 /// Master flags of a chaos run: agents heartbeat every 250 ms, are unreachable after 1 s and
 /// lost after 3 s, so that a minute holds many losses; Raft keeps its defaults (25 ms ticks,
 /// elections after 250-500 ms), which are what operators run.
-const MASTER_FLAGS: [&str; 6] = [
+/// The leader's HTTP view is built at most every 100 ms, the observer's period, so that each
+/// poll can see a new applied index.
+const MASTER_FLAGS: [&str; 8] = [
     "--agent-heartbeat-ms",
     "250",
     "--agent-unreachable-ms",
     "1000",
     "--agent-lost-ms",
     "3000",
+    "--http-view-interval-ms",
+    "100",
 ];
 
 const TIMEOUTS: Timeouts = Timeouts {
@@ -136,6 +142,8 @@ pub(super) struct Live<'a> {
     pub(super) proxy: FaultProxy,
     pub(super) owners: SocketOwners,
     pub(super) observer: Observer,
+    /// The masters' HTTP API, with the operator's certificate.
+    pub(super) api: ApiClient,
     pub(super) watcher: TaskWatcher,
     pub(super) frameworks: BTreeMap<u64, FrameworkProc>,
     pub(super) harness: Vec<Timed>,
@@ -281,8 +289,10 @@ impl<'a> Live<'a> {
                 .advertised
                 .insert(id, proxy.public()[&name("master", id)]);
         }
+        let api = cluster.api_client()?;
         let observer = Observer::start(
             cluster.http_addrs.clone(),
+            api.clone().with_timeout(Duration::from_millis(500)),
             Duration::from_millis(100),
             fullerene_scheduling::DEFAULT_OVERBOOK_ALLOWANCE,
         )
@@ -295,6 +305,7 @@ impl<'a> Live<'a> {
             proxy,
             owners,
             observer,
+            api: api.with_timeout(Duration::from_secs(1)),
             watcher,
             frameworks: BTreeMap::new(),
             harness: Vec::new(),
@@ -593,10 +604,11 @@ impl<'a> Live<'a> {
     pub(super) fn view(&self) -> Option<ClusterView> {
         let leader = self.leader(Duration::ZERO).ok().flatten()?;
         let addr = self.cluster.http_addrs.get(&leader)?;
-        let (code, _, body) = http_get(*addr, "/state", Duration::from_secs(1)).ok()?;
-        (code == 200)
-            .then(|| serde_json::from_str(&body).ok())
+        let answer = self.api.get(*addr, "/state").ok()?;
+        (answer.code == 200)
+            .then(|| answer.json::<StateDocument>().ok())
             .flatten()
+            .map(|document| document.view)
     }
 
     pub(super) fn wait_until(

@@ -27,6 +27,8 @@ use fullerene_sdk::planner::PlanCluster;
 use fullerene_sdk::policy::PolicyKind;
 use fullerene_sdk::{parse_workload, Job};
 use fullerene_sim::{job_sources, JobOrder, REFERENCE_MACHINE};
+use fullerene_transport::certs::CertPaths;
+use fullerene_transport::Role;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use crate::commands::job::{self, JobCommand, JobRunArgs};
@@ -574,7 +576,22 @@ fn print_banner(cluster: &LocalMasters, args: &DevArgs, sample: &Sample, took: D
         } else {
             String::new()
         };
-        eprintln!("  HTTP API: http://{first}/state and http://{first}/metrics{others}");
+        let certs = cluster.certs_dir();
+        let operator = CertPaths::of_member(&certs, Role::Operator, 1);
+        eprintln!(
+            "  HTTP API: https://{first}/state, /agents, /tasks, /groups, /cluster, /metrics{others}"
+        );
+        eprintln!(
+            "    as the operator: curl -L --cacert {} --cert {} --key {} https://{first}/state",
+            certs.join("ca.pem").display(),
+            operator.cert.display(),
+            operator.key.display()
+        );
+        eprintln!(
+            "    with a read token: curl -L --location-trusted --cacert {} -H 'Authorization: Bearer {}' https://{first}/metrics",
+            certs.join("ca.pem").display(),
+            cluster.http_tokens.read
+        );
     }
     let masters_flag: Vec<String> = cluster.addrs.values().map(ToString::to_string).collect();
     eprintln!(

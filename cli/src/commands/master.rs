@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use fullerene_master::raft_node::{NodeConfig, RaftNode};
+use fullerene_master::server::http::HttpConfig;
 use fullerene_master::server::{self, MasterExit, ShellConfig};
 use fullerene_master::state::ClusterSettings;
 use fullerene_master::storage::{RaftStore, RocksStorage};
@@ -56,8 +57,11 @@ pub(crate) struct MasterArgs {
     /// This master's private key.
     #[arg(long, value_name = "FILE")]
     pub key: Option<PathBuf>,
-    /// Serve the HTTP API on this address: `GET /state` (the cluster state as JSON; followers
-    /// redirect to the leader) and `GET /metrics` (Prometheus).
+    /// Serve the HTTP API on this address, over HTTPS with this master's certificate: reads
+    /// (`GET /state`, `/agents`, `/frameworks`, `/tasks`, `/groups`, `/cluster`, `/metrics`)
+    /// and operator writes (`PUT /groups/{group}/weight`, `POST /masters`, `DELETE
+    /// /masters/{id}`). Clients authenticate with an operator certificate or a bearer token
+    /// (`--http-tokens`); followers redirect to the leader.
     #[arg(
         long,
         alias = "metrics-listen",
@@ -65,6 +69,28 @@ pub(crate) struct MasterArgs {
         value_name = "ADDR"
     )]
     pub http_listen: Option<SocketAddr>,
+    /// The HTTP API's token file: one token a line, `NAME read|write sha256:HASH
+    /// [expires=RFC3339]` (`fullerene token new` makes them). Reloaded on SIGHUP and when it
+    /// changes. Without it, only operators' client certificates authenticate.
+    #[arg(long, env = "FULLERENE_MASTER_HTTP_TOKENS", value_name = "FILE")]
+    pub http_tokens: Option<PathBuf>,
+    /// Let unauthenticated clients read `/metrics` (counts and timings only; every other
+    /// endpoint still needs credentials).
+    #[arg(long, env = "FULLERENE_MASTER_HTTP_METRICS_OPEN")]
+    pub http_metrics_open: bool,
+    /// Serve the HTTP API over plain HTTP instead of HTTPS: only on a loopback address (for a
+    /// TLS-terminating proxy or a scraper on the same machine); tokens then cross unencrypted.
+    #[arg(long)]
+    pub http_plaintext: bool,
+    /// The least time between two builds of the leader's view that HTTP reads are served
+    /// from, in milliseconds; a read sees the state at most this old (and every operator
+    /// write answered before it).
+    #[arg(long, env = "FULLERENE_MASTER_HTTP_VIEW_INTERVAL_MS", default_value_t = fullerene_master::server::http::DEFAULT_VIEW_INTERVAL.as_millis() as u64, value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub http_view_interval_ms: u64,
+    /// The most tasks the HTTP view holds (the first by framework and task id; documents say
+    /// how many were left out).
+    #[arg(long, env = "FULLERENE_MASTER_HTTP_VIEW_MAX_TASKS", default_value_t = fullerene_master::server::http::DEFAULT_MAX_VIEW_TASKS as u64, value_parser = clap::value_parser!(u64).range(0..=10_000_000))]
+    pub http_view_max_tasks: u64,
     /// Raft tick interval in milliseconds (25 ms suits a LAN: failover in about half a
     /// second; raise it on slower networks).
     #[arg(long, env = "FULLERENE_MASTER_TICK_MS", default_value_t = 25, value_parser = clap::value_parser!(u64).range(1..))]
@@ -262,6 +288,21 @@ pub(crate) fn run(args: MasterArgs) -> Result<()> {
     shell.request_timeout = Duration::from_millis(args.request_timeout_ms);
     shell.transport = args.quic.config()?;
     shell.core.http_addr = args.http_listen;
+    shell.http = HttpConfig {
+        plaintext: args.http_plaintext,
+        tokens: args.http_tokens.clone(),
+        metrics_open: args.http_metrics_open,
+        view_interval: Duration::from_millis(args.http_view_interval_ms),
+        max_view_tasks: usize::try_from(args.http_view_max_tasks)?,
+        ..HttpConfig::default()
+    };
+    if args.http_plaintext {
+        // Loud on purpose: the log may go unread.
+        eprintln!(
+            "warning: the HTTP API is served over PLAIN HTTP (--http-plaintext); bearer tokens \
+             cross unencrypted"
+        );
+    }
     shell.core.allocation_interval = Duration::from_millis(args.allocation_interval_ms);
     shell.core.offer_ttl = Duration::from_millis(args.offer_ttl_ms);
     shell.core.allocator_shards = usize::try_from(args.allocator_shards)?;

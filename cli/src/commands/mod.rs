@@ -12,6 +12,7 @@ pub(crate) mod master;
 pub(crate) mod plan;
 pub(crate) mod sim;
 pub(crate) mod status;
+pub(crate) mod token;
 
 use std::path::PathBuf;
 use std::time::Duration;

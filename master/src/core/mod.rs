@@ -63,6 +63,7 @@ use raft::eraftpb::Message;
 pub use agents::AgentTimeouts;
 use agents::{AgentLink, AgentPending, AgentSessions};
 use frameworks::{FrameworkLink, FrameworkSessions};
+pub use operators::BoundedView;
 use operators::ReadQuery;
 
 use crate::offers::OfferManager;
@@ -162,7 +163,8 @@ pub struct Subscription {
 pub enum Input {
     /// A Raft message from a peer whose certificate names `message.from`.
     Raft(Message),
-    /// An operator request (or the HTTP API's `/state`), answered with [`Output::Answer`].
+    /// An operator request (from the QUIC operator session, or a write of the HTTP API),
+    /// answered with [`Output::Answer`].
     Operator(RequestId, OperatorRequest),
     /// Messages to this peer could not be delivered.
     PeerUnreachable(u64),

@@ -2,6 +2,7 @@
 //! ReadIndex (Raft thesis §6.4: linearizable, answered once the leader's commit is confirmed and
 //! applied). Followers answer with a redirect to the leader.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::ops::Bound;
 
@@ -16,6 +17,26 @@ use super::{MasterCore, Pending, RequestId};
 use crate::raft_node::{MembershipChange, ProposeError, ReadError};
 use crate::state::{Command, CommandError};
 use crate::storage::RaftStore;
+
+/// The leader's view of the cluster for the HTTP API's reads ([`MasterCore::bounded_view`]):
+/// redacted, bounded in tasks, exact for its applied index.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BoundedView {
+    /// The view: task environments redacted, at most the bound of tasks.
+    pub view: ClusterView,
+    /// The leader's term.
+    pub term: u64,
+    /// Tasks the state holds in all.
+    pub tasks_total: u64,
+    /// Tasks left out of `view.tasks` by the bound.
+    pub tasks_omitted: u64,
+    /// The same, per framework (frameworks with none left out are not listed).
+    pub omitted_by_framework: BTreeMap<FrameworkId, u64>,
+    /// The Raft group as the leader sees it.
+    pub cluster: ClusterStatus,
+    /// The group weights operators set.
+    pub weights: BTreeMap<String, f64>,
+}
 
 /// A read waiting for its ReadIndex confirmation.
 #[derive(Debug)]
@@ -60,6 +81,11 @@ impl<S: RaftStore> MasterCore<S> {
                 return;
             }
             OperatorRequest::AddMaster { id, addr } => {
+                if id.0 == 0 {
+                    // Raft reserves id 0 for "none".
+                    self.answer(request_id, invalid("master ids start at 1".to_string()));
+                    return;
+                }
                 let membership = self.node.membership();
                 if membership.voters.contains(&id.0) || membership.learners.contains(&id.0) {
                     self.answer(
@@ -178,36 +204,72 @@ impl<S: RaftStore> MasterCore<S> {
             ReadQuery::GroupWeights => {
                 OperatorResponse::GroupWeights(state.settings().group_weights.clone())
             }
-            ReadQuery::State => OperatorResponse::State(ClusterView {
-                leader: MasterId(self.node.id()),
-                applied: self.node.applied_index(),
-                agents: self.agent_infos(),
-                frameworks: state
-                    .frameworks()
-                    .keys()
-                    .filter_map(|framework| state.framework_info(framework))
-                    .collect(),
-                offers: self.open_offers(),
-                tasks: state
-                    .tasks()
-                    .keys()
-                    .filter_map(|key| state.task_info(key))
-                    .collect(),
-                groups: state
-                    .allocation()
-                    .deficits()
-                    .iter()
-                    .map(|(_, group)| GroupInfo {
-                        name: group.name.clone(),
-                        weight: group.weight,
-                        frameworks: group.frameworks,
-                        share: group.share,
-                        held: group.held,
-                        deficit: group.deficit,
-                    })
-                    .collect(),
-            }),
+            ReadQuery::State => OperatorResponse::State(self.cluster_view(usize::MAX).0),
         }
+    }
+
+    /// The leader's view for the HTTP API's reads, or `None` on a follower (which redirects
+    /// them). Task environments are redacted ([`ClusterView::redacted`]), and the view holds
+    /// at most `max_tasks` tasks, the first by framework and task id, so that building and
+    /// serving it costs a bounded amount whatever the cluster holds; what it leaves out is
+    /// counted, per framework. Everything in it is read at one step, so it is exact for its
+    /// applied index.
+    pub fn bounded_view(&self, max_tasks: usize) -> Option<BoundedView> {
+        if !self.node.is_leader() {
+            return None;
+        }
+        let (view, omitted_by_framework) = self.cluster_view(max_tasks);
+        let state = self.node.state();
+        Some(BoundedView {
+            view: view.redacted(),
+            term: self.node.term(),
+            tasks_total: state.tasks().len() as u64,
+            tasks_omitted: omitted_by_framework.values().sum(),
+            omitted_by_framework,
+            cluster: self.cluster_status(),
+            weights: state.settings().group_weights.clone(),
+        })
+    }
+
+    /// The cluster state as operators see it, with at most `max_tasks` tasks (the first by
+    /// key); the tasks left out, counted per framework (only their keys are read).
+    fn cluster_view(&self, max_tasks: usize) -> (ClusterView, BTreeMap<FrameworkId, u64>) {
+        let state = self.node.state();
+        let mut omitted: BTreeMap<FrameworkId, u64> = BTreeMap::new();
+        for key in state.tasks().keys().skip(max_tasks) {
+            *omitted.entry(key.framework_id.clone()).or_default() += 1;
+        }
+        let view = ClusterView {
+            leader: MasterId(self.node.id()),
+            applied: self.node.applied_index(),
+            agents: self.agent_infos(),
+            frameworks: state
+                .frameworks()
+                .keys()
+                .filter_map(|framework| state.framework_info(framework))
+                .collect(),
+            offers: self.open_offers(),
+            tasks: state
+                .tasks()
+                .keys()
+                .take(max_tasks)
+                .filter_map(|key| state.task_info(key))
+                .collect(),
+            groups: state
+                .allocation()
+                .deficits()
+                .iter()
+                .map(|(_, group)| GroupInfo {
+                    name: group.name.clone(),
+                    weight: group.weight,
+                    frameworks: group.frameworks,
+                    share: group.share,
+                    held: group.held,
+                    deficit: group.deficit,
+                })
+                .collect(),
+        };
+        (view, omitted)
     }
 
     /// Every agent as operators see it, with the leader's session details.

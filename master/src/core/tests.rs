@@ -967,6 +967,97 @@ fn operator_writes_are_answered_once_applied_and_reads_from_the_state() {
 }
 
 #[test]
+fn a_master_id_of_zero_is_refused() {
+    let mut h = Harness::leader();
+    match h.operator(OperatorRequest::AddMaster {
+        id: MasterId(0),
+        addr: address(),
+    }) {
+        OperatorResponse::Error(error) => {
+            assert_eq!(error.code, ErrorCode::InvalidRequest);
+            assert!(error.message.contains("start at 1"), "{}", error.message);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn the_bounded_view_is_redacted_counts_what_it_leaves_out_and_is_the_leaders_only() {
+    let mut h = Harness::leader();
+    let session = h.session();
+    h.input(Input::AgentRegister {
+        agent_id: "agent-1".into(),
+        session,
+        address: address(),
+        registration: AgentRegistration {
+            hostname: "agent-1.host".to_string(),
+            resources: resources("cpus=4,mem_mib=4096"),
+            attributes: Default::default(),
+            tasks: Vec::new(),
+            executors: vec!["command".to_string(), "sleep".to_string()],
+        },
+    });
+    h.heartbeating.push(AgentId::from("agent-1"));
+    let (session, framework) = h.subscribe("framework-1", None);
+    h.want(&framework, session, 3);
+    let offer = h.offers_for(session).remove(0);
+    let mut secret = fullerene_proto::testkit::command_task("t1", "run", &[], ONE_TASK, 0);
+    if let fullerene_proto::messages::Executor::Command(command) = &mut secret.executor {
+        command
+            .env
+            .insert("DB_PASSWORD".to_string(), "hunter2".to_string());
+    }
+    let tasks = vec![secret, task("t2", ONE_TASK), task("t3", ONE_TASK)];
+    let (answer, _) = h.accept(&framework, session, &offer, tasks);
+    assert_eq!(answer, Some(Ok(CallOk::Done)));
+
+    let bounded = h.core.bounded_view(2).expect("the leader's view");
+    assert_eq!(bounded.view.applied, h.core.node().applied_index());
+    assert_eq!(bounded.term, h.core.node().term());
+    assert_eq!(bounded.tasks_total, 3);
+    assert_eq!(bounded.tasks_omitted, 1);
+    assert_eq!(
+        bounded.omitted_by_framework.get(&framework),
+        Some(&1),
+        "{:?}",
+        bounded.omitted_by_framework
+    );
+    let ids: Vec<&str> = bounded
+        .view
+        .tasks
+        .iter()
+        .map(|t| t.spec.id.as_str())
+        .collect();
+    assert_eq!(ids, ["t1", "t2"], "the first tasks by key");
+    let shown = format!("{:?}", bounded.view.tasks[0].spec);
+    assert!(
+        shown.contains("DB_PASSWORD") && !shown.contains("hunter2"),
+        "{shown}"
+    );
+    assert_eq!(bounded.cluster.members.len(), 1);
+    let whole = h.core.bounded_view(usize::MAX).expect("the leader's view");
+    assert_eq!((whole.view.tasks.len(), whole.tasks_omitted), (3, 0));
+    // The operator's own read (an operator certificate) still shows the value.
+    match h.operator(OperatorRequest::State) {
+        OperatorResponse::State(view) => {
+            assert!(format!("{:?}", view.tasks).contains("hunter2"));
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // A master that does not lead publishes nothing.
+    let node = RaftNode::bootstrap(
+        NodeConfig::new(1),
+        MemStorage::new("follower"),
+        &[1, 2, 3],
+        ClusterSettings::default(),
+    )
+    .expect("bootstrap");
+    let follower = MasterCore::new(node, CoreConfig::default());
+    assert!(follower.bounded_view(10).is_none());
+}
+
+#[test]
 fn shutdown_answers_what_waits_with_outcome_unknown() {
     let mut h = Harness::leader();
     // Proposed but not yet advanced: waiting for its commit.

@@ -19,6 +19,10 @@
 //! - **The accept loop** ([`sessions`]) admits connections and dispatches sessions by kind:
 //!   `Peer` (masters only: the transport admits it for master certificates alone), `Operator`,
 //!   `Agent` and `Framework`.
+//! - **The HTTP API** ([`http`]) has its own accept loop and a task per connection. Its reads
+//!   are served from the view the node loop publishes at most once per interval when asked
+//!   (`http::board`), never by a round trip to the node loop per request; its writes are
+//!   operator requests queued to the node loop like the QUIC operator session's.
 //!
 //! # Leader routing
 //!
@@ -69,13 +73,15 @@ pub struct ShellConfig {
     pub max_reconnect_backoff: Duration,
     /// The Prometheus recorder `/metrics` renders (see [`http::install_recorder`]).
     pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
+    /// How the HTTP API is served, when [`CoreConfig::http_addr`] says where.
+    pub http: http::HttpConfig,
 }
 
 impl ShellConfig {
     /// Defaults: the core's ([`CoreConfig::default`]) with `members`' addresses, a 2 s request
     /// timeout (a ReadIndex waits that long for a quorum), 1,024 queued batches per peer,
     /// reconnection backoff up to 1 s (so that a restarted peer is found again within about a
-    /// second).
+    /// second), the HTTP API's defaults ([`http::HttpConfig::default`]).
     pub fn new(members: BTreeMap<u64, SocketAddr>) -> ShellConfig {
         ShellConfig {
             core: CoreConfig {
@@ -87,6 +93,7 @@ impl ShellConfig {
             peer_queue: 1024,
             max_reconnect_backoff: Duration::from_secs(1),
             metrics: None,
+            http: http::HttpConfig::default(),
         }
     }
 }
@@ -116,6 +123,12 @@ pub enum ServerError {
         /// Why.
         source: std::io::Error,
     },
+    /// Plain HTTP was asked for on an address other machines can reach.
+    #[error("plain HTTP is served on loopback addresses only (for a local TLS-terminating proxy or scraper), not on {0}: serve HTTPS there")]
+    PlaintextNotLoopback(SocketAddr),
+    /// The HTTP API's token file is unusable.
+    #[error(transparent)]
+    HttpTokens(#[from] http::auth::TokenFileError),
 }
 
 /// Runs the master until `shutdown` completes or this master is removed from the group.
@@ -154,28 +167,62 @@ where
     });
     let local_addr = server.local_addr();
     let (stop_http, http_stopped) = watch::channel(false);
-    let http_task = match config.core.http_addr {
-        Some(addr) => {
-            let listener = http::bind(addr)
-                .await
-                .map_err(|source| ServerError::Http { addr, source })?;
-            tracing::info!(master = id, %addr, "serving the HTTP API (/state, /metrics)");
-            let http_context = Arc::new(http::HttpContext {
-                sessions: Arc::clone(&context),
-                metrics: config.metrics.clone(),
-            });
-            Some(tokio::spawn(http::serve(
-                listener,
-                http_context,
-                http_stopped,
-            )))
+    let board = Arc::new(http::board::StateBoard::new(config.http.view_interval));
+    let mut http_tasks = Vec::new();
+    if let Some(addr) = config.core.http_addr {
+        let settings = &config.http;
+        if settings.plaintext && !addr.ip().is_loopback() {
+            return Err(ServerError::PlaintextNotLoopback(addr));
         }
-        None => None,
-    };
+        let tokens = match &settings.tokens {
+            Some(path) => Some(Arc::new(http::auth::TokenStore::load(path)?)),
+            None => None,
+        };
+        let acceptor = if settings.plaintext {
+            None
+        } else {
+            Some(tokio_rustls::TlsAcceptor::from(Arc::new(
+                tls.https_server_config()?,
+            )))
+        };
+        let listener = http::bind(addr)
+            .await
+            .map_err(|source| ServerError::Http { addr, source })?;
+        let scheme = if settings.plaintext { "http" } else { "https" };
+        if settings.plaintext {
+            tracing::warn!(master = id, %addr, "serving the HTTP API over PLAIN HTTP (--http-plaintext): bearer tokens cross the loopback unencrypted and no client certificate can be used");
+        }
+        tracing::info!(
+            master = id,
+            url = %format!("{scheme}://{addr}"),
+            tokens = tokens.as_ref().map_or(0, |t| t.current().len()),
+            metrics_open = settings.metrics_open,
+            "serving the HTTP API"
+        );
+        if let Some(tokens) = &tokens {
+            http_tasks.push(tokio::spawn(Arc::clone(tokens).watch(http_stopped.clone())));
+        }
+        let api = Arc::new(http::Api {
+            sessions: Arc::clone(&context),
+            board: Arc::clone(&board),
+            metrics: config.metrics.clone(),
+            tokens,
+            metrics_open: settings.metrics_open,
+            limits: settings.limits,
+            scheme,
+        });
+        http_tasks.push(tokio::spawn(http::serve(
+            listener,
+            api,
+            acceptor,
+            http_stopped,
+        )));
+    }
     let (stop_accepting, stop_rx) = tokio::sync::oneshot::channel();
     let accept = tokio::spawn(sessions::accept_loop(server, Arc::clone(&context), stop_rx));
     tracing::info!(master = id, %local_addr, "master serving");
     let core = MasterCore::new(node, config.core.clone());
+    let publisher = http::board::ViewPublisher::new(board, config.http.max_view_tasks);
     let mut shell = node_loop::Shell::new(
         core,
         config,
@@ -183,6 +230,7 @@ where
         events_tx,
         leader_tx,
         membership_tx,
+        publisher,
     );
     let result = shell.run(events_rx, shutdown).await;
     if matches!(result, Ok(MasterExit::Removed)) {
@@ -199,7 +247,7 @@ where
     }
     client.close();
     let _ = stop_http.send(true);
-    if let Some(task) = http_task {
+    for task in http_tasks {
         let _ = task.await;
     }
     result

@@ -18,6 +18,7 @@ use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::MissedTickBehavior;
 
+use super::http::board::ViewPublisher;
 use super::peer::{self, PeerBatch, PeerHandle};
 use super::{MasterExit, ServerError, ShellConfig};
 use crate::core::{
@@ -91,6 +92,8 @@ pub(crate) struct Shell<S: RaftStore> {
     next_request: u64,
     /// Peers with no known address, already warned about (one log line each).
     warned_no_address: std::collections::BTreeSet<u64>,
+    /// Builds the HTTP API's view when it is wanted.
+    publisher: ViewPublisher,
 }
 
 impl<S: RaftStore> Shell<S> {
@@ -101,6 +104,7 @@ impl<S: RaftStore> Shell<S> {
         events: mpsc::Sender<Event>,
         leader_view: watch::Sender<LeaderView>,
         membership_view: watch::Sender<MembershipView>,
+        publisher: ViewPublisher,
     ) -> Shell<S> {
         Shell {
             core,
@@ -115,6 +119,7 @@ impl<S: RaftStore> Shell<S> {
             replies: HashMap::new(),
             next_request: 1,
             warned_no_address: Default::default(),
+            publisher,
         }
     }
 
@@ -129,6 +134,7 @@ impl<S: RaftStore> Shell<S> {
         tokio::pin!(shutdown);
         let started = self.core.start(self.clock.now());
         self.carry_outputs();
+        self.publisher.after_step(&self.core);
         if let Some(exit) = started {
             return Ok(exit);
         }
@@ -158,6 +164,8 @@ impl<S: RaftStore> Shell<S> {
             }
             let exit = self.core.advance(self.clock.now());
             self.carry_outputs();
+            // At most one bounded build per interval, and only when an HTTP reader asked.
+            self.publisher.after_step(&self.core);
             if let Some(exit) = exit? {
                 return Ok(exit);
             }
@@ -257,6 +265,11 @@ impl<S: RaftStore> Shell<S> {
                     self.sessions.remove(&session);
                 }
                 Output::Answer(request, response) => {
+                    if response == OperatorResponse::Done {
+                        // Before the answer leaves: an HTTP read that follows it needs a view
+                        // built after this write.
+                        self.publisher.board().note_write();
+                    }
                     if let Some(reply) = self.replies.remove(&request) {
                         // The client may have given up (timeout); nothing to do then.
                         let _ = reply.send(response);

@@ -1,0 +1,849 @@
+//! The HTTP API's routes, in one table ([`ROUTES`]): each names its method, path, the scope
+//! its caller needs, the query parameters it takes, and what it does. A new endpoint is one
+//! more row (and, for a write, one function turning the request into an operator request).
+//!
+//! # Reads and writes
+//!
+//! `GET`s never change anything and never reach the node loop: they are served from the
+//! leader's published view ([`super::board`]) or, for `/metrics`, from this process's
+//! registry. Writes (`PUT`, `POST`, `DELETE`) need the `write` scope, carry strict JSON bodies
+//! (`Content-Type: application/json`, at most [`HttpLimits::max_body`] bytes, arriving within
+//! [`HttpLimits::body_timeout`]), and become the same replicated operator requests as the QUIC
+//! operator session's: they are answered once committed and applied, or with the reason they
+//! were refused. Requiring `application/json` also keeps browsers from sending a write as a
+//! cross-site form post with an operator's client certificate.
+//!
+//! # Answers
+//!
+//! | status | when |
+//! | --- | --- |
+//! | 200 | a document; a write committed (`{"committed": true}`) |
+//! | 307 | this master does not lead: `Location` is the same path on the leader's API |
+//! | 400 | a bad query, path parameter or body (the message names what is wrong), or a write the cluster refused |
+//! | 401 | no credentials, or a token that is unknown or expired (`WWW-Authenticate: Bearer`) |
+//! | 403 | a certificate of a role other than `operator`, or a `read` token on a write |
+//! | 404 | no such path |
+//! | 405 | the path does not take this method (`Allow` lists those it takes) |
+//! | 408 | the body did not arrive in time |
+//! | 413 | the body is too large |
+//! | 415 | a write's body is not `application/json` |
+//! | 503 | no leader, no view or no commit in time, or the outcome is unknown; retry |
+//!
+//! Every error is a JSON object `{"error": "..."}`.
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use fullerene_proto::http::{
+    AddMasterBody, AgentsDocument, ClusterDocument, ErrorDocument, FrameworksDocument,
+    GroupWeightBody, GroupsDocument, StateDocument, TasksDocument, ViewStamp, WriteDone,
+};
+use fullerene_proto::ids::{FrameworkId, MasterId};
+use fullerene_proto::messages::{ErrorCode, OperatorRequest, OperatorResponse};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use hyper::body::Incoming;
+use hyper::header::{
+    HeaderValue, ALLOW, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, LOCATION, WWW_AUTHENTICATE,
+};
+use hyper::{Method, Request, Response, StatusCode};
+use serde::Serialize;
+use tokio::sync::oneshot;
+
+use super::auth::{authenticate, AuthFailure, Caller, Scope};
+use super::board::{Document, PublishedView};
+use super::{Api, ConnectionPeer, HttpLimits};
+use crate::server::node_loop::Event;
+use crate::server::LeaderView;
+
+/// A response's body.
+pub(crate) type Body = Full<Bytes>;
+
+/// What a route needs of its caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Access {
+    /// A `read` token or better.
+    Read,
+    /// A `write` token or an operator certificate.
+    Write,
+    /// A `read` token or better, or nothing when `/metrics` is opened to scrapers.
+    Metrics,
+}
+
+/// What a write takes as its body.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Payload {
+    /// None: a body is refused.
+    Empty,
+    /// A JSON object like this example (shown when the body is wrong).
+    Json(&'static str),
+}
+
+/// Turns a write's path parameters and body into the operator request it stands for.
+type WriteFn = fn(&[&str], &[u8]) -> Result<OperatorRequest, ApiError>;
+
+/// What a route does.
+#[derive(Clone, Copy)]
+enum Action {
+    /// Serves a document of the published view.
+    Document(Document),
+    /// Serves the view's tasks, all or one framework's.
+    Tasks,
+    /// Renders this process's metrics.
+    Metrics,
+    /// Proposes an operator request, answered once committed.
+    Write(Payload, WriteFn),
+}
+
+/// One endpoint.
+struct Route {
+    method: Method,
+    /// Segments; `{name}` matches one non-empty segment.
+    path: &'static str,
+    access: Access,
+    /// The query parameters it takes (each at most once).
+    query: &'static [&'static str],
+    action: Action,
+}
+
+/// Every endpoint of the API.
+static ROUTES: [Route; 10] = [
+    Route {
+        method: Method::GET,
+        path: "/state",
+        access: Access::Read,
+        query: &[],
+        action: Action::Document(Document::State),
+    },
+    Route {
+        method: Method::GET,
+        path: "/agents",
+        access: Access::Read,
+        query: &[],
+        action: Action::Document(Document::Agents),
+    },
+    Route {
+        method: Method::GET,
+        path: "/frameworks",
+        access: Access::Read,
+        query: &[],
+        action: Action::Document(Document::Frameworks),
+    },
+    Route {
+        method: Method::GET,
+        path: "/tasks",
+        access: Access::Read,
+        query: &["framework"],
+        action: Action::Tasks,
+    },
+    Route {
+        method: Method::GET,
+        path: "/groups",
+        access: Access::Read,
+        query: &[],
+        action: Action::Document(Document::Groups),
+    },
+    Route {
+        method: Method::GET,
+        path: "/cluster",
+        access: Access::Read,
+        query: &[],
+        action: Action::Document(Document::Cluster),
+    },
+    Route {
+        method: Method::GET,
+        path: "/metrics",
+        access: Access::Metrics,
+        query: &[],
+        action: Action::Metrics,
+    },
+    Route {
+        method: Method::PUT,
+        path: "/groups/{group}/weight",
+        access: Access::Write,
+        query: &[],
+        action: Action::Write(Payload::Json(r#"{"weight": 2.0}"#), set_group_weight),
+    },
+    Route {
+        method: Method::POST,
+        path: "/masters",
+        access: Access::Write,
+        query: &[],
+        action: Action::Write(
+            Payload::Json(r#"{"id": 4, "addr": "10.0.0.4:5050"}"#),
+            add_master,
+        ),
+    },
+    Route {
+        method: Method::DELETE,
+        path: "/masters/{id}",
+        access: Access::Write,
+        query: &[],
+        action: Action::Write(Payload::Empty, remove_master),
+    },
+];
+
+fn set_group_weight(params: &[&str], body: &[u8]) -> Result<OperatorRequest, ApiError> {
+    let group = path_param(params, 0, "group")?;
+    let body: GroupWeightBody = json_body(body, r#"{"weight": 2.0}"#)?;
+    Ok(OperatorRequest::SetGroupWeight {
+        group,
+        weight: body.weight,
+    })
+}
+
+fn add_master(_params: &[&str], body: &[u8]) -> Result<OperatorRequest, ApiError> {
+    let body: AddMasterBody = json_body(body, r#"{"id": 4, "addr": "10.0.0.4:5050"}"#)?;
+    Ok(OperatorRequest::AddMaster {
+        id: MasterId(body.id),
+        addr: body.addr,
+    })
+}
+
+fn remove_master(params: &[&str], _body: &[u8]) -> Result<OperatorRequest, ApiError> {
+    let id = path_param(params, 0, "id")?;
+    let id: u64 = id.parse().map_err(|_| {
+        ApiError::bad_request(format!("`{id}` in the path is not a master id (a number)"))
+    })?;
+    Ok(OperatorRequest::RemoveMaster { id: MasterId(id) })
+}
+
+/// A refusal or failure, answered as `{"error": ...}` with its status.
+#[derive(Debug)]
+pub(crate) struct ApiError {
+    status: StatusCode,
+    message: String,
+    /// `WWW-Authenticate`, for 401 and 403.
+    challenge: Option<String>,
+    /// `Allow`, for 405.
+    allow: Option<String>,
+    /// `Location`, for 307.
+    location: Option<String>,
+    /// Whether to close the connection after (a body left unread).
+    close: bool,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            message: message.into(),
+            challenge: None,
+            allow: None,
+            location: None,
+            close: false,
+        }
+    }
+
+    fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, message)
+    }
+
+    fn unavailable(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, message)
+    }
+
+    fn challenge(mut self, value: String) -> ApiError {
+        self.challenge = Some(value);
+        self
+    }
+
+    fn closing(mut self) -> ApiError {
+        self.close = true;
+        self
+    }
+
+    fn into_response(self) -> Response<Body> {
+        let mut response = json(
+            self.status,
+            &ErrorDocument {
+                error: self.message,
+            },
+        );
+        let headers = response.headers_mut();
+        if let Some(value) = self.challenge.and_then(|v| HeaderValue::from_str(&v).ok()) {
+            headers.insert(WWW_AUTHENTICATE, value);
+        }
+        if let Some(value) = self.allow.and_then(|v| HeaderValue::from_str(&v).ok()) {
+            headers.insert(ALLOW, value);
+        }
+        if let Some(value) = self.location.and_then(|v| HeaderValue::from_str(&v).ok()) {
+            headers.insert(LOCATION, value);
+        }
+        if self.close {
+            headers.insert(CONNECTION, HeaderValue::from_static("close"));
+        }
+        response
+    }
+}
+
+/// The realm of every challenge.
+const REALM: &str = "Bearer realm=\"fullerene\"";
+
+/// A challenge's parameter value: quoted-string content without quotes or backslashes.
+fn quoted(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c == '"' || c == '\\' || c.is_control() {
+                '\''
+            } else {
+                c
+            }
+        })
+        .collect()
+}
+
+/// Answers one request.
+pub(crate) async fn handle(
+    api: &Api,
+    peer: &ConnectionPeer,
+    request: Request<Incoming>,
+) -> Response<Body> {
+    let response = match respond(api, peer, request).await {
+        Ok(response) => response,
+        Err(error) => error.into_response(),
+    };
+    metrics::counter!("fullerene_http_responses_total", "status" => response.status().as_u16().to_string())
+        .increment(1);
+    response
+}
+
+async fn respond(
+    api: &Api,
+    peer: &ConnectionPeer,
+    request: Request<Incoming>,
+) -> Result<Response<Body>, ApiError> {
+    let path = request.uri().path().to_string();
+    let matching: Vec<(&Route, Vec<&str>)> = ROUTES
+        .iter()
+        .filter_map(|route| path_params(route.path, &path).map(|params| (route, params)))
+        .collect();
+    if matching.is_empty() {
+        let mut paths: Vec<&str> = ROUTES.iter().map(|route| route.path).collect();
+        paths.dedup();
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("no such path: {path} (the API serves {})", paths.join(", ")),
+        ));
+    }
+    let Some((route, params)) = matching
+        .iter()
+        .find(|(route, _)| route.method == request.method())
+    else {
+        let allowed: Vec<&str> = matching
+            .iter()
+            .map(|(route, _)| route.method.as_str())
+            .collect();
+        let mut error = ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            format!(
+                "{path} does not take {}; it takes {}",
+                request.method(),
+                allowed.join(", ")
+            ),
+        );
+        error.allow = Some(allowed.join(", "));
+        return Err(error);
+    };
+
+    let caller = authorize(api, peer, route, &request)?;
+    let query = query_params(request.uri().query(), route.query)?;
+    match route.action {
+        Action::Metrics => Ok(metrics(api)),
+        Action::Document(document) => {
+            let view = leader_view(api, &request).await?;
+            Ok(json_bytes(
+                view.encoded(document, |view| encode(view, document)),
+            ))
+        }
+        Action::Tasks => {
+            let view = leader_view(api, &request).await?;
+            match query.get("framework") {
+                None => {
+                    Ok(json_bytes(view.encoded(Document::Tasks, |view| {
+                        encode(view, Document::Tasks)
+                    })))
+                }
+                Some(framework) => Ok(json(StatusCode::OK, &tasks_of(&view, framework))),
+            }
+        }
+        Action::Write(payload, parse) => {
+            let leader = api.sessions.leader.borrow().clone();
+            if !leader.is_self {
+                return Err(redirect(&leader, api.scheme, request.uri()));
+            }
+            let (parts, body) = request.into_parts();
+            let body = read_body(&parts.headers, body, payload, &api.limits).await?;
+            let operator_request = parse(params, &body)?;
+            write(api, &caller, operator_request, &parts.uri).await
+        }
+    }
+}
+
+/// Who the caller is, if the route lets it in.
+fn authorize(
+    api: &Api,
+    peer: &ConnectionPeer,
+    route: &Route,
+    request: &Request<Incoming>,
+) -> Result<Caller, ApiError> {
+    let tokens = api.tokens.as_ref().map(|store| store.current());
+    let authenticated = authenticate(
+        peer.identity.as_ref(),
+        request
+            .headers()
+            .get(hyper::header::AUTHORIZATION)
+            .map(HeaderValue::as_bytes),
+        tokens.as_deref(),
+        unix_now(),
+    );
+    let open = route.access == Access::Metrics && api.metrics_open;
+    let caller = match authenticated {
+        Ok(caller) => caller,
+        Err(_) if open => {
+            return Ok(Caller {
+                who: "anonymous".to_string(),
+                scope: None,
+            })
+        }
+        Err(failure) => {
+            metrics::counter!("fullerene_http_auth_refusals_total").increment(1);
+            tracing::debug!(peer = %peer.addr, ?failure, path = route.path, "HTTP request refused");
+            return Err(match failure {
+                AuthFailure::Missing => ApiError::new(
+                    StatusCode::UNAUTHORIZED,
+                    "authentication required: an operator client certificate, or \
+                     `Authorization: Bearer <token>`",
+                )
+                .challenge(REALM.to_string()),
+                AuthFailure::Invalid(reason) => {
+                    let challenge = format!(
+                        "{REALM}, error=\"invalid_token\", error_description=\"{}\"",
+                        quoted(&reason)
+                    );
+                    ApiError::new(StatusCode::UNAUTHORIZED, reason).challenge(challenge)
+                }
+                AuthFailure::WrongRole(identity) => ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    format!(
+                        "the client certificate belongs to {identity}; only operators' \
+                         certificates may use the HTTP API"
+                    ),
+                ),
+            });
+        }
+    };
+    let needed = match route.access {
+        Access::Read | Access::Metrics => Scope::Read,
+        Access::Write => Scope::Write,
+    };
+    if caller.scope.is_none_or(|scope| scope < needed) {
+        metrics::counter!("fullerene_http_auth_refusals_total").increment(1);
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            format!(
+                "{} may not {} {}: it needs the `{needed}` scope",
+                caller.who,
+                request.method(),
+                route.path
+            ),
+        )
+        .challenge(format!(
+            "{REALM}, error=\"insufficient_scope\", scope=\"{needed}\""
+        )));
+    }
+    Ok(caller)
+}
+
+fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |since| {
+            i64::try_from(since.as_secs()).unwrap_or(i64::MAX)
+        })
+}
+
+/// The path's parameters if it matches `pattern`, raw (percent-encoded).
+fn path_params<'a>(pattern: &str, path: &'a str) -> Option<Vec<&'a str>> {
+    let mut params = Vec::new();
+    let mut pattern_segments = pattern.split('/');
+    let mut path_segments = path.split('/');
+    loop {
+        match (pattern_segments.next(), path_segments.next()) {
+            (None, None) => return Some(params),
+            (Some(want), Some(got)) if want.starts_with('{') => {
+                if got.is_empty() {
+                    return None;
+                }
+                params.push(got);
+            }
+            (Some(want), Some(got)) if want == got => {}
+            _ => return None,
+        }
+    }
+}
+
+/// Path parameter `index`, percent-decoded.
+fn path_param(params: &[&str], index: usize, name: &str) -> Result<String, ApiError> {
+    let raw = params.get(index).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("no `{name}` in the path"),
+        )
+    })?;
+    percent_decode(raw).ok_or_else(|| {
+        ApiError::bad_request(format!(
+            "the {name} `{raw}` in the path is not valid percent-encoded UTF-8"
+        ))
+    })
+}
+
+/// Decodes `%XX` escapes; `None` for a bad escape or bytes that are not UTF-8.
+fn percent_decode(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = text.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// The query's parameters; each must be one `allowed`, given once, with a value.
+fn query_params(
+    query: Option<&str>,
+    allowed: &[&str],
+) -> Result<BTreeMap<String, String>, ApiError> {
+    let mut params = BTreeMap::new();
+    for pair in query
+        .unwrap_or("")
+        .split('&')
+        .filter(|pair| !pair.is_empty())
+    {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let bad = |what: &str| {
+            ApiError::bad_request(format!(
+                "the query parameter `{pair}` is not valid percent-encoded UTF-8 ({what})"
+            ))
+        };
+        let key = percent_decode(key).ok_or_else(|| bad("name"))?;
+        let value = percent_decode(value).ok_or_else(|| bad("value"))?;
+        if !allowed.contains(&key.as_str()) {
+            return Err(ApiError::bad_request(if allowed.is_empty() {
+                format!("unknown query parameter `{key}`: this endpoint takes none")
+            } else {
+                format!(
+                    "unknown query parameter `{key}`: this endpoint takes {}",
+                    allowed.join(", ")
+                )
+            }));
+        }
+        if value.is_empty() {
+            return Err(ApiError::bad_request(format!(
+                "the query parameter `{key}` needs a value (`{key}=...`)"
+            )));
+        }
+        if params.insert(key.clone(), value).is_some() {
+            return Err(ApiError::bad_request(format!(
+                "the query parameter `{key}` is given twice"
+            )));
+        }
+    }
+    Ok(params)
+}
+
+/// The published view, on the leader; a redirect on a follower.
+async fn leader_view(
+    api: &Api,
+    request: &Request<Incoming>,
+) -> Result<std::sync::Arc<PublishedView>, ApiError> {
+    let leader = api.sessions.leader.borrow().clone();
+    if !leader.is_self {
+        return Err(redirect(&leader, api.scheme, request.uri()));
+    }
+    api.board
+        .fresh_view(api.sessions.request_timeout)
+        .await
+        .map_err(|no_view| ApiError::unavailable(no_view.to_string()))
+}
+
+/// A follower's answer: the same request to the leader, when its HTTP address is known.
+fn redirect(view: &LeaderView, scheme: &str, uri: &hyper::Uri) -> ApiError {
+    let target = uri.path_and_query().map_or("/", |path| path.as_str());
+    match (view.leader_http, &view.leader) {
+        (Some(http), _) => {
+            let location = format!("{scheme}://{http}{target}");
+            let mut error = ApiError::new(
+                StatusCode::TEMPORARY_REDIRECT,
+                format!("this master does not lead; the leader serves {location}"),
+            );
+            error.location = Some(location);
+            error
+        }
+        (None, Some(leader)) => ApiError::unavailable(format!(
+            "this master does not lead; the leader is master {} at {} (QUIC) and announced no \
+             HTTP address",
+            leader.id.0, leader.addr
+        )),
+        (None, None) => {
+            ApiError::unavailable("no leader is known yet (an election is running); retry")
+        }
+    }
+}
+
+fn metrics(api: &Api) -> Response<Body> {
+    match &api.metrics {
+        Some(handle) => {
+            let mut response = Response::new(Full::new(Bytes::from(handle.render())));
+            response.headers_mut().insert(
+                CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; version=0.0.4"),
+            );
+            response
+        }
+        None => ApiError::new(
+            StatusCode::NOT_FOUND,
+            "this process has no Prometheus recorder installed",
+        )
+        .into_response(),
+    }
+}
+
+fn stamp(view: &PublishedView) -> ViewStamp {
+    ViewStamp {
+        leader: view.bounded.view.leader,
+        term: view.bounded.term,
+        applied: view.bounded.view.applied,
+        built_at_ms: view.built_at_ms,
+        build: view.build,
+    }
+}
+
+/// Encodes `document` of `view` (once per view: the caller caches it).
+fn encode(view: &PublishedView, document: Document) -> Bytes {
+    let bounded = &view.bounded;
+    let encoded = match document {
+        Document::State => to_json(&StateDocument {
+            term: bounded.term,
+            built_at_ms: view.built_at_ms,
+            build: view.build,
+            tasks_total: bounded.tasks_total,
+            tasks_omitted: bounded.tasks_omitted,
+            view: bounded.view.clone(),
+        }),
+        Document::Agents => to_json(&AgentsDocument {
+            stamp: stamp(view),
+            agents: bounded.view.agents.clone(),
+        }),
+        Document::Frameworks => to_json(&FrameworksDocument {
+            stamp: stamp(view),
+            frameworks: bounded.view.frameworks.clone(),
+        }),
+        Document::Tasks => to_json(&TasksDocument {
+            stamp: stamp(view),
+            framework: None,
+            tasks: bounded.view.tasks.clone(),
+            tasks_omitted: bounded.tasks_omitted,
+        }),
+        Document::Groups => to_json(&GroupsDocument {
+            stamp: stamp(view),
+            groups: bounded.view.groups.clone(),
+            weights: bounded.weights.clone(),
+        }),
+        Document::Cluster => to_json(&ClusterDocument {
+            stamp: stamp(view),
+            cluster: bounded.cluster.clone(),
+        }),
+    };
+    Bytes::from(encoded)
+}
+
+/// One framework's tasks in `view`.
+fn tasks_of(view: &PublishedView, framework: &str) -> TasksDocument {
+    let framework = FrameworkId::from(framework);
+    let bounded = &view.bounded;
+    TasksDocument {
+        stamp: stamp(view),
+        tasks: bounded
+            .view
+            .tasks
+            .iter()
+            .filter(|task| task.framework_id == framework)
+            .cloned()
+            .collect(),
+        tasks_omitted: bounded
+            .omitted_by_framework
+            .get(&framework)
+            .copied()
+            .unwrap_or(0),
+        framework: Some(framework),
+    }
+}
+
+/// A write's body, within the limits; refused when it is not what `payload` takes.
+async fn read_body(
+    headers: &hyper::HeaderMap,
+    body: Incoming,
+    payload: Payload,
+    limits: &HttpLimits,
+) -> Result<Bytes, ApiError> {
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the body is larger than {} bytes", limits.max_body),
+        )
+        .closing()
+    };
+    if let Some(length) = headers.get(CONTENT_LENGTH) {
+        let length: u64 = length
+            .to_str()
+            .ok()
+            .and_then(|text| text.parse().ok())
+            .ok_or_else(|| {
+                ApiError::bad_request("the Content-Length header is not a number").closing()
+            })?;
+        if length > limits.max_body as u64 {
+            return Err(too_large());
+        }
+    }
+    if let Payload::Json(_) = payload {
+        let content_type = headers
+            .get(CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or("");
+        let media_type = content_type.split(';').next().unwrap_or("").trim();
+        if !media_type.eq_ignore_ascii_case("application/json") {
+            return Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                format!(
+                    "the body must be JSON with `Content-Type: application/json` (got `{content_type}`)"
+                ),
+            )
+            .closing());
+        }
+    }
+    let collected = tokio::time::timeout(
+        limits.body_timeout,
+        Limited::new(body, limits.max_body).collect(),
+    )
+    .await;
+    let bytes = match collected {
+        Err(_) => {
+            return Err(ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "the body did not arrive within {} ms",
+                    limits.body_timeout.as_millis()
+                ),
+            )
+            .closing())
+        }
+        Ok(Err(error)) if error.downcast_ref::<LengthLimitError>().is_some() => {
+            return Err(too_large())
+        }
+        Ok(Err(error)) => {
+            return Err(
+                ApiError::bad_request(format!("the body could not be read: {error}")).closing(),
+            )
+        }
+        Ok(Ok(collected)) => collected.to_bytes(),
+    };
+    if payload == Payload::Empty && !bytes.is_empty() {
+        return Err(ApiError::bad_request("this request takes no body"));
+    }
+    Ok(bytes)
+}
+
+/// Decodes a strict JSON body (no unknown or missing field, nothing after the value).
+fn json_body<T: serde::de::DeserializeOwned>(body: &[u8], example: &str) -> Result<T, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::bad_request(format!(
+            "the body is empty; expected a JSON object like {example}"
+        )));
+    }
+    serde_json::from_slice(body).map_err(|error| {
+        ApiError::bad_request(format!(
+            "the body is not what this request takes ({error}); expected a JSON object like {example}"
+        ))
+    })
+}
+
+/// Proposes `request` and answers once the node loop does.
+async fn write(
+    api: &Api,
+    caller: &Caller,
+    request: OperatorRequest,
+    uri: &hyper::Uri,
+) -> Result<Response<Body>, ApiError> {
+    tracing::info!(who = %caller.who, ?request, "HTTP API write");
+    let shutting_down = || ApiError::unavailable("the master is shutting down");
+    let (reply, answer) = oneshot::channel();
+    let asked = async {
+        api.sessions
+            .events
+            .send(Event::Operator(request, reply))
+            .await
+            .map_err(|_| shutting_down())?;
+        answer.await.map_err(|_| shutting_down())
+    };
+    let response = tokio::time::timeout(api.sessions.request_timeout, asked)
+        .await
+        .map_err(|_| {
+            ApiError::unavailable(
+                "no answer in time (no quorum, or the leader changed); the write may or may not \
+                 have been committed: read before you retry",
+            )
+        })??;
+    match response {
+        OperatorResponse::Done => Ok(json(StatusCode::OK, &WriteDone { committed: true })),
+        OperatorResponse::Redirect(_) => {
+            let leader = api.sessions.leader.borrow().clone();
+            Err(redirect(&leader, api.scheme, uri))
+        }
+        OperatorResponse::Error(error) => {
+            let status = match error.code {
+                ErrorCode::InvalidRequest => StatusCode::BAD_REQUEST,
+                ErrorCode::Unauthorized => StatusCode::FORBIDDEN,
+                ErrorCode::Unavailable | ErrorCode::OutcomeUnknown => {
+                    StatusCode::SERVICE_UNAVAILABLE
+                }
+                _ => StatusCode::INTERNAL_SERVER_ERROR,
+            };
+            Err(ApiError::new(status, error.message))
+        }
+        other => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("unexpected answer {other:?}"),
+        )),
+    }
+}
+
+fn to_json<T: Serialize>(value: &T) -> Vec<u8> {
+    serde_json::to_vec_pretty(value).unwrap_or_else(|error| {
+        serde_json::to_vec(&ErrorDocument {
+            error: format!("cannot encode the document: {error}"),
+        })
+        .unwrap_or_default()
+    })
+}
+
+fn json_bytes(body: Bytes) -> Response<Body> {
+    let mut response = Response::new(Full::new(body));
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+fn json<T: Serialize>(status: StatusCode, value: &T) -> Response<Body> {
+    let mut response = json_bytes(Bytes::from(to_json(value)));
+    *response.status_mut() = status;
+    response
+}
