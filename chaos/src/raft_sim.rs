@@ -571,7 +571,9 @@ impl Sim {
     /// next read raft-rs makes, and the master is restarted (on what its store had written)
     /// as a crashed one is.
     pub fn fail_reads(&mut self, id: u64) {
-        if let Some(slot) = self.slots.get_mut(&id) {
+        // A master that is down has no process whose reads could fail (its store is replaced
+        // when it restarts).
+        if let Some(slot) = self.slots.get_mut(&id).filter(|s| s.node.is_some()) {
             slot.store.fail_reads();
             slot.injected_failure = true;
         }

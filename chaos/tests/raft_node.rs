@@ -209,7 +209,10 @@ fn a_failed_read_halts_the_node_with_an_error_instead_of_a_panic() {
         node.propose(&register(3), Token(3)),
         Err(ProposeError::Halted(_))
     ));
-    assert!(matches!(node.read_index(Token(4)), Err(ReadError::Halted(_))));
+    assert!(matches!(
+        node.read_index(Token(4)),
+        Err(ReadError::Halted(_))
+    ));
     node.tick();
     // What was written survives: a restart on the store's durable contents serves again.
     drop(node);
@@ -231,17 +234,19 @@ fn a_leader_whose_reads_fail_stops_and_another_master_takes_over() {
     let first = sim.propose_command(&register(1)).unwrap();
     sim.run_until(500, |s| s.answer(first).is_some()).unwrap();
     sim.fail_reads(old);
-    let second = sim.propose_command(&register(2)).unwrap();
+    // Its answer may die with the halted leader, as with a crash: the client would not know
+    // whether it committed (the oracle checks that, if it did, it is never lost).
+    let _second = sim.propose_command(&register(2)).unwrap();
     sim.run_until(1_000, |s| s.leader().is_some_and(|l| l != old))
         .unwrap();
-    sim.run_until(1_000, |s| s.answer(second).is_some()).unwrap();
     let third = sim.propose_command(&register(3)).unwrap();
-    sim.run_until(1_000, |s| {
-        s.answer(third).is_some() && s.converged()
-    })
-    .unwrap();
+    sim.run_until(1_000, |s| s.answer(third).is_some() && s.converged())
+        .unwrap();
     assert!(matches!(sim.answer(third), Some(Ok(Ok(_)))));
-    assert!(sim.stats().crashes >= 1, "the halted leader was not restarted");
+    assert!(
+        sim.stats().crashes >= 1,
+        "the halted leader was not restarted"
+    );
     sim.heal_and_check().unwrap();
 }
 

@@ -181,6 +181,11 @@ async fn a_state_past_64_mib_is_snapshotted_sent_to_a_new_master_and_restored() 
         .registered(WAIT)
         .await
         .expect("the framework subscribed");
+    // Offers go to frameworks that want something.
+    framework.call(FrameworkRequest::UpdateDemand(fullerene_tests::demand(
+        &fullerene_tests::resources("cpus=0.1,mem_mib=1"),
+        TASKS as u32,
+    )));
 
     let launch_started = Instant::now();
     launch_all(&cluster, &mut framework).await;
@@ -198,8 +203,15 @@ async fn a_state_past_64_mib_is_snapshotted_sent_to_a_new_master_and_restored() 
         .expect("the tasks");
     assert_eq!(tasks.len(), TASKS);
     for task in [&tasks[0], &tasks[TASKS / 2], &tasks[TASKS - 1]] {
-        let n: usize = task.spec.id.as_str()["big-".len()..].parse().expect("a number");
-        assert_eq!(task.spec, big_task(n), "task {} came back changed", task.spec.id);
+        let n: usize = task.spec.id.as_str()["big-".len()..]
+            .parse()
+            .expect("a number");
+        assert_eq!(
+            task.spec,
+            big_task(n),
+            "task {} came back changed",
+            task.spec.id
+        );
     }
 
     // A new master with an empty directory catches up from the leader's snapshot.
@@ -240,10 +252,7 @@ async fn a_state_past_64_mib_is_snapshotted_sent_to_a_new_master_and_restored() 
     let restarted = Instant::now();
     cluster.spawn(follower, false);
     wait_caught_up(&cluster, &mut client, follower).await;
-    eprintln!(
-        "a restarted master caught up in {:?}",
-        restarted.elapsed()
-    );
+    eprintln!("a restarted master caught up in {:?}", restarted.elapsed());
 
     // The whole group stops and restarts from disk, and still knows every task.
     for id in 1..=4 {

@@ -32,9 +32,7 @@ use fullerene_proto::time::whole_millis;
 use fullerene_proto::Time;
 use fullerene_proto::{Now, OfferId};
 
-use super::{
-    FrameworkPending, MasterCore, Outbox, Pending, SessionId, Settled, Subscription,
-};
+use super::{FrameworkPending, MasterCore, Outbox, Pending, SessionId, Settled, Subscription};
 use crate::raft_node::ProposeError;
 use crate::state::{ClusterState, Command, CommandOutcome, TaskKey, TaskRecord};
 use crate::storage::RaftStore;

@@ -116,6 +116,16 @@ impl Harness {
     }
 
     fn register_agent(&mut self, agent: &str, capacity: &str) -> (SessionId, Vec<Output>) {
+        self.register_agent_with(agent, capacity, &["sleep"])
+    }
+
+    /// [`Harness::register_agent`] with the executors `executors`.
+    fn register_agent_with(
+        &mut self,
+        agent: &str,
+        capacity: &str,
+        executors: &[&str],
+    ) -> (SessionId, Vec<Output>) {
         let session = self.session();
         let outputs = self.input(Input::AgentRegister {
             agent_id: agent.into(),
@@ -126,7 +136,7 @@ impl Harness {
                 resources: resources(capacity),
                 attributes: Default::default(),
                 tasks: Vec::new(),
-                executors: vec!["sleep".to_string()],
+                executors: executors.iter().map(|e| e.to_string()).collect(),
             },
         });
         (session, outputs)
@@ -922,7 +932,10 @@ fn a_follower_redirects_agents_frameworks_and_operators() {
         },
         now,
     );
-    core.handle(Operator(RequestId(7), OperatorRequest::ListAgents { after: None }), now);
+    core.handle(
+        Operator(RequestId(7), OperatorRequest::ListAgents { after: None }),
+        now,
+    );
     let outputs = core.drain_outputs();
     assert!(outputs.contains(&Output::ToAgent {
         session: SessionId(1),
@@ -1118,7 +1131,9 @@ fn operator_listings_come_in_pages_that_list_everything_once() {
     let (session, framework) = h.subscribe("framework-1", None);
     h.want(&framework, session, tasks as u32);
     let offer = h.offers_for(session).remove(0);
-    let specs: Vec<TaskSpec> = (0..tasks).map(|i| task(&format!("t{i:05}"), ONE_TASK)).collect();
+    let specs: Vec<TaskSpec> = (0..tasks)
+        .map(|i| task(&format!("t{i:05}"), ONE_TASK))
+        .collect();
     let (answer, _) = h.accept(&framework, session, &offer, specs);
     assert_eq!(answer, Some(Ok(CallOk::Done)));
 
@@ -1148,15 +1163,16 @@ fn operator_listings_come_in_pages_that_list_everything_once() {
 
     // Large tasks make the page end by bytes, well before the count.
     let (other_session, other) = h.subscribe("framework-2", None);
-    h.register_agent("agent-2", "cpus=100,mem_mib=100000");
+    h.register_agent_with("agent-2", "cpus=100,mem_mib=100000", &["command"]);
     h.heartbeating.push(AgentId::from("agent-2"));
-    h.want(&other, other_session, 20);
+    h.want(&other, other_session, 12);
     let offer = h
         .offers_for(other_session)
         .into_iter()
         .find(|o| o.agent_id.as_str() == "agent-2")
         .expect("an offer of agent-2");
-    let big: Vec<TaskSpec> = (0..20)
+    // 12 of 300 KiB: one launch under the 4 MiB frame, six pages' worth past MAX_PAGE_BYTES.
+    let big: Vec<TaskSpec> = (0..12)
         .map(|i| {
             let mut spec = fullerene_proto::testkit::command_task(
                 &format!("big{i:02}"),
@@ -1181,7 +1197,11 @@ fn operator_listings_come_in_pages_that_list_everything_once() {
     let OperatorResponse::Tasks { tasks: page, next } = &response else {
         panic!("not a page of tasks");
     };
-    assert!(page.len() < 20 && next.is_some(), "{} tasks on one page", page.len());
+    assert!(
+        page.len() < 12 && next.is_some(),
+        "{} tasks on one page",
+        page.len()
+    );
     assert!(page.iter().all(|t| t.framework_id == other));
     let size = fullerene_proto::codec::encoded_size(&response).unwrap();
     assert!(size <= MAX_PAGE_BYTES + 4096, "a page of {size} bytes");
@@ -1193,11 +1213,11 @@ fn operator_listings_come_in_pages_that_list_everything_once() {
         panic!("not a page of agents");
     };
     assert_eq!((agents.len(), next), (2, None));
-    let OperatorResponse::Frameworks { frameworks, next } = h.operator(
-        OperatorRequest::ListFrameworks {
+    let OperatorResponse::Frameworks { frameworks, next } =
+        h.operator(OperatorRequest::ListFrameworks {
             after: Some(framework.clone()),
-        },
-    ) else {
+        })
+    else {
         panic!("not a page of frameworks");
     };
     assert_eq!(next, None);
@@ -1217,11 +1237,19 @@ fn a_resent_status_update_is_proposed_once() {
     h.core
         .handle(Input::AgentStatus("agent-1".into(), running.clone()), h.now);
     let outputs = h.run();
-    assert_eq!(h.core.node().last_index(), before + 1, "one entry for two copies");
+    assert_eq!(
+        h.core.node().last_index(),
+        before + 1,
+        "one entry for two copies"
+    );
     assert_eq!(to_agent(&outputs, agent_session).len(), 1);
     assert_eq!(updates_to(&outputs, session), vec![running.clone()]);
     let outputs = h.input(Input::AgentStatus("agent-1".into(), running));
-    assert_eq!(h.core.node().last_index(), before + 1, "no entry for a committed update");
+    assert_eq!(
+        h.core.node().last_index(),
+        before + 1,
+        "no entry for a committed update"
+    );
     assert!(matches!(
         to_agent(&outputs, agent_session).as_slice(),
         [MasterToAgent::StatusAck(ack)] if ack.seq == 1
@@ -1262,15 +1290,22 @@ fn offers_of_many_agents_are_sent_in_frames_of_bounded_count() {
     let mut frames = Vec::new();
     for _ in 0..20 {
         let outputs = h.tick();
-        frames.extend(to_framework(&outputs, session).into_iter().filter_map(|m| match m {
-            MasterToFramework::Offers(offers) => Some(offers.len()),
-            _ => None,
-        }));
+        frames.extend(
+            to_framework(&outputs, session)
+                .into_iter()
+                .filter_map(|m| match m {
+                    MasterToFramework::Offers(offers) => Some(offers.len()),
+                    _ => None,
+                }),
+        );
         if frames.iter().sum::<usize>() >= agents {
             break;
         }
     }
     assert_eq!(frames.iter().sum::<usize>(), agents, "{frames:?}");
     assert!(frames.len() >= 3, "{frames:?}");
-    assert!(frames.iter().all(|n| *n <= MAX_OFFERS_PER_FRAME), "{frames:?}");
+    assert!(
+        frames.iter().all(|n| *n <= MAX_OFFERS_PER_FRAME),
+        "{frames:?}"
+    );
 }

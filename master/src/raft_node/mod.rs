@@ -492,8 +492,8 @@ impl<S: RaftStore> RaftNode<S> {
         };
         let raft_config = config.to_raft(snapshot_index).map_err(NodeError::Config)?;
         let logger = raft_logger(config.id);
-        let raw = catch_raft_panic(|| RawNode::new(&raft_config, store, &logger))?
-            .map_err(raft_error)?;
+        let raw =
+            catch_raft_panic(|| RawNode::new(&raft_config, store, &logger))?.map_err(raft_error)?;
         let metrics = NodeMetrics::new(config.id);
         metrics.applied_index.set(snapshot_index as f64);
         metrics.snapshot_bytes.set(snapshot.data.len() as f64);

@@ -874,8 +874,13 @@ fn a_task_record_larger_than_a_frame_round_trips() {
     let mut st = cluster();
     let big = task_of_size("big", MAX_TASK_SPEC_BYTES - 16);
     assert!(fullerene_proto::codec::encoded_size(&big).unwrap() <= MAX_TASK_SPEC_BYTES);
-    st.apply(&launch("f1", "alice", "a1", vec![big, spec("small", "cpus=1")]))
-        .unwrap();
+    st.apply(&launch(
+        "f1",
+        "alice",
+        "a1",
+        vec![big, spec("small", "cpus=1")],
+    ))
+    .unwrap();
     st.apply(&status("a1", "f1", "small", TaskState::Finished, 1))
         .unwrap();
     let bytes = st.encode_snapshot().unwrap();
@@ -896,18 +901,30 @@ fn launches_beyond_the_protocol_limits_are_refused() {
     use fullerene_proto::limits::{MAX_ID_BYTES, MAX_TASKS_PER_AGENT, MAX_TASK_SPEC_BYTES};
     let mut st = cluster();
     let long_id = "t".repeat(MAX_ID_BYTES + 1);
-    let err = refused(&mut st, &launch("f1", "alice", "a1", vec![spec(&long_id, "cpus=1")]));
+    let err = refused(
+        &mut st,
+        &launch("f1", "alice", "a1", vec![spec(&long_id, "cpus=1")]),
+    );
     assert!(matches!(err, CommandError::TooLarge(_)), "{err}");
     assert_eq!(err.code(), fullerene_proto::messages::ErrorCode::TooLarge);
     let huge = task_of_size("huge", MAX_TASK_SPEC_BYTES + 64);
     let err = refused(&mut st, &launch("f1", "alice", "a1", vec![huge]));
-    assert!(err.to_string().contains(&MAX_TASK_SPEC_BYTES.to_string()), "{err}");
+    assert!(
+        err.to_string().contains(&MAX_TASK_SPEC_BYTES.to_string()),
+        "{err}"
+    );
     let many: Vec<TaskSpec> = (0..=MAX_TASKS_PER_AGENT)
         .map(|n| spec(&format!("t{n}"), "cpus=0.0001"))
         .collect();
     let err = refused(&mut st, &launch("f1", "alice", "a1", many));
     assert!(
-        matches!(err, CommandError::AgentFull { limit: MAX_TASKS_PER_AGENT, .. }),
+        matches!(
+            err,
+            CommandError::AgentFull {
+                limit: MAX_TASKS_PER_AGENT,
+                ..
+            }
+        ),
         "{err}"
     );
     // At the limit itself the bundle is taken.
@@ -915,8 +932,20 @@ fn launches_beyond_the_protocol_limits_are_refused() {
         .map(|n| spec(&format!("t{n}"), "cpus=0.0001"))
         .collect();
     st.apply(&launch("f1", "alice", "a1", most)).unwrap();
-    let err = refused(&mut st, &launch("f2", "bob", "a1", vec![spec("one-more", "cpus=0.0001")]));
-    assert!(matches!(err, CommandError::AgentFull { running: MAX_TASKS_PER_AGENT, .. }), "{err}");
+    let err = refused(
+        &mut st,
+        &launch("f2", "bob", "a1", vec![spec("one-more", "cpus=0.0001")]),
+    );
+    assert!(
+        matches!(
+            err,
+            CommandError::AgentFull {
+                running: MAX_TASKS_PER_AGENT,
+                ..
+            }
+        ),
+        "{err}"
+    );
 }
 
 // -------------------------------------------------------------------------------------------

@@ -114,9 +114,13 @@ impl MemStorage {
         self.core().fail_reads = true;
     }
 
-    /// Cancels a failure armed by [`MemStorage::fail_next_persist`] that has not happened yet.
+    /// Cancels failures armed by [`MemStorage::fail_next_persist`] and
+    /// [`MemStorage::fail_reads`] that have not happened yet (a read that already failed stays
+    /// latched in [`RaftStore::read_fault`]).
     pub fn cancel_injected_failure(&self) {
-        self.core().fail_next_persist = false;
+        let mut core = self.core();
+        core.fail_next_persist = false;
+        core.fail_reads = false;
     }
 
     /// Simulates a crash of the process using this store: returns a new store holding what
