@@ -19,10 +19,13 @@
 //! * [`live`]: chaos on real processes (`fullerene chaos run`): a real cluster behind a UDP
 //!   fault proxy, faults on a seeded schedule, and the simulation's checker over a history read
 //!   from the masters' API, the agents' and frameworks' event logs and the process table.
+//! * [`load`]: the load test (`fullerene bench load`): well-behaved frameworks beside hostile
+//!   clients on a real cluster, and whether the well-behaved ones kept receiving offers.
 
 pub mod api;
 pub mod cluster;
 pub mod live;
+pub mod load;
 pub mod raft_sim;
 pub mod storage_suite;
 pub mod system;

@@ -210,6 +210,23 @@ impl FramedSend {
         self.limit
     }
 
+    /// Writes a frame whose length prefix announces `announced` bytes followed by `body`
+    /// (which may be shorter), past this half's limit: what a hostile peer sends, for tests
+    /// and the load test to show that a receiver refuses it without reading it.
+    #[cfg(feature = "testkit")]
+    pub async fn send_hostile_frame(
+        &mut self,
+        announced: u32,
+        body: &[u8],
+    ) -> Result<(), TransportError> {
+        self.flush_pending().await?;
+        let mut frame = announced.to_be_bytes().to_vec();
+        frame.extend_from_slice(body);
+        self.pending = frame;
+        self.written = 0;
+        self.flush_pending().await
+    }
+
     async fn flush_pending(&mut self) -> Result<(), TransportError> {
         while self.written < self.pending.len() {
             // `write` is cancel-safe (quinn): progress is recorded after each call.
