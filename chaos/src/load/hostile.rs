@@ -195,6 +195,23 @@ async fn subscribe(
     Err(last)
 }
 
+/// [`subscribe`], tallying a failure and pausing before the caller tries again.
+async fn subscribe_or_tally(
+    client: &Client,
+    ctx: &HostileContext,
+    tally: &Tally,
+    name: &str,
+) -> Option<Subscribed> {
+    match subscribe(client, ctx, name).await {
+        Ok(session) => Some(session),
+        Err(e) => {
+            tally.outcome(format!("could not subscribe: {e}"));
+            ctx.pause(200).await;
+            None
+        }
+    }
+}
+
 fn unknown_ids(count: usize, tag: &str) -> Vec<TaskId> {
     (0..count).map(|i| TaskId(format!("{tag}-{i}"))).collect()
 }
@@ -221,13 +238,9 @@ async fn flood(n: usize, ctx: &HostileContext, tally: &Tally) -> Result<(), Stri
             _connection,
             mut tx,
             mut rx,
-        } = match subscribe(&client, ctx, &format!("hostile-flood-{n}")).await {
-            Ok(s) => s,
-            Err(e) => {
-                tally.outcome(format!("could not subscribe: {e}"));
-                ctx.pause(200).await;
-                continue;
-            }
+        } = match subscribe_or_tally(&client, ctx, tally, &format!("hostile-flood-{n}")).await {
+            Some(s) => s,
+            None => continue,
         };
         let reader_tally = tally.clone();
         let reader = tokio::spawn(async move {
@@ -279,13 +292,16 @@ async fn flood(n: usize, ctx: &HostileContext, tally: &Tally) -> Result<(), Stri
 async fn oversized(n: usize, ctx: &HostileContext, tally: &Tally) -> Result<(), String> {
     let client = client(ctx, fullerene_transport::framing::MAX_FRAME_BYTES)?;
     while !ctx.stopped() {
-        let mut session = match subscribe(&client, ctx, &format!("hostile-oversized-{n}")).await {
-            Ok(s) => s,
-            Err(e) => {
-                tally.outcome(format!("could not subscribe: {e}"));
-                ctx.pause(200).await;
-                continue;
-            }
+        let mut session = match subscribe_or_tally(
+            &client,
+            ctx,
+            tally,
+            &format!("hostile-oversized-{n}"),
+        )
+        .await
+        {
+            Some(s) => s,
+            None => continue,
         };
         // Inside a frame but over the per-call limits: a reconciliation of 100,000 tasks, and
         // (on a real offer) a task spec over MAX_TASK_SPEC_BYTES.
@@ -394,14 +410,11 @@ async fn garbage(n: usize, ctx: &HostileContext, tally: &Tally) -> Result<(), St
     let client = client(ctx, fullerene_transport::framing::MAX_FRAME_BYTES)?;
     let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ n as u64;
     while !ctx.stopped() {
-        let mut session = match subscribe(&client, ctx, &format!("hostile-garbage-{n}")).await {
-            Ok(s) => s,
-            Err(e) => {
-                tally.outcome(format!("could not subscribe: {e}"));
-                ctx.pause(200).await;
-                continue;
-            }
-        };
+        let mut session =
+            match subscribe_or_tally(&client, ctx, tally, &format!("hostile-garbage-{n}")).await {
+                Some(s) => s,
+                None => continue,
+            };
         // A frame with the right version byte and random bytes after it (a serialized byte
         // string: its length, then the bytes), where a framework call belongs.
         let len = 1 + (xorshift(&mut seed) % 4096) as usize;
@@ -433,14 +446,11 @@ fn xorshift(state: &mut u64) -> u64 {
 async fn slow_reader(n: usize, ctx: &HostileContext, tally: &Tally) -> Result<(), String> {
     let client = client(ctx, fullerene_transport::framing::MAX_FRAME_BYTES)?;
     while !ctx.stopped() {
-        let mut session = match subscribe(&client, ctx, &format!("hostile-slow-{n}")).await {
-            Ok(s) => s,
-            Err(e) => {
-                tally.outcome(format!("could not subscribe: {e}"));
-                ctx.pause(200).await;
-                continue;
-            }
-        };
+        let mut session =
+            match subscribe_or_tally(&client, ctx, tally, &format!("hostile-slow-{n}")).await {
+                Some(s) => s,
+                None => continue,
+            };
         tally.attempt();
         // Every reconciliation makes the master queue an update per task; none is ever read.
         let mut call_id = 1;
