@@ -264,7 +264,9 @@ impl CommandGen {
                 framework_id: id.as_str().into(),
                 principal: format!("principal-{n}"),
                 name: id,
-                group: format!("group-{}", n % 3),
+                // The principal's group, whatever the operator set (the sim's operator
+                // places principals with `SetGroup` among its random commands).
+                group: String::new(),
                 failover_timeout_ms: 60_000,
                 at_ms,
             };
@@ -412,6 +414,16 @@ impl CommandGen {
             98 => Command::DisconnectFramework {
                 framework_id: framework.as_str().into(),
                 at_ms,
+            },
+            // An operator places a principal in a group (later frameworks of it join there).
+            _ if rng.gen_bool(0.5) => Command::SetGroup {
+                group: format!("group-{}", rng.gen_range(0..3)),
+                // The stamp keeps every command's bytes unique.
+                weight: Some(1.0 + at_ms as f64 / 1e9),
+                principals: vec![format!(
+                    "principal-{}",
+                    rng.gen_range(1..=self.next_framework + 1)
+                )],
             },
             _ => Command::SetGroupWeight {
                 group: format!("group-{}", rng.gen_range(0..3)),

@@ -86,6 +86,13 @@ enum Commands {
     Frameworks(commands::cluster::ClusterArgs),
     /// The tasks the masters track (all, or one framework's with `--framework`).
     Tasks(commands::status::TasksArgs),
+    /// Fairness groups, set by operators: which principals' frameworks share a deficit
+    /// counter, and each group's weight (frameworks cannot choose their group).
+    #[command(subcommand)]
+    Groups(commands::groups::GroupsCommand),
+    /// The cluster's quotas: frameworks per principal, tasks per framework, pending offers.
+    #[command(subcommand)]
+    Quotas(commands::groups::QuotasCommand),
     /// Fault injection: the whole-system deterministic simulation under seeded faults, with
     /// the invariant checker's verdict.
     #[command(subcommand)]
@@ -146,6 +153,8 @@ fn run() -> Result<()> {
         Commands::Job(cmd) => commands::job::run(cmd, &json),
         Commands::Dev(args) => commands::dev::run(args, &json),
         Commands::Agents(args) => commands::status::agents(args, &json),
+        Commands::Groups(cmd) => commands::groups::run_groups(cmd, &json),
+        Commands::Quotas(cmd) => commands::groups::run_quotas(cmd, &json),
         Commands::Frameworks(args) => commands::status::frameworks(args, &json),
         Commands::Tasks(args) => commands::status::tasks(args, &json),
     }

@@ -83,6 +83,7 @@ async fn serve(
         let result = match &call {
             FrameworkRequest::Subscribe { .. } => CallOk::Subscribed {
                 framework_id: FrameworkId::from(framework.as_str()),
+                group: "default".into(),
                 heartbeat_interval_ms: 1_000,
             },
             _ => CallOk::Done,

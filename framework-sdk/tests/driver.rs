@@ -129,6 +129,7 @@ async fn driver_follows_redirect_answers_offers_acks_updates_and_resubscribes() 
         call.call_id,
         CallOk::Subscribed {
             framework_id: FrameworkId::from("fw-1"),
+            group: "default".into(),
             heartbeat_interval_ms: 1_000,
         },
     )
@@ -184,6 +185,7 @@ async fn driver_follows_redirect_answers_offers_acks_updates_and_resubscribes() 
         call.call_id,
         CallOk::Subscribed {
             framework_id: FrameworkId::from("fw-1"),
+            group: "default".into(),
             heartbeat_interval_ms: 1_000,
         },
     )

@@ -104,6 +104,11 @@ impl OfferBook {
         }
     }
 
+    /// How many offers `framework` holds unanswered.
+    pub fn held_by(&self, framework: &FrameworkId) -> usize {
+        self.by_framework.get(framework).map_or(0, BTreeSet::len)
+    }
+
     /// Records an offer of `resources` of `agent` to `framework`, valid until
     /// `expires_at_ms`, and returns it as the framework will receive it.
     #[allow(clippy::too_many_arguments)]
@@ -396,10 +401,18 @@ impl OfferManager {
             .allocator
             .allocate_all(accounting, Time::from_millis(now_ms).as_secs_f64());
         let mut offers = Vec::with_capacity(decisions.len());
+        let pending_quota = state.settings().quotas.pending_offers_per_framework as usize;
         for decision in decisions {
-            if !connected(&decision.framework) {
-                // Nobody to send it to: give it back at once (a new leader learns of sessions
-                // as frameworks re-subscribe).
+            let at_quota = self.book.held_by(&decision.framework) >= pending_quota;
+            if !connected(&decision.framework) || at_quota {
+                // Nobody to send it to, or a framework that holds as many unanswered offers
+                // as its quota allows: give it back at once (a new leader learns of sessions
+                // as frameworks re-subscribe; a framework at its quota is offered more once it
+                // answers, or its offers expire).
+                if at_quota {
+                    metrics::counter!("fullerene_master_offers_withheld_at_quota_total")
+                        .increment(1);
+                }
                 let _ =
                     self.allocator
                         .rescind_offer(accounting, &decision.agent, &decision.framework);
@@ -870,9 +883,16 @@ mod tests {
             let mut state = cluster();
             // fw-1 alone in group "absent"; fw-2 in "default".
             state
+                .apply(&crate::state::Command::SetGroup {
+                    group: "absent".to_string(),
+                    weight: None,
+                    principals: vec!["framework-3".to_string()],
+                })
+                .expect("group");
+            state
                 .apply(&subscribe_framework(
                     "fw-3",
-                    "framework-1",
+                    "framework-3",
                     "fw-3",
                     "absent",
                     60_000,

@@ -115,6 +115,13 @@ pub enum ErrorCode {
     /// before the timeout): it may or may not have been applied. Retrying is safe only for
     /// idempotent requests; otherwise read the state first.
     OutcomeUnknown,
+    /// The caller sent more calls than its principal's rate allows (the message says the
+    /// rate and when to retry); the call was not carried out.
+    RateLimited,
+    /// The request would take its principal or framework past a quota the operator set
+    /// (frameworks per principal, tasks per framework, connections per certificate); the
+    /// message names the quota.
+    QuotaExceeded,
 }
 
 /// A typed error that travels on the wire.
@@ -493,7 +500,10 @@ pub enum FrameworkRequest {
         framework_id: Option<FrameworkId>,
         /// Human-readable name.
         name: String,
-        /// Fairness group (queue, tenant).
+        /// The fairness group it expects to be in, or empty to take whatever group its
+        /// principal is in. Groups are the operator's to assign (`fullerene groups set`): a
+        /// group other than the principal's is refused, so that no framework can pick the
+        /// group with the most share.
         group: String,
         /// How long the master keeps the framework's tasks after it disconnects.
         failover_timeout_ms: u64,
@@ -574,6 +584,8 @@ pub enum CallOk {
     Subscribed {
         /// The framework's id.
         framework_id: FrameworkId,
+        /// The fairness group it is in (its principal's, as the operator set it).
+        group: String,
         /// How often the master heartbeats the framework.
         heartbeat_interval_ms: u64,
     },
@@ -631,6 +643,33 @@ pub enum OperatorRequest {
     },
     /// The group weights operators set (a linearizable read).
     GroupWeights,
+    /// Create or change a fairness group (a replicated command; `Done` once committed): set
+    /// its weight when `weight` is given, and put `principals` in it (a principal is in one
+    /// group; one already in another group moves). Frameworks take the group of their
+    /// principal when they subscribe.
+    SetGroup {
+        /// The group.
+        group: String,
+        /// Its weight (finite, ≥ 0); `None` keeps the current one (1 for a new group).
+        weight: Option<f64>,
+        /// Principals to put in it (at most [`crate::limits::MAX_PAGE_ITEMS`] per request).
+        principals: Vec<String>,
+    },
+    /// Remove a group's weight and its principals' mappings (they fall back to the default
+    /// group), or, with `principals` non-empty, only those principals' mappings.
+    RemoveGroup {
+        /// The group.
+        group: String,
+        /// Only these principals (each must be in `group`); empty: the whole group.
+        principals: Vec<String>,
+    },
+    /// Every group (weight, principals, frameworks, share and deficit), and the default
+    /// group unmapped principals fall into (a linearizable read).
+    ListGroups,
+    /// Set the cluster's quotas (a replicated command; `Done` once committed).
+    SetQuotas(Quotas),
+    /// The cluster's quotas (a linearizable read).
+    Quotas,
     /// The whole cluster state at once: agents, frameworks, open offers, tasks and fairness
     /// groups, task environments included (the HTTP API's `/state` serves a redacted,
     /// bounded copy).
@@ -699,12 +738,46 @@ pub struct GroupInfo {
     pub weight: f64,
     /// Registered frameworks in it.
     pub frameworks: u32,
+    /// The principals an operator put in it (frameworks of these principals join it).
+    pub principals: Vec<String>,
     /// Its fair share `f_g` of the cluster, as a fraction.
     pub share: f64,
     /// The factors of its running tasks (`H_g`).
     pub held: f64,
     /// Its deficit counter: positive when it holds less than its share.
     pub deficit: f64,
+}
+
+/// Limits an operator sets for the whole cluster, replicated with the state, each refused with
+/// [`ErrorCode::QuotaExceeded`] naming it. (Call rates and connections per certificate are
+/// each master's flags, enforced where the connection is served.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+pub struct Quotas {
+    /// Frameworks one principal may have registered (not torn down) at once.
+    pub frameworks_per_principal: u32,
+    /// Live (non-terminal) tasks one framework may have at once.
+    pub tasks_per_framework: u32,
+    /// Offers one framework may hold unanswered at once; the allocator offers it nothing more
+    /// until it answers or they expire.
+    pub pending_offers_per_framework: u32,
+}
+
+impl Quotas {
+    /// The defaults: 64 frameworks per principal, 100,000 live tasks per framework, 1,024
+    /// pending offers per framework (enough for one offer of every agent of a large cluster
+    /// section, and far below what the leader can hold for every framework).
+    pub const DEFAULT: Quotas = Quotas {
+        frameworks_per_principal: 64,
+        tasks_per_framework: 100_000,
+        pending_offers_per_framework: 1_024,
+    };
+}
+
+impl Default for Quotas {
+    fn default() -> Quotas {
+        Quotas::DEFAULT
+    }
 }
 
 /// A master's state in a cluster status answer.
@@ -828,6 +901,15 @@ pub enum OperatorResponse {
     },
     /// For [`OperatorRequest::GroupWeights`]: every weight set (groups not listed weigh 1).
     GroupWeights(BTreeMap<String, f64>),
+    /// For [`OperatorRequest::ListGroups`].
+    Groups {
+        /// Every group with a weight, a principal or a framework, by name.
+        groups: Vec<GroupInfo>,
+        /// The group of principals no operator mapped.
+        default_group: String,
+    },
+    /// For [`OperatorRequest::Quotas`].
+    Quotas(Quotas),
     /// For [`OperatorRequest::State`].
     State(ClusterView),
     /// A change was committed.

@@ -300,7 +300,7 @@ impl TestFramework {
     pub fn start(masters: Vec<SocketAddr>, tls: &TlsMaterial, name: &str) -> TestFramework {
         let (event_tx, events) = mpsc::unbounded_channel();
         let (calls, call_rx) = mpsc::unbounded_channel();
-        let mut config = DriverConfig::new(masters, name, "default");
+        let mut config = DriverConfig::new(masters, name, "");
         config.failover_timeout_ms = 60_000;
         let options = RunOptions {
             tick: Duration::from_millis(20),

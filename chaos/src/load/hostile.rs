@@ -165,7 +165,7 @@ async fn subscribe(
             FrameworkRequest::Subscribe {
                 framework_id: None,
                 name: name.to_string(),
-                group: "hostile".to_string(),
+                group: String::new(),
                 failover_timeout_ms: 0,
             },
         );
@@ -234,13 +234,13 @@ async fn flood(n: usize, ctx: &HostileContext, tally: &Tally) -> Result<(), Stri
     let client = client(ctx, fullerene_transport::framing::MAX_FRAME_BYTES)?;
     let mut round = 0u64;
     while !ctx.stopped() {
-        let Subscribed {
+        let Some(Subscribed {
             _connection,
             mut tx,
             mut rx,
-        } = match subscribe_or_tally(&client, ctx, tally, &format!("hostile-flood-{n}")).await {
-            Some(s) => s,
-            None => continue,
+        }) = subscribe_or_tally(&client, ctx, tally, &format!("hostile-flood-{n}")).await
+        else {
+            continue;
         };
         let reader_tally = tally.clone();
         let reader = tokio::spawn(async move {
@@ -248,8 +248,8 @@ async fn flood(n: usize, ctx: &HostileContext, tally: &Tally) -> Result<(), Stri
                 let received = rx.recv::<MasterToFramework>().await;
                 let ended = !matches!(received, Ok(Some(_)));
                 match &received {
-                    Ok(Some(MasterToFramework::CallResult { .. })) | Ok(None) | Err(_) => {
-                        reader_tally.outcome(describe(received))
+                    Ok(Some(MasterToFramework::CallResult { .. }) | None) | Err(_) => {
+                        reader_tally.outcome(describe(received));
                     }
                     _ => {}
                 }
@@ -292,16 +292,10 @@ async fn flood(n: usize, ctx: &HostileContext, tally: &Tally) -> Result<(), Stri
 async fn oversized(n: usize, ctx: &HostileContext, tally: &Tally) -> Result<(), String> {
     let client = client(ctx, fullerene_transport::framing::MAX_FRAME_BYTES)?;
     while !ctx.stopped() {
-        let mut session = match subscribe_or_tally(
-            &client,
-            ctx,
-            tally,
-            &format!("hostile-oversized-{n}"),
-        )
-        .await
-        {
-            Some(s) => s,
-            None => continue,
+        let Some(mut session) =
+            subscribe_or_tally(&client, ctx, tally, &format!("hostile-oversized-{n}")).await
+        else {
+            continue;
         };
         // Inside a frame but over the per-call limits: a reconciliation of 100,000 tasks, and
         // (on a real offer) a task spec over MAX_TASK_SPEC_BYTES.
@@ -317,7 +311,7 @@ async fn oversized(n: usize, ctx: &HostileContext, tally: &Tally) -> Result<(), 
         if let Some(offer) = wait_for_offer(&mut session).await {
             tally.attempt();
             let accept = FrameworkRequest::Accept {
-                offer_ids: vec![offer.id.clone()],
+                offer_ids: vec![offer.id],
                 tasks: vec![bloated_task(&offer, MAX_TASK_SPEC_BYTES + 1024)],
                 leftover: Leftover::Decline { refuse_ms: 0 },
             };
@@ -410,11 +404,11 @@ async fn garbage(n: usize, ctx: &HostileContext, tally: &Tally) -> Result<(), St
     let client = client(ctx, fullerene_transport::framing::MAX_FRAME_BYTES)?;
     let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ n as u64;
     while !ctx.stopped() {
-        let mut session =
-            match subscribe_or_tally(&client, ctx, tally, &format!("hostile-garbage-{n}")).await {
-                Some(s) => s,
-                None => continue,
-            };
+        let Some(mut session) =
+            subscribe_or_tally(&client, ctx, tally, &format!("hostile-garbage-{n}")).await
+        else {
+            continue;
+        };
         // A frame with the right version byte and random bytes after it (a serialized byte
         // string: its length, then the bytes), where a framework call belongs.
         let len = 1 + (xorshift(&mut seed) % 4096) as usize;
@@ -446,11 +440,11 @@ fn xorshift(state: &mut u64) -> u64 {
 async fn slow_reader(n: usize, ctx: &HostileContext, tally: &Tally) -> Result<(), String> {
     let client = client(ctx, fullerene_transport::framing::MAX_FRAME_BYTES)?;
     while !ctx.stopped() {
-        let mut session =
-            match subscribe_or_tally(&client, ctx, tally, &format!("hostile-slow-{n}")).await {
-                Some(s) => s,
-                None => continue,
-            };
+        let Some(mut session) =
+            subscribe_or_tally(&client, ctx, tally, &format!("hostile-slow-{n}")).await
+        else {
+            continue;
+        };
         tally.attempt();
         // Every reconciliation makes the master queue an update per task; none is ever read.
         let mut call_id = 1;
@@ -522,7 +516,7 @@ async fn connection_flood(ctx: &HostileContext, tally: &Tally) -> Result<(), Str
         )
         .await;
         match probe {
-            Ok(Ok(None)) | Ok(Err(_)) => tally.outcome("opened, later closed by the master"),
+            Ok(Ok(None) | Err(_)) => tally.outcome("opened, later closed by the master"),
             _ => tally.outcome("opened and held to the end"),
         }
     }

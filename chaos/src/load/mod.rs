@@ -233,7 +233,7 @@ async fn drive(
             log,
             Arc::clone(&stop_polite),
         );
-        let mut driver = DriverConfig::new(addrs.clone(), name, format!("polite-{n}"));
+        let mut driver = DriverConfig::new(addrs.clone(), name, String::new());
         driver.jitter_seed = n;
         drivers.push(tokio::spawn(async move {
             let result = run_with_client(&client, driver, RunOptions::default(), scheduler).await;

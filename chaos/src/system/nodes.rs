@@ -127,16 +127,20 @@ pub(crate) struct JobSlot {
 impl World {
     pub(crate) fn build(&mut self) {
         let voters: Vec<u64> = (1..=self.options.masters as u64).collect();
+        // The operator's placement of each job's framework in its group, from the start, as
+        // a real cluster's would be set with `fullerene groups set` before the jobs run.
+        let mut settings = ClusterSettings::default();
+        for j in 0..self.options.jobs {
+            settings
+                .principal_groups
+                .insert(framework_principal(j), job_group(j).to_string());
+        }
         for &id in &voters {
             let store = MemStorage::new(format!("master-{id}"));
             let tick_interval = NodeConfig::new(id).tick_interval;
-            let node = RaftNode::bootstrap(
-                node_config(id),
-                store.clone(),
-                &voters,
-                ClusterSettings::default(),
-            )
-            .expect("bootstrapping a fresh in-memory store cannot fail");
+            let node =
+                RaftNode::bootstrap(node_config(id), store.clone(), &voters, settings.clone())
+                    .expect("bootstrapping a fresh in-memory store cannot fail");
             self.masters.insert(
                 id,
                 SimMaster {
@@ -227,8 +231,7 @@ impl World {
             let mem = f64::from(self.rng.gen_range(1..=8u32)) * 256.0;
             specs.push(stage(s, &parents, &durations, cpus_and_mem(cpus, mem)));
         }
-        let group = if j % 2 == 0 { "a" } else { "b" };
-        make_job(&format!("job-{j}"), group, None, specs)
+        make_job(&format!("job-{j}"), job_group(j), None, specs)
     }
 
     // ---- masters ----
@@ -1033,7 +1036,7 @@ impl World {
         self.frameworks.push(SimFramework {
             job_name: name,
             job: j,
-            principal: format!("framework-{j}"),
+            principal: framework_principal(j),
             core,
             scheduler: DagScheduler::new(dag, j, None),
             alive: true,
@@ -1385,4 +1388,18 @@ fn lost_agents(state: &ClusterState) -> Vec<AgentId> {
         .filter(|a| a.state == AgentState::Lost)
         .map(|a| a.id.clone())
         .collect()
+}
+
+/// The fairness group of job `j`: jobs alternate between two groups.
+fn job_group(j: usize) -> &'static str {
+    if j % 2 == 0 {
+        "a"
+    } else {
+        "b"
+    }
+}
+
+/// The principal of job `j`'s framework (its certificate's).
+fn framework_principal(j: usize) -> String {
+    format!("framework-{j}")
 }

@@ -182,7 +182,7 @@ fn load(args: LoadBenchArgs, json: &JsonOutput) -> Result<()> {
     let spinner = ProgressBar::new_spinner();
     spinner.enable_steady_tick(Duration::from_millis(200));
     let report = fullerene_chaos::load::run(binary, &config, &|what| {
-        spinner.set_message(what.to_string())
+        spinner.set_message(what.to_string());
     });
     spinner.finish_and_clear();
     let report = report?;

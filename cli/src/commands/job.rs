@@ -85,7 +85,9 @@ pub(crate) struct JobRunArgs {
     /// Run only the first N jobs of the file.
     #[arg(long, value_name = "N")]
     pub jobs: Option<usize>,
-    /// Put every job in this fairness group (default: each job's group from the file).
+    /// The fairness group every job expects to be in: the master refuses the jobs if the
+    /// framework certificate's principal is in another (an operator places principals in
+    /// groups with `fullerene groups set`). Default: the principal's group, whatever it is.
     #[arg(long, value_name = "GROUP")]
     pub group: Option<String>,
     /// Run each task as `sh -c TEMPLATE` instead of with the agents' `sleep` executor;
@@ -323,7 +325,11 @@ impl Summary {
             };
             per_job.add_row(vec![
                 job.name.clone(),
-                job.group.clone(),
+                if job.group.is_empty() {
+                    "(principal's)".to_string()
+                } else {
+                    job.group.clone()
+                },
                 job.tasks.to_string(),
                 jct,
                 job.failed_attempts.to_string(),

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use fullerene_master::core::session_rules::ClientLimits;
 use fullerene_master::raft_node::{NodeConfig, RaftNode};
 use fullerene_master::server::http::HttpConfig;
 use fullerene_master::server::{self, MasterExit, ShellConfig};
@@ -121,6 +122,18 @@ pub(crate) struct MasterArgs {
     /// (at most a day: resources held longer by an idle framework are lost to everyone else).
     #[arg(long, env = "FULLERENE_OFFER_TTL_MS", default_value_t = fullerene_master::offers::DEFAULT_OFFER_TTL_MS, value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
     pub offer_ttl_ms: u64,
+    /// Calls per second one framework principal (or frames one agent) may send this master,
+    /// on average; a framework's calls past it are refused (RateLimited, saying when to
+    /// retry), an agent's are slowed down. Counted per certificate across its connections.
+    #[arg(long, env = "FULLERENE_MASTER_CALLS_PER_SECOND", default_value_t = ClientLimits::default().calls_per_second, value_parser = clap::value_parser!(u32).range(1..))]
+    pub calls_per_second: u32,
+    /// Calls one principal may send at once above `--calls-per-second`.
+    #[arg(long, env = "FULLERENE_MASTER_CALL_BURST", default_value_t = ClientLimits::default().call_burst, value_parser = clap::value_parser!(u32).range(1..))]
+    pub call_burst: u32,
+    /// Connections one framework's or agent's certificate may hold open to this master; more
+    /// are closed at once with the reason.
+    #[arg(long, env = "FULLERENE_MASTER_CONNECTIONS_PER_CERTIFICATE", default_value_t = ClientLimits::default().connections_per_certificate, value_parser = clap::value_parser!(u32).range(1..))]
+    pub connections_per_certificate: u32,
     /// Agent shards, each with its own allocation cycle.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub allocator_shards: u64,
@@ -303,6 +316,11 @@ pub(crate) fn run(args: MasterArgs) -> Result<()> {
              cross unencrypted"
         );
     }
+    shell.client_limits = ClientLimits {
+        calls_per_second: args.calls_per_second,
+        call_burst: args.call_burst,
+        connections_per_certificate: args.connections_per_certificate,
+    };
     shell.core.allocation_interval = Duration::from_millis(args.allocation_interval_ms);
     shell.core.offer_ttl = Duration::from_millis(args.offer_ttl_ms);
     shell.core.allocator_shards = usize::try_from(args.allocator_shards)?;

@@ -7,6 +7,7 @@ pub(crate) mod certs;
 pub(crate) mod chaos;
 pub(crate) mod cluster;
 pub(crate) mod dev;
+pub(crate) mod groups;
 pub(crate) mod job;
 pub(crate) mod master;
 pub(crate) mod plan;

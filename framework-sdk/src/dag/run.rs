@@ -235,7 +235,9 @@ pub struct RunJobsOptions {
     pub masters: Vec<SocketAddr>,
     /// The DAG framework's settings, shared by every job.
     pub dag: DagConfig,
-    /// Overrides every job's group (otherwise the workload's).
+    /// The fairness group every job expects to be in; the master refuses a job whose
+    /// principal is in another. `None`: the principal's group, whatever it is (the
+    /// workload's groups are for the simulator).
     pub group: Option<String>,
     /// How long the master keeps a job's tasks while its framework is disconnected.
     pub failover_timeout_ms: u64,
@@ -255,7 +257,7 @@ pub struct RunJobsOptions {
 pub struct JobReport {
     /// The job's name.
     pub name: String,
-    /// Its group.
+    /// The group it asked to be in (empty: its principal's).
     pub group: String,
     /// Its framework's id, once it subscribed.
     pub framework_id: Option<String>,
@@ -287,7 +289,10 @@ pub async fn run_jobs(
     for (index, job) in jobs.into_iter().enumerate() {
         // Made before anything runs: a job the planner refuses is refused at once.
         let core = DagJob::new(job.clone(), dag.clone(), clock.monotonic())?;
-        let group = options.group.clone().unwrap_or_else(|| job.group.clone());
+        // The operator places principals in groups; a framework names one only to check it
+        // is where it expects (`--group`), and otherwise joins its principal's. The
+        // workload's own groups are for the simulator, whose jobs have no principals.
+        let group = options.group.clone().unwrap_or_default();
         let (name, tasks) = (job.name.clone(), job.num_tasks());
         let one = OneJob {
             job,

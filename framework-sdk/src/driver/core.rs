@@ -28,7 +28,9 @@ pub struct DriverConfig {
     pub masters: Vec<SocketAddr>,
     /// The framework's human-readable name.
     pub name: String,
-    /// Its fairness group.
+    /// The fairness group it expects to be in, or empty for its principal's: groups are the
+    /// operator's to set (`fullerene groups set`), and the master refuses a subscription
+    /// naming a group other than the principal's.
     pub group: String,
     /// How long the master keeps the framework's tasks after a disconnect.
     pub failover_timeout_ms: u64,
@@ -193,7 +195,7 @@ pub const MAX_REMEMBERED_ENDS: usize = 1 << 16;
 /// let actions = core.received(
 ///     MasterToFramework::CallResult {
 ///         call_id: subscribe,
-///         result: Ok(CallOk::Subscribed { framework_id: "fw-1-1".into(), heartbeat_interval_ms: 1_000 }),
+///         result: Ok(CallOk::Subscribed { framework_id: "fw-1-1".into(), group: "default".into(), heartbeat_interval_ms: 1_000 }),
 ///     },
 ///     now,
 /// );
@@ -514,12 +516,16 @@ impl DriverCore {
 
     fn subscribe_result(&mut self, result: Result<CallOk, WireError>, now: Time) -> Vec<Action> {
         match result {
-            Ok(CallOk::Subscribed { framework_id, .. }) => {
+            Ok(CallOk::Subscribed {
+                framework_id,
+                group,
+                ..
+            }) => {
                 self.phase = Phase::Subscribed;
                 self.follower.joined();
                 let reconnected = self.ever_subscribed;
                 self.ever_subscribed = true;
-                tracing::info!(framework = %framework_id, name = %self.config.name, reconnected, "subscribed");
+                tracing::info!(framework = %framework_id, name = %self.config.name, group, reconnected, "subscribed");
                 self.framework_id = Some(framework_id.clone());
                 let event = if reconnected {
                     DriverEvent::Reconnected { framework_id }

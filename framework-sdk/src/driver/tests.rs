@@ -66,6 +66,7 @@ fn connects(actions: &[Action]) -> Vec<(SocketAddr, Duration)> {
 fn subscribed(id: &str) -> Result<CallOk, WireError> {
     Ok(CallOk::Subscribed {
         framework_id: FrameworkId::from(id),
+        group: "default".into(),
         heartbeat_interval_ms: 1_000,
     })
 }

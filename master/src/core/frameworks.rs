@@ -673,12 +673,20 @@ impl<S: RaftStore> MasterCore<S> {
                     self.frameworks
                         .attach(framework_id.clone(), link.clone(), &mut self.out);
                     let interval = self.agents.timeouts().heartbeat_interval;
+                    let group = self
+                        .node
+                        .state()
+                        .frameworks()
+                        .get(&framework_id)
+                        .map(|entry| entry.group.clone())
+                        .unwrap_or_default();
                     // The answer first: the framework knows its id before its updates arrive.
                     self.answer_call(
                         &link,
                         call_id,
                         Ok(CallOk::Subscribed {
                             framework_id: framework_id.clone(),
+                            group,
                             heartbeat_interval_ms: whole_millis(interval),
                         }),
                     );

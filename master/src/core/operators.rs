@@ -46,10 +46,31 @@ pub(super) enum ReadQuery {
     ListFrameworks(Option<FrameworkId>),
     ListTasks(Option<FrameworkId>, Option<TaskKey>),
     GroupWeights,
+    ListGroups,
+    Quotas,
     State,
 }
 
 impl<S: RaftStore> MasterCore<S> {
+    /// Proposes an operator's write, answered `Done` once applied (or with the reason it
+    /// could not be proposed).
+    fn propose_write(
+        &mut self,
+        command: &Command,
+        token: crate::raft_node::Token,
+        request_id: RequestId,
+    ) {
+        match self.node.propose(command, token) {
+            Ok(()) => {
+                self.pending.insert(token, Pending::Write(request_id));
+            }
+            Err(error) => {
+                let response = self.propose_error_response(&error);
+                self.answer(request_id, response);
+            }
+        }
+    }
+
     pub(super) fn handle_operator(&mut self, request_id: RequestId, request: OperatorRequest) {
         if !self.node.is_leader() {
             let redirect = OperatorResponse::Redirect(self.redirect());
@@ -66,19 +87,31 @@ impl<S: RaftStore> MasterCore<S> {
                 after,
             } => ReadQuery::ListTasks(framework_id, after),
             OperatorRequest::GroupWeights => ReadQuery::GroupWeights,
+            OperatorRequest::ListGroups => ReadQuery::ListGroups,
+            OperatorRequest::Quotas => ReadQuery::Quotas,
             OperatorRequest::State => ReadQuery::State,
             OperatorRequest::SetGroupWeight { group, weight } => {
                 let command = Command::SetGroupWeight { group, weight };
-                match self.node.propose(&command, token) {
-                    Ok(()) => {
-                        self.pending.insert(token, Pending::Write(request_id));
-                    }
-                    Err(error) => {
-                        let response = self.propose_error_response(&error);
-                        self.answer(request_id, response);
-                    }
-                }
-                return;
+                return self.propose_write(&command, token, request_id);
+            }
+            OperatorRequest::SetGroup {
+                group,
+                weight,
+                principals,
+            } => {
+                let command = Command::SetGroup {
+                    group,
+                    weight,
+                    principals,
+                };
+                return self.propose_write(&command, token, request_id);
+            }
+            OperatorRequest::RemoveGroup { group, principals } => {
+                let command = Command::RemoveGroup { group, principals };
+                return self.propose_write(&command, token, request_id);
+            }
+            OperatorRequest::SetQuotas(quotas) => {
+                return self.propose_write(&Command::SetQuotas(quotas), token, request_id);
             }
             OperatorRequest::AddMaster { id, addr } => {
                 if id.0 == 0 {
@@ -204,6 +237,11 @@ impl<S: RaftStore> MasterCore<S> {
             ReadQuery::GroupWeights => {
                 OperatorResponse::GroupWeights(state.settings().group_weights.clone())
             }
+            ReadQuery::ListGroups => OperatorResponse::Groups {
+                groups: group_infos(state),
+                default_group: crate::state::DEFAULT_GROUP.to_string(),
+            },
+            ReadQuery::Quotas => OperatorResponse::Quotas(state.settings().quotas),
             ReadQuery::State => OperatorResponse::State(self.cluster_view(usize::MAX).0),
         }
     }
@@ -255,19 +293,7 @@ impl<S: RaftStore> MasterCore<S> {
                 .take(max_tasks)
                 .filter_map(|key| state.task_info(key))
                 .collect(),
-            groups: state
-                .allocation()
-                .deficits()
-                .iter()
-                .map(|(_, group)| GroupInfo {
-                    name: group.name.clone(),
-                    weight: group.weight,
-                    frameworks: group.frameworks,
-                    share: group.share,
-                    held: group.held,
-                    deficit: group.deficit,
-                })
-                .collect(),
+            groups: group_infos(state),
         };
         (view, omitted)
     }
@@ -348,4 +374,32 @@ pub(super) fn read_error_response(error: &ReadError) -> OperatorResponse {
 /// What an operator is told when the state machine refused its command.
 pub(super) fn command_error_response(error: &CommandError) -> OperatorResponse {
     invalid(error.to_string())
+}
+
+/// Every fairness group with its counters and the principals an operator placed in it, by
+/// name (every group that had a weight, a principal or a framework has a deficit counter).
+fn group_infos(state: &crate::state::ClusterState) -> Vec<GroupInfo> {
+    let mut principals: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for (principal, group) in &state.settings().principal_groups {
+        principals
+            .entry(group.as_str())
+            .or_default()
+            .push(principal.clone());
+    }
+    let mut groups: Vec<GroupInfo> = state
+        .allocation()
+        .deficits()
+        .iter()
+        .map(|(_, group)| GroupInfo {
+            name: group.name.clone(),
+            weight: group.weight,
+            frameworks: group.frameworks,
+            principals: principals.remove(group.name.as_str()).unwrap_or_default(),
+            share: group.share,
+            held: group.held,
+            deficit: group.deficit,
+        })
+        .collect();
+    groups.sort_by(|a, b| a.name.cmp(&b.name));
+    groups
 }

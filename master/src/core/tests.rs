@@ -136,7 +136,10 @@ impl Harness {
                 resources: resources(capacity),
                 attributes: Default::default(),
                 tasks: Vec::new(),
-                executors: executors.iter().map(|e| e.to_string()).collect(),
+                executors: executors
+                    .iter()
+                    .map(std::string::ToString::to_string)
+                    .collect(),
             },
         });
         (session, outputs)
@@ -1308,4 +1311,118 @@ fn offers_of_many_agents_are_sent_in_frames_of_bounded_count() {
         frames.iter().all(|n| *n <= MAX_OFFERS_PER_FRAME),
         "{frames:?}"
     );
+}
+
+impl Harness {
+    /// A subscription of a new framework of `principal` asking for `group`; its outputs.
+    fn subscribe_in(&mut self, principal: &str, group: &str) -> (SessionId, Vec<Output>) {
+        let session = self.session();
+        let call_id = self.call_id();
+        let outputs = self.input(Input::FrameworkSubscribe(
+            session,
+            Subscription {
+                call_id,
+                framework_id: None,
+                name: "job".to_string(),
+                group: group.to_string(),
+                failover_timeout_ms: 2_000,
+                principal: principal.to_string(),
+            },
+        ));
+        (session, outputs)
+    }
+}
+
+#[test]
+fn a_framework_joins_its_principals_group_and_is_refused_another() {
+    let mut h = Harness::leader();
+    let placed = h.operator(OperatorRequest::SetGroup {
+        group: "etl".to_string(),
+        weight: Some(2.0),
+        principals: vec!["framework-1".to_string()],
+    });
+    assert_eq!(placed, OperatorResponse::Done);
+
+    let (session, outputs) = h.subscribe_in("framework-1", "");
+    match to_framework(&outputs, session).as_slice() {
+        [MasterToFramework::CallResult {
+            result: Ok(CallOk::Subscribed { group, .. }),
+            ..
+        }, ..] => assert_eq!(group, "etl", "the answer names the group it joined"),
+        other => panic!("no subscription: {other:?}"),
+    }
+
+    // Another principal cannot put its framework in "etl": refused, and its session ends.
+    let (session, outputs) = h.subscribe_in("framework-2", "etl");
+    match to_framework(&outputs, session).as_slice() {
+        [MasterToFramework::CallResult {
+            result: Err(error), ..
+        }] => {
+            assert_eq!(error.code, ErrorCode::Unauthorized);
+            assert!(
+                error.message.contains("framework-2") && error.message.contains("etl"),
+                "{}",
+                error.message
+            );
+        }
+        other => panic!("expected a refusal: {other:?}"),
+    }
+    assert!(outputs.contains(&Output::Close(session)), "{outputs:?}");
+
+    match h.operator(OperatorRequest::ListGroups) {
+        OperatorResponse::Groups {
+            groups,
+            default_group,
+        } => {
+            assert_eq!(default_group, "default");
+            let etl = groups.iter().find(|g| g.name == "etl").expect("etl listed");
+            assert_eq!(etl.principals, vec!["framework-1".to_string()]);
+            assert_eq!(etl.frameworks, 1);
+            assert_eq!(etl.weight, 2.0);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_framework_at_its_pending_offers_quota_is_offered_nothing_more_until_it_answers() {
+    let mut h = Harness::leader();
+    let quotas = fullerene_proto::messages::Quotas {
+        pending_offers_per_framework: 1,
+        ..Default::default()
+    };
+    assert_eq!(
+        h.operator(OperatorRequest::SetQuotas(quotas)),
+        OperatorResponse::Done
+    );
+    assert_eq!(
+        h.operator(OperatorRequest::Quotas),
+        OperatorResponse::Quotas(quotas)
+    );
+    for agent in ["agent-1", "agent-2", "agent-3"] {
+        h.register_agent(agent, "cpus=4,mem_mib=4096");
+        h.heartbeating.push(AgentId::from(agent));
+    }
+    let (session, framework) = h.subscribe("framework-1", None);
+    h.want(&framework, session, 12);
+    let first = h.offers_for(session);
+    assert_eq!(first.len(), 1, "one offer at a time: {first:?}");
+    for _ in 0..10 {
+        assert!(
+            offers_in(&h.tick(), session).is_empty(),
+            "an offer past the quota"
+        );
+    }
+    // Declined, the offer is replaced by another.
+    let (answer, _) = h.call(
+        &framework,
+        session,
+        FrameworkRequest::Decline {
+            offer_ids: vec![first[0].id],
+            refuse_ms: 0,
+        },
+    );
+    assert_eq!(answer, Some(Ok(CallOk::Done)));
+    let next = h.offers_for(session);
+    assert_eq!(next.len(), 1);
 }

@@ -75,6 +75,8 @@ pub struct ShellConfig {
     pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
     /// How the HTTP API is served, when [`CoreConfig::http_addr`] says where.
     pub http: http::HttpConfig,
+    /// Call rates and connections one framework or agent may use.
+    pub client_limits: crate::core::session_rules::ClientLimits,
 }
 
 impl ShellConfig {
@@ -94,6 +96,7 @@ impl ShellConfig {
             max_reconnect_backoff: Duration::from_secs(1),
             metrics: None,
             http: http::HttpConfig::default(),
+            client_limits: Default::default(),
         }
     }
 }
@@ -156,14 +159,20 @@ where
     }
     let client = Arc::new(Client::new(tls, config.transport.clone())?);
     let (events_tx, events_rx) = mpsc::channel(node_loop::EVENT_QUEUE);
+    let (peer_events_tx, peer_events_rx) = mpsc::channel(node_loop::PEER_EVENT_QUEUE);
     let (leader_tx, leader_rx) = watch::channel(LeaderView::default());
     let (membership_tx, membership_rx) = watch::channel(MembershipView::default());
     let context = Arc::new(sessions::SessionContext {
         this: id,
         events: events_tx.clone(),
+        peer_events: peer_events_tx,
         leader: leader_rx,
         membership: membership_rx,
         request_timeout: config.request_timeout,
+        limits: config.client_limits,
+        clock: fullerene_proto::time::SystemClock::new(),
+        budgets: Default::default(),
+        connections: Default::default(),
     });
     let local_addr = server.local_addr();
     let (stop_http, http_stopped) = watch::channel(false);
@@ -232,7 +241,7 @@ where
         membership_tx,
         publisher,
     );
-    let result = shell.run(events_rx, shutdown).await;
+    let result = shell.run(events_rx, peer_events_rx, shutdown).await;
     if matches!(result, Ok(MasterExit::Removed)) {
         // Lets the answer to the removal and the commit messages for the others leave
         // before the connections close.

@@ -31,9 +31,17 @@ use crate::storage::RaftStore;
 /// to their QUIC streams).
 pub(crate) const EVENT_QUEUE: usize = 8192;
 
-/// Events handled per wake-up before `advance` runs: bounds the latency one burst adds to
-/// ticks and to the other peers' messages.
-const MAX_EVENTS_PER_CYCLE: usize = 4096;
+/// Raft messages from peers queued for the node loop, apart from the clients' events: they are
+/// taken first, so that no client's flood delays heartbeats and votes (a leader whose
+/// heartbeats waited behind thousands of framework calls lost its followers to elections).
+pub(crate) const PEER_EVENT_QUEUE: usize = 4096;
+
+/// Client events handled per wake-up before `advance` runs: bounds the latency one burst adds
+/// to ticks and to the peers' messages.
+const MAX_EVENTS_PER_CYCLE: usize = 256;
+
+/// Peer messages handled per wake-up (a catch-up's burst of appends is taken in large steps).
+const MAX_PEER_EVENTS_PER_CYCLE: usize = 4096;
 
 /// What the session tasks tell the node loop: the core's inputs, with the channels that
 /// answers and pushes go back on.
@@ -127,6 +135,7 @@ impl<S: RaftStore> Shell<S> {
     pub(crate) async fn run<F: Future<Output = ()>>(
         &mut self,
         mut events: mpsc::Receiver<Event>,
+        mut peer_events: mpsc::Receiver<Event>,
         shutdown: F,
     ) -> Result<MasterExit, ServerError> {
         let mut ticker = tokio::time::interval(self.core.node().config().tick_interval);
@@ -138,6 +147,7 @@ impl<S: RaftStore> Shell<S> {
         if let Some(exit) = started {
             return Ok(exit);
         }
+        let mut peers_closed = false;
         loop {
             tokio::select! {
                 biased;
@@ -147,6 +157,23 @@ impl<S: RaftStore> Shell<S> {
                     return Ok(MasterExit::Shutdown);
                 }
                 _ = ticker.tick() => self.core.tick(self.clock.now()),
+                event = peer_events.recv(), if !peers_closed => {
+                    // The session context holds the sender until the accept loop stops,
+                    // after this loop; should it close, it is not polled again.
+                    let Some(event) = event else {
+                        peers_closed = true;
+                        continue;
+                    };
+                    self.handle_event(event);
+                    let mut handled = 1;
+                    while handled < MAX_PEER_EVENTS_PER_CYCLE {
+                        match peer_events.try_recv() {
+                            Ok(event) => self.handle_event(event),
+                            Err(_) => break,
+                        }
+                        handled += 1;
+                    }
+                }
                 event = events.recv() => {
                     // The shell holds a sender, so the channel never closes while it runs.
                     if let Some(event) = event {

@@ -1,6 +1,7 @@
 //! The accept loop and the per-session tasks: peers, operators, agents and frameworks.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fullerene_proto::ids::FrameworkId;
@@ -8,7 +9,8 @@ use fullerene_proto::messages::{
     AgentToMaster, ErrorCode, FrameworkCall, MasterToAgent, OperatorRequest, OperatorResponse,
     PeerMessage, SessionOpen, WireError,
 };
-use fullerene_transport::{Connection, Server, Session, StreamErrorCode};
+use fullerene_proto::time::SystemClock;
+use fullerene_transport::{Connection, PeerIdentity, Role, Server, Session, StreamErrorCode};
 use protobuf::Message as _;
 use raft::eraftpb::Message;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -16,8 +18,9 @@ use tokio::sync::{mpsc, oneshot, watch};
 use super::node_loop::Event;
 use super::{LeaderView, MembershipView};
 use crate::core::session_rules::{
-    agent_must_register_first, ends_agent_session, ends_framework_session, refuse_framework_call,
-    subscribed_as, subscription,
+    agent_must_register_first, call_cost, ends_agent_session, ends_framework_session,
+    refuse_framework_call, refuse_rate_limited, subscribed_as, subscription, CallBudget,
+    ClientLimits, ConnectionCounts,
 };
 use crate::core::{AgentRegistration, Input, SessionId};
 
@@ -26,14 +29,70 @@ use crate::core::{AgentRegistration, Input, SessionId};
 pub(crate) struct SessionContext {
     /// This master's Raft id.
     pub this: u64,
-    /// The node loop's inbox.
+    /// The node loop's inbox for clients' events.
     pub events: mpsc::Sender<Event>,
+    /// The node loop's inbox for peers' Raft messages, taken before the clients' events.
+    pub peer_events: mpsc::Sender<Event>,
     /// Who leads.
     pub leader: watch::Receiver<LeaderView>,
     /// Who the members are.
     pub membership: watch::Receiver<MembershipView>,
     /// How long an operator request waits for the node's answer.
     pub request_timeout: Duration,
+    /// What one framework or agent may ask.
+    pub limits: ClientLimits,
+    /// The clock the call budgets refill by.
+    pub clock: SystemClock,
+    /// Each principal's call budget (by role and id), shared by all its sessions.
+    pub budgets: Mutex<HashMap<String, CallBudget>>,
+    /// Open connections per certificate.
+    pub connections: Mutex<ConnectionCounts>,
+}
+
+impl SessionContext {
+    /// Takes one call from `principal`'s budget; when it is spent, how long until a call is
+    /// allowed again.
+    fn take_call(&self, principal: &str, cost: u32) -> Result<(), Duration> {
+        let now = self.clock.monotonic();
+        let mut budgets = self
+            .budgets
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        budgets
+            .entry(principal.to_string())
+            .or_insert_with(|| CallBudget::new(&self.limits, now))
+            .take(now, cost)
+    }
+
+    /// Admits a connection of `peer`, or says why it is refused (frameworks' and agents'
+    /// certificates are limited; the cluster's own, operators' and masters', are not).
+    fn admit(&self, peer: &PeerIdentity) -> Result<Option<ConnectionGuard<'_>>, String> {
+        if !matches!(peer.role, Role::Framework | Role::Agent) {
+            return Ok(None);
+        }
+        let key = peer.to_string();
+        self.connections
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .admit(&key, self.limits.connections_per_certificate)?;
+        Ok(Some(ConnectionGuard { context: self, key }))
+    }
+}
+
+/// An admitted connection: released when dropped, however its task ends.
+struct ConnectionGuard<'a> {
+    context: &'a SessionContext,
+    key: String,
+}
+
+impl Drop for ConnectionGuard<'_> {
+    fn drop(&mut self) {
+        self.context
+            .connections
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .release(&self.key);
+    }
 }
 
 /// Accepts connections until `stop` fires, then closes the endpoint (every connection is
@@ -61,6 +120,15 @@ pub(crate) async fn accept_loop(
 }
 
 async fn serve_connection(connection: Connection, context: Arc<SessionContext>) {
+    let _admitted = match context.admit(connection.peer()) {
+        Ok(guard) => guard,
+        Err(why) => {
+            tracing::warn!(peer = %connection.peer(), why, "connection refused: too many connections");
+            metrics::counter!("fullerene_master_connections_refused_total", "reason" => "per_certificate").increment(1);
+            connection.close(&format!("refused: {why}"));
+            return;
+        }
+    };
     loop {
         match connection.accept_session().await {
             Ok(session) => {
@@ -176,7 +244,7 @@ async fn serve_peer(mut session: Session, context: &SessionContext) {
                 return;
             }
             if context
-                .events
+                .peer_events
                 .send(Event::Input(Input::Raft(message)))
                 .await
                 .is_err()
@@ -297,6 +365,25 @@ fn new_session() -> SessionId {
     SessionId(SESSIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
 }
 
+/// How long a push may wait for the peer to read (QUIC flow control) before the session is
+/// ended: a peer that stops reading would otherwise hold what was pushed to it (offers,
+/// above all) while the master waits, and it resynchronises when it comes back.
+const SEND_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Sends a pushed frame; `false` when it failed or the peer did not take it within
+/// [`SEND_TIMEOUT`] (the session then ends).
+async fn sent_in_time<T: serde::Serialize>(session: &mut Session, message: &T) -> bool {
+    match tokio::time::timeout(SEND_TIMEOUT, session.tx.send(message)).await {
+        Ok(result) => result.is_ok(),
+        Err(_) => {
+            tracing::warn!(peer = %session.peer, timeout = ?SEND_TIMEOUT, "the peer does not read what is sent to it; ending its session");
+            metrics::counter!("fullerene_master_sessions_ended_not_reading_total").increment(1);
+            session.rx.stop(StreamErrorCode::SessionRefused);
+            false
+        }
+    }
+}
+
 /// Frames queued for one agent before pushes are dropped (the agent then re-registers).
 const AGENT_QUEUE: usize = 4096;
 
@@ -333,6 +420,7 @@ async fn serve_agent(mut session: Session, remote: std::net::SocketAddr, context
         Ok(None) | Err(_) => return,
     };
     let id = new_session();
+    let budget_key = session.peer.to_string();
     let (outbound, mut queue) = mpsc::channel(AGENT_QUEUE);
     let registered = context
         .events
@@ -352,11 +440,17 @@ async fn serve_agent(mut session: Session, remote: std::net::SocketAddr, context
             pushed = queue.recv() => {
                 let Some(message) = pushed else { break };
                 let ends = ends_agent_session(&message);
-                if session.tx.send(&message).await.is_err() || ends {
+                if !sent_in_time(&mut session, &message).await || ends {
                     break;
                 }
             }
             frame = session.rx.recv::<AgentToMaster>() => {
+                // Over its rate an agent is slowed, not refused: its frames are status updates
+                // that must not be lost, so the session waits before taking them on.
+                if let Err(retry_after) = context.take_call(&budget_key, 1) {
+                    metrics::counter!("fullerene_master_calls_rate_limited_total", "role" => "agent").increment(1);
+                    tokio::time::sleep(retry_after).await;
+                }
                 let event = match frame {
                     Ok(Some(AgentToMaster::Heartbeat { seq })) => {
                         if session.tx.send(&MasterToAgent::HeartbeatAck { seq }).await.is_err() {
@@ -409,6 +503,7 @@ const FRAMEWORK_QUEUE: usize = 4096;
 /// updates, answers) arrive through the session's queue.
 async fn serve_framework(mut session: Session, context: &SessionContext) {
     let principal = session.peer.id.clone();
+    let budget_key = session.peer.to_string();
     let Ok(Some(first)) = session.rx.recv::<FrameworkCall>().await else {
         return;
     };
@@ -440,7 +535,7 @@ async fn serve_framework(mut session: Session, context: &SessionContext) {
                     subscribed = Some(framework_id.clone());
                 }
                 let ends = ends_framework_session(subscribed.is_some(), &message);
-                if session.tx.send(&message).await.is_err() || ends {
+                if !sent_in_time(&mut session, &message).await || ends {
                     break;
                 }
             }
@@ -454,6 +549,14 @@ async fn serve_framework(mut session: Session, context: &SessionContext) {
                     }
                 };
                 if let Some(reply) = refuse_framework_call(subscribed.is_some(), &call) {
+                    if session.tx.send(&reply).await.is_err() {
+                        break;
+                    }
+                    continue;
+                }
+                if let Err(retry_after) = context.take_call(&budget_key, call_cost(&call.call)) {
+                    metrics::counter!("fullerene_master_calls_rate_limited_total", "role" => "framework").increment(1);
+                    let reply = refuse_rate_limited(call.call_id, &principal, &context.limits, retry_after);
                     if session.tx.send(&reply).await.is_err() {
                         break;
                     }

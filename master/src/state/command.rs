@@ -186,6 +186,26 @@ pub enum Command {
         /// Its weight (finite, ≥ 0).
         weight: f64,
     },
+    /// An operator creates or changes a fairness group: its weight (when given; a new group
+    /// gets 1) and principals placed in it (moved from any other group).
+    SetGroup {
+        /// The group.
+        group: String,
+        /// Its weight, when set.
+        weight: Option<f64>,
+        /// Principals to place in it.
+        principals: Vec<String>,
+    },
+    /// An operator removes a group's weight and mappings, or only some principals' mappings
+    /// (they fall back to the default group; frameworks already subscribed keep their group).
+    RemoveGroup {
+        /// The group.
+        group: String,
+        /// Only these principals; empty: the whole group.
+        principals: Vec<String>,
+    },
+    /// An operator sets the cluster's quotas.
+    SetQuotas(fullerene_proto::messages::Quotas),
     /// An operator sets how far fungible resources (disk and network bandwidth) may be
     /// overbooked by launches, as a fraction of an agent's total (Graphene §5).
     SetOverbookingAllowance {
@@ -221,6 +241,9 @@ impl Command {
             Command::KillTask { .. } => "kill_task",
             Command::AcknowledgeStatus { .. } => "acknowledge_status",
             Command::SetGroupWeight { .. } => "set_group_weight",
+            Command::SetGroup { .. } => "set_group",
+            Command::RemoveGroup { .. } => "remove_group",
+            Command::SetQuotas(_) => "set_quotas",
             Command::SetOverbookingAllowance { .. } => "set_overbooking_allowance",
             Command::AnnounceMasterHttp { .. } => "announce_master_http",
         }

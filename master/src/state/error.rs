@@ -164,6 +164,37 @@ pub enum CommandError {
     /// An overbooking allowance that is negative, NaN or infinite.
     #[error("invalid overbooking allowance {0}: must be finite and >= 0")]
     InvalidAllowance(f64),
+    /// A framework asked for a group other than its principal's.
+    #[error(
+        "principal `{principal}` is in group `{assigned}`, not `{requested}`: groups are set by \
+         an operator (`fullerene groups set {requested} --principal {principal}`); subscribe \
+         with no group to join `{assigned}`"
+    )]
+    GroupNotAssigned {
+        /// The framework's principal.
+        principal: String,
+        /// The group it asked for.
+        requested: String,
+        /// Its principal's group.
+        assigned: String,
+    },
+    /// A new group past [`super::MAX_GROUPS`].
+    #[error("group `{group}` would be one more than the {limit} groups a cluster may have")]
+    TooManyGroups {
+        /// The group.
+        group: String,
+        /// The limit.
+        limit: usize,
+    },
+    /// A group change that does not hold together.
+    #[error("{0}")]
+    InvalidGroup(String),
+    /// Quotas that cannot be set.
+    #[error("{0}")]
+    InvalidQuota(String),
+    /// A request past an operator's quota; the message names the quota.
+    #[error("{0}")]
+    QuotaExceeded(String),
     /// The allocation accounting refused a change the state machine had validated: a bug,
     /// reported rather than hidden. The state is left as it was.
     #[error("allocation accounting refused the change: {0}")]
@@ -207,6 +238,13 @@ impl CommandError {
                 ErrorCode::InsufficientResources
             }
             CommandError::TooLarge(_) => ErrorCode::TooLarge,
+            CommandError::GroupNotAssigned { .. } => ErrorCode::Unauthorized,
+            CommandError::TooManyGroups { .. } | CommandError::QuotaExceeded(_) => {
+                ErrorCode::QuotaExceeded
+            }
+            CommandError::InvalidGroup(_) | CommandError::InvalidQuota(_) => {
+                ErrorCode::InvalidRequest
+            }
             CommandError::UnknownExecutor { .. } => ErrorCode::UnknownExecutor,
             CommandError::Accounting(_) => ErrorCode::Internal,
         }

@@ -33,7 +33,10 @@ use fullerene_scheduling::Overbooking;
 
 pub use command::{Command, CommandOutcome, TaskKey, TaskKill};
 pub use error::CommandError;
-pub use records::{AgentEntry, ClusterSettings, FrameworkEntry, TaskRecord};
+pub use records::{
+    AgentEntry, ClusterSettings, FrameworkEntry, TaskRecord, DEFAULT_GROUP, MAX_GROUPS,
+    MAX_MAPPED_PRINCIPALS,
+};
 pub use snapshot::{SnapshotError, FRAME_BYTES, STATE_FORMAT_VERSION};
 
 /// How far past a task's recorded sequence number an agent's status update may jump. Agents
@@ -54,6 +57,10 @@ pub struct ClusterState {
     tasks: BTreeMap<TaskKey, TaskRecord>,
     /// The allocator's accounting: agents' charges, frameworks' holdings, deficit counters.
     allocation: AllocationState,
+    /// How many frameworks (not torn down) each principal has: an index over `frameworks`
+    /// for the frameworks-per-principal quota (tombstones stay forever, so counting them at
+    /// each subscription would grow without bound). Rebuilt when a snapshot is read.
+    live_frameworks_by_principal: BTreeMap<String, u32>,
 }
 
 /// The name of the executor a task needs, as agents declare them.
@@ -75,6 +82,7 @@ impl ClusterState {
             frameworks: BTreeMap::new(),
             tasks: BTreeMap::new(),
             allocation,
+            live_frameworks_by_principal: BTreeMap::new(),
         }
     }
 
@@ -331,6 +339,13 @@ impl ClusterState {
                 seq,
             } => self.acknowledge_status(framework_id, principal, task_id, *seq),
             Command::SetGroupWeight { group, weight } => self.set_group_weight(group, *weight),
+            Command::SetGroup {
+                group,
+                weight,
+                principals,
+            } => self.set_group(group, *weight, principals),
+            Command::RemoveGroup { group, principals } => self.remove_group(group, principals),
+            Command::SetQuotas(quotas) => self.set_quotas(*quotas),
             Command::SetOverbookingAllowance { allowance } => {
                 self.set_overbooking_allowance(*allowance)
             }
@@ -643,7 +658,7 @@ impl ClusterState {
         framework_id: &FrameworkId,
         principal: &str,
         name: &str,
-        group: &str,
+        requested_group: &str,
         failover_timeout_ms: u64,
         at_ms: UnixMillis,
     ) -> Result<CommandOutcome, CommandError> {
@@ -652,11 +667,37 @@ impl ClusterState {
                 framework_id.clone(),
             ));
         }
+        let assigned = self.settings.group_of(principal).to_string();
+        if !requested_group.is_empty() && requested_group != assigned {
+            return Err(CommandError::GroupNotAssigned {
+                principal: principal.to_string(),
+                requested: requested_group.to_string(),
+                assigned,
+            });
+        }
+        let live = self
+            .live_frameworks_by_principal
+            .get(principal)
+            .copied()
+            .unwrap_or(0);
+        let quota = self.settings.quotas.frameworks_per_principal;
+        if live >= quota {
+            return Err(CommandError::QuotaExceeded(format!(
+                "principal `{principal}` has {live} registered frameworks, its quota \
+                 (frameworks per principal) is {quota}"
+            )));
+        }
+        let group = assigned.as_str();
+        self.check_group_room(group)?;
         self.allocation.add_framework(
             framework_id.clone(),
             group,
             Time::from_millis(at_ms).as_secs_f64(),
         )?;
+        *self
+            .live_frameworks_by_principal
+            .entry(principal.to_string())
+            .or_default() += 1;
         self.frameworks.insert(
             framework_id.clone(),
             FrameworkEntry {
@@ -796,6 +837,12 @@ impl ClusterState {
             entry.torn_down_at_ms = Some(at_ms);
             entry.connected = false;
             entry.active_tasks.clear();
+            if let Some(live) = self.live_frameworks_by_principal.get_mut(&entry.principal) {
+                *live = live.saturating_sub(1);
+                if *live == 0 {
+                    self.live_frameworks_by_principal.remove(&entry.principal);
+                }
+            }
         }
         Ok(CommandOutcome::TasksEnded { updates, kill })
     }
@@ -823,6 +870,18 @@ impl ClusterState {
         }
         if tasks.is_empty() {
             return Err(CommandError::EmptyBundle);
+        }
+        let live = self
+            .frameworks
+            .get(framework_id)
+            .map_or(0, |f| f.active_tasks.len());
+        let quota = self.settings.quotas.tasks_per_framework as usize;
+        if live + tasks.len() > quota {
+            return Err(CommandError::QuotaExceeded(format!(
+                "framework `{framework_id}` runs {live} tasks and the bundle adds {}: its quota \
+                 (tasks per framework) is {quota}",
+                tasks.len()
+            )));
         }
         let running = agent.tasks.len();
         if running + tasks.len() > MAX_TASKS_PER_AGENT {
@@ -1124,10 +1183,160 @@ impl ClusterState {
             }
             .into());
         }
+        limits::check_bytes(|| "a group name".to_string(), group, limits::MAX_ID_BYTES)?;
+        self.check_group_room(group)?;
         self.allocation.set_group_weight(group, weight)?;
         self.settings
             .group_weights
             .insert(group.to_string(), weight);
+        Ok(CommandOutcome::Applied)
+    }
+
+    /// Refuses a group that would be one more than [`MAX_GROUPS`]. Every group that ever had a
+    /// weight, a principal or a framework keeps its deficit counter (its index is part of the
+    /// accounting), so they all count.
+    fn check_group_room(&self, group: &str) -> Result<(), CommandError> {
+        let deficits = self.allocation.deficits();
+        if deficits.find(group).is_none() && deficits.len() >= MAX_GROUPS {
+            return Err(CommandError::TooManyGroups {
+                group: group.to_string(),
+                limit: MAX_GROUPS,
+            });
+        }
+        Ok(())
+    }
+
+    fn set_group(
+        &mut self,
+        group: &str,
+        weight: Option<f64>,
+        principals: &[String],
+    ) -> Result<CommandOutcome, CommandError> {
+        limits::check_bytes(|| "a group name".to_string(), group, limits::MAX_ID_BYTES)?;
+        if group.is_empty() {
+            return Err(CommandError::InvalidGroup(
+                "a group name cannot be empty".into(),
+            ));
+        }
+        if principals.len() > limits::MAX_PAGE_ITEMS {
+            return Err(CommandError::InvalidGroup(format!(
+                "{} principals in one request, at most {} are allowed",
+                principals.len(),
+                limits::MAX_PAGE_ITEMS
+            )));
+        }
+        for principal in principals {
+            limits::check_bytes(
+                || "a principal".to_string(),
+                principal,
+                limits::MAX_ID_BYTES,
+            )?;
+            if principal.is_empty() {
+                return Err(CommandError::InvalidGroup(
+                    "a principal cannot be empty".into(),
+                ));
+            }
+        }
+        self.check_group_room(group)?;
+        let new_principals = principals
+            .iter()
+            .filter(|p| !self.settings.principal_groups.contains_key(p.as_str()))
+            .collect::<std::collections::BTreeSet<_>>()
+            .len();
+        if self.settings.principal_groups.len() + new_principals > MAX_MAPPED_PRINCIPALS {
+            return Err(CommandError::InvalidGroup(format!(
+                "{} principals are placed in groups and this adds {new_principals}: at most \
+                 {MAX_MAPPED_PRINCIPALS} can be",
+                self.settings.principal_groups.len()
+            )));
+        }
+        let weight = match weight {
+            Some(weight) => Some(weight),
+            // A new group gets its weight recorded, so that it is listed even before a
+            // framework joins it.
+            None if !self.settings.group_weights.contains_key(group) => Some(1.0),
+            None => None,
+        };
+        if let Some(weight) = weight {
+            self.set_group_weight(group, weight)?;
+        }
+        for principal in principals {
+            self.settings
+                .principal_groups
+                .insert(principal.clone(), group.to_string());
+        }
+        Ok(CommandOutcome::Applied)
+    }
+
+    fn remove_group(
+        &mut self,
+        group: &str,
+        principals: &[String],
+    ) -> Result<CommandOutcome, CommandError> {
+        if principals.is_empty() {
+            let removed_weight = self.settings.group_weights.remove(group).is_some();
+            let before = self.settings.principal_groups.len();
+            self.settings.principal_groups.retain(|_, g| g != group);
+            if removed_weight {
+                // Frameworks still in the group keep it, at the default weight.
+                self.allocation.set_group_weight(group, 1.0)?;
+            }
+            return Ok(
+                if removed_weight || before != self.settings.principal_groups.len() {
+                    CommandOutcome::Applied
+                } else {
+                    CommandOutcome::Unchanged
+                },
+            );
+        }
+        for principal in principals {
+            match self.settings.principal_groups.get(principal) {
+                Some(g) if g == group => {}
+                Some(g) => {
+                    return Err(CommandError::InvalidGroup(format!(
+                        "principal `{principal}` is in group `{g}`, not `{group}`"
+                    )))
+                }
+                // Already out of every group: removing it again is a retry, not a mistake.
+                None => {}
+            }
+        }
+        let before = self.settings.principal_groups.len();
+        for principal in principals {
+            self.settings.principal_groups.remove(principal);
+        }
+        Ok(if before != self.settings.principal_groups.len() {
+            CommandOutcome::Applied
+        } else {
+            CommandOutcome::Unchanged
+        })
+    }
+
+    fn set_quotas(
+        &mut self,
+        quotas: fullerene_proto::messages::Quotas,
+    ) -> Result<CommandOutcome, CommandError> {
+        let zero = [
+            ("frameworks per principal", quotas.frameworks_per_principal),
+            ("tasks per framework", quotas.tasks_per_framework),
+            (
+                "pending offers per framework",
+                quotas.pending_offers_per_framework,
+            ),
+        ]
+        .into_iter()
+        .find(|(_, value)| *value == 0);
+        if let Some((name, _)) = zero {
+            return Err(CommandError::InvalidQuota(format!(
+                "the quota of {name} must be at least 1 (0 would stop the cluster)"
+            )));
+        }
+        if self.settings.quotas == quotas {
+            return Ok(CommandOutcome::Unchanged);
+        }
+        // Lowering a quota refuses what would go past it from now on; nothing running is
+        // stopped for it.
+        self.settings.quotas = quotas;
         Ok(CommandOutcome::Applied)
     }
 

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use fullerene_proto::messages::{
-    AgentState, StatusReason, StatusUpdate, TaskSpec, TaskState, UnixMillis,
+    AgentState, Quotas, StatusReason, StatusUpdate, TaskSpec, TaskState, UnixMillis,
 };
 use fullerene_proto::{AgentId, FrameworkId, ResourceKind, ResourceVec, TaskId};
 use fullerene_scheduling::fairness::FairnessFactor;
@@ -28,6 +28,13 @@ pub struct ClusterSettings {
     pub overbooking_allowance: f64,
     /// Group weights an operator set (groups not listed weigh 1).
     pub group_weights: BTreeMap<String, f64>,
+    /// The fairness group of each principal an operator placed (`fullerene groups set`); a
+    /// framework subscribes into its principal's group, and an unmapped principal's frameworks
+    /// into [`DEFAULT_GROUP`]. Frameworks never choose their group (issue 14: a framework
+    /// that did could pick the group with the most share).
+    pub principal_groups: BTreeMap<String, String>,
+    /// The operator's quotas (frameworks per principal, tasks per framework, pending offers).
+    pub quotas: Quotas,
     /// Where each master serves (peers and clients alike), by Raft id: the founders' from the
     /// bootstrap, then each added master's from its membership change. Kept in the replicated
     /// state so that a master restarting from a snapshot, or joining, learns every member's
@@ -48,9 +55,31 @@ impl Default for ClusterSettings {
             slot_size: ResourceVec::from_pairs(&[(ResourceKind::Cpus, 1.0)]),
             overbooking_allowance: DEFAULT_OVERBOOK_ALLOWANCE,
             group_weights: BTreeMap::new(),
+            principal_groups: BTreeMap::new(),
+            quotas: Quotas::DEFAULT,
             master_addresses: BTreeMap::new(),
             master_http_addresses: BTreeMap::new(),
         }
+    }
+}
+
+/// The fairness group of principals no operator placed in a group.
+pub const DEFAULT_GROUP: &str = "default";
+
+/// Fairness groups the cluster may know (with a weight, a principal or a framework): each is
+/// a deficit counter the allocator visits every cycle, so their number is bounded.
+pub const MAX_GROUPS: usize = 10_000;
+
+/// Principals an operator may place in groups.
+pub const MAX_MAPPED_PRINCIPALS: usize = 10_000;
+
+impl ClusterSettings {
+    /// The group `principal`'s frameworks subscribe into.
+    pub fn group_of(&self, principal: &str) -> &str {
+        self.principal_groups
+            .get(principal)
+            .map(String::as_str)
+            .unwrap_or(DEFAULT_GROUP)
     }
 }
 

@@ -35,8 +35,9 @@ use super::{ClusterState, TaskKey};
 
 /// Version of the snapshot layout (independent of the codec's wire version). Bumped whenever
 /// a record type changes. Version 4 cut every record into frames and stopped writing the
-/// derived task sets of agents and frameworks.
-pub const STATE_FORMAT_VERSION: u32 = 4;
+/// derived task sets of agents and frameworks; version 5 added the operator's principal-to-group
+/// mapping and quotas to the settings.
+pub const STATE_FORMAT_VERSION: u32 = 5;
 
 /// The largest payload of one frame (1 MiB): a record longer than this spans several frames.
 pub const FRAME_BYTES: usize = 1 << 20;
@@ -123,7 +124,9 @@ enum Record {
         frameworks: u64,
         tasks: u64,
     },
-    Core(ClusterSettings, AllocationState),
+    /// Boxed (the same bytes as unboxed): the settings and the accounting are far larger
+    /// than the other records.
+    Core(Box<ClusterSettings>, Box<AllocationState>),
     Agent(AgentEntry),
     Framework(FrameworkEntry),
     Task(FrameworkId, TaskRecord),
@@ -302,11 +305,12 @@ impl ClusterState {
             _ => None,
         })?;
         let mut state = ClusterState {
-            settings,
-            allocation,
+            settings: *settings,
+            allocation: *allocation,
             agents: Default::default(),
             frameworks: Default::default(),
             tasks: Default::default(),
+            live_frameworks_by_principal: Default::default(),
         };
         for _ in 0..agents {
             let agent = reader.expect("agent", |r| match r {
@@ -326,6 +330,12 @@ impl ClusterState {
                 _ => None,
             })?;
             let id = framework.id.clone();
+            if framework.torn_down_at_ms.is_none() {
+                *state
+                    .live_frameworks_by_principal
+                    .entry(framework.principal.clone())
+                    .or_default() += 1;
+            }
             if state.frameworks.insert(id.clone(), framework).is_some() {
                 return Err(SnapshotError::Inconsistent(format!(
                     "framework `{id}` appears twice"

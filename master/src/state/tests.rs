@@ -92,9 +92,20 @@ fn key(framework: &str, task: &str) -> TaskKey {
     TaskKey::new(framework.into(), task.into())
 }
 
+/// An empty cluster where the operator placed alice in g1 and bob in g2.
+fn grouped_state() -> ClusterState {
+    let mut settings = ClusterSettings::default();
+    for (principal, group) in [("alice", "g1"), ("bob", "g2")] {
+        settings
+            .principal_groups
+            .insert(principal.to_string(), group.to_string());
+    }
+    ClusterState::new(settings)
+}
+
 /// A cluster with agents a1 (8 cpus), a2 (4 cpus) and frameworks f1 (alice, g1), f2 (bob, g2).
 fn cluster() -> ClusterState {
-    let mut st = ClusterState::default();
+    let mut st = grouped_state();
     for cmd in [
         register("a1", "cpus=8,mem_mib=8192"),
         register("a2", "cpus=4,mem_mib=4096"),
@@ -241,7 +252,7 @@ fn launch_validation_refuses_without_changing_anything() {
 
 #[test]
 fn overbooking_applies_to_fungible_resources_only() {
-    let mut st = ClusterState::default();
+    let mut st = grouped_state();
     assert_eq!(
         st.settings().overbooking_allowance,
         0.25,
@@ -747,6 +758,244 @@ fn frameworks_fail_over_only_with_their_principal_and_teardown_kills_their_tasks
     refused(&mut st, &status("a1", "f1", "t1", TaskState::Killed, 2));
 }
 
+fn group_of(st: &ClusterState, framework: &str) -> String {
+    st.frameworks()[&FrameworkId::from(framework)].group.clone()
+}
+
+fn set_group(group: &str, weight: Option<f64>, principals: &[&str]) -> Command {
+    Command::SetGroup {
+        group: group.to_string(),
+        weight,
+        principals: principals
+            .iter()
+            .map(std::string::ToString::to_string)
+            .collect(),
+    }
+}
+
+#[test]
+fn frameworks_join_their_principals_group_and_cannot_choose_another() {
+    let mut st = grouped_state();
+    st.apply(&subscribe("f1", "alice", "")).unwrap();
+    assert_eq!(group_of(&st, "f1"), "g1", "no group asked: the principal's");
+    st.apply(&subscribe("f2", "alice", "g1")).unwrap();
+    assert_eq!(group_of(&st, "f2"), "g1", "its own group may be named");
+    match refused(&mut st, &subscribe("f3", "alice", "g2")) {
+        CommandError::GroupNotAssigned {
+            principal,
+            requested,
+            assigned,
+        } => assert_eq!(
+            (principal.as_str(), requested.as_str(), assigned.as_str()),
+            ("alice", "g2", "g1")
+        ),
+        other => panic!("expected GroupNotAssigned, got {other:?}"),
+    }
+    st.apply(&subscribe("f4", "carol", "")).unwrap();
+    assert_eq!(group_of(&st, "f4"), DEFAULT_GROUP, "an unmapped principal");
+    let error = refused(&mut st, &subscribe("f5", "carol", "g1"));
+    assert_eq!(
+        error.code(),
+        fullerene_proto::messages::ErrorCode::Unauthorized
+    );
+    assert!(
+        error.to_string().contains("fullerene groups set g1"),
+        "{error}"
+    );
+
+    // The operator moves carol to g2 (a new group, weight 2): her next framework joins it;
+    // the one already subscribed keeps its group (deficits are accounted per group).
+    st.apply(&set_group("g3", Some(2.0), &["carol"])).unwrap();
+    st.apply(&subscribe("f5", "carol", "")).unwrap();
+    assert_eq!(group_of(&st, "f5"), "g3");
+    assert_eq!(group_of(&st, "f4"), DEFAULT_GROUP);
+    assert_eq!(st.settings().group_weights["g3"], 2.0);
+    // Moving a principal between groups leaves one placement.
+    st.apply(&set_group("g1", None, &["carol"])).unwrap();
+    assert_eq!(st.settings().group_of("carol"), "g1");
+    assert_eq!(
+        st.settings().group_weights.get("g1"),
+        Some(&1.0),
+        "a new group's weight is recorded"
+    );
+
+    // Removing a principal from a group it is not in is refused; removing it again after it
+    // left is a retry and changes nothing.
+    assert!(matches!(
+        refused(
+            &mut st,
+            &Command::RemoveGroup {
+                group: "g2".into(),
+                principals: vec!["carol".into()]
+            }
+        ),
+        CommandError::InvalidGroup(_)
+    ));
+    let remove_carol = Command::RemoveGroup {
+        group: "g1".into(),
+        principals: vec!["carol".into()],
+    };
+    st.apply(&remove_carol).unwrap();
+    assert_eq!(st.settings().group_of("carol"), DEFAULT_GROUP);
+    assert_eq!(unchanged(&mut st, &remove_carol), CommandOutcome::Unchanged);
+    // Removing a whole group sends its principals to the default group.
+    st.apply(&Command::RemoveGroup {
+        group: "g1".into(),
+        principals: vec![],
+    })
+    .unwrap();
+    assert_eq!(st.settings().group_of("alice"), DEFAULT_GROUP);
+    assert!(!st.settings().group_weights.contains_key("g1"));
+    assert_eq!(
+        group_of(&st, "f1"),
+        "g1",
+        "subscribed frameworks keep their group"
+    );
+
+    // Bad requests: empty names, too many principals at once.
+    for bad in [
+        set_group("", None, &["x"]),
+        set_group("g", None, &[""]),
+        Command::SetGroup {
+            group: "g".into(),
+            weight: None,
+            principals: (0..=fullerene_proto::limits::MAX_PAGE_ITEMS)
+                .map(|n| format!("p{n}"))
+                .collect(),
+        },
+        set_group("g", Some(-1.0), &[]),
+    ] {
+        refused(&mut st, &bad);
+    }
+    // The mapping survives a snapshot.
+    let restored = ClusterState::decode_snapshot(&st.encode_snapshot().unwrap()).unwrap();
+    assert_eq!(restored, st);
+}
+
+#[test]
+fn the_number_of_groups_is_bounded() {
+    let mut st = ClusterState::default();
+    for n in 0..MAX_GROUPS {
+        st.apply(&Command::SetGroupWeight {
+            group: format!("g{n}"),
+            weight: 1.0,
+        })
+        .unwrap();
+    }
+    assert!(matches!(
+        refused(&mut st, &set_group("one-more", None, &["p"])),
+        CommandError::TooManyGroups { .. }
+    ));
+    assert!(matches!(
+        refused(
+            &mut st,
+            &Command::SetGroupWeight {
+                group: "one-more".into(),
+                weight: 1.0
+            }
+        ),
+        CommandError::TooManyGroups { .. }
+    ));
+    // A known group can still be changed, and frameworks join known groups.
+    st.apply(&set_group("g7", Some(3.0), &["alice"])).unwrap();
+    st.apply(&subscribe("f1", "alice", "")).unwrap();
+    // An unmapped principal's frameworks would create the default group: refused too.
+    assert!(matches!(
+        refused(&mut st, &subscribe("f2", "bob", "")),
+        CommandError::TooManyGroups { .. }
+    ));
+}
+
+#[test]
+fn quotas_bound_frameworks_per_principal_and_tasks_per_framework() {
+    let mut st = grouped_state();
+    st.apply(&register("a1", "cpus=64,mem_mib=65536")).unwrap();
+    let quotas = fullerene_proto::messages::Quotas {
+        frameworks_per_principal: 2,
+        tasks_per_framework: 3,
+        pending_offers_per_framework: 1,
+    };
+    st.apply(&Command::SetQuotas(quotas)).unwrap();
+    assert_eq!(st.settings().quotas, quotas);
+    assert_eq!(
+        unchanged(&mut st, &Command::SetQuotas(quotas)),
+        CommandOutcome::Unchanged
+    );
+
+    st.apply(&subscribe("f1", "alice", "")).unwrap();
+    st.apply(&subscribe("f2", "alice", "")).unwrap();
+    let error = refused(&mut st, &subscribe("f3", "alice", ""));
+    assert!(matches!(error, CommandError::QuotaExceeded(_)), "{error:?}");
+    assert_eq!(
+        error.code(),
+        fullerene_proto::messages::ErrorCode::QuotaExceeded
+    );
+    assert!(
+        error.to_string().contains("frameworks per principal"),
+        "{error}"
+    );
+    // Another principal has its own count.
+    st.apply(&subscribe("f4", "bob", "")).unwrap();
+    // A torn-down framework no longer counts, also after a snapshot (the count is an index
+    // rebuilt from the frameworks, tombstones left out).
+    st.apply(&Command::TeardownFramework {
+        framework_id: "f2".into(),
+        principal: None,
+        at_ms: 5_000,
+    })
+    .unwrap();
+    let mut st = ClusterState::decode_snapshot(&st.encode_snapshot().unwrap()).unwrap();
+    st.apply(&subscribe("f3", "alice", "")).unwrap();
+    refused(&mut st, &subscribe("f5", "alice", ""));
+
+    // Tasks per framework counts live tasks, the bundle included.
+    st.apply(&launch(
+        "f1",
+        "alice",
+        "a1",
+        vec![spec("t1", "cpus=1"), spec("t2", "cpus=1")],
+    ))
+    .unwrap();
+    let error = refused(
+        &mut st,
+        &launch(
+            "f1",
+            "alice",
+            "a1",
+            vec![spec("t3", "cpus=1"), spec("t4", "cpus=1")],
+        ),
+    );
+    assert!(error.to_string().contains("tasks per framework"), "{error}");
+    st.apply(&launch("f1", "alice", "a1", vec![spec("t3", "cpus=1")]))
+        .unwrap();
+    // An ended task frees its place.
+    st.apply(&status("a1", "f1", "t1", TaskState::Finished, 1))
+        .unwrap();
+    st.apply(&launch("f1", "alice", "a1", vec![spec("t4", "cpus=1")]))
+        .unwrap();
+
+    // A quota of zero would stop the cluster: refused.
+    for zero in [
+        fullerene_proto::messages::Quotas {
+            frameworks_per_principal: 0,
+            ..quotas
+        },
+        fullerene_proto::messages::Quotas {
+            tasks_per_framework: 0,
+            ..quotas
+        },
+        fullerene_proto::messages::Quotas {
+            pending_offers_per_framework: 0,
+            ..quotas
+        },
+    ] {
+        assert!(matches!(
+            refused(&mut st, &Command::SetQuotas(zero)),
+            CommandError::InvalidQuota(_)
+        ));
+    }
+}
+
 #[test]
 fn group_weights_are_validated_and_shift_the_shares() {
     let mut st = cluster();
@@ -1087,7 +1336,7 @@ proptest! {
     fn refused_commands_change_nothing_and_replay_is_deterministic(
         commands in prop::collection::vec(arb_command(), 1..60)
     ) {
-        let mut st = ClusterState::default();
+        let mut st = grouped_state();
         let mut results = Vec::new();
         for cmd in &commands {
             let before = st.clone();
@@ -1098,7 +1347,7 @@ proptest! {
             check_accounting(&st);
             results.push(result);
         }
-        let mut replay = ClusterState::default();
+        let mut replay = grouped_state();
         for (cmd, result) in commands.iter().zip(&results) {
             prop_assert_eq!(&replay.apply(cmd), result);
         }

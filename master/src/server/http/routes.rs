@@ -811,6 +811,9 @@ async fn write(
             let status = match error.code {
                 ErrorCode::InvalidRequest => StatusCode::BAD_REQUEST,
                 ErrorCode::Unauthorized => StatusCode::FORBIDDEN,
+                ErrorCode::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+                ErrorCode::QuotaExceeded => StatusCode::CONFLICT,
+                ErrorCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
                 ErrorCode::Unavailable | ErrorCode::OutcomeUnknown => {
                     StatusCode::SERVICE_UNAVAILABLE
                 }
