@@ -1,7 +1,10 @@
 //! Resource limits with cgroups v2, where the machine offers them.
 //!
-//! The agent enforces a task's `cpus` with `cpu.max` (quota = cpus × period) and its `mem_mib`
-//! with `memory.max`, in a cgroup per task under `<root>/fullerene-<agent>/`. It does so only when
+//! The agent enforces a task's `cpus` with `cpu.max` (quota = cpus × period), its `mem_mib`
+//! with `memory.max` and, where the `pids` controller exists, bounds its processes with
+//! `pids.max` ([`pids_max`]: 64 per requested core, at least 64), in a cgroup per task under
+//! `<root>/fullerene-<agent>/`. A task that asks for zero of a resource gets the minimum, never
+//! an unlimited value. It does so only when
 //! `<root>` is a writable cgroup v2 hierarchy with the `cpu` and `memory` controllers. Otherwise
 //! it says so plainly (a warning at start, a note in every RUNNING update, and the
 //! `fullerene_agent_limits_enforced` gauge at 0) instead of pretending.
@@ -21,6 +24,11 @@ const MIN_CPU_QUOTA_US: u64 = 1_000;
 /// The smallest memory limit written, in MiB: what a task that asks for less, or for none,
 /// gets (room for its wrapper shell), never an unlimited one.
 const MIN_MEMORY_MIB: f64 = 16.0;
+/// Processes allowed per requested core in `pids.max`.
+const PIDS_PER_CPU: f64 = 64.0;
+/// The smallest `pids.max` written: what a task that asks for no CPU gets (its wrapper and a
+/// few helpers), never an unlimited number.
+const MIN_PIDS: u64 = 64;
 
 /// Whether and how task limits are enforced.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,7 +59,12 @@ impl Limits {
     /// The sentence for a task's RUNNING update.
     pub fn note(&self) -> String {
         match self {
-            Limits::Enforced(_) => "limits enforced with cgroup v2 (cpu.max, memory.max)".into(),
+            Limits::Enforced(cgroup) if cgroup.pids => {
+                "limits enforced with cgroup v2 (cpu.max, memory.max, pids.max)".into()
+            }
+            Limits::Enforced(_) => {
+                "limits enforced with cgroup v2 (cpu.max, memory.max; no pids controller)".into()
+            }
             Limits::NotEnforced { reason } => {
                 format!("resource limits NOT enforced on this agent: {reason}")
             }
@@ -63,6 +76,8 @@ impl Limits {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CgroupV2 {
     base: PathBuf,
+    /// Whether the `pids` controller is there (then `pids.max` is written too).
+    pids: bool,
 }
 
 impl CgroupV2 {
@@ -83,19 +98,25 @@ impl CgroupV2 {
                 missing.join(" and ")
             ));
         }
+        let pids = has("pids");
         let base = root.join(format!("fullerene-{}", component(name)));
         fs::create_dir_all(&base)
             .map_err(|e| format!("cannot create cgroup {}: {e}", base.display()))?;
+        let enable = if pids {
+            "+cpu +memory +pids"
+        } else {
+            "+cpu +memory"
+        };
         // Controllers must be enabled in the parent for the children to have their files. Writing
         // may fail where they are already on (or delegated differently); what counts is below.
-        let _ = fs::write(root.join("cgroup.subtree_control"), "+cpu +memory");
-        fs::write(base.join("cgroup.subtree_control"), "+cpu +memory").map_err(|e| {
+        let _ = fs::write(root.join("cgroup.subtree_control"), enable);
+        fs::write(base.join("cgroup.subtree_control"), enable).map_err(|e| {
             format!(
-                "cannot enable the cpu and memory controllers in {}: {e}",
+                "cannot enable the controllers ({enable}) in {}: {e}",
                 base.display()
             )
         })?;
-        Ok(CgroupV2 { base })
+        Ok(CgroupV2 { base, pids })
     }
 
     /// The agent's parent cgroup.
@@ -124,6 +145,9 @@ impl CgroupV2 {
         };
         write("cpu.max", cpu_max(resources[ResourceKind::Cpus]))?;
         write("memory.max", memory_max(resources[ResourceKind::MemMib]))?;
+        if self.pids {
+            write("pids.max", pids_max(resources[ResourceKind::Cpus]))?;
+        }
         Ok(dir.join("cgroup.procs"))
     }
 
@@ -167,6 +191,14 @@ pub fn memory_max(mem_mib: f64) -> String {
         "{}",
         (mem_mib.max(MIN_MEMORY_MIB) * 1024.0 * 1024.0).round() as u64
     )
+}
+
+/// `pids.max` for `cpus` cores: [`PIDS_PER_CPU`] per core, at least [`MIN_PIDS`] (a task that
+/// asks for no CPU gets that, never an unlimited number of processes).
+pub fn pids_max(cpus: f64) -> String {
+    let cpus = if cpus.is_finite() { cpus.max(0.0) } else { 0.0 };
+    let pids = ((cpus * PIDS_PER_CPU).ceil() as u64).max(MIN_PIDS);
+    format!("{pids}")
 }
 
 /// A string made safe as one path component: ASCII letters, digits, `.`, `_` and `-` stay; any
@@ -218,6 +250,11 @@ mod tests {
         assert_eq!(memory_max(256.0), "268435456");
         assert_eq!(memory_max(0.0), "16777216");
         assert_eq!(memory_max(-1.0), "16777216");
+        assert_eq!(pids_max(0.0), "64");
+        assert_eq!(pids_max(f64::INFINITY), "64");
+        assert_eq!(pids_max(0.5), "64");
+        assert_eq!(pids_max(4.0), "256");
+        assert_eq!(pids_max(2.5), "160");
     }
 
     #[test]
@@ -256,7 +293,7 @@ mod tests {
         assert_eq!(cgroup.base(), dir.path().join("fullerene-agent-1"));
         let enabled = std::fs::read_to_string(cgroup.base().join("cgroup.subtree_control"))
             .expect("subtree_control");
-        assert_eq!(enabled, "+cpu +memory");
+        assert_eq!(enabled, "+cpu +memory +pids");
         let resources: ResourceVec = "cpus=2,mem_mib=512".parse().expect("resources");
         let procs = cgroup.create_task("f/t1", &resources).expect("task cgroup");
         let task_dir = cgroup.task_path("f/t1");
@@ -269,5 +306,76 @@ mod tests {
             std::fs::read_to_string(task_dir.join("memory.max")).expect("memory.max"),
             "536870912"
         );
+        assert_eq!(
+            std::fs::read_to_string(task_dir.join("pids.max")).expect("pids.max"),
+            "128"
+        );
+        assert!(limits_note(&cgroup).contains("pids.max"));
+    }
+
+    fn limits_note(cgroup: &CgroupV2) -> String {
+        Limits::Enforced(cgroup.clone()).note()
+    }
+
+    /// The files a task's cgroup holds after `create_task`, by name.
+    fn written(cgroup: &CgroupV2, key: &str) -> std::collections::BTreeMap<String, String> {
+        std::fs::read_dir(cgroup.task_path(key))
+            .expect("task cgroup")
+            .map(|e| {
+                let e = e.expect("entry");
+                let name = e.file_name().to_string_lossy().into_owned();
+                (name, std::fs::read_to_string(e.path()).expect("read"))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_task_that_asks_for_nothing_gets_the_minimums_never_unlimited() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(
+            dir.path().join("cgroup.controllers"),
+            "cpuset cpu io memory hugetlb pids rdma misc\n",
+        )
+        .expect("write");
+        let Limits::Enforced(cgroup) = Limits::detect(dir.path(), "agent-1") else {
+            panic!("a hierarchy with cpu and memory must be used");
+        };
+        let resources: ResourceVec = "cpus=0,mem_mib=0".parse().expect("resources");
+        cgroup
+            .create_task("f/zero", &resources)
+            .expect("task cgroup");
+        let files = written(&cgroup, "f/zero");
+        let expected: std::collections::BTreeMap<String, String> = [
+            ("cpu.max", "1000 100000"),
+            ("memory.max", "16777216"),
+            ("pids.max", "64"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(files, expected);
+        assert!(files.values().all(|v| !v.contains("max")));
+    }
+
+    #[test]
+    fn without_the_pids_controller_no_pids_max_is_written_and_the_note_says_so() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("cgroup.controllers"), "cpu memory\n").expect("write");
+        let Limits::Enforced(cgroup) = Limits::detect(dir.path(), "agent-1") else {
+            panic!("a hierarchy with cpu and memory must be used");
+        };
+        assert_eq!(
+            std::fs::read_to_string(cgroup.base().join("cgroup.subtree_control"))
+                .expect("subtree_control"),
+            "+cpu +memory"
+        );
+        let resources: ResourceVec = "cpus=1,mem_mib=64".parse().expect("resources");
+        cgroup.create_task("f/t", &resources).expect("task cgroup");
+        let files = written(&cgroup, "f/t");
+        assert_eq!(
+            files.keys().map(String::as_str).collect::<Vec<_>>(),
+            ["cpu.max", "memory.max"]
+        );
+        assert!(limits_note(&cgroup).contains("no pids controller"));
     }
 }

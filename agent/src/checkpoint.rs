@@ -15,6 +15,8 @@
 //! finds a format-1 log reads it (in that format a task id named one task, the one last
 //! launched with it), and rewrites it in format 2 before it appends anything.
 //!
+//! The log is `0600`: tasks run on the same machine and must not read it.
+//!
 //! # Crashes
 //!
 //! A crash in the middle of an append leaves a short or garbled last frame. That record was never
@@ -33,6 +35,7 @@
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use fullerene_proto::codec;
@@ -162,6 +165,10 @@ impl Checkpoint {
             .write(true)
             .open(&path)
             .map_err(io_error(&path, "open for writing"))?;
+        // The agent's alone: tasks run on this machine and must not read it (a log written by
+        // an older agent may have been readable by all).
+        file.set_permissions(fs::Permissions::from_mode(0o600))
+            .map_err(io_error(&path, "make private (0600)"))?;
         if torn_tail.is_some() && format == Format::V2 {
             file.set_len(good_len)
                 .and_then(|()| file.sync_all())
@@ -252,7 +259,12 @@ fn write_new_log(dir: &Path, path: &Path, records: &[Record]) -> Result<u64, Che
     for record in records {
         bytes.extend_from_slice(&frame(record)?);
     }
-    let result = File::create(&tmp)
+    let result = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
         .and_then(|mut f| f.write_all(&bytes).and_then(|()| f.sync_all()))
         .map_err(|e| classify(&tmp, "write", e));
     if let Err(error) = result {

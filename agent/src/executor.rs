@@ -6,9 +6,12 @@
 //!   agent; `HOME` the sandbox; then the task's own variables; then, which the task cannot
 //!   override, `FULLERENE_SANDBOX`, `FULLERENE_TASK_ID` and `FULLERENE_FRAMEWORK_ID`), under a
 //!   small `/bin/sh` wrapper that leads its own process group and writes the program's exit
-//!   code to `.fullerene-exit-code` in the sandbox: the code survives an agent crash. With
-//!   cgroups v2 the wrapper joins the task's cgroup before it starts the program
-//!   ([`crate::cgroups`]).
+//!   code to `<work-dir>/exit-codes/<framework>%2F<task>` (see [`exit_code_path`]): the code
+//!   survives an agent crash. With cgroups v2 the wrapper joins the task's cgroup before it
+//!   starts the program ([`crate::cgroups`]). The wrapper runs with the agent's user and a
+//!   clean environment; the program gets its environment from `env -i` and, when the agent
+//!   isolates tasks, runs as a uid of its own through `setpriv` ([`crate::isolation`]), so the
+//!   task can neither write its exit code nor signal its wrapper.
 //! - `sleep` runs no process and finishes at a wall-clock deadline, which the core checkpoints,
 //!   so a restarted agent finishes it on time.
 //!
@@ -22,13 +25,15 @@
 
 use std::collections::HashMap;
 use std::fs::{self, File};
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
 use fullerene_proto::ids::{FrameworkId, TaskId, TaskKey};
-use fullerene_proto::messages::{CommandSpec, Executor, TaskSpec, UnixMillis};
+use fullerene_proto::messages::{
+    CommandSpec, Enforcement, Executor, TaskIsolation, TaskSpec, UnixMillis,
+};
 use fullerene_proto::time::Now;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -36,25 +41,36 @@ use tokio::time::Instant;
 
 use crate::cgroups::{component, Limits};
 use crate::core::{Outcome, Resume, Runtime};
+use crate::isolation::{self, Isolation, Lease};
 
 /// The file in a sandbox that receives the task's standard output.
 pub const STDOUT_FILE: &str = "stdout";
 /// The file in a sandbox that receives the task's standard error.
 pub const STDERR_FILE: &str = "stderr";
-/// The file in a sandbox where the wrapper writes the program's exit code.
-pub const EXIT_CODE_FILE: &str = ".fullerene-exit-code";
+/// The directory under the work directory where wrappers write their programs' exit codes:
+/// the agent's alone (`0700`), so that a task cannot write its own (or another's) code. Until
+/// this release the code was written to `.fullerene-exit-code` in the sandbox, where the task
+/// could rewrite it; that file is no longer read (a task of an older agent that ends while the
+/// upgraded agent is down is reported gone rather than with its code).
+pub const EXIT_CODES_DIR: &str = "exit-codes";
 
-/// The wrapper: join the cgroup if there is one, run the program, record its exit code. Only
-/// shell built-ins after the program runs, so a task's own `PATH` cannot break the recording.
+/// The wrapper: join the cgroup if there is one, run the program (its arguments: `setpriv`
+/// when isolated, `env -i` with the task's environment, the program), record its exit code.
+/// Only shell built-ins after the program runs, so nothing of the task's can break the
+/// recording; the wrapper's own environment is the agent's, not the task's.
 const WRAPPER: &str = r#"if [ -n "${FULLERENE_CGROUP_PROCS:-}" ]; then
   echo $$ > "$FULLERENE_CGROUP_PROCS" || { echo "fullerene: cannot join cgroup $FULLERENE_CGROUP_PROCS" >&2; exit 125; }
 fi
-unset FULLERENE_CGROUP_PROCS
+exit_file=$FULLERENE_EXIT_CODE_FILE
+unset FULLERENE_CGROUP_PROCS FULLERENE_EXIT_CODE_FILE
 "$@"
 code=$?
-echo "$code" > .fullerene-exit-code
+echo "$code" > "$exit_file"
 exit "$code"
 "#;
+
+/// Where `env` is looked for (the program that gives the task its environment).
+const ENV_PROGRAMS: [&str; 2] = ["/usr/bin/env", "/bin/env"];
 
 /// How often a re-attached process (not the agent's child) and a group being killed are polled.
 const POLL: Duration = Duration::from_millis(50);
@@ -97,18 +113,25 @@ struct Handle {
 pub struct Executors {
     work_dir: PathBuf,
     limits: Limits,
+    isolation: Isolation,
     events: mpsc::UnboundedSender<ExecEvent>,
     tasks: HashMap<TaskKey, Handle>,
 }
 
 impl Executors {
     /// Executors with sandboxes under `<work_dir>/sandboxes`, and the receiver of their events.
-    pub fn new(work_dir: &Path, limits: Limits) -> (Executors, mpsc::UnboundedReceiver<ExecEvent>) {
+    /// With [`Isolation::Users`], call [`prepare_work_dir`] first.
+    pub fn new(
+        work_dir: &Path,
+        limits: Limits,
+        isolation: Isolation,
+    ) -> (Executors, mpsc::UnboundedReceiver<ExecEvent>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let executors = Executors {
             // Sandbox paths are handed to tasks, which run elsewhere: never relative.
             work_dir: std::path::absolute(work_dir).unwrap_or_else(|_| work_dir.to_path_buf()),
             limits,
+            isolation,
             events: tx,
             tasks: HashMap::new(),
         };
@@ -118,6 +141,34 @@ impl Executors {
     /// Whether and how limits are enforced.
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+
+    /// Whether tasks run as users of their own.
+    pub fn isolation(&self) -> &Isolation {
+        &self.isolation
+    }
+
+    /// What the agent reports of its isolation when it registers.
+    pub fn task_isolation(&self) -> TaskIsolation {
+        TaskIsolation {
+            users: match &self.isolation {
+                Isolation::Users(_) => Enforcement::Enforced,
+                Isolation::Unavailable { reason } => Enforcement::NotEnforced {
+                    reason: reason.clone(),
+                },
+            },
+            limits: match &self.limits {
+                Limits::Enforced(_) => Enforcement::Enforced,
+                Limits::NotEnforced { reason } => Enforcement::NotEnforced {
+                    reason: reason.clone(),
+                },
+            },
+        }
+    }
+
+    /// Where the wrapper of this task writes its exit code.
+    pub fn exit_code_path(&self, framework_id: &FrameworkId, task_id: &TaskId) -> PathBuf {
+        exit_code_path(&self.work_dir, framework_id, task_id)
     }
 
     /// A task's sandbox directory.
@@ -163,21 +214,30 @@ impl Executors {
         command: &CommandSpec,
     ) -> Result<Started, String> {
         let sandbox = self.sandbox(framework_id, &spec.id);
-        fs::create_dir_all(&sandbox)
-            .map_err(|e| format!("cannot create sandbox {}: {e}", sandbox.display()))?;
+        let env_program = env_program()?;
+        check_env(command)?;
+        // The task's user, leased for as long as it runs (dropped, and so returned, with the
+        // supervisor's context, or here if the start fails).
+        let lease = match &self.isolation {
+            Isolation::Users(pool) => Some(pool.lease()?),
+            Isolation::Unavailable { .. } => None,
+        };
+        let uid = lease.as_ref().map(Lease::uid);
+        make_sandbox(&sandbox, uid)?;
+        let exit_file = self.exit_code_path(framework_id, &spec.id);
+        if let Some(dir) = exit_file.parent() {
+            isolation::make_private_dir(dir)
+                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        }
         // A stale code from an earlier run of the same id must not be taken for this run's.
-        match fs::remove_file(sandbox.join(EXIT_CODE_FILE)) {
+        match fs::remove_file(&exit_file) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(format!("cannot clear {}: {e}", EXIT_CODE_FILE)),
+            Err(e) => return Err(format!("cannot clear {}: {e}", exit_file.display())),
         }
         resolve_program(&command.program, &sandbox, command.env.get("PATH"))?;
-        let open = |name: &str| {
-            File::create(sandbox.join(name))
-                .map_err(|e| format!("cannot create {}: {e}", sandbox.join(name).display()))
-        };
-        let stdout = open(STDOUT_FILE)?;
-        let stderr = open(STDERR_FILE)?;
+        let stdout = output_file(&sandbox, STDOUT_FILE, uid)?;
+        let stderr = output_file(&sandbox, STDERR_FILE, uid)?;
         let cgroup_key = cgroup_key(framework_id, &spec.id);
         let procs = match &self.limits {
             Limits::Enforced(cgroup) => {
@@ -189,23 +249,39 @@ impl Executors {
             }
             Limits::NotEnforced { .. } => None,
         };
+        // The program's environment, given by `env -i`: the wrapper itself (root when tasks
+        // are isolated) never sees the task's variables (no LD_PRELOAD for it).
+        let mut task_env: Vec<(String, String)> = inherited_env();
+        task_env.push(("HOME".into(), sandbox.display().to_string()));
+        task_env.extend(command.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+        // After the spec's own variables, so that they mark the task's processes whatever
+        // the spec says: a restarted agent finds its unrecorded processes by them.
+        task_env.push((SANDBOX_VAR.into(), sandbox.display().to_string()));
+        task_env.push((TASK_ID_VAR.into(), spec.id.as_str().into()));
+        task_env.push((FRAMEWORK_ID_VAR.into(), framework_id.as_str().into()));
         let mut cmd = tokio::process::Command::new("/bin/sh");
-        cmd.arg("-c")
-            .arg(WRAPPER)
-            .arg("fullerene-task")
-            .arg(&command.program)
+        cmd.arg("-c").arg(WRAPPER).arg("fullerene-task");
+        if let (Isolation::Users(pool), Some(uid)) = (&self.isolation, uid) {
+            cmd.arg(pool.setpriv())
+                .arg(format!("--reuid={uid}"))
+                .arg(format!("--regid={uid}"))
+                .args(isolation::SETPRIV_FLAGS);
+        }
+        cmd.arg(env_program).args(["-i", "--"]);
+        for (k, v) in &task_env {
+            cmd.arg(format!("{k}={v}"));
+        }
+        cmd.arg(&command.program)
             .args(&command.args)
             .current_dir(&sandbox)
             // A clean environment: the agent's own settings are none of the task's business.
             .env_clear()
             .envs(inherited_env())
-            .env("HOME", &sandbox)
-            .envs(&command.env)
-            // After the spec's own variables, so that they mark the task's processes whatever
-            // the spec says: a restarted agent finds its unrecorded processes by them.
+            // The wrapper carries the marks too: it is one of the task's processes.
             .env(SANDBOX_VAR, &sandbox)
             .env(TASK_ID_VAR, spec.id.as_str())
             .env(FRAMEWORK_ID_VAR, framework_id.as_str())
+            .env("FULLERENE_EXIT_CODE_FILE", &exit_file)
             .env(
                 "FULLERENE_CGROUP_PROCS",
                 procs.as_deref().map(Path::as_os_str).unwrap_or_default(),
@@ -233,8 +309,10 @@ impl Executors {
             pid,
             start_ticks,
             sandbox: sandbox.clone(),
+            exit_file,
             limits: self.limits.clone(),
             cgroup_key,
+            user: self.task_user(lease),
         };
         let (kill_tx, kill_rx) = mpsc::unbounded_channel();
         let events = self.events.clone();
@@ -251,7 +329,15 @@ impl Executors {
         );
         Ok(Started {
             runtime: Runtime::Process { pid, start_ticks },
-            note: format!("sandbox {}; {}", sandbox.display(), self.limits.note()),
+            note: format!(
+                "sandbox {}; {}; {}",
+                sandbox.display(),
+                match uid {
+                    Some(uid) => format!("runs as uid {uid}, sandbox readable by it alone"),
+                    None => self.isolation.note(),
+                },
+                self.limits.note()
+            ),
         })
     }
 
@@ -291,6 +377,11 @@ impl Executors {
                 // elsewhere, never runs twice (DESIGN.md: at most one instance of a task).
                 let sandbox = self.sandbox(&resume.framework_id, &resume.task_id);
                 let killed = kill_unrecorded(&sandbox, &resume.framework_id, &resume.task_id);
+                // Under isolation its processes all run as the sandbox's owner, whatever they
+                // did to their environment.
+                if let Some(user) = self.task_user(self.sandbox_user(&sandbox)) {
+                    user.clean_up(&sandbox);
+                }
                 if let Limits::Enforced(cgroup) = &self.limits {
                     cgroup.remove_task(&cgroup_key(&resume.framework_id, &resume.task_id));
                 }
@@ -311,13 +402,17 @@ impl Executors {
                 self.watch_sleep(&resume.key(), *deadline_ms, now);
             }
             Some(Runtime::Process { pid, start_ticks }) => {
+                let sandbox = self.sandbox(&resume.framework_id, &resume.task_id);
+                let user = self.task_user(self.sandbox_user(&sandbox));
                 let ctx = ProcessCtx {
                     task: resume.key(),
                     pid: *pid,
                     start_ticks: *start_ticks,
-                    sandbox: self.sandbox(&resume.framework_id, &resume.task_id),
+                    exit_file: self.exit_code_path(&resume.framework_id, &resume.task_id),
+                    sandbox,
                     limits: self.limits.clone(),
                     cgroup_key: cgroup_key(&resume.framework_id, &resume.task_id),
+                    user,
                 };
                 if process_alive(*pid, *start_ticks) {
                     tracing::info!(task = %resume.task_id, pid, "re-attached to a running task");
@@ -357,6 +452,173 @@ impl Executors {
     pub fn reap(&mut self, task: &TaskKey) {
         self.tasks.remove(task);
     }
+
+    /// The lease of the user a recovered task's sandbox belongs to (its uid, which only root
+    /// can change), taken again; `None` when tasks are not isolated or the sandbox is not a
+    /// task user's (a task started before isolation, or one that has ended).
+    fn sandbox_user(&self, sandbox: &Path) -> Option<TaskLease> {
+        use std::os::unix::fs::MetadataExt;
+        let Isolation::Users(pool) = &self.isolation else {
+            return None;
+        };
+        let uid = fs::symlink_metadata(sandbox).ok()?.uid();
+        if !pool.range().contains(uid) {
+            return None;
+        }
+        match pool.retake(uid) {
+            Ok(lease) => Some(TaskLease::Held(lease)),
+            Err(why) => {
+                // Still this task's uid: its processes are cleaned up all the same.
+                tracing::warn!(uid, %why, sandbox = %sandbox.display(), "cannot take the lease of a recovered task's uid again");
+                Some(TaskLease::Lost(uid))
+            }
+        }
+    }
+
+    fn task_user(&self, lease: Option<impl Into<TaskLease>>) -> Option<TaskUser> {
+        let Isolation::Users(pool) = &self.isolation else {
+            return None;
+        };
+        Some(TaskUser {
+            lease: lease?.into(),
+            setpriv: pool.setpriv().to_path_buf(),
+        })
+    }
+}
+
+/// A task's uid, leased (or, after a restart where the lease could not be taken again, only
+/// known).
+enum TaskLease {
+    Held(Lease),
+    Lost(u32),
+}
+
+impl From<Lease> for TaskLease {
+    fn from(lease: Lease) -> TaskLease {
+        TaskLease::Held(lease)
+    }
+}
+
+/// The user a task runs as.
+struct TaskUser {
+    lease: TaskLease,
+    setpriv: PathBuf,
+}
+
+impl TaskUser {
+    fn uid(&self) -> u32 {
+        match &self.lease {
+            TaskLease::Held(lease) => lease.uid(),
+            TaskLease::Lost(uid) => *uid,
+        }
+    }
+
+    /// After the task: kills whatever still runs under its uid, and gives its sandbox back to
+    /// root (`0700`), so that the next task to lease the uid cannot read it. The uid returns
+    /// to the pool when `self` is dropped.
+    fn clean_up(&self, sandbox: &Path) {
+        let uid = self.uid();
+        if isolation::kill_user(&self.setpriv, uid) {
+            tracing::info!(
+                uid,
+                "killed the processes a task left running under its uid"
+            );
+        }
+        if let Err(error) = std::os::unix::fs::lchown(sandbox, Some(0), Some(0)) {
+            if error.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(sandbox = %sandbox.display(), %error, "cannot give a finished task's sandbox back to root");
+            }
+        }
+    }
+}
+
+/// Where the wrapper of `task_id` of `framework_id` writes its exit code, under `work_dir`.
+pub fn exit_code_path(work_dir: &Path, framework_id: &FrameworkId, task_id: &TaskId) -> PathBuf {
+    work_dir
+        .join(EXIT_CODES_DIR)
+        .join(component(&cgroup_key(framework_id, task_id)))
+}
+
+/// Makes the agent's work directory ready for isolated tasks: `0711` (tasks pass through to
+/// their sandboxes but cannot list it), `sandboxes` likewise, `exit-codes` the agent's alone.
+pub fn prepare_work_dir(work_dir: &Path, isolation: &Isolation) -> std::io::Result<()> {
+    isolation::make_private_dir(&work_dir.join(EXIT_CODES_DIR))?;
+    if isolation.enforced() {
+        isolation::make_passable_dir(work_dir)?;
+        isolation::make_passable_dir(&work_dir.join("sandboxes"))?;
+    }
+    Ok(())
+}
+
+/// Creates the sandbox: for an isolated task, its parents `0711` and the sandbox `0700`, owned
+/// by the task's uid (a sandbox left by an earlier run of the id is taken over).
+fn make_sandbox(sandbox: &Path, uid: Option<u32>) -> Result<(), String> {
+    let fail = |e: std::io::Error| format!("cannot create sandbox {}: {e}", sandbox.display());
+    let Some(uid) = uid else {
+        return fs::create_dir_all(sandbox).map_err(fail);
+    };
+    if let Some(parent) = sandbox.parent() {
+        isolation::make_passable_dir(parent).map_err(fail)?;
+    }
+    match fs::DirBuilder::new().mode(0o700).create(sandbox) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(fail(e)),
+    }
+    if !fs::symlink_metadata(sandbox).map_err(fail)?.is_dir() {
+        return Err(format!("sandbox {} is not a directory", sandbox.display()));
+    }
+    std::os::unix::fs::lchown(sandbox, Some(uid), Some(uid)).map_err(fail)?;
+    fs::set_permissions(sandbox, fs::Permissions::from_mode(0o700)).map_err(fail)
+}
+
+/// Opens the sandbox's `name` (`stdout`, `stderr`) afresh for the task: whatever was there
+/// (a file of an earlier run, or a link an earlier run left to trick the agent) is removed
+/// first, and the new file is never reached through a link.
+fn output_file(sandbox: &Path, name: &str, uid: Option<u32>) -> Result<File, String> {
+    let path = sandbox.join(name);
+    let fail = |e: std::io::Error| format!("cannot create {}: {e}", path.display());
+    match fs::remove_file(&path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(fail(e)),
+    }
+    let file = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&path)
+        .map_err(fail)?;
+    if let Some(uid) = uid {
+        std::os::unix::fs::fchown(&file, Some(uid), Some(uid)).map_err(fail)?;
+    }
+    Ok(file)
+}
+
+/// The `env` program.
+fn env_program() -> Result<&'static str, String> {
+    ENV_PROGRAMS
+        .into_iter()
+        .find(|p| Path::new(p).is_file())
+        .ok_or_else(|| format!("no env program (looked for {})", ENV_PROGRAMS.join(", ")))
+}
+
+/// Checks what `env -i` could misread: a variable's name must be a name, and the program must
+/// not look like an assignment.
+fn check_env(command: &CommandSpec) -> Result<(), String> {
+    for name in command.env.keys() {
+        if name.is_empty() || name.contains('=') || name.contains('\0') {
+            return Err(format!("invalid environment variable name {name:?}"));
+        }
+    }
+    if command.program.contains('=') {
+        return Err(format!(
+            "the program {:?} contains `=`, which cannot be run",
+            command.program
+        ));
+    }
+    Ok(())
 }
 
 impl Drop for Executors {
@@ -420,8 +682,12 @@ struct ProcessCtx {
     pid: i32,
     start_ticks: u64,
     sandbox: PathBuf,
+    /// Where the wrapper writes the exit code (the agent's, not the task's).
+    exit_file: PathBuf,
     limits: Limits,
     cgroup_key: String,
+    /// The task's own user, when tasks are isolated.
+    user: Option<TaskUser>,
 }
 
 /// How a supervised process ended.
@@ -438,6 +704,10 @@ impl ProcessCtx {
         // Whatever the task left behind in its group goes with it.
         if !group_members(self.pid).is_empty() {
             signal_group(self.pid, self.start_ticks, libc::SIGKILL);
+        }
+        // And whatever it left under its uid, in its group or not.
+        if let Some(user) = &self.user {
+            user.clean_up(&self.sandbox);
         }
         let mut oom_killed = false;
         if let Limits::Enforced(cgroup) = &self.limits {
@@ -466,6 +736,11 @@ impl ProcessCtx {
             ),
             Ended::Killed { outcome, .. } => (outcome, String::new()),
         };
+        if let Err(error) = fs::remove_file(&self.exit_file) {
+            if error.kind() != std::io::ErrorKind::NotFound {
+                tracing::debug!(file = %self.exit_file.display(), %error, "exit code file not removed");
+            }
+        }
         let _ = events.send(ExecEvent {
             task: self.task.clone(),
             outcome,
@@ -474,7 +749,7 @@ impl ProcessCtx {
     }
 
     fn recorded_outcome(&self) -> Option<Outcome> {
-        let text = fs::read_to_string(self.sandbox.join(EXIT_CODE_FILE)).ok()?;
+        let text = fs::read_to_string(&self.exit_file).ok()?;
         text.trim().parse::<i32>().ok().map(outcome_of_code)
     }
 }
@@ -704,10 +979,22 @@ pub fn group_members(pgid: i32) -> Vec<i32> {
 
 fn stderr_tail(sandbox: &Path) -> String {
     use std::io::{Read, Seek, SeekFrom};
-    let Ok(mut file) = File::open(sandbox.join(STDERR_FILE)) else {
+    // The task may have replaced its stderr with a link to a file it cannot read, or a pipe
+    // that would block: only a regular file, never through a link, and never waiting.
+    let Ok(mut file) = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(sandbox.join(STDERR_FILE))
+    else {
         return String::new();
     };
-    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let Ok(metadata) = file.metadata() else {
+        return String::new();
+    };
+    if !metadata.is_file() {
+        return String::new();
+    }
+    let len = metadata.len();
     let start = len.saturating_sub(STDERR_TAIL_BYTES);
     let mut bytes = Vec::new();
     if file.seek(SeekFrom::Start(start)).is_err() || file.read_to_end(&mut bytes).is_err() {

@@ -6,6 +6,7 @@
 //! - [`checkpoint`]: the on-disk log every update is written to before it is sent;
 //! - [`executor`] and [`cgroups`]: processes in sandboxes and process groups, limits, kills,
 //!   re-attachment after a restart, and the built-in `sleep` executor;
+//! - [`isolation`]: each task as a user of its own, in a sandbox only it can read;
 //! - [`machine`]: resource detection and the `--resources` / `--attributes` syntax;
 //! - [`shell`]: the tokio shell (connection, registration, redirects, heartbeats, retries);
 //! - [`metrics`]: the Prometheus metrics it publishes.
@@ -14,6 +15,7 @@ pub mod cgroups;
 pub mod checkpoint;
 pub mod core;
 pub mod executor;
+pub mod isolation;
 pub mod machine;
 pub mod metrics;
 pub mod shell;

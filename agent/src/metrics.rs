@@ -14,6 +14,8 @@ pub const RECONNECTS: &str = "fullerene_agent_reconnects_total";
 pub const CONNECTED: &str = "fullerene_agent_connected";
 /// 1 when task limits are enforced with cgroups v2, 0 when they are not.
 pub const LIMITS_ENFORCED: &str = "fullerene_agent_limits_enforced";
+/// 1 when each task runs as a user of its own, 0 when tasks run as the agent's user.
+pub const TASKS_ISOLATED: &str = "fullerene_agent_tasks_isolated";
 /// CPUs held by the agent's staging and running tasks.
 pub const USED_CPUS: &str = "fullerene_agent_used_cpus";
 
@@ -33,6 +35,10 @@ pub fn describe() {
     describe_gauge!(
         LIMITS_ENFORCED,
         "1 when task limits are enforced with cgroups v2, 0 when they are not"
+    );
+    describe_gauge!(
+        TASKS_ISOLATED,
+        "1 when each task runs as a user of its own, 0 when tasks run as the agent's user"
     );
     describe_gauge!(USED_CPUS, "CPUs held by staging and running tasks");
     // Counters show up at 0 rather than only after their first event.
@@ -54,6 +60,10 @@ pub(crate) fn connected(yes: bool) {
 
 pub(crate) fn limits_enforced(yes: bool) {
     gauge!(LIMITS_ENFORCED).set(if yes { 1.0 } else { 0.0 });
+}
+
+pub(crate) fn tasks_isolated(yes: bool) {
+    gauge!(TASKS_ISOLATED).set(if yes { 1.0 } else { 0.0 });
 }
 
 pub(crate) fn used_cpus(cpus: f64) {

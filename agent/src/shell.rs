@@ -49,7 +49,8 @@ use crate::checkpoint::{Checkpoint, CheckpointError};
 use crate::core::{
     session_silence_limit, Action, AgentCore, CoreConfig, Outcome, EXECUTOR_COMMAND, EXECUTOR_SLEEP,
 };
-use crate::executor::{ExecEvent, Executors};
+use crate::executor::{prepare_work_dir, ExecEvent, Executors};
+use crate::isolation::{Isolation, IsolationConfig};
 use crate::metrics as m;
 
 /// Everything the agent is configured with.
@@ -84,6 +85,10 @@ pub struct AgentConfig {
     pub status_retry: Duration,
     /// Where a cgroup v2 hierarchy is looked for.
     pub cgroup_root: PathBuf,
+    /// The uids tasks run as and where their leases are locked ([`crate::isolation`]).
+    pub isolation: IsolationConfig,
+    /// Refuse to start unless tasks are fully isolated (own users and cgroup limits).
+    pub require_isolation: bool,
     /// Re-measures the machine now and then; a change is reported with `UpdateResources`.
     pub resource_check: Option<ResourceCheck>,
     /// Where registrations, task starts and status updates sent are logged, one JSON line
@@ -131,6 +136,8 @@ impl AgentConfig {
             register_timeout: Duration::from_secs(10),
             status_retry: Duration::from_secs(10),
             cgroup_root: PathBuf::from(crate::cgroups::DEFAULT_ROOT),
+            isolation: IsolationConfig::default(),
+            require_isolation: false,
             resource_check: None,
             event_log: None,
         }
@@ -168,6 +175,9 @@ pub enum AgentError {
     /// The QUIC client could not be set up.
     #[error("cannot set up the QUIC client: {0}")]
     Transport(#[from] TransportError),
+    /// `--require-isolation` was given and the machine cannot isolate tasks.
+    #[error("tasks cannot be isolated on this machine and --require-isolation was given: {0}")]
+    IsolationRequired(String),
     /// The Prometheus endpoint could not be started.
     #[error("cannot serve metrics on {addr}: {detail}")]
     Metrics {
@@ -233,7 +243,31 @@ where
         }
     }
     m::limits_enforced(limits.enforced());
-    let (mut executors, exec_rx) = Executors::new(&config.work_dir, limits);
+    let isolation = Isolation::detect(&config.isolation);
+    match &isolation {
+        Isolation::Users(pool) => {
+            tracing::info!(uids = %pool.range(), "tasks run as users of their own");
+        }
+        Isolation::Unavailable { reason } => {
+            tracing::warn!(%reason, "tasks are NOT isolated from each other or from the agent on this agent");
+        }
+    }
+    m::tasks_isolated(isolation.enforced());
+    if config.require_isolation {
+        let missing: Vec<String> = [isolation.reason(), limits_reason(&limits)]
+            .into_iter()
+            .flatten()
+            .map(str::to_string)
+            .collect();
+        if !missing.is_empty() {
+            return Err(AgentError::IsolationRequired(missing.join("; ")));
+        }
+    }
+    prepare_work_dir(&config.work_dir, &isolation).map_err(|source| AgentError::WorkDir {
+        path: config.work_dir.clone(),
+        source,
+    })?;
+    let (mut executors, exec_rx) = Executors::new(&config.work_dir, limits, isolation);
     let clock = SystemClock::new();
     let now = clock.now();
     let resumed = core.to_resume();
@@ -584,6 +618,7 @@ impl Shell {
             attributes: self.config.attributes.clone(),
             tasks: self.core.register_tasks(),
             executors: self.config.executors.iter().cloned().collect(),
+            isolation: self.executors.task_isolation(),
         };
         self.attempt_started = Some(Instant::now());
         self.session.attempt(register);
@@ -738,6 +773,14 @@ impl Shell {
     }
 }
 
+/// Why limits are not enforced, when they are not.
+fn limits_reason(limits: &Limits) -> Option<&str> {
+    match limits {
+        Limits::Enforced(_) => None,
+        Limits::NotEnforced { reason } => Some(reason),
+    }
+}
+
 /// Holds `<work-dir>/agent.lock` with `flock` for as long as the agent runs.
 struct WorkDirLock {
     _file: std::fs::File,
@@ -745,6 +788,7 @@ struct WorkDirLock {
 
 fn lock_work_dir(dir: &Path) -> Result<WorkDirLock, AgentError> {
     use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
     let io = |source| AgentError::WorkDir {
         path: dir.to_path_buf(),
         source,
@@ -755,6 +799,7 @@ fn lock_work_dir(dir: &Path) -> Result<WorkDirLock, AgentError> {
         .create(true)
         .truncate(false)
         .write(true)
+        .mode(0o600)
         .open(&lock)
         .map_err(io)?;
     // SAFETY: flock on a file descriptor this function owns; no memory is involved.

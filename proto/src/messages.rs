@@ -383,6 +383,55 @@ pub struct TaskReport {
 // Agent <-> master
 // ---------------------------------------------------------------------------------------------
 
+/// How an agent keeps its tasks apart, as it reports it when it registers: so that operators
+/// see (`fullerene agents`) which machines cannot isolate tasks, and why.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+pub struct TaskIsolation {
+    /// Each task runs as its own unprivileged user, in a sandbox only it can read, out of
+    /// reach of the agent's work directory and key, unable to write its exit code.
+    pub users: Enforcement,
+    /// cgroup v2 limits (cpu, memory, pids) from each task's resources.
+    pub limits: Enforcement,
+}
+
+impl TaskIsolation {
+    /// Whether both users and limits are enforced.
+    pub fn full(&self) -> bool {
+        self.users.enforced() && self.limits.enforced()
+    }
+}
+
+/// Whether one kind of isolation is enforced.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[serde(rename_all = "snake_case")]
+pub enum Enforcement {
+    /// It is.
+    Enforced,
+    /// It is not, for this reason.
+    NotEnforced {
+        /// Why (the machine's lack: no root, no cgroup v2, ...).
+        reason: String,
+    },
+}
+
+impl Enforcement {
+    /// Whether it is enforced.
+    pub fn enforced(&self) -> bool {
+        matches!(self, Enforcement::Enforced)
+    }
+}
+
+impl Default for Enforcement {
+    /// What is assumed of an agent that did not say: nothing.
+    fn default() -> Enforcement {
+        Enforcement::NotEnforced {
+            reason: "not reported".into(),
+        }
+    }
+}
+
 /// What an agent sends the master. The agent's id is taken from its certificate.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
@@ -399,6 +448,8 @@ pub enum AgentToMaster {
         tasks: Vec<TaskReport>,
         /// Executors this agent can run (`command`, `sleep`).
         executors: Vec<String>,
+        /// How the agent keeps its tasks apart (shown by `fullerene agents`).
+        isolation: TaskIsolation,
     },
     /// Liveness; `seq` increases per heartbeat.
     Heartbeat {
@@ -847,6 +898,11 @@ pub struct AgentInfo {
     /// The address its session to the leader comes from (`None` while it has no session on
     /// the leader, e.g. just after a failover).
     pub address: Option<std::net::SocketAddr>,
+    /// How it isolates its tasks, as it said when it last registered with this leader (`None`
+    /// until it has: kept by the leader, not replicated, and reported again by every agent
+    /// when it registers with a new leader).
+    #[serde(default)]
+    pub isolation: Option<TaskIsolation>,
 }
 
 /// A framework as the master sees it.

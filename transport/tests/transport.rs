@@ -313,6 +313,7 @@ async fn sessions_are_admitted_by_the_role_in_the_certificate() {
         attributes: [("agent_id".to_string(), "agent-1".to_string())].into(),
         tasks: vec![],
         executors: vec![],
+        isolation: Default::default(),
     };
     // The echo server reads strings; the claim travels as one, like any spoofed field would.
     within(session.tx.send(&format!("{claim:?}")))

@@ -19,6 +19,10 @@ fn key(task: &str) -> TaskKey {
     TaskKey::new(FrameworkId::from("fw"), TaskId::from(task))
 }
 
+fn no_isolation() -> Isolation {
+    Isolation::unavailable("test")
+}
+
 fn not_enforced() -> Limits {
     Limits::NotEnforced {
         reason: "test".into(),
@@ -43,7 +47,7 @@ struct Rig {
 impl Rig {
     fn new() -> Rig {
         let dir = tempfile::tempdir().expect("tempdir");
-        let (executors, events) = Executors::new(dir.path(), not_enforced());
+        let (executors, events) = Executors::new(dir.path(), not_enforced(), no_isolation());
         Rig {
             core: AgentCore::new(CoreConfig::new(
                 AgentId::from("agent-1"),
@@ -177,9 +181,15 @@ async fn exit_codes_become_finished_or_failed() {
         "{}",
         running.message
     );
-    // The wrapper recorded the code in the sandbox, where a restarted agent would find it.
-    let code = fs::read_to_string(rig.sandbox("three").join(EXIT_CODE_FILE)).expect("code file");
-    assert_eq!(code.trim(), "3");
+    // The wrapper records codes outside the sandbox, where the task cannot write (a restarted
+    // agent reads them there), and the agent clears a code once it has reported it.
+    assert!(!rig.sandbox("three").join(".fullerene-exit-code").exists());
+    assert!(rig.dir.path().join(EXIT_CODES_DIR).is_dir());
+    let code_file = rig
+        .executors
+        .exit_code_path(&FrameworkId::from("fw"), &TaskId::from("three"));
+    assert!(code_file.starts_with(rig.dir.path().join(EXIT_CODES_DIR)));
+    assert!(!code_file.exists(), "{} left behind", code_file.display());
 }
 
 #[tokio::test]
@@ -325,7 +335,7 @@ async fn sleep_tasks_finish_after_their_duration_or_when_killed() {
 #[tokio::test]
 async fn a_recovered_sleep_keeps_its_deadline() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (mut executors, mut events) = Executors::new(dir.path(), not_enforced());
+    let (mut executors, mut events) = Executors::new(dir.path(), not_enforced(), no_isolation());
     let resume = |deadline_ms| Resume {
         task_id: TaskId::from("s"),
         framework_id: FrameworkId::from("fw"),
@@ -358,7 +368,7 @@ async fn a_restarted_agent_reattaches_and_reports_the_exit_code() {
         "the task died with its agent"
     );
 
-    let (mut executors, mut events) = Executors::new(dir.path(), not_enforced());
+    let (mut executors, mut events) = Executors::new(dir.path(), not_enforced(), no_isolation());
     let resume = core.to_resume();
     assert_eq!(resume.len(), 1);
     executors.resume(&resume[0], now());
@@ -406,7 +416,7 @@ async fn a_process_spawned_but_not_recorded_as_started_is_killed_on_recovery_not
         runtime: None,
         kill: None,
     };
-    let (mut executors, mut events) = Executors::new(dir.path(), not_enforced());
+    let (mut executors, mut events) = Executors::new(dir.path(), not_enforced(), no_isolation());
     executors.resume(&resume, now());
     let event = next_event(&mut events, Duration::from_secs(5), "at once").await;
     assert_eq!(event.outcome, Outcome::Vanished);
@@ -443,7 +453,7 @@ async fn a_process_spawned_but_not_recorded_as_started_is_killed_on_recovery_not
 #[tokio::test]
 async fn a_reused_pid_is_not_taken_for_the_task() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (mut executors, mut events) = Executors::new(dir.path(), not_enforced());
+    let (mut executors, mut events) = Executors::new(dir.path(), not_enforced(), no_isolation());
     // Our own pid, alive, but with another start time: the task's process is gone, and
     // killing it must not signal us.
     let me = std::process::id() as i32;
@@ -494,7 +504,7 @@ async fn with_cgroup_v2_the_wrapper_joins_the_tasks_cgroup_before_the_program_ru
     let limits = Limits::detect(hierarchy.path(), "agent-1");
     assert!(limits.enforced());
     let work = tempfile::tempdir().expect("tempdir");
-    let (mut executors, mut events) = Executors::new(work.path(), limits);
+    let (mut executors, mut events) = Executors::new(work.path(), limits, no_isolation());
     let spec = sh("t", "echo \"${FULLERENE_CGROUP_PROCS:-unset}\" > env-seen");
     let started = executors
         .start(&FrameworkId::from("fw"), &spec, now())
@@ -528,7 +538,7 @@ async fn a_task_the_oom_killer_ends_fails_as_limit_exceeded() {
     fs::write(hierarchy.path().join("cgroup.controllers"), "cpu memory\n").expect("write");
     let limits = Limits::detect(hierarchy.path(), "agent-1");
     let work = tempfile::tempdir().expect("tempdir");
-    let (mut executors, mut events) = Executors::new(work.path(), limits);
+    let (mut executors, mut events) = Executors::new(work.path(), limits, no_isolation());
     // The kernel would write memory.events and SIGKILL the process; the fake does the same.
     let cgroup = hierarchy.path().join("fullerene-agent-1").join("fw%2Foom");
     let script = format!(

@@ -12,7 +12,7 @@ use std::time::Duration;
 use fullerene_agent::{AgentConfig, AgentError};
 use fullerene_proto::ids::{AgentId, FrameworkId, MasterId, TaskKey};
 use fullerene_proto::messages::{
-    AgentToMaster, MasterToAgent, StatusAck, StatusUpdate, TaskReport, TaskSpec,
+    AgentToMaster, MasterToAgent, StatusAck, StatusUpdate, TaskIsolation, TaskReport, TaskSpec,
 };
 use fullerene_proto::resources::ResourceVec;
 use fullerene_transport::certs::CertCounts;
@@ -41,7 +41,9 @@ pub(crate) async fn next_registration(master: &mut FakeMaster) -> Registering {
         last_heartbeat: 0,
     };
     match agent.next().await {
-        AgentToMaster::Register { tasks, .. } => agent.registered_tasks(tasks),
+        AgentToMaster::Register {
+            tasks, isolation, ..
+        } => agent.registered_tasks(tasks, isolation),
         other => panic!("expected Register first, got {other:?}"),
     }
 }
@@ -56,11 +58,21 @@ pub(crate) struct AgentSession {
 pub(crate) struct Registering {
     pub agent: AgentSession,
     pub tasks: Vec<TaskReport>,
+    /// How the agent said it isolates its tasks.
+    pub isolation: TaskIsolation,
 }
 
 impl AgentSession {
-    pub(crate) fn registered_tasks(self, tasks: Vec<TaskReport>) -> Registering {
-        Registering { agent: self, tasks }
+    pub(crate) fn registered_tasks(
+        self,
+        tasks: Vec<TaskReport>,
+        isolation: TaskIsolation,
+    ) -> Registering {
+        Registering {
+            agent: self,
+            tasks,
+            isolation,
+        }
     }
 
     /// The next message other than a heartbeat (which it counts).

@@ -279,6 +279,7 @@ impl World {
                     attributes,
                     tasks,
                     executors,
+                    isolation,
                 }),
             ) => {
                 let Node::Agent(i) = c.client else { return };
@@ -297,6 +298,7 @@ impl World {
                             attributes,
                             tasks,
                             executors,
+                            isolation,
                         },
                     },
                 );

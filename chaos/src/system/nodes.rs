@@ -604,6 +604,8 @@ impl World {
             attributes: BTreeMap::new(),
             tasks: core.register_tasks(),
             executors: core.config().executors.iter().cloned().collect(),
+            // The simulated agents run no processes.
+            isolation: Default::default(),
         };
         let conn = self.open_conn(master, Node::Agent(i));
         self.send_frame(conn, true, Frame::AgentUp(register));

@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use fullerene_agent::core::{EXECUTOR_COMMAND, EXECUTOR_SLEEP};
+use fullerene_agent::isolation::IdRange;
 use fullerene_agent::machine::{self, MachineError};
 use fullerene_agent::shell::{install_prometheus, AgentConfig, ResourceCheck};
 use fullerene_client::event_log::EventLog;
@@ -84,6 +85,20 @@ pub(crate) struct AgentArgs {
     /// the agent says so at start and in every task's RUNNING update.
     #[arg(long, env = "FULLERENE_AGENT_CGROUP_ROOT", value_name = "DIR", default_value = fullerene_agent::cgroups::DEFAULT_ROOT)]
     pub cgroup_root: PathBuf,
+    /// The uids (each also a gid) tasks run as, one per running task, when the agent runs as
+    /// root: `FIRST-LAST`. Keep the range free of real accounts; agents on one machine may
+    /// share it (leases are locked in --task-id-lock-dir).
+    #[arg(long, env = "FULLERENE_AGENT_TASK_IDS", value_name = "FIRST-LAST", default_value_t = fullerene_agent::isolation::DEFAULT_TASK_IDS)]
+    pub task_ids: IdRange,
+    /// Where the per-uid lease locks live: the same directory for every agent of the machine,
+    /// so that no two tasks ever share a uid.
+    #[arg(long, env = "FULLERENE_AGENT_TASK_ID_LOCK_DIR", value_name = "DIR", default_value = fullerene_agent::isolation::DEFAULT_LOCK_DIR)]
+    pub task_id_lock_dir: PathBuf,
+    /// Refuse to start unless tasks are fully isolated: each as its own user (the agent runs
+    /// as root, setpriv is installed) and with cgroup v2 limits. Without it, an agent that
+    /// cannot isolate warns at start and `fullerene agents` shows what is missing.
+    #[arg(long, env = "FULLERENE_AGENT_REQUIRE_ISOLATION")]
+    pub require_isolation: bool,
     /// How far disk and network bandwidth may be overbooked, as a fraction of the total (keep
     /// it equal to the masters' allowance).
     #[arg(long, default_value_t = fullerene_scheduling::DEFAULT_OVERBOOK_ALLOWANCE, value_parser = parse_allowance)]
@@ -150,6 +165,9 @@ impl AgentArgs {
         config.executors = executors;
         config.bind = self.listen;
         config.cgroup_root = self.cgroup_root.clone();
+        config.isolation.task_ids = self.task_ids;
+        config.isolation.lock_dir = self.task_id_lock_dir.clone();
+        config.require_isolation = self.require_isolation;
         config.overbook_allowance = self.overbook_allowance;
         config.backoff_max = Duration::from_millis(self.backoff_max_ms);
         config.backoff_min = config.backoff_min.min(config.backoff_max);
@@ -186,6 +204,7 @@ impl AgentArgs {
             n,
         )?;
         let tls = TlsMaterial::load(&ca, &cert, &key).context("cannot load the TLS material")?;
+        check_key_private(&key, self.require_isolation)?;
         if tls.identity().role != Role::Agent {
             bail!(
                 "{} names {}, not an agent: use an agent certificate (e.g. agent-<N>.pem from `fullerene certs init`)",
@@ -195,6 +214,30 @@ impl AgentArgs {
         }
         Ok(tls)
     }
+}
+
+/// Warns (or, with `--require-isolation`, refuses) when the agent's private key can be read by
+/// users other than its owner: tasks run on this machine, and with their own uids only the
+/// file's mode keeps the key from them (`fullerene certs init` writes keys `0600`).
+fn check_key_private(key: &std::path::Path, require: bool) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(key)
+        .with_context(|| format!("cannot read {}", key.display()))?
+        .permissions()
+        .mode();
+    if mode & 0o077 == 0 {
+        return Ok(());
+    }
+    let what = format!(
+        "the agent's key {} has mode {:o}: other users, tasks included, may read it; `chmod 600` it",
+        key.display(),
+        mode & 0o777
+    );
+    if require {
+        bail!("{what} (--require-isolation)");
+    }
+    tracing::warn!("{what}");
+    Ok(())
 }
 
 /// Runs `fullerene agent` until SIGTERM or ctrl-c. Its tasks keep running after it stops.

@@ -4,7 +4,9 @@
 use anyhow::{Context, Result};
 use clap::Args;
 use fullerene_client::{OperatorClient, OperatorClientError};
-use fullerene_proto::messages::{AgentInfo, AgentState, FrameworkInfo, TaskInfo};
+use fullerene_proto::messages::{
+    AgentInfo, AgentState, Enforcement, FrameworkInfo, TaskInfo, TaskIsolation,
+};
 use fullerene_proto::{FrameworkId, ResourceKind, Resources};
 
 use crate::commands::cluster::{operator_client, ClusterArgs};
@@ -173,8 +175,10 @@ fn render_agents(agents: &[AgentInfo], now_ms: u64) -> String {
         "disk MB/s",
         "net MB/s",
         "gpus",
+        "isolation",
         "last heard",
     ]);
+    let mut notes = Vec::new();
     for agent in agents {
         let state = match agent.state {
             AgentState::Active => "active",
@@ -194,10 +198,41 @@ fn render_agents(agents: &[AgentInfo], now_ms: u64) -> String {
             usage(&agent.used, &agent.total, ResourceKind::DiskMbps),
             usage(&agent.used, &agent.total, ResourceKind::NetMbps),
             usage(&agent.used, &agent.total, ResourceKind::Gpus),
+            isolation_cell(agent.isolation.as_ref()),
             format!("{:.1} s ago", heard as f64 / 1000.0),
         ]);
+        if let Some(isolation) = &agent.isolation {
+            for (what, enforcement) in [
+                ("tasks not isolated", &isolation.users),
+                ("limits not enforced", &isolation.limits),
+            ] {
+                if let Enforcement::NotEnforced { reason } = enforcement {
+                    notes.push(format!("{}: {what}: {reason}", agent.id));
+                }
+            }
+        }
     }
-    out.to_string()
+    let mut text = out.to_string();
+    for note in notes {
+        text.push('\n');
+        text.push_str(&note);
+    }
+    text
+}
+
+/// The isolation column: `users+limits` when the agent runs each task as its own user with
+/// cgroup limits, what is missing in capitals otherwise, `-` until the agent has said.
+fn isolation_cell(isolation: Option<&TaskIsolation>) -> String {
+    let Some(isolation) = isolation else {
+        return "-".to_string();
+    };
+    match (isolation.users.enforced(), isolation.limits.enforced()) {
+        (true, true) => "users+limits",
+        (true, false) => "users, NO limits",
+        (false, true) => "limits, NO users",
+        (false, false) => "NONE",
+    }
+    .to_string()
 }
 
 fn render_frameworks(frameworks: &[FrameworkInfo]) -> String {
@@ -271,7 +306,22 @@ mod tests {
             attributes: Default::default(),
             last_heartbeat_ms: 1_000,
             address: None,
+            isolation: None,
         };
+        let mut isolated = agent.clone();
+        isolated.id = AgentId("agent-2".to_string());
+        isolated.isolation = Some(TaskIsolation {
+            users: Enforcement::Enforced,
+            limits: Enforcement::NotEnforced {
+                reason: "/sys/fs/cgroup is not a cgroup v2 hierarchy".to_string(),
+            },
+        });
+        let text = render_agents(&[agent.clone(), isolated], 4_500);
+        assert!(text.contains("users, NO limits"), "{text}");
+        assert!(
+            text.contains("agent-2: limits not enforced: /sys/fs/cgroup is not a cgroup v2"),
+            "{text}"
+        );
         let text = render_agents(&[agent], 4_500);
         assert!(
             text.contains("agent-1") && text.contains("unreachable"),

@@ -14,7 +14,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use fullerene_proto::ids::AgentId;
-use fullerene_proto::messages::{AgentState, MasterToAgent, Redirect, StatusAck, StatusUpdate};
+use fullerene_proto::messages::{
+    AgentState, MasterToAgent, Redirect, StatusAck, StatusUpdate, TaskIsolation,
+};
 use fullerene_proto::time::whole_millis;
 use fullerene_proto::Time;
 
@@ -81,6 +83,9 @@ pub(crate) struct AgentSessions {
     /// agent resending an update while its first copy is in the log does not add a copy per
     /// resend: the one proposal's acknowledgement answers them all.
     statuses_in_flight: BTreeSet<(TaskKey, u64)>,
+    /// How each agent said it isolates its tasks when it last registered here: soft state
+    /// for operators, like its address (every agent says it again to a new leader).
+    isolation: BTreeMap<AgentId, TaskIsolation>,
 }
 
 impl AgentSessions {
@@ -271,9 +276,15 @@ impl AgentSessions {
     /// session comes from and when it was last heard (heartbeats are not replicated).
     pub(crate) fn decorate(&self, info: &mut fullerene_proto::messages::AgentInfo) {
         info.address = self.links.get(&info.id).map(|link| link.address);
+        info.isolation = self.isolation.get(&info.id).cloned();
         if let Some(ms) = self.last_heard_ms.get(&info.id) {
             info.last_heartbeat_ms = info.last_heartbeat_ms.max(*ms);
         }
+    }
+
+    /// Keeps what `agent` reported of its isolation in its latest registration.
+    pub(crate) fn reported_isolation(&mut self, agent: &AgentId, isolation: TaskIsolation) {
+        self.isolation.insert(agent.clone(), isolation);
     }
 
     /// The agent's session, when it has one on this leader.
@@ -405,7 +416,9 @@ impl<S: RaftStore> MasterCore<S> {
             attributes,
             tasks,
             executors,
+            isolation,
         } = registration;
+        self.agents.reported_isolation(&agent_id, isolation);
         let command = if self.node.state().agents().contains_key(&agent_id) {
             let running = tasks
                 .iter()

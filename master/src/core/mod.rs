@@ -55,7 +55,8 @@ use std::time::Duration;
 use fullerene_proto::ids::{AgentId, FrameworkId};
 use fullerene_proto::messages::{
     AgentState, ErrorCode, FrameworkCall, LeaderInfo, MasterToAgent, MasterToFramework, Offer,
-    OperatorRequest, OperatorResponse, Redirect, StatusUpdate, TaskReport, WireError,
+    OperatorRequest, OperatorResponse, Redirect, StatusUpdate, TaskIsolation, TaskReport,
+    WireError,
 };
 use fullerene_proto::{MasterId, Now, ResourceVec, Resources, Time};
 use raft::eraftpb::Message;
@@ -139,6 +140,8 @@ pub struct AgentRegistration {
     pub tasks: Vec<TaskReport>,
     /// The executors it offers.
     pub executors: Vec<String>,
+    /// How it isolates its tasks (kept by the leader for operators; not replicated).
+    pub isolation: TaskIsolation,
 }
 
 /// A framework's `Subscribe` call.

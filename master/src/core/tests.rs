@@ -140,6 +140,7 @@ impl Harness {
                     .iter()
                     .map(std::string::ToString::to_string)
                     .collect(),
+                isolation: Default::default(),
             },
         });
         (session, outputs)
@@ -931,6 +932,7 @@ fn a_follower_redirects_agents_frameworks_and_operators() {
                 attributes: Default::default(),
                 tasks: Vec::new(),
                 executors: Vec::new(),
+                isolation: Default::default(),
             },
         },
         now,
@@ -1011,6 +1013,7 @@ fn the_bounded_view_is_redacted_counts_what_it_leaves_out_and_is_the_leaders_onl
             attributes: Default::default(),
             tasks: Vec::new(),
             executors: vec!["command".to_string(), "sleep".to_string()],
+            isolation: Default::default(),
         },
     });
     h.heartbeating.push(AgentId::from("agent-1"));

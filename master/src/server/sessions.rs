@@ -404,12 +404,14 @@ async fn serve_agent(mut session: Session, remote: std::net::SocketAddr, context
             attributes,
             tasks,
             executors,
+            isolation,
         })) => AgentRegistration {
             hostname,
             resources,
             attributes,
             tasks,
             executors,
+            isolation,
         },
         Ok(Some(_)) => {
             if session.tx.send(&agent_must_register_first()).await.is_ok() {

@@ -193,6 +193,7 @@ impl ClusterState {
             last_heartbeat_ms: entry.last_heartbeat_ms,
             // Soft state of the leader's sessions, filled in by the leader.
             address: None,
+            isolation: None,
         })
     }
 
