@@ -546,8 +546,28 @@ pub fn prepare_work_dir(work_dir: &Path, isolation: &Isolation) -> std::io::Resu
     if isolation.enforced() {
         isolation::make_passable_dir(work_dir)?;
         isolation::make_passable_dir(&work_dir.join("sandboxes"))?;
+        if let Some(closed) = closed_ancestor(work_dir) {
+            // Tasks still start (the wrapper enters the sandbox as root), but a task that
+            // names its sandbox by absolute path ($HOME, $FULLERENE_SANDBOX) cannot reach it.
+            tracing::warn!(
+                work_dir = %work_dir.display(),
+                closed = %closed.display(),
+                "isolated tasks cannot pass through {} (no execute permission for others): a task \
+                 that uses $HOME or $FULLERENE_SANDBOX will fail; chmod o+x it or move --work-dir",
+                closed.display()
+            );
+        }
     }
     Ok(())
+}
+
+/// The first directory above `dir` that other users cannot pass through (no `o+x`), if any.
+fn closed_ancestor(dir: &Path) -> Option<PathBuf> {
+    let dir = fs::canonicalize(dir).ok()?;
+    dir.ancestors().skip(1).find_map(|ancestor| {
+        let mode = fs::metadata(ancestor).ok()?.permissions().mode();
+        (mode & 0o001 == 0).then(|| ancestor.to_path_buf())
+    })
 }
 
 /// Creates the sandbox: for an isolated task, its parents `0711` and the sandbox `0700`, owned

@@ -361,6 +361,17 @@ impl OfferManager {
         let mut rescinded = Vec::new();
         for open in self.book.expire(now_ms) {
             self.forget(state, &open);
+            // A framework that let an offer expire unanswered is not offered that agent
+            // again for another TTL, as if it had declined: otherwise one that never answers
+            // (and, holding nothing, is always the most deprived) would be handed the agent
+            // again at once and hold it for TTL after TTL while the others wait.
+            self.allocator.set_decline_filter(
+                accounting,
+                &open.offer.agent_id,
+                &open.offer.framework_id,
+                Time::from_millis(now_ms.saturating_add(self.offer_ttl_ms)).as_secs_f64(),
+            );
+            metrics::counter!("fullerene_master_offers_expired_total").increment(1);
             rescinded.push(open.offer);
         }
         // Offers whose agent stopped being active or whose framework left go back.
@@ -859,6 +870,7 @@ mod tests {
         fn offers_expire_and_are_rescinded_when_their_framework_has_no_session() {
             let state = cluster();
             let fw1 = FrameworkId("fw-1".to_string());
+            let fw2 = FrameworkId("fw-2".to_string());
             let mut offers = OfferManager::new(state.settings(), 1, 2, 1_000).expect("manager");
             offers
                 .update_demand(&state, &fw1, &demand(1))
@@ -868,11 +880,26 @@ mod tests {
             assert!(sent.is_empty());
             let (sent, _) = offers.cycle(&state, |_| true, 0);
             assert_eq!(sent.len(), 1);
+            assert_eq!(sent[0].framework_id, fw1);
+            offers
+                .update_demand(&state, &fw2, &demand(1))
+                .expect("demand");
+            // fw-1 lets its offer expire: the agent goes to fw-2, and fw-1 is not offered it
+            // again for a TTL (as if it had declined), however deprived its group.
             let (sent, rescinded) = offers.cycle(&state, |_| true, 1_000);
             assert_eq!(rescinded.len(), 1, "the offer expired");
             assert_eq!(sent.len(), 1, "expired resources are offered again");
             assert_ne!(sent[0].id, rescinded[0].id, "under a new id");
-            let (_, rescinded) = offers.cycle(&state, |_| false, 1_002);
+            assert_eq!(
+                sent[0].framework_id, fw2,
+                "not to the framework that let it expire"
+            );
+            // fw-2 lets it expire too; fw-1's filter has ended: it is offered the agent again.
+            let (sent, rescinded) = offers.cycle(&state, |_| true, 2_000);
+            assert_eq!(rescinded.len(), 1);
+            assert_eq!(sent.len(), 1);
+            assert_eq!(sent[0].framework_id, fw1);
+            let (_, rescinded) = offers.cycle(&state, |_| false, 2_002);
             assert_eq!(rescinded.len(), 1, "the framework lost its session");
         }
 

@@ -38,7 +38,36 @@ pub enum HostileKind {
     ConnectionFlood,
 }
 
+impl std::str::FromStr for HostileKind {
+    type Err = String;
+
+    /// The kind's name as reports print it (`flood`, `slow-reader`, ...).
+    fn from_str(text: &str) -> Result<HostileKind, String> {
+        HostileKind::ALL
+            .into_iter()
+            .find(|kind| kind.name() == text)
+            .ok_or_else(|| {
+                let names: Vec<&str> = HostileKind::ALL.iter().map(|k| k.name()).collect();
+                format!(
+                    "unknown hostile kind `{text}` (kinds: {})",
+                    names.join(", ")
+                )
+            })
+    }
+}
+
 impl HostileKind {
+    /// The kind's name, as reports print it.
+    pub fn name(self) -> &'static str {
+        match self {
+            HostileKind::Flood => "flood",
+            HostileKind::Oversized => "oversized",
+            HostileKind::Garbage => "garbage",
+            HostileKind::SlowReader => "slow-reader",
+            HostileKind::ConnectionFlood => "connection-flood",
+        }
+    }
+
     /// Every kind, in report order.
     pub const ALL: [HostileKind; 5] = [
         HostileKind::Flood,

@@ -54,6 +54,8 @@ pub struct LoadConfig {
     pub loaded: Duration,
     /// Hostile clients of each kind (a connection flood is one client opening `connections`).
     pub hostile_per_kind: u64,
+    /// The kinds of hostile client to run (to tell which hurts).
+    pub kinds: Vec<HostileKind>,
     /// Connections a connection flood opens.
     pub connections: usize,
     /// Keep the cluster's files here (default: a temporary directory).
@@ -72,6 +74,7 @@ impl Default for LoadConfig {
             idle: Duration::from_secs(20),
             loaded: Duration::from_secs(30),
             hostile_per_kind: 2,
+            kinds: HostileKind::ALL.to_vec(),
             connections: 256,
             dir: None,
         }
@@ -202,7 +205,7 @@ pub fn run(
 
 /// Framework certificates the hostile clients use: one per client.
 fn hostile_certs(config: &LoadConfig) -> u64 {
-    config.hostile_per_kind * HostileKind::ALL.len() as u64
+    config.hostile_per_kind * config.kinds.len() as u64
 }
 
 async fn drive(
@@ -214,6 +217,24 @@ async fn drive(
     let all: Vec<u64> = masters.addrs.keys().copied().collect();
     let mut operator = masters.operator_client(&all, Duration::from_secs(5))?;
     wait_until_ready(&mut operator, config.agents as usize).await?;
+    // Each well-behaved framework in a group of its own, as an operator would place tenants:
+    // the deficit counters then share the cluster among them (in one group, the group's own
+    // order would decide which of them runs).
+    for n in 1..=config.frameworks {
+        let request = OperatorRequest::SetGroup {
+            group: format!("polite-{n}"),
+            weight: None,
+            principals: vec![format!("framework-{n}")],
+        };
+        match operator.request(&request).await {
+            Ok(OperatorResponse::Done) => {}
+            other => {
+                return Err(LoadError::NotReady(format!(
+                    "cannot place framework-{n} in its group: {other:?}"
+                )))
+            }
+        }
+    }
     let addrs: Vec<SocketAddr> = masters.addrs.values().copied().collect();
 
     let stop_polite = Arc::new(AtomicBool::new(false));
@@ -258,10 +279,19 @@ async fn drive(
         config.loaded.as_secs()
     ));
     let stop_hostile = Arc::new(AtomicBool::new(false));
+    // The hostile clients get a runtime of their own: in the well-behaved frameworks' runtime,
+    // a flood that never waits would delay their drivers, and the bench would measure its own
+    // clients rather than the masters.
+    let hostile_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("hostile")
+        .enable_all()
+        .build()
+        .map_err(|e| LoadError::Setup(format!("cannot start the hostile clients' runtime: {e}")))?;
     let mut tallies = Vec::new();
     let mut hostiles = Vec::new();
     let mut cert = config.frameworks;
-    for kind in HostileKind::ALL {
+    for &kind in &config.kinds {
         let tally = Tally::default();
         tallies.push((kind, tally.clone()));
         for n in 0..config.hostile_per_kind {
@@ -272,7 +302,7 @@ async fn drive(
                 stop: Arc::clone(&stop_hostile),
                 connections: config.connections,
             };
-            hostiles.push(tokio::spawn(hostile::run(
+            hostiles.push(hostile_runtime.spawn(hostile::run(
                 kind,
                 n as usize,
                 ctx,
@@ -289,6 +319,8 @@ async fn drive(
         // A hostile client blocked on a master that never answers is not waited for.
         let _ = tokio::time::timeout(Duration::from_secs(15), task).await;
     }
+    // Whatever is still blocked is dropped with its runtime (it cannot be joined from here).
+    hostile_runtime.shutdown_background();
     let term_after = term(&mut operator).await;
     stop_polite.store(true, Ordering::Relaxed);
     for task in drivers {

@@ -80,6 +80,9 @@ pub(crate) struct LoadBenchArgs {
     /// Hostile clients of each kind.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(0..=64))]
     pub hostile: u64,
+    /// Only these kinds of hostile client (default: every kind), to tell which one hurts.
+    #[arg(long, value_delimiter = ',', value_name = "KIND,...")]
+    pub kinds: Vec<fullerene_chaos::load::HostileKind>,
     /// Connections each connection-flooding client opens.
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub connections: u64,
@@ -176,6 +179,11 @@ fn load(args: LoadBenchArgs, json: &JsonOutput) -> Result<()> {
         idle: Duration::from_secs(args.idle_secs),
         loaded: Duration::from_secs(args.load_secs),
         hostile_per_kind: args.hostile,
+        kinds: if args.kinds.is_empty() {
+            fullerene_chaos::load::HostileKind::ALL.to_vec()
+        } else {
+            args.kinds
+        },
         connections: usize::try_from(args.connections).context("--connections")?,
         dir: args.dir,
     };
@@ -225,10 +233,7 @@ fn render_load(report: &LoadReport) -> String {
             .map(|(what, n)| format!("{n} × {what}"))
             .collect();
         hostile.add_row(vec![
-            serde_json::to_value(kind.kind)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_string))
-                .unwrap_or_default(),
+            kind.kind.name().to_string(),
             kind.clients.to_string(),
             kind.tally.attempts.to_string(),
             outcomes.join("\n"),
