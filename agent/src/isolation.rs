@@ -189,6 +189,7 @@ impl Isolation {
             state: Mutex::new(PoolState {
                 held: HashMap::new(),
                 next: config.task_ids.first,
+                busy: None,
             }),
         }))
     }
@@ -242,7 +243,16 @@ struct PoolState {
     held: HashMap<u32, File>,
     /// Where the next search starts: leases go round the range.
     next: u32,
+    /// The uids processes ran under at the last scan of `/proc`, and when it was made.
+    busy: Option<(std::time::Instant, BTreeSet<u32>)>,
 }
+
+/// How long a scan of the uids in use serves leases. A scan reads every process's status,
+/// which with thousands of tasks costs tens of milliseconds: done per lease, a burst of
+/// launches cost the machine seconds of CPU (enough to starve a master beside the agent). The
+/// scan only guards against leftovers of other programs: other agents hold lock files, and a
+/// task's own leftovers are killed when it ends.
+const BUSY_SCAN_REUSE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A uid leased to a task; dropping it returns the uid to the pool.
 #[derive(Debug)]
@@ -279,11 +289,22 @@ impl UserPool {
 
     /// Leases a uid no task of this or another agent holds and under which no process runs.
     pub fn lease(self: &Arc<Self>) -> Result<Lease, String> {
-        let busy = uids_in_use();
         let mut state = self
             .state
             .lock()
             .map_err(|_| "the uid pool is poisoned".to_string())?;
+        let fresh = state
+            .busy
+            .as_ref()
+            .is_some_and(|(at, _)| at.elapsed() < BUSY_SCAN_REUSE);
+        if !fresh {
+            state.busy = Some((std::time::Instant::now(), uids_in_use()));
+        }
+        let busy = state
+            .busy
+            .as_ref()
+            .map(|(_, busy)| busy.clone())
+            .unwrap_or_default();
         let mut uid = state.next;
         for _ in 0..self.range.len() {
             let candidate = uid;

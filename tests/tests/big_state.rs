@@ -21,8 +21,8 @@ use fullerene_client::OperatorClient;
 use fullerene_master::storage::{RaftStore, RocksStorage};
 use fullerene_proto::ids::MasterId;
 use fullerene_proto::messages::{
-    ClusterStatus, CommandSpec, Executor, FrameworkRequest, Leftover, Offer, OperatorRequest,
-    OperatorResponse, TaskSpec, TaskState,
+    ClusterStatus, CommandSpec, ErrorCode, Executor, FrameworkRequest, Leftover, Offer,
+    OperatorRequest, OperatorResponse, TaskSpec, TaskState,
 };
 use fullerene_proto::{FrameworkId, TaskId};
 use fullerene_tests::{MasterCluster, TestFramework, KILL_GRACE_MS};
@@ -101,6 +101,8 @@ async fn wait_caught_up(cluster: &MasterCluster, client: &mut OperatorClient, id
 async fn launch_all(cluster: &MasterCluster, framework: &mut TestFramework) {
     let mut next = 0;
     let mut running = 0;
+    let mut retry = Vec::new();
+    let mut retried = Vec::new();
     let started = Instant::now();
     while running < TASKS {
         assert!(
@@ -115,7 +117,7 @@ async fn launch_all(cluster: &MasterCluster, framework: &mut TestFramework) {
         match event {
             fullerene_tests::FrameworkEvent::Offers(offers) => {
                 for offer in offers {
-                    next = answer(framework, &offer, next);
+                    next = answer(framework, &offer, next, &mut retry);
                 }
             }
             fullerene_tests::FrameworkEvent::Update(update) => {
@@ -129,6 +131,26 @@ async fn launch_all(cluster: &MasterCluster, framework: &mut TestFramework) {
                     running += 1;
                 }
             }
+            // A leader change (an election on a loaded machine) takes a launch's session or its
+            // offer: a launch answered OutcomeUnknown may or may not have committed, one on an
+            // offer of the old leader did not. It is tried again on a new offer, and a
+            // duplicate then says that it had committed.
+            fullerene_tests::FrameworkEvent::CallFailed(request, error)
+                if matches!(
+                    error.code,
+                    ErrorCode::OutcomeUnknown
+                        | ErrorCode::NotLeader
+                        | ErrorCode::Unavailable
+                        | ErrorCode::UnknownOffer
+                ) && bundle_of(&request).is_some() =>
+            {
+                eprintln!("a launch did not go through ({error}); trying it again");
+                retry.extend(bundle_of(&request));
+                retried.extend(bundle_of(&request));
+            }
+            fullerene_tests::FrameworkEvent::CallFailed(request, error)
+                if error.code == ErrorCode::DuplicateTask
+                    && bundle_of(&request).is_some_and(|b| retried.contains(&b)) => {}
             fullerene_tests::FrameworkEvent::CallFailed(_, error) => {
                 panic!("a launch was refused: {error}\n{}", cluster.logs())
             }
@@ -137,29 +159,66 @@ async fn launch_all(cluster: &MasterCluster, framework: &mut TestFramework) {
     }
 }
 
-/// Accepts `offer` with the next bundle (or declines it once every task is launched); the
-/// number of the next task to launch.
-fn answer(framework: &TestFramework, offer: &Offer, next: usize) -> usize {
-    if next >= TASKS {
-        framework.call(FrameworkRequest::Decline {
-            offer_ids: vec![offer.id],
-            refuse_ms: 60_000,
-        });
-        return next;
-    }
-    let end = (next + BUNDLE).min(TASKS);
+/// Accepts `offer` with a bundle whose launch must be tried again (its outcome was unknown), or
+/// the next bundle, or declines it once every task is launched; the number of the next task.
+fn answer(
+    framework: &TestFramework,
+    offer: &Offer,
+    next: usize,
+    retry: &mut Vec<std::ops::Range<usize>>,
+) -> usize {
+    let (bundle, next) = match retry.pop() {
+        Some(bundle) => (bundle, next),
+        None if next >= TASKS => {
+            framework.call(FrameworkRequest::Decline {
+                offer_ids: vec![offer.id],
+                refuse_ms: 60_000,
+            });
+            return next;
+        }
+        None => {
+            let end = (next + BUNDLE).min(TASKS);
+            (next..end, end)
+        }
+    };
     framework.call(FrameworkRequest::Accept {
         offer_ids: vec![offer.id],
-        tasks: (next..end).map(big_task).collect(),
+        tasks: bundle.map(big_task).collect(),
         leftover: Leftover::Decline { refuse_ms: 0 },
     });
-    end
+    next
+}
+
+/// The task numbers a launch carried.
+fn bundle_of(request: &FrameworkRequest) -> Option<std::ops::Range<usize>> {
+    let FrameworkRequest::Accept { tasks, .. } = request else {
+        return None;
+    };
+    let number = |spec: &TaskSpec| spec.id.as_str().strip_prefix("big-")?.parse::<usize>().ok();
+    let first = number(tasks.first()?)?;
+    Some(first..first + tasks.len())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_state_past_64_mib_is_snapshotted_sent_to_a_new_master_and_restored() {
-    // Snapshots every 200 applied entries: several are taken while the state grows.
-    let mut cluster = MasterCluster::start_with(3, 4, AGENTS, &["--snapshot-interval", "200"]);
+    // Snapshots every 200 applied entries, 100 kept behind each: several are taken and the log
+    // compacted while the state grows. Each
+    // launch is a 3.4 MB entry that every master writes and syncs on its node loop (issue 16
+    // moves that off it); on a loaded two-core machine in a debug build that stalls heartbeats
+    // past the LAN election timeout, so this test's masters wait 1-2 s before campaigning.
+    let mut cluster = MasterCluster::start_with(
+        3,
+        4,
+        AGENTS,
+        &[
+            "--snapshot-interval",
+            "200",
+            "--log-retention",
+            "100",
+            "--election-ticks",
+            "40",
+        ],
+    );
     for n in 1..=AGENTS {
         cluster.spawn_agent(
             n,

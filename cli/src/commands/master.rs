@@ -105,6 +105,10 @@ pub(crate) struct MasterArgs {
     /// Applied entries between state snapshots (and log compactions).
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub snapshot_interval: u64,
+    /// Entries kept in the log behind the latest snapshot, so that a follower only a little
+    /// behind catches up from the log rather than with a whole snapshot.
+    #[arg(long, default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub log_retention: u64,
     /// How often agents heartbeat, in milliseconds.
     #[arg(long, env = "FULLERENE_AGENT_HEARTBEAT_MS", default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(10..))]
     pub agent_heartbeat_ms: u64,
@@ -221,6 +225,7 @@ pub(crate) fn run(args: MasterArgs) -> Result<()> {
     node_config.heartbeat_ticks = usize::try_from(args.heartbeat_ticks)?;
     node_config.election_ticks = usize::try_from(args.election_ticks)?;
     node_config.snapshot_interval = args.snapshot_interval;
+    node_config.log_retention = args.log_retention;
     // A read waits as long as an operator request may (rounded up to whole ticks).
     node_config.read_timeout_ticks =
         usize::try_from(args.request_timeout_ms.div_ceil(args.tick_ms).max(1))?;
