@@ -179,7 +179,8 @@ struct ChangeResult {
     message: String,
 }
 
-async fn change(
+/// Sends an operator's write and prints `message` once the leader answers that it committed.
+pub(crate) async fn change(
     args: &ClusterArgs,
     request: OperatorRequest,
     json: &JsonOutput,
@@ -194,6 +195,6 @@ async fn change(
             };
             json.emit(&result, || result.message.clone())
         }
-        other => bail!("unexpected answer to a membership change: {other:?}"),
+        other => bail!("unexpected answer to a change: {other:?}"),
     }
 }

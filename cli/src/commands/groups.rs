@@ -7,7 +7,7 @@ use clap::{Args, Subcommand};
 use fullerene_proto::messages::{GroupInfo, OperatorRequest, OperatorResponse, Quotas};
 use serde::Serialize;
 
-use crate::commands::cluster::{operator_client, ClusterArgs};
+use crate::commands::cluster::{change, operator_client, ClusterArgs};
 use crate::output::{table, JsonOutput};
 
 /// `fullerene groups` subcommands.
@@ -97,12 +97,6 @@ fn parse_weight(text: &str) -> Result<f64, String> {
 struct GroupsList {
     groups: Vec<GroupInfo>,
     default_group: String,
-}
-
-#[derive(Serialize)]
-struct Changed {
-    done: bool,
-    message: String,
 }
 
 /// Runs a `groups` subcommand.
@@ -217,10 +211,7 @@ fn current_quotas(cluster: &ClusterArgs) -> Result<Quotas> {
 
 /// Sends one request to the leader and returns its answer (a refusal is an error naming why).
 fn ask(cluster: &ClusterArgs, request: OperatorRequest) -> Result<OperatorResponse> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    runtime.block_on(async {
+    runtime()?.block_on(async {
         let mut client = operator_client(cluster)?;
         Ok(client.request(&request).await?)
     })
@@ -232,16 +223,13 @@ fn done(
     message: String,
     json: &JsonOutput,
 ) -> Result<()> {
-    match ask(cluster, request)? {
-        OperatorResponse::Done => {
-            let result = Changed {
-                done: true,
-                message,
-            };
-            json.emit(&result, || result.message.clone())
-        }
-        other => bail!("unexpected answer to a change: {other:?}"),
-    }
+    runtime()?.block_on(change(cluster, request, json, message))
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?)
 }
 
 fn render_groups(list: &GroupsList) -> String {

@@ -151,19 +151,8 @@ impl Harness {
         principal: &str,
         framework_id: Option<FrameworkId>,
     ) -> (SessionId, FrameworkId) {
-        let session = self.session();
-        let call_id = self.call_id();
-        let outputs = self.input(Input::FrameworkSubscribe(
-            session,
-            Subscription {
-                call_id,
-                framework_id,
-                name: "job".to_string(),
-                group: "default".to_string(),
-                failover_timeout_ms: 2_000,
-                principal: principal.to_string(),
-            },
-        ));
+        let (session, outputs) = self.subscribe_in(principal, framework_id, "default");
+        let call_id = self.next_call - 1;
         let id = outputs
             .iter()
             .find_map(|output| match output {
@@ -1317,15 +1306,21 @@ fn offers_of_many_agents_are_sent_in_frames_of_bounded_count() {
 }
 
 impl Harness {
-    /// A subscription of a new framework of `principal` asking for `group`; its outputs.
-    fn subscribe_in(&mut self, principal: &str, group: &str) -> (SessionId, Vec<Output>) {
+    /// A subscription of a framework of `principal` (new, or failing over `framework_id`)
+    /// asking for `group`; its session and outputs.
+    fn subscribe_in(
+        &mut self,
+        principal: &str,
+        framework_id: Option<FrameworkId>,
+        group: &str,
+    ) -> (SessionId, Vec<Output>) {
         let session = self.session();
         let call_id = self.call_id();
         let outputs = self.input(Input::FrameworkSubscribe(
             session,
             Subscription {
                 call_id,
-                framework_id: None,
+                framework_id,
                 name: "job".to_string(),
                 group: group.to_string(),
                 failover_timeout_ms: 2_000,
@@ -1346,7 +1341,7 @@ fn a_framework_joins_its_principals_group_and_is_refused_another() {
     });
     assert_eq!(placed, OperatorResponse::Done);
 
-    let (session, outputs) = h.subscribe_in("framework-1", "");
+    let (session, outputs) = h.subscribe_in("framework-1", None, "");
     match to_framework(&outputs, session).as_slice() {
         [MasterToFramework::CallResult {
             result: Ok(CallOk::Subscribed { group, .. }),
@@ -1356,7 +1351,7 @@ fn a_framework_joins_its_principals_group_and_is_refused_another() {
     }
 
     // Another principal cannot put its framework in "etl": refused, and its session ends.
-    let (session, outputs) = h.subscribe_in("framework-2", "etl");
+    let (session, outputs) = h.subscribe_in("framework-2", None, "etl");
     match to_framework(&outputs, session).as_slice() {
         [MasterToFramework::CallResult {
             result: Err(error), ..
