@@ -398,20 +398,21 @@ fn probe_setpriv(setpriv: &Path, uid: u32) -> Result<(), String> {
 
 /// Creates `dir` (and its parents) if missing and makes it root's alone (`0700`).
 pub fn make_private_dir(dir: &Path) -> std::io::Result<()> {
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)?;
-    fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+    make_dir_with_mode(dir, 0o700)
 }
 
 /// Creates `dir` if missing with mode `0711` (others may pass through, not list).
 pub fn make_passable_dir(dir: &Path) -> std::io::Result<()> {
+    make_dir_with_mode(dir, 0o711)
+}
+
+/// Creates `dir` (and its parents) if missing, and sets its mode to `mode` whatever it was.
+fn make_dir_with_mode(dir: &Path, mode: u32) -> std::io::Result<()> {
     fs::DirBuilder::new()
         .recursive(true)
-        .mode(0o711)
+        .mode(mode)
         .create(dir)?;
-    fs::set_permissions(dir, fs::Permissions::from_mode(0o711))
+    fs::set_permissions(dir, fs::Permissions::from_mode(mode))
 }
 
 /// Every uid (real, effective, saved or filesystem) some process runs under.

@@ -371,7 +371,6 @@ impl OfferManager {
                 &open.offer.framework_id,
                 Time::from_millis(now_ms.saturating_add(self.offer_ttl_ms)).as_secs_f64(),
             );
-            metrics::counter!("fullerene_master_offers_expired_total").increment(1);
             rescinded.push(open.offer);
         }
         // Offers whose agent stopped being active or whose framework left go back.
@@ -420,10 +419,6 @@ impl OfferManager {
                 // as its quota allows: give it back at once (a new leader learns of sessions
                 // as frameworks re-subscribe; a framework at its quota is offered more once it
                 // answers, or its offers expire).
-                if at_quota {
-                    metrics::counter!("fullerene_master_offers_withheld_at_quota_total")
-                        .increment(1);
-                }
                 let _ =
                     self.allocator
                         .rescind_offer(accounting, &decision.agent, &decision.framework);

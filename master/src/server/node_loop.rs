@@ -165,28 +165,14 @@ impl<S: RaftStore> Shell<S> {
                         continue;
                     };
                     self.handle_event(event);
-                    let mut handled = 1;
-                    while handled < MAX_PEER_EVENTS_PER_CYCLE {
-                        match peer_events.try_recv() {
-                            Ok(event) => self.handle_event(event),
-                            Err(_) => break,
-                        }
-                        handled += 1;
-                    }
+                    self.handle_queued(&mut peer_events, MAX_PEER_EVENTS_PER_CYCLE - 1);
                 }
                 event = events.recv() => {
                     // The shell holds a sender, so the channel never closes while it runs.
                     if let Some(event) = event {
                         self.handle_event(event);
                     }
-                    let mut handled = 1;
-                    while handled < MAX_EVENTS_PER_CYCLE {
-                        match events.try_recv() {
-                            Ok(event) => self.handle_event(event),
-                            Err(_) => break,
-                        }
-                        handled += 1;
-                    }
+                    self.handle_queued(&mut events, MAX_EVENTS_PER_CYCLE - 1);
                 }
             }
             let exit = self.core.advance(self.clock.now());
@@ -202,6 +188,16 @@ impl<S: RaftStore> Shell<S> {
     /// Stops every peer sender task.
     pub(crate) fn stop_peers(&mut self) {
         self.peers.clear();
+    }
+
+    /// Handles up to `most` events already queued on `queue`, without waiting for more.
+    fn handle_queued(&mut self, queue: &mut mpsc::Receiver<Event>, most: usize) {
+        for _ in 0..most {
+            match queue.try_recv() {
+                Ok(event) => self.handle_event(event),
+                Err(_) => return,
+            }
+        }
     }
 
     fn handle_event(&mut self, event: Event) {

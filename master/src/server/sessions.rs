@@ -58,6 +58,10 @@ impl SessionContext {
             .budgets
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Looked up before inserting: every call comes here, a new principal rarely.
+        if let Some(budget) = budgets.get_mut(principal) {
+            return budget.take(now, cost);
+        }
         budgets
             .entry(principal.to_string())
             .or_insert_with(|| CallBudget::new(&self.limits, now))
