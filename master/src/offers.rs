@@ -296,8 +296,9 @@ pub struct Accepted {
     /// The tasks' summed demand, held back as launching until the launch is settled
     /// ([`OfferManager::launch_settled`]).
     pub launching: ResourceVec,
-    /// A yielded leftover's re-offer to another framework, already in the book.
-    pub reoffer: Option<Offer>,
+    /// A yielded leftover's re-offers (one per framework that takes part of it), already in
+    /// the book.
+    pub reoffers: Vec<Offer>,
 }
 
 /// The leader's offer machinery: the allocator's soft state over
@@ -517,11 +518,14 @@ impl OfferManager {
                 now_s + secs_f64(Duration::from_millis(refuse_ms)),
             );
         }
-        let reoffer = decision.map(|d| self.open(state, &d, now_ms));
+        let reoffers = decision
+            .iter()
+            .map(|d| self.open(state, d, now_ms))
+            .collect();
         Ok(Accepted {
             agent,
             launching: asked,
-            reoffer,
+            reoffers,
         })
     }
 
@@ -553,8 +557,11 @@ impl OfferManager {
                 .allocator
                 .offer_answered(accounting, &agent, framework, &[], action, now_s)
             {
-                Ok(Some(decision)) => reoffers.push(self.open(state, &decision, now_ms)),
-                Ok(None) => {}
+                Ok(decisions) => {
+                    for decision in &decisions {
+                        reoffers.push(self.open(state, decision, now_ms));
+                    }
+                }
                 Err(error) => tracing::debug!(%error, "an offer given back was already gone"),
             }
             if let Leftover::Decline { refuse_ms } = leftover {

@@ -76,6 +76,7 @@ fn build(policy: InterJobPolicy, shards: usize, seed: u64) -> StandaloneAllocato
         let summary = DemandSummary {
             pending,
             remaining_work: rng.gen_range(10.0..10_000.0),
+            srpt: rng.gen_range(1.0..1_000.0),
         };
         allocator
             .update_demand(&id, &summary)

@@ -25,6 +25,10 @@ pub struct DemandSummary {
     /// Runnable tasks grouped by shape, best first; at most a few dozen entries.
     pub pending: Vec<PendingDemand>,
     /// Remaining work (sum over unfinished tasks of duration × dominant share), the key for
-    /// shortest-remaining-work-first leftover redistribution (Carbyne §3.3.4).
+    /// shortest-remaining-work-first leftover redistribution (Carbyne §3.3.4), SJF and Tetris.
     pub remaining_work: f64,
+    /// Graphene's `srpt_j` (tech report Fig. 8): the sum over tasks not yet launched of
+    /// duration × demand normalised by the cluster's capacity and summed over resources. The
+    /// allocator's perfScore and the framework's matcher use this one definition.
+    pub srpt: f64,
 }

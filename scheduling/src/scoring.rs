@@ -6,10 +6,18 @@
 use crate::fit::{fits, overbookable, within};
 use crate::resources::{ResourceKind, ResourceVec, EPSILON};
 
-/// Remote penalty `rp` of Fig. 8: a locality-sensitive task placed away from its inputs has its
-/// packing score multiplied by this. The tech report's §7.4 finds 15–30% penalties best and uses
-/// `rp = 0.8`.
-pub const DEFAULT_REMOTE_PENALTY: f64 = 0.8;
+/// Remote penalty `rp` of Fig. 8 as the tech report's §7.4 sets it: a locality-sensitive task
+/// placed away from its inputs has its packing score multiplied by this (15–30% penalties work
+/// best there; `rp = 0.8`). Not the matcher's default ([`NO_REMOTE_PENALTY`]): set it where
+/// tasks read their parents' output from the machines that wrote it.
+pub const PAPER_REMOTE_PENALTY: f64 = 0.8;
+
+/// The matcher's default remote penalty: none. Nothing in Fullerene charges for remote
+/// placement: the workload format carries no data sizes, the simulator moves no data, and a
+/// DAG job's tasks find their input wherever the job stores it. A penalty would trade packing
+/// against a cost that nothing pays, so both halves of the two-level design leave it out (the
+/// allocator never had one).
+pub const NO_REMOTE_PENALTY: f64 = 1.0;
 
 /// The multiplier `m` in "η is m times the average over the two expressions it combines"
 /// (tech report §7.4, which recommends 0.2).

@@ -61,6 +61,7 @@ pub fn summary(shapes: &[(&str, u32, f64)], remaining_work: f64) -> DemandSummar
             })
             .collect(),
         remaining_work,
+        srpt: remaining_work,
     }
 }
 
@@ -75,5 +76,6 @@ pub fn demand(shape: &Resources, count: u32) -> DemandSummary {
             pri_score: 1.0,
         }],
         remaining_work: f64::from(count),
+        srpt: f64::from(count),
     }
 }

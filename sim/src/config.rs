@@ -2,8 +2,12 @@
 //! mirror the flags of `fullerene sim` one for one.
 
 use fullerene_proto::ResourceVec;
-use fullerene_scheduling::allocator::DEFAULT_KAPPA;
+use fullerene_scheduling::allocator::{
+    AgentMatching, EtaRule, FairShareRule, LeftoverRule, DEFAULT_KAPPA,
+};
+use fullerene_scheduling::scoring::{NO_REMOTE_PENALTY, PAPER_REMOTE_PENALTY};
 use fullerene_scheduling::DEFAULT_OVERBOOK_ALLOWANCE;
+use fullerene_sdk::policy::PriScoreScope;
 
 use crate::arrivals::ArrivalSpec;
 use crate::workload::JobOrder;
@@ -36,14 +40,27 @@ pub struct SimConfig {
     /// batch of same-time events, as an event-driven Mesos master does when resources free up;
     /// a positive value batches them on a fixed period, like Mesos' `--allocation_interval`.
     pub offer_interval_s: f64,
-    /// While frameworks yield resources (Carbyne's altruism), allocation cycles also run this
-    /// many virtual seconds apart even without events, as a Mesos master re-offers unused
-    /// resources every allocation interval (1 s by default in Mesos). An altruistic job starts a
-    /// task only when its latest start is due, which may fall between two events; without these
-    /// cycles it would wait for the next completion. Carbyne's look-ahead is set to the same
-    /// interval, so a task due before the next cycle starts now. Runs in which nobody yields are
-    /// unaffected.
+    /// An altruistic job (Carbyne) starts a task only when its latest start is due, which may
+    /// fall between two events. 0 (the default): an allocation cycle runs at each such due time
+    /// the frameworks announce ([`JobPolicy::next_start_s`](fullerene_sdk::policy::JobPolicy)),
+    /// so allocation is driven by events only. A positive value restores the periodic re-offer
+    /// of a Mesos master (its allocation interval, 1 s by default): while frameworks yield,
+    /// cycles also run this many seconds apart, and Carbyne's look-ahead is set to the same
+    /// interval so that a task due before the next cycle starts now.
     pub reoffer_interval_s: f64,
+    /// How the allocator divides an agent among frameworks ([`AgentMatching`]).
+    pub matching: AgentMatching,
+    /// Over which tasks η of Graphene's perfScore is averaged ([`EtaRule`]).
+    pub eta_rule: EtaRule,
+    /// How Carbyne's `A_k` is computed ([`FairShareRule`]).
+    pub fair_share_rule: FairShareRule,
+    /// How yielded leftovers are redistributed ([`LeftoverRule`]).
+    pub leftover_rule: LeftoverRule,
+    /// What demand summaries' priScores are relative to ([`PriScoreScope`]).
+    pub pri_scope: PriScoreScope,
+    /// Graphene's remote penalty in the matcher. 1 (none) by default: the simulator charges
+    /// nothing for remote placement ([`NO_REMOTE_PENALTY`]).
+    pub remote_penalty: f64,
     /// How long the allocator refuses to re-offer an agent to a framework that declined it
     /// (Mesos' `refuse_seconds`, the allocator's `decline_filter_s`). 0 by default: allocation
     /// cycles here are event-driven and frameworks take what they can use at each offer, so a
@@ -75,12 +92,93 @@ impl Default for SimConfig {
             groups: None,
             seed: 0,
             offer_interval_s: 0.0,
-            reoffer_interval_s: 1.0,
+            reoffer_interval_s: 0.0,
+            matching: AgentMatching::default(),
+            eta_rule: EtaRule::default(),
+            fair_share_rule: FairShareRule::default(),
+            leftover_rule: LeftoverRule::default(),
+            pri_scope: PriScoreScope::default(),
+            remote_penalty: NO_REMOTE_PENALTY,
             decline_filter_s: 0.0,
             overbook_allowance: DEFAULT_OVERBOOK_ALLOWANCE,
             kappa: DEFAULT_KAPPA,
             record_trace: false,
         }
+    }
+}
+
+/// A rule of the scheduler as it was before it followed the papers (issue 15's departures),
+/// restored one at a time to measure what following the paper changes (`fullerene sim
+/// --legacy`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LegacyRule {
+    /// `whole-agent`: one framework per agent per cycle ([`AgentMatching::WholeAgent`]).
+    WholeAgent,
+    /// `eta-chosen`: η from the chosen candidates only ([`EtaRule::ChosenCandidates`]).
+    EtaChosen,
+    /// `pri-whole-dag`: priScores as ranks over the whole DAG ([`PriScoreScope::WholeDag`]).
+    PriWholeDag,
+    /// `equal-share`: `A_k` an equal split of the group's share ([`FairShareRule::EqualSplit`]).
+    EqualShare,
+    /// `srtf-only`: the whole leftover to one framework ([`LeftoverRule::SrtfOnly`]).
+    SrtfOnly,
+    /// `reoffer-tick`: 1 s re-offer ticks while frameworks yield, instead of their due times.
+    ReofferTick,
+    /// `remote-penalty`: the paper's remote penalty of 0.8 although nothing charges for remote
+    /// placement ([`PAPER_REMOTE_PENALTY`]).
+    RemotePenalty,
+}
+
+impl LegacyRule {
+    /// Every rule, in the order of issue 15's list.
+    pub const ALL: [LegacyRule; 7] = [
+        LegacyRule::EtaChosen,
+        LegacyRule::PriWholeDag,
+        LegacyRule::WholeAgent,
+        LegacyRule::EqualShare,
+        LegacyRule::SrtfOnly,
+        LegacyRule::ReofferTick,
+        LegacyRule::RemotePenalty,
+    ];
+
+    /// The command-line name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            LegacyRule::WholeAgent => "whole-agent",
+            LegacyRule::EtaChosen => "eta-chosen",
+            LegacyRule::PriWholeDag => "pri-whole-dag",
+            LegacyRule::EqualShare => "equal-share",
+            LegacyRule::SrtfOnly => "srtf-only",
+            LegacyRule::ReofferTick => "reoffer-tick",
+            LegacyRule::RemotePenalty => "remote-penalty",
+        }
+    }
+
+    /// Sets the rule in `config`.
+    pub fn apply(self, config: &mut SimConfig) {
+        match self {
+            LegacyRule::WholeAgent => config.matching = AgentMatching::WholeAgent,
+            LegacyRule::EtaChosen => config.eta_rule = EtaRule::ChosenCandidates,
+            LegacyRule::PriWholeDag => config.pri_scope = PriScoreScope::WholeDag,
+            LegacyRule::EqualShare => config.fair_share_rule = FairShareRule::EqualSplit,
+            LegacyRule::SrtfOnly => config.leftover_rule = LeftoverRule::SrtfOnly,
+            LegacyRule::ReofferTick => config.reoffer_interval_s = 1.0,
+            LegacyRule::RemotePenalty => config.remote_penalty = PAPER_REMOTE_PENALTY,
+        }
+    }
+}
+
+impl std::str::FromStr for LegacyRule {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<LegacyRule, String> {
+        LegacyRule::ALL
+            .into_iter()
+            .find(|r| r.name() == name.trim())
+            .ok_or_else(|| {
+                let names: Vec<&str> = LegacyRule::ALL.iter().map(|r| r.name()).collect();
+                format!("unknown legacy rule `{name}` (known: {})", names.join(", "))
+            })
     }
 }
 
@@ -97,6 +195,18 @@ pub fn reference_machine() -> ResourceVec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn legacy_rules_parse_by_name_and_change_their_setting() {
+        for rule in LegacyRule::ALL {
+            assert_eq!(rule.name().parse::<LegacyRule>(), Ok(rule));
+            let mut config = SimConfig::default();
+            rule.apply(&mut config);
+            assert_ne!(config, SimConfig::default(), "{}", rule.name());
+        }
+        let err = "whole".parse::<LegacyRule>().unwrap_err();
+        assert!(err.contains("whole-agent"), "{err}");
+    }
 
     #[test]
     fn reference_machine_matches_its_string() {

@@ -202,6 +202,8 @@ pub(crate) struct Engine<'a> {
     queue: TimedQueue<EventKind>,
     now_s: f64,
     tick_pending: bool,
+    /// The earliest due-time cycle queued for a framework's next start (event-driven re-offers).
+    wake_at: Option<f64>,
     idle_retries: u32,
     /// Some framework yielded resources in the current allocation.
     yielded: bool,
@@ -231,6 +233,10 @@ impl<'a> Engine<'a> {
             policy: allocator_policy(kind, config.kappa),
             overbook_allowance: config.overbook_allowance,
             decline_filter_s: config.decline_filter_s,
+            matching: config.matching,
+            eta: config.eta_rule,
+            fair_share: config.fair_share_rule,
+            leftover: config.leftover_rule,
             ..AllocatorConfig::default()
         };
         let mut allocator = StandaloneAllocator::new(allocator_config)?;
@@ -277,8 +283,10 @@ impl<'a> Engine<'a> {
         let mut params = PolicyParams::default();
         // The matcher overbooks by the same allowance the allocator and the machines enforce.
         params.matcher.overbook_allowance = config.overbook_allowance;
+        params.matcher.remote_penalty = config.remote_penalty;
         params.carbyne.seed = config.seed;
-        // A task due before the next allocation cycle must start now (CarbyneParams).
+        // A task due before the next allocation cycle must start now (CarbyneParams); with
+        // cycles at the due times themselves, nothing is started early.
         params.carbyne.lookahead_s = config.offer_interval_s.max(config.reoffer_interval_s);
 
         let mut engine = Engine {
@@ -303,6 +311,7 @@ impl<'a> Engine<'a> {
             queue: TimedQueue::new(),
             now_s: origin,
             tick_pending: false,
+            wake_at: None,
             idle_retries: 0,
             yielded: false,
             tasks: Vec::new(),
@@ -475,7 +484,7 @@ impl<'a> Engine<'a> {
         for &f in &dirty {
             self.is_dirty[f] = false;
             if let Some(fw) = &self.frameworks[f] {
-                let summary = fw.demand_summary(&self.cluster_capacity);
+                let summary = fw.demand_summary(&self.cluster_capacity, self.config.pri_scope);
                 self.allocator.update_demand(&fw.id, &summary)?;
             }
         }
@@ -485,14 +494,35 @@ impl<'a> Engine<'a> {
     }
 
     /// Allocation cycles at the current instant until one launches nothing; then, if some
-    /// framework yielded, a re-offer tick ([`SimConfig::reoffer_interval_s`]).
+    /// framework yielded, a cycle when the first of them wants to start a task again (its
+    /// [`JobPolicy::next_start_s`](fullerene_sdk::policy::JobPolicy::next_start_s)), or with
+    /// a positive [`SimConfig::reoffer_interval_s`] a periodic re-offer tick.
     fn allocate(&mut self) -> Result<(), SimError> {
         self.yielded = false;
         self.allocation_rounds()?;
-        if self.yielded && !self.tick_pending {
-            let at = self.next_tick_at(self.now_s + self.config.reoffer_interval_s);
+        if !self.yielded {
+            return Ok(());
+        }
+        if self.config.reoffer_interval_s > 0.0 {
+            if !self.tick_pending {
+                let at = self.next_tick_at(self.now_s + self.config.reoffer_interval_s);
+                self.push(at, EventKind::AllocationTick);
+                self.tick_pending = true;
+            }
+            return Ok(());
+        }
+        let now = self.now_s;
+        let due = self
+            .frameworks
+            .iter()
+            .flatten()
+            .filter_map(SimFramework::next_start_s)
+            .filter(|&at| at > now)
+            .fold(f64::INFINITY, f64::min);
+        if due.is_finite() && self.wake_at.is_none_or(|w| w <= now || due < w) {
+            let at = self.next_tick_at(due);
             self.push(at, EventKind::AllocationTick);
-            self.tick_pending = true;
+            self.wake_at = Some(at);
         }
         Ok(())
     }
@@ -508,11 +538,9 @@ impl<'a> Engine<'a> {
             let mut launched_any = false;
             let mut pending: VecDeque<AllocatorOffer> = offers.into();
             while let Some(offer) = pending.pop_front() {
-                let (launched, reoffer) = self.handle_offer(offer)?;
+                let (launched, reoffers) = self.handle_offer(offer)?;
                 launched_any |= launched;
-                if let Some(reoffer) = reoffer {
-                    pending.push_back(reoffer);
-                }
+                pending.extend(reoffers);
             }
             if !launched_any {
                 return Ok(());
@@ -521,11 +549,11 @@ impl<'a> Engine<'a> {
     }
 
     /// Hands one offer to its framework's policy and applies the answer. Returns whether tasks
-    /// were launched, and the re-offer of a yielded leftover.
+    /// were launched, and the re-offers of a yielded leftover.
     fn handle_offer(
         &mut self,
         offer: AllocatorOffer,
-    ) -> Result<(bool, Option<AllocatorOffer>), SimError> {
+    ) -> Result<(bool, Vec<AllocatorOffer>), SimError> {
         self.stats.offers += 1;
         let m = *self
             .agent_index

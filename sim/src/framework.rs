@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 
 use fullerene_proto::messages::DemandSummary;
 use fullerene_proto::{FrameworkId, ResourceVec};
-use fullerene_sdk::policy::{JobPolicy, JobState, OfferContext, OfferDecision};
+use fullerene_sdk::policy::{JobPolicy, JobState, OfferContext, OfferDecision, PriScoreScope};
 use fullerene_sdk::{Job, TaskRef};
 
 /// A framework's live state during a run.
@@ -50,9 +50,18 @@ impl<'a> SimFramework<'a> {
 
     /// The summary of pending demand the framework keeps the master informed of (DESIGN.md,
     /// step 2), remaining work measured in seconds of the whole cluster.
-    pub(crate) fn demand_summary(&self, cluster_capacity: &ResourceVec) -> DemandSummary {
+    pub(crate) fn demand_summary(
+        &self,
+        cluster_capacity: &ResourceVec,
+        scope: PriScoreScope,
+    ) -> DemandSummary {
         self.state
-            .demand_summary(self.job, cluster_capacity, self.pri_scores)
+            .demand_summary(self.job, cluster_capacity, self.pri_scores, scope)
+    }
+
+    /// When the policy next wants to start a task it left for later ([`JobPolicy::next_start_s`]).
+    pub(crate) fn next_start_s(&self) -> Option<f64> {
+        self.policy.next_start_s()
     }
 
     /// Asks the policy for a bundle and checks it the way the master checks an accept: every

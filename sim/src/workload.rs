@@ -211,10 +211,16 @@ fn validate_config(config: &SimConfig) -> Result<(), SimError> {
             config.offer_interval_s
         ));
     }
-    if !(config.reoffer_interval_s.is_finite() && config.reoffer_interval_s > 0.0) {
+    if !(config.reoffer_interval_s.is_finite() && config.reoffer_interval_s >= 0.0) {
         return invalid(format!(
-            "re-offer interval {} must be a finite number of seconds > 0",
+            "re-offer interval {} must be a finite number of seconds >= 0",
             config.reoffer_interval_s
+        ));
+    }
+    if !(config.remote_penalty.is_finite() && (0.0..=1.0).contains(&config.remote_penalty)) {
+        return invalid(format!(
+            "remote penalty {} must be in [0, 1]",
+            config.remote_penalty
         ));
     }
     if !(config.decline_filter_s.is_finite() && config.decline_filter_s >= 0.0) {

@@ -41,7 +41,7 @@ use crate::TransportError;
 /// of `Registered` (version 1 named them by id alone). Version 3 bounds every message that
 /// grows with the cluster: an agent reports its tasks as compact `TaskReport`s when it
 /// registers, and operator listings come in pages (`fullerene_proto::limits`).
-pub const ALPN_PROTOCOL: &[u8] = b"fullerene/3";
+pub const ALPN_PROTOCOL: &[u8] = b"fullerene/4";
 
 /// The DNS name every master certificate carries and every client asks for.
 ///

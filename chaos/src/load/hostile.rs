@@ -409,6 +409,7 @@ async fn wait_for_offer(session: &mut Subscribed) -> Option<Offer> {
             pri_score: 0.5,
         }],
         remaining_work: 1.0,
+        srpt: 1.0,
     };
     session
         .tx

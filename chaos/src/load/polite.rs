@@ -69,6 +69,7 @@ impl PoliteFramework {
                 pri_score: 0.5,
             }],
             remaining_work: f64::from(ALWAYS_PENDING) * self.task_ms as f64 / 1000.0,
+            srpt: f64::from(ALWAYS_PENDING) * self.task_ms as f64 / 1000.0,
         }
     }
 

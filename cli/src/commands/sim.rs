@@ -11,7 +11,7 @@ use fullerene_sdk::policy::PolicyKind;
 use fullerene_sdk::read_workload;
 use fullerene_sim::{
     compare, parse_policy_list, plot_jct_cdf, plot_utilization, render_table, ArrivalSpec,
-    JobOrder, Progress, SimConfig,
+    JobOrder, LegacyRule, Progress, SimConfig,
 };
 use indicatif::ProgressBar;
 
@@ -70,6 +70,13 @@ pub(crate) struct SimArgs {
     /// Draw each policy's utilisation over time to FILE-<policy>.svg.
     #[arg(long, value_name = "FILE.svg")]
     plot_utilization: Option<PathBuf>,
+    /// Restore rules the scheduler followed before it followed the papers, comma-separated, to
+    /// measure what each departure cost: whole-agent (one framework per agent per cycle),
+    /// eta-chosen (η from chosen candidates only), pri-whole-dag (priScores ranked over the
+    /// whole DAG), equal-share (Carbyne's A_k an equal split), srtf-only (a leftover to one
+    /// framework), reoffer-tick (1 s re-offers instead of due times), remote-penalty (0.8).
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    legacy: Vec<LegacyRule>,
 }
 
 /// Runs `fullerene sim`.
@@ -102,6 +109,10 @@ pub(crate) fn run(args: SimArgs, json: &JsonOutput) -> Result<()> {
         kappa: args.kappa,
         ..SimConfig::default()
     };
+    let mut config = config;
+    for rule in &args.legacy {
+        rule.apply(&mut config);
+    }
 
     let bar = progress_bar(0);
     let tracker = ProgressTracker::new(&bar);

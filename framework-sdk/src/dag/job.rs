@@ -707,9 +707,12 @@ impl DagJob {
 
     fn push_demand(&mut self, out: &mut Vec<FrameworkRequest>) {
         let capacity = self.cluster_capacity();
-        let demand = self
-            .state
-            .demand_summary(&self.job, &capacity, self.pri_scores.as_deref());
+        let demand = self.state.demand_summary(
+            &self.job,
+            &capacity,
+            self.pri_scores.as_deref(),
+            crate::policy::PriScoreScope::WithinJob,
+        );
         let runnable = self.state.num_runnable() > 0;
         // Work became runnable again (a stage unlocked, a task lost): earlier declines may be
         // filtering agents that could run it now.

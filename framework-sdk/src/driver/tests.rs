@@ -346,6 +346,7 @@ fn reconnect_resubscribes_with_the_id_reconciles_and_resends_demand() {
     let demand = DemandSummary {
         pending: vec![],
         remaining_work: 7.0,
+        srpt: 7.0,
     };
     c.call(FrameworkRequest::UpdateDemand(demand.clone()));
     c.call(FrameworkRequest::Suppress);

@@ -25,6 +25,9 @@ use crate::timed_queue::{Timed, TimedQueue};
 /// Default of [`CarbyneParams::replan_fraction`]: re-plan once 5% of the remaining tasks ended.
 pub const DEFAULT_REPLAN_FRACTION: f64 = 0.05;
 
+/// Default of [`CarbyneParams::share_tolerance`]: a tenth of the share.
+pub const DEFAULT_SHARE_TOLERANCE: f64 = 0.1;
+
 /// Carbyne's parameters.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct CarbyneParams {
@@ -45,6 +48,12 @@ pub struct CarbyneParams {
     /// Pseudocode 1 "on task completion events"; see [`CarbynePolicy`] for why the default
     /// is larger. Losses and share changes always re-plan.
     pub replan_fraction: f64,
+    /// Re-plan when `A_k` moved by more than this fraction of itself on some resource. Carbyne
+    /// §3.4 re-plans on job arrivals and completions, the events that move a DRF share; a share
+    /// by progressive filling with demand caps also moves a little with every task that starts
+    /// or ends elsewhere, and re-planning on each of those would cost a plan per offer for a
+    /// change `T_k` barely feels.
+    pub share_tolerance: f64,
 }
 
 impl Default for CarbyneParams {
@@ -54,6 +63,7 @@ impl Default for CarbyneParams {
             altruism_probability: 1.0,
             seed: 0x00ca_7b11_e5ee_d000,
             replan_fraction: DEFAULT_REPLAN_FRACTION,
+            share_tolerance: DEFAULT_SHARE_TOLERANCE,
         }
     }
 }
@@ -108,6 +118,9 @@ pub struct CarbynePolicy {
     params: CarbyneParams,
     plan: Option<AltruisticPlan>,
     rng: u64,
+    /// The earliest latest start after the last offer's due time among the tasks left to
+    /// altruism ([`JobPolicy::next_start_s`]).
+    next_due: Option<f64>,
 }
 
 impl std::fmt::Debug for CarbynePolicy {
@@ -140,6 +153,7 @@ impl CarbynePolicy {
             params,
             plan: None,
             rng: params.seed ^ h,
+            next_due: None,
         }
     }
 
@@ -162,6 +176,7 @@ impl CarbynePolicy {
         let due =
             offer.now_s + self.params.lookahead_s.max(0.0) + 1e-9 * offer.now_s.abs().max(1.0);
         let mut out = Vec::new();
+        let mut next_due: Option<f64> = None;
         for (k, (_, tasks)) in plan.latest_starts.iter().enumerate() {
             let prefix = &mut plan.launched_prefix[k];
             while *prefix < tasks.len()
@@ -174,6 +189,7 @@ impl CarbynePolicy {
             }
             for &(latest, t) in &tasks[*prefix..] {
                 if latest > due {
+                    next_due = Some(next_due.map_or(latest, |n| n.min(latest)));
                     break;
                 }
                 if state.is_runnable(t) {
@@ -181,6 +197,7 @@ impl CarbynePolicy {
                 }
             }
         }
+        self.next_due = next_due;
         Some(out)
     }
 
@@ -190,7 +207,7 @@ impl CarbynePolicy {
             // A state with fewer events or an earlier time than the plan's is another
             // state (or a replay): plan afresh.
             if plan.losses == state.num_losses()
-                && plan.share == share
+                && share_close(&plan.share, &share, self.params.share_tolerance)
                 && (plan.finished..plan.replan_after).contains(&state.num_finished())
                 && offer.now_s >= plan.planned_at_s
             {
@@ -224,6 +241,14 @@ impl CarbynePolicy {
     }
 }
 
+/// Whether `now` is within `tolerance` of `planned` on every resource, relative to the larger.
+fn share_close(planned: &ResourceVec, now: &ResourceVec, tolerance: f64) -> bool {
+    fullerene_proto::ResourceKind::ALL.into_iter().all(|k| {
+        let (a, b) = (planned[k], now[k]);
+        (a - b).abs() <= tolerance.max(0.0) * a.abs().max(b.abs()) + EPSILON
+    })
+}
+
 impl JobPolicy for CarbynePolicy {
     fn name(&self) -> &str {
         &self.name
@@ -251,7 +276,12 @@ impl JobPolicy for CarbynePolicy {
 
     fn replan(&mut self, job: &Job, state: &JobState) {
         self.plan = None;
+        self.next_due = None;
         self.inner.replan(job, state);
+    }
+
+    fn next_start_s(&self) -> Option<f64> {
+        self.next_due
     }
 }
 

@@ -12,7 +12,7 @@ use fullerene_scheduling::fit::{
 };
 use fullerene_scheduling::scoring::{
     overbooking_score, packing_score, EtaEstimator, PerfScore, DEFAULT_ETA_MULTIPLIER,
-    DEFAULT_REMOTE_PENALTY,
+    NO_REMOTE_PENALTY,
 };
 
 use crate::job::{Job, StageIdx, TaskRef};
@@ -25,7 +25,8 @@ use crate::policy::{
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct MatcherParams {
     /// Remote penalty `rp`: a locality-sensitive task away from its input has its packing score
-    /// multiplied by this (tech report §7.4: 0.8).
+    /// multiplied by this (tech report §7.4: 0.8, [`PAPER_REMOTE_PENALTY`](fullerene_scheduling::scoring::PAPER_REMOTE_PENALTY));
+    /// 1 (none) by default, see [`NO_REMOTE_PENALTY`].
     pub remote_penalty: f64,
     /// `m` in η = m · avg(pScore) / avg(srpt) (tech report §7.4: 0.2).
     pub eta_multiplier: f64,
@@ -37,7 +38,7 @@ pub struct MatcherParams {
 impl Default for MatcherParams {
     fn default() -> MatcherParams {
         MatcherParams {
-            remote_penalty: DEFAULT_REMOTE_PENALTY,
+            remote_penalty: NO_REMOTE_PENALTY,
             eta_multiplier: DEFAULT_ETA_MULTIPLIER,
             overbook_allowance: DEFAULT_OVERBOOK_ALLOWANCE,
         }
@@ -356,11 +357,19 @@ mod tests {
         state.mark_finished(&job, TaskRef::new(1, 0), 1.0);
         // Equal priScores; each machine fits one of the two.
         let pri = vec![vec![1.0], vec![1.0], vec![0.5], vec![0.5]];
-        let mut m = GrapheneMatcher::new(pri, MatcherParams::default());
+        let paper = MatcherParams {
+            remote_penalty: fullerene_scheduling::scoring::PAPER_REMOTE_PENALTY,
+            ..MatcherParams::default()
+        };
+        let mut m = GrapheneMatcher::new(pri.clone(), paper);
         let on7 = m.on_offer(&job, &state, &offer(7, "cpus=4", "cpus=16"));
         let on8 = m.on_offer(&job, &state, &offer(8, "cpus=4", "cpus=16"));
         assert_eq!(on7.launch, vec![TaskRef::new(2, 0)]);
         assert_eq!(on8.launch, vec![TaskRef::new(3, 0)]);
+        // Without a penalty (the default) both are equal and the first stage goes first.
+        let mut plain = GrapheneMatcher::new(pri, MatcherParams::default());
+        let on8 = plain.on_offer(&job, &state, &offer(8, "cpus=4", "cpus=16"));
+        assert_eq!(on8.launch, vec![TaskRef::new(2, 0)]);
     }
 
     #[test]

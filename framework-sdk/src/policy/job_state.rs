@@ -548,13 +548,16 @@ impl JobState {
     ///
     /// Without `pri_scores` (policies with no offline plan) every group scores 1.0, so the
     /// allocator ranks this job by packing alone. A priScore missing for some task (a plan of
-    /// another shape) counts as 0. Costs O(stages) without `pri_scores`, O(runnable tasks)
-    /// with them (the best score of a stage has to be found among its runnable tasks).
+    /// another shape) counts as 0. With [`PriScoreScope::WithinJob`] the scores are divided by
+    /// the best one, so the job's next task in its plan scores 1 (see [`PriScoreScope`]).
+    /// Costs O(stages) without `pri_scores`, O(runnable tasks) with them (the best score of a
+    /// stage has to be found among its runnable tasks).
     pub fn demand_summary(
         &self,
         job: &Job,
         capacity: &ResourceVec,
         pri_scores: Option<&[Vec<f64>]>,
+        scope: PriScoreScope,
     ) -> DemandSummary {
         // Stages of equal demand form one shape; keyed by the bit patterns so that equality is
         // exact and the map ordered deterministically.
@@ -581,6 +584,14 @@ impl JobState {
             entry.2 = entry.2.max(best);
         }
         let mut pending: Vec<(ResourceVec, u32, f64)> = shapes.into_values().collect();
+        if scope == PriScoreScope::WithinJob {
+            let best = pending.iter().map(|p| p.2).fold(0.0, f64::max);
+            if best > 0.0 {
+                for p in &mut pending {
+                    p.2 /= best;
+                }
+            }
+        }
         pending.sort_by(|a, b| b.2.total_cmp(&a.2).then(b.1.cmp(&a.1)));
         pending.truncate(MAX_SUMMARY_SHAPES);
         DemandSummary {
@@ -593,8 +604,30 @@ impl JobState {
                 })
                 .collect(),
             remaining_work: self.remaining_work(job, capacity),
+            srpt: self.srpt(job, capacity),
         }
     }
+}
+
+/// What a demand summary's priScores are relative to.
+///
+/// Graphene's priScore (§5) ranks a task in its DAG's offline schedule: 1 for the task that
+/// begins first, 0 for the last. It steers each job through its own schedule; in Fig. 8 it
+/// multiplies the packing score of every candidate, and a job far into its schedule has only
+/// low scores left, so across jobs it loses machines to jobs early in theirs, which is no
+/// objective of the paper (the schedule orders tasks within a job; srpt orders jobs). The
+/// summary therefore scales a job's scores so its best runnable task scores 1: within the job
+/// the order is the plan's, across jobs only packing, srpt and fairness decide. Because the
+/// plan's scores are evenly spaced ranks, the scaled score of a task is about its rank among
+/// the job's remaining tasks, as the paper's is among all of them at the start.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PriScoreScope {
+    /// Scaled so the job's best runnable task scores 1 (the default).
+    #[default]
+    WithinJob,
+    /// The plan's scores as they are (ranks over the whole DAG), kept to measure the
+    /// difference.
+    WholeDag,
 }
 
 #[cfg(test)]
@@ -775,7 +808,7 @@ mod tests {
         let mut st = JobState::new(&job);
         let pri = vec![vec![0.9, 0.5, 0.4], vec![0.3, 0.2], vec![0.95], vec![0.1]];
         st.mark_launched(TaskRef::new(0, 0), 0, 0.0);
-        let summary = st.demand_summary(&job, &cap(), Some(&pri));
+        let summary = st.demand_summary(&job, &cap(), Some(&pri), PriScoreScope::WholeDag);
         assert_eq!(summary.pending.len(), 2);
         // Stage 2 (cpus=3) has the best score; stages 0 and 1 share cpus=1: 4 runnable tasks,
         // best remaining score 0.5 (task 0.0 with 0.9 is running).
@@ -788,7 +821,12 @@ mod tests {
             1.0
         );
         assert!((summary.remaining_work - st.remaining_work(&job, &cap())).abs() < 1e-12);
-        let plain = st.demand_summary(&job, &cap(), None);
+        assert!((summary.srpt - st.srpt(&job, &cap())).abs() < 1e-12);
+        let plain = st.demand_summary(&job, &cap(), None, PriScoreScope::WithinJob);
         assert!(plain.pending.iter().all(|p| p.pri_score == 1.0));
+        // Within the job: the best runnable shape scores 1, the others keep their ratio to it.
+        let scaled = st.demand_summary(&job, &cap(), Some(&pri), PriScoreScope::WithinJob);
+        assert_eq!(scaled.pending[0].pri_score, 1.0);
+        assert!((scaled.pending[1].pri_score - 0.5 / 0.95).abs() < 1e-12);
     }
 }

@@ -53,6 +53,14 @@ pub trait JobPolicy: Send {
     /// Called when the job's DAG must be re-planned (tasks were lost); the default keeps the
     /// policy as it is.
     fn replan(&mut self, _job: &Job, _state: &JobState) {}
+
+    /// When the policy will next want to start a task it declined to start so far, if it knows
+    /// (Carbyne: the next latest start of a task it left to altruism). A framework asks for
+    /// offers again then, so that allocation is driven by events (completions, arrivals, and
+    /// these due times) rather than by a periodic re-offer tick. `None`: no such time.
+    fn next_start_s(&self) -> Option<f64> {
+        None
+    }
 }
 
 pub mod baselines;
@@ -78,4 +86,4 @@ pub use graphene::{GrapheneMatcher, MatcherParams};
 pub use kind::{build, PolicyError, PolicyKind, PolicyParams};
 
 pub mod job_state;
-pub use job_state::{JobState, JobStateError, TaskStatus};
+pub use job_state::{JobState, JobStateError, PriScoreScope, TaskStatus};

@@ -536,8 +536,8 @@ impl<S: RaftStore> MasterCore<S> {
                         return;
                     }
                 };
-                if let Some(reoffer) = accepted.reoffer {
-                    self.push_offers(vec![reoffer]);
+                if !accepted.reoffers.is_empty() {
+                    self.push_offers(accepted.reoffers);
                 }
                 let command = Command::LaunchTasks {
                     framework_id,

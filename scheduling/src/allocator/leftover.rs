@@ -2,10 +2,14 @@
 //!
 //! A framework that runs Carbyne's altruism takes only the tasks that must start now and yields
 //! the rest of its offer. The yielded resources are offered again at once, not at the next
-//! cycle: to the framework with the least remaining work (shortest remaining time first, which
-//! lowers the average completion time) among those with a pending shape that fits them, ties
-//! broken by the best packing score of a fitting shape (which uses the leftover best), then by
-//! registration order. The yielder of a regular offer is a candidate like every other
+//! cycle. §3.3.4 gives leftover scheduling two goals: shortest remaining time first (which
+//! lowers the average completion time), then packing as many unscheduled tasks as possible.
+//! By default ([`LeftoverRule::SrtfThenPacking`]) the leftover is divided task at a time:
+//! frameworks in SRTF order each pack their best-aligned pending tasks into what is left, and
+//! what the shorter jobs cannot use goes on to the next, each framework offered its part. With
+//! [`LeftoverRule::SrtfOnly`] the whole leftover goes to the framework with the least remaining
+//! work among those with a pending shape that fits it, ties broken by the best packing score of
+//! a fitting shape, then by registration order. The yielder of a regular offer is a candidate like every other
 //! framework: Pseudocode 1's `LEFTOVERSCHEDULER` runs over all jobs in SRTF order, donors
 //! included, so a donor gets back what no job with less remaining work can use, which keeps
 //! altruism work-conserving (§3.3.1: J1 "is instead running that task at time 0 to ensure work
@@ -25,6 +29,7 @@
 
 use crate::scoring::{packing_score, PerfScore};
 
+use super::matching::Parts;
 use super::policies::Choice;
 use super::*;
 
@@ -41,8 +46,8 @@ struct Candidate {
 }
 
 impl Allocator {
-    /// Offers `leftover` of agent `a` to the framework Carbyne's leftover scheduler picks, if
-    /// any, and returns the offer.
+    /// Offers the whole of `leftover` of agent `a` to the one framework with the least
+    /// remaining work that can use it ([`LeftoverRule::SrtfOnly`]), and returns the offer.
     pub(super) fn redistribute(
         &mut self,
         state: &AllocationState,
@@ -51,16 +56,7 @@ impl Allocator {
         now_s: f64,
     ) -> Option<OfferDecision> {
         let total = state.agent(a)?.total;
-        let exclusions: Vec<FrameworkIdx> = {
-            let soft = &self.agents[a.get()];
-            soft.filters
-                .iter()
-                .filter(|(_, until)| *until > now_s)
-                .map(|(f, _)| *f)
-                .chain(soft.offers.iter().map(|o| o.framework))
-                .chain(soft.yielders.iter().copied())
-                .collect()
-        };
+        let exclusions = self.exclusions_for_leftover(a, now_s);
         let frameworks: Vec<(FrameworkIdx, GroupIdx, u64)> = state
             .frameworks()
             .filter(|(f, _)| self.frameworks[f.get()].counted && !exclusions.contains(f))
@@ -134,5 +130,93 @@ impl Allocator {
             OfferKind::Leftover,
             None,
         ))
+    }
+}
+
+impl Allocator {
+    /// Redistributes `leftover` of agent `a` in parts ([`LeftoverRule::SrtfThenPacking`]):
+    /// frameworks with pending work that fits, least remaining work first (ties: registration),
+    /// each take task at a time the pending shape that packs best into what is left (Tetris'
+    /// alignment, the packing goal of §3.3.4), until none of theirs fits; then the next
+    /// framework packs what is still left. Under the deficit counters the κ·C gate is checked
+    /// before every task: while the most deprived runnable group is at or above κ·C only its
+    /// frameworks pick. Each framework with picks gets a leftover offer of their sum.
+    pub(super) fn redistribute_in_parts(
+        &mut self,
+        state: &AllocationState,
+        a: AgentIdx,
+        leftover: ResourceVec,
+        now_s: f64,
+    ) -> Vec<OfferDecision> {
+        let Some(total) = state.agent(a).map(|r| r.total) else {
+            return Vec::new();
+        };
+        let exclusions = self.exclusions_for_leftover(a, now_s);
+        let mut order: Vec<(f64, u64, FrameworkIdx, GroupIdx)> = state
+            .frameworks()
+            .filter(|(f, _)| self.frameworks[f.get()].counted && !exclusions.contains(f))
+            .map(|(f, r)| {
+                let work = self.frameworks[f.get()].demand.remaining_work;
+                (work, r.registration, f, r.group)
+            })
+            .collect();
+        order.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
+        let gate = match self.config.policy {
+            InterJobPolicy::DeficitCounters { kappa, .. } => {
+                Some((kappa * state.capacity_units(), self.runnable_groups(state)))
+            }
+            _ => None,
+        };
+        let mut available = leftover;
+        let mut parts = Parts::default();
+        for (_, _, f, group) in order {
+            loop {
+                if let Some((threshold, runnable)) = &gate {
+                    let projected = self.projected_deficits(state);
+                    let most_deprived = self
+                        .gate_order(state, &projected, runnable, &exclusions)
+                        .first()
+                        .copied();
+                    if let Some(g) = most_deprived {
+                        if projected[g.get()] >= *threshold && g != group {
+                            break;
+                        }
+                    }
+                }
+                let soft = self.cycle_counts(f);
+                let best = soft
+                    .demand
+                    .shapes
+                    .iter()
+                    .enumerate()
+                    .filter(|(s, shape)| {
+                        soft.cycle_counts[*s] > 0 && fits(&shape.demand, &available)
+                    })
+                    .map(|(s, shape)| (s, packing_score(&available, &shape.demand, &total, 1.0)))
+                    .max_by(|x, y| x.1.total_cmp(&y.1).then(y.0.cmp(&x.0)));
+                let Some((shape, _)) = best else {
+                    break;
+                };
+                let demand = soft.demand.shapes[shape].demand;
+                self.take_one(state, f, shape, &mut parts);
+                available = available.saturating_sub(&demand);
+            }
+        }
+        let mut out = Vec::new();
+        self.offer_parts(state, a, leftover, parts, OfferKind::Leftover, &mut out);
+        out
+    }
+
+    /// Frameworks that must not get a leftover of agent `a`: active decline filters, offers of
+    /// it held, and yielders of a leftover of it in this cycle.
+    fn exclusions_for_leftover(&self, a: AgentIdx, now_s: f64) -> Vec<FrameworkIdx> {
+        let soft = &self.agents[a.get()];
+        soft.filters
+            .iter()
+            .filter(|(_, until)| *until > now_s)
+            .map(|(f, _)| *f)
+            .chain(soft.offers.iter().map(|o| o.framework))
+            .chain(soft.yielders.iter().copied())
+            .collect()
     }
 }

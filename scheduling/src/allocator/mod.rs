@@ -21,11 +21,18 @@
 //! recovered state on its first [`Allocator::sync`]; [`StandaloneAllocator::from_state`] pairs
 //! one with a state of its own.
 //!
-//! # One framework per agent per cycle
+//! # Task at a time across frameworks
 //!
-//! As in Mesos, a cycle offers an agent's free resources to at most one framework: the whole
-//! of them, or under the deficit-counter policy possibly less (see "bounded unfairness" below);
-//! what is not offered waits for the next cycle. Offered resources are not free: a later cycle
+//! Graphene's Fig. 8 fills a machine task at a time from all jobs' tasks. By default
+//! ([`AgentMatching::TaskAtATime`], module `matching`) a cycle does the same over the
+//! frameworks' demand summaries: it picks the best (framework, shape) for what is left of the
+//! agent, charges one task of it, and repeats; each framework with picks is offered the sum of
+//! its picks, so one agent goes to several frameworks in one round, and the κ·C gate (and
+//! DRF's order, for the baseline) is checked before every task. With
+//! [`AgentMatching::WholeAgent`] a cycle offers an agent's free resources to at most one
+//! framework, as Mesos does: the whole of them, or under the deficit-counter policy possibly
+//! less (see "bounded unfairness" below); what is not offered waits for the next cycle.
+//! Offered resources are not free: a later cycle
 //! offers only what is neither used nor out on an offer, and never offers an agent again to a
 //! framework that still holds an offer on it. An [`OfferDecision`] stays out until
 //! [`Allocator::offer_answered`] (the accepted part is charged, the rest declined with a filter
@@ -68,7 +75,9 @@
 //! depend on thread timing, and the sequential cycle already meets the target (10,000 agents ×
 //! 1,000 frameworks well under 50 ms, `benches/allocator.rs`).
 
+mod fair_share;
 mod leftover;
+mod matching;
 mod policies;
 mod standalone;
 pub mod state;
@@ -77,6 +86,7 @@ mod tests;
 
 use std::collections::BTreeMap;
 
+pub use fair_share::progressive_filling;
 pub use standalone::StandaloneAllocator;
 pub use state::{
     AgentIdx, AgentRecord, AllocationState, FrameworkIdx, FrameworkRecord, RunningTask, StateError,
@@ -200,6 +210,78 @@ pub struct AllocatorConfig {
     /// The slot slot fairness counts the cluster capacity in ([`FairnessFactor::Slot`]);
     /// default one core.
     pub slot_size: ResourceVec,
+    /// How an agent's free resources are divided among frameworks in one cycle.
+    pub matching: AgentMatching,
+    /// Over which tasks η of Graphene's perfScore is averaged.
+    pub eta: EtaRule,
+    /// How a framework's share `A_k` (Carbyne's input for `T_k`) is computed.
+    pub fair_share: FairShareRule,
+    /// How yielded leftovers are redistributed.
+    pub leftover: LeftoverRule,
+}
+
+/// How one agent's free resources are divided among frameworks in one cycle.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AgentMatching {
+    /// Graphene's Fig. 8, task at a time across all frameworks: the policy picks the best
+    /// (framework, pending shape) for the agent's remaining free resources, charges one task of
+    /// it (to the projected deficits and shares, so the κ·C gate and DRF's order are checked on
+    /// every pick), and repeats until no pending task fits; each framework with picks is then
+    /// offered exactly the sum of its picks. One machine is thus shared by the best tasks of
+    /// several jobs in one round, under every policy (DRF's baseline included: DRF's
+    /// progressive filling is task at a time too). The two-level departure: the allocator picks
+    /// among the frameworks' *shapes* (their demand summaries are the scored candidate lists),
+    /// and each framework then chooses which of its tasks of those shapes to launch.
+    #[default]
+    TaskAtATime,
+    /// Mesos' rule: the whole of an agent's free resources (or, under the deficit counters, the
+    /// part up to the task that would cross κ·C) to one framework per cycle. Kept to measure
+    /// what task-at-a-time matching gains.
+    WholeAgent,
+}
+
+/// Over which tasks η of Graphene's perfScore (`priScore · pScore − η · srpt`) is averaged.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum EtaRule {
+    /// Graphene §5: η = m · avg(pScore) / avg(srpt) over all pending tasks of all jobs, taken
+    /// afresh at the start of every cycle. pScore is taken on an idle agent of each capacity
+    /// class (weighted by its agents): the score a task has before the cycle packs anything.
+    #[default]
+    AllPending,
+    /// Running averages over the candidates each decision chose (this allocator's rule before
+    /// it followed the paper), kept to measure the difference.
+    ChosenCandidates,
+}
+
+/// How a framework's share `A_k` of the cluster, Carbyne's input for `T_k` (§3.3.1, Pseudocode
+/// 1 line 10), is computed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FairShareRule {
+    /// Carbyne §3 (Pseudocode 1, `INTERJOBSCHEDULER`): DRF by progressive filling over the
+    /// frameworks with demand, each capped at its demand (what it holds plus every pending task
+    /// of its summary), weighted by its group's weight over the group's frameworks with demand
+    /// (hierarchical DRF's split). What a capped framework does not need is shared by the
+    /// others, so a small job's `A_k` is its demand and a large job's is more than an equal
+    /// split.
+    #[default]
+    ProgressiveFilling,
+    /// The group's share split evenly among its registered frameworks, whatever they need
+    /// (this allocator's rule before it followed the paper).
+    EqualSplit,
+}
+
+/// How yielded leftovers are redistributed (Carbyne §3.3.4, `LEFTOVERSCHEDULER`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LeftoverRule {
+    /// Both goals of §3.3.4: frameworks in shortest-remaining-time order each take, task at a
+    /// time, their pending tasks that pack best into what is left (Tetris' alignment), then
+    /// the next framework takes what is still left, until no pending task fits; each framework
+    /// is offered its part.
+    #[default]
+    SrtfThenPacking,
+    /// The whole leftover to the one framework with the least remaining work (this allocator's
+    /// rule before it followed the paper).
+    SrtfOnly,
 }
 
 impl Default for AllocatorConfig {
@@ -210,6 +292,10 @@ impl Default for AllocatorConfig {
             decline_filter_s: DEFAULT_DECLINE_FILTER_S,
             overbook_allowance: DEFAULT_OVERBOOK_ALLOWANCE,
             slot_size: ResourceVec::from_pairs(&[(ResourceKind::Cpus, 1.0)]),
+            matching: AgentMatching::default(),
+            eta: EtaRule::default(),
+            fair_share: FairShareRule::default(),
+            leftover: LeftoverRule::default(),
         }
     }
 }
@@ -331,6 +417,8 @@ struct Shape {
 struct Demand {
     shapes: Vec<Shape>,
     remaining_work: f64,
+    /// Graphene's `srpt_j` ([`DemandSummary::srpt`]).
+    srpt: f64,
 }
 
 impl Demand {
@@ -457,6 +545,14 @@ pub struct Allocator {
     /// Distinct agent capacities (bit patterns) with their agent counts: which task shapes can
     /// run at all.
     capacity_classes: BTreeMap<[u64; NUM_RESOURCES], (ResourceVec, usize)>,
+    /// η of the current cycle under [`EtaRule::AllPending`].
+    cycle_eta: f64,
+    /// Grows whenever a demand summary or the set of frameworks changes: the progressive-filling
+    /// shares are recomputed when it or the cycle moved on.
+    demand_epoch: u64,
+    /// The progressive-filling shares, per framework slot, with the (cycle, demand epoch) they
+    /// were computed at.
+    shares: Option<((u64, u64), Vec<ResourceVec>)>,
 }
 
 /// Beyond this many distinct machine capacities, "fits some machine" is checked against their
@@ -483,6 +579,9 @@ impl Allocator {
             eta: EtaEstimator::new(DEFAULT_ETA_MULTIPLIER),
             epsilon: EtaEstimator::new(TETRIS_EPSILON_MULTIPLIER),
             capacity_classes: BTreeMap::new(),
+            cycle_eta: 0.0,
+            demand_epoch: 0,
+            shares: None,
         })
     }
 
@@ -514,6 +613,7 @@ impl Allocator {
             return;
         }
         self.synced = Some(state.structure_version());
+        self.demand_epoch += 1;
         let agent_slots = state.agent_slots();
         if self.agents.len() < agent_slots {
             self.agents.resize_with(agent_slots, AgentSoft::default);
@@ -586,11 +686,13 @@ impl Allocator {
                 summary.pending.len()
             )));
         }
-        if !(summary.remaining_work.is_finite() && summary.remaining_work >= 0.0) {
-            return Err(malformed(format!(
-                "remaining_work {} must be finite and >= 0",
-                summary.remaining_work
-            )));
+        for (name, value) in [
+            ("remaining_work", summary.remaining_work),
+            ("srpt", summary.srpt),
+        ] {
+            if !(value.is_finite() && value >= 0.0) {
+                return Err(malformed(format!("{name} {value} must be finite and >= 0")));
+            }
         }
         let mut shapes = Vec::with_capacity(summary.pending.len());
         for pending in &summary.pending {
@@ -620,8 +722,10 @@ impl Allocator {
         let demand = Demand {
             shapes,
             remaining_work: summary.remaining_work,
+            srpt: summary.srpt,
         };
         let has_demand = demand.pending() > 0;
+        self.demand_epoch += 1;
         let soft = &mut self.frameworks[idx.get()];
         soft.demand = demand;
         soft.cycle_stamp = 0;
@@ -723,8 +827,8 @@ impl Allocator {
     /// the offer
     /// is declined (the framework is not offered this agent again for
     /// [`AllocatorConfig::decline_filter_s`]) or yielded, in which case it is redistributed at
-    /// once (Carbyne §3.3.4: least remaining work first, then best packing) and the re-offer
-    /// returned. The yielder of a regular offer takes part in that redistribution in its SRTF
+    /// once (Carbyne §3.3.4, [`AllocatorConfig::leftover`]) and the re-offers returned (one
+    /// per framework that takes part of it). The yielder of a regular offer takes part in that redistribution in its SRTF
     /// place, as every job does in Pseudocode 1's `LEFTOVERSCHEDULER`; a framework that yields a
     /// leftover offer is left out of the agent's leftovers until the next cycle.
     ///
@@ -738,7 +842,7 @@ impl Allocator {
         launched: &[ResourceVec],
         leftover: LeftoverAction,
         now_s: f64,
-    ) -> Result<Option<OfferDecision>, AllocatorError> {
+    ) -> Result<Vec<OfferDecision>, AllocatorError> {
         self.sync(state);
         let a = state.agent_idx(agent)?;
         let f = state.framework_idx(framework)?;
@@ -791,7 +895,7 @@ impl Allocator {
             .saturating_sub(&total)
             .min(&self.unoffered_free(state, a));
         if remainder.is_zero() {
-            return Ok(None);
+            return Ok(Vec::new());
         }
         match leftover {
             LeftoverAction::Decline => {
@@ -801,7 +905,7 @@ impl Allocator {
                     Some(entry) => entry.1 = entry.1.max(until),
                     None => filters.push((f, until)),
                 }
-                Ok(None)
+                Ok(Vec::new())
             }
             LeftoverAction::Yield => {
                 // A framework that yields a *regular* offer stays a candidate for the leftover,
@@ -816,7 +920,15 @@ impl Allocator {
                         yielders.push(f);
                     }
                 }
-                Ok(self.redistribute(state, a, remainder, now_s))
+                Ok(match self.config.leftover {
+                    LeftoverRule::SrtfOnly => self
+                        .redistribute(state, a, remainder, now_s)
+                        .into_iter()
+                        .collect(),
+                    LeftoverRule::SrtfThenPacking => {
+                        self.redistribute_in_parts(state, a, remainder, now_s)
+                    }
+                })
             }
         }
     }
@@ -884,19 +996,28 @@ impl Allocator {
         }
     }
 
-    /// The resources `framework` would hold under its group's fair share split evenly among the
-    /// group's registered frameworks: Carbyne's input for T_k (§3.3.1).
+    /// The share `A_k` of the cluster `framework` would hold under the inter-job fairness rule,
+    /// Carbyne's input for `T_k` (§3.3.1; [`AllocatorConfig::fair_share`]).
     pub fn fair_share(
-        &self,
+        &mut self,
         state: &AllocationState,
         framework: &FrameworkId,
     ) -> Result<ResourceVec, AllocatorError> {
+        self.sync(state);
         let record = state
             .framework_by_id(framework)
             .ok_or_else(|| StateError::UnknownFramework(framework.clone()))?;
-        let group = state.deficits().group(record.group);
-        let members = group.frameworks.max(1) as f64;
-        Ok(state.capacity().scale(group.share / members))
+        match self.config.fair_share {
+            FairShareRule::EqualSplit => {
+                let group = state.deficits().group(record.group);
+                let members = group.frameworks.max(1) as f64;
+                Ok(state.capacity().scale(group.share / members))
+            }
+            FairShareRule::ProgressiveFilling => {
+                let idx = state.framework_idx(framework)?;
+                Ok(self.progressive_share(state, idx))
+            }
+        }
     }
 
     /// κ·C in the deficit factor's unit, under [`InterJobPolicy::DeficitCounters`].
@@ -938,7 +1059,10 @@ impl Allocator {
 
     /// The current η of Graphene's perfScore.
     pub fn eta(&self) -> f64 {
-        self.eta.eta()
+        match self.config.eta {
+            EtaRule::AllPending => self.cycle_eta,
+            EtaRule::ChosenCandidates => self.eta.eta(),
+        }
     }
 
     // -----------------------------------------------------------------------------------------

@@ -37,6 +37,16 @@ pub(super) struct Choice {
 // The unrolled kernel `dot` below assumes five resource kinds.
 const _: () = assert!(NUM_RESOURCES == 5);
 
+/// A policy's choice for an agent ([`Allocator::choose`]).
+pub(super) struct Chosen {
+    pub(super) choice: Choice,
+    /// What may be offered at most.
+    pub(super) limit: ResourceVec,
+    /// Under the deficit counters, the factor an offer may charge before another group reaches
+    /// κ·C (infinite otherwise).
+    pub(super) headroom: f64,
+}
+
 /// A candidate in a cycle's ordered set: ascending, so the first is the best.
 type Ranked = (OrdF64, u64, FrameworkIdx);
 
@@ -62,8 +72,11 @@ pub(super) struct CycleIndex {
 }
 
 /// An agent as the scorers see it.
-struct AgentView {
+pub(super) struct AgentView {
     free: ResourceVec,
+    /// What overbooking scores are computed against: `free`, or within a task-at-a-time match
+    /// what is left after earlier picks, below zero on a fungible kind they overbooked.
+    overbook_free: ResourceVec,
     total: ResourceVec,
     /// `free_k / total_k²` (0 where the agent lacks the kind): the packing score of a fitting
     /// demand `d` is then `d · weights`, the same value as
@@ -72,7 +85,7 @@ struct AgentView {
 }
 
 impl AgentView {
-    fn new(free: ResourceVec, total: ResourceVec) -> AgentView {
+    pub(super) fn new(free: ResourceVec, total: ResourceVec) -> AgentView {
         let mut weights = ResourceVec::ZERO;
         for k in ResourceKind::ALL {
             if total[k] > EPSILON {
@@ -81,9 +94,16 @@ impl AgentView {
         }
         AgentView {
             free,
+            overbook_free: free,
             total,
             weights,
         }
+    }
+
+    /// The same view, with overbooking scored against `available` (see `overbook_free`).
+    pub(super) fn overbooking_against(mut self, available: ResourceVec) -> AgentView {
+        self.overbook_free = available;
+        self
     }
 
     #[inline]
@@ -93,7 +113,7 @@ impl AgentView {
 }
 
 /// Frameworks an agent must not be offered to now.
-struct Exclusions(Vec<FrameworkIdx>);
+pub(super) struct Exclusions(Vec<FrameworkIdx>);
 
 impl Exclusions {
     fn contains(&self, f: FrameworkIdx) -> bool {
@@ -126,7 +146,13 @@ impl Allocator {
         }
         let policy = self.config.policy;
         let srpt_weight = match policy {
-            InterJobPolicy::DeficitCounters { .. } => self.eta.eta(),
+            InterJobPolicy::DeficitCounters { .. } => match self.config.eta {
+                EtaRule::AllPending => {
+                    self.cycle_eta = self.eta_over_pending(state);
+                    self.cycle_eta
+                }
+                EtaRule::ChosenCandidates => self.eta.eta(),
+            },
             InterJobPolicy::Tetris => self.epsilon.eta(),
             _ => 0.0,
         };
@@ -182,9 +208,10 @@ impl Allocator {
             return None;
         }
         let rw = soft.demand.remaining_work;
+        let srpt = soft.demand.srpt;
         Some(match policy {
             InterJobPolicy::DeficitCounters { .. } => {
-                -(score_bound(soft, &index.min_capacity, true) - index.srpt_weight * rw)
+                -(score_bound(soft, &index.min_capacity, true) - index.srpt_weight * srpt)
             }
             InterJobPolicy::Tetris => {
                 -(score_bound(soft, &index.min_capacity, false) - index.srpt_weight * rw)
@@ -196,7 +223,12 @@ impl Allocator {
     }
 
     /// (Re)places `f` in its cycle set after its projected work or share changed.
-    fn relist(&mut self, state: &AllocationState, index: &mut CycleIndex, f: FrameworkIdx) {
+    pub(super) fn relist(
+        &mut self,
+        state: &AllocationState,
+        index: &mut CycleIndex,
+        f: FrameworkIdx,
+    ) {
         let Some((group, registration)) =
             state.framework(f).map(|r| (r.group.get(), r.registration))
         else {
@@ -255,18 +287,25 @@ impl Allocator {
                 continue;
             }
             let exclusions = self.exclusions(a, now_s, false);
-            let view = AgentView::new(free, total);
-            if let Some(decision) =
-                self.decide(state, a, &view, &exclusions, index, OfferKind::Regular)
-            {
-                out.push(decision);
+            match self.config.matching {
+                AgentMatching::TaskAtATime => {
+                    self.match_agent(state, a, free, total, &exclusions, index, out);
+                }
+                AgentMatching::WholeAgent => {
+                    let view = AgentView::new(free, total);
+                    if let Some(decision) =
+                        self.decide(state, a, &view, &exclusions, index, OfferKind::Regular)
+                    {
+                        out.push(decision);
+                    }
+                }
             }
         }
     }
 
     /// Quick rejection: can the agent hold the component-wise smallest pending shape (or, when
     /// overbooking is allowed, its non-fungible part)?
-    fn could_fit_any(
+    pub(super) fn could_fit_any(
         &self,
         index: &CycleIndex,
         free: &ResourceVec,
@@ -312,22 +351,51 @@ impl Allocator {
         index: &mut CycleIndex,
         kind: OfferKind,
     ) -> Option<OfferDecision> {
+        let chosen = self.choose(state, view, exclusions, index)?;
+        Some(self.make_offer(
+            state,
+            a,
+            chosen.choice,
+            chosen.limit,
+            chosen.headroom,
+            kind,
+            Some(index),
+        ))
+    }
+
+    /// The configured policy's choice for an agent seen as `view`: the framework and pending
+    /// shape, what may be offered (the free resources, cut to a capacity-scheduler queue's
+    /// room), and under the deficit counters the headroom before another group reaches κ·C.
+    pub(super) fn choose(
+        &mut self,
+        state: &AllocationState,
+        view: &AgentView,
+        exclusions: &Exclusions,
+        index: &CycleIndex,
+    ) -> Option<Chosen> {
         let free = view.free;
+        let unbounded = |choice: Choice, limit: ResourceVec| Chosen {
+            choice,
+            limit,
+            headroom: f64::INFINITY,
+        };
         match self.config.policy {
             InterJobPolicy::DeficitCounters { kappa, .. } => {
                 let projected = self.projected_deficits(state);
                 let threshold = kappa * state.capacity_units();
                 let choice =
                     self.choose_deficit(state, view, exclusions, index, &projected, threshold)?;
-                self.eta.observe(
-                    choice.p_score,
-                    self.frameworks[choice.framework.get()]
-                        .demand
-                        .remaining_work,
-                );
+                if self.config.eta == EtaRule::ChosenCandidates {
+                    let srpt = self.frameworks[choice.framework.get()].demand.srpt;
+                    self.eta.observe(choice.p_score, srpt);
+                }
                 let group = state.framework(choice.framework)?.group;
                 let headroom = self.headroom(state, group, &projected, threshold, &index.runnable);
-                Some(self.make_offer(state, a, choice, free, headroom, kind, Some(index)))
+                Some(Chosen {
+                    choice,
+                    limit: free,
+                    headroom,
+                })
             }
             InterJobPolicy::Tetris => {
                 let choice = self.best_in_list(
@@ -345,20 +413,20 @@ impl Allocator {
                         .demand
                         .remaining_work,
                 );
-                Some(self.make_offer(state, a, choice, free, f64::INFINITY, kind, Some(index)))
+                Some(unbounded(choice, free))
             }
             InterJobPolicy::Fifo | InterJobPolicy::Sjf => {
                 let choice = self.first_fit_in_list(index.lists.first()?, &free, exclusions)?;
-                Some(self.make_offer(state, a, choice, free, f64::INFINITY, kind, Some(index)))
+                Some(unbounded(choice, free))
             }
             InterJobPolicy::CapacityScheduler { max_capacity } => {
                 let (choice, limit) =
                     self.choose_capacity(state, &free, exclusions, index, max_capacity)?;
-                Some(self.make_offer(state, a, choice, limit, f64::INFINITY, kind, Some(index)))
+                Some(unbounded(choice, limit))
             }
             InterJobPolicy::Drf => {
                 let choice = self.choose_drf(state, &free, exclusions, index)?;
-                Some(self.make_offer(state, a, choice, free, f64::INFINITY, kind, Some(index)))
+                Some(unbounded(choice, free))
             }
         }
     }
@@ -560,7 +628,13 @@ impl Allocator {
             if soft.cycle_pending == 0 || !soft.counted {
                 continue;
             }
-            let srpt_term = srpt_weight * soft.demand.remaining_work;
+            // Graphene's srpt_j for its perfScore; Tetris weighs the remaining work.
+            let work = if with_priority {
+                soft.demand.srpt
+            } else {
+                soft.demand.remaining_work
+            };
+            let srpt_term = srpt_weight * work;
             if mode == FitMode::Strict {
                 if !fits(&soft.cycle_min, &view.free) {
                     continue;
@@ -599,9 +673,13 @@ impl Allocator {
                         (p, score)
                     }
                     FitMode::Overbook => {
-                        let o =
-                            overbooking_score(&view.free, &shape.demand, &view.total, allowance);
-                        match PerfScore::new(pri, 0.0, o, srpt_weight, soft.demand.remaining_work) {
+                        let o = overbooking_score(
+                            &view.overbook_free,
+                            &shape.demand,
+                            &view.total,
+                            allowance,
+                        );
+                        match PerfScore::new(pri, 0.0, o, srpt_weight, work) {
                             Some(score) => (o, score),
                             None => continue,
                         }

@@ -27,6 +27,7 @@ use crate::resources::ResourceVec;
 /// let demand = DemandSummary {
 ///     pending: vec![PendingDemand { resources: Resources::from(task), count: 3, pri_score: 1.0 }],
 ///     remaining_work: 3.0,
+///     srpt: 3.0,
 /// };
 /// allocator.update_demand(&"etl".into(), &demand)?;
 /// // One cycle: the only framework with demand is offered the agent's free resources.
@@ -176,7 +177,7 @@ impl StandaloneAllocator {
         launched: &[ResourceVec],
         leftover: LeftoverAction,
         now_s: f64,
-    ) -> Result<Option<OfferDecision>, AllocatorError> {
+    ) -> Result<Vec<OfferDecision>, AllocatorError> {
         let reoffer = self.allocator.offer_answered(
             &self.state,
             agent,
@@ -228,7 +229,7 @@ impl StandaloneAllocator {
     }
 
     /// See [`Allocator::fair_share`].
-    pub fn fair_share(&self, framework: &FrameworkId) -> Result<ResourceVec, AllocatorError> {
+    pub fn fair_share(&mut self, framework: &FrameworkId) -> Result<ResourceVec, AllocatorError> {
         self.allocator.fair_share(&self.state, framework)
     }
 

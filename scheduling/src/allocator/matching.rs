@@ -1,0 +1,219 @@
+//! Task-at-a-time matching of one agent across frameworks ([`AgentMatching::TaskAtATime`]):
+//! Graphene's Fig. 8 loop, run by the allocator over the frameworks' demand summaries.
+//!
+//! Fig. 8 fills a machine one task at a time: it scores every pending task of every job, passes
+//! the best through the κ·C gate, charges it to the deficit counters, reduces the machine's
+//! available resources, and repeats until nothing fits. In a two-level design the allocator
+//! does not know the tasks, only each framework's pending shapes with their counts and best
+//! priScore; these are the scored candidates. So the loop here picks the best (framework,
+//! shape) under the configured policy for what is left of the agent, charges one task of it to
+//! the cycle's projection (pending counts, the group's projected deficit, the framework's and
+//! group's offered resources, which DRF's order reads), and repeats. Each framework with picks
+//! is then offered exactly the sum of its picks, and its own matcher chooses which of its tasks
+//! of those shapes to launch there. The policy's rule is applied before every task, so DRF's
+//! baseline also shares a machine the way progressive filling does, and the deficit bound
+//! holds per task without the offer caps of [`AgentMatching::WholeAgent`].
+
+use crate::fit::fits;
+use crate::scoring::packing_score;
+
+use super::policies::{AgentView, CycleIndex, Exclusions};
+use super::*;
+
+/// The picks of one framework on the agent being matched.
+#[derive(Clone, Debug)]
+pub(super) struct Part {
+    framework: FrameworkIdx,
+    group: GroupIdx,
+    /// Σ demand of the picked tasks.
+    demand: ResourceVec,
+    /// Σ fairness factor of the picked tasks (the offer's expected charge).
+    charge: f64,
+}
+
+/// The parts of one agent, in the order frameworks were first picked.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Parts(Vec<Part>);
+
+impl Allocator {
+    /// Fills agent `a` (with `free` unoffered, of `total`) task at a time under the configured
+    /// policy and pushes one regular offer per framework picked.
+    #[allow(clippy::too_many_arguments)] // the state is passed in, not held (see `Allocator`)
+    pub(super) fn match_agent(
+        &mut self,
+        state: &AllocationState,
+        a: AgentIdx,
+        free: ResourceVec,
+        total: ResourceVec,
+        exclusions: &Exclusions,
+        index: &mut CycleIndex,
+        out: &mut Vec<OfferDecision>,
+    ) {
+        let overbook = matches!(self.config.policy, InterJobPolicy::DeficitCounters { .. });
+        let allowance = Overbooking(self.config.overbook_allowance);
+        // Below zero on a fungible kind once a pick overbooked it.
+        let mut available = free;
+        let mut parts = Parts::default();
+        loop {
+            let floor = available.max(&ResourceVec::ZERO);
+            if !self.could_fit_any(index, &floor, &total, overbook) {
+                break;
+            }
+            let view = AgentView::new(floor, total).overbooking_against(available);
+            let Some(chosen) = self.choose(state, &view, exclusions, index) else {
+                break;
+            };
+            let choice = chosen.choice;
+            let f = choice.framework;
+            let Some(demand) = self.frameworks[f.get()]
+                .demand
+                .shapes
+                .get(choice.shape)
+                .map(|s| s.demand)
+            else {
+                break;
+            };
+            let admissible = if choice.overbook {
+                allowance.admits(&(total - available + demand), &total)
+            } else {
+                fits(&demand, &chosen.limit)
+            };
+            if !admissible {
+                break;
+            }
+            self.take_one(state, f, choice.shape, &mut parts);
+            available -= demand;
+            self.relist(state, index, f);
+        }
+        self.offer_parts(state, a, free, parts, OfferKind::Regular, out);
+    }
+
+    /// Charges one task of `f`'s pending `shape` to the cycle's projection and to `parts`.
+    pub(super) fn take_one(
+        &mut self,
+        state: &AllocationState,
+        f: FrameworkIdx,
+        shape: usize,
+        parts: &mut Parts,
+    ) {
+        let factor_kind = state.deficits().factor();
+        let capacity = state.capacity();
+        let group = state.framework(f).map_or(GroupIdx(0), |r| r.group);
+        let soft = self.cycle_counts(f);
+        let Some(demand) = soft.demand.shapes.get(shape).map(|s| s.demand) else {
+            return;
+        };
+        if soft.cycle_counts[shape] == 0 {
+            return;
+        }
+        soft.cycle_counts[shape] -= 1;
+        soft.cycle_pending = soft.cycle_pending.saturating_sub(1);
+        soft.refresh_envelopes();
+        soft.offered += demand;
+        let charge = factor_kind.of(&demand, &capacity);
+        if let Some(group_soft) = self.groups.get_mut(group.get()) {
+            group_soft.offered += demand;
+            group_soft.inflight += charge;
+        }
+        self.inflight_total += charge;
+        match parts.0.iter_mut().find(|p| p.framework == f) {
+            Some(part) => {
+                part.demand += demand;
+                part.charge += charge;
+            }
+            None => parts.0.push(Part {
+                framework: f,
+                group,
+                demand,
+                charge,
+            }),
+        }
+    }
+
+    /// Turns the parts of agent `a` into offers: each framework is offered the sum of its picks,
+    /// cut to what is still free of `free` (an overbooking pick asks for more of a fungible
+    /// kind than is free; the wire carries no negative amounts). The framework's and group's
+    /// offered resources, charged per pick, are corrected to what the offer holds.
+    pub(super) fn offer_parts(
+        &mut self,
+        state: &AllocationState,
+        a: AgentIdx,
+        free: ResourceVec,
+        parts: Parts,
+        kind: OfferKind,
+        out: &mut Vec<OfferDecision>,
+    ) {
+        let Some(agent_id) = state.agent(a).map(|r| r.id.clone()) else {
+            return;
+        };
+        let mut left = free;
+        for part in parts.0 {
+            let resources = part.demand.min(&left);
+            left = left.saturating_sub(&resources);
+            let fw = &mut self.frameworks[part.framework.get()];
+            fw.offered = fw.offered.saturating_sub(&part.demand) + resources;
+            if let Some(group) = self.groups.get_mut(part.group.get()) {
+                group.offered = group.offered.saturating_sub(&part.demand) + resources;
+            }
+            let soft = &mut self.agents[a.get()];
+            soft.offered += resources;
+            soft.offers.push(OutstandingOffer {
+                framework: part.framework,
+                group: part.group,
+                resources,
+                kind,
+                expected_charge: part.charge,
+            });
+            let Some(framework) = state.framework(part.framework).map(|r| r.id.clone()) else {
+                continue;
+            };
+            out.push(OfferDecision {
+                agent: agent_id.clone(),
+                framework,
+                resources,
+                kind,
+            });
+        }
+    }
+
+    /// η of Graphene's perfScore over every pending task of every framework with demand
+    /// ([`EtaRule::AllPending`]): `m · avg(pScore) / avg(srpt)`, with each task's pScore taken on
+    /// an idle agent of each capacity class, weighted by the class's agents, and its job's srpt.
+    /// 0 while either average is 0.
+    pub(super) fn eta_over_pending(&self, state: &AllocationState) -> f64 {
+        let classes: Vec<(ResourceVec, usize)> = self
+            .capacity_classes
+            .values()
+            .take(MAX_CAPACITY_CLASSES)
+            .copied()
+            .collect();
+        let agents: usize = classes.iter().map(|(_, n)| n).sum();
+        if agents == 0 {
+            return 0.0;
+        }
+        let (mut tasks, mut p_sum, mut srpt_sum) = (0.0, 0.0, 0.0);
+        for (f, _) in state.frameworks() {
+            let soft = &self.frameworks[f.get()];
+            if !soft.counted {
+                continue;
+            }
+            for shape in &soft.demand.shapes {
+                let n = f64::from(shape.count);
+                let p: f64 = classes
+                    .iter()
+                    .map(|(capacity, count)| {
+                        *count as f64 * packing_score(capacity, &shape.demand, capacity, 1.0)
+                    })
+                    .sum::<f64>()
+                    / agents as f64;
+                tasks += n;
+                p_sum += n * p;
+                srpt_sum += n * soft.demand.srpt;
+            }
+        }
+        if tasks == 0.0 || p_sum <= 0.0 || srpt_sum <= 0.0 {
+            return 0.0;
+        }
+        DEFAULT_ETA_MULTIPLIER * (p_sum / tasks) / (srpt_sum / tasks)
+    }
+}
