@@ -6,9 +6,10 @@
 //! [`Allocator`](fullerene_scheduling::allocator::Allocator) (with a state of its own, [`StandaloneAllocator`](fullerene_scheduling::allocator::StandaloneAllocator)) offers machines' free resources to the
 //! frameworks, whose [`JobPolicy`](fullerene_sdk::policy::JobPolicy) answers with bundles of
 //! tasks or yields; tasks run for their durations (longer on an overbooked link), and their
-//! completions free resources. The same inputs give the same output, byte for byte: time is
-//! virtual, ties are broken by creation order, randomness comes from the seed, and nothing in
-//! the output depends on hash-map order or thread scheduling.
+//! completions free resources. The same inputs give the same output, byte for byte, but for the
+//! wall-clock speed figures ([`SimSpeed`]): time is virtual, ties are broken by creation order,
+//! randomness comes from the seed, and nothing else in the output depends on hash-map order or
+//! thread scheduling.
 //!
 //! - [`config`], [`arrivals`], [`workload`]: the scenario (`fullerene sim`'s flags).
 //! - [`runner`]: [`run`] one policy, [`compare`] several on identical arrivals, [`plan_jobs`].
@@ -38,6 +39,6 @@ pub use fullerene_sdk::policy::PolicyKind;
 pub use metrics::{FairnessSummary, UtilizationTimeline};
 pub use plot::{plot_jct_cdf, plot_utilization};
 pub use policies::{allocator_policy, parse_policy_list};
-pub use report::{attach_ratios, render_table, JobResult, Ratios, Scenario, SimReport};
+pub use report::{attach_ratios, render_table, JobResult, Ratios, Scenario, SimReport, SimSpeed};
 pub use runner::{compare, plan_jobs, run, simulate, PlanSet, Progress, ProgressFn, SimOutcome};
 pub use workload::{job_sources, prepare_jobs, JobOrder, JobOrderError, SimJob};

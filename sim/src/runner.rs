@@ -1,6 +1,7 @@
 //! The entry points: plan, run one policy, compare several on identical arrivals.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
 
 use fullerene_sdk::planner::{plan, Plan, PlanCluster, PlannerConfig};
 use fullerene_sdk::policy::PolicyKind;
@@ -11,7 +12,7 @@ use crate::config::SimConfig;
 use crate::engine::{Engine, RunStats, TaskRecord};
 use crate::error::SimError;
 use crate::metrics::{JctStats, JAIN_WINDOWS_S};
-use crate::report::{attach_ratios, JobResult, Scenario, SimReport};
+use crate::report::{attach_ratios, JobResult, Scenario, SimReport, SimSpeed};
 use crate::workload::{prepare_jobs, SimJob};
 
 /// What a run reports while it goes, for a progress bar.
@@ -185,9 +186,17 @@ fn simulate_prepared(
     plans: &[Option<Plan>],
     progress: Option<&ProgressFn<'_>>,
 ) -> Result<SimOutcome, SimError> {
+    let started = Instant::now();
     let engine = Engine::new(config, policy, file_jobs, jobs, plans, progress)?;
     let output = engine.run()?;
-    let report = build_report(policy, config, jobs, &output.finish_s, &output.recorder);
+    let speed = SimSpeed::new(
+        started.elapsed().as_secs_f64(),
+        jobs.len(),
+        output.stats.tasks,
+        output.stats.events,
+    );
+    let mut report = build_report(policy, config, jobs, &output.finish_s, &output.recorder);
+    report.speed = speed;
     Ok(SimOutcome {
         report,
         jobs: jobs.to_vec(),
@@ -288,6 +297,7 @@ fn build_report(
         median_jct_s: stats.median,
         p95_jct_s: stats.p95,
         makespan_s,
+        mean_jobs_in_system: recorder.mean_jobs_in_system(),
         jain_10s_mean: f10.mean,
         jain_10s_min: f10.min,
         jain_60s_mean: f60.mean,
@@ -298,5 +308,6 @@ fn build_report(
         utilization_timeline: recorder.utilization_timeline(),
         jobs: results,
         ratios: None,
+        speed: SimSpeed::default(),
     }
 }
