@@ -123,6 +123,12 @@ fn real_main() -> Result<(), Box<dyn std::error::Error>> {
                 jobs_total,
                 now_s,
             } => eprintln!("  {policy}: {jobs_done}/{jobs_total} jobs done at t={now_s:.0}s"),
+            Progress::Comparison {
+                started,
+                total,
+                seed,
+                machines,
+            } => eprintln!("  comparison {started}/{total}: seed {seed}, {machines} machines"),
         }
     };
 

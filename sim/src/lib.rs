@@ -14,8 +14,10 @@
 //! - [`config`], [`arrivals`], [`workload`]: the scenario (`fullerene sim`'s flags).
 //! - [`runner`]: [`run`] one policy, [`compare`] several on identical arrivals, [`plan_jobs`].
 //! - [`engine`]: the event loop, with `framework` (private): one simulated framework.
-//! - [`metrics`], [`report`], [`plot`]: JCTs, makespan, Jain's index, utilisation; the
-//!   JSON report, the table, the SVG plots.
+//! - [`study`]: [`compare_seeds`] runs a comparison over several seeds and aggregates it,
+//!   [`sweep_machines`] does so at several cluster sizes (load levels).
+//! - [`metrics`], [`report`], [`plot`]: JCTs, makespan, Jain's index, utilisation, jobs in the
+//!   system; the JSON report, the tables, the SVG plots.
 
 #![warn(missing_docs)]
 
@@ -29,6 +31,7 @@ pub mod plot;
 pub mod policies;
 pub mod report;
 pub mod runner;
+pub mod study;
 pub mod workload;
 
 pub use arrivals::{ArrivalSpec, ArrivalSpecError};
@@ -41,4 +44,8 @@ pub use plot::{plot_jct_cdf, plot_utilization};
 pub use policies::{allocator_policy, parse_policy_list};
 pub use report::{attach_ratios, render_table, JobResult, Ratios, Scenario, SimReport, SimSpeed};
 pub use runner::{compare, plan_jobs, run, simulate, PlanSet, Progress, ProgressFn, SimOutcome};
+pub use study::{
+    compare_seeds, consecutive_seeds, render_seed_table, render_sweep, sweep_machines, LoadSweep,
+    PolicySeeds, SeedStudy, Spread,
+};
 pub use workload::{job_sources, prepare_jobs, JobOrder, JobOrderError, SimJob};

@@ -117,8 +117,31 @@ impl SimSpeed {
     /// One line for under a table: `runs` runs' totals and rates.
     pub fn summary_line(&self, runs: usize) -> String {
         format!(
-            "simulator speed: {runs} run(s), {} jobs, {} tasks in {:.2} s of run wall-clock time: {:.1} jobs/s, {:.0} tasks/s per run (parallel runs share the cores)",
+            "simulator speed: {runs} run(s), {} jobs, {} tasks in {:.3} s of run wall-clock time: {:.1} jobs/s, {:.0} tasks/s per run (parallel runs share the cores)",
             self.jobs, self.tasks, self.wall_s, self.jobs_per_s, self.tasks_per_s
+        )
+    }
+}
+
+impl Scenario {
+    /// The cluster, as `N machines × CAPACITY` (for titles and table headings).
+    pub fn cluster(&self) -> String {
+        let plural = if self.machines == 1 { "" } else { "s" };
+        format!("{} machine{plural} × {}", self.machines, self.machine)
+    }
+
+    /// Everything but the seed and the cluster, in one line: jobs, their order, the arrivals
+    /// and the groups.
+    pub fn workload_line(&self) -> String {
+        let order = if self.job_order.is_empty() {
+            String::new()
+        } else {
+            format!(" ({} order)", self.job_order)
+        };
+        let plural = if self.groups == 1 { "" } else { "s" };
+        format!(
+            "{} jobs{order}, arrivals {}, {} group{plural}",
+            self.jobs, self.arrivals, self.groups
         )
     }
 }
@@ -436,7 +459,7 @@ mod tests {
         let table = render_table(&reports, None);
         let last = table.lines().last().unwrap();
         assert!(
-            last.starts_with("simulator speed: 2 run(s), 20 jobs, 2500 tasks in 2.50 s"),
+            last.starts_with("simulator speed: 2 run(s), 20 jobs, 2500 tasks in 2.500 s"),
             "{table}"
         );
         assert!(last.contains("8.0 jobs/s, 1000 tasks/s"), "{table}");
