@@ -40,7 +40,9 @@ pub use engine::{RunStats, TaskRecord};
 pub use error::SimError;
 pub use fullerene_sdk::policy::PolicyKind;
 pub use metrics::{FairnessSummary, UtilizationTimeline};
-pub use plot::{plot_jct_cdf, plot_utilization};
+pub use plot::{
+    plot_gain_vs_load, plot_jct_cdf, plot_seed_jct_cdf, plot_utilization, workload_name,
+};
 pub use policies::{allocator_policy, parse_policy_list};
 pub use report::{attach_ratios, render_table, JobResult, Ratios, Scenario, SimReport, SimSpeed};
 pub use runner::{compare, plan_jobs, run, simulate, PlanSet, Progress, ProgressFn, SimOutcome};
