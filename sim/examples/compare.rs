@@ -10,10 +10,14 @@
 //!     [--groups 2] [--seed 1] \
 //!     [--arrivals poisson:25] [--compare graphene+carbyne,graphene,...] [--baseline drf] \
 //!     [--overbook 0.25] [--kappa 0.1] [--timing] \
+//!     [--seeds N] [--sweep-machines 2,3,4,6] [--plot-gain FILE.svg] \
 //!     [--json FILE] [--plot FILE.svg] [--utilization-plot FILE.svg]
 //! ```
 //!
-//! Wall-clock times of planning and of each run are printed on stderr.
+//! With `--seeds N` (N > 1) the comparison runs on seeds `--seed`, `--seed`+1, … and prints
+//! the seed table; `--sweep-machines` runs that at each machine count and `--plot-gain` draws
+//! the speedup over the baseline against the load. Wall-clock times of planning and of each run
+//! are printed on stderr.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -22,8 +26,10 @@ use std::time::Instant;
 
 use fullerene_sdk::read_workload;
 use fullerene_sim::{
-    compare, parse_policy_list, plan_jobs, plot_jct_cdf, plot_utilization, render_table, simulate,
-    JobOrder, PolicyKind, Progress, SimConfig,
+    compare, compare_seeds, consecutive_seeds, parse_policy_list, plan_jobs, plot_gain_vs_load,
+    plot_jct_cdf, plot_seed_jct_cdf, plot_utilization, render_seed_table, render_sweep,
+    render_table, simulate, sweep_machines, workload_name, JobOrder, PolicyKind, Progress,
+    SimConfig,
 };
 
 struct Args {
@@ -35,6 +41,9 @@ struct Args {
     plot: Option<PathBuf>,
     utilization_plot: Option<PathBuf>,
     timing: bool,
+    seeds: usize,
+    sweep: Option<Vec<usize>>,
+    plot_gain: Option<PathBuf>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -55,6 +64,9 @@ fn parse_args() -> Result<Args, String> {
         plot: None,
         utilization_plot: None,
         timing: false,
+        seeds: 1,
+        sweep: None,
+        plot_gain: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -87,6 +99,16 @@ fn parse_args() -> Result<Args, String> {
             "--json" => args.json = Some(PathBuf::from(value)),
             "--plot" => args.plot = Some(PathBuf::from(value)),
             "--utilization-plot" => args.utilization_plot = Some(PathBuf::from(value)),
+            "--seeds" => args.seeds = number(&value)? as usize,
+            "--sweep-machines" => {
+                args.sweep = Some(
+                    value
+                        .split(',')
+                        .map(|m| number(m.trim()).map(|m| m as usize))
+                        .collect::<Result<_, _>>()?,
+                );
+            }
+            "--plot-gain" => args.plot_gain = Some(PathBuf::from(value)),
             other => return Err(format!("unknown flag {other}")),
         }
     }
@@ -123,6 +145,12 @@ fn real_main() -> Result<(), Box<dyn std::error::Error>> {
                 jobs_total,
                 now_s,
             } => eprintln!("  {policy}: {jobs_done}/{jobs_total} jobs done at t={now_s:.0}s"),
+            Progress::Comparison {
+                started,
+                total,
+                seed,
+                machines,
+            } => eprintln!("  comparison {started}/{total}: seed {seed}, {machines} machines"),
         }
     };
 
@@ -142,6 +170,55 @@ fn real_main() -> Result<(), Box<dyn std::error::Error>> {
                 outcome.stats.allocation_cycles,
                 outcome.report.avg_jct_s
             );
+        }
+        return Ok(());
+    }
+
+    let workload = workload_name(&args.workload);
+    if let Some(counts) = &args.sweep {
+        let seeds = consecutive_seeds(args.config.seed, args.seeds)?;
+        let start = Instant::now();
+        let sweep = sweep_machines(
+            &file_jobs,
+            &args.config,
+            counts,
+            &seeds,
+            &args.policies,
+            args.baseline,
+            Some(&progress),
+        )?;
+        eprintln!("sweep: {:.2}s wall", start.elapsed().as_secs_f64());
+        print!("{}", render_sweep(&sweep));
+        if let Some(path) = &args.json {
+            std::fs::write(path, serde_json::to_vec_pretty(&sweep)?)?;
+        }
+        if let (Some(path), Some(base)) = (&args.plot_gain, args.baseline) {
+            plot_gain_vs_load(&sweep, base.name(), &workload, path)?;
+        }
+        return Ok(());
+    }
+    if args.seeds > 1 {
+        let seeds = consecutive_seeds(args.config.seed, args.seeds)?;
+        let start = Instant::now();
+        let study = compare_seeds(
+            &file_jobs,
+            &args.config,
+            &seeds,
+            &args.policies,
+            args.baseline,
+            Some(&progress),
+        )?;
+        eprintln!(
+            "{} seeds: {:.2}s wall",
+            seeds.len(),
+            start.elapsed().as_secs_f64()
+        );
+        print!("{}", render_seed_table(&study));
+        if let Some(path) = &args.json {
+            std::fs::write(path, serde_json::to_vec_pretty(&study)?)?;
+        }
+        if let Some(path) = &args.plot {
+            plot_seed_jct_cdf(&study, &workload, path)?;
         }
         return Ok(());
     }
@@ -172,7 +249,7 @@ fn real_main() -> Result<(), Box<dyn std::error::Error>> {
         std::fs::write(path, serde_json::to_vec_pretty(&reports)?)?;
     }
     if let Some(path) = &args.plot {
-        plot_jct_cdf(&reports, path)?;
+        plot_jct_cdf(&reports, &workload, path)?;
     }
     if let (Some(path), Some(first)) = (&args.utilization_plot, reports.first()) {
         plot_utilization(first, path)?;

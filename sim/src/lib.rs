@@ -6,15 +6,18 @@
 //! [`Allocator`](fullerene_scheduling::allocator::Allocator) (with a state of its own, [`StandaloneAllocator`](fullerene_scheduling::allocator::StandaloneAllocator)) offers machines' free resources to the
 //! frameworks, whose [`JobPolicy`](fullerene_sdk::policy::JobPolicy) answers with bundles of
 //! tasks or yields; tasks run for their durations (longer on an overbooked link), and their
-//! completions free resources. The same inputs give the same output, byte for byte: time is
-//! virtual, ties are broken by creation order, randomness comes from the seed, and nothing in
-//! the output depends on hash-map order or thread scheduling.
+//! completions free resources. The same inputs give the same output, byte for byte, but for the
+//! wall-clock speed figures ([`SimSpeed`]): time is virtual, ties are broken by creation order,
+//! randomness comes from the seed, and nothing else in the output depends on hash-map order or
+//! thread scheduling.
 //!
 //! - [`config`], [`arrivals`], [`workload`]: the scenario (`fullerene sim`'s flags).
 //! - [`runner`]: [`run`] one policy, [`compare`] several on identical arrivals, [`plan_jobs`].
 //! - [`engine`]: the event loop, with `framework` (private): one simulated framework.
-//! - [`metrics`], [`report`], [`plot`]: JCTs, makespan, Jain's index, utilisation; the
-//!   JSON report, the table, the SVG plots.
+//! - [`study`]: [`compare_seeds`] runs a comparison over several seeds and aggregates it,
+//!   [`sweep_machines`] does so at several cluster sizes (load levels).
+//! - [`metrics`], [`report`], [`plot`]: JCTs, makespan, Jain's index, utilisation, jobs in the
+//!   system; the JSON report, the tables, the SVG plots.
 
 #![warn(missing_docs)]
 
@@ -28,6 +31,7 @@ pub mod plot;
 pub mod policies;
 pub mod report;
 pub mod runner;
+pub mod study;
 pub mod workload;
 
 pub use arrivals::{ArrivalSpec, ArrivalSpecError};
@@ -36,8 +40,14 @@ pub use engine::{RunStats, TaskRecord};
 pub use error::SimError;
 pub use fullerene_sdk::policy::PolicyKind;
 pub use metrics::{FairnessSummary, UtilizationTimeline};
-pub use plot::{plot_jct_cdf, plot_utilization};
+pub use plot::{
+    plot_gain_vs_load, plot_jct_cdf, plot_seed_jct_cdf, plot_utilization, workload_name,
+};
 pub use policies::{allocator_policy, parse_policy_list};
-pub use report::{attach_ratios, render_table, JobResult, Ratios, Scenario, SimReport};
+pub use report::{attach_ratios, render_table, JobResult, Ratios, Scenario, SimReport, SimSpeed};
 pub use runner::{compare, plan_jobs, run, simulate, PlanSet, Progress, ProgressFn, SimOutcome};
+pub use study::{
+    compare_seeds, consecutive_seeds, render_seed_table, render_sweep, sweep_machines, LoadSweep,
+    PolicySeeds, SeedStudy, Spread,
+};
 pub use workload::{job_sources, prepare_jobs, JobOrder, JobOrderError, SimJob};

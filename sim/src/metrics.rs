@@ -103,6 +103,10 @@ pub struct UsageRecorder {
     bins: Vec<Bin>,
     total_used_time: ResourceVec,
     end_s: f64,
+    /// ∫ (jobs arrived and not finished) dt since `origin_s`.
+    job_time: f64,
+    /// When the last job finished (`origin_s` until one does).
+    last_finish_s: f64,
 }
 
 impl UsageRecorder {
@@ -119,6 +123,8 @@ impl UsageRecorder {
             bins: Vec::new(),
             total_used_time: ResourceVec::ZERO,
             end_s: origin_s,
+            job_time: 0.0,
+            last_finish_s: origin_s,
         }
     }
 
@@ -167,6 +173,8 @@ impl UsageRecorder {
             from = to;
         }
         self.total_used_time += self.used.scale(now_s - self.last_s);
+        let in_system: u32 = self.group_active_jobs.iter().sum();
+        self.job_time += f64::from(in_system) * (now_s - self.last_s);
         self.last_s = now_s;
         self.end_s = self.end_s.max(now_s);
     }
@@ -176,9 +184,24 @@ impl UsageRecorder {
         self.group_active_jobs[group] += 1;
     }
 
-    /// A job of `group` finished.
+    /// A job of `group` finished (at the time of the last [`UsageRecorder::advance_to`]).
     pub fn job_finished(&mut self, group: usize) {
         self.group_active_jobs[group] = self.group_active_jobs[group].saturating_sub(1);
+        self.last_finish_s = self.last_finish_s.max(self.last_s);
+    }
+
+    /// The time average of the number of jobs in the system (arrived, not finished) from the
+    /// first arrival to the last finish: the exact integral of that piecewise-constant count
+    /// over the span, divided by the span. By Little's law it equals the sum of the JCTs over
+    /// the makespan; it tells how deep the queue a policy leaves is (a policy that finishes
+    /// short jobs first keeps it shallow). 0 when no time passed.
+    pub fn mean_jobs_in_system(&self) -> f64 {
+        let span = self.last_finish_s - self.origin_s;
+        if span > 0.0 {
+            self.job_time / span
+        } else {
+            0.0
+        }
     }
 
     /// `group` was charged `demand` (a task launched).
@@ -406,6 +429,41 @@ mod tests {
         // 10 s windows: only those after the arrival count, and they are fair.
         let ten = r.fairness(10.0);
         assert_eq!((ten.windows, ten.min), (3, 1.0));
+    }
+
+    #[test]
+    fn mean_jobs_in_system_integrates_arrivals_and_finishes() {
+        // Job A in [0, 30), job B in [10, 20): one job for 10 s, two for 10 s, one for 10 s;
+        // ∫ count dt = 40 over a 30 s span.
+        let mut r = UsageRecorder::new(2, cpus(4.0), 0.0);
+        r.job_arrived(0);
+        r.advance_to(10.0);
+        r.job_arrived(1);
+        r.advance_to(20.0);
+        r.job_finished(1);
+        r.advance_to(30.0);
+        r.job_finished(0);
+        assert_eq!(r.mean_jobs_in_system(), 40.0 / 30.0);
+        // Time after the last finish does not dilute the mean.
+        r.advance_to(50.0);
+        assert_eq!(r.mean_jobs_in_system(), 40.0 / 30.0);
+
+        // Arrivals later than the origin: A in [5, 15), B in [25, 35); the span starts at the
+        // first arrival, so the mean is (10 + 10) / 30, idle gap included.
+        let mut r = UsageRecorder::new(1, cpus(4.0), 5.0);
+        r.job_arrived(0);
+        r.advance_to(15.0);
+        r.job_finished(0);
+        r.advance_to(25.0);
+        r.job_arrived(0);
+        r.advance_to(35.0);
+        r.job_finished(0);
+        assert_eq!(r.mean_jobs_in_system(), 20.0 / 30.0);
+
+        assert_eq!(
+            UsageRecorder::new(1, cpus(1.0), 0.0).mean_jobs_in_system(),
+            0.0
+        );
     }
 
     #[test]

@@ -65,6 +65,87 @@ pub struct Scenario {
     pub seed: u64,
 }
 
+/// How fast the simulator went: wall-clock figures of one run, or of several summed by
+/// [`SimSpeed::total`]. The only part of a report that differs between two runs of the same
+/// scenario.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SimSpeed {
+    /// Wall-clock seconds of the run: setting up the engine and its event loop (Graphene's
+    /// offline planning, shared by the runs of a comparison, is not counted). The runs of a
+    /// comparison go in parallel and share the cores, so each is slower than it would be alone.
+    pub wall_s: f64,
+    /// Jobs simulated.
+    pub jobs: usize,
+    /// Tasks launched ([`crate::RunStats::tasks`]).
+    pub tasks: u64,
+    /// Events handled ([`crate::RunStats::events`]).
+    pub events: u64,
+    /// Jobs simulated per wall-clock second (0 when no time was measured).
+    pub jobs_per_s: f64,
+    /// Tasks simulated per wall-clock second (0 when no time was measured).
+    pub tasks_per_s: f64,
+}
+
+impl SimSpeed {
+    /// The speed of a run that simulated `jobs` jobs, `tasks` tasks and `events` events in
+    /// `wall_s` seconds.
+    pub fn new(wall_s: f64, jobs: usize, tasks: u64, events: u64) -> SimSpeed {
+        let per_s = |n: f64| if wall_s > 0.0 { n / wall_s } else { 0.0 };
+        SimSpeed {
+            wall_s,
+            jobs,
+            tasks,
+            events,
+            jobs_per_s: per_s(jobs as f64),
+            tasks_per_s: per_s(tasks as f64),
+        }
+    }
+
+    /// Several runs together: their wall-clock times, jobs, tasks and events summed, and the
+    /// rates over the summed time (what one run goes at on average).
+    pub fn total<'a>(speeds: impl IntoIterator<Item = &'a SimSpeed>) -> SimSpeed {
+        let (mut wall_s, mut jobs, mut tasks, mut events) = (0.0, 0, 0, 0);
+        for s in speeds {
+            wall_s += s.wall_s;
+            jobs += s.jobs;
+            tasks += s.tasks;
+            events += s.events;
+        }
+        SimSpeed::new(wall_s, jobs, tasks, events)
+    }
+
+    /// One line for under a table: `runs` runs' totals and rates.
+    pub fn summary_line(&self, runs: usize) -> String {
+        format!(
+            "simulator speed: {runs} run(s), {} jobs, {} tasks in {:.3} s of run wall-clock time: {:.1} jobs/s, {:.0} tasks/s per run (parallel runs share the cores)",
+            self.jobs, self.tasks, self.wall_s, self.jobs_per_s, self.tasks_per_s
+        )
+    }
+}
+
+impl Scenario {
+    /// The cluster, as `N machines × CAPACITY` (for titles and table headings).
+    pub fn cluster(&self) -> String {
+        let plural = if self.machines == 1 { "" } else { "s" };
+        format!("{} machine{plural} × {}", self.machines, self.machine)
+    }
+
+    /// Everything but the seed and the cluster, in one line: jobs, their order, the arrivals
+    /// and the groups.
+    pub fn workload_line(&self) -> String {
+        let order = if self.job_order.is_empty() {
+            String::new()
+        } else {
+            format!(" ({} order)", self.job_order)
+        };
+        let plural = if self.groups == 1 { "" } else { "s" };
+        format!(
+            "{} jobs{order}, arrivals {}, {} group{plural}",
+            self.jobs, self.arrivals, self.groups
+        )
+    }
+}
+
 /// Everything one simulated run measured (Graphene §7, Carbyne §5.1). The JSON keys are those of
 /// `fullerene sim --json`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -81,6 +162,11 @@ pub struct SimReport {
     pub p95_jct_s: f64,
     /// Last finish − first arrival, seconds.
     pub makespan_s: f64,
+    /// Time average of the number of jobs in the system (arrived, not finished) from the first
+    /// arrival to the last finish (see
+    /// [`UsageRecorder::mean_jobs_in_system`](crate::metrics::UsageRecorder::mean_jobs_in_system)).
+    #[serde(default)]
+    pub mean_jobs_in_system: f64,
     /// Mean of Jain's index over 10 s windows.
     pub jain_10s_mean: f64,
     /// Minimum of Jain's index over 10 s windows.
@@ -102,6 +188,9 @@ pub struct SimReport {
     /// Figures relative to the baseline, when one was named (absent on the baseline itself).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ratios: Option<Ratios>,
+    /// How fast the simulator ran this run (wall-clock: differs from one run to the next).
+    #[serde(default)]
+    pub speed: SimSpeed,
 }
 
 impl SimReport {
@@ -121,7 +210,7 @@ impl SimReport {
 
 /// `a / b`, with 0/0 = 1 (two equal nothings) and x/0 = a large finite number rather than an
 /// infinity JSON cannot carry.
-fn ratio(a: f64, b: f64) -> f64 {
+pub(crate) fn ratio(a: f64, b: f64) -> f64 {
     if b > 0.0 {
         a / b
     } else if a > 0.0 {
@@ -144,8 +233,10 @@ pub fn attach_ratios(reports: &mut [SimReport], baseline: &str) -> bool {
 }
 
 /// Renders reports as an aligned text table, one row per policy: JCTs and makespan in seconds,
-/// Jain's index (mean/min) per window, average CPU and memory utilisation, and, when `baseline`
-/// names one of the reports, each policy's speedup of average, median and p95 JCT over it.
+/// the mean number of jobs in the system, Jain's index (mean/min) per window, average CPU and
+/// memory utilisation, and, when `baseline` names one of the reports, each policy's speedup of
+/// average, median and p95 JCT over it. A line under the table gives the simulator's speed when
+/// the reports measured it.
 pub fn render_table(reports: &[SimReport], baseline: Option<&str>) -> String {
     let base = baseline.and_then(|b| reports.iter().find(|r| r.policy == b));
     let mut header = vec![
@@ -154,6 +245,7 @@ pub fn render_table(reports: &[SimReport], baseline: Option<&str>) -> String {
         "median s".into(),
         "p95 s".into(),
         "makespan s".into(),
+        "jobs in sys".into(),
         "Jain 10s".into(),
         "Jain 60s".into(),
         "Jain 240s".into(),
@@ -179,6 +271,7 @@ pub fn render_table(reports: &[SimReport], baseline: Option<&str>) -> String {
             format!("{:.1}", r.median_jct_s),
             format!("{:.1}", r.p95_jct_s),
             format!("{:.1}", r.makespan_s),
+            format!("{:.2}", r.mean_jobs_in_system),
             format!("{:.3}/{:.3}", r.jain_10s_mean, r.jain_10s_min),
             format!("{:.3}/{:.3}", r.jain_60s_mean, r.jain_60s_min),
             format!("{:.3}/{:.3}", r.jain_240s_mean, r.jain_240s_min),
@@ -194,7 +287,24 @@ pub fn render_table(reports: &[SimReport], baseline: Option<&str>) -> String {
         }
         rows.push(row);
     }
-    let columns = rows[0].len();
+    let mut out = aligned(&rows);
+    if base.is_some() {
+        let _ = writeln!(
+            out,
+            "× columns: the baseline's value over the policy's (above 1: faster); Jain60 /: the policy's 60 s index over the baseline's."
+        );
+    }
+    let speed = SimSpeed::total(reports.iter().map(|r| &r.speed));
+    if speed.wall_s > 0.0 {
+        let _ = writeln!(out, "{}", speed.summary_line(reports.len()));
+    }
+    out
+}
+
+/// Lays `rows` out as columns: the first left-aligned, the others right-aligned, the first row a
+/// header underlined with dashes. Every row has the header's length.
+pub(crate) fn aligned(rows: &[Vec<String>]) -> String {
+    let columns = rows.first().map_or(0, Vec::len);
     let widths: Vec<usize> = (0..columns)
         .map(|c| {
             rows.iter()
@@ -219,15 +329,9 @@ pub fn render_table(reports: &[SimReport], baseline: Option<&str>) -> String {
         }
         let _ = writeln!(out, "{}", line.trim_end());
         if i == 0 {
-            let total: usize = widths.iter().sum::<usize>() + 2 * (columns - 1);
+            let total: usize = widths.iter().sum::<usize>() + 2 * columns.saturating_sub(1);
             let _ = writeln!(out, "{}", "-".repeat(total));
         }
-    }
-    if base.is_some() {
-        let _ = writeln!(
-            out,
-            "× columns: the baseline's value over the policy's (above 1: faster); Jain60 /: the policy's 60 s index over the baseline's."
-        );
     }
     out
 }
@@ -252,6 +356,7 @@ mod tests {
             median_jct_s: avg,
             p95_jct_s: avg * 2.0,
             makespan_s: avg * 3.0,
+            mean_jobs_in_system: avg / 10.0,
             jain_10s_mean: jain,
             jain_10s_min: jain,
             jain_60s_mean: jain,
@@ -262,6 +367,7 @@ mod tests {
             utilization_timeline: UtilizationTimeline::default(),
             jobs: vec![],
             ratios: None,
+            speed: SimSpeed::default(),
         }
     }
 
@@ -290,6 +396,8 @@ mod tests {
             "makespan_s",
             "jain_60s_mean",
             "jain_60s_min",
+            "mean_jobs_in_system",
+            "speed",
             "utilization",
             "jobs",
             "ratios",
@@ -323,5 +431,37 @@ mod tests {
         let plain = render_table(&reports, None);
         assert!(!plain.contains('×'));
         assert_eq!(plain.lines().count(), 4);
+        // The mean number of jobs in the system has its column (50 / 10 and 100 / 10 here).
+        let header: Vec<&str> = lines[0].split("  ").filter(|c| !c.is_empty()).collect();
+        let column = header
+            .iter()
+            .position(|c| c.trim() == "jobs in sys")
+            .unwrap();
+        let cells =
+            |line: &str| -> Vec<String> { line.split_whitespace().map(str::to_string).collect() };
+        assert_eq!(cells(lines[2])[column], "5.00", "{table}");
+        assert_eq!(cells(lines[3])[column], "10.00", "{table}");
+    }
+
+    #[test]
+    fn speed_is_summed_over_runs_and_shown_under_the_table() {
+        let a = SimSpeed::new(2.0, 10, 1000, 3000);
+        assert_eq!((a.jobs_per_s, a.tasks_per_s), (5.0, 500.0));
+        let b = SimSpeed::new(0.5, 10, 1500, 100);
+        let t = SimSpeed::total([&a, &b]);
+        assert_eq!((t.wall_s, t.jobs, t.tasks, t.events), (2.5, 20, 2500, 3100));
+        assert_eq!((t.jobs_per_s, t.tasks_per_s), (8.0, 1000.0));
+        assert_eq!(SimSpeed::new(0.0, 3, 3, 3).tasks_per_s, 0.0);
+
+        let mut reports = vec![report("drf", 100.0, 1.0), report("sjf", 80.0, 1.0)];
+        reports[0].speed = a;
+        reports[1].speed = b;
+        let table = render_table(&reports, None);
+        let last = table.lines().last().unwrap();
+        assert!(
+            last.starts_with("simulator speed: 2 run(s), 20 jobs, 2500 tasks in 2.500 s"),
+            "{table}"
+        );
+        assert!(last.contains("8.0 jobs/s, 1000 tasks/s"), "{table}");
     }
 }

@@ -1,6 +1,7 @@
 //! The entry points: plan, run one policy, compare several on identical arrivals.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
 
 use fullerene_sdk::planner::{plan, Plan, PlanCluster, PlannerConfig};
 use fullerene_sdk::policy::PolicyKind;
@@ -11,7 +12,7 @@ use crate::config::SimConfig;
 use crate::engine::{Engine, RunStats, TaskRecord};
 use crate::error::SimError;
 use crate::metrics::{JctStats, JAIN_WINDOWS_S};
-use crate::report::{attach_ratios, JobResult, Scenario, SimReport};
+use crate::report::{attach_ratios, JobResult, Scenario, SimReport, SimSpeed};
 use crate::workload::{prepare_jobs, SimJob};
 
 /// What a run reports while it goes, for a progress bar.
@@ -35,6 +36,18 @@ pub enum Progress {
         /// Virtual time, seconds.
         now_s: f64,
     },
+    /// A study over several seeds or cluster sizes ([`crate::study`]) starts one of its
+    /// comparisons; the [`Progress::Simulating`] reports that follow are this comparison's.
+    Comparison {
+        /// Comparisons started so far, this one included.
+        started: usize,
+        /// Comparisons in the study.
+        total: usize,
+        /// This comparison's seed.
+        seed: u64,
+        /// This comparison's number of machines.
+        machines: usize,
+    },
 }
 
 /// The progress callback: called from the threads that plan and simulate (runs of a
@@ -55,6 +68,11 @@ impl PlanSet {
     /// The plan of the file's job `source`, if it was planned.
     pub fn get(&self, source: usize) -> Option<&Plan> {
         self.plans.get(source).and_then(Option::as_ref)
+    }
+
+    /// The plans, indexed by source.
+    pub(crate) fn plans(&self) -> &[Option<Plan>] {
+        &self.plans
     }
 
     fn fits(&self, config: &SimConfig) -> bool {
@@ -89,7 +107,8 @@ pub fn plan_jobs(
     plan_sources(file_jobs, &jobs, config, progress)
 }
 
-fn plan_sources(
+/// Plans the sources `jobs` use (cycled copies and repeats planned once).
+pub(crate) fn plan_sources(
     file_jobs: &[Job],
     jobs: &[SimJob],
     config: &SimConfig,
@@ -185,9 +204,17 @@ fn simulate_prepared(
     plans: &[Option<Plan>],
     progress: Option<&ProgressFn<'_>>,
 ) -> Result<SimOutcome, SimError> {
+    let started = Instant::now();
     let engine = Engine::new(config, policy, file_jobs, jobs, plans, progress)?;
     let output = engine.run()?;
-    let report = build_report(policy, config, jobs, &output.finish_s, &output.recorder);
+    let speed = SimSpeed::new(
+        started.elapsed().as_secs_f64(),
+        jobs.len(),
+        output.stats.tasks,
+        output.stats.events,
+    );
+    let mut report = build_report(policy, config, jobs, &output.finish_s, &output.recorder);
+    report.speed = speed;
     Ok(SimOutcome {
         report,
         jobs: jobs.to_vec(),
@@ -208,6 +235,21 @@ pub fn compare(
     baseline: Option<PolicyKind>,
     progress: Option<&ProgressFn<'_>>,
 ) -> Result<Vec<SimReport>, SimError> {
+    let kinds = comparison_kinds(policies, baseline)?;
+    let jobs = prepare_jobs(file_jobs, config)?;
+    let plans = if kinds.iter().any(|k| k.needs_pri_scores()) {
+        plan_sources(file_jobs, &jobs, config, progress)?.plans
+    } else {
+        Vec::new()
+    };
+    compare_prepared(file_jobs, &jobs, config, &kinds, baseline, &plans, progress)
+}
+
+/// The policies a comparison runs: `policies`, then `baseline` if it is not among them.
+pub(crate) fn comparison_kinds(
+    policies: &[PolicyKind],
+    baseline: Option<PolicyKind>,
+) -> Result<Vec<PolicyKind>, SimError> {
     let mut kinds = policies.to_vec();
     if let Some(base) = baseline {
         if !kinds.contains(&base) {
@@ -219,15 +261,23 @@ pub fn compare(
             reason: "no policy to compare".into(),
         });
     }
-    let jobs = prepare_jobs(file_jobs, config)?;
-    let plans = if kinds.iter().any(|k| k.needs_pri_scores()) {
-        plan_sources(file_jobs, &jobs, config, progress)?.plans
-    } else {
-        Vec::new()
-    };
+    Ok(kinds)
+}
+
+/// [`compare`] of `kinds` on jobs already prepared for `config`, with `plans` (indexed by
+/// source, covering every job when a kind follows Graphene's plan).
+pub(crate) fn compare_prepared(
+    file_jobs: &[Job],
+    jobs: &[SimJob],
+    config: &SimConfig,
+    kinds: &[PolicyKind],
+    baseline: Option<PolicyKind>,
+    plans: &[Option<Plan>],
+    progress: Option<&ProgressFn<'_>>,
+) -> Result<Vec<SimReport>, SimError> {
     let results: Vec<Result<SimOutcome, SimError>> = kinds
         .par_iter()
-        .map(|&kind| simulate_prepared(file_jobs, &jobs, config, kind, &plans, progress))
+        .map(|&kind| simulate_prepared(file_jobs, jobs, config, kind, plans, progress))
         .collect();
     let mut reports = Vec::with_capacity(results.len());
     for result in results {
@@ -288,6 +338,7 @@ fn build_report(
         median_jct_s: stats.median,
         p95_jct_s: stats.p95,
         makespan_s,
+        mean_jobs_in_system: recorder.mean_jobs_in_system(),
         jain_10s_mean: f10.mean,
         jain_10s_min: f10.min,
         jain_60s_mean: f60.mean,
@@ -298,5 +349,6 @@ fn build_report(
         utilization_timeline: recorder.utilization_timeline(),
         jobs: results,
         ratios: None,
+        speed: SimSpeed::default(),
     }
 }

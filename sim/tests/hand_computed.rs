@@ -109,7 +109,8 @@ fn an_offer_interval_puts_cycles_on_its_grid() {
 }
 
 /// Two single-task jobs that each need the whole machine, arriving at 0 and 1: the second waits
-/// for the first. JCTs 4 and 7, average 5.5, nearest-rank median 4, p95 7, makespan 8.
+/// for the first. JCTs 4 and 7, average 5.5, nearest-rank median 4, p95 7, makespan 8. One job
+/// is in the system in [0, 1), two in [1, 4), one in [4, 8): 11 job-seconds over 8 s.
 #[test]
 fn a_second_job_waits_for_the_machine() {
     let jobs = vec![
@@ -135,6 +136,9 @@ fn a_second_job_waits_for_the_machine() {
         assert_eq!(report.median_jct_s, 4.0);
         assert_eq!(report.p95_jct_s, 7.0);
         assert_eq!(report.makespan_s, 8.0);
+        assert_eq!(report.mean_jobs_in_system, 11.0 / 8.0, "{kind}");
+        assert_eq!((report.speed.jobs, report.speed.tasks), (2, 2), "{kind}");
+        assert!(report.speed.wall_s > 0.0 && report.speed.tasks_per_s > 0.0);
     }
 }
 

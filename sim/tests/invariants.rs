@@ -23,6 +23,15 @@ fn check(
         );
         assert!(result.jct_s > 0.0, "{kind}: {}", job.name);
     }
+    // Little's law, exactly: ∫ jobs in system dt = Σ JCT.
+    let jct_sum: f64 = report.jobs.iter().map(|j| j.jct_s).sum();
+    let little = jct_sum / report.makespan_s;
+    assert!(
+        (report.mean_jobs_in_system - little).abs() <= 1e-9 * little,
+        "{kind}: mean jobs in system {} vs Σ JCT / makespan {little}",
+        report.mean_jobs_in_system
+    );
+    assert_eq!(report.speed.tasks as usize, outcome.trace.len(), "{kind}");
 
     // Every task exactly once.
     let mut ran: Vec<Vec<Vec<u32>>> = outcome

@@ -10,8 +10,9 @@ use fullerene_proto::ResourceVec;
 use fullerene_sdk::policy::PolicyKind;
 use fullerene_sdk::read_workload;
 use fullerene_sim::{
-    compare, parse_policy_list, plot_jct_cdf, plot_utilization, render_table, ArrivalSpec,
-    JobOrder, LegacyRule, Progress, SimConfig,
+    compare, compare_seeds, consecutive_seeds, parse_policy_list, plot_gain_vs_load, plot_jct_cdf,
+    plot_seed_jct_cdf, plot_utilization, render_seed_table, render_sweep, render_table,
+    sweep_machines, workload_name, ArrivalSpec, JobOrder, LegacyRule, Progress, SimConfig,
 };
 use indicatif::ProgressBar;
 
@@ -57,6 +58,31 @@ pub(crate) struct SimArgs {
     /// Seed of every random choice.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Run the comparison on N seeds, --seed, --seed+1, …, --seed+N-1 (each draws other
+    /// arrivals, another job sample with --job-order random and other Carbyne draws, as --seed
+    /// does), and print per policy the mean (min–max) over the seeds of the JCTs, the speedup
+    /// and Jain ratio to --baseline (taken per seed), CPU utilisation and jobs in the system;
+    /// --json writes that aggregate, with standard deviations. 1: one comparison, as without
+    /// the flag.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    seeds: u32,
+    /// Run the comparison (over --seeds) at each of these machine counts, comma-separated, e.g.
+    /// `2,3,4,6` (fewer machines, more load), instead of on --machines: one seed table per
+    /// count, then each policy's speedup over --baseline against the load. With --plot, one
+    /// CDF per count (FILE-<N>machines.svg).
+    #[arg(
+        long,
+        value_name = "LIST",
+        value_delimiter = ',',
+        conflicts_with = "machines",
+        value_parser = clap::value_parser!(u32).range(1..=1_000_000)
+    )]
+    sweep_machines: Option<Vec<u32>>,
+    /// Draw each policy's average-JCT speedup over --baseline against the load of each
+    /// --sweep-machines count (the baseline's mean CPU utilisation), with min–max bars over the
+    /// seeds, to this SVG file.
+    #[arg(long, value_name = "FILE.svg", requires_all = ["sweep_machines", "baseline"])]
+    plot_gain: Option<PathBuf>,
     /// κ of the deficit counters: only the most deprived group is served while its deficit is
     /// at least κ·C (Graphene §5).
     #[arg(long, default_value_t = SimConfig::default().kappa)]
@@ -64,11 +90,13 @@ pub(crate) struct SimArgs {
     /// Virtual seconds between allocation cycles (0: after every batch of events).
     #[arg(long, default_value_t = 0.0, value_name = "SECONDS")]
     offer_interval: f64,
-    /// Draw the JCT CDFs of every policy to this SVG file.
+    /// Draw the JCT CDFs of every policy to this SVG file (with --seeds, the JCTs of all seeds
+    /// pooled).
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<PathBuf>,
-    /// Draw each policy's utilisation over time to FILE-<policy>.svg.
-    #[arg(long, value_name = "FILE.svg")]
+    /// Draw each policy's utilisation over time to FILE-<policy>.svg (with --seeds, of the
+    /// first seed's runs).
+    #[arg(long, value_name = "FILE.svg", conflicts_with = "sweep_machines")]
     plot_utilization: Option<PathBuf>,
     /// Restore rules the scheduler followed before it followed the papers, comma-separated, to
     /// measure what each departure cost: whole-agent (one framework per agent per cycle),
@@ -114,15 +142,68 @@ pub(crate) fn run(args: SimArgs, json: &JsonOutput) -> Result<()> {
         rule.apply(&mut config);
     }
 
+    let seeds = consecutive_seeds(args.seed, args.seeds as usize)?;
+    let label = workload_name(&workload);
+    let baseline_name = baseline.map(fullerene_sim::PolicyKind::name);
+
     let bar = progress_bar(0);
     let tracker = ProgressTracker::new(&bar);
     let progress = |p: &Progress| tracker.update(p);
+
+    if let Some(counts) = &args.sweep_machines {
+        let counts: Vec<usize> = counts.iter().map(|&m| m as usize).collect();
+        let sweep = sweep_machines(
+            &jobs,
+            &config,
+            &counts,
+            &seeds,
+            &policies,
+            baseline,
+            Some(&progress),
+        )
+        .with_context(|| format!("simulating {}", workload.display()))?;
+        bar.finish_and_clear();
+        if let Some(path) = &args.plot {
+            for point in &sweep.points {
+                let file = suffixed(path, &format!("{}machines", point.scenario.machines));
+                plot_seed_jct_cdf(point, &label, &file)?;
+                eprintln!("wrote {}", file.display());
+            }
+        }
+        if let Some(path) = &args.plot_gain {
+            let Some(base) = baseline_name else {
+                bail!("--plot-gain needs --baseline");
+            };
+            plot_gain_vs_load(&sweep, base, &label, path)?;
+            eprintln!("wrote {}", path.display());
+        }
+        return json.emit(&sweep, || render_sweep(&sweep));
+    }
+
+    if seeds.len() > 1 {
+        let study = compare_seeds(&jobs, &config, &seeds, &policies, baseline, Some(&progress))
+            .with_context(|| format!("simulating {}", workload.display()))?;
+        bar.finish_and_clear();
+        if let Some(path) = &args.plot {
+            plot_seed_jct_cdf(&study, &label, path)?;
+            eprintln!("wrote {}", path.display());
+        }
+        if let (Some(path), Some(first)) = (&args.plot_utilization, study.reports.first()) {
+            for report in first {
+                let file = suffixed(path, &report.policy);
+                plot_utilization(report, &file)?;
+                eprintln!("wrote {}", file.display());
+            }
+        }
+        return json.emit(&study, || render_seed_table(&study));
+    }
+
     let reports = compare(&jobs, &config, &policies, baseline, Some(&progress))
         .with_context(|| format!("simulating {}", workload.display()))?;
     bar.finish_and_clear();
 
     if let Some(path) = &args.plot {
-        plot_jct_cdf(&reports, path)?;
+        plot_jct_cdf(&reports, &label, path)?;
         eprintln!("wrote {}", path.display());
     }
     if let Some(path) = &args.plot_utilization {
@@ -132,7 +213,6 @@ pub(crate) fn run(args: SimArgs, json: &JsonOutput) -> Result<()> {
             eprintln!("wrote {}", file.display());
         }
     }
-    let baseline_name = baseline.map(fullerene_sim::PolicyKind::name);
     json.emit(&reports, || render_table(&reports, baseline_name))
 }
 
@@ -147,10 +227,13 @@ fn suffixed(path: &std::path::Path, suffix: &str) -> PathBuf {
     path.with_file_name(format!("{stem}-{clean}.{ext}"))
 }
 
-/// Folds the progress of parallel runs into one bar.
+/// Folds the progress of parallel runs into one bar; in a study over several seeds or machine
+/// counts, the bar follows the current comparison and its message says which one it is.
 struct ProgressTracker<'a> {
     bar: &'a ProgressBar,
     jobs_done: Mutex<BTreeMap<String, (usize, usize)>>,
+    /// `seed 3, 4 machines (2/20): `, or empty outside a study.
+    comparison: Mutex<String>,
 }
 
 impl<'a> ProgressTracker<'a> {
@@ -158,6 +241,7 @@ impl<'a> ProgressTracker<'a> {
         ProgressTracker {
             bar,
             jobs_done: Mutex::new(BTreeMap::new()),
+            comparison: Mutex::new(String::new()),
         }
     }
 
@@ -180,10 +264,33 @@ impl<'a> ProgressTracker<'a> {
                 runs.insert(policy.name().to_string(), (jobs_done, jobs_total));
                 let done: usize = runs.values().map(|(d, _)| d).sum();
                 let total: usize = runs.values().map(|(_, t)| t).sum();
+                let prefix = self
+                    .comparison
+                    .lock()
+                    .map(|c| c.clone())
+                    .unwrap_or_default();
                 self.bar.set_length(total as u64);
                 self.bar.set_position(done as u64);
-                self.bar
-                    .set_message(format!("simulating {} runs, t = {now_s:.0} s", runs.len()));
+                self.bar.set_message(format!(
+                    "{prefix}simulating {} runs, t = {now_s:.0} s",
+                    runs.len()
+                ));
+            }
+            Progress::Comparison {
+                started,
+                total,
+                seed,
+                machines,
+            } => {
+                if let Ok(mut runs) = self.jobs_done.lock() {
+                    runs.clear();
+                }
+                let prefix = format!("seed {seed}, {machines} machines ({started}/{total}): ");
+                self.bar.set_position(0);
+                self.bar.set_message(prefix.clone());
+                if let Ok(mut c) = self.comparison.lock() {
+                    *c = prefix;
+                }
             }
         }
     }
@@ -192,6 +299,52 @@ impl<'a> ProgressTracker<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use clap::Parser;
+
+    #[derive(Parser, Debug)]
+    struct Cli {
+        #[command(flatten)]
+        sim: SimArgs,
+    }
+
+    fn parse(args: &[&str]) -> std::result::Result<SimArgs, String> {
+        Cli::try_parse_from(std::iter::once("sim").chain(args.iter().copied()))
+            .map(|c| c.sim)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn seeds_and_sweeps_are_validated() {
+        let plain = parse(&[]).unwrap();
+        assert_eq!(plain.seeds, 1);
+        assert!(plain.sweep_machines.is_none());
+        let study = parse(&["--seeds", "5", "--sweep-machines", "2,3,4,6"]).unwrap();
+        assert_eq!(study.seeds, 5);
+        assert_eq!(study.sweep_machines, Some(vec![2, 3, 4, 6]));
+        for (args, bad) in [
+            (&["--seeds", "0"][..], "'0'"),
+            (&["--seeds", "1001"][..], "'1001'"),
+            (&["--sweep-machines", "2,0,4"][..], "'0'"),
+            (&["--sweep-machines", "2,x"][..], "'x'"),
+        ] {
+            let e = parse(args).unwrap_err();
+            assert!(e.contains(bad), "{args:?}: {e}");
+        }
+        // A sweep sets the machine counts itself; the gain plot needs a sweep and a baseline.
+        assert!(parse(&["--sweep-machines", "2,3", "--machines", "4"]).is_err());
+        assert!(parse(&["--plot-gain", "g.svg", "--baseline", "drf"]).is_err());
+        assert!(parse(&["--plot-gain", "g.svg", "--sweep-machines", "2"]).is_err());
+        assert!(parse(&[
+            "--plot-gain",
+            "g.svg",
+            "--sweep-machines",
+            "2",
+            "--baseline",
+            "drf"
+        ])
+        .is_ok());
+    }
 
     #[test]
     fn utilization_plots_get_one_file_per_policy() {
