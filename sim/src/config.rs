@@ -107,17 +107,18 @@ impl Default for SimConfig {
     }
 }
 
-/// A rule of the scheduler as it was before it followed the papers (issue 15's departures),
-/// restored one at a time to measure what following the paper changes (`fullerene sim
-/// --legacy`).
+/// A variant of one of the scheduler's rules, to measure what each choice is worth (`fullerene
+/// sim --variant`): the rules it followed before issue 15 brought it in line with the papers,
+/// and the within-job priScore scale the issue proposed (see [`PriScoreScope`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LegacyRule {
-    /// `whole-agent`: one framework per agent per cycle ([`AgentMatching::WholeAgent`]).
-    WholeAgent,
+pub enum RuleVariant {
+    /// `pri-within-job`: priScores scaled so each job's best runnable task scores 1
+    /// ([`PriScoreScope::WithinJob`]).
+    PriWithinJob,
     /// `eta-chosen`: η from the chosen candidates only ([`EtaRule::ChosenCandidates`]).
     EtaChosen,
-    /// `pri-whole-dag`: priScores as ranks over the whole DAG ([`PriScoreScope::WholeDag`]).
-    PriWholeDag,
+    /// `whole-agent`: one framework per agent per cycle ([`AgentMatching::WholeAgent`]).
+    WholeAgent,
     /// `equal-share`: `A_k` an equal split of the group's share ([`FairShareRule::EqualSplit`]).
     EqualShare,
     /// `srtf-only`: the whole leftover to one framework ([`LeftoverRule::SrtfOnly`]).
@@ -129,55 +130,58 @@ pub enum LegacyRule {
     RemotePenalty,
 }
 
-impl LegacyRule {
-    /// Every rule, in the order of issue 15's list.
-    pub const ALL: [LegacyRule; 7] = [
-        LegacyRule::EtaChosen,
-        LegacyRule::PriWholeDag,
-        LegacyRule::WholeAgent,
-        LegacyRule::EqualShare,
-        LegacyRule::SrtfOnly,
-        LegacyRule::ReofferTick,
-        LegacyRule::RemotePenalty,
+impl RuleVariant {
+    /// Every variant, in the order of issue 15's list of departures.
+    pub const ALL: [RuleVariant; 7] = [
+        RuleVariant::EtaChosen,
+        RuleVariant::PriWithinJob,
+        RuleVariant::WholeAgent,
+        RuleVariant::EqualShare,
+        RuleVariant::SrtfOnly,
+        RuleVariant::ReofferTick,
+        RuleVariant::RemotePenalty,
     ];
 
     /// The command-line name.
     pub const fn name(self) -> &'static str {
         match self {
-            LegacyRule::WholeAgent => "whole-agent",
-            LegacyRule::EtaChosen => "eta-chosen",
-            LegacyRule::PriWholeDag => "pri-whole-dag",
-            LegacyRule::EqualShare => "equal-share",
-            LegacyRule::SrtfOnly => "srtf-only",
-            LegacyRule::ReofferTick => "reoffer-tick",
-            LegacyRule::RemotePenalty => "remote-penalty",
+            RuleVariant::PriWithinJob => "pri-within-job",
+            RuleVariant::EtaChosen => "eta-chosen",
+            RuleVariant::WholeAgent => "whole-agent",
+            RuleVariant::EqualShare => "equal-share",
+            RuleVariant::SrtfOnly => "srtf-only",
+            RuleVariant::ReofferTick => "reoffer-tick",
+            RuleVariant::RemotePenalty => "remote-penalty",
         }
     }
 
-    /// Sets the rule in `config`.
+    /// Sets the variant in `config`.
     pub fn apply(self, config: &mut SimConfig) {
         match self {
-            LegacyRule::WholeAgent => config.matching = AgentMatching::WholeAgent,
-            LegacyRule::EtaChosen => config.eta_rule = EtaRule::ChosenCandidates,
-            LegacyRule::PriWholeDag => config.pri_scope = PriScoreScope::WholeDag,
-            LegacyRule::EqualShare => config.fair_share_rule = FairShareRule::EqualSplit,
-            LegacyRule::SrtfOnly => config.leftover_rule = LeftoverRule::SrtfOnly,
-            LegacyRule::ReofferTick => config.reoffer_interval_s = 1.0,
-            LegacyRule::RemotePenalty => config.remote_penalty = PAPER_REMOTE_PENALTY,
+            RuleVariant::PriWithinJob => config.pri_scope = PriScoreScope::WithinJob,
+            RuleVariant::EtaChosen => config.eta_rule = EtaRule::ChosenCandidates,
+            RuleVariant::WholeAgent => config.matching = AgentMatching::WholeAgent,
+            RuleVariant::EqualShare => config.fair_share_rule = FairShareRule::EqualSplit,
+            RuleVariant::SrtfOnly => config.leftover_rule = LeftoverRule::SrtfOnly,
+            RuleVariant::ReofferTick => config.reoffer_interval_s = 1.0,
+            RuleVariant::RemotePenalty => config.remote_penalty = PAPER_REMOTE_PENALTY,
         }
     }
 }
 
-impl std::str::FromStr for LegacyRule {
+impl std::str::FromStr for RuleVariant {
     type Err = String;
 
-    fn from_str(name: &str) -> Result<LegacyRule, String> {
-        LegacyRule::ALL
+    fn from_str(name: &str) -> Result<RuleVariant, String> {
+        RuleVariant::ALL
             .into_iter()
             .find(|r| r.name() == name.trim())
             .ok_or_else(|| {
-                let names: Vec<&str> = LegacyRule::ALL.iter().map(|r| r.name()).collect();
-                format!("unknown legacy rule `{name}` (known: {})", names.join(", "))
+                let names: Vec<&str> = RuleVariant::ALL.iter().map(|r| r.name()).collect();
+                format!(
+                    "unknown rule variant `{name}` (known: {})",
+                    names.join(", ")
+                )
             })
     }
 }
@@ -197,14 +201,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn legacy_rules_parse_by_name_and_change_their_setting() {
-        for rule in LegacyRule::ALL {
-            assert_eq!(rule.name().parse::<LegacyRule>(), Ok(rule));
+    fn rule_variants_parse_by_name_and_change_their_setting() {
+        for rule in RuleVariant::ALL {
+            assert_eq!(rule.name().parse::<RuleVariant>(), Ok(rule));
             let mut config = SimConfig::default();
             rule.apply(&mut config);
             assert_ne!(config, SimConfig::default(), "{}", rule.name());
         }
-        let err = "whole".parse::<LegacyRule>().unwrap_err();
+        let err = "whole".parse::<RuleVariant>().unwrap_err();
         assert!(err.contains("whole-agent"), "{err}");
     }
 

@@ -35,7 +35,7 @@ pub mod study;
 pub mod workload;
 
 pub use arrivals::{ArrivalSpec, ArrivalSpecError};
-pub use config::{reference_machine, LegacyRule, SimConfig, REFERENCE_MACHINE};
+pub use config::{reference_machine, RuleVariant, SimConfig, REFERENCE_MACHINE};
 pub use engine::{RunStats, TaskRecord};
 pub use error::SimError;
 pub use fullerene_sdk::policy::PolicyKind;

@@ -336,39 +336,46 @@ pub(crate) fn aligned(rows: &[Vec<String>]) -> String {
     out
 }
 
+/// A report with made-up figures for tests: JCTs from `avg`, every Jain index `jain`, half the
+/// CPUs used.
+#[cfg(test)]
+pub(crate) fn test_report(policy: &str, avg: f64, jain: f64) -> SimReport {
+    SimReport {
+        policy: policy.into(),
+        scenario: Scenario {
+            machines: 1,
+            machine: "cpus=1".into(),
+            arrivals: "zero".into(),
+            jobs: 1,
+            job_order: "file".into(),
+            groups: 1,
+            seed: 0,
+        },
+        avg_jct_s: avg,
+        median_jct_s: avg,
+        p95_jct_s: avg * 2.0,
+        makespan_s: avg * 3.0,
+        mean_jobs_in_system: avg / 10.0,
+        jain_10s_mean: jain,
+        jain_10s_min: jain,
+        jain_60s_mean: jain,
+        jain_60s_min: jain,
+        jain_240s_mean: jain,
+        jain_240s_min: jain,
+        utilization: BTreeMap::from([("cpus".to_string(), 0.5)]),
+        utilization_timeline: UtilizationTimeline::default(),
+        jobs: vec![],
+        ratios: None,
+        speed: SimSpeed::default(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn report(policy: &str, avg: f64, jain: f64) -> SimReport {
-        SimReport {
-            policy: policy.into(),
-            scenario: Scenario {
-                machines: 1,
-                machine: "cpus=1".into(),
-                arrivals: "zero".into(),
-                jobs: 1,
-                job_order: "file".into(),
-                groups: 1,
-                seed: 0,
-            },
-            avg_jct_s: avg,
-            median_jct_s: avg,
-            p95_jct_s: avg * 2.0,
-            makespan_s: avg * 3.0,
-            mean_jobs_in_system: avg / 10.0,
-            jain_10s_mean: jain,
-            jain_10s_min: jain,
-            jain_60s_mean: jain,
-            jain_60s_min: jain,
-            jain_240s_mean: jain,
-            jain_240s_min: jain,
-            utilization: BTreeMap::from([("cpus".to_string(), 0.5)]),
-            utilization_timeline: UtilizationTimeline::default(),
-            jobs: vec![],
-            ratios: None,
-            speed: SimSpeed::default(),
-        }
+        test_report(policy, avg, jain)
     }
 
     #[test]

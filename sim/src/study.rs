@@ -570,7 +570,6 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::metrics::UtilizationTimeline;
 
     #[test]
     fn spreads_summarise_values_exactly() {
@@ -604,34 +603,21 @@ mod tests {
     }
 
     fn report(policy: &str, seed: u64, avg: f64, jain: f64, cpu: f64) -> SimReport {
-        SimReport {
-            policy: policy.into(),
-            scenario: Scenario {
-                machines: 3,
-                machine: "cpus=16".into(),
-                arrivals: "poisson:25".into(),
-                jobs: 10,
-                job_order: "random".into(),
-                groups: 2,
-                seed,
-            },
-            avg_jct_s: avg,
-            median_jct_s: avg / 2.0,
-            p95_jct_s: avg * 2.0,
-            makespan_s: 100.0,
-            mean_jobs_in_system: avg / 10.0,
-            jain_10s_mean: jain,
-            jain_10s_min: jain,
-            jain_60s_mean: jain,
-            jain_60s_min: jain,
-            jain_240s_mean: jain,
-            jain_240s_min: jain,
-            utilization: BTreeMap::from([("cpus".to_string(), cpu)]),
-            utilization_timeline: UtilizationTimeline::default(),
-            jobs: vec![],
-            ratios: None,
-            speed: SimSpeed::new(1.0, 10, 100, 300),
-        }
+        let mut report = crate::report::test_report(policy, avg, jain);
+        report.scenario = Scenario {
+            machines: 3,
+            machine: "cpus=16".into(),
+            arrivals: "poisson:25".into(),
+            jobs: 10,
+            job_order: "random".into(),
+            groups: 2,
+            seed,
+        };
+        report.median_jct_s = avg / 2.0;
+        report.makespan_s = 100.0;
+        report.utilization = BTreeMap::from([("cpus".to_string(), cpu)]);
+        report.speed = SimSpeed::new(1.0, 10, 100, 300);
+        report
     }
 
     /// Two seeds: the speedup is averaged per seed (100/50 = 2 and 300/300 = 1 give 1.5), not

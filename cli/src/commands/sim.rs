@@ -12,7 +12,7 @@ use fullerene_sdk::read_workload;
 use fullerene_sim::{
     compare, compare_seeds, consecutive_seeds, parse_policy_list, plot_gain_vs_load, plot_jct_cdf,
     plot_seed_jct_cdf, plot_utilization, render_seed_table, render_sweep, render_table,
-    sweep_machines, workload_name, ArrivalSpec, JobOrder, LegacyRule, Progress, SimConfig,
+    sweep_machines, workload_name, ArrivalSpec, JobOrder, Progress, RuleVariant, SimConfig,
 };
 use indicatif::ProgressBar;
 
@@ -98,13 +98,14 @@ pub(crate) struct SimArgs {
     /// first seed's runs).
     #[arg(long, value_name = "FILE.svg", conflicts_with = "sweep_machines")]
     plot_utilization: Option<PathBuf>,
-    /// Restore rules the scheduler followed before it followed the papers, comma-separated, to
-    /// measure what each departure cost: whole-agent (one framework per agent per cycle),
-    /// eta-chosen (η from chosen candidates only), pri-whole-dag (priScores ranked over the
-    /// whole DAG), equal-share (Carbyne's A_k an equal split), srtf-only (a leftover to one
-    /// framework), reoffer-tick (1 s re-offers instead of due times), remote-penalty (0.8).
+    /// Variants of the scheduler's rules, comma-separated, to measure what each choice is worth:
+    /// the rules it followed before it followed the papers, whole-agent (one framework per agent
+    /// per cycle), eta-chosen (η from chosen candidates only), equal-share (Carbyne's A_k an
+    /// equal split), srtf-only (a leftover to one framework), reoffer-tick (1 s re-offers
+    /// instead of due times), remote-penalty (0.8); and pri-within-job (priScores scaled so
+    /// each job's best runnable task scores 1, instead of the paper's rank in the whole DAG).
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
-    legacy: Vec<LegacyRule>,
+    variant: Vec<RuleVariant>,
 }
 
 /// Runs `fullerene sim`.
@@ -138,7 +139,7 @@ pub(crate) fn run(args: SimArgs, json: &JsonOutput) -> Result<()> {
         ..SimConfig::default()
     };
     let mut config = config;
-    for rule in &args.legacy {
+    for rule in &args.variant {
         rule.apply(&mut config);
     }
 

@@ -546,6 +546,16 @@ impl DagJob {
         error: &WireError,
     ) -> Vec<FrameworkRequest> {
         let mut out = Vec::new();
+        if let FrameworkRequest::UpdateDemand(_) = request {
+            // The master may not know what the job wants (a refused or rate-limited summary):
+            // send the current one again, or the allocator offers it nothing and the job
+            // stalls.
+            self.last_demand = None;
+            if !self.is_done() {
+                self.push_demand(&mut out);
+            }
+            return out;
+        }
         let FrameworkRequest::Accept { tasks, .. } = request else {
             return out;
         };
@@ -711,7 +721,7 @@ impl DagJob {
             &self.job,
             &capacity,
             self.pri_scores.as_deref(),
-            crate::policy::PriScoreScope::WithinJob,
+            crate::policy::PriScoreScope::WholeDag,
         );
         let runnable = self.state.num_runnable() > 0;
         // Work became runnable again (a stage unlocked, a task lost): earlier declines may be

@@ -168,6 +168,36 @@ fn failed_tasks_are_retried_with_new_ids_then_the_job_fails_with_the_reason() {
     assert_eq!(dag.progress().failed_attempts, 2);
 }
 
+/// A demand summary the master did not take (rate-limited, say) is sent again at once: the
+/// framework sends a summary only when it changes, and without this one the allocator would
+/// offer the job nothing (found by the TPC-H cluster test under event-driven allocation).
+#[test]
+fn a_refused_demand_summary_is_sent_again() {
+    let mut dag = DagJob::new(two_stage_job(), config(PolicyKind::Bfs), t(0)).expect("dag");
+    let calls = dag.on_offers(&[], t(1));
+    let mut summary = calls
+        .iter()
+        .find(|c| matches!(c, FrameworkRequest::UpdateDemand(_)))
+        .cloned();
+    if summary.is_none() {
+        summary = dag
+            .on_call_failed(
+                &FrameworkRequest::UpdateDemand(Default::default()),
+                &WireError::new(ErrorCode::RateLimited, "slow down"),
+            )
+            .into_iter()
+            .find(|c| matches!(c, FrameworkRequest::UpdateDemand(_)));
+    }
+    let summary = summary.expect("the job sends its demand");
+    let again = dag.on_call_failed(
+        &summary,
+        &WireError::new(ErrorCode::RateLimited, "slow down"),
+    );
+    assert!(again.contains(&summary), "{again:?}");
+    // An accepted one is not sent again while nothing changes.
+    assert!(!dag.on_offers(&[], t(2)).contains(&summary));
+}
+
 #[test]
 fn refused_accepts_return_tasks_and_unknown_outcomes_are_reconciled() {
     let mut dag = DagJob::new(two_stage_job(), config(PolicyKind::Bfs), t(0)).expect("dag");

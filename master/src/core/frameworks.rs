@@ -485,9 +485,15 @@ impl<S: RaftStore> MasterCore<S> {
                 Ok(CallOk::Done)
             }
             FrameworkRequest::UpdateDemand(summary) => match self.offers.as_mut() {
-                Some(offers) => offers
-                    .update_demand(self.node.state(), &framework_id, &summary)
-                    .map(|()| CallOk::Done),
+                Some(offers) => {
+                    let result = offers
+                        .update_demand(self.node.state(), &framework_id, &summary)
+                        .map(|()| CallOk::Done);
+                    if result.is_ok() {
+                        self.allocation_wanted();
+                    }
+                    result
+                }
                 None => Err(no_offers()),
             },
             FrameworkRequest::Revive | FrameworkRequest::Suppress => {
@@ -783,6 +789,7 @@ impl<S: RaftStore> MasterCore<S> {
             return;
         }
         self.next_allocation = now.monotonic + self.config.allocation_interval;
+        self.last_allocation = now.monotonic;
         let Some(offers) = self.offers.as_mut() else {
             return;
         };

@@ -94,8 +94,13 @@ pub struct CoreConfig {
     pub agent_timeouts: AgentTimeouts,
     /// Where this master's HTTP API listens, announced in the replicated state when it leads.
     pub http_addr: Option<SocketAddr>,
-    /// How often the leader runs an allocation cycle.
+    /// How often the leader runs an allocation cycle when nothing happens (offers that
+    /// expired or were declined come back on it).
     pub allocation_interval: Duration,
+    /// Allocation is driven by events: when resources free up (a task ends, an agent
+    /// registers or grows, a framework is torn down) or demand arrives, a cycle runs at once,
+    /// but at most one per this gap, so that a burst of events costs one cycle, not one each.
+    pub min_allocation_gap: Duration,
     /// How long an offer stays valid before it is rescinded and offered again.
     pub offer_ttl: Duration,
     /// Agent shards, each with its own allocation cycle.
@@ -105,6 +110,11 @@ pub struct CoreConfig {
     /// again; the framework ignores what it has seen and acknowledges it again).
     pub status_resend_interval: Duration,
 }
+
+/// The default [`CoreConfig::min_allocation_gap`]: a quarter of the periodic interval, one
+/// Raft tick (a burst of completions and the summaries frameworks send after them costs a few
+/// cycles a tick, not one each).
+pub const DEFAULT_MIN_ALLOCATION_GAP: Duration = Duration::from_millis(25);
 
 /// The default [`CoreConfig::status_resend_interval`]: long enough that a framework busy with
 /// a burst of updates has acknowledged them before they are sent again, short enough that a
@@ -120,6 +130,7 @@ impl Default for CoreConfig {
             agent_timeouts: AgentTimeouts::default(),
             http_addr: None,
             allocation_interval: Duration::from_millis(100),
+            min_allocation_gap: DEFAULT_MIN_ALLOCATION_GAP,
             offer_ttl: Duration::from_millis(crate::offers::DEFAULT_OFFER_TTL_MS),
             allocator_shards: 1,
             status_resend_interval: DEFAULT_STATUS_RESEND_INTERVAL,
@@ -377,6 +388,8 @@ pub struct MasterCore<S: RaftStore> {
     offers: Option<OfferManager>,
     /// When the next allocation cycle is due.
     next_allocation: Time,
+    /// When the last one ran.
+    last_allocation: Time,
     /// Frameworks subscribed by this leader (new ids are `fw-<term>-<n>`).
     next_framework: u64,
     /// The views last published, so that only changes are.
@@ -398,6 +411,7 @@ impl<S: RaftStore> MasterCore<S> {
             promotion_in_flight: false,
             offers: None,
             next_allocation: Time::ZERO,
+            last_allocation: Time::ZERO,
             next_framework: 1,
             removed_notice: false,
             node,
@@ -570,7 +584,8 @@ impl<S: RaftStore> MasterCore<S> {
         }
     }
 
-    /// Runs the node's `Ready` cycles while it has work and acts on what they produce.
+    /// Runs the node's `Ready` cycles while it has work and acts on what they produce, then an
+    /// allocation cycle if an event made one due ([`CoreConfig::min_allocation_gap`]).
     /// Returns why the core stopped serving, if it did; an error is fatal (storage damage,
     /// an undecodable committed entry).
     pub fn advance(&mut self, now: Now) -> Result<Option<MasterExit>, NodeError> {
@@ -578,6 +593,23 @@ impl<S: RaftStore> MasterCore<S> {
             self.fail_pending("this master was removed from the group");
             return Ok(Some(MasterExit::Removed));
         }
+        let result = self.advance_node(now);
+        if matches!(result, Ok(None)) && self.node.is_leader() {
+            self.allocate(now);
+        }
+        result
+    }
+
+    /// Resources freed up or demand arrived: the next allocation cycle runs as soon as the
+    /// minimum gap since the last one allows (at the end of this step, or on a tick).
+    pub(super) fn allocation_wanted(&mut self) {
+        let soon = self.last_allocation + self.config.min_allocation_gap;
+        if soon < self.next_allocation {
+            self.next_allocation = soon;
+        }
+    }
+
+    fn advance_node(&mut self, now: Now) -> Result<Option<MasterExit>, NodeError> {
         while self.node.has_ready() {
             let output = self.node.advance(now.monotonic)?;
             if self.handle_output(output, now) {
@@ -720,6 +752,9 @@ impl<S: RaftStore> MasterCore<S> {
             let settled = match result {
                 Ok(outcome) => {
                     if self.node.is_leader() {
+                        if frees_resources(&outcome) {
+                            self.allocation_wanted();
+                        }
                         self.agents.push_outcome(&outcome, &mut self.out);
                         self.frameworks.push_outcome(&outcome, &mut self.out);
                     }
@@ -824,5 +859,19 @@ impl<S: RaftStore> MasterCore<S> {
                 }
             }
         }
+    }
+}
+
+/// Whether an applied command may have freed resources (or added some) that the next
+/// allocation cycle could offer: a task ended, an agent (re)registered, tasks ended on the
+/// master's decision.
+fn frees_resources(outcome: &CommandOutcome) -> bool {
+    match outcome {
+        CommandOutcome::StatusRecorded(update) => update.state.is_terminal(),
+        CommandOutcome::AgentRegistered { .. } | CommandOutcome::TasksEnded { .. } => true,
+        CommandOutcome::Applied
+        | CommandOutcome::Unchanged
+        | CommandOutcome::TasksLaunched { .. }
+        | CommandOutcome::KillRequested(_) => false,
     }
 }

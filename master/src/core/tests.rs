@@ -43,6 +43,11 @@ impl Harness {
     /// A master that has elected itself, with liveness timeouts of 1 s and 3 s and offers
     /// valid for 2 s.
     fn leader() -> Harness {
+        Harness::leader_allocating_every(CoreConfig::default().allocation_interval)
+    }
+
+    /// [`Harness::leader`] with a periodic allocation cycle every `interval`.
+    fn leader_allocating_every(interval: Duration) -> Harness {
         let node = RaftNode::bootstrap(
             NodeConfig::new(1),
             MemStorage::new("m1"),
@@ -58,6 +63,7 @@ impl Harness {
                 lost_after: Duration::from_secs(3),
             },
             offer_ttl: Duration::from_secs(2),
+            allocation_interval: interval,
             ..CoreConfig::default()
         };
         let mut harness = Harness {
@@ -392,8 +398,32 @@ fn a_framework_with_demand_is_offered_an_agents_free_resources() {
     assert_eq!(offers.len(), 1);
     assert_eq!(offers[0].framework_id, framework);
     assert_eq!(offers[0].agent_id, AgentId::from("agent-1"));
-    assert_eq!(offers[0].resources, resources("cpus=4,mem_mib=4096"));
+    // Task at a time (Graphene Fig. 8): the offer holds the two tasks it wants, and the rest of
+    // the agent stays free for others.
+    assert_eq!(offers[0].resources, resources("cpus=2,mem_mib=1024"));
     assert_eq!(h.core.open_offers(), offers);
+}
+
+/// Allocation is driven by events: with a periodic cycle an hour apart, demand that arrives is
+/// offered within the minimum gap.
+#[test]
+fn demand_is_offered_without_waiting_for_the_periodic_cycle() {
+    let mut h = Harness::leader_allocating_every(Duration::from_secs(3600));
+    let (_, _) = h.register_agent("agent-1", "cpus=1,mem_mib=512");
+    h.heartbeating.push(AgentId::from("agent-1"));
+    let (session, framework) = h.subscribe("framework-1", None);
+    // The first periodic cycle runs (nothing to offer) and the next is an hour away.
+    h.pass(Duration::from_millis(200));
+    let (answer, mut outputs) = h.call(
+        &framework,
+        session,
+        FrameworkRequest::UpdateDemand(demand(&resources(ONE_TASK), 1)),
+    );
+    assert_eq!(answer, Some(Ok(CallOk::Done)));
+    outputs.extend(h.pass(Duration::from_millis(100)));
+    let offers = offers_in(&outputs, session);
+    assert_eq!(offers.len(), 1, "demand waits for the periodic cycle");
+    assert_eq!(offers[0].resources, resources(ONE_TASK));
 }
 
 #[test]

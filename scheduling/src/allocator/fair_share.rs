@@ -8,7 +8,8 @@ impl Allocator {
     /// The progressive-filling share of framework slot `f`, computed once per cycle and demand
     /// change. A framework's claim is what it holds plus every pending task of its summary; its
     /// weight is its group's weight over the group's frameworks with demand (hierarchical DRF's
-    /// split of a group's share). A framework with no claim gets nothing.
+    /// split of a group's share). What the filling leaves unallocated is split by weight (see
+    /// the body). A framework with no claim gets nothing.
     pub(super) fn progressive_share(
         &mut self,
         state: &AllocationState,
@@ -51,7 +52,21 @@ impl Allocator {
                 (group.weight / f64::from(n), *claim)
             })
             .collect();
-        let allocation = progressive_filling(&state.capacity(), &weighted);
+        let capacity = state.capacity();
+        let mut allocation = progressive_filling(&capacity, &weighted);
+        // What progressive filling leaves unallocated (Pseudocode 1's L_DRF: resources no claim
+        // saturated, or that only capped claimants use) reaches the jobs at run time through the
+        // leftover scheduler; T_k counts it too, split by weight. Without it a job whose runnable
+        // tasks are CPU-heavy would plan its next, memory-heavy stage in a share with almost no
+        // memory, and postpone work on a cluster it has to itself.
+        let allocated = allocation.iter().fold(ResourceVec::ZERO, |s, a| s + *a);
+        let unallocated = capacity.saturating_sub(&allocated);
+        let weight_sum: f64 = weighted.iter().map(|(w, _)| w).sum();
+        if weight_sum > 0.0 {
+            for (share, (weight, _)) in allocation.iter_mut().zip(&weighted) {
+                *share += unallocated.scale(weight / weight_sum);
+            }
+        }
         let mut shares = vec![ResourceVec::ZERO; self.frameworks.len()];
         for ((f, _, _), share) in claims.iter().zip(allocation) {
             if let Some(slot) = shares.get_mut(f.get()) {

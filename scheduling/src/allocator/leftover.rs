@@ -136,9 +136,11 @@ impl Allocator {
 impl Allocator {
     /// Redistributes `leftover` of agent `a` in parts ([`LeftoverRule::SrtfThenPacking`]):
     /// frameworks with pending work that fits, least remaining work first (ties: registration),
-    /// each take task at a time the pending shape that packs best into what is left (Tetris'
-    /// alignment, the packing goal of §3.3.4), until none of theirs fits; then the next
-    /// framework packs what is still left. Under the deficit counters the κ·C gate is checked
+    /// each take task at a time their first pending shape in summary order that fits what is
+    /// left (the framework's own best-first order, which its matcher follows in its part),
+    /// until none of theirs fits; then the next framework. A packing pass then gives what is
+    /// still left to the best-aligned pending task of any candidate (Tetris' alignment, the
+    /// second goal of §3.3.4). Under the deficit counters the κ·C gate is checked
     /// before every task: while the most deprived runnable group is at or above κ·C only its
     /// frameworks pick. Each framework with picks gets a leftover offer of their sum.
     pub(super) fn redistribute_in_parts(
@@ -169,42 +171,70 @@ impl Allocator {
         };
         let mut available = leftover;
         let mut parts = Parts::default();
-        for (_, _, f, group) in order {
+        for &(_, _, f, group) in &order {
             loop {
                 if let Some((threshold, runnable)) = &gate {
-                    let projected = self.projected_deficits(state);
-                    let most_deprived = self
-                        .gate_order(state, &projected, runnable, &exclusions)
-                        .first()
-                        .copied();
-                    if let Some(g) = most_deprived {
-                        if projected[g.get()] >= *threshold && g != group {
-                            break;
-                        }
+                    if self.gate_closed_against(state, group, *threshold, runnable, &exclusions) {
+                        break;
                     }
                 }
-                let soft = self.cycle_counts(f);
-                let best = soft
-                    .demand
-                    .shapes
-                    .iter()
-                    .enumerate()
-                    .filter(|(s, shape)| {
-                        soft.cycle_counts[*s] > 0 && fits(&shape.demand, &available)
-                    })
-                    .map(|(s, shape)| (s, packing_score(&available, &shape.demand, &total, 1.0)))
-                    .max_by(|x, y| x.1.total_cmp(&y.1).then(y.0.cmp(&x.0)));
-                let Some((shape, _)) = best else {
+                let Some(shape) = self.first_fitting_shape(f, &available) else {
                     break;
                 };
-                let demand = soft.demand.shapes[shape].demand;
+                let demand = self.frameworks[f.get()].demand.shapes[shape].demand;
                 self.take_one(state, f, shape, &mut parts);
                 available = available.saturating_sub(&demand);
             }
         }
+        // The packing pass: what no framework took in its turn (the gate held it back, or its
+        // best-first order stopped at a shape that no longer fits) goes to the best-aligned
+        // pending task of any candidate, task at a time.
+        loop {
+            let mut best: Option<(f64, FrameworkIdx, usize)> = None;
+            for &(_, _, f, group) in &order {
+                if let Some((threshold, runnable)) = &gate {
+                    if self.gate_closed_against(state, group, *threshold, runnable, &exclusions) {
+                        continue;
+                    }
+                }
+                let soft = self.cycle_counts(f);
+                for (s, shape) in soft.demand.shapes.iter().enumerate() {
+                    if soft.cycle_counts[s] == 0 || !fits(&shape.demand, &available) {
+                        continue;
+                    }
+                    let p = packing_score(&available, &shape.demand, &total, 1.0);
+                    if best.is_none_or(|(bp, _, _)| p > bp) {
+                        best = Some((p, f, s));
+                    }
+                }
+            }
+            let Some((_, f, shape)) = best else {
+                break;
+            };
+            let demand = self.frameworks[f.get()].demand.shapes[shape].demand;
+            self.take_one(state, f, shape, &mut parts);
+            available = available.saturating_sub(&demand);
+        }
         let mut out = Vec::new();
         self.offer_parts(state, a, leftover, parts, OfferKind::Leftover, &mut out);
         out
+    }
+
+    /// Whether the κ·C gate is closed to `group`: the most deprived runnable group with pending
+    /// work (leaving out those whose frameworks all refuse the agent) is another one, at or
+    /// above the threshold.
+    fn gate_closed_against(
+        &self,
+        state: &AllocationState,
+        group: GroupIdx,
+        threshold: f64,
+        runnable: &[bool],
+        exclusions: &[FrameworkIdx],
+    ) -> bool {
+        let projected = self.projected_deficits(state);
+        self.gate_order(state, &projected, runnable, exclusions)
+            .first()
+            .is_some_and(|&g| g != group && projected[g.get()] >= threshold)
     }
 
     /// Frameworks that must not get a leftover of agent `a`: active decline filters, offers of

@@ -65,10 +65,21 @@ impl Allocator {
             };
             let choice = chosen.choice;
             let f = choice.framework;
+            // The framework is chosen by its best task for the agent (Fig. 8's t_best); the
+            // task charged is the one it will launch first from its part, its first fitting
+            // shape in summary order (its own best-first order), so that the projection the
+            // κ·C gate reads is what a best-first framework really launches, as the
+            // whole-agent rule projects it. An overbooking choice is charged as chosen.
+            let shape = if choice.overbook {
+                choice.shape
+            } else {
+                self.first_fitting_shape(f, &chosen.limit.min(&floor))
+                    .unwrap_or(choice.shape)
+            };
             let Some(demand) = self.frameworks[f.get()]
                 .demand
                 .shapes
-                .get(choice.shape)
+                .get(shape)
                 .map(|s| s.demand)
             else {
                 break;
@@ -81,11 +92,25 @@ impl Allocator {
             if !admissible {
                 break;
             }
-            self.take_one(state, f, choice.shape, &mut parts);
+            self.take_one(state, f, shape, &mut parts);
             available -= demand;
             self.relist(state, index, f);
         }
         self.offer_parts(state, a, free, parts, OfferKind::Regular, out);
+    }
+
+    /// The first of `f`'s pending shapes in summary order with projected work that fits `room`.
+    pub(super) fn first_fitting_shape(
+        &mut self,
+        f: FrameworkIdx,
+        room: &ResourceVec,
+    ) -> Option<usize> {
+        let soft = self.cycle_counts(f);
+        soft.demand
+            .shapes
+            .iter()
+            .enumerate()
+            .position(|(s, shape)| soft.cycle_counts[s] > 0 && fits(&shape.demand, room))
     }
 
     /// Charges one task of `f`'s pending `shape` to the cycle's projection and to `parts`.

@@ -456,6 +456,9 @@ struct AgentSoft {
     /// Frameworks that yielded a leftover offer of this agent since its shard's last cycle
     /// began (a yield of a regular offer does not count: see [`Allocator::offer_answered`]).
     yielders: Vec<FrameworkIdx>,
+    /// A regular part was yielded while other parts of the agent were still out: the
+    /// leftover is divided when the last of them is answered ([`LeftoverRule::SrtfThenPacking`]).
+    leftover_pooled: bool,
 }
 
 /// Soft state per framework slot.
@@ -894,41 +897,55 @@ impl Allocator {
             .resources
             .saturating_sub(&total)
             .min(&self.unoffered_free(state, a));
-        if remainder.is_zero() {
-            return Ok(Vec::new());
-        }
-        match leftover {
-            LeftoverAction::Decline => {
-                let until = now_s + self.config.decline_filter_s;
-                let filters = &mut self.agents[a.get()].filters;
-                match filters.iter_mut().find(|(g, _)| *g == f) {
-                    Some(entry) => entry.1 = entry.1.max(until),
-                    None => filters.push((f, until)),
-                }
-                Ok(Vec::new())
+        if leftover == LeftoverAction::Decline && !remainder.is_zero() {
+            let until = now_s + self.config.decline_filter_s;
+            let filters = &mut self.agents[a.get()].filters;
+            match filters.iter_mut().find(|(g, _)| *g == f) {
+                Some(entry) => entry.1 = entry.1.max(until),
+                None => filters.push((f, until)),
             }
-            LeftoverAction::Yield => {
-                // A framework that yields a *regular* offer stays a candidate for the leftover,
-                // in its SRTF place: Pseudocode 1's LEFTOVERSCHEDULER runs over all jobs, donors
-                // included, which is what keeps altruism work-conserving (Carbyne §3.3.1: J1
-                // "is instead running that task at time 0 to ensure work conservation"). One
-                // that yields a *leftover* offer has had its turn and is left out for the rest
-                // of the cycle, which also ends every chain of yields.
-                if offer.kind == OfferKind::Leftover {
-                    let yielders = &mut self.agents[a.get()].yielders;
-                    if !yielders.contains(&f) {
-                        yielders.push(f);
-                    }
+        }
+        let yielded = leftover == LeftoverAction::Yield && !remainder.is_zero();
+        // A framework that yields a *regular* offer stays a candidate for the leftover, in its
+        // SRTF place: Pseudocode 1's LEFTOVERSCHEDULER runs over all jobs, donors included,
+        // which is what keeps altruism work-conserving (Carbyne §3.3.1: J1 "is instead running
+        // that task at time 0 to ensure work conservation"). One that yields a *leftover* offer
+        // has had its turn and is left out for the rest of the cycle, which also ends every
+        // chain of yields.
+        if yielded && offer.kind == OfferKind::Leftover {
+            let yielders = &mut self.agents[a.get()].yielders;
+            if !yielders.contains(&f) {
+                yielders.push(f);
+            }
+        }
+        match self.config.leftover {
+            LeftoverRule::SrtfOnly => Ok(if yielded {
+                self.redistribute(state, a, remainder, now_s)
+                    .into_iter()
+                    .collect()
+            } else {
+                Vec::new()
+            }),
+            LeftoverRule::SrtfThenPacking => {
+                // Pseudocode 1 runs LEFTOVERSCHEDULER once every job's intra-job step has
+                // yielded: while other frameworks still hold regular parts of this agent, what
+                // is yielded is pooled, and the pool is divided when the last part is answered
+                // (with those frameworks among the candidates).
+                let soft = &mut self.agents[a.get()];
+                let parts_out = soft.offers.iter().any(|o| o.kind == OfferKind::Regular);
+                if yielded && offer.kind == OfferKind::Regular && parts_out {
+                    soft.leftover_pooled = true;
+                    return Ok(Vec::new());
                 }
-                Ok(match self.config.leftover {
-                    LeftoverRule::SrtfOnly => self
-                        .redistribute(state, a, remainder, now_s)
-                        .into_iter()
-                        .collect(),
-                    LeftoverRule::SrtfThenPacking => {
-                        self.redistribute_in_parts(state, a, remainder, now_s)
-                    }
-                })
+                if !(yielded || soft.leftover_pooled) || parts_out {
+                    return Ok(Vec::new());
+                }
+                soft.leftover_pooled = false;
+                let pool = self.unoffered_free(state, a);
+                if pool.is_zero() {
+                    return Ok(Vec::new());
+                }
+                Ok(self.redistribute_in_parts(state, a, pool, now_s))
             }
         }
     }

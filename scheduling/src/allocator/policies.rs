@@ -272,6 +272,7 @@ impl Allocator {
             let a = self.shards[shard][(start + i) % n];
             let soft = &mut self.agents[a.get()];
             soft.yielders.clear();
+            soft.leftover_pooled = false;
             soft.filters.retain(|(_, until)| *until > now_s);
             if soft.paused {
                 continue;

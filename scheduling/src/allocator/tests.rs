@@ -1264,3 +1264,278 @@ fn a_deprived_group_is_not_raised_on_agents_it_cannot_use() {
     };
     run_scenario(&scenario, false).unwrap();
 }
+
+// ---------------------------------------------------------------------------------------------
+// The papers' rules: task at a time, leftovers in parts, η over all pending work, A_k by
+// progressive filling.
+// ---------------------------------------------------------------------------------------------
+
+fn resources_of<'a>(offers: &'a [OfferDecision], framework: &str) -> Vec<&'a ResourceVec> {
+    offers
+        .iter()
+        .filter(|o| o.framework.as_str() == framework)
+        .map(|o| &o.resources)
+        .collect()
+}
+
+/// DRF's progressive filling is task at a time: two groups with equal weights and one-core
+/// tasks share a four-core agent two and two in one cycle, where the whole-agent rule gives it
+/// all to one of them.
+#[test]
+fn drf_shares_one_agent_task_at_a_time() {
+    for (matching, expected) in [
+        (AgentMatching::TaskAtATime, vec![2.0, 2.0]),
+        (AgentMatching::WholeAgent, vec![4.0]),
+    ] {
+        let mut alloc = StandaloneAllocator::new(AllocatorConfig {
+            policy: InterJobPolicy::Drf,
+            matching,
+            ..AllocatorConfig::default()
+        })
+        .unwrap();
+        add_agents(&mut alloc, 1, res("cpus=4"));
+        alloc.add_framework(fid("fa"), "ga", 0.0).unwrap();
+        alloc.add_framework(fid("fb"), "gb", 1.0).unwrap();
+        for f in ["fa", "fb"] {
+            alloc
+                .update_demand(&fid(f), &summary(&[("cpus=1", 4, 1.0)], 4.0))
+                .unwrap();
+        }
+        let offers = alloc.allocate_all(0.0);
+        let cpus: Vec<f64> = offers
+            .iter()
+            .map(|o| o.resources[ResourceKind::Cpus])
+            .collect();
+        assert_eq!(cpus, expected, "{matching:?}: {offers:?}");
+        // Nothing is offered twice: the parts sum to at most the agent's free resources.
+        let sum = offers
+            .iter()
+            .fold(ResourceVec::ZERO, |s, o| s + o.resources);
+        assert!(fits(&sum, &res("cpus=4")));
+    }
+}
+
+/// Graphene's Fig. 8 fills a machine from every job's tasks: the best-packing task of one
+/// framework and the best remaining ones of another share the agent in one cycle, each
+/// framework offered exactly its picks.
+#[test]
+fn graphene_fills_an_agent_from_several_frameworks() {
+    let mut alloc = paper_allocator(deficit(0.5, FairnessFactor::Drf));
+    add_agents(&mut alloc, 1, res("cpus=16,mem_mib=16"));
+    alloc.add_framework(fid("big"), "g", 0.0).unwrap();
+    alloc.add_framework(fid("small"), "g", 1.0).unwrap();
+    alloc
+        .update_demand(
+            &fid("big"),
+            &summary(&[("cpus=12,mem_mib=12", 1, 1.0)], 1.0),
+        )
+        .unwrap();
+    alloc
+        .update_demand(
+            &fid("small"),
+            &summary(&[("cpus=2,mem_mib=2", 5, 1.0)], 1.0),
+        )
+        .unwrap();
+    let offers = alloc.allocate_all(0.0);
+    assert_eq!(
+        resources_of(&offers, "big"),
+        vec![&res("cpus=12,mem_mib=12")]
+    );
+    assert_eq!(
+        resources_of(&offers, "small"),
+        vec![&res("cpus=4,mem_mib=4")]
+    );
+    // Each launches its part; nothing is left to offer.
+    alloc
+        .offer_answered(
+            &aid("a0"),
+            &fid("big"),
+            &[res("cpus=12,mem_mib=12")],
+            LeftoverAction::Decline,
+            0.0,
+        )
+        .unwrap();
+    alloc
+        .offer_answered(
+            &aid("a0"),
+            &fid("small"),
+            &[res("cpus=2,mem_mib=2"), res("cpus=2,mem_mib=2")],
+            LeftoverAction::Decline,
+            0.0,
+        )
+        .unwrap();
+    assert!(alloc.free_resources(&aid("a0")).unwrap().is_zero());
+}
+
+/// The κ·C gate is checked before every task: once group `a` has run far ahead, the agent's
+/// next tasks go to the deprived group `b` only, although `a`'s pack better.
+#[test]
+fn the_deficit_gate_is_checked_per_task() {
+    let mut alloc = paper_allocator(deficit(0.1, FairnessFactor::Drf));
+    add_agents(&mut alloc, 2, res("cpus=10"));
+    alloc.add_framework(fid("fa"), "a", 0.0).unwrap();
+    alloc.add_framework(fid("fb"), "b", 1.0).unwrap();
+    alloc
+        .update_demand(&fid("fa"), &summary(&[("cpus=5", 4, 1.0)], 1.0))
+        .unwrap();
+    // `a` launches alone on a0 while `b` has no work: b's deficit grows past κ·C.
+    let first = alloc.allocate_all(0.0);
+    for offer in &first {
+        let n = (offer.resources[ResourceKind::Cpus] / 5.0) as usize;
+        let launched = vec![res("cpus=5"); n];
+        alloc
+            .offer_answered(
+                &offer.agent,
+                &offer.framework,
+                &launched,
+                LeftoverAction::Decline,
+                0.0,
+            )
+            .unwrap();
+    }
+    alloc
+        .update_demand(&fid("fb"), &summary(&[("cpus=1", 20, 1.0)], 1.0))
+        .unwrap();
+    alloc
+        .update_demand(&fid("fa"), &summary(&[("cpus=5", 4, 1.0)], 1.0))
+        .unwrap();
+    let threshold = alloc.unfairness_threshold().unwrap();
+    assert!(alloc.deficits().iter().any(|(_, c)| c.deficit >= threshold));
+    let offers = alloc.allocate_all(1.0);
+    assert!(
+        offers.iter().all(|o| o.framework.as_str() == "fb"),
+        "{offers:?}"
+    );
+}
+
+/// Carbyne §3.3.4: a leftover goes to the frameworks in SRTF order, each packing what it can,
+/// and what the shorter jobs cannot use goes on to the longer ones in the same round.
+#[test]
+fn a_leftover_is_divided_in_srtf_order() {
+    let mut alloc = paper_allocator(InterJobPolicy::Drf);
+    add_agents(&mut alloc, 1, res("cpus=16"));
+    alloc.add_framework(fid("donor"), "g", 0.0).unwrap();
+    alloc
+        .update_demand(&fid("donor"), &summary(&[("cpus=1", 16, 1.0)], 500.0))
+        .unwrap();
+    let offers = alloc.allocate_all(0.0);
+    assert_eq!(offered_to(&offers), vec!["donor"]);
+    for (name, shape, count, work) in [
+        ("long", "cpus=2", 10, 50.0),
+        ("short", "cpus=4", 1, 5.0),
+        ("mid", "cpus=4", 2, 10.0),
+    ] {
+        alloc.add_framework(fid(name), "g", 1.0).unwrap();
+        alloc
+            .update_demand(&fid(name), &summary(&[(shape, count, 1.0)], work))
+            .unwrap();
+    }
+    let parts = alloc
+        .offer_answered(&aid("a0"), &fid("donor"), &[], LeftoverAction::Yield, 0.0)
+        .unwrap();
+    let by: Vec<(&str, f64)> = parts
+        .iter()
+        .map(|o| (o.framework.as_str(), o.resources[ResourceKind::Cpus]))
+        .collect();
+    assert_eq!(by, vec![("short", 4.0), ("mid", 8.0), ("long", 4.0)]);
+    assert!(parts.iter().all(|o| o.kind == OfferKind::Leftover));
+}
+
+/// Graphene §5: η = m · avg(pScore) / avg(srpt) over every pending task of every job.
+#[test]
+fn eta_is_averaged_over_every_pending_task() {
+    let mut alloc = paper_allocator(deficit(0.1, FairnessFactor::Drf));
+    add_agents(&mut alloc, 1, res("cpus=16"));
+    alloc.add_framework(fid("fa"), "g", 0.0).unwrap();
+    alloc.add_framework(fid("fb"), "g", 1.0).unwrap();
+    let with_srpt = |shape: &str, count: u32, srpt: f64| {
+        let mut s = summary(&[(shape, count, 1.0)], 1.0);
+        s.srpt = srpt;
+        s
+    };
+    alloc
+        .update_demand(&fid("fa"), &with_srpt("cpus=4", 2, 10.0))
+        .unwrap();
+    alloc
+        .update_demand(&fid("fb"), &with_srpt("cpus=2", 6, 30.0))
+        .unwrap();
+    alloc.allocate_all(0.0);
+    // pScore on an idle agent: 4/16 and 2/16; averages over the 8 tasks: 0.15625 and 25.
+    let expected = crate::scoring::DEFAULT_ETA_MULTIPLIER * 0.15625 / 25.0;
+    assert!((alloc.eta() - expected).abs() < 1e-12, "{}", alloc.eta());
+}
+
+/// Carbyne §3's A_k: DRF by progressive filling with demand caps. A framework that needs little
+/// gets what it needs and the others share the rest; an equal split ignores demand.
+#[test]
+fn fair_shares_follow_progressive_filling_with_demand_caps() {
+    let mut alloc = paper_allocator(InterJobPolicy::Drf);
+    add_agents(&mut alloc, 1, res("cpus=12"));
+    for (i, (name, count)) in [("small", 2), ("big1", 20), ("big2", 20)]
+        .into_iter()
+        .enumerate()
+    {
+        alloc.add_framework(fid(name), "g", i as f64).unwrap();
+        alloc
+            .update_demand(&fid(name), &summary(&[("cpus=1", count, 1.0)], 1.0))
+            .unwrap();
+    }
+    assert_eq!(alloc.fair_share(&fid("small")).unwrap(), res("cpus=2"));
+    assert_eq!(alloc.fair_share(&fid("big1")).unwrap(), res("cpus=5"));
+    assert_eq!(alloc.fair_share(&fid("big2")).unwrap(), res("cpus=5"));
+    // A lone framework whose runnable tasks need only CPUs still counts the memory nobody
+    // claims (it reaches it as leftovers).
+    let mut lone = paper_allocator(InterJobPolicy::Drf);
+    add_agents(&mut lone, 1, res("cpus=8,mem_mib=100"));
+    lone.add_framework(fid("f"), "g", 0.0).unwrap();
+    lone.update_demand(&fid("f"), &summary(&[("cpus=1", 20, 1.0)], 1.0))
+        .unwrap();
+    assert_eq!(
+        lone.fair_share(&fid("f")).unwrap(),
+        res("cpus=8,mem_mib=100")
+    );
+    let mut equal = allocator(InterJobPolicy::Drf);
+    add_agents(&mut equal, 1, res("cpus=12"));
+    equal.add_framework(fid("small"), "g", 0.0).unwrap();
+    equal.add_framework(fid("big"), "g", 1.0).unwrap();
+    assert_eq!(equal.fair_share(&fid("small")).unwrap(), res("cpus=6"));
+}
+
+/// Pseudocode 1 runs the leftover scheduler after every job's intra-job step: a part yielded
+/// while other parts of the agent are out is pooled, and divided once the last is answered,
+/// with the frameworks that held them among the candidates.
+#[test]
+fn yields_are_pooled_until_every_part_of_the_agent_is_answered() {
+    let mut alloc = paper_allocator(InterJobPolicy::Drf);
+    add_agents(&mut alloc, 1, res("cpus=4"));
+    alloc.add_framework(fid("long"), "ga", 0.0).unwrap();
+    alloc.add_framework(fid("short"), "gb", 1.0).unwrap();
+    alloc
+        .update_demand(&fid("long"), &summary(&[("cpus=1", 4, 1.0)], 100.0))
+        .unwrap();
+    alloc
+        .update_demand(&fid("short"), &summary(&[("cpus=1", 4, 1.0)], 5.0))
+        .unwrap();
+    let offers = alloc.allocate_all(0.0);
+    assert_eq!(offers.len(), 2, "{offers:?}");
+    // The long job is altruistic: it launches nothing and yields its two cores.
+    let pooled = alloc
+        .offer_answered(&aid("a0"), &fid("long"), &[], LeftoverAction::Yield, 0.0)
+        .unwrap();
+    assert!(pooled.is_empty(), "{pooled:?}");
+    // The short one launches its part; the pool goes to it first (least remaining work).
+    let divided = alloc
+        .offer_answered(
+            &aid("a0"),
+            &fid("short"),
+            &[res("cpus=1"), res("cpus=1")],
+            LeftoverAction::Decline,
+            0.0,
+        )
+        .unwrap();
+    let by: Vec<(&str, f64)> = divided
+        .iter()
+        .map(|o| (o.framework.as_str(), o.resources[ResourceKind::Cpus]))
+        .collect();
+    assert_eq!(by, vec![("short", 2.0)]);
+}
