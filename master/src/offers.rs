@@ -121,6 +121,7 @@ impl OfferBook {
         resources: ResourceVec,
         kind: OfferKind,
         expires_at_ms: UnixMillis,
+        fair_share: ResourceVec,
     ) -> Offer {
         let id = OfferId((self.epoch << COUNTER_BITS) | (self.next & ((1 << COUNTER_BITS) - 1)));
         self.next += 1;
@@ -133,6 +134,7 @@ impl OfferBook {
             resources: resources.into(),
             kind,
             expires_at_ms,
+            fair_share: fair_share.into(),
         };
         self.offers.insert(
             id,
@@ -623,6 +625,12 @@ impl OfferManager {
             .get(&decision.agent)
             .map(|entry| (entry.hostname.clone(), entry.attributes.clone()))
             .unwrap_or_default();
+        // Carbyne's A_k for the framework's altruism; a framework the allocator no longer
+        // knows gets none.
+        let fair_share = self
+            .allocator
+            .fair_share(state.allocation(), &decision.framework)
+            .unwrap_or(ResourceVec::ZERO);
         self.book.open(
             &decision.framework,
             &decision.agent,
@@ -632,6 +640,7 @@ impl OfferManager {
             decision.kind,
             // The CLI bounds the TTL; a library caller's huge one never wraps into the past.
             now_ms.saturating_add(self.offer_ttl_ms),
+            fair_share,
         )
     }
 
@@ -676,6 +685,7 @@ mod tests {
             cpus(n),
             OfferKind::Regular,
             expires,
+            ResourceVec::ZERO,
         )
         .id
     }
@@ -805,6 +815,9 @@ mod tests {
             assert!(rescinded.is_empty());
             assert_eq!(sent.len(), 1, "{sent:?}");
             let offer = sent[0].clone();
+            // The framework's A_k travels with the offer: alone, it may count on the cluster.
+            let share = offer.fair_share.to_vec().expect("share parses");
+            assert_eq!(share, state.allocation().capacity(), "{share}");
             assert_eq!(offer.framework_id, fw1);
             assert_eq!(offer.hostname, "node1");
 

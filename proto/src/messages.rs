@@ -339,6 +339,10 @@ pub struct Offer {
     pub kind: OfferKind,
     /// After this the offer is void and accepting it fails.
     pub expires_at_ms: UnixMillis,
+    /// The framework's share `A_k` of the cluster under the master's fairness rule (Carbyne
+    /// §3.3.1's input for `T_k`: DRF by progressive filling with demand caps), as of this
+    /// offer. Empty when the master computes none.
+    pub fair_share: Resources,
 }
 
 /// A task's current state, as reported by reconciliation and status listings.

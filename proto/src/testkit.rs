@@ -100,6 +100,7 @@ pub fn offer(
         resources: fullerene_scheduling::testkit::resources(resources),
         kind: OfferKind::Regular,
         expires_at_ms,
+        fair_share: crate::Resources::default(),
     }
 }
 

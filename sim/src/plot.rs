@@ -437,16 +437,7 @@ pub fn plot_gain_vs_load(
         legend
             .draw(&Circle::new((22, y), 4, color.filled()))
             .map_err(|e| err(&e))?;
-        legend
-            .draw(&Text::new(
-                name.clone(),
-                (44, y),
-                ("sans-serif", 14)
-                    .into_font()
-                    .color(&BLACK)
-                    .pos(Pos::new(HPos::Left, VPos::Center)),
-            ))
-            .map_err(|e| err(&e))?;
+        legend_label(&legend, name.clone(), y, path)?;
         for &(x, mean, lo, hi) in &points {
             let style = color.stroke_width(1);
             let area = chart.plotting_area();
@@ -475,16 +466,7 @@ pub fn plot_gain_vs_load(
             BLACK.mix(0.6).stroke_width(1),
         ))
         .map_err(|e| err(&e))?;
-    legend
-        .draw(&Text::new(
-            format!("{baseline} (= 1)"),
-            (44, y),
-            ("sans-serif", 14)
-                .into_font()
-                .color(&BLACK)
-                .pos(Pos::new(HPos::Left, VPos::Center)),
-        ))
-        .map_err(|e| err(&e))?;
+    legend_label(&legend, format!("{baseline} (= 1)"), y, path)?;
     root.present().map_err(|e| err(&e))?;
     Ok(())
 }
@@ -542,6 +524,25 @@ pub fn plot_utilization(report: &SimReport, path: &Path) -> Result<(), SimError>
         .map_err(|e| err(&e))?;
     root.present().map_err(|e| err(&e))?;
     Ok(())
+}
+
+/// A legend entry's label, left-aligned beside its marker at height `y`.
+fn legend_label<DB: DrawingBackend>(
+    legend: &DrawingArea<DB, Shift>,
+    label: String,
+    y: i32,
+    path: &Path,
+) -> Result<(), SimError> {
+    legend
+        .draw(&Text::new(
+            label,
+            (44, y),
+            ("sans-serif", 14)
+                .into_font()
+                .color(&BLACK)
+                .pos(Pos::new(HPos::Left, VPos::Center)),
+        ))
+        .map_err(|e| plot_error(path, &e))
 }
 
 #[cfg(test)]

@@ -422,8 +422,16 @@ impl DagJob {
         }
         let now_s = self.job_seconds(now);
         let cluster_capacity = self.cluster_capacity();
-        let fair_share = cluster_capacity.scale(1.0 / self.config.concurrent_jobs.max(1) as f64);
+        // Carbyne's A_k as the master computed it; a master that sends none (or one that does
+        // not parse) leaves the job an equal split among the jobs it runs with.
+        let equal_split = cluster_capacity.scale(1.0 / self.config.concurrent_jobs.max(1) as f64);
         for (offer, free) in usable {
+            let fair_share = offer
+                .fair_share
+                .to_vec()
+                .ok()
+                .filter(|share| !share.is_zero())
+                .unwrap_or(equal_split);
             let machine = &self.machines[&offer.agent_id];
             let (index, capacity) = (machine.index, machine.capacity);
             let context = OfferContext {

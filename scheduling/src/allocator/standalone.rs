@@ -30,11 +30,12 @@ use crate::resources::ResourceVec;
 ///     srpt: 3.0,
 /// };
 /// allocator.update_demand(&"etl".into(), &demand)?;
-/// // One cycle: the only framework with demand is offered the agent's free resources.
+/// // One cycle, task at a time: the only framework with demand is offered its three tasks,
+/// // and the rest of the agent stays free for others.
 /// let offers = allocator.allocate_all(0.0);
 /// assert_eq!(offers.len(), 1);
 /// assert_eq!(offers[0].framework.0, "etl");
-/// assert_eq!(offers[0].resources, "cpus=16,mem_mib=65536".parse()?);
+/// assert_eq!(offers[0].resources, "cpus=6,mem_mib=12288".parse()?);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug)]
