@@ -37,7 +37,7 @@ use fullerene_master::state::{
 };
 use fullerene_master::storage::{MemStorage, RaftStore};
 use fullerene_proto::codec;
-use fullerene_proto::messages::{Executor, StatusUpdate, TaskSpec, TaskState};
+use fullerene_proto::messages::{Executor, GroupPlacement, StatusUpdate, TaskSpec, TaskState};
 use fullerene_proto::{ResourceKind, ResourceVec, Resources};
 use raft::eraftpb::{ConfChangeV2, ConfState, EntryType, Message, MessageType};
 use rand::seq::SliceRandom;
@@ -416,7 +416,7 @@ impl CommandGen {
                 at_ms,
             },
             // An operator places a principal in a group (later frameworks of it join there).
-            _ if rng.gen_bool(0.5) => Command::SetGroup {
+            _ if rng.gen_bool(0.5) => Command::SetGroup(GroupPlacement {
                 group: format!("group-{}", rng.gen_range(0..3)),
                 // The stamp keeps every command's bytes unique.
                 weight: Some(1.0 + at_ms as f64 / 1e9),
@@ -424,7 +424,7 @@ impl CommandGen {
                     "principal-{}",
                     rng.gen_range(1..=self.next_framework + 1)
                 )],
-            },
+            }),
             _ => Command::SetGroupWeight {
                 group: format!("group-{}", rng.gen_range(0..3)),
                 // The stamp keeps every command's bytes unique.

@@ -925,11 +925,13 @@ mod tests {
             let mut state = cluster();
             // fw-1 alone in group "absent"; fw-2 in "default".
             state
-                .apply(&crate::state::Command::SetGroup {
-                    group: "absent".to_string(),
-                    weight: None,
-                    principals: vec!["framework-3".to_string()],
-                })
+                .apply(&crate::state::Command::SetGroup(
+                    fullerene_proto::messages::GroupPlacement {
+                        group: "absent".to_string(),
+                        weight: None,
+                        principals: vec!["framework-3".to_string()],
+                    },
+                ))
                 .expect("group");
             state
                 .apply(&subscribe_framework(

@@ -652,6 +652,30 @@ pub enum CallOk {
 // Operator <-> master
 // ---------------------------------------------------------------------------------------------
 
+/// A fairness group to create or change, and principals to place in it: what an operator asks
+/// for ([`OperatorRequest::SetGroup`]) and what the masters replicate.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+pub struct GroupPlacement {
+    /// The group.
+    pub group: String,
+    /// Its weight (finite, ≥ 0); `None` keeps the current one (1 for a new group).
+    pub weight: Option<f64>,
+    /// Principals to put in it (at most [`crate::limits::MAX_PAGE_ITEMS`] per request).
+    pub principals: Vec<String>,
+}
+
+/// A fairness group to remove, or only some of its principals' mappings
+/// ([`OperatorRequest::RemoveGroup`], replicated as is).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+pub struct GroupRemoval {
+    /// The group.
+    pub group: String,
+    /// Only these principals (each must be in `group`); empty: the whole group.
+    pub principals: Vec<String>,
+}
+
 /// An operator's request.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
@@ -702,22 +726,10 @@ pub enum OperatorRequest {
     /// its weight when `weight` is given, and put `principals` in it (a principal is in one
     /// group; one already in another group moves). Frameworks take the group of their
     /// principal when they subscribe.
-    SetGroup {
-        /// The group.
-        group: String,
-        /// Its weight (finite, ≥ 0); `None` keeps the current one (1 for a new group).
-        weight: Option<f64>,
-        /// Principals to put in it (at most [`crate::limits::MAX_PAGE_ITEMS`] per request).
-        principals: Vec<String>,
-    },
+    SetGroup(GroupPlacement),
     /// Remove a group's weight and its principals' mappings (they fall back to the default
     /// group), or, with `principals` non-empty, only those principals' mappings.
-    RemoveGroup {
-        /// The group.
-        group: String,
-        /// Only these principals (each must be in `group`); empty: the whole group.
-        principals: Vec<String>,
-    },
+    RemoveGroup(GroupRemoval),
     /// Every group (weight, principals, frameworks, share and deficit), and the default
     /// group unmapped principals fall into (a linearizable read).
     ListGroups,

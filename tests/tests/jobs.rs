@@ -272,29 +272,6 @@ fn assert_all_free(cluster: &MasterCluster) -> serde_json::Value {
     }
 }
 
-/// Waits until the leader's `/state` shows a running task on `agent` (any agent when
-/// `None`); fails the test if none shows within `timeout`.
-fn wait_for_running_task(cluster: &MasterCluster, agent: Option<&str>, timeout: Duration) {
-    let started = Instant::now();
-    while started.elapsed() < timeout {
-        let running = cluster.http_state().is_some_and(|state| {
-            state["tasks"].as_array().is_some_and(|tasks| {
-                tasks
-                    .iter()
-                    .any(|t| t["state"] == "Running" && agent.is_none_or(|a| t["agent_id"] == a))
-            })
-        });
-        if running {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!(
-        "no task ran on {agent:?} within {timeout:?}\n{}",
-        logs(cluster)
-    );
-}
-
 /// Waits until the leader's `/state` shows running tasks and returns the agent with the most of
 /// them (its number); fails the test if none shows within `timeout`.
 fn wait_for_busiest_agent(cluster: &MasterCluster, timeout: Duration) -> u64 {
@@ -396,7 +373,7 @@ fn jobs_finish_after_the_leading_master_is_killed() {
     let file = workload(&cluster, &FIVE_JOBS);
     let started = Instant::now();
     let run = start_jobs_in_process(&cluster, &file, TIME_SCALE);
-    wait_for_running_task(&cluster, None, Duration::from_secs(20));
+    wait_for_busiest_agent(&cluster, Duration::from_secs(20));
     let Some(leader) = cluster.wait_for_leader(Duration::from_secs(5)) else {
         panic!("no leader\n{}", logs(&cluster));
     };

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fullerene_client::OperatorClient;
-use fullerene_proto::messages::{OperatorRequest, OperatorResponse};
+use fullerene_proto::messages::{GroupPlacement, OperatorRequest, OperatorResponse};
 use fullerene_proto::ResourceVec;
 use fullerene_sdk::driver::{run_with_client, DriverConfig, RunOptions};
 use fullerene_sim::metrics::percentile_nearest_rank;
@@ -221,11 +221,11 @@ async fn drive(
     // the deficit counters then share the cluster among them (in one group, the group's own
     // order would decide which of them runs).
     for n in 1..=config.frameworks {
-        let request = OperatorRequest::SetGroup {
+        let request = OperatorRequest::SetGroup(GroupPlacement {
             group: format!("polite-{n}"),
             weight: None,
             principals: vec![format!("framework-{n}")],
-        };
+        });
         match operator.request(&request).await {
             Ok(OperatorResponse::Done) => {}
             other => {

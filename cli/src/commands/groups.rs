@@ -4,7 +4,9 @@
 
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
-use fullerene_proto::messages::{GroupInfo, OperatorRequest, OperatorResponse, Quotas};
+use fullerene_proto::messages::{
+    GroupInfo, GroupPlacement, GroupRemoval, OperatorRequest, OperatorResponse, Quotas,
+};
 use serde::Serialize;
 
 use crate::commands::cluster::{change, operator_client, ClusterArgs};
@@ -132,11 +134,11 @@ pub(crate) fn run_groups(command: GroupsCommand, json: &JsonOutput) -> Result<()
                     )
                 }
             };
-            let request = OperatorRequest::SetGroup {
+            let request = OperatorRequest::SetGroup(GroupPlacement {
                 group: args.group,
                 weight: args.weight,
                 principals: args.principals,
-            };
+            });
             (args.cluster, request, message)
         }
         GroupsCommand::Remove(args) => {
@@ -152,10 +154,10 @@ pub(crate) fn run_groups(command: GroupsCommand, json: &JsonOutput) -> Result<()
                     args.group
                 )
             };
-            let request = OperatorRequest::RemoveGroup {
+            let request = OperatorRequest::RemoveGroup(GroupRemoval {
                 group: args.group,
                 principals: args.principals,
-            };
+            });
             (args.cluster, request, message)
         }
     };

@@ -94,21 +94,11 @@ impl<S: RaftStore> MasterCore<S> {
                 let command = Command::SetGroupWeight { group, weight };
                 return self.propose_write(&command, token, request_id);
             }
-            OperatorRequest::SetGroup {
-                group,
-                weight,
-                principals,
-            } => {
-                let command = Command::SetGroup {
-                    group,
-                    weight,
-                    principals,
-                };
-                return self.propose_write(&command, token, request_id);
+            OperatorRequest::SetGroup(placement) => {
+                return self.propose_write(&Command::SetGroup(placement), token, request_id);
             }
-            OperatorRequest::RemoveGroup { group, principals } => {
-                let command = Command::RemoveGroup { group, principals };
-                return self.propose_write(&command, token, request_id);
+            OperatorRequest::RemoveGroup(removal) => {
+                return self.propose_write(&Command::RemoveGroup(removal), token, request_id);
             }
             OperatorRequest::SetQuotas(quotas) => {
                 return self.propose_write(&Command::SetQuotas(quotas), token, request_id);

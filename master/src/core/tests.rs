@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use fullerene_proto::ids::{AgentId, FrameworkId, TaskId};
 use fullerene_proto::messages::{
-    AgentState, CallOk, ErrorCode, FrameworkCall, FrameworkRequest, Leftover, MasterToAgent,
-    MasterToFramework, Offer, OperatorRequest, OperatorResponse, StatusAck, StatusReason,
-    StatusUpdate, TaskSpec, TaskState, MAX_RECONCILE_TASK_IDS,
+    AgentState, CallOk, ErrorCode, FrameworkCall, FrameworkRequest, GroupPlacement, Leftover,
+    MasterToAgent, MasterToFramework, Offer, OperatorRequest, OperatorResponse, StatusAck,
+    StatusReason, StatusUpdate, TaskSpec, TaskState, MAX_RECONCILE_TASK_IDS,
 };
 use fullerene_proto::{Now, Time};
 
@@ -1364,11 +1364,11 @@ impl Harness {
 #[test]
 fn a_framework_joins_its_principals_group_and_is_refused_another() {
     let mut h = Harness::leader();
-    let placed = h.operator(OperatorRequest::SetGroup {
+    let placed = h.operator(OperatorRequest::SetGroup(GroupPlacement {
         group: "etl".to_string(),
         weight: Some(2.0),
         principals: vec!["framework-1".to_string()],
-    });
+    }));
     assert_eq!(placed, OperatorResponse::Done);
 
     let (session, outputs) = h.subscribe_in("framework-1", None, "");

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use fullerene_proto::messages::{StatusUpdate, TaskSpec, UnixMillis};
+use fullerene_proto::messages::{GroupPlacement, GroupRemoval, StatusUpdate, TaskSpec, UnixMillis};
 pub use fullerene_proto::TaskKey;
 use fullerene_proto::{AgentId, FrameworkId, Resources, TaskId};
 use serde::{Deserialize, Serialize};
@@ -188,22 +188,10 @@ pub enum Command {
     },
     /// An operator creates or changes a fairness group: its weight (when given; a new group
     /// gets 1) and principals placed in it (moved from any other group).
-    SetGroup {
-        /// The group.
-        group: String,
-        /// Its weight, when set.
-        weight: Option<f64>,
-        /// Principals to place in it.
-        principals: Vec<String>,
-    },
+    SetGroup(GroupPlacement),
     /// An operator removes a group's weight and mappings, or only some principals' mappings
     /// (they fall back to the default group; frameworks already subscribed keep their group).
-    RemoveGroup {
-        /// The group.
-        group: String,
-        /// Only these principals; empty: the whole group.
-        principals: Vec<String>,
-    },
+    RemoveGroup(GroupRemoval),
     /// An operator sets the cluster's quotas.
     SetQuotas(fullerene_proto::messages::Quotas),
     /// An operator sets how far fungible resources (disk and network bandwidth) may be
@@ -241,8 +229,8 @@ impl Command {
             Command::KillTask { .. } => "kill_task",
             Command::AcknowledgeStatus { .. } => "acknowledge_status",
             Command::SetGroupWeight { .. } => "set_group_weight",
-            Command::SetGroup { .. } => "set_group",
-            Command::RemoveGroup { .. } => "remove_group",
+            Command::SetGroup(_) => "set_group",
+            Command::RemoveGroup(_) => "remove_group",
             Command::SetQuotas(_) => "set_quotas",
             Command::SetOverbookingAllowance { .. } => "set_overbooking_allowance",
             Command::AnnounceMasterHttp { .. } => "announce_master_http",

@@ -23,8 +23,8 @@ use std::collections::BTreeMap;
 
 use fullerene_proto::limits::{self, MAX_TASKS_PER_AGENT};
 use fullerene_proto::messages::{
-    AgentInfo, AgentState, Executor, FrameworkInfo, StatusReason, StatusUpdate, TaskInfo, TaskSpec,
-    TaskState, UnixMillis,
+    AgentInfo, AgentState, Executor, FrameworkInfo, GroupPlacement, GroupRemoval, StatusReason,
+    StatusUpdate, TaskInfo, TaskSpec, TaskState, UnixMillis,
 };
 use fullerene_proto::{AgentId, FrameworkId, ResourceVec, Resources, TaskId, Time};
 use fullerene_scheduling::allocator::state::{AllocationState, StateError};
@@ -340,12 +340,14 @@ impl ClusterState {
                 seq,
             } => self.acknowledge_status(framework_id, principal, task_id, *seq),
             Command::SetGroupWeight { group, weight } => self.set_group_weight(group, *weight),
-            Command::SetGroup {
+            Command::SetGroup(GroupPlacement {
                 group,
                 weight,
                 principals,
-            } => self.set_group(group, *weight, principals),
-            Command::RemoveGroup { group, principals } => self.remove_group(group, principals),
+            }) => self.set_group(group, *weight, principals),
+            Command::RemoveGroup(GroupRemoval { group, principals }) => {
+                self.remove_group(group, principals)
+            }
             Command::SetQuotas(quotas) => self.set_quotas(*quotas),
             Command::SetOverbookingAllowance { allowance } => {
                 self.set_overbooking_allowance(*allowance)

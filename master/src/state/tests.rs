@@ -2,7 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use fullerene_proto::messages::{AgentState, StatusReason, StatusUpdate, TaskSpec, TaskState};
+use fullerene_proto::messages::{
+    AgentState, GroupPlacement, GroupRemoval, StatusReason, StatusUpdate, TaskSpec, TaskState,
+};
 use fullerene_proto::{AgentId, ResourceVec, Resources};
 use fullerene_scheduling::testkit::{res, resources};
 use proptest::prelude::*;
@@ -763,14 +765,14 @@ fn group_of(st: &ClusterState, framework: &str) -> String {
 }
 
 fn set_group(group: &str, weight: Option<f64>, principals: &[&str]) -> Command {
-    Command::SetGroup {
+    Command::SetGroup(GroupPlacement {
         group: group.to_string(),
         weight,
         principals: principals
             .iter()
             .map(std::string::ToString::to_string)
             .collect(),
-    }
+    })
 }
 
 #[test]
@@ -824,25 +826,25 @@ fn frameworks_join_their_principals_group_and_cannot_choose_another() {
     assert!(matches!(
         refused(
             &mut st,
-            &Command::RemoveGroup {
+            &Command::RemoveGroup(GroupRemoval {
                 group: "g2".into(),
                 principals: vec!["carol".into()]
-            }
+            })
         ),
         CommandError::InvalidGroup(_)
     ));
-    let remove_carol = Command::RemoveGroup {
+    let remove_carol = Command::RemoveGroup(GroupRemoval {
         group: "g1".into(),
         principals: vec!["carol".into()],
-    };
+    });
     st.apply(&remove_carol).unwrap();
     assert_eq!(st.settings().group_of("carol"), DEFAULT_GROUP);
     assert_eq!(unchanged(&mut st, &remove_carol), CommandOutcome::Unchanged);
     // Removing a whole group sends its principals to the default group.
-    st.apply(&Command::RemoveGroup {
+    st.apply(&Command::RemoveGroup(GroupRemoval {
         group: "g1".into(),
         principals: vec![],
-    })
+    }))
     .unwrap();
     assert_eq!(st.settings().group_of("alice"), DEFAULT_GROUP);
     assert!(!st.settings().group_weights.contains_key("g1"));
@@ -856,13 +858,13 @@ fn frameworks_join_their_principals_group_and_cannot_choose_another() {
     for bad in [
         set_group("", None, &["x"]),
         set_group("g", None, &[""]),
-        Command::SetGroup {
+        Command::SetGroup(GroupPlacement {
             group: "g".into(),
             weight: None,
             principals: (0..=fullerene_proto::limits::MAX_PAGE_ITEMS)
                 .map(|n| format!("p{n}"))
                 .collect(),
-        },
+        }),
         set_group("g", Some(-1.0), &[]),
     ] {
         refused(&mut st, &bad);

@@ -56,7 +56,7 @@ impl Allocator {
         now_s: f64,
     ) -> Option<OfferDecision> {
         let total = state.agent(a)?.total;
-        let exclusions = self.exclusions_for_leftover(a, now_s);
+        let exclusions = self.exclusions(a, now_s, true).0;
         let frameworks: Vec<(FrameworkIdx, GroupIdx, u64)> = state
             .frameworks()
             .filter(|(f, _)| self.frameworks[f.get()].counted && !exclusions.contains(f))
@@ -153,7 +153,7 @@ impl Allocator {
         let Some(total) = state.agent(a).map(|r| r.total) else {
             return Vec::new();
         };
-        let exclusions = self.exclusions_for_leftover(a, now_s);
+        let exclusions = self.exclusions(a, now_s, true).0;
         let mut order: Vec<(f64, u64, FrameworkIdx, GroupIdx)> = state
             .frameworks()
             .filter(|(f, _)| self.frameworks[f.get()].counted && !exclusions.contains(f))
@@ -235,18 +235,5 @@ impl Allocator {
         self.gate_order(state, &projected, runnable, exclusions)
             .first()
             .is_some_and(|&g| g != group && projected[g.get()] >= threshold)
-    }
-
-    /// Frameworks that must not get a leftover of agent `a`: active decline filters, offers of
-    /// it held, and yielders of a leftover of it in this cycle.
-    fn exclusions_for_leftover(&self, a: AgentIdx, now_s: f64) -> Vec<FrameworkIdx> {
-        let soft = &self.agents[a.get()];
-        soft.filters
-            .iter()
-            .filter(|(_, until)| *until > now_s)
-            .map(|(f, _)| *f)
-            .chain(soft.offers.iter().map(|o| o.framework))
-            .chain(soft.yielders.iter().copied())
-            .collect()
     }
 }

@@ -42,9 +42,6 @@ pub(super) struct Chosen {
     pub(super) choice: Choice,
     /// What may be offered at most.
     pub(super) limit: ResourceVec,
-    /// Under the deficit counters, the factor an offer may charge before another group reaches
-    /// κ·C (infinite otherwise).
-    pub(super) headroom: f64,
 }
 
 /// A candidate in a cycle's ordered set: ascending, so the first is the best.
@@ -113,7 +110,7 @@ impl AgentView {
 }
 
 /// Frameworks an agent must not be offered to now.
-pub(super) struct Exclusions(Vec<FrameworkIdx>);
+pub(super) struct Exclusions(pub(super) Vec<FrameworkIdx>);
 
 impl Exclusions {
     fn contains(&self, f: FrameworkIdx) -> bool {
@@ -327,7 +324,7 @@ impl Allocator {
 
     /// Frameworks that must not get agent `a` now: those with an active decline filter, those
     /// holding an offer of it, and (for leftovers) those that yielded a leftover of it this cycle.
-    fn exclusions(&self, a: AgentIdx, now_s: f64, leftover: bool) -> Exclusions {
+    pub(super) fn exclusions(&self, a: AgentIdx, now_s: f64, leftover: bool) -> Exclusions {
         let soft = &self.agents[a.get()];
         let mut out: Vec<FrameworkIdx> = soft
             .filters
@@ -353,20 +350,30 @@ impl Allocator {
         kind: OfferKind,
     ) -> Option<OfferDecision> {
         let chosen = self.choose(state, view, exclusions, index)?;
+        // Only a whole-agent offer needs the headroom: task at a time checks the gate per pick.
+        let headroom = match self.config.policy {
+            InterJobPolicy::DeficitCounters { kappa, .. } => {
+                let projected = self.projected_deficits(state);
+                let threshold = kappa * state.capacity_units();
+                let group = state.framework(chosen.choice.framework)?.group;
+                self.headroom(state, group, &projected, threshold, &index.runnable)
+            }
+            _ => f64::INFINITY,
+        };
         Some(self.make_offer(
             state,
             a,
             chosen.choice,
             chosen.limit,
-            chosen.headroom,
+            headroom,
             kind,
             Some(index),
         ))
     }
 
     /// The configured policy's choice for an agent seen as `view`: the framework and pending
-    /// shape, what may be offered (the free resources, cut to a capacity-scheduler queue's
-    /// room), and under the deficit counters the headroom before another group reaches κ·C.
+    /// shape, and what may be offered (the free resources, cut to a capacity-scheduler queue's
+    /// room).
     pub(super) fn choose(
         &mut self,
         state: &AllocationState,
@@ -375,11 +382,7 @@ impl Allocator {
         index: &CycleIndex,
     ) -> Option<Chosen> {
         let free = view.free;
-        let unbounded = |choice: Choice, limit: ResourceVec| Chosen {
-            choice,
-            limit,
-            headroom: f64::INFINITY,
-        };
+        let unbounded = |choice: Choice, limit: ResourceVec| Chosen { choice, limit };
         match self.config.policy {
             InterJobPolicy::DeficitCounters { kappa, .. } => {
                 let projected = self.projected_deficits(state);
@@ -390,13 +393,7 @@ impl Allocator {
                     let srpt = self.frameworks[choice.framework.get()].demand.srpt;
                     self.eta.observe(choice.p_score, srpt);
                 }
-                let group = state.framework(choice.framework)?.group;
-                let headroom = self.headroom(state, group, &projected, threshold, &index.runnable);
-                Some(Chosen {
-                    choice,
-                    limit: free,
-                    headroom,
-                })
+                Some(unbounded(choice, free))
             }
             InterJobPolicy::Tetris => {
                 let choice = self.best_in_list(
@@ -734,12 +731,7 @@ impl Allocator {
         if soft.cycle_pending == 0 || !soft.counted {
             return None;
         }
-        let shape = soft
-            .demand
-            .shapes
-            .iter()
-            .enumerate()
-            .position(|(s, shape)| soft.cycle_counts[s] > 0 && fits(&shape.demand, free))?;
+        let shape = self.first_fitting_shape(f, free)?;
         Some(Choice {
             framework: f,
             shape,
