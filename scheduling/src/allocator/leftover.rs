@@ -92,9 +92,8 @@ impl Allocator {
             let projected = self.projected_deficits(state);
             let threshold = kappa * state.capacity_units();
             let runnable = self.runnable_groups(state);
-            if let Some(&most_deprived) = self
-                .gate_order(state, &projected, &runnable, &exclusions)
-                .first()
+            let refusing = self.refusing_counts(state, &exclusions);
+            if let Some(&most_deprived) = self.gate_order(&projected, &runnable, &refusing).first()
             {
                 if projected[most_deprived.get()] >= threshold {
                     candidates.retain(|c| c.group == most_deprived);
@@ -164,17 +163,19 @@ impl Allocator {
             .collect();
         order.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
         let gate = match self.config.policy {
-            InterJobPolicy::DeficitCounters { kappa, .. } => {
-                Some((kappa * state.capacity_units(), self.runnable_groups(state)))
-            }
+            InterJobPolicy::DeficitCounters { kappa, .. } => Some((
+                kappa * state.capacity_units(),
+                self.runnable_groups(state),
+                self.refusing_counts(state, &exclusions),
+            )),
             _ => None,
         };
         let mut available = leftover;
         let mut parts = Parts::default();
         for &(_, _, f, group) in &order {
             loop {
-                if let Some((threshold, runnable)) = &gate {
-                    if self.gate_closed_against(state, group, *threshold, runnable, &exclusions) {
+                if let Some((threshold, runnable, refusing)) = &gate {
+                    if self.gate_closed_against(state, group, *threshold, runnable, refusing) {
                         break;
                     }
                 }
@@ -192,8 +193,8 @@ impl Allocator {
         loop {
             let mut best: Option<(f64, FrameworkIdx, usize)> = None;
             for &(_, _, f, group) in &order {
-                if let Some((threshold, runnable)) = &gate {
-                    if self.gate_closed_against(state, group, *threshold, runnable, &exclusions) {
+                if let Some((threshold, runnable, refusing)) = &gate {
+                    if self.gate_closed_against(state, group, *threshold, runnable, refusing) {
                         continue;
                     }
                 }
@@ -218,22 +219,5 @@ impl Allocator {
         let mut out = Vec::new();
         self.offer_parts(state, a, leftover, parts, OfferKind::Leftover, &mut out);
         out
-    }
-
-    /// Whether the κ·C gate is closed to `group`: the most deprived runnable group with pending
-    /// work (leaving out those whose frameworks all refuse the agent) is another one, at or
-    /// above the threshold.
-    fn gate_closed_against(
-        &self,
-        state: &AllocationState,
-        group: GroupIdx,
-        threshold: f64,
-        runnable: &[bool],
-        exclusions: &[FrameworkIdx],
-    ) -> bool {
-        let projected = self.projected_deficits(state);
-        self.gate_order(state, &projected, runnable, exclusions)
-            .first()
-            .is_some_and(|&g| g != group && projected[g.get()] >= threshold)
     }
 }

@@ -36,24 +36,23 @@ pub(super) struct Part {
 pub(super) struct Parts(Vec<Part>);
 
 impl Allocator {
-    /// Fills agent `a` (with `free` unoffered, of `total`) task at a time under the configured
-    /// policy and pushes one regular offer per framework picked.
-    #[allow(clippy::too_many_arguments)] // the state is passed in, not held (see `Allocator`)
-    pub(super) fn match_agent(
+    /// Fills an agent (with `free` unoffered, of `total`) task at a time under the configured
+    /// policy, charging each pick to the cycle's projection: returns the picks in order, as
+    /// (framework, shape index, whether it overbooks), and their sum per framework.
+    pub(super) fn plan_agent(
         &mut self,
         state: &AllocationState,
-        a: AgentIdx,
         free: ResourceVec,
         total: ResourceVec,
         exclusions: &Exclusions,
         index: &mut CycleIndex,
-        out: &mut Vec<OfferDecision>,
-    ) {
+    ) -> (Vec<(FrameworkIdx, usize, bool)>, Parts) {
         let overbook = matches!(self.config.policy, InterJobPolicy::DeficitCounters { .. });
         let allowance = Overbooking(self.config.overbook_allowance);
         // Below zero on a fungible kind once a pick overbooked it.
         let mut available = free;
         let mut parts = Parts::default();
+        let mut picks = Vec::new();
         loop {
             let floor = available.max(&ResourceVec::ZERO);
             if !self.could_fit_any(index, &floor, &total, overbook) {
@@ -93,10 +92,11 @@ impl Allocator {
                 break;
             }
             self.take_one(state, f, shape, &mut parts);
+            picks.push((f, shape, choice.overbook));
             available -= demand;
             self.relist(state, index, f);
         }
-        self.offer_parts(state, a, free, parts, OfferKind::Regular, out);
+        (picks, parts)
     }
 
     /// The first of `f`'s pending shapes in summary order with projected work that fits `room`.
@@ -155,10 +155,8 @@ impl Allocator {
         }
     }
 
-    /// Turns the parts of agent `a` into offers: each framework is offered the sum of its picks,
-    /// cut to what is still free of `free` (an overbooking pick asks for more of a fungible
-    /// kind than is free; the wire carries no negative amounts). The framework's and group's
-    /// offered resources, charged per pick, are corrected to what the offer holds.
+    /// Turns the parts of agent `a` into offers ([`Allocator::settle_parts`]) and registers
+    /// them as out.
     pub(super) fn offer_parts(
         &mut self,
         state: &AllocationState,
@@ -171,15 +169,7 @@ impl Allocator {
         let Some(agent_id) = state.agent(a).map(|r| r.id.clone()) else {
             return;
         };
-        let mut left = free;
-        for part in parts.0 {
-            let resources = part.demand.min(&left);
-            left = left.saturating_sub(&resources);
-            let fw = &mut self.frameworks[part.framework.get()];
-            fw.offered = fw.offered.saturating_sub(&part.demand) + resources;
-            if let Some(group) = self.groups.get_mut(part.group.get()) {
-                group.offered = group.offered.saturating_sub(&part.demand) + resources;
-            }
+        for (part, resources) in self.settle_parts(free, parts) {
             let soft = &mut self.agents[a.get()];
             soft.offered += resources;
             soft.offers.push(OutstandingOffer {
@@ -199,6 +189,30 @@ impl Allocator {
                 kind,
             });
         }
+    }
+
+    /// What each part of an agent with `free` unoffered is offered: the sum of its picks, cut
+    /// to what is still free (an overbooking pick asks for more of a fungible kind than is
+    /// free; the wire carries no negative amounts). The framework's and group's offered
+    /// resources, charged per pick, are corrected to what the offer holds.
+    pub(super) fn settle_parts(
+        &mut self,
+        free: ResourceVec,
+        parts: Parts,
+    ) -> Vec<(Part, ResourceVec)> {
+        let mut left = free;
+        let mut settled = Vec::with_capacity(parts.0.len());
+        for part in parts.0 {
+            let resources = part.demand.min(&left);
+            left = left.saturating_sub(&resources);
+            let fw = &mut self.frameworks[part.framework.get()];
+            fw.offered = fw.offered.saturating_sub(&part.demand) + resources;
+            if let Some(group) = self.groups.get_mut(part.group.get()) {
+                group.offered = group.offered.saturating_sub(&part.demand) + resources;
+            }
+            settled.push((part, resources));
+        }
+        settled
     }
 
     /// η of Graphene's perfScore over every pending task of every framework with demand

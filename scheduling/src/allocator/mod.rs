@@ -75,6 +75,7 @@
 //! depend on thread timing, and the sequential cycle already meets the target (10,000 agents ×
 //! 1,000 frameworks well under 50 ms, `benches/allocator.rs`).
 
+mod cycle;
 mod fair_share;
 mod leftover;
 mod matching;
@@ -86,6 +87,7 @@ mod tests;
 
 use std::collections::BTreeMap;
 
+pub use cycle::{CycleOutcome, CycleSnapshot, CycleStats, ShardPlan};
 pub use fair_share::progressive_filling;
 pub use standalone::StandaloneAllocator;
 pub use state::{
@@ -443,6 +445,10 @@ struct OutstandingOffer {
 struct AgentSoft {
     /// The agent this slot was placed for, with the capacity it had then.
     placed: Option<(AgentId, ResourceVec)>,
+    /// Distinguishes the agents a slot held over time: a plan names an agent by slot and
+    /// generation, so that a commit never gives one agent's planned picks to another that
+    /// took its slot in between.
+    generation: u64,
     shard: usize,
     offered: ResourceVec,
     /// Resources of accepted offers whose launch is not yet charged to the state (the master
@@ -508,6 +514,18 @@ impl FrameworkSoft {
     }
 }
 
+/// What the policy observed for one of the estimators while planning an agent: a chosen
+/// candidate's packing score and its job's remaining work. Planners record them and the commit
+/// feeds them to the estimators in the sequential order, so that η (under
+/// [`EtaRule::ChosenCandidates`]) and Tetris' ε evolve as if one thread had made every choice.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Observation {
+    /// For η: the packing score and the job's srpt.
+    Eta { p_score: f64, work: f64 },
+    /// For Tetris' ε: the alignment and the job's remaining work.
+    Epsilon { p_score: f64, work: f64 },
+}
+
 /// Soft state per group.
 #[derive(Clone, Debug, Default, PartialEq)]
 struct GroupSoft {
@@ -535,6 +553,11 @@ pub struct Allocator {
     shards: Vec<Vec<AgentIdx>>,
     /// Per shard, how many cycles it ran (the rotation of its visiting order).
     shard_cycles: Vec<u64>,
+    /// The generation the next placed agent gets.
+    next_generation: u64,
+    /// What the policy observed for the η and ε estimators while planning, applied when the
+    /// plan is committed (a planner must not change the allocator's state).
+    observations: Vec<Observation>,
     /// Increases with every cycle (per `allocate_shard` / `allocate_all` call).
     cycle: u64,
     inflight_total: f64,
@@ -577,6 +600,8 @@ impl Allocator {
             groups: Vec::new(),
             shards: vec![Vec::new(); shards],
             shard_cycles: vec![0; shards],
+            next_generation: 0,
+            observations: Vec::new(),
             cycle: 0,
             inflight_total: 0.0,
             eta: EtaEstimator::new(DEFAULT_ETA_MULTIPLIER),
@@ -792,8 +817,9 @@ impl Allocator {
     }
 
     /// Runs one cycle of shard `shard` at `now_s`: decides, for each of its agents with free
-    /// resources, which framework is offered them. A shard index ≥ [`Allocator::shard_count`]
-    /// has no agents and yields no offers.
+    /// resources, which framework is offered them (a snapshot of that shard alone, planned and
+    /// committed at once). A shard index ≥ [`Allocator::shard_count`] has no agents and yields
+    /// no offers.
     pub fn allocate_shard(
         &mut self,
         state: &AllocationState,
@@ -804,24 +830,17 @@ impl Allocator {
         if shard >= self.shards.len() {
             return Vec::new();
         }
-        self.begin_cycle();
-        let mut index = self.build_index(state);
-        let mut out = Vec::new();
-        self.run_shard(state, shard, now_s, &mut index, &mut out);
-        out
+        let snapshot = self.snapshot_shards(state, now_s, shard..shard + 1);
+        let plans = snapshot.plan_all();
+        self.commit_cycle(state, plans, now_s).offers
     }
 
-    /// Runs every shard's cycle at `now_s`, in shard order, sharing one projection of pending
-    /// work and deficits.
+    /// Runs every shard's cycle at `now_s`: [`Allocator::snapshot_cycle`], every shard planned
+    /// on this thread, [`Allocator::commit_cycle`]. The offers are the same as when the shards
+    /// are planned on threads ([`Allocator::allocate_all_with`]).
     pub fn allocate_all(&mut self, state: &AllocationState, now_s: f64) -> Vec<OfferDecision> {
-        self.sync(state);
-        self.begin_cycle();
-        let mut index = self.build_index(state);
-        let mut out = Vec::new();
-        for shard in 0..self.shards.len() {
-            self.run_shard(state, shard, now_s, &mut index, &mut out);
-        }
-        out
+        self.allocate_all_with(state, now_s, CycleSnapshot::plan_all)
+            .offers
     }
 
     /// A framework answered the offer of `agent`: `launched` are the demands of the tasks it
@@ -1092,8 +1111,10 @@ impl Allocator {
             .entry(capacity_key(&total))
             .or_insert((total, 0))
             .1 += 1;
+        self.next_generation += 1;
         self.agents[idx.get()] = AgentSoft {
             shard,
+            generation: self.next_generation,
             placed: Some((id.clone(), total)),
             ..AgentSoft::default()
         };

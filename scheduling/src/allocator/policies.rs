@@ -18,11 +18,12 @@
 use std::collections::BTreeSet;
 
 use super::*;
+use crate::fairness::GroupCounter;
 use crate::fit::max_copies;
 use crate::scoring::{overbooking_score, PerfScore};
 
 /// A framework chosen for an agent, with the pending shape that won.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) struct Choice {
     pub(super) framework: FrameworkIdx,
     pub(super) shape: usize,
@@ -48,6 +49,7 @@ pub(super) struct Chosen {
 type Ranked = (OrdF64, u64, FrameworkIdx);
 
 /// What a cycle builds once and keeps current as it makes offers.
+#[derive(Clone, Debug)]
 pub(super) struct CycleIndex {
     /// Candidates in policy order: one set per group for the deficit-counter, capacity and DRF
     /// policies, a single set otherwise. Keys ascend: the negated score bound (deficit
@@ -63,9 +65,9 @@ pub(super) struct CycleIndex {
     /// any shape).
     min_demand: ResourceVec,
     /// η (deficit counters) or ε (Tetris), fixed for the cycle so the bounds stay valid.
-    srpt_weight: f64,
+    pub(super) srpt_weight: f64,
     /// Per group: has a framework with a pending shape that fits some agent's capacity.
-    runnable: Vec<bool>,
+    pub(super) runnable: Vec<bool>,
 }
 
 /// An agent as the scorers see it.
@@ -128,6 +130,29 @@ enum FitMode {
 impl Allocator {
     /// Builds the cycle's candidate index.
     pub(super) fn build_index(&mut self, state: &AllocationState) -> CycleIndex {
+        let srpt_weight = match self.config.policy {
+            InterJobPolicy::DeficitCounters { .. } => match self.config.eta {
+                EtaRule::AllPending => {
+                    self.cycle_eta = self.eta_over_pending(state);
+                    self.cycle_eta
+                }
+                EtaRule::ChosenCandidates => self.eta.eta(),
+            },
+            InterJobPolicy::Tetris => self.epsilon.eta(),
+            _ => 0.0,
+        };
+        let runnable = self.runnable_groups(state);
+        self.index_with(state, srpt_weight, runnable)
+    }
+
+    /// The candidate index of the cycle's projected pending work, with η or ε fixed at
+    /// `srpt_weight` and the groups' runnability given.
+    pub(super) fn index_with(
+        &mut self,
+        state: &AllocationState,
+        srpt_weight: f64,
+        runnable: Vec<bool>,
+    ) -> CycleIndex {
         let mut min_capacity = ResourceVec([f64::INFINITY; NUM_RESOURCES]);
         for (total, _) in self.capacity_classes.values() {
             for k in ResourceKind::ALL {
@@ -142,17 +167,6 @@ impl Allocator {
             }
         }
         let policy = self.config.policy;
-        let srpt_weight = match policy {
-            InterJobPolicy::DeficitCounters { .. } => match self.config.eta {
-                EtaRule::AllPending => {
-                    self.cycle_eta = self.eta_over_pending(state);
-                    self.cycle_eta
-                }
-                EtaRule::ChosenCandidates => self.eta.eta(),
-            },
-            InterJobPolicy::Tetris => self.epsilon.eta(),
-            _ => 0.0,
-        };
         let per_group = matches!(
             policy,
             InterJobPolicy::DeficitCounters { .. }
@@ -167,7 +181,7 @@ impl Allocator {
             min_capacity,
             min_demand: ResourceVec([f64::INFINITY; NUM_RESOURCES]),
             srpt_weight,
-            runnable: self.runnable_groups(state),
+            runnable,
         };
         let candidates: Vec<FrameworkIdx> = state
             .frameworks()
@@ -249,58 +263,6 @@ impl Allocator {
         }
     }
 
-    /// One shard's cycle.
-    pub(super) fn run_shard(
-        &mut self,
-        state: &AllocationState,
-        shard: usize,
-        now_s: f64,
-        index: &mut CycleIndex,
-        out: &mut Vec<OfferDecision>,
-    ) {
-        let n = self.shards[shard].len();
-        if n == 0 {
-            return;
-        }
-        let start = (self.shard_cycles[shard] % n as u64) as usize;
-        self.shard_cycles[shard] += 1;
-        let overbook = matches!(self.config.policy, InterJobPolicy::DeficitCounters { .. });
-        for i in 0..n {
-            let a = self.shards[shard][(start + i) % n];
-            let soft = &mut self.agents[a.get()];
-            soft.yielders.clear();
-            soft.leftover_pooled = false;
-            soft.filters.retain(|(_, until)| *until > now_s);
-            if soft.paused {
-                continue;
-            }
-            let free = self.unoffered_free(state, a);
-            if free.is_zero() {
-                continue;
-            }
-            let Some(total) = state.agent(a).map(|r| r.total) else {
-                continue;
-            };
-            if !self.could_fit_any(index, &free, &total, overbook) {
-                continue;
-            }
-            let exclusions = self.exclusions(a, now_s, false);
-            match self.config.matching {
-                AgentMatching::TaskAtATime => {
-                    self.match_agent(state, a, free, total, &exclusions, index, out);
-                }
-                AgentMatching::WholeAgent => {
-                    let view = AgentView::new(free, total);
-                    if let Some(decision) =
-                        self.decide(state, a, &view, &exclusions, index, OfferKind::Regular)
-                    {
-                        out.push(decision);
-                    }
-                }
-            }
-        }
-    }
-
     /// Quick rejection: can the agent hold the component-wise smallest pending shape (or, when
     /// overbooking is allowed, its non-fungible part)?
     pub(super) fn could_fit_any(
@@ -339,36 +301,42 @@ impl Allocator {
         Exclusions(out)
     }
 
-    /// Chooses the framework for one agent under the configured policy and makes the offer.
-    fn decide(
+    /// Chooses the framework for one agent seen as `view` under the configured policy and
+    /// charges a whole-agent offer to it to the cycle's projection
+    /// ([`AgentMatching::WholeAgent`]): returns the choice and what may be offered.
+    pub(super) fn plan_whole_agent(
         &mut self,
         state: &AllocationState,
-        a: AgentIdx,
         view: &AgentView,
         exclusions: &Exclusions,
         index: &mut CycleIndex,
-        kind: OfferKind,
-    ) -> Option<OfferDecision> {
+    ) -> Option<Chosen> {
         let chosen = self.choose(state, view, exclusions, index)?;
-        // Only a whole-agent offer needs the headroom: task at a time checks the gate per pick.
-        let headroom = match self.config.policy {
+        let headroom = self.offer_headroom(state, chosen.choice.framework, &index.runnable);
+        self.project_offer(state, chosen.choice, chosen.limit, headroom, Some(index));
+        Some(chosen)
+    }
+
+    /// How much factor a whole-agent offer to `f` may be expected to charge
+    /// ([`Allocator::headroom`] under the deficit counters; unbounded otherwise). Only a
+    /// whole-agent offer needs it: task at a time checks the gate per pick.
+    pub(super) fn offer_headroom(
+        &self,
+        state: &AllocationState,
+        f: FrameworkIdx,
+        runnable: &[bool],
+    ) -> f64 {
+        match self.config.policy {
             InterJobPolicy::DeficitCounters { kappa, .. } => {
+                let Some(group) = state.framework(f).map(|r| r.group) else {
+                    return f64::INFINITY;
+                };
                 let projected = self.projected_deficits(state);
                 let threshold = kappa * state.capacity_units();
-                let group = state.framework(chosen.choice.framework)?.group;
-                self.headroom(state, group, &projected, threshold, &index.runnable)
+                self.headroom(state, group, &projected, threshold, runnable)
             }
             _ => f64::INFINITY,
-        };
-        Some(self.make_offer(
-            state,
-            a,
-            chosen.choice,
-            chosen.limit,
-            headroom,
-            kind,
-            Some(index),
-        ))
+        }
     }
 
     /// The configured policy's choice for an agent seen as `view`: the framework and pending
@@ -390,8 +358,11 @@ impl Allocator {
                 let choice =
                     self.choose_deficit(state, view, exclusions, index, &projected, threshold)?;
                 if self.config.eta == EtaRule::ChosenCandidates {
-                    let srpt = self.frameworks[choice.framework.get()].demand.srpt;
-                    self.eta.observe(choice.p_score, srpt);
+                    let work = self.frameworks[choice.framework.get()].demand.srpt;
+                    self.observations.push(Observation::Eta {
+                        p_score: choice.p_score,
+                        work,
+                    });
                 }
                 Some(unbounded(choice, free))
             }
@@ -405,12 +376,13 @@ impl Allocator {
                     FitMode::Strict,
                     false,
                 )?;
-                self.epsilon.observe(
-                    choice.p_score,
-                    self.frameworks[choice.framework.get()]
-                        .demand
-                        .remaining_work,
-                );
+                let work = self.frameworks[choice.framework.get()]
+                    .demand
+                    .remaining_work;
+                self.observations.push(Observation::Epsilon {
+                    p_score: choice.p_score,
+                    work,
+                });
                 Some(unbounded(choice, free))
             }
             InterJobPolicy::Fifo | InterJobPolicy::Sjf => {
@@ -432,14 +404,18 @@ impl Allocator {
     /// Deficits projected through the outstanding offers' expected launches:
     /// `D_g + f_g·I − I_g`, with `I_g` the expected charge of group g's offers.
     pub(super) fn projected_deficits(&self, state: &AllocationState) -> Vec<f64> {
-        let deficits = state.deficits();
-        deficits
+        state
+            .deficits()
             .iter()
-            .map(|(g, counter)| {
-                let inflight = self.groups.get(g.get()).map_or(0.0, |s| s.inflight);
-                counter.deficit + counter.share * self.inflight_total - inflight
-            })
+            .map(|(g, counter)| self.projected_deficit(g, counter))
             .collect()
+    }
+
+    /// One group's projected deficit (see [`Allocator::projected_deficits`]).
+    #[inline]
+    fn projected_deficit(&self, g: GroupIdx, counter: &GroupCounter) -> f64 {
+        let inflight = self.groups.get(g.get()).map_or(0.0, |s| s.inflight);
+        counter.deficit + counter.share * self.inflight_total - inflight
     }
 
     /// Per group: whether it has a framework with pending work (not suppressed) of a shape
@@ -471,15 +447,12 @@ impl Allocator {
         runnable
     }
 
-    /// Runnable groups with pending work, most deprived first (ties: lower index), leaving out
-    /// the groups all of whose demanding frameworks are in `exclusions` (they refuse the agent).
-    pub(super) fn gate_order(
+    /// Per group, how many of its demanding frameworks are in `exclusions` (refuse the agent).
+    pub(super) fn refusing_counts(
         &self,
         state: &AllocationState,
-        projected: &[f64],
-        runnable: &[bool],
         exclusions: &[FrameworkIdx],
-    ) -> Vec<GroupIdx> {
+    ) -> Vec<u32> {
         let mut refusing = vec![0u32; self.groups.len()];
         let mut seen: Vec<FrameworkIdx> = Vec::with_capacity(exclusions.len());
         for &f in exclusions {
@@ -491,13 +464,30 @@ impl Allocator {
                 refusing[record.group.get()] += 1;
             }
         }
+        refusing
+    }
+
+    /// Whether group `g` takes part in the κ·C gate for an agent: it has demanding frameworks,
+    /// not all of which refuse the agent, and pending work that fits some agent.
+    #[inline]
+    fn gated(&self, g: usize, runnable: &[bool], refusing: &[u32]) -> bool {
+        let demanding = self.groups[g].demanding;
+        demanding > 0
+            && refusing.get(g).copied().unwrap_or(0) < demanding
+            && runnable.get(g).copied().unwrap_or(false)
+    }
+
+    /// Runnable groups with pending work, most deprived first (ties: lower index), leaving out
+    /// the groups all of whose demanding frameworks refuse the agent (`refusing`, from
+    /// [`Allocator::refusing_counts`]).
+    pub(super) fn gate_order(
+        &self,
+        projected: &[f64],
+        runnable: &[bool],
+        refusing: &[u32],
+    ) -> Vec<GroupIdx> {
         let mut groups: Vec<GroupIdx> = (0..self.groups.len())
-            .filter(|&g| {
-                let demanding = self.groups[g].demanding;
-                demanding > 0
-                    && refusing[g] < demanding
-                    && runnable.get(g).copied().unwrap_or(false)
-            })
+            .filter(|&g| self.gated(g, runnable, refusing))
             .map(|g| GroupIdx(g as u32))
             .collect();
         groups.sort_by(|a, b| {
@@ -506,6 +496,42 @@ impl Allocator {
                 .then(a.cmp(b))
         });
         groups
+    }
+
+    /// The first group of [`Allocator::gate_order`] with its projected deficit, found in one
+    /// pass without sorting or allocating.
+    pub(super) fn gate_leader(
+        &self,
+        state: &AllocationState,
+        runnable: &[bool],
+        refusing: &[u32],
+    ) -> Option<(GroupIdx, f64)> {
+        let mut leader: Option<(GroupIdx, f64)> = None;
+        for (g, counter) in state.deficits().iter() {
+            if g.get() >= self.groups.len() || !self.gated(g.get(), runnable, refusing) {
+                continue;
+            }
+            let projected = self.projected_deficit(g, counter);
+            if leader.is_none_or(|(_, best)| projected.total_cmp(&best).is_gt()) {
+                leader = Some((g, projected));
+            }
+        }
+        leader
+    }
+
+    /// Whether the κ·C gate is closed to `group`: the most deprived runnable group with pending
+    /// work (leaving out those whose frameworks all refuse the agent) is another one, at or
+    /// above the threshold.
+    pub(super) fn gate_closed_against(
+        &self,
+        state: &AllocationState,
+        group: GroupIdx,
+        threshold: f64,
+        runnable: &[bool],
+        refusing: &[u32],
+    ) -> bool {
+        self.gate_leader(state, runnable, refusing)
+            .is_some_and(|(g, projected)| g != group && projected >= threshold)
     }
 
     /// How much factor an offer to a framework of `served` may be expected to charge before
@@ -554,7 +580,8 @@ impl Allocator {
         projected: &[f64],
         threshold: f64,
     ) -> Option<Choice> {
-        let order = self.gate_order(state, projected, &index.runnable, &exclusions.0);
+        let refusing = self.refusing_counts(state, &exclusions.0);
+        let order = self.gate_order(projected, &index.runnable, &refusing);
         let most_deprived = *order.first()?;
         if projected[most_deprived.get()] >= threshold {
             let list = index.lists.get(most_deprived.get())?;
@@ -836,11 +863,8 @@ impl Allocator {
     }
 
     /// Makes the offer of `limit` (or, when the deficit bound caps it, of the expected tasks
-    /// only) of agent `a` to the chosen framework, and projects its expected launches: its
-    /// pending shapes in summary order (the framework's best first), packed greedily, stopping
-    /// at the task whose charge reaches `headroom`. A framework that launches best-first from a
-    /// capped offer launches exactly the projected tasks: the offer holds nothing else. For an
-    /// overbooked choice the projection is one task of the winning shape.
+    /// only) of agent `a` to the chosen framework ([`Allocator::project_offer`]) and registers
+    /// it as out.
     #[allow(clippy::too_many_arguments)] // the state is passed in, not held (see `Allocator`)
     pub(super) fn make_offer(
         &mut self,
@@ -852,6 +876,47 @@ impl Allocator {
         kind: OfferKind,
         index: Option<&mut CycleIndex>,
     ) -> OfferDecision {
+        let projected = self.project_offer(state, choice, limit, headroom, index);
+        let f = choice.framework;
+        let agent_soft = &mut self.agents[a.get()];
+        agent_soft.offered += projected.resources;
+        agent_soft.offers.push(OutstandingOffer {
+            framework: f,
+            group: projected.group,
+            resources: projected.resources,
+            kind,
+            expected_charge: projected.charge,
+        });
+        OfferDecision {
+            agent: state
+                .agent(a)
+                .map(|r| r.id.clone())
+                .unwrap_or_else(|| AgentId::from("")),
+            framework: state
+                .framework(f)
+                .map(|r| r.id.clone())
+                .unwrap_or_else(|| FrameworkId::from("")),
+            resources: projected.resources,
+            kind,
+        }
+    }
+
+    /// What an offer of `limit` to the chosen framework holds (`limit`, or when the deficit
+    /// bound caps it the expected tasks only), projected into the cycle: its expected launches
+    /// are its pending shapes in summary order (the framework's best first), packed greedily,
+    /// stopping at the task whose charge reaches `headroom`, and they are charged to the
+    /// pending counts, the framework's and group's offered resources and the in-flight charge.
+    /// A framework that launches best-first from a capped offer launches exactly the projected
+    /// tasks: the offer holds nothing else. For an overbooked choice the projection is one task
+    /// of the winning shape.
+    pub(super) fn project_offer(
+        &mut self,
+        state: &AllocationState,
+        choice: Choice,
+        limit: ResourceVec,
+        headroom: f64,
+        index: Option<&mut CycleIndex>,
+    ) -> ProjectedOffer {
         let f = choice.framework;
         let factor_kind = state.deficits().factor();
         let capacity = state.capacity();
@@ -906,31 +971,23 @@ impl Allocator {
             group_soft.inflight += charge;
         }
         self.inflight_total += charge;
-        let agent_soft = &mut self.agents[a.get()];
-        agent_soft.offered += resources;
-        agent_soft.offers.push(OutstandingOffer {
-            framework: f,
-            group,
-            resources,
-            kind,
-            expected_charge: charge,
-        });
         if let Some(index) = index {
             self.relist(state, index, f);
         }
-        OfferDecision {
-            agent: state
-                .agent(a)
-                .map(|r| r.id.clone())
-                .unwrap_or_else(|| AgentId::from("")),
-            framework: state
-                .framework(f)
-                .map(|r| r.id.clone())
-                .unwrap_or_else(|| FrameworkId::from("")),
+        ProjectedOffer {
             resources,
-            kind,
+            charge,
+            group,
         }
     }
+}
+
+/// An offer as [`Allocator::project_offer`] charged it to the cycle.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct ProjectedOffer {
+    resources: ResourceVec,
+    charge: f64,
+    group: GroupIdx,
 }
 
 /// An upper bound of a framework's packing term on any agent: `max over its projected pending
