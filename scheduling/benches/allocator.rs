@@ -26,7 +26,6 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use fullerene_scheduling::allocator::AgentMatching;
 
 /// Runs one size: `agents` × `frameworks`, 1 shard sequentially and each of `shard_counts`
 /// planned on two threads.
@@ -50,16 +49,7 @@ fn bench_size(
             };
             group.bench_function(BenchmarkId::new(label, variant), |b| {
                 // Built only when this benchmark is selected.
-                let mut allocator = common::build(
-                    policy,
-                    AgentMatching::TaskAtATime,
-                    shards,
-                    agents,
-                    frameworks,
-                    7,
-                );
-                // Warm up η the way a running master would have.
-                let _ = allocator.allocate_all(0.0);
+                let mut allocator = common::warmed_up(policy, shards, agents, frameworks);
                 b.iter_custom(|iterations| {
                     let mut timed = Duration::ZERO;
                     for _ in 0..iterations {
@@ -80,8 +70,22 @@ fn bench_size(
 }
 
 fn bench_allocate_all(c: &mut Criterion) {
-    bench_size(c, "allocate_all_10k_agents_1k_frameworks", 10_000, 1_000, 20, &[2, 8]);
-    bench_size(c, "allocate_all_100k_agents_10k_frameworks", 100_000, 10_000, 10, &[2, 8]);
+    bench_size(
+        c,
+        "allocate_all_10k_agents_1k_frameworks",
+        10_000,
+        1_000,
+        20,
+        &[2, 8],
+    );
+    bench_size(
+        c,
+        "allocate_all_100k_agents_10k_frameworks",
+        100_000,
+        10_000,
+        10,
+        &[2, 8],
+    );
 }
 
 criterion_group!(benches, bench_allocate_all);

@@ -4,10 +4,10 @@
 //! 1–6 shapes drawn from TPC-H-like task sizes (1–39 tasks each), with priScores and remaining
 //! work.
 
+use fullerene_scheduling::allocator::CycleSnapshot;
 use fullerene_scheduling::allocator::{
     AgentMatching, AllocatorConfig, InterJobPolicy, ShardPlan, StandaloneAllocator,
 };
-use fullerene_scheduling::allocator::CycleSnapshot;
 use fullerene_scheduling::fairness::FairnessFactor;
 use fullerene_scheduling::testkit::machine;
 use fullerene_scheduling::{
@@ -18,7 +18,7 @@ use rand_chacha::ChaCha8Rng;
 
 /// The policies the figures are taken for, with their labels: Graphene's deficit counters
 /// (DRF factor, κ = 0.1) and Mesos' hierarchical DRF.
-pub fn policies() -> [(&'static str, InterJobPolicy); 2] {
+pub(crate) fn policies() -> [(&'static str, InterJobPolicy); 2] {
     [
         (
             "deficit-drf",
@@ -44,7 +44,7 @@ fn random_shape(rng: &mut ChaCha8Rng) -> ResourceVec {
 
 /// Builds the cluster of `agents` agents and `frameworks` frameworks with `shards` shards under
 /// `policy`, agents matched by `matching`.
-pub fn build(
+pub(crate) fn build(
     policy: InterJobPolicy,
     matching: AgentMatching,
     shards: usize,
@@ -111,8 +111,29 @@ pub fn build(
     allocator
 }
 
+/// The cluster of [`build`] (task at a time, seed 7) after one cycle at time 0, which sets η
+/// the way a running master would have, with that cycle's offers taken back.
+pub(crate) fn warmed_up(
+    policy: InterJobPolicy,
+    shards: usize,
+    agents: usize,
+    frameworks: usize,
+) -> StandaloneAllocator {
+    let mut allocator = build(
+        policy,
+        AgentMatching::TaskAtATime,
+        shards,
+        agents,
+        frameworks,
+        7,
+    );
+    let _ = allocator.allocate_all(0.0);
+    rescind_all(&mut allocator);
+    allocator
+}
+
 /// Takes back every offer, so that the next cycle allocates the whole cluster again.
-pub fn rescind_all(allocator: &mut StandaloneAllocator) {
+pub(crate) fn rescind_all(allocator: &mut StandaloneAllocator) {
     for offer in allocator.outstanding_offers() {
         allocator
             .rescind_offer(&offer.agent, &offer.framework)
@@ -121,7 +142,7 @@ pub fn rescind_all(allocator: &mut StandaloneAllocator) {
 }
 
 /// Plans a snapshot's shards on `threads` scoped threads, shard `s` on thread `s % threads`.
-pub fn plan_on_threads(snapshot: &CycleSnapshot, threads: usize) -> Vec<ShardPlan> {
+pub(crate) fn plan_on_threads(snapshot: &CycleSnapshot, threads: usize) -> Vec<ShardPlan> {
     let shards = snapshot.shard_count();
     if threads <= 1 || shards <= 1 {
         return snapshot.plan_all();

@@ -8,11 +8,12 @@
 //! Omega's schedulers each see the whole cell and race for its machines; here the shards own
 //! disjoint agents and would race for the frameworks' pending tasks instead: planned from one
 //! snapshot, every shard would place the same best tasks on its own agents, and N shards would
-//! do N times the work of one for the same offers. So the snapshot divides each pending shape's
-//! projected count among the shards in proportion to their free resources (only among shards
-//! with an agent that could hold it; the remainder rotates with the cycle, so a task no shard
-//! takes now goes to another shard next time). With one shard nothing is divided and the plan
-//! is exactly the sequential cycle's.
+//! do N times the work of one for the same offers. So each framework's projected pending tasks
+//! are divided among the shards in proportion to their free resources (only among shards with
+//! an agent that could hold one; the remainder rotates with the cycle, so a task no shard takes
+//! now goes to another shard next time): a shard plans at most its part of each framework's
+//! tasks, of whichever shapes. With one shard nothing is divided and the plan is exactly the
+//! sequential cycle's.
 
 use super::matching::Parts;
 use super::policies::{AgentView, Choice, CycleIndex, Exclusions};
@@ -59,7 +60,7 @@ struct AgentSnapshot {
     generation: u64,
     free: ResourceVec,
     total: ResourceVec,
-    exclusions: Vec<FrameworkIdx>,
+    exclusions: Exclusions,
 }
 
 /// What one shard planned from a [`CycleSnapshot`]: for each of its agents in visiting order,
@@ -142,6 +143,9 @@ pub struct CycleStats {
     /// Dropped: the framework was removed (its slot possibly reused), suppressed, left without
     /// demand, or now refuses the agent.
     pub framework_changed: u64,
+    /// Tasks picked at commit for agents whose planned picks were dropped while the κ·C gate
+    /// was closed (matched again at once against the live projection).
+    pub rematched: u64,
 }
 
 impl CycleStats {
@@ -158,6 +162,7 @@ impl CycleStats {
         self.fairness_bound += other.fairness_bound;
         self.agent_changed += other.agent_changed;
         self.framework_changed += other.framework_changed;
+        self.rematched += other.rematched;
     }
 }
 
@@ -200,15 +205,17 @@ impl CycleSnapshot {
             if !planner.could_fit_any(&index, &agent.free, &agent.total, overbook) {
                 continue;
             }
-            let exclusions = Exclusions(agent.exclusions.clone());
+            let exclusions = &agent.exclusions;
             let picks: Vec<Pick> = match planner.config.matching {
                 AgentMatching::TaskAtATime => {
-                    let (picks, parts) = planner.plan_agent(
+                    let mut parts = Parts::default();
+                    let picks = planner.plan_agent(
                         &self.state,
                         agent.free,
                         agent.total,
-                        &exclusions,
+                        exclusions,
                         &mut index,
+                        &mut parts,
                     );
                     planner.settle_parts(agent.free, parts);
                     picks
@@ -221,7 +228,7 @@ impl CycleSnapshot {
                 AgentMatching::WholeAgent => {
                     let view = AgentView::new(agent.free, agent.total);
                     planner
-                        .plan_whole_agent(&self.state, &view, &exclusions, &mut index)
+                        .plan_whole_agent(&self.state, &view, exclusions, &mut index)
                         .and_then(|chosen| {
                             let choice = chosen.choice;
                             planner.pick(
@@ -298,9 +305,17 @@ impl Allocator {
         plans.sort_by_key(|p| p.shard);
         let runnable = self.runnable_groups(state);
         let mut outcome = CycleOutcome::default();
+        let mut live_index = None;
         for plan in plans {
             for agent in plan.agents {
-                self.commit_agent(state, agent, &runnable, now_s, &mut outcome);
+                self.commit_agent(
+                    state,
+                    agent,
+                    &runnable,
+                    now_s,
+                    &mut live_index,
+                    &mut outcome,
+                );
             }
         }
         outcome
@@ -335,27 +350,21 @@ impl Allocator {
         let capacity = state.capacity();
         let mut planned = Vec::with_capacity(shards.len());
         for shard in shards {
-            let n = self.shards[shard].len();
             let mut agents = Vec::new();
             let mut reach = ResourceVec::ZERO;
             let mut weight = 0.0;
-            if n > 0 {
-                let start = (self.shard_cycles[shard] % n as u64) as usize;
-                self.shard_cycles[shard] += 1;
-                for i in 0..n {
-                    let a = self.shards[shard][(start + i) % n];
-                    let Some(agent) = self.cycle_agent(state, a, now_s, &index, overbook) else {
-                        continue;
-                    };
-                    let room = if overbook {
-                        allowance.room_bound(&agent.free, &agent.total)
-                    } else {
-                        agent.free
-                    };
-                    reach = reach.max(&room);
-                    weight += agent.free.normalized_by(&capacity).sum();
-                    agents.push(agent);
-                }
+            for a in self.visiting_order(shard) {
+                let Some(agent) = self.cycle_agent(state, a, now_s, &index, overbook) else {
+                    continue;
+                };
+                let room = if overbook {
+                    allowance.room_bound(&agent.free, &agent.total)
+                } else {
+                    agent.free
+                };
+                reach = reach.max(&room);
+                weight += agent.free.normalized_by(&capacity).sum();
+                agents.push(agent);
             }
             planned.push(ShardAgents {
                 shard,
@@ -371,6 +380,23 @@ impl Allocator {
             index,
             shards: planned,
         }
+    }
+
+    /// Shard `shard`'s agents in this cycle's visiting order (slot order, starting one agent
+    /// further each cycle), moving the rotation on.
+    fn visiting_order(&mut self, shard: usize) -> Vec<AgentIdx> {
+        let agents = &self.shards[shard];
+        let n = agents.len();
+        if n == 0 {
+            return Vec::new();
+        }
+        let start = (self.shard_cycles[shard] % n as u64) as usize;
+        self.shard_cycles[shard] += 1;
+        agents[start..]
+            .iter()
+            .chain(&agents[..start])
+            .copied()
+            .collect()
     }
 
     /// Starts agent `a`'s turn in a cycle (its yields of the last cycle and expired filters
@@ -405,7 +431,7 @@ impl Allocator {
             generation,
             free,
             total,
-            exclusions: self.exclusions(a, now_s, false).0,
+            exclusions: self.exclusions(state, a, now_s, false),
         })
     }
 
@@ -422,22 +448,25 @@ impl Allocator {
             shard_cycles: Vec::new(),
             next_generation: self.next_generation,
             observations: Vec::new(),
+            gate_scratch: Vec::new(),
             cycle: self.cycle,
             inflight_total: self.inflight_total,
             eta: self.eta.clone(),
             epsilon: self.epsilon.clone(),
             capacity_classes: self.capacity_classes.clone(),
             cycle_eta: self.cycle_eta,
+            cycle_srpt_weight: self.cycle_srpt_weight,
             demand_epoch: self.demand_epoch,
             shares: None,
         }
     }
 
-    /// Cuts the cycle's projected pending counts to the part of shard `position` (see the
-    /// module documentation): each shape's count is divided among the shards whose agents could
-    /// hold it, in proportion to their weights, floored, and the remainder goes one task each
-    /// to the next holders in a rotation that moves on with the cycle, the framework and the
-    /// shape.
+    /// Cuts each framework's projected pending work to the part shard `position` may take
+    /// this cycle (see the module documentation): the framework's tasks are divided among the
+    /// shards with an agent that could hold one of them, in proportion to their weights,
+    /// floored, and the remainder goes one task each to the next such shards in a rotation that
+    /// moves on with the cycle and the framework. The shapes' counts stay whole, so a planner
+    /// charges a framework's picks to its first fitting shapes as the commit will.
     fn take_quota(
         &mut self,
         state: &AllocationState,
@@ -447,24 +476,13 @@ impl Allocator {
     ) {
         for (f, _) in state.frameworks() {
             let soft = &mut self.frameworks[f.get()];
-            if !soft.counted || soft.cycle_stamp != cycle {
+            if !soft.counted || soft.cycle_stamp != cycle || soft.cycle_pending == 0 {
                 continue;
             }
-            let mut pending = 0;
-            for (s, shape) in soft.demand.shapes.iter().enumerate() {
-                let count = soft.cycle_counts[s];
-                if count == 0 {
-                    continue;
-                }
-                let rotation = cycle
-                    .wrapping_add((f.get() as u64).wrapping_mul(7))
-                    .wrapping_add(s as u64);
-                let quota = shard_quota(count, &shape.demand, shards, position, rotation);
-                soft.cycle_counts[s] = quota;
-                pending += u64::from(quota);
-            }
-            soft.cycle_pending = pending;
-            soft.refresh_envelopes();
+            let pending = u32::try_from(soft.cycle_pending).unwrap_or(u32::MAX);
+            let rotation = cycle.wrapping_add(f.get() as u64);
+            let quota = shard_quota(pending, &soft.cycle_min, shards, position, rotation);
+            soft.cycle_pending = u64::from(quota);
         }
     }
 
@@ -496,13 +514,15 @@ impl Allocator {
         }
     }
 
-    /// Commits one agent's plan (see [`Allocator::commit_cycle`]).
+    /// Commits one agent's plan (see [`Allocator::commit_cycle`]). `live_index` is the
+    /// candidate index of the live projection, built by the first rematch.
     fn commit_agent(
         &mut self,
         state: &AllocationState,
         plan: AgentPlan,
         runnable: &[bool],
         now_s: f64,
+        live_index: &mut Option<CycleIndex>,
         outcome: &mut CycleOutcome,
     ) {
         for observation in &plan.observations {
@@ -524,25 +544,25 @@ impl Allocator {
             stats.agent_changed += planned;
             return;
         };
-        let exclusions = self.exclusions(a, now_s, false);
-        let refusing = self.refusing_counts(state, &exclusions.0);
+        let exclusions = self.exclusions(state, a, now_s, false);
         let allowance = Overbooking(self.config.overbook_allowance);
         // What is left of the agent after the picks committed so far: below zero on a fungible
         // kind once a pick overbooked it, as while planning.
         let mut available = free;
         let mut parts = Parts::default();
+        let dropped_before = outcome.stats.dropped();
         for pick in plan.picks {
             let f = pick.framework;
             let Some(group) = state
                 .framework(f)
                 .filter(|r| r.registration == pick.registration)
                 .map(|r| r.group)
-                .filter(|_| self.frameworks[f.get()].counted && !exclusions.0.contains(&f))
+                .filter(|_| self.frameworks[f.get()].counted && !exclusions.contains(f))
             else {
                 outcome.stats.framework_changed += 1;
                 continue;
             };
-            if self.gate_closed(state, group, runnable, &refusing) {
+            if self.gate_closed(state, group, runnable, exclusions.refusing()) {
                 outcome.stats.fairness_bound += 1;
                 continue;
             }
@@ -580,8 +600,13 @@ impl Allocator {
             outcome.stats.committed += 1;
             match pick.whole_agent {
                 None => {
-                    self.take_one(state, f, shape, &mut parts);
+                    let exhausted = self.take_one(state, f, shape, &mut parts);
                     available -= demand;
+                    if let Some(index) = live_index {
+                        if exhausted || matches!(self.config.policy, InterJobPolicy::Drf) {
+                            self.relist(state, index, f);
+                        }
+                    }
                 }
                 Some((choice, limit)) => {
                     let headroom = self.offer_headroom(state, f, runnable);
@@ -599,6 +624,22 @@ impl Allocator {
                 }
             }
         }
+        let rematch = outcome.stats.dropped() > dropped_before
+            && self.config.matching == AgentMatching::TaskAtATime
+            && self.gate_closed_somewhere(state, runnable, exclusions.refusing());
+        if rematch {
+            // The most deprived group is at κ·C, and this agent's planned picks for others were
+            // dropped: as in a sequential cycle, what is left of it goes to that group now
+            // rather than idling while the group stays past the bound.
+            let index = live_index.get_or_insert_with(|| {
+                self.index_with(state, self.cycle_srpt_weight, runnable.to_vec())
+            });
+            let picks = self.plan_agent(state, available, total, &exclusions, index, &mut parts);
+            for observation in std::mem::take(&mut self.observations) {
+                self.observe(observation);
+            }
+            outcome.stats.rematched += picks.len() as u64;
+        }
         self.offer_parts(
             state,
             a,
@@ -607,6 +648,22 @@ impl Allocator {
             OfferKind::Regular,
             &mut outcome.offers,
         );
+    }
+
+    /// Whether the κ·C gate is closed (under the deficit counters): the most deprived group
+    /// taking part in it for this agent is at or above κ·C.
+    fn gate_closed_somewhere(
+        &self,
+        state: &AllocationState,
+        runnable: &[bool],
+        refusing: &[u32],
+    ) -> bool {
+        let InterJobPolicy::DeficitCounters { kappa, .. } = self.config.policy else {
+            return false;
+        };
+        let threshold = kappa * state.capacity_units();
+        self.gate_leader(state, runnable, refusing)
+            .is_some_and(|(_, deficit)| deficit >= threshold)
     }
 
     /// The index of the shape a pick names in `f`'s summary as it is now (by demand, should the
@@ -658,7 +715,7 @@ impl Allocator {
         Some(state.capacity().scale(max_capacity).saturating_sub(&used))
     }
 }
-/// Shard `position`'s part of `count` pending tasks of `demand` (see
+/// Shard `position`'s part of `count` pending tasks whose smallest shape is `demand` (see
 /// [`Allocator::take_quota`]). Every shard computes every shard's part the same way, so the
 /// parts add up to `count` without the shards talking to each other.
 fn shard_quota(
@@ -720,26 +777,21 @@ impl Allocator {
         let overbook = matches!(self.config.policy, InterJobPolicy::DeficitCounters { .. });
         let mut out = Vec::new();
         for shard in 0..self.shards.len() {
-            let n = self.shards[shard].len();
-            if n == 0 {
-                continue;
-            }
-            let start = (self.shard_cycles[shard] % n as u64) as usize;
-            self.shard_cycles[shard] += 1;
-            for i in 0..n {
-                let a = self.shards[shard][(start + i) % n];
+            for a in self.visiting_order(shard) {
                 let Some(agent) = self.cycle_agent(state, a, now_s, &index, overbook) else {
                     continue;
                 };
-                let exclusions = Exclusions(agent.exclusions);
+                let exclusions = agent.exclusions;
                 match self.config.matching {
                     AgentMatching::TaskAtATime => {
-                        let (_, parts) = self.plan_agent(
+                        let mut parts = Parts::default();
+                        self.plan_agent(
                             state,
                             agent.free,
                             agent.total,
                             &exclusions,
                             &mut index,
+                            &mut parts,
                         );
                         self.offer_parts(state, a, agent.free, parts, OfferKind::Regular, &mut out);
                     }

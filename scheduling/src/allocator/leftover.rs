@@ -56,10 +56,10 @@ impl Allocator {
         now_s: f64,
     ) -> Option<OfferDecision> {
         let total = state.agent(a)?.total;
-        let exclusions = self.exclusions(a, now_s, true).0;
+        let exclusions = self.exclusions(state, a, now_s, true);
         let frameworks: Vec<(FrameworkIdx, GroupIdx, u64)> = state
             .frameworks()
-            .filter(|(f, _)| self.frameworks[f.get()].counted && !exclusions.contains(f))
+            .filter(|(f, _)| self.frameworks[f.get()].counted && !exclusions.contains(*f))
             .map(|(f, r)| (f, r.group, r.registration))
             .collect();
         let mut candidates: Vec<Candidate> = Vec::new();
@@ -92,8 +92,9 @@ impl Allocator {
             let projected = self.projected_deficits(state);
             let threshold = kappa * state.capacity_units();
             let runnable = self.runnable_groups(state);
-            let refusing = self.refusing_counts(state, &exclusions);
-            if let Some(&most_deprived) = self.gate_order(&projected, &runnable, &refusing).first()
+            if let Some(&most_deprived) = self
+                .gate_order(&projected, &runnable, exclusions.refusing())
+                .first()
             {
                 if projected[most_deprived.get()] >= threshold {
                     candidates.retain(|c| c.group == most_deprived);
@@ -152,10 +153,10 @@ impl Allocator {
         let Some(total) = state.agent(a).map(|r| r.total) else {
             return Vec::new();
         };
-        let exclusions = self.exclusions(a, now_s, true).0;
+        let exclusions = self.exclusions(state, a, now_s, true);
         let mut order: Vec<(f64, u64, FrameworkIdx, GroupIdx)> = state
             .frameworks()
-            .filter(|(f, _)| self.frameworks[f.get()].counted && !exclusions.contains(f))
+            .filter(|(f, _)| self.frameworks[f.get()].counted && !exclusions.contains(*f))
             .map(|(f, r)| {
                 let work = self.frameworks[f.get()].demand.remaining_work;
                 (work, r.registration, f, r.group)
@@ -163,19 +164,23 @@ impl Allocator {
             .collect();
         order.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
         let gate = match self.config.policy {
-            InterJobPolicy::DeficitCounters { kappa, .. } => Some((
-                kappa * state.capacity_units(),
-                self.runnable_groups(state),
-                self.refusing_counts(state, &exclusions),
-            )),
+            InterJobPolicy::DeficitCounters { kappa, .. } => {
+                Some((kappa * state.capacity_units(), self.runnable_groups(state)))
+            }
             _ => None,
         };
         let mut available = leftover;
         let mut parts = Parts::default();
         for &(_, _, f, group) in &order {
             loop {
-                if let Some((threshold, runnable, refusing)) = &gate {
-                    if self.gate_closed_against(state, group, *threshold, runnable, refusing) {
+                if let Some((threshold, runnable)) = &gate {
+                    if self.gate_closed_against(
+                        state,
+                        group,
+                        *threshold,
+                        runnable,
+                        exclusions.refusing(),
+                    ) {
                         break;
                     }
                 }
@@ -193,8 +198,14 @@ impl Allocator {
         loop {
             let mut best: Option<(f64, FrameworkIdx, usize)> = None;
             for &(_, _, f, group) in &order {
-                if let Some((threshold, runnable, refusing)) = &gate {
-                    if self.gate_closed_against(state, group, *threshold, runnable, refusing) {
+                if let Some((threshold, runnable)) = &gate {
+                    if self.gate_closed_against(
+                        state,
+                        group,
+                        *threshold,
+                        runnable,
+                        exclusions.refusing(),
+                    ) {
                         continue;
                     }
                 }

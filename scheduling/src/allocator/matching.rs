@@ -36,9 +36,10 @@ pub(super) struct Part {
 pub(super) struct Parts(Vec<Part>);
 
 impl Allocator {
-    /// Fills an agent (with `free` unoffered, of `total`) task at a time under the configured
-    /// policy, charging each pick to the cycle's projection: returns the picks in order, as
-    /// (framework, shape index, whether it overbooks), and their sum per framework.
+    /// Fills an agent (with `free` unoffered, below zero on a fungible kind an earlier pick
+    /// overbooked, of `total`) task at a time under the configured policy, charging each pick
+    /// to the cycle's projection and adding it to `parts`: returns the picks in order, as
+    /// (framework, shape index, whether it overbooks).
     pub(super) fn plan_agent(
         &mut self,
         state: &AllocationState,
@@ -46,12 +47,12 @@ impl Allocator {
         total: ResourceVec,
         exclusions: &Exclusions,
         index: &mut CycleIndex,
-    ) -> (Vec<(FrameworkIdx, usize, bool)>, Parts) {
+        parts: &mut Parts,
+    ) -> Vec<(FrameworkIdx, usize, bool)> {
         let overbook = matches!(self.config.policy, InterJobPolicy::DeficitCounters { .. });
         let allowance = Overbooking(self.config.overbook_allowance);
         // Below zero on a fungible kind once a pick overbooked it.
         let mut available = free;
-        let mut parts = Parts::default();
         let mut picks = Vec::new();
         loop {
             let floor = available.max(&ResourceVec::ZERO);
@@ -91,12 +92,16 @@ impl Allocator {
             if !admissible {
                 break;
             }
-            self.take_one(state, f, shape, &mut parts);
+            let exhausted = self.take_one(state, f, shape, parts);
             picks.push((f, shape, choice.overbook));
             available -= demand;
-            self.relist(state, index, f);
+            // A framework's key moves when a shape runs out (its score bound, or it leaves the
+            // set), and under DRF with every pick (its share).
+            if exhausted || matches!(self.config.policy, InterJobPolicy::Drf) {
+                self.relist(state, index, f);
+            }
         }
-        (picks, parts)
+        picks
     }
 
     /// The first of `f`'s pending shapes in summary order with projected work that fits `room`.
@@ -114,26 +119,33 @@ impl Allocator {
     }
 
     /// Charges one task of `f`'s pending `shape` to the cycle's projection and to `parts`.
+    /// Returns whether that was the shape's last projected task (which changes the
+    /// framework's envelopes and score bound) or the framework's last one.
     pub(super) fn take_one(
         &mut self,
         state: &AllocationState,
         f: FrameworkIdx,
         shape: usize,
         parts: &mut Parts,
-    ) {
+    ) -> bool {
         let factor_kind = state.deficits().factor();
         let capacity = state.capacity();
         let group = state.framework(f).map_or(GroupIdx(0), |r| r.group);
         let soft = self.cycle_counts(f);
         let Some(demand) = soft.demand.shapes.get(shape).map(|s| s.demand) else {
-            return;
+            return false;
         };
         if soft.cycle_counts[shape] == 0 {
-            return;
+            return false;
         }
         soft.cycle_counts[shape] -= 1;
         soft.cycle_pending = soft.cycle_pending.saturating_sub(1);
-        soft.refresh_envelopes();
+        let exhausted = soft.cycle_counts[shape] == 0;
+        if exhausted {
+            // The minimum and envelopes range over the shapes with projected work.
+            soft.refresh_envelopes();
+        }
+        let exhausted = exhausted || soft.cycle_pending == 0;
         soft.offered += demand;
         let charge = factor_kind.of(&demand, &capacity);
         if let Some(group_soft) = self.groups.get_mut(group.get()) {
@@ -153,6 +165,7 @@ impl Allocator {
                 charge,
             }),
         }
+        exhausted
     }
 
     /// Turns the parts of agent `a` into offers ([`Allocator::settle_parts`]) and registers

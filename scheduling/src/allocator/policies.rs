@@ -106,23 +106,34 @@ impl AgentView {
     }
 
     #[inline]
-    fn packing(&self, demand: &ResourceVec) -> f64 {
+    pub(super) fn packing(&self, demand: &ResourceVec) -> f64 {
         dot(demand, &self.weights)
     }
 }
 
-/// Frameworks an agent must not be offered to now.
-pub(super) struct Exclusions(pub(super) Vec<FrameworkIdx>);
+/// Frameworks an agent must not be offered to now, with how many of each group's demanding
+/// frameworks they are (the κ·C gate leaves out a group all of whose frameworks refuse the
+/// agent).
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Exclusions {
+    frameworks: Vec<FrameworkIdx>,
+    /// Per group, how many of its demanding frameworks are excluded.
+    refusing: Vec<u32>,
+}
 
 impl Exclusions {
-    fn contains(&self, f: FrameworkIdx) -> bool {
-        !self.0.is_empty() && self.0.contains(&f)
+    pub(super) fn contains(&self, f: FrameworkIdx) -> bool {
+        !self.frameworks.is_empty() && self.frameworks.contains(&f)
+    }
+
+    pub(super) fn refusing(&self) -> &[u32] {
+        &self.refusing
     }
 }
 
 /// How shapes are matched against free resources.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum FitMode {
+pub(super) enum FitMode {
     Strict,
     Overbook,
 }
@@ -141,6 +152,7 @@ impl Allocator {
             InterJobPolicy::Tetris => self.epsilon.eta(),
             _ => 0.0,
         };
+        self.cycle_srpt_weight = srpt_weight;
         let runnable = self.runnable_groups(state);
         self.index_with(state, srpt_weight, runnable)
     }
@@ -286,19 +298,29 @@ impl Allocator {
 
     /// Frameworks that must not get agent `a` now: those with an active decline filter, those
     /// holding an offer of it, and (for leftovers) those that yielded a leftover of it this cycle.
-    pub(super) fn exclusions(&self, a: AgentIdx, now_s: f64, leftover: bool) -> Exclusions {
+    pub(super) fn exclusions(
+        &self,
+        state: &AllocationState,
+        a: AgentIdx,
+        now_s: f64,
+        leftover: bool,
+    ) -> Exclusions {
         let soft = &self.agents[a.get()];
-        let mut out: Vec<FrameworkIdx> = soft
+        let mut frameworks: Vec<FrameworkIdx> = soft
             .filters
             .iter()
             .filter(|(_, until)| *until > now_s)
             .map(|(f, _)| *f)
             .collect();
-        out.extend(soft.offers.iter().map(|o| o.framework));
+        frameworks.extend(soft.offers.iter().map(|o| o.framework));
         if leftover {
-            out.extend(soft.yielders.iter().copied());
+            frameworks.extend(soft.yielders.iter().copied());
         }
-        Exclusions(out)
+        let refusing = self.refusing_counts(state, &frameworks);
+        Exclusions {
+            frameworks,
+            refusing,
+        }
     }
 
     /// Chooses the framework for one agent seen as `view` under the configured policy and
@@ -353,10 +375,8 @@ impl Allocator {
         let unbounded = |choice: Choice, limit: ResourceVec| Chosen { choice, limit };
         match self.config.policy {
             InterJobPolicy::DeficitCounters { kappa, .. } => {
-                let projected = self.projected_deficits(state);
                 let threshold = kappa * state.capacity_units();
-                let choice =
-                    self.choose_deficit(state, view, exclusions, index, &projected, threshold)?;
+                let choice = self.choose_deficit(state, view, exclusions, index, threshold)?;
                 if self.config.eta == EtaRule::ChosenCandidates {
                     let work = self.frameworks[choice.framework.get()].demand.srpt;
                     self.observations.push(Observation::Eta {
@@ -577,13 +597,11 @@ impl Allocator {
         view: &AgentView,
         exclusions: &Exclusions,
         index: &CycleIndex,
-        projected: &[f64],
         threshold: f64,
     ) -> Option<Choice> {
-        let refusing = self.refusing_counts(state, &exclusions.0);
-        let order = self.gate_order(projected, &index.runnable, &refusing);
-        let most_deprived = *order.first()?;
-        if projected[most_deprived.get()] >= threshold {
+        let (most_deprived, deficit) =
+            self.gate_leader(state, &index.runnable, exclusions.refusing())?;
+        if deficit >= threshold {
             let list = index.lists.get(most_deprived.get())?;
             return [FitMode::Strict, FitMode::Overbook]
                 .into_iter()
@@ -591,9 +609,20 @@ impl Allocator {
                     self.best_in_list(list, view, exclusions, index.srpt_weight, None, mode, true)
                 });
         }
+        // Every gated group, most deprived first: the scan keeps the first of equal scores.
+        let mut order = std::mem::take(&mut self.gate_scratch);
+        order.clear();
+        for (g, counter) in state.deficits().iter() {
+            if g.get() < self.groups.len()
+                && self.gated(g.get(), &index.runnable, exclusions.refusing())
+            {
+                order.push((self.projected_deficit(g, counter), g));
+            }
+        }
+        order.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        let mut found: Option<Choice> = None;
         for mode in [FitMode::Strict, FitMode::Overbook] {
-            let mut found: Option<Choice> = None;
-            for &g in &order {
+            for &(_, g) in &order {
                 let Some(list) = index.lists.get(g.get()) else {
                     continue;
                 };
@@ -613,17 +642,19 @@ impl Allocator {
                 }
             }
             if found.is_some() {
-                return found;
+                break;
             }
         }
-        None
+        self.gate_scratch = order;
+        found
     }
 
     /// The best-scoring candidate of a set ordered by score bound, better than `beat` if given.
     /// `with_priority`: Graphene's `priScore · pScore` (else Tetris' bare alignment). Scanning
-    /// stops at the first candidate whose bound cannot beat the best found.
+    /// stops at the first candidate whose bound cannot beat the best found. Of equal scores the
+    /// first in the set's order wins.
     #[allow(clippy::too_many_arguments)]
-    fn best_in_list(
+    pub(super) fn best_in_list(
         &mut self,
         list: &BTreeSet<Ranked>,
         view: &AgentView,
@@ -634,9 +665,9 @@ impl Allocator {
         with_priority: bool,
     ) -> Option<Choice> {
         let mut best: Option<Choice> = None;
-        let allowance = self.config.overbook_allowance;
         for &(OrdF64(negated_bound), _, f) in list {
-            if let Some(bar) = best.map(|c| c.score).or(beat) {
+            let bar = best.map(|c| c.score).or(beat);
+            if let Some(bar) = bar {
                 // The bound holds for fitting scores; overbooked ones are below it too.
                 let bound = PerfScore {
                     fits: mode == FitMode::Strict,
@@ -646,81 +677,13 @@ impl Allocator {
                     break;
                 }
             }
-            if exclusions.contains(f) {
-                continue;
-            }
-            let soft = self.cycle_counts(f);
-            if soft.cycle_pending == 0 || !soft.counted {
-                continue;
-            }
-            // Graphene's srpt_j for its perfScore; Tetris weighs the remaining work.
-            let work = if with_priority {
-                soft.demand.srpt
-            } else {
-                soft.demand.remaining_work
-            };
-            let srpt_term = srpt_weight * work;
-            if mode == FitMode::Strict {
-                if !fits(&soft.cycle_min, &view.free) {
-                    continue;
-                }
-                if let Some(bar) = best.map(|c| c.score).or(beat) {
-                    let envelope = if with_priority {
-                        &soft.cycle_envelope
-                    } else {
-                        &soft.cycle_envelope_plain
-                    };
-                    let bound = PerfScore {
-                        fits: true,
-                        value: view.packing(envelope) - srpt_term,
-                    };
-                    if !bound.beats(&bar) {
-                        continue;
-                    }
-                }
-            }
-            let mut local: Option<(usize, f64, PerfScore)> = None;
-            for (s, shape) in soft.demand.shapes.iter().enumerate() {
-                if soft.cycle_counts[s] == 0 {
-                    continue;
-                }
-                let pri = if with_priority { shape.pri_score } else { 1.0 };
-                let (p, score) = match mode {
-                    FitMode::Strict => {
-                        if !fits(&shape.demand, &view.free) {
-                            continue;
-                        }
-                        let p = view.packing(&shape.demand);
-                        let score = PerfScore {
-                            fits: true,
-                            value: pri * p - srpt_term,
-                        };
-                        (p, score)
-                    }
-                    FitMode::Overbook => {
-                        let o = overbooking_score(
-                            &view.overbook_free,
-                            &shape.demand,
-                            &view.total,
-                            allowance,
-                        );
-                        match PerfScore::new(pri, 0.0, o, srpt_weight, work) {
-                            Some(score) => (o, score),
-                            None => continue,
-                        }
-                    }
-                };
-                if local.is_none_or(|(_, _, l)| score.beats(&l)) {
-                    local = Some((s, p, score));
-                }
-            }
-            let Some((shape, p_score, score)) = local else {
+            let Some((shape, p_score, score)) =
+                self.evaluate_candidate(f, view, exclusions, srpt_weight, bar, mode, with_priority)
+            else {
                 continue;
             };
-            if let Some(bar) = best.map(|c| c.score).or(beat) {
-                if !score.beats(&bar) {
-                    continue;
-                }
+            if bar.is_some_and(|bar| !score.beats(&bar)) {
+                continue;
             }
             best = Some(Choice {
                 framework: f,
@@ -731,6 +694,93 @@ impl Allocator {
             });
         }
         best
+    }
+
+    /// Framework `f`'s best pending shape for the agent seen as `view` under `mode`, with its
+    /// packing (or overbooking) score and perfScore; the first of equal scores in summary
+    /// order. `None` when `f` is excluded, has no projected work, has nothing that fits, or
+    /// (strict mode) cannot reach `bar`: its envelope's score is below `bar`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn evaluate_candidate(
+        &mut self,
+        f: FrameworkIdx,
+        view: &AgentView,
+        exclusions: &Exclusions,
+        srpt_weight: f64,
+        bar: Option<PerfScore>,
+        mode: FitMode,
+        with_priority: bool,
+    ) -> Option<(usize, f64, PerfScore)> {
+        if exclusions.contains(f) {
+            return None;
+        }
+        let allowance = self.config.overbook_allowance;
+        let soft = self.cycle_counts(f);
+        if soft.cycle_pending == 0 || !soft.counted {
+            return None;
+        }
+        // Graphene's srpt_j for its perfScore; Tetris weighs the remaining work.
+        let work = if with_priority {
+            soft.demand.srpt
+        } else {
+            soft.demand.remaining_work
+        };
+        let srpt_term = srpt_weight * work;
+        if mode == FitMode::Strict {
+            if !fits(&soft.cycle_min, &view.free) {
+                return None;
+            }
+            if let Some(bar) = bar {
+                let envelope = if with_priority {
+                    &soft.cycle_envelope
+                } else {
+                    &soft.cycle_envelope_plain
+                };
+                let bound = PerfScore {
+                    fits: true,
+                    value: view.packing(envelope) - srpt_term,
+                };
+                if !bound.beats(&bar) {
+                    return None;
+                }
+            }
+        }
+        let mut local: Option<(usize, f64, PerfScore)> = None;
+        for (s, shape) in soft.demand.shapes.iter().enumerate() {
+            if soft.cycle_counts[s] == 0 {
+                continue;
+            }
+            let pri = if with_priority { shape.pri_score } else { 1.0 };
+            let (p, score) = match mode {
+                FitMode::Strict => {
+                    if !fits(&shape.demand, &view.free) {
+                        continue;
+                    }
+                    let p = view.packing(&shape.demand);
+                    let score = PerfScore {
+                        fits: true,
+                        value: pri * p - srpt_term,
+                    };
+                    (p, score)
+                }
+                FitMode::Overbook => {
+                    let o = overbooking_score(
+                        &view.overbook_free,
+                        &shape.demand,
+                        &view.total,
+                        allowance,
+                    );
+                    match PerfScore::new(pri, 0.0, o, srpt_weight, work) {
+                        Some(score) => (o, score),
+                        None => continue,
+                    }
+                }
+            };
+            if local.is_none_or(|(_, _, l)| score.beats(&l)) {
+                local = Some((s, p, score));
+            }
+        }
+        local
     }
 
     /// The first candidate of an ordered set with a pending shape that fits (the first such

@@ -1544,6 +1544,10 @@ fn yields_are_pooled_until_every_part_of_the_agent_is_answered() {
 // Concurrent shards: snapshot, plan, commit
 // ---------------------------------------------------------------------------------------------
 
+/// A framework of a [`Cluster`]: its group, its shapes with counts and priScores, its remaining
+/// work.
+type ClusterFramework = (usize, Vec<(ResourceVec, u32, f64)>, f64);
+
 /// A random cluster for comparing ways of running cycles: every policy and rule, agents with
 /// bandwidth (so overbooking happens), frameworks over a few groups, some tasks running.
 #[derive(Clone, Debug)]
@@ -1551,8 +1555,7 @@ struct Cluster {
     config: AllocatorConfig,
     weights: Vec<f64>,
     agents: Vec<ResourceVec>,
-    /// (group, shapes with counts and priScores, remaining work)
-    frameworks: Vec<(usize, Vec<(ResourceVec, u32, f64)>, f64)>,
+    frameworks: Vec<ClusterFramework>,
     /// Per round: the seed of the frameworks' answers and of the releases.
     rounds: Vec<u64>,
 }
@@ -1846,8 +1849,8 @@ proptest! {
     ) {
         compare_rounds(
             &cluster,
-            |alloc, now| alloc.allocate_all(now),
-            |alloc, now| alloc.allocate_all_sequential(now),
+            StandaloneAllocator::allocate_all,
+            StandaloneAllocator::allocate_all_sequential,
         )?;
     }
 
@@ -1867,7 +1870,7 @@ proptest! {
                     .allocate_all_with(now, |snapshot| plan_on_threads(snapshot, 3, timing))
                     .offers
             },
-            |alloc, now| alloc.allocate_all(now),
+            StandaloneAllocator::allocate_all,
         )?;
     }
 }
