@@ -2,8 +2,9 @@
 //! [`AgentMatching::TaskAtATime`]) over 10,000 agents × 1,000 frameworks and over 100,000
 //! agents × 10,000 frameworks (the targets on the project's 2-core machine: 10 ms and 150 ms),
 //! under Graphene's deficit counters (DRF factor, κ = 0.1) and Mesos' DRF. Each size runs one
-//! shard sequentially (`1-shard`, the cycle a simulator runs) and N shards planned from one
-//! snapshot on two threads and committed in order (`N-shards-2-threads`, what the master runs).
+//! shard sequentially (`1-shard`: `allocate_all`, the cycle in place, as the simulator runs
+//! it) and N shards planned from one snapshot on two threads and committed in order
+//! (`N-shards-2-threads`: `allocate_all_with`, what the master runs).
 //!
 //! The cluster is `common::build`'s. Before each iteration the previous iteration's offers are
 //! rescinded outside the timed section, so every iteration allocates the whole cluster again:
@@ -55,11 +56,17 @@ fn bench_size(
                     for _ in 0..iterations {
                         common::rescind_all(&mut allocator);
                         let start = Instant::now();
-                        let outcome = allocator.allocate_all_with(1.0, |snapshot| {
-                            common::plan_on_threads(snapshot, threads)
-                        });
+                        let offers = if threads == 1 {
+                            allocator.allocate_all(1.0)
+                        } else {
+                            allocator
+                                .allocate_all_with(1.0, |snapshot| {
+                                    common::plan_on_threads(snapshot, threads)
+                                })
+                                .offers
+                        };
                         timed += start.elapsed();
-                        black_box(outcome);
+                        black_box(offers);
                     }
                     timed
                 });

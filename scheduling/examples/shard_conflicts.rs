@@ -2,8 +2,8 @@
 //! (10,000 agents × 1,000 frameworks unless told otherwise, every agent's free resources
 //! allocated in one cycle), prints for each policy and shard count the picks planned,
 //! committed and dropped by reason, the share dropped, and the tasks committed against one
-//! shard's (what the division of pending work among shards and the conflicts leave for the
-//! next cycle), with the cycle's time with the shards planned on two threads.
+//! shard's, and the tasks the next cycle offers (what the division of pending work among shards
+//! and the conflicts left), with the cycle's time with the shards planned on two threads.
 //!
 //! Run: `cargo run --release -p fullerene-scheduling --example shard_conflicts -- [AGENTS
 //! FRAMEWORKS [CYCLES [POLICY [SHARDS,...]]]]` (POLICY: `deficit-drf` or `drf`).
@@ -35,7 +35,7 @@ fn main() {
          mean of {cycles} cycles after a warm-up"
     );
     println!(
-        "{:<12} {:>6} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>10} {:>9}  snapshot/plan/commit ms",
+        "{:<12} {:>6} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>10} {:>6} {:>9}  snapshot/plan/commit ms",
         "policy",
         "shards",
         "planned",
@@ -45,8 +45,9 @@ fn main() {
         "agent",
         "framework",
         "dropped",
-        "vs 1 shard",
         "rematched",
+        "vs 1 shard",
+        "next",
         "ms/cycle",
     );
     for (label, policy) in common::policies() {
@@ -75,10 +76,18 @@ fn main() {
                 phases[2] += (end - committing).as_secs_f64();
                 stats.add(&outcome.stats);
             }
+            // The cycle after, with the last one's offers still out: what it offers is what
+            // the division of the work and the conflicts left.
+            let next = allocator
+                .allocate_all_with(1.0 + cycles as f64, |snapshot| {
+                    common::plan_on_threads(snapshot, 2)
+                })
+                .stats
+                .committed;
             let committed = stats.committed as f64 / cycles as f64;
             let reference = *one_shard.get_or_insert(committed);
             println!(
-                "{:<12} {:>6} {:>9.0} {:>9.0} {:>8.0} {:>8.0} {:>8.0} {:>8.0} {:>7.2}% {:>8.0} {:>9.1}% {:>9.1}  {:.1}/{:.1}/{:.1}",
+                "{:<12} {:>6} {:>9.0} {:>9.0} {:>8.0} {:>8.0} {:>8.0} {:>8.0} {:>7.2}% {:>8.0} {:>9.1}% {:>6} {:>9.1}  {:.1}/{:.1}/{:.1}",
                 label,
                 shards,
                 stats.planned as f64 / cycles as f64,
@@ -90,6 +99,7 @@ fn main() {
                 100.0 * stats.dropped() as f64 / stats.planned.max(1) as f64,
                 stats.rematched as f64 / cycles as f64,
                 100.0 * committed / reference.max(1.0),
+                next,
                 1e3 * elapsed / cycles as f64,
                 1e3 * phases[0] / cycles as f64,
                 1e3 * phases[1] / cycles as f64,

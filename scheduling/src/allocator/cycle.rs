@@ -761,22 +761,23 @@ fn shard_quota(
     base(mine) + u32::from(extra)
 }
 
-#[cfg(test)]
 impl Allocator {
-    /// The cycle as it ran before shards were planned apart: every shard one after the other,
-    /// each pick charged at once to the one live projection. With one shard the snapshot, plan
-    /// and commit must give exactly its offers (the tests compare them).
-    pub(super) fn allocate_all_sequential(
+    /// A cycle of the shards in `shards` in place: one after the other, each pick charged at
+    /// once to the live projection, with no snapshot to copy and no plan to replay. For one
+    /// shard it makes exactly the offers of a snapshot, plan and commit (the tests compare
+    /// them), so the cycles that plan a single shard on the caller's thread run it.
+    pub(super) fn allocate_in_place(
         &mut self,
         state: &AllocationState,
         now_s: f64,
+        shards: std::ops::Range<usize>,
     ) -> Vec<OfferDecision> {
         self.sync(state);
         self.begin_cycle();
         let mut index = self.build_index(state);
         let overbook = matches!(self.config.policy, InterJobPolicy::DeficitCounters { .. });
         let mut out = Vec::new();
-        for shard in 0..self.shards.len() {
+        for shard in shards {
             for a in self.visiting_order(shard) {
                 let Some(agent) = self.cycle_agent(state, a, now_s, &index, overbook) else {
                     continue;

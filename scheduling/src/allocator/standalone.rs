@@ -189,12 +189,6 @@ impl StandaloneAllocator {
         self.allocator.commit_cycle(&self.state, plans, now_s)
     }
 
-    /// The sequential cycle the snapshot, plan and commit reproduce with one shard.
-    #[cfg(test)]
-    pub(super) fn allocate_all_sequential(&mut self, now_s: f64) -> Vec<OfferDecision> {
-        self.allocator.allocate_all_sequential(&self.state, now_s)
-    }
-
     /// [`Allocator::offer_answered`], then the launched tasks are charged at once (as a
     /// committed `LaunchTasks` would be).
     pub fn offer_answered(

@@ -1840,17 +1840,17 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 192, ..ProptestConfig::default() })]
 
     /// With one shard, a cycle planned from a snapshot and committed makes exactly the offers
-    /// of the sequential cycle (each pick charged at once to the live projection), round after
-    /// round with answers, yields, leftovers and releases in between, under every policy and
-    /// rule.
+    /// of the sequential cycle (each pick charged at once to the live projection, what
+    /// `allocate_all` runs for one shard), round after round with answers, yields, leftovers
+    /// and releases in between, under every policy and rule.
     #[test]
     fn one_shard_planned_and_committed_equals_the_sequential_cycle(
         cluster in cluster_strategy(1..2),
     ) {
         compare_rounds(
             &cluster,
+            |alloc, now| alloc.allocate_all_with(now, CycleSnapshot::plan_all).offers,
             StandaloneAllocator::allocate_all,
-            StandaloneAllocator::allocate_all_sequential,
         )?;
     }
 
@@ -1936,4 +1936,29 @@ fn a_commit_drops_the_picks_the_state_no_longer_allows() {
         outcome.stats.planned
     );
     assert!(outcome.offers.iter().all(|o| o.framework.as_str() != "f4"));
+}
+
+/// A snapshot can be shared by planner threads and outlive the borrow of the allocator and the
+/// state it was taken from; plans and outcomes can be sent back.
+#[test]
+fn snapshots_and_plans_travel_between_threads() {
+    fn shared_by_threads<T: Send + Sync + 'static>() {}
+    shared_by_threads::<CycleSnapshot>();
+    shared_by_threads::<ShardPlan>();
+    shared_by_threads::<CycleOutcome>();
+    let mut alloc = paper_allocator(InterJobPolicy::Drf);
+    add_agents(&mut alloc, 4, res("cpus=4"));
+    alloc.add_framework(fid("f"), "g", 0.0).unwrap();
+    alloc
+        .update_demand(&fid("f"), &summary(&[("cpus=1", 8, 1.0)], 1.0))
+        .unwrap();
+    let snapshot = std::sync::Arc::new(alloc.snapshot_cycle(0.0));
+    let planner = std::sync::Arc::clone(&snapshot);
+    let plans = std::thread::spawn(move || planner.plan_all())
+        .join()
+        .unwrap();
+    assert_eq!(plans.iter().map(ShardPlan::picks).sum::<usize>(), 8);
+    let outcome = alloc.commit_cycle(plans, 0.0);
+    assert_eq!(outcome.stats.committed, 8);
+    assert_eq!(outcome.stats.dropped(), 0);
 }
