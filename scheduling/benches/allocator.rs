@@ -27,6 +27,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use fullerene_scheduling::allocator::{CycleSnapshot, ShardPlan};
 
 /// Runs one size: `agents` × `frameworks`, 1 shard sequentially and each of `shard_counts`
 /// planned on two threads.
@@ -61,7 +62,7 @@ fn bench_size(
                         } else {
                             allocator
                                 .allocate_all_with(1.0, |snapshot| {
-                                    common::plan_on_threads(snapshot, threads)
+                                    plan_on_threads(snapshot, threads)
                                 })
                                 .offers
                         };
@@ -74,6 +75,30 @@ fn bench_size(
         }
     }
     group.finish();
+}
+
+/// Plans a snapshot's shards on `threads` scoped threads, shard `s` on thread `s % threads`.
+fn plan_on_threads(snapshot: &CycleSnapshot, threads: usize) -> Vec<ShardPlan> {
+    let shards = snapshot.shard_count();
+    if threads <= 1 || shards <= 1 {
+        return snapshot.plan_all();
+    }
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads.min(shards))
+            .map(|t| {
+                scope.spawn(move || {
+                    (t..shards)
+                        .step_by(threads)
+                        .map(|s| snapshot.plan_shard(s))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("planner thread"))
+            .collect()
+    })
 }
 
 fn bench_allocate_all(c: &mut Criterion) {

@@ -4,9 +4,8 @@
 //! 1–6 shapes drawn from TPC-H-like task sizes (1–39 tasks each), with priScores and remaining
 //! work.
 
-use fullerene_scheduling::allocator::CycleSnapshot;
 use fullerene_scheduling::allocator::{
-    AgentMatching, AllocatorConfig, InterJobPolicy, ShardPlan, StandaloneAllocator,
+    AgentMatching, AllocatorConfig, InterJobPolicy, StandaloneAllocator,
 };
 use fullerene_scheduling::fairness::FairnessFactor;
 use fullerene_scheduling::testkit::machine;
@@ -139,28 +138,4 @@ pub(crate) fn rescind_all(allocator: &mut StandaloneAllocator) {
             .rescind_offer(&offer.agent, &offer.framework)
             .expect("offer is out");
     }
-}
-
-/// Plans a snapshot's shards on `threads` scoped threads, shard `s` on thread `s % threads`.
-pub(crate) fn plan_on_threads(snapshot: &CycleSnapshot, threads: usize) -> Vec<ShardPlan> {
-    let shards = snapshot.shard_count();
-    if threads <= 1 || shards <= 1 {
-        return snapshot.plan_all();
-    }
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..threads.min(shards))
-            .map(|t| {
-                scope.spawn(move || {
-                    (t..shards)
-                        .step_by(threads)
-                        .map(|s| snapshot.plan_shard(s))
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().expect("planner thread"))
-            .collect()
-    })
 }
