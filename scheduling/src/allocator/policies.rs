@@ -467,12 +467,17 @@ impl Allocator {
         runnable
     }
 
-    /// Per group, how many of its demanding frameworks are in `exclusions` (refuse the agent).
+    /// Per group, how many of its demanding frameworks are in `exclusions` (refuse the agent);
+    /// groups past the end of the list have none.
     pub(super) fn refusing_counts(
         &self,
         state: &AllocationState,
         exclusions: &[FrameworkIdx],
     ) -> Vec<u32> {
+        if exclusions.is_empty() {
+            // None (a group past the end counts none): most agents, without an allocation.
+            return Vec::new();
+        }
         let mut refusing = vec![0u32; self.groups.len()];
         let mut seen: Vec<FrameworkIdx> = Vec::with_capacity(exclusions.len());
         for &f in exclusions {
