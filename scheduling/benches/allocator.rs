@@ -14,14 +14,14 @@
 //! between iterations, as in a running master). The timed section is the whole cycle:
 //! snapshot, planning, commit.
 //!
-//! Measured on the project's 2-core machine while other builds ran (load average 7–9, so two
-//! planner threads had no second core to themselves), 10,000 × 1,000: deficit counters
-//! 758 ms (1 shard), 797 ms (2 shards on 2 threads), 690 ms (8 shards); DRF 113, 147 and
-//! 138 ms. The same machine at load 7 measured the previous sequential cycle at 823 ms and
-//! 86 ms (225 ms and 29 ms when quiet). The targets are far off: almost all of a cycle is the
-//! policies' scan for each task (`best_in_list` is three quarters of a deficit-counter cycle's
-//! time; about 90 frameworks looked at and 17 scored per group and task once an agent is partly
-//! filled), and the commit replays every pick sequentially. At 100,000 × 10,000 one cycle
+//! Measured on the project's 2-core machine while other builds ran (load average 5.5–6.5, so
+//! two planner threads had no second core to themselves), 10,000 × 1,000: deficit counters
+//! 600 ms (1 shard), 678 ms (2 shards on 2 threads), 668 ms (8 shards); DRF 84, 159 and
+//! 138 ms. The previous sequential cycle, measured just before at the same load: 842 ms and
+//! 92 ms (225 ms and 29 ms on a quiet machine). The targets are far off: almost all of a cycle
+//! is the policies' scan for each task (`best_in_list` is three quarters of a deficit-counter
+//! cycle's time; about 90 frameworks looked at and 17 scored per group and task once an agent
+//! is partly filled), and the commit replays every pick sequentially. At 100,000 × 10,000 one cycle
 //! under the deficit counters took more than six minutes (the scan grows with the frameworks
 //! and the tasks with the agents); the `shard_conflicts` example measures that size per step.
 //!
