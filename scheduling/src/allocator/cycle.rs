@@ -449,6 +449,9 @@ impl Allocator {
             next_generation: self.next_generation,
             observations: Vec::new(),
             gate_scratch: Vec::new(),
+            memoize: self.memoize,
+            #[cfg(test)]
+            replayed_picks: 0,
             cycle: self.cycle,
             inflight_total: self.inflight_total,
             eta: self.eta.clone(),
@@ -798,7 +801,9 @@ impl Allocator {
                     }
                     AgentMatching::WholeAgent => {
                         let view = AgentView::new(agent.free, agent.total);
-                        if let Some(chosen) = self.choose(state, &view, &exclusions, &index) {
+                        if let Some(chosen) =
+                            self.choose_whole_agent(state, &view, &exclusions, &mut index)
+                        {
                             let f = chosen.choice.framework;
                             let headroom = self.offer_headroom(state, f, &index.runnable);
                             out.push(self.make_offer(

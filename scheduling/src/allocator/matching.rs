@@ -51,6 +51,9 @@ impl Allocator {
     ) -> Vec<(FrameworkIdx, usize, bool)> {
         let overbook = matches!(self.config.policy, InterJobPolicy::DeficitCounters { .. });
         let allowance = Overbooking(self.config.overbook_allowance);
+        let mut memo = index
+            .memo
+            .cursor(self.memoizes(), &free, &total, exclusions);
         // Below zero on a fungible kind once a pick overbooked it.
         let mut available = free;
         let mut picks = Vec::new();
@@ -60,7 +63,8 @@ impl Allocator {
                 break;
             }
             let view = AgentView::new(floor, total).overbooking_against(available);
-            let Some(chosen) = self.choose(state, &view, exclusions, index) else {
+            let Some(chosen) = self.choose(state, &view, exclusions, index, &mut memo) else {
+                memo.advance(None);
                 break;
             };
             let choice = chosen.choice;
@@ -82,6 +86,7 @@ impl Allocator {
                 .get(shape)
                 .map(|s| s.demand)
             else {
+                memo.advance(None);
                 break;
             };
             let admissible = if choice.overbook {
@@ -90,8 +95,10 @@ impl Allocator {
                 fits(&demand, &chosen.limit)
             };
             if !admissible {
+                memo.advance(None);
                 break;
             }
+            memo.advance(Some(&demand));
             let exhausted = self.take_one(state, f, shape, parts);
             picks.push((f, shape, choice.overbook));
             available -= demand;
@@ -101,6 +108,7 @@ impl Allocator {
                 self.relist(state, index, f);
             }
         }
+        index.memo.finish(memo);
         picks
     }
 

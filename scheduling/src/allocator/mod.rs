@@ -119,6 +119,7 @@ mod cycle;
 mod fair_share;
 mod leftover;
 mod matching;
+mod memo;
 mod policies;
 mod standalone;
 pub mod state;
@@ -600,6 +601,12 @@ pub struct Allocator {
     observations: Vec<Observation>,
     /// The gated groups with their projected deficits, reused from pick to pick.
     gate_scratch: Vec<(f64, GroupIdx)>,
+    /// Whether picks are replayed across agents of the same state (module `memo`); off only
+    /// in the tests that compare a memoized cycle with the plain one.
+    memoize: bool,
+    /// Picks replayed from a trace rather than scanned, for the tests to see the memo at work.
+    #[cfg(test)]
+    replayed_picks: u64,
     /// Increases with every cycle (per `allocate_shard` / `allocate_all` call).
     cycle: u64,
     inflight_total: f64,
@@ -689,6 +696,9 @@ impl Allocator {
             next_generation: 0,
             observations: Vec::new(),
             gate_scratch: Vec::new(),
+            memoize: true,
+            #[cfg(test)]
+            replayed_picks: 0,
             cycle: 0,
             inflight_total: 0.0,
             eta: EtaEstimator::new(DEFAULT_ETA_MULTIPLIER),

@@ -17,6 +17,7 @@
 
 use std::collections::BTreeSet;
 
+use super::memo::{GateFilter, MemoCursor, PickMemo, Rivals};
 use super::*;
 use crate::fairness::GroupCounter;
 use crate::fit::max_copies;
@@ -58,7 +59,7 @@ pub(super) struct CycleIndex {
     lists: Vec<BTreeSet<Ranked>>,
     per_group: bool,
     /// Each framework's current key in `lists` (`None`: not listed).
-    keys: Vec<Option<f64>>,
+    pub(super) keys: Vec<Option<f64>>,
     /// Per kind, the smallest positive capacity of any agent (for the score bounds).
     min_capacity: ResourceVec,
     /// Component-wise minimum of every pending shape (an agent that cannot hold it cannot hold
@@ -68,6 +69,12 @@ pub(super) struct CycleIndex {
     pub(super) srpt_weight: f64,
     /// Per group: has a framework with a pending shape that fits some agent's capacity.
     pub(super) runnable: Vec<bool>,
+    /// The largest packing term (`priScore · pScore`, or Tetris' alignment) any projected
+    /// shape can reach on any agent at the cycle's start (at least 0): the scale of the
+    /// scores, for the memo's tie tolerance.
+    pub(super) max_packing: f64,
+    /// The picks recorded against this index (module `memo`).
+    pub(super) memo: PickMemo,
 }
 
 /// An agent as the scorers see it.
@@ -128,6 +135,11 @@ impl Exclusions {
 
     pub(super) fn refusing(&self) -> &[u32] {
         &self.refusing
+    }
+
+    /// The excluded frameworks (in no particular order, possibly repeated).
+    pub(super) fn frameworks(&self) -> &[FrameworkIdx] {
+        &self.frameworks
     }
 }
 
@@ -194,6 +206,13 @@ impl Allocator {
             min_demand: ResourceVec([f64::INFINITY; NUM_RESOURCES]),
             srpt_weight,
             runnable,
+            max_packing: 0.0,
+            memo: PickMemo::default(),
+        };
+        let with_priority = match policy {
+            InterJobPolicy::DeficitCounters { .. } => Some(true),
+            InterJobPolicy::Tetris => Some(false),
+            _ => None,
         };
         let candidates: Vec<FrameworkIdx> = state
             .frameworks()
@@ -206,6 +225,10 @@ impl Allocator {
                 if soft.cycle_counts[s] > 0 {
                     index.min_demand = index.min_demand.min(&shape.demand);
                 }
+            }
+            if let Some(with_priority) = with_priority {
+                let bound = score_bound(soft, &index.min_capacity, with_priority);
+                index.max_packing = index.max_packing.max(bound);
             }
             self.relist(state, &mut index, f);
         }
@@ -333,10 +356,28 @@ impl Allocator {
         exclusions: &Exclusions,
         index: &mut CycleIndex,
     ) -> Option<Chosen> {
-        let chosen = self.choose(state, view, exclusions, index)?;
+        let chosen = self.choose_whole_agent(state, view, exclusions, index)?;
         let headroom = self.offer_headroom(state, chosen.choice.framework, &index.runnable);
         self.project_offer(state, chosen.choice, chosen.limit, headroom, Some(index));
         Some(chosen)
+    }
+
+    /// [`Allocator::choose`] for a whole agent: its one pick, replayed from (or recorded in)
+    /// the trace of its starting state.
+    pub(super) fn choose_whole_agent(
+        &mut self,
+        state: &AllocationState,
+        view: &AgentView,
+        exclusions: &Exclusions,
+        index: &mut CycleIndex,
+    ) -> Option<Chosen> {
+        let mut memo = index
+            .memo
+            .cursor(self.memoizes(), &view.free, &view.total, exclusions);
+        let chosen = self.choose(state, view, exclusions, index, &mut memo);
+        memo.advance(None);
+        index.memo.finish(memo);
+        chosen
     }
 
     /// How much factor a whole-agent offer to `f` may be expected to charge
@@ -363,20 +404,38 @@ impl Allocator {
 
     /// The configured policy's choice for an agent seen as `view`: the framework and pending
     /// shape, and what may be offered (the free resources, cut to a capacity-scheduler queue's
-    /// room).
+    /// room). `memo` follows the agent along the trace of picks of its starting state: a
+    /// recorded choice that still holds is replayed instead of scanning, and a computed one is
+    /// recorded (module `memo`; only the deficit counters and Tetris are memoized).
     pub(super) fn choose(
         &mut self,
         state: &AllocationState,
         view: &AgentView,
         exclusions: &Exclusions,
         index: &CycleIndex,
+        memo: &mut MemoCursor,
     ) -> Option<Chosen> {
         let free = view.free;
         let unbounded = |choice: Choice, limit: ResourceVec| Chosen { choice, limit };
         match self.config.policy {
             InterJobPolicy::DeficitCounters { kappa, .. } => {
                 let threshold = kappa * state.capacity_units();
-                let choice = self.choose_deficit(state, view, exclusions, index, threshold)?;
+                let choice = match self.replayed_choice(state, view, exclusions, index, memo) {
+                    Some(choice) => choice,
+                    None => {
+                        let mut rivals = Rivals::default();
+                        let (choice, gate) = self.choose_deficit(
+                            state,
+                            view,
+                            exclusions,
+                            index,
+                            threshold,
+                            &mut rivals,
+                        );
+                        memo.computed(choice, gate, rivals, index);
+                        choice
+                    }
+                }?;
                 if self.config.eta == EtaRule::ChosenCandidates {
                     let work = self.frameworks[choice.framework.get()].demand.srpt;
                     self.observations.push(Observation::Eta {
@@ -387,15 +446,26 @@ impl Allocator {
                 Some(unbounded(choice, free))
             }
             InterJobPolicy::Tetris => {
-                let choice = self.best_in_list(
-                    index.lists.first()?,
-                    view,
-                    exclusions,
-                    index.srpt_weight,
-                    None,
-                    FitMode::Strict,
-                    false,
-                )?;
+                let choice = match self.replayed_choice(state, view, exclusions, index, memo) {
+                    Some(choice) => choice,
+                    None => {
+                        let mut rivals = Rivals::default();
+                        let choice = index.lists.first().and_then(|list| {
+                            self.best_in_list(
+                                list,
+                                view,
+                                exclusions,
+                                index.srpt_weight,
+                                None,
+                                FitMode::Strict,
+                                false,
+                                &mut rivals,
+                            )
+                        });
+                        memo.computed(choice, GateFilter::Open, rivals, index);
+                        choice
+                    }
+                }?;
                 let work = self.frameworks[choice.framework.get()]
                     .demand
                     .remaining_work;
@@ -603,16 +673,33 @@ impl Allocator {
         exclusions: &Exclusions,
         index: &CycleIndex,
         threshold: f64,
-    ) -> Option<Choice> {
-        let (most_deprived, deficit) =
-            self.gate_leader(state, &index.runnable, exclusions.refusing())?;
+        rivals: &mut Rivals,
+    ) -> (Option<Choice>, GateFilter) {
+        let Some((most_deprived, deficit)) =
+            self.gate_leader(state, &index.runnable, exclusions.refusing())
+        else {
+            return (None, GateFilter::Open);
+        };
         if deficit >= threshold {
-            let list = index.lists.get(most_deprived.get())?;
-            return [FitMode::Strict, FitMode::Overbook]
+            let gate = GateFilter::Closed(most_deprived);
+            let Some(list) = index.lists.get(most_deprived.get()) else {
+                return (None, gate);
+            };
+            let choice = [FitMode::Strict, FitMode::Overbook]
                 .into_iter()
                 .find_map(|mode| {
-                    self.best_in_list(list, view, exclusions, index.srpt_weight, None, mode, true)
+                    self.best_in_list(
+                        list,
+                        view,
+                        exclusions,
+                        index.srpt_weight,
+                        None,
+                        mode,
+                        true,
+                        rivals,
+                    )
                 });
+            return (choice, gate);
         }
         // Every gated group, most deprived first: the scan keeps the first of equal scores.
         let mut order = std::mem::take(&mut self.gate_scratch);
@@ -639,11 +726,13 @@ impl Allocator {
                     found.map(|c| c.score),
                     mode,
                     true,
+                    rivals,
                 );
                 if let Some(best) = best {
-                    if found.is_none_or(|current| best.score.beats(&current.score)) {
-                        found = Some(best);
+                    if let Some(current) = found {
+                        rivals.note(current.score);
                     }
+                    found = Some(best);
                 }
             }
             if found.is_some() {
@@ -651,13 +740,14 @@ impl Allocator {
             }
         }
         self.gate_scratch = order;
-        found
+        (found, GateFilter::Open)
     }
 
     /// The best-scoring candidate of a set ordered by score bound, better than `beat` if given.
     /// `with_priority`: Graphene's `priScore · pScore` (else Tetris' bare alignment). Scanning
     /// stops at the first candidate whose bound cannot beat the best found. Of equal scores the
-    /// first in the set's order wins.
+    /// first in the set's order wins. Every candidate passed over leaves its score, or the bound
+    /// it was dismissed by, in `rivals` (what a memoized choice must beat: module `memo`).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn best_in_list(
         &mut self,
@@ -668,27 +758,45 @@ impl Allocator {
         beat: Option<PerfScore>,
         mode: FitMode,
         with_priority: bool,
+        rivals: &mut Rivals,
     ) -> Option<Choice> {
         let mut best: Option<Choice> = None;
         for &(OrdF64(negated_bound), _, f) in list {
             let bar = best.map(|c| c.score).or(beat);
             if let Some(bar) = bar {
-                // The bound holds for fitting scores; overbooked ones are below it too.
+                // The bound holds for fitting scores; overbooked ones are below it too. It
+                // bounds every later candidate of the set as well.
                 let bound = PerfScore {
                     fits: mode == FitMode::Strict,
                     value: -negated_bound,
                 };
                 if !bound.beats(&bar) {
+                    rivals.note(bound);
                     break;
                 }
             }
-            let Some((shape, p_score, score)) =
-                self.evaluate_candidate(f, view, exclusions, srpt_weight, bar, mode, with_priority)
-            else {
-                continue;
+            let (shape, p_score, score) = match self.evaluate_candidate(
+                f,
+                view,
+                exclusions,
+                srpt_weight,
+                bar,
+                mode,
+                with_priority,
+            ) {
+                Evaluation::Out => continue,
+                Evaluation::Below(bound) => {
+                    rivals.note(bound);
+                    continue;
+                }
+                Evaluation::Scored(shape, p_score, score) => (shape, p_score, score),
             };
             if bar.is_some_and(|bar| !score.beats(&bar)) {
+                rivals.note(score);
                 continue;
+            }
+            if let Some(previous) = best {
+                rivals.note(previous.score);
             }
             best = Some(Choice {
                 framework: f,
@@ -703,8 +811,9 @@ impl Allocator {
 
     /// Framework `f`'s best pending shape for the agent seen as `view` under `mode`, with its
     /// packing (or overbooking) score and perfScore; the first of equal scores in summary
-    /// order. `None` when `f` is excluded, has no projected work, has nothing that fits, or
-    /// (strict mode) cannot reach `bar`: its envelope's score is below `bar`.
+    /// order. [`Evaluation::Out`] when `f` is excluded, has no projected work or has nothing
+    /// that fits; [`Evaluation::Below`] (strict mode) when its envelope's score cannot beat
+    /// `bar`.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn evaluate_candidate(
         &mut self,
@@ -715,14 +824,14 @@ impl Allocator {
         bar: Option<PerfScore>,
         mode: FitMode,
         with_priority: bool,
-    ) -> Option<(usize, f64, PerfScore)> {
+    ) -> Evaluation {
         if exclusions.contains(f) {
-            return None;
+            return Evaluation::Out;
         }
         let allowance = self.config.overbook_allowance;
         let soft = self.cycle_counts(f);
         if soft.cycle_pending == 0 || !soft.counted {
-            return None;
+            return Evaluation::Out;
         }
         // Graphene's srpt_j for its perfScore; Tetris weighs the remaining work.
         let work = if with_priority {
@@ -733,20 +842,12 @@ impl Allocator {
         let srpt_term = srpt_weight * work;
         if mode == FitMode::Strict {
             if !fits(&soft.cycle_min, &view.free) {
-                return None;
+                return Evaluation::Out;
             }
             if let Some(bar) = bar {
-                let envelope = if with_priority {
-                    &soft.cycle_envelope
-                } else {
-                    &soft.cycle_envelope_plain
-                };
-                let bound = PerfScore {
-                    fits: true,
-                    value: view.packing(envelope) - srpt_term,
-                };
+                let bound = envelope_bound(soft, view, srpt_term, with_priority);
                 if !bound.beats(&bar) {
-                    return None;
+                    return Evaluation::Below(bound);
                 }
             }
         }
@@ -785,7 +886,10 @@ impl Allocator {
                 local = Some((s, p, score));
             }
         }
-        local
+        match local {
+            Some((s, p, score)) => Evaluation::Scored(s, p, score),
+            None => Evaluation::Out,
+        }
     }
 
     /// The first candidate of an ordered set with a pending shape that fits (the first such
@@ -1077,6 +1181,37 @@ fn score_bound(soft: &FrameworkSoft, min_capacity: &ResourceVec, with_priority: 
         best
     } else {
         f64::MIN
+    }
+}
+
+/// What [`Allocator::evaluate_candidate`] learned of a candidate.
+pub(super) enum Evaluation {
+    /// Not a candidate for the agent: excluded, without projected work, or with no shape that
+    /// fits (or overbooks) what is left of it. It stays out for the rest of the cycle at this
+    /// agent state, since the projection only loses tasks.
+    Out,
+    /// Not scored: no shape of it can beat the bar, as this bound (its envelope's score) shows.
+    Below(PerfScore),
+    /// Its best shape, with the shape's packing (or overbooking) score and perfScore.
+    Scored(usize, f64, PerfScore),
+}
+
+/// The score of a framework's envelope on the agent seen as `view`: at least the perfScore of
+/// each of its projected shapes that fits there (`srpt_term`: its η·srpt, or Tetris' ε·work).
+pub(super) fn envelope_bound(
+    soft: &FrameworkSoft,
+    view: &AgentView,
+    srpt_term: f64,
+    with_priority: bool,
+) -> PerfScore {
+    let envelope = if with_priority {
+        &soft.cycle_envelope
+    } else {
+        &soft.cycle_envelope_plain
+    };
+    PerfScore {
+        fits: true,
+        value: view.packing(envelope) - srpt_term,
     }
 }
 

@@ -79,6 +79,13 @@ impl StandaloneAllocator {
         &self.allocator
     }
 
+    /// Switches the replay of picks across agents of the same state on or off (module
+    /// `memo`), for the tests that compare a memoized cycle with the plain one.
+    #[cfg(test)]
+    pub(super) fn set_memoize(&mut self, memoize: bool) {
+        self.allocator.memoize = memoize;
+    }
+
     /// Registers an agent with `total` resources and assigns it to its shard.
     pub fn add_agent(&mut self, id: AgentId, total: ResourceVec) -> Result<(), AllocatorError> {
         self.state.add_agent(id, total)?;

@@ -1690,12 +1690,7 @@ fn answer_round(
     running: &mut Vec<(AgentId, FrameworkId, ResourceVec)>,
 ) -> Vec<OfferDecision> {
     let mut rng = seed | 1;
-    let mut next = move || {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        rng
-    };
+    let mut next = move || xorshift(&mut rng);
     let mut reoffers = Vec::new();
     let mut queue: std::collections::VecDeque<OfferDecision> = offers.iter().cloned().collect();
     while let Some(offer) = queue.pop_front() {
@@ -1816,12 +1811,7 @@ fn plan_on_threads(snapshot: &CycleSnapshot, threads: usize, seed: u64) -> Vec<S
             scope.spawn(move || {
                 let mut mine: Vec<usize> = (0..shards).filter(|s| s % threads == t).collect();
                 let mut rng = seed.wrapping_add(t as u64) | 1;
-                let mut next = move || {
-                    rng ^= rng << 13;
-                    rng ^= rng >> 7;
-                    rng ^= rng << 17;
-                    rng
-                };
+                let mut next = move || xorshift(&mut rng);
                 for i in (1..mine.len()).rev() {
                     mine.swap(i, next() as usize % (i + 1));
                 }
@@ -1961,4 +1951,199 @@ fn snapshots_and_plans_travel_between_threads() {
     let outcome = alloc.commit_cycle(plans, 0.0);
     assert_eq!(outcome.stats.committed, 8);
     assert_eq!(outcome.stats.dropped(), 0);
+}
+
+/// Clusters for the memoized picks (module `memo`): many agents of one to three machine types
+/// in a shuffled slot order, frameworks with few tasks per shape (so that shapes run out within a
+/// cycle and traces must be recomputed), copies of frameworks in other groups and priScores and
+/// works drawn from a few values (so that exact ties between frameworks happen), κ down to 0 (so that the gate closes, to a group that
+/// changes from pick to pick), shapes heavy on disk and network (so that picks overbook), and
+/// rounds whose declines and unanswered offers leave agents with exclusions.
+fn twin_cluster_strategy() -> impl Strategy<Value = (Cluster, u64)> {
+    let machine_type = prop::sample::select(vec![4.0, 8.0, 16.0]).prop_map(|c| {
+        ResourceVec::from_pairs(&[
+            (ResourceKind::Cpus, c),
+            (ResourceKind::MemMib, c * 2048.0),
+            (ResourceKind::DiskMbps, 500.0),
+            (ResourceKind::NetMbps, 4000.0),
+        ])
+    });
+    (
+        (
+            prop::sample::select(vec![
+                deficit(0.0, FairnessFactor::Drf),
+                deficit(0.01, FairnessFactor::Drf),
+                deficit(0.03, FairnessFactor::Slot),
+                deficit(0.1, FairnessFactor::Drf),
+                InterJobPolicy::Tetris,
+            ]),
+            prop::sample::select(vec![AgentMatching::TaskAtATime, AgentMatching::WholeAgent]),
+            prop::sample::select(vec![EtaRule::AllPending, EtaRule::ChosenCandidates]),
+            1usize..4,
+        ),
+        prop::collection::vec(1.0..4.0_f64, 1..4),
+        prop::collection::vec((machine_type, 1usize..40), 1..4),
+        prop::collection::vec(
+            (
+                0usize..4,
+                prop::collection::vec(
+                    (
+                        wide_shape_strategy(),
+                        1u32..6,
+                        prop::sample::select(vec![0.25, 0.5, 1.0]),
+                    ),
+                    1..5,
+                ),
+                prop::sample::select(vec![10.0, 100.0, 1000.0]),
+                1usize..4,
+            ),
+            1..12,
+        ),
+        prop::collection::vec(any::<u64>(), 1..4),
+        any::<u64>(),
+    )
+        .prop_map(
+            |((policy, matching, eta, shards), weights, types, frameworks, rounds, seed)| {
+                let groups = weights.len();
+                let mut agents: Vec<ResourceVec> = types
+                    .iter()
+                    .flat_map(|(total, n)| std::iter::repeat_n(*total, *n))
+                    .collect();
+                let mut rng = seed | 1;
+                for i in (1..agents.len()).rev() {
+                    agents.swap(i, xorshift(&mut rng) as usize % (i + 1));
+                }
+                let cluster = Cluster {
+                    config: AllocatorConfig {
+                        policy,
+                        matching,
+                        eta,
+                        shards,
+                        ..AllocatorConfig::default()
+                    },
+                    weights,
+                    agents,
+                    // Copies of a framework (alike in every score) in successive groups.
+                    frameworks: frameworks
+                        .into_iter()
+                        .flat_map(|(g, shapes, work, copies)| {
+                            (0..copies).map(move |c| ((g + c) % groups, shapes.clone(), work))
+                        })
+                        .collect(),
+                    rounds,
+                };
+                (cluster, seed)
+            },
+        )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Replaying picks across agents of the same state changes no decision: round after round
+    /// (with answers, declines, yields, leftovers, releases, and a share of the offers left
+    /// unanswered, which excludes their frameworks from those agents), a memoized cycle makes
+    /// exactly the offers, commit counts, re-offers, η and deficits of the same cycle scanning
+    /// every pick: in place and planned and committed, with one shard or several.
+    #[test]
+    fn memoized_picks_equal_scanned_picks((cluster, seed) in twin_cluster_strategy()) {
+        let mut ours = cluster.build();
+        let mut reference = cluster.build();
+        reference.set_memoize(false);
+        let (mut ours_running, mut reference_running) = (Vec::new(), Vec::new());
+        let mut held = seed | 1;
+        for (round, answers) in cluster.rounds.iter().enumerate() {
+            let now = round as f64;
+            let offers = if round % 2 == 0 {
+                let offers = ours.allocate_all(now);
+                prop_assert_eq!(&offers, &reference.allocate_all(now), "round {}", round);
+                offers
+            } else {
+                let outcome = ours.allocate_all_with(now, CycleSnapshot::plan_all);
+                let expected = reference.allocate_all_with(now, CycleSnapshot::plan_all);
+                prop_assert_eq!(&outcome, &expected, "round {}", round);
+                outcome.offers
+            };
+            prop_assert_eq!(ours.eta(), reference.eta(), "round {}", round);
+            let answered = hold_some(offers, &mut held);
+            let reoffers =
+                answer_round(&mut ours, &cluster, &answered, *answers, now, &mut ours_running);
+            let expected_reoffers = answer_round(
+                &mut reference,
+                &cluster,
+                &answered,
+                *answers,
+                now,
+                &mut reference_running,
+            );
+            prop_assert_eq!(reoffers, expected_reoffers, "round {} re-offers", round);
+            prop_assert_eq!(ours.deficits(), reference.deficits());
+        }
+    }
+}
+
+/// About three quarters of `offers`, for the frameworks to answer; the rest stay out
+/// unanswered (their frameworks are excluded from those agents in the next cycles).
+fn hold_some(offers: Vec<OfferDecision>, seed: &mut u64) -> Vec<OfferDecision> {
+    offers
+        .into_iter()
+        .filter(|_| xorshift(seed) % 4 != 0)
+        .collect()
+}
+
+/// The next number of a xorshift generator (`state` must not be 0): the tests' reproducible
+/// answers, delays and shuffles.
+fn xorshift(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
+}
+
+/// The memo is at work where it should be: on a cluster of identical idle agents the first
+/// agent's picks are scanned and most of the others' replayed (a framework's best shape runs
+/// out now and then, and its replacement is scanned once), with the same offers as a cycle
+/// that scans every pick; DRF is not memoized.
+#[test]
+fn identical_agents_replay_most_picks() {
+    let build = |policy: InterJobPolicy| {
+        let mut alloc = paper_allocator(policy);
+        add_agents(&mut alloc, 200, machine());
+        for f in 0..20 {
+            let id = fid(&format!("f{f}"));
+            alloc
+                .add_framework(id.clone(), &format!("g{}", f % 3), f as f64)
+                .unwrap();
+            let cpus = [0.5, 1.0, 2.0, 4.0][f % 4];
+            let mem = [1024.0, 2048.0, 4096.0][f % 3];
+            let shape = format!("cpus={cpus},mem_mib={mem},net_mbps={}", 100 * f);
+            let pri = 0.3 + 0.03 * f as f64;
+            alloc
+                .update_demand(&id, &summary(&[(&shape, 40, pri)], 10.0 + f as f64))
+                .unwrap();
+        }
+        alloc
+    };
+    for (policy, memoized) in [
+        (InterJobPolicy::graphene(), true),
+        (InterJobPolicy::Drf, false),
+    ] {
+        let mut alloc = build(policy);
+        let mut reference = build(policy);
+        reference.set_memoize(false);
+        let offers = alloc.allocate_all(0.0);
+        assert_eq!(offers, reference.allocate_all(0.0), "{}", policy.name());
+        // Every one of the 800 tasks is offered (1,500 cores of the 3,200).
+        let cores: f64 = offers.iter().map(|o| o.resources[ResourceKind::Cpus]).sum();
+        assert_eq!(cores, 1500.0, "{}", policy.name());
+        let replayed = alloc.allocator().replayed_picks;
+        if memoized {
+            // 800 tasks on 200 agents, 20 shapes of 40 tasks each: each shape's running out
+            // makes a few picks scanned again.
+            assert!(replayed >= 500, "{} picks replayed", replayed);
+        } else {
+            assert_eq!(replayed, 0);
+        }
+        assert_eq!(reference.allocator().replayed_picks, 0);
+    }
 }
