@@ -449,7 +449,10 @@ impl Allocator {
             next_generation: self.next_generation,
             observations: Vec::new(),
             gate_scratch: Vec::new(),
-            memoize: self.memoize,
+            tree_scratch: Vec::new(),
+            tree_scored: Vec::new(),
+            tree_roots: Vec::new(),
+            plain_scan: self.plain_scan,
             #[cfg(test)]
             replayed_picks: 0,
             cycle: self.cycle,

@@ -95,6 +95,11 @@ impl Rivals {
             self.0 = Some(score);
         }
     }
+
+    /// The best score or bound noted.
+    pub(super) fn best(&self) -> Option<PerfScore> {
+        self.0
+    }
 }
 
 /// An agent's starting state, bit for bit: the state a trace of picks starts from.
@@ -235,15 +240,7 @@ impl MemoCursor {
         if self.key.is_none() {
             return;
         }
-        let certified = match (choice, rivals.0) {
-            (Some(choice), Some(rival)) if rival.fits == choice.score.fits => {
-                rival.value + tie_margin(choice.score.value, index) < choice.score.value
-            }
-            // A fitting choice beats every overbooking rival; an overbooking one is chosen
-            // only when no rival fits.
-            (Some(choice), Some(_)) => choice.score.fits,
-            _ => true,
-        };
+        let certified = choice.is_none_or(|choice| clear_winner(&choice, &rivals, index));
         self.computed = Some(Step {
             choice,
             gate,
@@ -288,6 +285,20 @@ impl MemoCursor {
     }
 }
 
+/// Whether `choice` beat every rival by the tie tolerance: then any scan of a subset of the
+/// candidates that holds it chooses it, whatever order the scan breaks ties in.
+pub(super) fn clear_winner(choice: &Choice, rivals: &Rivals, index: &CycleIndex) -> bool {
+    match rivals.0 {
+        Some(rival) if rival.fits == choice.score.fits => {
+            rival.value + tie_margin(choice.score.value, index) < choice.score.value
+        }
+        // A fitting choice beats every overbooking rival; an overbooking one is chosen only
+        // when no rival fits.
+        Some(_) => choice.score.fits,
+        None => true,
+    }
+}
+
 /// The margin by which a choice of perfScore `value` must beat its rivals to be replayed.
 fn tie_margin(value: f64, index: &CycleIndex) -> f64 {
     TIE_TOLERANCE * (1.0 + value.abs() + index.max_packing)
@@ -297,7 +308,7 @@ impl Allocator {
     /// Whether this allocator's policy is memoized (see the module documentation), and not
     /// switched off.
     pub(super) fn memoizes(&self) -> bool {
-        self.memoize
+        !self.plain_scan
             && matches!(
                 self.config.policy,
                 InterJobPolicy::DeficitCounters { .. } | InterJobPolicy::Tetris

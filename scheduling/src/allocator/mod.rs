@@ -121,6 +121,7 @@ mod leftover;
 mod matching;
 mod memo;
 mod policies;
+mod score_tree;
 mod standalone;
 pub mod state;
 #[cfg(test)]
@@ -601,9 +602,16 @@ pub struct Allocator {
     observations: Vec<Observation>,
     /// The gated groups with their projected deficits, reused from pick to pick.
     gate_scratch: Vec<(f64, GroupIdx)>,
-    /// Whether picks are replayed across agents of the same state (module `memo`); off only
-    /// in the tests that compare a memoized cycle with the plain one.
-    memoize: bool,
+    /// The search stack of the bounding trees, reused from pick to pick.
+    tree_scratch: Vec<(usize, crate::scoring::PerfScore)>,
+    /// The trees a search visits with their roots' bounds, reused from pick to pick.
+    tree_roots: Vec<(usize, crate::scoring::PerfScore)>,
+    /// The frameworks a tree search scored, reused from pick to pick.
+    tree_scored: Vec<FrameworkIdx>,
+    /// Every pick scanned from the lists, without replaying picks across agents of the same
+    /// state (module `memo`) or searching the bounding trees (module `score_tree`): only for
+    /// the tests that compare those with the plain scan.
+    plain_scan: bool,
     /// Picks replayed from a trace rather than scanned, for the tests to see the memo at work.
     #[cfg(test)]
     replayed_picks: u64,
@@ -696,7 +704,10 @@ impl Allocator {
             next_generation: 0,
             observations: Vec::new(),
             gate_scratch: Vec::new(),
-            memoize: true,
+            tree_scratch: Vec::new(),
+            tree_scored: Vec::new(),
+            tree_roots: Vec::new(),
+            plain_scan: false,
             #[cfg(test)]
             replayed_picks: 0,
             cycle: 0,

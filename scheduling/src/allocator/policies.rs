@@ -18,6 +18,7 @@
 use std::collections::BTreeSet;
 
 use super::memo::{GateFilter, MemoCursor, PickMemo, Rivals};
+use super::score_tree::{ScoreTree, TreeLeaves};
 use super::*;
 use crate::fairness::GroupCounter;
 use crate::fit::max_copies;
@@ -56,12 +57,12 @@ pub(super) struct CycleIndex {
     /// policies, a single set otherwise. Keys ascend: the negated score bound (deficit
     /// counters, Tetris), registration (FIFO, capacity), remaining work (SJF), dominant share
     /// (DRF); ties by registration.
-    lists: Vec<BTreeSet<Ranked>>,
+    pub(super) lists: Vec<BTreeSet<Ranked>>,
     per_group: bool,
     /// Each framework's current key in `lists` (`None`: not listed).
     pub(super) keys: Vec<Option<f64>>,
     /// Per kind, the smallest positive capacity of any agent (for the score bounds).
-    min_capacity: ResourceVec,
+    pub(super) min_capacity: ResourceVec,
     /// Component-wise minimum of every pending shape (an agent that cannot hold it cannot hold
     /// any shape).
     min_demand: ResourceVec,
@@ -75,11 +76,15 @@ pub(super) struct CycleIndex {
     pub(super) max_packing: f64,
     /// The picks recorded against this index (module `memo`).
     pub(super) memo: PickMemo,
+    /// Per list, its bounding tree (module `score_tree`; score-based policies only).
+    pub(super) trees: Vec<ScoreTree>,
+    /// Where each framework's shapes are in the trees.
+    pub(super) tree_leaves: TreeLeaves,
 }
 
 /// An agent as the scorers see it.
 pub(super) struct AgentView {
-    free: ResourceVec,
+    pub(super) free: ResourceVec,
     /// What overbooking scores are computed against: `free`, or within a task-at-a-time match
     /// what is left after earlier picks, below zero on a fungible kind they overbooked.
     overbook_free: ResourceVec,
@@ -208,6 +213,8 @@ impl Allocator {
             runnable,
             max_packing: 0.0,
             memo: PickMemo::default(),
+            trees: Vec::new(),
+            tree_leaves: TreeLeaves::default(),
         };
         let with_priority = match policy {
             InterJobPolicy::DeficitCounters { .. } => Some(true),
@@ -232,6 +239,7 @@ impl Allocator {
             }
             self.relist(state, &mut index, f);
         }
+        self.build_score_trees(&mut index);
         index
     }
 
@@ -296,6 +304,7 @@ impl Allocator {
             index.lists[list].insert((OrdF64(key), registration, f));
             index.keys[f.get()] = Some(key);
         }
+        self.refresh_leaves(index, f);
     }
 
     /// Quick rejection: can the agent hold the component-wise smallest pending shape (or, when
@@ -450,18 +459,22 @@ impl Allocator {
                     Some(choice) => choice,
                     None => {
                         let mut rivals = Rivals::default();
-                        let choice = index.lists.first().and_then(|list| {
-                            self.best_in_list(
-                                list,
-                                view,
-                                exclusions,
-                                index.srpt_weight,
-                                None,
-                                FitMode::Strict,
-                                false,
-                                &mut rivals,
-                            )
-                        });
+                        let trees = std::iter::once(0);
+                        let choice = self
+                            .clear_best_in_trees(index, trees, view, exclusions, false, &mut rivals)
+                            .or_else(|| {
+                                let list = index.lists.first()?;
+                                self.best_in_list(
+                                    list,
+                                    view,
+                                    exclusions,
+                                    index.srpt_weight,
+                                    None,
+                                    FitMode::Strict,
+                                    false,
+                                    &mut rivals,
+                                )
+                            });
                         memo.computed(choice, GateFilter::Open, rivals, index);
                         choice
                     }
@@ -682,6 +695,12 @@ impl Allocator {
         };
         if deficit >= threshold {
             let gate = GateFilter::Closed(most_deprived);
+            let leader = std::iter::once(most_deprived.get());
+            if let Some(choice) =
+                self.clear_best_in_trees(index, leader, view, exclusions, true, rivals)
+            {
+                return (Some(choice), gate);
+            }
             let Some(list) = index.lists.get(most_deprived.get()) else {
                 return (None, gate);
             };
@@ -710,6 +729,12 @@ impl Allocator {
             {
                 order.push((self.projected_deficit(g, counter), g));
             }
+        }
+        let gated = order.iter().map(|&(_, g)| g.get());
+        if let Some(choice) = self.clear_best_in_trees(index, gated, view, exclusions, true, rivals)
+        {
+            self.gate_scratch = order;
+            return (Some(choice), GateFilter::Open);
         }
         order.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
         let mut found: Option<Choice> = None;

@@ -79,11 +79,11 @@ impl StandaloneAllocator {
         &self.allocator
     }
 
-    /// Switches the replay of picks across agents of the same state on or off (module
-    /// `memo`), for the tests that compare a memoized cycle with the plain one.
+    /// Has every pick scanned from the lists (no replays across agents of the same state, no
+    /// bounding trees), for the tests that compare those with the plain scan.
     #[cfg(test)]
-    pub(super) fn set_memoize(&mut self, memoize: bool) {
-        self.allocator.memoize = memoize;
+    pub(super) fn set_plain_scan(&mut self, plain: bool) {
+        self.allocator.plain_scan = plain;
     }
 
     /// Registers an agent with `total` resources and assigns it to its shard.

@@ -1953,9 +1953,10 @@ fn snapshots_and_plans_travel_between_threads() {
     assert_eq!(outcome.stats.dropped(), 0);
 }
 
-/// Clusters for the memoized picks (module `memo`): many agents of one to three machine types
-/// in a shuffled slot order, frameworks with few tasks per shape (so that shapes run out within a
-/// cycle and traces must be recomputed), copies of frameworks in other groups and priScores and
+/// Clusters for the memoized picks (module `memo`) and the bounding trees (module
+/// `score_tree`): many agents of one to three machine types in a shuffled slot order, up to a
+/// hundred frameworks with few tasks per shape (so that shapes run out within a cycle, traces
+/// must be recomputed and leaves refreshed), copies of frameworks in other groups and priScores and
 /// works drawn from a few values (so that exact ties between frameworks happen), κ down to 0 (so that the gate closes, to a group that
 /// changes from pick to pick), shapes heavy on disk and network (so that picks overbook), and
 /// rounds whose declines and unanswered offers leave agents with exclusions.
@@ -1997,7 +1998,7 @@ fn twin_cluster_strategy() -> impl Strategy<Value = (Cluster, u64)> {
                 prop::sample::select(vec![10.0, 100.0, 1000.0]),
                 1usize..4,
             ),
-            1..12,
+            1..40,
         ),
         prop::collection::vec(any::<u64>(), 1..4),
         any::<u64>(),
@@ -2040,16 +2041,19 @@ fn twin_cluster_strategy() -> impl Strategy<Value = (Cluster, u64)> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
-    /// Replaying picks across agents of the same state changes no decision: round after round
-    /// (with answers, declines, yields, leftovers, releases, and a share of the offers left
-    /// unanswered, which excludes their frameworks from those agents), a memoized cycle makes
-    /// exactly the offers, commit counts, re-offers, η and deficits of the same cycle scanning
-    /// every pick: in place and planned and committed, with one shard or several.
+    /// Replaying picks across agents of the same state and searching the bounding trees change
+    /// no decision: round after round (with answers, declines, yields, leftovers, releases, and
+    /// a share of the offers left unanswered, which excludes their frameworks from those
+    /// agents), the cycle makes exactly the offers, commit counts, re-offers, η and deficits of
+    /// the same cycle scanning every pick from the lists: in place and planned and committed,
+    /// with one shard or several.
     #[test]
-    fn memoized_picks_equal_scanned_picks((cluster, seed) in twin_cluster_strategy()) {
+    fn replayed_and_tree_searched_picks_equal_scanned_picks(
+        (cluster, seed) in twin_cluster_strategy(),
+    ) {
         let mut ours = cluster.build();
         let mut reference = cluster.build();
-        reference.set_memoize(false);
+        reference.set_plain_scan(true);
         let (mut ours_running, mut reference_running) = (Vec::new(), Vec::new());
         let mut held = seed | 1;
         for (round, answers) in cluster.rounds.iter().enumerate() {
@@ -2130,7 +2134,7 @@ fn identical_agents_replay_most_picks() {
     ] {
         let mut alloc = build(policy);
         let mut reference = build(policy);
-        reference.set_memoize(false);
+        reference.set_plain_scan(true);
         let offers = alloc.allocate_all(0.0);
         assert_eq!(offers, reference.allocate_all(0.0), "{}", policy.name());
         // Every one of the 800 tasks is offered (1,500 cores of the 3,200).
