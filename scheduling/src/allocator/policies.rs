@@ -800,36 +800,9 @@ impl Allocator {
                     break;
                 }
             }
-            let (shape, p_score, score) = match self.evaluate_candidate(
-                f,
-                view,
-                exclusions,
-                srpt_weight,
-                bar,
-                mode,
-                with_priority,
-            ) {
-                Evaluation::Out => continue,
-                Evaluation::Below(bound) => {
-                    rivals.note(bound);
-                    continue;
-                }
-                Evaluation::Scored(shape, p_score, score) => (shape, p_score, score),
-            };
-            if bar.is_some_and(|bar| !score.beats(&bar)) {
-                rivals.note(score);
-                continue;
-            }
-            if let Some(previous) = best {
-                rivals.note(previous.score);
-            }
-            best = Some(Choice {
-                framework: f,
-                shape,
-                overbook: mode == FitMode::Overbook,
-                p_score,
-                score,
-            });
+            let evaluation =
+                self.evaluate_candidate(f, view, exclusions, srpt_weight, bar, mode, with_priority);
+            take_evaluation(&mut best, bar, f, evaluation, mode, rivals);
         }
         best
     }
@@ -1219,6 +1192,41 @@ pub(super) enum Evaluation {
     Below(PerfScore),
     /// Its best shape, with the shape's packing (or overbooking) score and perfScore.
     Scored(usize, f64, PerfScore),
+}
+
+/// Takes framework `f`'s evaluation against `bar` (the best score so far, or the score to
+/// beat) into a scan: it becomes the best when it beats the bar; what is passed over (it, or
+/// the best it displaces) is noted in `rivals`.
+pub(super) fn take_evaluation(
+    best: &mut Option<Choice>,
+    bar: Option<PerfScore>,
+    f: FrameworkIdx,
+    evaluation: Evaluation,
+    mode: FitMode,
+    rivals: &mut Rivals,
+) {
+    let (shape, p_score, score) = match evaluation {
+        Evaluation::Out => return,
+        Evaluation::Below(bound) => {
+            rivals.note(bound);
+            return;
+        }
+        Evaluation::Scored(shape, p_score, score) => (shape, p_score, score),
+    };
+    if bar.is_some_and(|bar| !score.beats(&bar)) {
+        rivals.note(score);
+        return;
+    }
+    if let Some(previous) = best {
+        rivals.note(previous.score);
+    }
+    *best = Some(Choice {
+        framework: f,
+        shape,
+        overbook: mode == FitMode::Overbook,
+        p_score,
+        score,
+    });
 }
 
 /// The score of a framework's envelope on the agent seen as `view`: at least the perfScore of

@@ -30,7 +30,7 @@
 //! or it has no projected work left); a leaf not yet refreshed only bounds too high.
 
 use super::memo::{clear_winner, Rivals};
-use super::policies::{AgentView, Choice, CycleIndex, Evaluation, Exclusions, FitMode};
+use super::policies::{take_evaluation, AgentView, Choice, CycleIndex, Exclusions, FitMode};
 use super::*;
 use crate::scoring::PerfScore;
 
@@ -367,7 +367,7 @@ impl Allocator {
                     continue;
                 }
                 scored.push(f);
-                match self.evaluate_candidate(
+                let evaluation = self.evaluate_candidate(
                     f,
                     view,
                     exclusions,
@@ -375,26 +375,8 @@ impl Allocator {
                     bar,
                     FitMode::Strict,
                     with_priority,
-                ) {
-                    Evaluation::Out => {}
-                    Evaluation::Below(bound) => met.note(bound),
-                    Evaluation::Scored(shape, p_score, score) => {
-                        if bar.is_some_and(|bar| !score.beats(&bar)) {
-                            met.note(score);
-                            continue;
-                        }
-                        if let Some(previous) = best {
-                            met.note(previous.score);
-                        }
-                        best = Some(Choice {
-                            framework: f,
-                            shape,
-                            overbook: false,
-                            p_score,
-                            score,
-                        });
-                    }
-                }
+                );
+                take_evaluation(&mut best, bar, f, evaluation, FitMode::Strict, &mut met);
             }
         }
         self.tree_roots = roots;
