@@ -187,7 +187,7 @@ impl Allocator {
         kind: OfferKind,
         out: &mut Vec<OfferDecision>,
     ) {
-        let Some(agent_id) = state.agent(a).map(|r| r.id.clone()) else {
+        let Some(agent_id) = state.agent(a).map(|r| &r.id) else {
             return;
         };
         for (part, resources) in self.settle_parts(free, parts) {

@@ -600,7 +600,8 @@ pub struct Allocator {
     /// What the policy observed for the η and ε estimators while planning, applied when the
     /// plan is committed (a planner must not change the allocator's state).
     observations: Vec<Observation>,
-    /// The gated groups with their projected deficits, reused from pick to pick.
+    /// Groups in a pick's order with their keys (the κ·C gate's projected deficits, DRF's
+    /// weighted dominant shares), reused from pick to pick.
     gate_scratch: Vec<(f64, GroupIdx)>,
     /// The search stack of the bounding trees, reused from pick to pick.
     tree_scratch: Vec<(usize, crate::scoring::PerfScore)>,

@@ -992,7 +992,8 @@ impl Allocator {
     ) -> Option<Choice> {
         let capacity = state.capacity();
         let deficits = state.deficits();
-        let mut groups: Vec<(f64, GroupIdx)> = Vec::new();
+        let mut groups = std::mem::take(&mut self.gate_scratch);
+        groups.clear();
         for (g, counter) in deficits.iter() {
             let soft = &self.groups[g.get()];
             if soft.demanding == 0 {
@@ -1008,15 +1009,12 @@ impl Allocator {
             groups.push((weighted, g));
         }
         groups.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        for (_, g) in groups {
-            let Some(list) = index.lists.get(g.get()) else {
-                continue;
-            };
-            if let Some(choice) = self.first_fit_in_list(list, free, exclusions) {
-                return Some(choice);
-            }
-        }
-        None
+        let choice = groups.iter().find_map(|&(_, g)| {
+            let list = index.lists.get(g.get())?;
+            self.first_fit_in_list(list, free, exclusions)
+        });
+        self.gate_scratch = groups;
+        choice
     }
 
     /// Makes the offer of `limit` (or, when the deficit bound caps it, of the expected tasks
