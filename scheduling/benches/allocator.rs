@@ -14,16 +14,25 @@
 //! between iterations, as in a running master). The timed section is the whole cycle:
 //! snapshot, planning, commit.
 //!
-//! Measured on the project's 2-core machine while other builds ran (load average 5.5–6.5, so
-//! two planner threads had no second core to themselves), 10,000 × 1,000: deficit counters
-//! 600 ms (1 shard), 678 ms (2 shards on 2 threads), 668 ms (8 shards); DRF 84, 159 and
-//! 138 ms. The previous sequential cycle, measured just before at the same load: 842 ms and
-//! 92 ms (225 ms and 29 ms on a quiet machine). The targets are far off: almost all of a cycle
-//! is the policies' scan for each task (`best_in_list` is three quarters of a deficit-counter
-//! cycle's time; about 90 frameworks looked at and 17 scored per group and task once an agent
-//! is partly filled), and the commit replays every pick sequentially. At 100,000 × 10,000 one cycle
-//! under the deficit counters took more than six minutes (the scan grows with the frameworks
-//! and the tasks with the agents); the `shard_conflicts` example measures that size per step.
+//! Measured on the project's 2-core machine while other builds ran (load average 5–8, so two
+//! planner threads had no second core to themselves; figures move by ±30% with the load),
+//! 10,000 × 1,000, with the memoized picks and the bounding trees: deficit counters 451 ms
+//! (1 shard) and 550 ms (2 shards on 2 threads); DRF 132 and 167 ms. The sequential cycle
+//! before the sharded design (its bench binary, run minutes later at load 8–10): 1,074 ms and
+//! 168 ms (225 ms and 29 ms on a quiet machine). Instructions per cycle (callgrind, the
+//! `shard_conflicts` example, 2 shards, load-independent): about 1.5 G planning and 0.09 G
+//! committing under the deficit counters, 0.2 G and 0.1 G under DRF. The targets are far off.
+//! Under the deficit counters most of a cycle is the bounding trees' search for each computed
+//! pick (a few hundred node bounds per search: a node's bound takes each kind's maximum over
+//! shapes of different kinds, so it is loose above the leaves), and the memo replays only
+//! while a framework's shape lasts (about 3,500 shapes of about 20 tasks each). Tried and
+//! left out, on the same cluster: capping each kind of a node's bound at priScore × the free
+//! amount (+32% instructions: it seldom binds, a task is small against a machine), a
+//! best-first search over all trees at once (+170%: no early leaf to prune with), scoring only
+//! the children that fit (+1%). Under DRF the commit is half the cycle (allocations of the
+//! offers' ids, and the candidate sets relisted after every pick). At 100,000 × 10,000 one
+//! cycle under the deficit counters took more than six minutes before the memo and the trees;
+//! the `shard_conflicts` example measures that size per step.
 //!
 //! Run: `cargo bench -p fullerene-scheduling --bench allocator` (add a filter such as
 //! `deficit-drf/1-shard` to run part of it).
