@@ -56,10 +56,10 @@ impl Allocator {
         now_s: f64,
     ) -> Option<OfferDecision> {
         let total = state.agent(a)?.total;
-        let exclusions = self.exclusions(a, now_s, true).0;
+        let exclusions = self.exclusions(state, a, now_s, true);
         let frameworks: Vec<(FrameworkIdx, GroupIdx, u64)> = state
             .frameworks()
-            .filter(|(f, _)| self.frameworks[f.get()].counted && !exclusions.contains(f))
+            .filter(|(f, _)| self.frameworks[f.get()].counted && !exclusions.contains(*f))
             .map(|(f, r)| (f, r.group, r.registration))
             .collect();
         let mut candidates: Vec<Candidate> = Vec::new();
@@ -93,7 +93,7 @@ impl Allocator {
             let threshold = kappa * state.capacity_units();
             let runnable = self.runnable_groups(state);
             if let Some(&most_deprived) = self
-                .gate_order(state, &projected, &runnable, &exclusions)
+                .gate_order(&projected, &runnable, exclusions.refusing())
                 .first()
             {
                 if projected[most_deprived.get()] >= threshold {
@@ -153,10 +153,10 @@ impl Allocator {
         let Some(total) = state.agent(a).map(|r| r.total) else {
             return Vec::new();
         };
-        let exclusions = self.exclusions(a, now_s, true).0;
+        let exclusions = self.exclusions(state, a, now_s, true);
         let mut order: Vec<(f64, u64, FrameworkIdx, GroupIdx)> = state
             .frameworks()
-            .filter(|(f, _)| self.frameworks[f.get()].counted && !exclusions.contains(f))
+            .filter(|(f, _)| self.frameworks[f.get()].counted && !exclusions.contains(*f))
             .map(|(f, r)| {
                 let work = self.frameworks[f.get()].demand.remaining_work;
                 (work, r.registration, f, r.group)
@@ -174,7 +174,13 @@ impl Allocator {
         for &(_, _, f, group) in &order {
             loop {
                 if let Some((threshold, runnable)) = &gate {
-                    if self.gate_closed_against(state, group, *threshold, runnable, &exclusions) {
+                    if self.gate_closed_against(
+                        state,
+                        group,
+                        *threshold,
+                        runnable,
+                        exclusions.refusing(),
+                    ) {
                         break;
                     }
                 }
@@ -193,7 +199,13 @@ impl Allocator {
             let mut best: Option<(f64, FrameworkIdx, usize)> = None;
             for &(_, _, f, group) in &order {
                 if let Some((threshold, runnable)) = &gate {
-                    if self.gate_closed_against(state, group, *threshold, runnable, &exclusions) {
+                    if self.gate_closed_against(
+                        state,
+                        group,
+                        *threshold,
+                        runnable,
+                        exclusions.refusing(),
+                    ) {
                         continue;
                     }
                 }
@@ -218,22 +230,5 @@ impl Allocator {
         let mut out = Vec::new();
         self.offer_parts(state, a, leftover, parts, OfferKind::Leftover, &mut out);
         out
-    }
-
-    /// Whether the κ·C gate is closed to `group`: the most deprived runnable group with pending
-    /// work (leaving out those whose frameworks all refuse the agent) is another one, at or
-    /// above the threshold.
-    fn gate_closed_against(
-        &self,
-        state: &AllocationState,
-        group: GroupIdx,
-        threshold: f64,
-        runnable: &[bool],
-        exclusions: &[FrameworkIdx],
-    ) -> bool {
-        let projected = self.projected_deficits(state);
-        self.gate_order(state, &projected, runnable, exclusions)
-            .first()
-            .is_some_and(|&g| g != group && projected[g.get()] >= threshold)
     }
 }

@@ -36,24 +36,24 @@ pub(super) struct Part {
 pub(super) struct Parts(Vec<Part>);
 
 impl Allocator {
-    /// Fills agent `a` (with `free` unoffered, of `total`) task at a time under the configured
-    /// policy and pushes one regular offer per framework picked.
-    #[allow(clippy::too_many_arguments)] // the state is passed in, not held (see `Allocator`)
-    pub(super) fn match_agent(
+    /// Fills an agent (with `free` unoffered, below zero on a fungible kind an earlier pick
+    /// overbooked, of `total`) task at a time under the configured policy, charging each pick
+    /// to the cycle's projection and adding it to `parts`: returns the picks in order, as
+    /// (framework, shape index, whether it overbooks).
+    pub(super) fn plan_agent(
         &mut self,
         state: &AllocationState,
-        a: AgentIdx,
         free: ResourceVec,
         total: ResourceVec,
         exclusions: &Exclusions,
         index: &mut CycleIndex,
-        out: &mut Vec<OfferDecision>,
-    ) {
+        parts: &mut Parts,
+    ) -> Vec<(FrameworkIdx, usize, bool)> {
         let overbook = matches!(self.config.policy, InterJobPolicy::DeficitCounters { .. });
         let allowance = Overbooking(self.config.overbook_allowance);
         // Below zero on a fungible kind once a pick overbooked it.
         let mut available = free;
-        let mut parts = Parts::default();
+        let mut picks = Vec::new();
         loop {
             let floor = available.max(&ResourceVec::ZERO);
             if !self.could_fit_any(index, &floor, &total, overbook) {
@@ -92,11 +92,16 @@ impl Allocator {
             if !admissible {
                 break;
             }
-            self.take_one(state, f, shape, &mut parts);
+            let exhausted = self.take_one(state, f, shape, parts);
+            picks.push((f, shape, choice.overbook));
             available -= demand;
-            self.relist(state, index, f);
+            // A framework's key moves when a shape runs out (its score bound, or it leaves the
+            // set), and under DRF with every pick (its share).
+            if exhausted || matches!(self.config.policy, InterJobPolicy::Drf) {
+                self.relist(state, index, f);
+            }
         }
-        self.offer_parts(state, a, free, parts, OfferKind::Regular, out);
+        picks
     }
 
     /// The first of `f`'s pending shapes in summary order with projected work that fits `room`.
@@ -114,26 +119,33 @@ impl Allocator {
     }
 
     /// Charges one task of `f`'s pending `shape` to the cycle's projection and to `parts`.
+    /// Returns whether that was the shape's last projected task (which changes the
+    /// framework's envelopes and score bound) or the framework's last one.
     pub(super) fn take_one(
         &mut self,
         state: &AllocationState,
         f: FrameworkIdx,
         shape: usize,
         parts: &mut Parts,
-    ) {
+    ) -> bool {
         let factor_kind = state.deficits().factor();
         let capacity = state.capacity();
         let group = state.framework(f).map_or(GroupIdx(0), |r| r.group);
         let soft = self.cycle_counts(f);
         let Some(demand) = soft.demand.shapes.get(shape).map(|s| s.demand) else {
-            return;
+            return false;
         };
         if soft.cycle_counts[shape] == 0 {
-            return;
+            return false;
         }
         soft.cycle_counts[shape] -= 1;
         soft.cycle_pending = soft.cycle_pending.saturating_sub(1);
-        soft.refresh_envelopes();
+        let exhausted = soft.cycle_counts[shape] == 0;
+        if exhausted {
+            // The minimum and envelopes range over the shapes with projected work.
+            soft.refresh_envelopes();
+        }
+        let exhausted = exhausted || soft.cycle_pending == 0;
         soft.offered += demand;
         let charge = factor_kind.of(&demand, &capacity);
         if let Some(group_soft) = self.groups.get_mut(group.get()) {
@@ -153,12 +165,11 @@ impl Allocator {
                 charge,
             }),
         }
+        exhausted
     }
 
-    /// Turns the parts of agent `a` into offers: each framework is offered the sum of its picks,
-    /// cut to what is still free of `free` (an overbooking pick asks for more of a fungible
-    /// kind than is free; the wire carries no negative amounts). The framework's and group's
-    /// offered resources, charged per pick, are corrected to what the offer holds.
+    /// Turns the parts of agent `a` into offers ([`Allocator::settle_parts`]) and registers
+    /// them as out.
     pub(super) fn offer_parts(
         &mut self,
         state: &AllocationState,
@@ -171,15 +182,7 @@ impl Allocator {
         let Some(agent_id) = state.agent(a).map(|r| r.id.clone()) else {
             return;
         };
-        let mut left = free;
-        for part in parts.0 {
-            let resources = part.demand.min(&left);
-            left = left.saturating_sub(&resources);
-            let fw = &mut self.frameworks[part.framework.get()];
-            fw.offered = fw.offered.saturating_sub(&part.demand) + resources;
-            if let Some(group) = self.groups.get_mut(part.group.get()) {
-                group.offered = group.offered.saturating_sub(&part.demand) + resources;
-            }
+        for (part, resources) in self.settle_parts(free, parts) {
             let soft = &mut self.agents[a.get()];
             soft.offered += resources;
             soft.offers.push(OutstandingOffer {
@@ -199,6 +202,30 @@ impl Allocator {
                 kind,
             });
         }
+    }
+
+    /// What each part of an agent with `free` unoffered is offered: the sum of its picks, cut
+    /// to what is still free (an overbooking pick asks for more of a fungible kind than is
+    /// free; the wire carries no negative amounts). The framework's and group's offered
+    /// resources, charged per pick, are corrected to what the offer holds.
+    pub(super) fn settle_parts(
+        &mut self,
+        free: ResourceVec,
+        parts: Parts,
+    ) -> Vec<(Part, ResourceVec)> {
+        let mut left = free;
+        let mut settled = Vec::with_capacity(parts.0.len());
+        for part in parts.0 {
+            let resources = part.demand.min(&left);
+            left = left.saturating_sub(&resources);
+            let fw = &mut self.frameworks[part.framework.get()];
+            fw.offered = fw.offered.saturating_sub(&part.demand) + resources;
+            if let Some(group) = self.groups.get_mut(part.group.get()) {
+                group.offered = group.offered.saturating_sub(&part.demand) + resources;
+            }
+            settled.push((part, resources));
+        }
+        settled
     }
 
     /// η of Graphene's perfScore over every pending task of every framework with demand

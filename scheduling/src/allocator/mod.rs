@@ -64,17 +64,58 @@
 //!
 //! Agents are assigned to [`AllocatorConfig::shards`] shards by a stable hash of their id
 //! (FNV-1a), so a new leader derives the same assignment from the agent set alone, whatever the
-//! order agents re-register in. [`Allocator::allocate_shard`] runs one shard's cycle;
-//! [`Allocator::allocate_all`] runs every shard's cycle, one after the other, within one
-//! projection of pending work and deficits, so two shards never offer the same pending tasks
-//! twice. Within a shard agents are visited in slot order, starting one agent further each
-//! cycle, so no agent is always first.
+//! order agents re-register in. Within a shard agents are visited in slot order, starting one
+//! agent further each cycle, so no agent is always first.
 //!
-//! `allocate_all` does not run shards on threads: the shards read and update one projection of
-//! the frameworks' pending work and of the deficits, so concurrent shards would make the offers
-//! depend on thread timing, and the sequential cycle already meets the target (10,000 agents ×
-//! 1,000 frameworks well under 50 ms, `benches/allocator.rs`).
+//! Shards are planned concurrently, in the shared-state style of Omega (Schwarzkopf et al.,
+//! EuroSys'13, §3.4), in three steps (module `cycle`):
+//!
+//! 1. [`Allocator::snapshot_cycle`] takes an owned [`CycleSnapshot`] of everything the shards
+//!    read: the frameworks' projected pending work, the groups' deficits, in-flight charges and
+//!    offered resources (so the κ·C gate and DRF's order), η, the runnable groups, totals, and
+//!    each shard's agents in visiting order with their unoffered free resources and exclusions.
+//! 2. [`CycleSnapshot::plan_shard`] plans one shard from the snapshot alone (`&self`, no shared
+//!    mutable state): each of its agents filled task at a time exactly as the sequential loop
+//!    does, against a private copy of the projection that only its own picks move. The shell
+//!    runs the plans where it likes (on threads, a pool, or one after the other); the
+//!    allocator spawns nothing. [`Allocator::allocate_all_with`] takes the runner as a closure,
+//!    [`Allocator::allocate_all`] plans every shard on the caller's thread (with one shard it
+//!    runs the loop in place: the same offers, without copying the projection and replaying
+//!    the picks, which costs a sequential cycle about a third more under DRF).
+//! 3. [`Allocator::commit_cycle`] replays the plans in a fixed order (shard index, then each
+//!    shard's visiting order) against the live state and projection, pick by pick, dropping the
+//!    picks that conflict: a pending task another shard (or a leftover offer) took first, a
+//!    pick the κ·C gate no longer admits (the same per-task rule as the sequential loop, so no
+//!    group's deficit passes κ·C by more than one task's factor), an agent whose free resources
+//!    changed since the snapshot (or that left, or whose slot another agent took), a framework
+//!    that left (or whose slot another took), was suppressed or refuses the agent now. Offers
+//!    are the same whatever the thread timing: planning is a pure function of the snapshot,
+//!    and the commit is sequential in a fixed order.
+//!
+//! Departures from Fig. 8's sequential loop, for shards > 1 (with one shard a planned and
+//! committed cycle makes exactly the sequential loop's offers; the tests compare them):
+//!
+//! - Every shard plans from the same snapshot, so without more each would place the same best
+//!   tasks on its own agents (demand below supply is the common case) and N shards would do N
+//!   times one's work. The snapshot therefore gives each shard a part of each framework's
+//!   projected tasks, in proportion to the shards' free resources (among the shards that could
+//!   hold one; the remainder rotates with the cycle). A shard sees the other shards' picks
+//!   neither in the pending counts nor in the deficits and shares: its packing and DRF order
+//!   are those of its agents and its part of the work.
+//! - The task charged for a pick is fixed at commit: the framework's first pending shape in
+//!   summary order that fits what is left of the agent, from the live counts (the framework
+//!   launches best-first, and the κ·C projection must be what it launches). Where shards took
+//!   a framework's first shapes concurrently, a later pick becomes a larger task and what it
+//!   leaves may no longer hold the agent's next picks: that is most of the conflicts.
+//! - What a conflict costs: the dropped pick's room stays free and its task pending until the
+//!   next cycle (the master runs one at most 25 ms after resources free up). An agent is not
+//!   matched again at commit, except when the κ·C gate is closed: then what its dropped picks
+//!   leave is matched at once against the live projection, as the sequential loop would give it
+//!   to the most deprived group, so that a group past the bound is not left waiting a cycle
+//!   (the property test of the bound runs with up to 8 shards). `shard_conflicts` (an example
+//!   of this crate) prints the conflict rates on the benchmark's cluster.
 
+mod cycle;
 mod fair_share;
 mod leftover;
 mod matching;
@@ -86,6 +127,7 @@ mod tests;
 
 use std::collections::BTreeMap;
 
+pub use cycle::{CycleOutcome, CycleSnapshot, CycleStats, ShardPlan};
 pub use fair_share::progressive_filling;
 pub use standalone::StandaloneAllocator;
 pub use state::{
@@ -443,6 +485,10 @@ struct OutstandingOffer {
 struct AgentSoft {
     /// The agent this slot was placed for, with the capacity it had then.
     placed: Option<(AgentId, ResourceVec)>,
+    /// Distinguishes the agents a slot held over time: a plan names an agent by slot and
+    /// generation, so that a commit never gives one agent's planned picks to another that
+    /// took its slot in between.
+    generation: u64,
     shard: usize,
     offered: ResourceVec,
     /// Resources of accepted offers whose launch is not yet charged to the state (the master
@@ -508,6 +554,18 @@ impl FrameworkSoft {
     }
 }
 
+/// What the policy observed for one of the estimators while planning an agent: a chosen
+/// candidate's packing score and its job's remaining work. Planners record them and the commit
+/// feeds them to the estimators in the sequential order, so that η (under
+/// [`EtaRule::ChosenCandidates`]) and Tetris' ε evolve as if one thread had made every choice.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Observation {
+    /// For η: the packing score and the job's srpt.
+    Eta { p_score: f64, work: f64 },
+    /// For Tetris' ε: the alignment and the job's remaining work.
+    Epsilon { p_score: f64, work: f64 },
+}
+
 /// Soft state per group.
 #[derive(Clone, Debug, Default, PartialEq)]
 struct GroupSoft {
@@ -527,14 +585,21 @@ struct GroupSoft {
 #[derive(Debug)]
 pub struct Allocator {
     config: AllocatorConfig,
-    /// The state's structure version at the last [`Allocator::sync`].
-    synced: Option<u64>,
+    /// The state's structure at the last [`Allocator::sync`].
+    synced: Option<SyncedStructure>,
     agents: Vec<AgentSoft>,
     frameworks: Vec<FrameworkSoft>,
     groups: Vec<GroupSoft>,
     shards: Vec<Vec<AgentIdx>>,
     /// Per shard, how many cycles it ran (the rotation of its visiting order).
     shard_cycles: Vec<u64>,
+    /// The generation the next placed agent gets.
+    next_generation: u64,
+    /// What the policy observed for the η and ε estimators while planning, applied when the
+    /// plan is committed (a planner must not change the allocator's state).
+    observations: Vec<Observation>,
+    /// The gated groups with their projected deficits, reused from pick to pick.
+    gate_scratch: Vec<(f64, GroupIdx)>,
     /// Increases with every cycle (per `allocate_shard` / `allocate_all` call).
     cycle: u64,
     inflight_total: f64,
@@ -550,12 +615,56 @@ pub struct Allocator {
     capacity_classes: BTreeMap<[u64; NUM_RESOURCES], (ResourceVec, usize)>,
     /// η of the current cycle under [`EtaRule::AllPending`].
     cycle_eta: f64,
+    /// η (or Tetris' ε) the current cycle's candidates are ranked with.
+    cycle_srpt_weight: f64,
     /// Grows whenever a demand summary or the set of frameworks changes: the progressive-filling
     /// shares are recomputed when it or the cycle moved on.
     demand_epoch: u64,
     /// The progressive-filling shares, per framework slot, with the (cycle, demand epoch) they
     /// were computed at.
     shares: Option<((u64, u64), Vec<ResourceVec>)>,
+}
+
+/// The shape of the state's structure at a sync.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct SyncedStructure {
+    version: u64,
+    agent_slots: usize,
+    agents: usize,
+    framework_slots: usize,
+    frameworks: usize,
+}
+
+impl SyncedStructure {
+    fn of(state: &AllocationState) -> SyncedStructure {
+        SyncedStructure {
+            version: state.structure_version(),
+            agent_slots: state.agent_slots(),
+            agents: state.agent_count(),
+            framework_slots: state.framework_slots(),
+            frameworks: state.framework_count(),
+        }
+    }
+
+    /// Whether every structural change since `self` appended an agent in a new slot: each
+    /// change counts one in the version, and only an append adds both a slot and an agent
+    /// (a removal, a slot reused, a framework or a group would leave the three apart).
+    fn appended_agents(&self, now: &SyncedStructure) -> bool {
+        let changes = now.version.wrapping_sub(self.version);
+        now.framework_slots == self.framework_slots
+            && now.frameworks == self.frameworks
+            && now.agent_slots.checked_sub(self.agent_slots) == Some(changes as usize)
+            && now.agents.checked_sub(self.agents) == Some(changes as usize)
+    }
+
+    /// The same for frameworks.
+    fn appended_frameworks(&self, now: &SyncedStructure) -> bool {
+        let changes = now.version.wrapping_sub(self.version);
+        now.agent_slots == self.agent_slots
+            && now.agents == self.agents
+            && now.framework_slots.checked_sub(self.framework_slots) == Some(changes as usize)
+            && now.frameworks.checked_sub(self.frameworks) == Some(changes as usize)
+    }
 }
 
 /// Beyond this many distinct machine capacities, "fits some machine" is checked against their
@@ -577,12 +686,16 @@ impl Allocator {
             groups: Vec::new(),
             shards: vec![Vec::new(); shards],
             shard_cycles: vec![0; shards],
+            next_generation: 0,
+            observations: Vec::new(),
+            gate_scratch: Vec::new(),
             cycle: 0,
             inflight_total: 0.0,
             eta: EtaEstimator::new(DEFAULT_ETA_MULTIPLIER),
             epsilon: EtaEstimator::new(TETRIS_EPSILON_MULTIPLIER),
             capacity_classes: BTreeMap::new(),
             cycle_eta: 0.0,
+            cycle_srpt_weight: 0.0,
             demand_epoch: 0,
             shares: None,
         })
@@ -609,19 +722,33 @@ impl Allocator {
     /// agent is placed in its shard, a removed one (or one whose capacity changed) loses its
     /// offers, a removed framework its offers, filters and demand. Every public method that
     /// reads the state calls it first, so changes applied to the state between calls (a
-    /// committed registration, a lost agent) are never missed. Linear in the slots.
+    /// committed registration, a lost agent) are never missed. Linear in the slots, except
+    /// after registrations alone (agents or frameworks appended in new slots, as when a
+    /// cluster starts or its agents re-register with a new leader), where only the new slots
+    /// are read.
     pub fn sync(&mut self, state: &AllocationState) {
+        let now = SyncedStructure::of(state);
         // Nothing structural changed since the last look (launches and releases need none).
-        if self.synced == Some(state.structure_version()) {
+        if self.synced.is_some_and(|then| then.version == now.version) {
             return;
         }
-        self.synced = Some(state.structure_version());
+        let (agent_range, framework_range) = match self.synced {
+            Some(then) if then.appended_agents(&now) => (then.agent_slots..now.agent_slots, 0..0),
+            Some(then) if then.appended_frameworks(&now) => {
+                (0..0, then.framework_slots..now.framework_slots)
+            }
+            _ => (
+                0..now.agent_slots.max(self.agents.len()),
+                0..now.framework_slots.max(self.frameworks.len()),
+            ),
+        };
+        self.synced = Some(now);
         self.demand_epoch += 1;
         let agent_slots = state.agent_slots();
         if self.agents.len() < agent_slots {
             self.agents.resize_with(agent_slots, AgentSoft::default);
         }
-        for slot in 0..self.agents.len() {
+        for slot in agent_range {
             let idx = AgentIdx(slot as u32);
             let record = state.agent(idx);
             let unchanged = match (&self.agents[slot].placed, record) {
@@ -648,7 +775,7 @@ impl Allocator {
         if self.groups.len() < groups {
             self.groups.resize_with(groups, GroupSoft::default);
         }
-        for slot in 0..self.frameworks.len() {
+        for slot in framework_range {
             let idx = FrameworkIdx(slot as u32);
             let record = state.framework(idx);
             let unchanged = match (&self.frameworks[slot].placed, record) {
@@ -792,8 +919,9 @@ impl Allocator {
     }
 
     /// Runs one cycle of shard `shard` at `now_s`: decides, for each of its agents with free
-    /// resources, which framework is offered them. A shard index ≥ [`Allocator::shard_count`]
-    /// has no agents and yields no offers.
+    /// resources, which framework is offered them (what a snapshot of that shard alone, planned
+    /// and committed at once, would). A shard index ≥ [`Allocator::shard_count`] has no agents
+    /// and yields no offers.
     pub fn allocate_shard(
         &mut self,
         state: &AllocationState,
@@ -804,24 +932,19 @@ impl Allocator {
         if shard >= self.shards.len() {
             return Vec::new();
         }
-        self.begin_cycle();
-        let mut index = self.build_index(state);
-        let mut out = Vec::new();
-        self.run_shard(state, shard, now_s, &mut index, &mut out);
-        out
+        self.allocate_in_place(state, now_s, shard..shard + 1)
     }
 
-    /// Runs every shard's cycle at `now_s`, in shard order, sharing one projection of pending
-    /// work and deficits.
+    /// Runs every shard's cycle at `now_s`: [`Allocator::snapshot_cycle`], every shard planned
+    /// on this thread, [`Allocator::commit_cycle`] (with one shard, the same offers made in
+    /// place). The offers are the same as when the shards are planned on threads
+    /// ([`Allocator::allocate_all_with`]).
     pub fn allocate_all(&mut self, state: &AllocationState, now_s: f64) -> Vec<OfferDecision> {
-        self.sync(state);
-        self.begin_cycle();
-        let mut index = self.build_index(state);
-        let mut out = Vec::new();
-        for shard in 0..self.shards.len() {
-            self.run_shard(state, shard, now_s, &mut index, &mut out);
+        if self.shards.len() == 1 {
+            return self.allocate_in_place(state, now_s, 0..1);
         }
-        out
+        self.allocate_all_with(state, now_s, CycleSnapshot::plan_all)
+            .offers
     }
 
     /// A framework answered the offer of `agent`: `launched` are the demands of the tasks it
@@ -1092,8 +1215,10 @@ impl Allocator {
             .entry(capacity_key(&total))
             .or_insert((total, 0))
             .1 += 1;
+        self.next_generation += 1;
         self.agents[idx.get()] = AgentSoft {
             shard,
+            generation: self.next_generation,
             placed: Some((id.clone(), total)),
             ..AgentSoft::default()
         };

@@ -18,11 +18,12 @@
 use std::collections::BTreeSet;
 
 use super::*;
+use crate::fairness::GroupCounter;
 use crate::fit::max_copies;
 use crate::scoring::{overbooking_score, PerfScore};
 
 /// A framework chosen for an agent, with the pending shape that won.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) struct Choice {
     pub(super) framework: FrameworkIdx,
     pub(super) shape: usize,
@@ -48,6 +49,7 @@ pub(super) struct Chosen {
 type Ranked = (OrdF64, u64, FrameworkIdx);
 
 /// What a cycle builds once and keeps current as it makes offers.
+#[derive(Clone, Debug)]
 pub(super) struct CycleIndex {
     /// Candidates in policy order: one set per group for the deficit-counter, capacity and DRF
     /// policies, a single set otherwise. Keys ascend: the negated score bound (deficit
@@ -63,9 +65,9 @@ pub(super) struct CycleIndex {
     /// any shape).
     min_demand: ResourceVec,
     /// η (deficit counters) or ε (Tetris), fixed for the cycle so the bounds stay valid.
-    srpt_weight: f64,
+    pub(super) srpt_weight: f64,
     /// Per group: has a framework with a pending shape that fits some agent's capacity.
-    runnable: Vec<bool>,
+    pub(super) runnable: Vec<bool>,
 }
 
 /// An agent as the scorers see it.
@@ -104,23 +106,34 @@ impl AgentView {
     }
 
     #[inline]
-    fn packing(&self, demand: &ResourceVec) -> f64 {
+    pub(super) fn packing(&self, demand: &ResourceVec) -> f64 {
         dot(demand, &self.weights)
     }
 }
 
-/// Frameworks an agent must not be offered to now.
-pub(super) struct Exclusions(pub(super) Vec<FrameworkIdx>);
+/// Frameworks an agent must not be offered to now, with how many of each group's demanding
+/// frameworks they are (the κ·C gate leaves out a group all of whose frameworks refuse the
+/// agent).
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Exclusions {
+    frameworks: Vec<FrameworkIdx>,
+    /// Per group, how many of its demanding frameworks are excluded.
+    refusing: Vec<u32>,
+}
 
 impl Exclusions {
-    fn contains(&self, f: FrameworkIdx) -> bool {
-        !self.0.is_empty() && self.0.contains(&f)
+    pub(super) fn contains(&self, f: FrameworkIdx) -> bool {
+        !self.frameworks.is_empty() && self.frameworks.contains(&f)
+    }
+
+    pub(super) fn refusing(&self) -> &[u32] {
+        &self.refusing
     }
 }
 
 /// How shapes are matched against free resources.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum FitMode {
+pub(super) enum FitMode {
     Strict,
     Overbook,
 }
@@ -128,6 +141,30 @@ enum FitMode {
 impl Allocator {
     /// Builds the cycle's candidate index.
     pub(super) fn build_index(&mut self, state: &AllocationState) -> CycleIndex {
+        let srpt_weight = match self.config.policy {
+            InterJobPolicy::DeficitCounters { .. } => match self.config.eta {
+                EtaRule::AllPending => {
+                    self.cycle_eta = self.eta_over_pending(state);
+                    self.cycle_eta
+                }
+                EtaRule::ChosenCandidates => self.eta.eta(),
+            },
+            InterJobPolicy::Tetris => self.epsilon.eta(),
+            _ => 0.0,
+        };
+        self.cycle_srpt_weight = srpt_weight;
+        let runnable = self.runnable_groups(state);
+        self.index_with(state, srpt_weight, runnable)
+    }
+
+    /// The candidate index of the cycle's projected pending work, with η or ε fixed at
+    /// `srpt_weight` and the groups' runnability given.
+    pub(super) fn index_with(
+        &mut self,
+        state: &AllocationState,
+        srpt_weight: f64,
+        runnable: Vec<bool>,
+    ) -> CycleIndex {
         let mut min_capacity = ResourceVec([f64::INFINITY; NUM_RESOURCES]);
         for (total, _) in self.capacity_classes.values() {
             for k in ResourceKind::ALL {
@@ -142,17 +179,6 @@ impl Allocator {
             }
         }
         let policy = self.config.policy;
-        let srpt_weight = match policy {
-            InterJobPolicy::DeficitCounters { .. } => match self.config.eta {
-                EtaRule::AllPending => {
-                    self.cycle_eta = self.eta_over_pending(state);
-                    self.cycle_eta
-                }
-                EtaRule::ChosenCandidates => self.eta.eta(),
-            },
-            InterJobPolicy::Tetris => self.epsilon.eta(),
-            _ => 0.0,
-        };
         let per_group = matches!(
             policy,
             InterJobPolicy::DeficitCounters { .. }
@@ -167,7 +193,7 @@ impl Allocator {
             min_capacity,
             min_demand: ResourceVec([f64::INFINITY; NUM_RESOURCES]),
             srpt_weight,
-            runnable: self.runnable_groups(state),
+            runnable,
         };
         let candidates: Vec<FrameworkIdx> = state
             .frameworks()
@@ -249,58 +275,6 @@ impl Allocator {
         }
     }
 
-    /// One shard's cycle.
-    pub(super) fn run_shard(
-        &mut self,
-        state: &AllocationState,
-        shard: usize,
-        now_s: f64,
-        index: &mut CycleIndex,
-        out: &mut Vec<OfferDecision>,
-    ) {
-        let n = self.shards[shard].len();
-        if n == 0 {
-            return;
-        }
-        let start = (self.shard_cycles[shard] % n as u64) as usize;
-        self.shard_cycles[shard] += 1;
-        let overbook = matches!(self.config.policy, InterJobPolicy::DeficitCounters { .. });
-        for i in 0..n {
-            let a = self.shards[shard][(start + i) % n];
-            let soft = &mut self.agents[a.get()];
-            soft.yielders.clear();
-            soft.leftover_pooled = false;
-            soft.filters.retain(|(_, until)| *until > now_s);
-            if soft.paused {
-                continue;
-            }
-            let free = self.unoffered_free(state, a);
-            if free.is_zero() {
-                continue;
-            }
-            let Some(total) = state.agent(a).map(|r| r.total) else {
-                continue;
-            };
-            if !self.could_fit_any(index, &free, &total, overbook) {
-                continue;
-            }
-            let exclusions = self.exclusions(a, now_s, false);
-            match self.config.matching {
-                AgentMatching::TaskAtATime => {
-                    self.match_agent(state, a, free, total, &exclusions, index, out);
-                }
-                AgentMatching::WholeAgent => {
-                    let view = AgentView::new(free, total);
-                    if let Some(decision) =
-                        self.decide(state, a, &view, &exclusions, index, OfferKind::Regular)
-                    {
-                        out.push(decision);
-                    }
-                }
-            }
-        }
-    }
-
     /// Quick rejection: can the agent hold the component-wise smallest pending shape (or, when
     /// overbooking is allowed, its non-fungible part)?
     pub(super) fn could_fit_any(
@@ -324,51 +298,67 @@ impl Allocator {
 
     /// Frameworks that must not get agent `a` now: those with an active decline filter, those
     /// holding an offer of it, and (for leftovers) those that yielded a leftover of it this cycle.
-    pub(super) fn exclusions(&self, a: AgentIdx, now_s: f64, leftover: bool) -> Exclusions {
+    pub(super) fn exclusions(
+        &self,
+        state: &AllocationState,
+        a: AgentIdx,
+        now_s: f64,
+        leftover: bool,
+    ) -> Exclusions {
         let soft = &self.agents[a.get()];
-        let mut out: Vec<FrameworkIdx> = soft
+        let mut frameworks: Vec<FrameworkIdx> = soft
             .filters
             .iter()
             .filter(|(_, until)| *until > now_s)
             .map(|(f, _)| *f)
             .collect();
-        out.extend(soft.offers.iter().map(|o| o.framework));
+        frameworks.extend(soft.offers.iter().map(|o| o.framework));
         if leftover {
-            out.extend(soft.yielders.iter().copied());
+            frameworks.extend(soft.yielders.iter().copied());
         }
-        Exclusions(out)
+        let refusing = self.refusing_counts(state, &frameworks);
+        Exclusions {
+            frameworks,
+            refusing,
+        }
     }
 
-    /// Chooses the framework for one agent under the configured policy and makes the offer.
-    fn decide(
+    /// Chooses the framework for one agent seen as `view` under the configured policy and
+    /// charges a whole-agent offer to it to the cycle's projection
+    /// ([`AgentMatching::WholeAgent`]): returns the choice and what may be offered.
+    pub(super) fn plan_whole_agent(
         &mut self,
         state: &AllocationState,
-        a: AgentIdx,
         view: &AgentView,
         exclusions: &Exclusions,
         index: &mut CycleIndex,
-        kind: OfferKind,
-    ) -> Option<OfferDecision> {
+    ) -> Option<Chosen> {
         let chosen = self.choose(state, view, exclusions, index)?;
-        // Only a whole-agent offer needs the headroom: task at a time checks the gate per pick.
-        let headroom = match self.config.policy {
+        let headroom = self.offer_headroom(state, chosen.choice.framework, &index.runnable);
+        self.project_offer(state, chosen.choice, chosen.limit, headroom, Some(index));
+        Some(chosen)
+    }
+
+    /// How much factor a whole-agent offer to `f` may be expected to charge
+    /// ([`Allocator::headroom`] under the deficit counters; unbounded otherwise). Only a
+    /// whole-agent offer needs it: task at a time checks the gate per pick.
+    pub(super) fn offer_headroom(
+        &self,
+        state: &AllocationState,
+        f: FrameworkIdx,
+        runnable: &[bool],
+    ) -> f64 {
+        match self.config.policy {
             InterJobPolicy::DeficitCounters { kappa, .. } => {
+                let Some(group) = state.framework(f).map(|r| r.group) else {
+                    return f64::INFINITY;
+                };
                 let projected = self.projected_deficits(state);
                 let threshold = kappa * state.capacity_units();
-                let group = state.framework(chosen.choice.framework)?.group;
-                self.headroom(state, group, &projected, threshold, &index.runnable)
+                self.headroom(state, group, &projected, threshold, runnable)
             }
             _ => f64::INFINITY,
-        };
-        Some(self.make_offer(
-            state,
-            a,
-            chosen.choice,
-            chosen.limit,
-            headroom,
-            kind,
-            Some(index),
-        ))
+        }
     }
 
     /// The configured policy's choice for an agent seen as `view`: the framework and pending
@@ -385,13 +375,14 @@ impl Allocator {
         let unbounded = |choice: Choice, limit: ResourceVec| Chosen { choice, limit };
         match self.config.policy {
             InterJobPolicy::DeficitCounters { kappa, .. } => {
-                let projected = self.projected_deficits(state);
                 let threshold = kappa * state.capacity_units();
-                let choice =
-                    self.choose_deficit(state, view, exclusions, index, &projected, threshold)?;
+                let choice = self.choose_deficit(state, view, exclusions, index, threshold)?;
                 if self.config.eta == EtaRule::ChosenCandidates {
-                    let srpt = self.frameworks[choice.framework.get()].demand.srpt;
-                    self.eta.observe(choice.p_score, srpt);
+                    let work = self.frameworks[choice.framework.get()].demand.srpt;
+                    self.observations.push(Observation::Eta {
+                        p_score: choice.p_score,
+                        work,
+                    });
                 }
                 Some(unbounded(choice, free))
             }
@@ -405,12 +396,13 @@ impl Allocator {
                     FitMode::Strict,
                     false,
                 )?;
-                self.epsilon.observe(
-                    choice.p_score,
-                    self.frameworks[choice.framework.get()]
-                        .demand
-                        .remaining_work,
-                );
+                let work = self.frameworks[choice.framework.get()]
+                    .demand
+                    .remaining_work;
+                self.observations.push(Observation::Epsilon {
+                    p_score: choice.p_score,
+                    work,
+                });
                 Some(unbounded(choice, free))
             }
             InterJobPolicy::Fifo | InterJobPolicy::Sjf => {
@@ -432,14 +424,18 @@ impl Allocator {
     /// Deficits projected through the outstanding offers' expected launches:
     /// `D_g + f_g·I − I_g`, with `I_g` the expected charge of group g's offers.
     pub(super) fn projected_deficits(&self, state: &AllocationState) -> Vec<f64> {
-        let deficits = state.deficits();
-        deficits
+        state
+            .deficits()
             .iter()
-            .map(|(g, counter)| {
-                let inflight = self.groups.get(g.get()).map_or(0.0, |s| s.inflight);
-                counter.deficit + counter.share * self.inflight_total - inflight
-            })
+            .map(|(g, counter)| self.projected_deficit(g, counter))
             .collect()
+    }
+
+    /// One group's projected deficit (see [`Allocator::projected_deficits`]).
+    #[inline]
+    fn projected_deficit(&self, g: GroupIdx, counter: &GroupCounter) -> f64 {
+        let inflight = self.groups.get(g.get()).map_or(0.0, |s| s.inflight);
+        counter.deficit + counter.share * self.inflight_total - inflight
     }
 
     /// Per group: whether it has a framework with pending work (not suppressed) of a shape
@@ -471,15 +467,17 @@ impl Allocator {
         runnable
     }
 
-    /// Runnable groups with pending work, most deprived first (ties: lower index), leaving out
-    /// the groups all of whose demanding frameworks are in `exclusions` (they refuse the agent).
-    pub(super) fn gate_order(
+    /// Per group, how many of its demanding frameworks are in `exclusions` (refuse the agent);
+    /// groups past the end of the list have none.
+    pub(super) fn refusing_counts(
         &self,
         state: &AllocationState,
-        projected: &[f64],
-        runnable: &[bool],
         exclusions: &[FrameworkIdx],
-    ) -> Vec<GroupIdx> {
+    ) -> Vec<u32> {
+        if exclusions.is_empty() {
+            // None (a group past the end counts none): most agents, without an allocation.
+            return Vec::new();
+        }
         let mut refusing = vec![0u32; self.groups.len()];
         let mut seen: Vec<FrameworkIdx> = Vec::with_capacity(exclusions.len());
         for &f in exclusions {
@@ -491,13 +489,30 @@ impl Allocator {
                 refusing[record.group.get()] += 1;
             }
         }
+        refusing
+    }
+
+    /// Whether group `g` takes part in the κ·C gate for an agent: it has demanding frameworks,
+    /// not all of which refuse the agent, and pending work that fits some agent.
+    #[inline]
+    fn gated(&self, g: usize, runnable: &[bool], refusing: &[u32]) -> bool {
+        let demanding = self.groups[g].demanding;
+        demanding > 0
+            && refusing.get(g).copied().unwrap_or(0) < demanding
+            && runnable.get(g).copied().unwrap_or(false)
+    }
+
+    /// Runnable groups with pending work, most deprived first (ties: lower index), leaving out
+    /// the groups all of whose demanding frameworks refuse the agent (`refusing`, from
+    /// [`Allocator::refusing_counts`]).
+    pub(super) fn gate_order(
+        &self,
+        projected: &[f64],
+        runnable: &[bool],
+        refusing: &[u32],
+    ) -> Vec<GroupIdx> {
         let mut groups: Vec<GroupIdx> = (0..self.groups.len())
-            .filter(|&g| {
-                let demanding = self.groups[g].demanding;
-                demanding > 0
-                    && refusing[g] < demanding
-                    && runnable.get(g).copied().unwrap_or(false)
-            })
+            .filter(|&g| self.gated(g, runnable, refusing))
             .map(|g| GroupIdx(g as u32))
             .collect();
         groups.sort_by(|a, b| {
@@ -506,6 +521,42 @@ impl Allocator {
                 .then(a.cmp(b))
         });
         groups
+    }
+
+    /// The first group of [`Allocator::gate_order`] with its projected deficit, found in one
+    /// pass without sorting or allocating.
+    pub(super) fn gate_leader(
+        &self,
+        state: &AllocationState,
+        runnable: &[bool],
+        refusing: &[u32],
+    ) -> Option<(GroupIdx, f64)> {
+        let mut leader: Option<(GroupIdx, f64)> = None;
+        for (g, counter) in state.deficits().iter() {
+            if g.get() >= self.groups.len() || !self.gated(g.get(), runnable, refusing) {
+                continue;
+            }
+            let projected = self.projected_deficit(g, counter);
+            if leader.is_none_or(|(_, best)| projected.total_cmp(&best).is_gt()) {
+                leader = Some((g, projected));
+            }
+        }
+        leader
+    }
+
+    /// Whether the κ·C gate is closed to `group`: the most deprived runnable group with pending
+    /// work (leaving out those whose frameworks all refuse the agent) is another one, at or
+    /// above the threshold.
+    pub(super) fn gate_closed_against(
+        &self,
+        state: &AllocationState,
+        group: GroupIdx,
+        threshold: f64,
+        runnable: &[bool],
+        refusing: &[u32],
+    ) -> bool {
+        self.gate_leader(state, runnable, refusing)
+            .is_some_and(|(g, projected)| g != group && projected >= threshold)
     }
 
     /// How much factor an offer to a framework of `served` may be expected to charge before
@@ -551,12 +602,11 @@ impl Allocator {
         view: &AgentView,
         exclusions: &Exclusions,
         index: &CycleIndex,
-        projected: &[f64],
         threshold: f64,
     ) -> Option<Choice> {
-        let order = self.gate_order(state, projected, &index.runnable, &exclusions.0);
-        let most_deprived = *order.first()?;
-        if projected[most_deprived.get()] >= threshold {
+        let (most_deprived, deficit) =
+            self.gate_leader(state, &index.runnable, exclusions.refusing())?;
+        if deficit >= threshold {
             let list = index.lists.get(most_deprived.get())?;
             return [FitMode::Strict, FitMode::Overbook]
                 .into_iter()
@@ -564,9 +614,20 @@ impl Allocator {
                     self.best_in_list(list, view, exclusions, index.srpt_weight, None, mode, true)
                 });
         }
+        // Every gated group, most deprived first: the scan keeps the first of equal scores.
+        let mut order = std::mem::take(&mut self.gate_scratch);
+        order.clear();
+        for (g, counter) in state.deficits().iter() {
+            if g.get() < self.groups.len()
+                && self.gated(g.get(), &index.runnable, exclusions.refusing())
+            {
+                order.push((self.projected_deficit(g, counter), g));
+            }
+        }
+        order.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        let mut found: Option<Choice> = None;
         for mode in [FitMode::Strict, FitMode::Overbook] {
-            let mut found: Option<Choice> = None;
-            for &g in &order {
+            for &(_, g) in &order {
                 let Some(list) = index.lists.get(g.get()) else {
                     continue;
                 };
@@ -586,17 +647,19 @@ impl Allocator {
                 }
             }
             if found.is_some() {
-                return found;
+                break;
             }
         }
-        None
+        self.gate_scratch = order;
+        found
     }
 
     /// The best-scoring candidate of a set ordered by score bound, better than `beat` if given.
     /// `with_priority`: Graphene's `priScore · pScore` (else Tetris' bare alignment). Scanning
-    /// stops at the first candidate whose bound cannot beat the best found.
+    /// stops at the first candidate whose bound cannot beat the best found. Of equal scores the
+    /// first in the set's order wins.
     #[allow(clippy::too_many_arguments)]
-    fn best_in_list(
+    pub(super) fn best_in_list(
         &mut self,
         list: &BTreeSet<Ranked>,
         view: &AgentView,
@@ -607,9 +670,9 @@ impl Allocator {
         with_priority: bool,
     ) -> Option<Choice> {
         let mut best: Option<Choice> = None;
-        let allowance = self.config.overbook_allowance;
         for &(OrdF64(negated_bound), _, f) in list {
-            if let Some(bar) = best.map(|c| c.score).or(beat) {
+            let bar = best.map(|c| c.score).or(beat);
+            if let Some(bar) = bar {
                 // The bound holds for fitting scores; overbooked ones are below it too.
                 let bound = PerfScore {
                     fits: mode == FitMode::Strict,
@@ -619,81 +682,13 @@ impl Allocator {
                     break;
                 }
             }
-            if exclusions.contains(f) {
-                continue;
-            }
-            let soft = self.cycle_counts(f);
-            if soft.cycle_pending == 0 || !soft.counted {
-                continue;
-            }
-            // Graphene's srpt_j for its perfScore; Tetris weighs the remaining work.
-            let work = if with_priority {
-                soft.demand.srpt
-            } else {
-                soft.demand.remaining_work
-            };
-            let srpt_term = srpt_weight * work;
-            if mode == FitMode::Strict {
-                if !fits(&soft.cycle_min, &view.free) {
-                    continue;
-                }
-                if let Some(bar) = best.map(|c| c.score).or(beat) {
-                    let envelope = if with_priority {
-                        &soft.cycle_envelope
-                    } else {
-                        &soft.cycle_envelope_plain
-                    };
-                    let bound = PerfScore {
-                        fits: true,
-                        value: view.packing(envelope) - srpt_term,
-                    };
-                    if !bound.beats(&bar) {
-                        continue;
-                    }
-                }
-            }
-            let mut local: Option<(usize, f64, PerfScore)> = None;
-            for (s, shape) in soft.demand.shapes.iter().enumerate() {
-                if soft.cycle_counts[s] == 0 {
-                    continue;
-                }
-                let pri = if with_priority { shape.pri_score } else { 1.0 };
-                let (p, score) = match mode {
-                    FitMode::Strict => {
-                        if !fits(&shape.demand, &view.free) {
-                            continue;
-                        }
-                        let p = view.packing(&shape.demand);
-                        let score = PerfScore {
-                            fits: true,
-                            value: pri * p - srpt_term,
-                        };
-                        (p, score)
-                    }
-                    FitMode::Overbook => {
-                        let o = overbooking_score(
-                            &view.overbook_free,
-                            &shape.demand,
-                            &view.total,
-                            allowance,
-                        );
-                        match PerfScore::new(pri, 0.0, o, srpt_weight, work) {
-                            Some(score) => (o, score),
-                            None => continue,
-                        }
-                    }
-                };
-                if local.is_none_or(|(_, _, l)| score.beats(&l)) {
-                    local = Some((s, p, score));
-                }
-            }
-            let Some((shape, p_score, score)) = local else {
+            let Some((shape, p_score, score)) =
+                self.evaluate_candidate(f, view, exclusions, srpt_weight, bar, mode, with_priority)
+            else {
                 continue;
             };
-            if let Some(bar) = best.map(|c| c.score).or(beat) {
-                if !score.beats(&bar) {
-                    continue;
-                }
+            if bar.is_some_and(|bar| !score.beats(&bar)) {
+                continue;
             }
             best = Some(Choice {
                 framework: f,
@@ -704,6 +699,93 @@ impl Allocator {
             });
         }
         best
+    }
+
+    /// Framework `f`'s best pending shape for the agent seen as `view` under `mode`, with its
+    /// packing (or overbooking) score and perfScore; the first of equal scores in summary
+    /// order. `None` when `f` is excluded, has no projected work, has nothing that fits, or
+    /// (strict mode) cannot reach `bar`: its envelope's score is below `bar`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn evaluate_candidate(
+        &mut self,
+        f: FrameworkIdx,
+        view: &AgentView,
+        exclusions: &Exclusions,
+        srpt_weight: f64,
+        bar: Option<PerfScore>,
+        mode: FitMode,
+        with_priority: bool,
+    ) -> Option<(usize, f64, PerfScore)> {
+        if exclusions.contains(f) {
+            return None;
+        }
+        let allowance = self.config.overbook_allowance;
+        let soft = self.cycle_counts(f);
+        if soft.cycle_pending == 0 || !soft.counted {
+            return None;
+        }
+        // Graphene's srpt_j for its perfScore; Tetris weighs the remaining work.
+        let work = if with_priority {
+            soft.demand.srpt
+        } else {
+            soft.demand.remaining_work
+        };
+        let srpt_term = srpt_weight * work;
+        if mode == FitMode::Strict {
+            if !fits(&soft.cycle_min, &view.free) {
+                return None;
+            }
+            if let Some(bar) = bar {
+                let envelope = if with_priority {
+                    &soft.cycle_envelope
+                } else {
+                    &soft.cycle_envelope_plain
+                };
+                let bound = PerfScore {
+                    fits: true,
+                    value: view.packing(envelope) - srpt_term,
+                };
+                if !bound.beats(&bar) {
+                    return None;
+                }
+            }
+        }
+        let mut local: Option<(usize, f64, PerfScore)> = None;
+        for (s, shape) in soft.demand.shapes.iter().enumerate() {
+            if soft.cycle_counts[s] == 0 {
+                continue;
+            }
+            let pri = if with_priority { shape.pri_score } else { 1.0 };
+            let (p, score) = match mode {
+                FitMode::Strict => {
+                    if !fits(&shape.demand, &view.free) {
+                        continue;
+                    }
+                    let p = view.packing(&shape.demand);
+                    let score = PerfScore {
+                        fits: true,
+                        value: pri * p - srpt_term,
+                    };
+                    (p, score)
+                }
+                FitMode::Overbook => {
+                    let o = overbooking_score(
+                        &view.overbook_free,
+                        &shape.demand,
+                        &view.total,
+                        allowance,
+                    );
+                    match PerfScore::new(pri, 0.0, o, srpt_weight, work) {
+                        Some(score) => (o, score),
+                        None => continue,
+                    }
+                }
+            };
+            if local.is_none_or(|(_, _, l)| score.beats(&l)) {
+                local = Some((s, p, score));
+            }
+        }
+        local
     }
 
     /// The first candidate of an ordered set with a pending shape that fits (the first such
@@ -836,11 +918,8 @@ impl Allocator {
     }
 
     /// Makes the offer of `limit` (or, when the deficit bound caps it, of the expected tasks
-    /// only) of agent `a` to the chosen framework, and projects its expected launches: its
-    /// pending shapes in summary order (the framework's best first), packed greedily, stopping
-    /// at the task whose charge reaches `headroom`. A framework that launches best-first from a
-    /// capped offer launches exactly the projected tasks: the offer holds nothing else. For an
-    /// overbooked choice the projection is one task of the winning shape.
+    /// only) of agent `a` to the chosen framework ([`Allocator::project_offer`]) and registers
+    /// it as out.
     #[allow(clippy::too_many_arguments)] // the state is passed in, not held (see `Allocator`)
     pub(super) fn make_offer(
         &mut self,
@@ -852,6 +931,47 @@ impl Allocator {
         kind: OfferKind,
         index: Option<&mut CycleIndex>,
     ) -> OfferDecision {
+        let projected = self.project_offer(state, choice, limit, headroom, index);
+        let f = choice.framework;
+        let agent_soft = &mut self.agents[a.get()];
+        agent_soft.offered += projected.resources;
+        agent_soft.offers.push(OutstandingOffer {
+            framework: f,
+            group: projected.group,
+            resources: projected.resources,
+            kind,
+            expected_charge: projected.charge,
+        });
+        OfferDecision {
+            agent: state
+                .agent(a)
+                .map(|r| r.id.clone())
+                .unwrap_or_else(|| AgentId::from("")),
+            framework: state
+                .framework(f)
+                .map(|r| r.id.clone())
+                .unwrap_or_else(|| FrameworkId::from("")),
+            resources: projected.resources,
+            kind,
+        }
+    }
+
+    /// What an offer of `limit` to the chosen framework holds (`limit`, or when the deficit
+    /// bound caps it the expected tasks only), projected into the cycle: its expected launches
+    /// are its pending shapes in summary order (the framework's best first), packed greedily,
+    /// stopping at the task whose charge reaches `headroom`, and they are charged to the
+    /// pending counts, the framework's and group's offered resources and the in-flight charge.
+    /// A framework that launches best-first from a capped offer launches exactly the projected
+    /// tasks: the offer holds nothing else. For an overbooked choice the projection is one task
+    /// of the winning shape.
+    pub(super) fn project_offer(
+        &mut self,
+        state: &AllocationState,
+        choice: Choice,
+        limit: ResourceVec,
+        headroom: f64,
+        index: Option<&mut CycleIndex>,
+    ) -> ProjectedOffer {
         let f = choice.framework;
         let factor_kind = state.deficits().factor();
         let capacity = state.capacity();
@@ -906,31 +1026,23 @@ impl Allocator {
             group_soft.inflight += charge;
         }
         self.inflight_total += charge;
-        let agent_soft = &mut self.agents[a.get()];
-        agent_soft.offered += resources;
-        agent_soft.offers.push(OutstandingOffer {
-            framework: f,
-            group,
-            resources,
-            kind,
-            expected_charge: charge,
-        });
         if let Some(index) = index {
             self.relist(state, index, f);
         }
-        OfferDecision {
-            agent: state
-                .agent(a)
-                .map(|r| r.id.clone())
-                .unwrap_or_else(|| AgentId::from("")),
-            framework: state
-                .framework(f)
-                .map(|r| r.id.clone())
-                .unwrap_or_else(|| FrameworkId::from("")),
+        ProjectedOffer {
             resources,
-            kind,
+            charge,
+            group,
         }
     }
+}
+
+/// An offer as [`Allocator::project_offer`] charged it to the cycle.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct ProjectedOffer {
+    resources: ResourceVec,
+    charge: f64,
+    group: GroupIdx,
 }
 
 /// An upper bound of a framework's packing term on any agent: `max over its projected pending

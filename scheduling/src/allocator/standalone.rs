@@ -2,7 +2,8 @@
 //! replicated state exists (the simulator, benchmarks, tests).
 
 use super::{
-    AllocationState, Allocator, AllocatorConfig, AllocatorError, LeftoverAction, OfferDecision,
+    AllocationState, Allocator, AllocatorConfig, AllocatorError, CycleOutcome, CycleSnapshot,
+    LeftoverAction, OfferDecision, ShardPlan,
 };
 use crate::demand::DemandSummary;
 use crate::fairness::DeficitCounters;
@@ -167,6 +168,25 @@ impl StandaloneAllocator {
     /// See [`Allocator::allocate_all`].
     pub fn allocate_all(&mut self, now_s: f64) -> Vec<OfferDecision> {
         self.allocator.allocate_all(&self.state, now_s)
+    }
+
+    /// See [`Allocator::allocate_all_with`].
+    pub fn allocate_all_with(
+        &mut self,
+        now_s: f64,
+        plan: impl FnOnce(&CycleSnapshot) -> Vec<ShardPlan>,
+    ) -> CycleOutcome {
+        self.allocator.allocate_all_with(&self.state, now_s, plan)
+    }
+
+    /// See [`Allocator::snapshot_cycle`].
+    pub fn snapshot_cycle(&mut self, now_s: f64) -> CycleSnapshot {
+        self.allocator.snapshot_cycle(&self.state, now_s)
+    }
+
+    /// See [`Allocator::commit_cycle`].
+    pub fn commit_cycle(&mut self, plans: Vec<ShardPlan>, now_s: f64) -> CycleOutcome {
+        self.allocator.commit_cycle(&self.state, plans, now_s)
     }
 
     /// [`Allocator::offer_answered`], then the launched tasks are charged at once (as a

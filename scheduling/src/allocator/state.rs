@@ -478,6 +478,27 @@ impl AllocationState {
         }
     }
 
+    /// A copy of the frameworks, groups, deficit counters and totals, without the agents (and
+    /// without the id maps): what the planners of a cycle snapshot read. The agents they plan
+    /// for travel in the snapshot itself, with only what planning needs of them, so that a
+    /// snapshot of 100,000 agents does not copy their task lists.
+    pub(crate) fn without_agents(&self) -> AllocationState {
+        AllocationState {
+            agents: Slots::new(),
+            agent_ids: HashMap::new(),
+            frameworks: self.frameworks.clone(),
+            framework_ids: HashMap::new(),
+            next_registration: self.next_registration,
+            deficits: self.deficits.clone(),
+            group_held: self.group_held.clone(),
+            running_tasks: self.running_tasks,
+            slot_size: self.slot_size,
+            capacity: self.capacity,
+            slots: self.slots,
+            structure: self.structure,
+        }
+    }
+
     /// The slot of a registered agent.
     pub fn agent_idx(&self, id: &AgentId) -> Result<AgentIdx, StateError> {
         self.agent_ids

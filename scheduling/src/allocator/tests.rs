@@ -1026,7 +1026,7 @@ fn scenario_strategy() -> impl Strategy<Value = Scenario> {
             2..10,
         ),
         prop::collection::vec((0u16..1000, any::<u64>()), 5..25),
-        1usize..4,
+        1usize..9,
     )
         .prop_map(
             |(factor, kappa, weights, agents, frameworks, releases, shards)| {
@@ -1538,4 +1538,427 @@ fn yields_are_pooled_until_every_part_of_the_agent_is_answered() {
         .map(|o| (o.framework.as_str(), o.resources[ResourceKind::Cpus]))
         .collect();
     assert_eq!(by, vec![("short", 2.0)]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Concurrent shards: snapshot, plan, commit
+// ---------------------------------------------------------------------------------------------
+
+/// A framework of a [`Cluster`]: its group, its shapes with counts and priScores, its remaining
+/// work.
+type ClusterFramework = (usize, Vec<(ResourceVec, u32, f64)>, f64);
+
+/// A random cluster for comparing ways of running cycles: every policy and rule, agents with
+/// bandwidth (so overbooking happens), frameworks over a few groups, some tasks running.
+#[derive(Clone, Debug)]
+struct Cluster {
+    config: AllocatorConfig,
+    weights: Vec<f64>,
+    agents: Vec<ResourceVec>,
+    frameworks: Vec<ClusterFramework>,
+    /// Per round: the seed of the frameworks' answers and of the releases.
+    rounds: Vec<u64>,
+}
+
+fn policy_strategy() -> impl Strategy<Value = InterJobPolicy> {
+    prop::sample::select(vec![
+        deficit(0.1, FairnessFactor::Drf),
+        deficit(0.02, FairnessFactor::Drf),
+        deficit(0.05, FairnessFactor::Slot),
+        InterJobPolicy::Drf,
+        InterJobPolicy::CapacityScheduler { max_capacity: 0.6 },
+        InterJobPolicy::Fifo,
+        InterJobPolicy::Sjf,
+        InterJobPolicy::Tetris,
+    ])
+}
+
+fn wide_shape_strategy() -> impl Strategy<Value = ResourceVec> {
+    (
+        prop::sample::select(vec![0.5, 1.0, 2.0, 4.0]),
+        prop::sample::select(vec![256.0, 1024.0, 4096.0]),
+        prop::sample::select(vec![0.0, 50.0, 400.0]),
+        prop::sample::select(vec![0.0, 100.0, 2000.0]),
+    )
+        .prop_map(|(c, m, d, n)| {
+            ResourceVec::from_pairs(&[
+                (ResourceKind::Cpus, c),
+                (ResourceKind::MemMib, m),
+                (ResourceKind::DiskMbps, d),
+                (ResourceKind::NetMbps, n),
+            ])
+        })
+}
+
+fn cluster_strategy(shards: std::ops::Range<usize>) -> impl Strategy<Value = Cluster> {
+    (
+        (
+            policy_strategy(),
+            prop::sample::select(vec![AgentMatching::TaskAtATime, AgentMatching::WholeAgent]),
+            prop::sample::select(vec![EtaRule::AllPending, EtaRule::ChosenCandidates]),
+            prop::sample::select(vec![LeftoverRule::SrtfThenPacking, LeftoverRule::SrtfOnly]),
+            shards,
+        ),
+        prop::collection::vec(1.0..4.0_f64, 1..4),
+        prop::collection::vec(
+            prop::sample::select(vec![4.0, 8.0, 16.0]).prop_map(|c| {
+                ResourceVec::from_pairs(&[
+                    (ResourceKind::Cpus, c),
+                    (ResourceKind::MemMib, c * 2048.0),
+                    (ResourceKind::DiskMbps, 500.0),
+                    (ResourceKind::NetMbps, 4000.0),
+                ])
+            }),
+            1..24,
+        ),
+        prop::collection::vec(
+            (
+                0usize..4,
+                prop::collection::vec((wide_shape_strategy(), 1u32..30, 0.0..1.0_f64), 1..5),
+                1.0..500.0_f64,
+            ),
+            1..12,
+        ),
+        prop::collection::vec(any::<u64>(), 1..5),
+    )
+        .prop_map(
+            |((policy, matching, eta, leftover, shards), weights, agents, frameworks, rounds)| {
+                let groups = weights.len();
+                Cluster {
+                    config: AllocatorConfig {
+                        policy,
+                        matching,
+                        eta,
+                        leftover,
+                        shards,
+                        ..AllocatorConfig::default()
+                    },
+                    weights,
+                    agents,
+                    frameworks: frameworks
+                        .into_iter()
+                        .map(|(g, shapes, work)| (g % groups, shapes, work))
+                        .collect(),
+                    rounds,
+                }
+            },
+        )
+}
+
+impl Cluster {
+    fn build(&self) -> StandaloneAllocator {
+        let mut alloc = StandaloneAllocator::new(self.config.clone()).unwrap();
+        for (g, w) in self.weights.iter().enumerate() {
+            alloc.set_group_weight(&format!("g{g}"), *w).unwrap();
+        }
+        for (i, total) in self.agents.iter().enumerate() {
+            alloc.add_agent(aid(&format!("a{i}")), *total).unwrap();
+        }
+        for (i, (g, shapes, work)) in self.frameworks.iter().enumerate() {
+            let id = fid(&format!("f{i}"));
+            alloc
+                .add_framework(id.clone(), &format!("g{g}"), i as f64)
+                .unwrap();
+            let pending = shapes
+                .iter()
+                .map(|(d, count, pri)| PendingDemand {
+                    resources: Resources::from(*d),
+                    count: *count,
+                    pri_score: *pri,
+                })
+                .collect();
+            let summary = DemandSummary {
+                pending,
+                remaining_work: *work,
+                srpt: *work,
+            };
+            alloc.update_demand(&id, &summary).unwrap();
+        }
+        alloc
+    }
+}
+
+/// Answers every offer the same way on each allocator given the same seed: launches greedily
+/// in summary order (what the allocator projects), then declines or yields the rest, and
+/// releases some running tasks. The frameworks' summaries follow their launches.
+fn answer_round(
+    alloc: &mut StandaloneAllocator,
+    cluster: &Cluster,
+    offers: &[OfferDecision],
+    seed: u64,
+    now: f64,
+    running: &mut Vec<(AgentId, FrameworkId, ResourceVec)>,
+) -> Vec<OfferDecision> {
+    let mut rng = seed | 1;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let mut reoffers = Vec::new();
+    let mut queue: std::collections::VecDeque<OfferDecision> = offers.iter().cloned().collect();
+    while let Some(offer) = queue.pop_front() {
+        let i: usize = offer.framework.as_str()[1..].parse().unwrap();
+        let (_, shapes, work) = &cluster.frameworks[i];
+        let pending = alloc.allocator().frameworks
+            [alloc.state().framework_idx(&offer.framework).unwrap().get()]
+        .demand
+        .shapes
+        .clone();
+        let mut free = offer.resources;
+        let mut tasks = Vec::new();
+        for shape in &pending {
+            let mut n = shape.count;
+            while n > 0 && shape.demand.fits_in(&free) {
+                free = free.saturating_sub(&shape.demand);
+                tasks.push(shape.demand);
+                n -= 1;
+            }
+        }
+        let action = if next() % 2 == 0 {
+            LeftoverAction::Decline
+        } else {
+            LeftoverAction::Yield
+        };
+        let more = alloc
+            .offer_answered(&offer.agent, &offer.framework, &tasks, action, now)
+            .unwrap();
+        reoffers.extend(more.iter().cloned());
+        queue.extend(more);
+        for t in &tasks {
+            running.push((offer.agent.clone(), offer.framework.clone(), *t));
+        }
+        // The summary after the launches: each launched shape one fewer.
+        let mut left: Vec<(ResourceVec, u32, f64)> = shapes.clone();
+        let mut counts: Vec<u32> = pending.iter().map(|s| s.count).collect();
+        for t in &tasks {
+            if let Some(k) = pending
+                .iter()
+                .enumerate()
+                .position(|(k, s)| counts[k] > 0 && s.demand == *t)
+            {
+                counts[k] -= 1;
+            }
+        }
+        for (entry, shape) in left.iter_mut().zip(pending.iter()) {
+            entry.0 = shape.demand;
+        }
+        left.truncate(pending.len());
+        let summary = DemandSummary {
+            pending: left
+                .iter()
+                .zip(counts.iter())
+                .zip(pending.iter())
+                .map(|((_, count), shape)| PendingDemand {
+                    resources: Resources::from(shape.demand),
+                    count: *count,
+                    pri_score: shape.pri_score,
+                })
+                .collect(),
+            remaining_work: *work,
+            srpt: *work,
+        };
+        alloc.update_demand(&offer.framework, &summary).unwrap();
+    }
+    let mut kept = Vec::new();
+    for task in running.drain(..) {
+        if next() % 3 == 0 {
+            alloc.release(&task.0, &task.1, task.2).unwrap();
+        } else {
+            kept.push(task);
+        }
+    }
+    *running = kept;
+    reoffers
+}
+
+/// Runs the cluster's rounds on two allocators built alike, `ours` allocating with `allocate`
+/// and `reference` with `reference_cycle`, answering identically, and checks that every
+/// round's offers, re-offers and η are equal.
+fn compare_rounds(
+    cluster: &Cluster,
+    mut allocate: impl FnMut(&mut StandaloneAllocator, f64) -> Vec<OfferDecision>,
+    mut reference_cycle: impl FnMut(&mut StandaloneAllocator, f64) -> Vec<OfferDecision>,
+) -> Result<(), TestCaseError> {
+    let mut ours = cluster.build();
+    let mut reference = cluster.build();
+    let (mut ours_running, mut reference_running) = (Vec::new(), Vec::new());
+    for (round, seed) in cluster.rounds.iter().enumerate() {
+        let now = round as f64;
+        let offers = allocate(&mut ours, now);
+        let expected = reference_cycle(&mut reference, now);
+        prop_assert_eq!(&offers, &expected, "round {}", round);
+        prop_assert_eq!(ours.eta(), reference.eta(), "round {}", round);
+        let reoffers = answer_round(&mut ours, cluster, &offers, *seed, now, &mut ours_running);
+        let expected_reoffers = answer_round(
+            &mut reference,
+            cluster,
+            &expected,
+            *seed,
+            now,
+            &mut reference_running,
+        );
+        prop_assert_eq!(reoffers, expected_reoffers, "round {} re-offers", round);
+        prop_assert_eq!(ours.deficits(), reference.deficits());
+    }
+    Ok(())
+}
+
+/// Plans the snapshot's shards on `threads` threads, each taking shards in a shuffled order
+/// and sleeping a random while before each, and returns the plans in the order they finished.
+fn plan_on_threads(snapshot: &CycleSnapshot, threads: usize, seed: u64) -> Vec<ShardPlan> {
+    let finished = std::sync::Mutex::new(Vec::new());
+    let shards = snapshot.shard_count();
+    std::thread::scope(|scope| {
+        for t in 0..threads {
+            let finished = &finished;
+            scope.spawn(move || {
+                let mut mine: Vec<usize> = (0..shards).filter(|s| s % threads == t).collect();
+                let mut rng = seed.wrapping_add(t as u64) | 1;
+                let mut next = move || {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    rng
+                };
+                for i in (1..mine.len()).rev() {
+                    mine.swap(i, next() as usize % (i + 1));
+                }
+                for s in mine {
+                    std::thread::sleep(std::time::Duration::from_micros(next() % 300));
+                    let plan = snapshot.plan_shard(s);
+                    finished.lock().unwrap().push(plan);
+                }
+            });
+        }
+    });
+    finished.into_inner().unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 192, ..ProptestConfig::default() })]
+
+    /// With one shard, a cycle planned from a snapshot and committed makes exactly the offers
+    /// of the sequential cycle (each pick charged at once to the live projection, what
+    /// `allocate_all` runs for one shard), round after round with answers, yields, leftovers
+    /// and releases in between, under every policy and rule.
+    #[test]
+    fn one_shard_planned_and_committed_equals_the_sequential_cycle(
+        cluster in cluster_strategy(1..2),
+    ) {
+        compare_rounds(
+            &cluster,
+            |alloc, now| alloc.allocate_all_with(now, CycleSnapshot::plan_all).offers,
+            StandaloneAllocator::allocate_all,
+        )?;
+    }
+
+    /// With several shards, the offers do not depend on the planners' timing: shards planned
+    /// on three threads in shuffled orders with random delays, their plans handed to the
+    /// commit in the order they finished, give the offers of every shard planned in order on
+    /// one thread.
+    #[test]
+    fn sharded_offers_do_not_depend_on_thread_timing(
+        cluster in cluster_strategy(2..9),
+        timing in any::<u64>(),
+    ) {
+        compare_rounds(
+            &cluster,
+            |alloc, now| {
+                alloc
+                    .allocate_all_with(now, |snapshot| plan_on_threads(snapshot, 3, timing))
+                    .offers
+            },
+            StandaloneAllocator::allocate_all,
+        )?;
+    }
+}
+
+/// A commit after the state moved on drops what no longer holds: the picks of an agent that
+/// left while another took its slot, and of a framework that left while another took its
+/// slot; the rest is committed, and the newcomers are seen by the next cycle.
+#[test]
+fn a_commit_drops_the_picks_the_state_no_longer_allows() {
+    let mut alloc = StandaloneAllocator::new(AllocatorConfig {
+        policy: InterJobPolicy::Fifo,
+        ..AllocatorConfig::default()
+    })
+    .unwrap();
+    add_agents(&mut alloc, 3, res("cpus=4"));
+    alloc.add_framework(fid("f1"), "g", 0.0).unwrap();
+    alloc.add_framework(fid("f2"), "g", 1.0).unwrap();
+    alloc
+        .update_demand(&fid("f1"), &summary(&[("cpus=1", 2, 1.0)], 1.0))
+        .unwrap();
+    alloc
+        .update_demand(&fid("f2"), &summary(&[("cpus=2", 5, 1.0)], 1.0))
+        .unwrap();
+    let snapshot = alloc.snapshot_cycle(0.0);
+    let plans = snapshot.plan_all();
+    // FIFO, agents in slot order: a0 takes f1's two tasks and one of f2's, a1 and a2 two of
+    // f2's each.
+    assert_eq!(plans.iter().map(ShardPlan::picks).sum::<usize>(), 7);
+    // Meanwhile a0 leaves and a3 takes its slot, f1 leaves and f3 takes its slot.
+    alloc.remove_agent(&aid("a0")).unwrap();
+    alloc.add_agent(aid("a3"), res("cpus=12")).unwrap();
+    alloc.remove_framework(&fid("f1")).unwrap();
+    alloc.add_framework(fid("f3"), "g", 2.0).unwrap();
+    alloc
+        .update_demand(&fid("f3"), &summary(&[("cpus=4", 1, 1.0)], 1.0))
+        .unwrap();
+    assert_eq!(
+        alloc.state().agent_idx(&aid("a3")).unwrap(),
+        AgentIdx(0),
+        "a3 reuses a0's slot"
+    );
+    let outcome = alloc.commit_cycle(plans, 0.0);
+    assert_eq!(outcome.stats.planned, 7);
+    assert_eq!(outcome.stats.agent_changed, 3);
+    assert_eq!(outcome.stats.committed, 4);
+    assert_eq!(outcome.stats.dropped(), 3);
+    assert_eq!(offered_to(&outcome.offers), vec!["f2", "f2"]);
+    assert!(outcome.offers.iter().all(|o| o.agent.as_str() != "a3"));
+    // The same with picks for a framework whose slot another takes before the commit.
+    let snapshot = alloc.snapshot_cycle(1.0);
+    let plans = snapshot.plan_all();
+    let f2_slot = alloc.state().framework_idx(&fid("f2")).unwrap();
+    alloc.remove_framework(&fid("f2")).unwrap();
+    alloc.add_framework(fid("f4"), "g", 3.0).unwrap();
+    assert_eq!(alloc.state().framework_idx(&fid("f4")).unwrap(), f2_slot);
+    alloc
+        .update_demand(&fid("f4"), &summary(&[("cpus=2", 5, 1.0)], 1.0))
+        .unwrap();
+    let outcome = alloc.commit_cycle(plans, 1.0);
+    assert!(outcome.stats.framework_changed >= 1, "{:?}", outcome.stats);
+    assert_eq!(
+        outcome.stats.committed + outcome.stats.framework_changed,
+        outcome.stats.planned
+    );
+    assert!(outcome.offers.iter().all(|o| o.framework.as_str() != "f4"));
+}
+
+/// A snapshot can be shared by planner threads and outlive the borrow of the allocator and the
+/// state it was taken from; plans and outcomes can be sent back.
+#[test]
+fn snapshots_and_plans_travel_between_threads() {
+    fn shared_by_threads<T: Send + Sync + 'static>() {}
+    shared_by_threads::<CycleSnapshot>();
+    shared_by_threads::<ShardPlan>();
+    shared_by_threads::<CycleOutcome>();
+    let mut alloc = paper_allocator(InterJobPolicy::Drf);
+    add_agents(&mut alloc, 4, res("cpus=4"));
+    alloc.add_framework(fid("f"), "g", 0.0).unwrap();
+    alloc
+        .update_demand(&fid("f"), &summary(&[("cpus=1", 8, 1.0)], 1.0))
+        .unwrap();
+    let snapshot = std::sync::Arc::new(alloc.snapshot_cycle(0.0));
+    let planner = std::sync::Arc::clone(&snapshot);
+    let plans = std::thread::spawn(move || planner.plan_all())
+        .join()
+        .unwrap();
+    assert_eq!(plans.iter().map(ShardPlan::picks).sum::<usize>(), 8);
+    let outcome = alloc.commit_cycle(plans, 0.0);
+    assert_eq!(outcome.stats.committed, 8);
+    assert_eq!(outcome.stats.dropped(), 0);
 }
