@@ -155,13 +155,19 @@ fn real_main() -> Result<(), Box<dyn std::error::Error>> {
     };
 
     if args.timing {
-        // Times planning and each policy on its own, sequentially, for the speed figures.
-        let start = Instant::now();
-        let plans = plan_jobs(&file_jobs, &args.config, Some(&progress))?;
-        eprintln!("planning: {:.2}s", start.elapsed().as_secs_f64());
+        // Times planning (when a policy needs the plans) and each policy on its own,
+        // sequentially, for the speed figures.
+        let plans = if args.policies.iter().any(|p| p.needs_pri_scores()) {
+            let start = Instant::now();
+            let plans = plan_jobs(&file_jobs, &args.config, Some(&progress))?;
+            eprintln!("planning: {:.2}s", start.elapsed().as_secs_f64());
+            Some(plans)
+        } else {
+            None
+        };
         for &policy in &args.policies {
             let start = Instant::now();
-            let outcome = simulate(&file_jobs, &args.config, policy, Some(&plans), None)?;
+            let outcome = simulate(&file_jobs, &args.config, policy, plans.as_ref(), None)?;
             eprintln!(
                 "{policy}: {:.2}s wall, {} tasks, {} offers, {} cycles, avg JCT {:.1}s",
                 start.elapsed().as_secs_f64(),

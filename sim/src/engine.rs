@@ -50,7 +50,7 @@
 //! unfinished, the engine schedules a retry tick once the filters have expired; if a few retries
 //! in a row launch nothing, the run fails with [`SimError::Stalled`] rather than spinning.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
 use fullerene_proto::{AgentId, FrameworkId, ResourceKind, ResourceVec};
 use fullerene_scheduling::allocator::{
@@ -72,6 +72,24 @@ use crate::workload::SimJob;
 
 /// How many retry ticks in a row may launch nothing before a run is declared stalled.
 const MAX_IDLE_RETRIES: u32 = 3;
+
+/// Machine `m` registers as agent `agent-{m:05}`, job `j`'s framework as `job-{j:06}`: the
+/// number in an id is its index, so an offer's ids lead back to the machine and the job
+/// without a map ([`numbered_position`]).
+const AGENT_PREFIX: &str = "agent-";
+const FRAMEWORK_PREFIX: &str = "job-";
+
+/// The index of `id` among `ids`, which the engine numbered `{prefix}{index}`: the number,
+/// once the id at that index (as `name` spells it) is checked to be `id`.
+fn numbered_position<T>(
+    ids: &[T],
+    name: impl Fn(&T) -> &str,
+    prefix: &str,
+    id: &str,
+) -> Option<usize> {
+    let index: usize = id.strip_prefix(prefix)?.parse().ok()?;
+    (name(ids.get(index)?) == id).then_some(index)
+}
 
 /// One task's run, as recorded when [`SimConfig::record_trace`] is set.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -191,10 +209,12 @@ pub(crate) struct Engine<'a> {
     cluster_capacity: ResourceVec,
     machines: Vec<Machine>,
     agent_ids: Vec<AgentId>,
-    agent_index: BTreeMap<AgentId, usize>,
     frameworks: Vec<Option<SimFramework<'a>>>,
+    /// The jobs that arrived and have not finished, in no particular order, and each one's
+    /// position in it: the scans over the running frameworks skip the finished ones.
+    live: Vec<usize>,
+    live_position: Vec<usize>,
     framework_ids: Vec<FrameworkId>,
-    framework_index: BTreeMap<FrameworkId, usize>,
     job_groups: Vec<usize>,
     dirty: Vec<usize>,
     is_dirty: Vec<bool>,
@@ -210,6 +230,8 @@ pub(crate) struct Engine<'a> {
 
     tasks: Vec<Option<RunningTask>>,
     free_slots: Vec<usize>,
+    /// Completions [`Engine::rerate`] is about to queue, kept to reuse its allocation.
+    schedule_scratch: Vec<(f64, usize)>,
 
     recorder: UsageRecorder,
     trace: Vec<TaskRecord>,
@@ -242,11 +264,9 @@ impl<'a> Engine<'a> {
         let mut allocator = StandaloneAllocator::new(allocator_config)?;
         let mut machines = Vec::with_capacity(config.machines);
         let mut agent_ids = Vec::with_capacity(config.machines);
-        let mut agent_index = BTreeMap::new();
         for m in 0..config.machines {
-            let id = AgentId(format!("agent-{m:05}"));
+            let id = AgentId(format!("{AGENT_PREFIX}{m:05}"));
             allocator.add_agent(id.clone(), config.machine)?;
-            agent_index.insert(id.clone(), m);
             agent_ids.push(id);
             machines.push(Machine {
                 capacity: config.machine,
@@ -267,12 +287,7 @@ impl<'a> Engine<'a> {
             .map(|j| groups.binary_search(&j.group.as_str()).unwrap_or(0))
             .collect();
         let framework_ids: Vec<FrameworkId> = (0..jobs.len())
-            .map(|i| FrameworkId(format!("job-{i:06}")))
-            .collect();
-        let framework_index = framework_ids
-            .iter()
-            .enumerate()
-            .map(|(i, id)| (id.clone(), i))
+            .map(|i| FrameworkId(format!("{FRAMEWORK_PREFIX}{i:06}")))
             .collect();
         let origin = jobs
             .iter()
@@ -301,10 +316,10 @@ impl<'a> Engine<'a> {
             cluster_capacity,
             machines,
             agent_ids,
-            agent_index,
             frameworks: (0..jobs.len()).map(|_| None).collect(),
+            live: Vec::new(),
+            live_position: vec![usize::MAX; jobs.len()],
             framework_ids,
-            framework_index,
             job_groups,
             dirty: Vec::new(),
             is_dirty: vec![false; jobs.len()],
@@ -316,6 +331,7 @@ impl<'a> Engine<'a> {
             yielded: false,
             tasks: Vec::new(),
             free_slots: Vec::new(),
+            schedule_scratch: Vec::new(),
             recorder: UsageRecorder::new(groups.len(), cluster_capacity, origin),
             trace: Vec::new(),
             finish_s: vec![f64::NAN; jobs.len()],
@@ -465,6 +481,8 @@ impl<'a> Engine<'a> {
             .add_framework(id.clone(), &sim_job.group, self.now_s)?;
         let group = self.job_groups[j];
         self.frameworks[j] = Some(SimFramework::new(id, job, group, policy, pri_scores));
+        self.live_position[j] = self.live.len();
+        self.live.push(j);
         self.recorder.job_arrived(group);
         self.mark_dirty(j);
         Ok(())
@@ -512,10 +530,11 @@ impl<'a> Engine<'a> {
             return Ok(());
         }
         let now = self.now_s;
+        // The minimum does not depend on the order of the live list.
         let due = self
-            .frameworks
+            .live
             .iter()
-            .flatten()
+            .filter_map(|&f| self.frameworks[f].as_ref())
             .filter_map(SimFramework::next_start_s)
             .filter(|&at| at > now)
             .fold(f64::INFINITY, f64::min);
@@ -555,14 +574,33 @@ impl<'a> Engine<'a> {
         offer: AllocatorOffer,
     ) -> Result<(bool, Vec<AllocatorOffer>), SimError> {
         self.stats.offers += 1;
-        let m = *self
-            .agent_index
-            .get(&offer.agent)
-            .ok_or_else(|| SimError::Internal(format!("offer of unknown agent {}", offer.agent)))?;
-        let f = *self.framework_index.get(&offer.framework).ok_or_else(|| {
+        let m = numbered_position(
+            &self.agent_ids,
+            AgentId::as_str,
+            AGENT_PREFIX,
+            offer.agent.as_str(),
+        )
+        .ok_or_else(|| SimError::Internal(format!("offer of unknown agent {}", offer.agent)))?;
+        let f = numbered_position(
+            &self.framework_ids,
+            FrameworkId::as_str,
+            FRAMEWORK_PREFIX,
+            offer.framework.as_str(),
+        )
+        .ok_or_else(|| {
             SimError::Internal(format!("offer to unknown framework {}", offer.framework))
         })?;
-        let fair_share = self.allocator.fair_share(&offer.framework)?;
+        let reads_fair_share = self.frameworks[f]
+            .as_ref()
+            .is_some_and(SimFramework::reads_fair_share);
+        // The allocator caches A_k for the rest of the cycle from the first request, so for the
+        // policies that read it the request stays on every offer, leftovers included, as a
+        // master makes it; the others are handed zero and spared the progressive filling.
+        let fair_share = if reads_fair_share {
+            self.allocator.fair_share(&offer.framework)?
+        } else {
+            ResourceVec::ZERO
+        };
         // The allocator floors free resources at zero, which hides a fungible resource that is
         // already overbooked; the matcher bounds its overbooking relative to `free` ("may go
         // negative on fungible kinds"), so it is told the machine's true headroom.
@@ -648,7 +686,7 @@ impl<'a> Engine<'a> {
             return;
         };
         let group = fw.group;
-        let mut new_slots = Vec::with_capacity(bundle.len());
+        let first_new = self.machines[m].running.len();
         for &task in bundle {
             let demand = fw.job.demand(task);
             fw.state.mark_launched(task, m, now);
@@ -687,7 +725,6 @@ impl<'a> Engine<'a> {
                 }
             };
             self.machines[m].running.push(slot);
-            new_slots.push(slot);
         }
         self.stats.tasks += bundle.len() as u64;
         let new_used = self.machines[m].used();
@@ -699,21 +736,17 @@ impl<'a> Engine<'a> {
             "machine {m} charged beyond its capacity and allowance"
         );
         let rerate_all = was_overloaded || self.machines[m].overloaded();
-        self.rerate(m, rerate_all, &new_slots);
+        self.rerate(m, if rerate_all { 0 } else { first_new });
     }
 
-    /// Brings the progress of machine `m`'s tasks up to now and (re)schedules the completions
-    /// whose rate changed: all tasks when `all` (the machine's overbooking changed), otherwise
-    /// only `new_slots` (nothing is slowed down, so the others keep their completion time).
-    fn rerate(&mut self, m: usize, all: bool, new_slots: &[usize]) {
+    /// Brings the progress of machine `m`'s tasks from position `from` of its running list on
+    /// up to now and (re)schedules the completions whose rate changed: all tasks (`from` 0) when
+    /// the machine's overbooking changed, otherwise only the ones just launched, which a launch
+    /// appends (nothing is slowed down, so the others keep their completion time).
+    fn rerate(&mut self, m: usize, from: usize) {
         let now = self.now_s;
-        let slots: Vec<usize> = if all {
-            self.machines[m].running.clone()
-        } else {
-            new_slots.to_vec()
-        };
-        let mut schedule = Vec::new();
-        for slot in slots {
+        let mut schedule = std::mem::take(&mut self.schedule_scratch);
+        for &slot in &self.machines[m].running[from..] {
             let Some(task) = self.tasks[slot].as_mut() else {
                 continue;
             };
@@ -730,12 +763,14 @@ impl<'a> Engine<'a> {
             task.rate = rate;
             schedule.push((now + task.remaining_s / rate, slot));
         }
-        for (at, slot) in schedule {
+        for &(at, slot) in &schedule {
             let seq = self.push(at, EventKind::Completion { slot });
             if let Some(task) = self.tasks[slot].as_mut() {
                 task.completion_seq = seq;
             }
         }
+        schedule.clear();
+        self.schedule_scratch = schedule;
     }
 
     /// A completion event; false when it is stale (the task was rescheduled since, or finished
@@ -769,12 +804,12 @@ impl<'a> Engine<'a> {
             self.trace[index].finish_s = now;
         }
         let f = task.framework;
-        let agent = self.agent_ids[m].clone();
         let fw = self.frameworks[f].as_mut().ok_or_else(|| {
             SimError::Internal(format!("completion for job {f}, which is not running"))
         })?;
         self.recorder.release(fw.group, &task.demand);
-        self.allocator.release(&agent, &fw.id, task.demand)?;
+        self.allocator
+            .release(&self.agent_ids[m], &fw.id, task.demand)?;
         let runnable_before = fw.state.num_runnable();
         fw.state.mark_finished(fw.job, task.task, now);
         let complete = fw.state.is_complete();
@@ -785,7 +820,7 @@ impl<'a> Engine<'a> {
             self.allocator.revive(&fw.id)?;
         }
         if was_overloaded {
-            self.rerate(m, true, &[]);
+            self.rerate(m, 0);
         }
         if complete {
             self.finish_job(f)?;
@@ -800,6 +835,11 @@ impl<'a> Engine<'a> {
         let Some(fw) = self.frameworks[f].take() else {
             return Ok(());
         };
+        let position = std::mem::replace(&mut self.live_position[f], usize::MAX);
+        self.live.swap_remove(position);
+        if let Some(&moved) = self.live.get(position) {
+            self.live_position[moved] = position;
+        }
         self.allocator.remove_framework(&fw.id)?;
         self.recorder.job_finished(fw.group);
         self.finish_s[f] = self.now_s;
@@ -813,5 +853,25 @@ impl<'a> Engine<'a> {
             });
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbered_ids_lead_back_to_their_index_and_nothing_else() {
+        let ids: Vec<AgentId> = (0..3)
+            .map(|m| AgentId(format!("{AGENT_PREFIX}{m:05}")))
+            .collect();
+        let position = |id: &str| numbered_position(&ids, AgentId::as_str, AGENT_PREFIX, id);
+        assert_eq!(position("agent-00002"), Some(2));
+        assert_eq!(position("agent-00000"), Some(0));
+        // The number must be spelled as the engine spelled it, and within the list.
+        assert_eq!(position("agent-2"), None);
+        assert_eq!(position("agent-00003"), None);
+        assert_eq!(position("job-00001"), None);
+        assert_eq!(position("agent-x"), None);
     }
 }

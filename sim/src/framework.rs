@@ -10,6 +10,9 @@ use fullerene_proto::{FrameworkId, ResourceVec};
 use fullerene_sdk::policy::{JobPolicy, JobState, OfferContext, OfferDecision, PriScoreScope};
 use fullerene_sdk::{Job, TaskRef};
 
+/// Up to this many tasks, a bundle is checked for repeats by scanning the tasks before each.
+const LINEAR_REPEAT_CHECK: usize = 32;
+
 /// A framework's live state during a run.
 pub(crate) struct SimFramework<'a> {
     /// The id it registered with.
@@ -64,6 +67,11 @@ impl<'a> SimFramework<'a> {
         self.policy.next_start_s()
     }
 
+    /// Whether the policy reads its share `A_k` ([`JobPolicy::reads_fair_share`]).
+    pub(crate) fn reads_fair_share(&self) -> bool {
+        self.policy.reads_fair_share()
+    }
+
     /// Asks the policy for a bundle and checks it the way the master checks an accept: every
     /// task runnable and named once. Returns the decision and the bundle's demands, or why it is
     /// invalid. Fitting the machine is checked by the caller, which knows the machine.
@@ -72,10 +80,18 @@ impl<'a> SimFramework<'a> {
         offer: &OfferContext,
     ) -> Result<(OfferDecision, Vec<ResourceVec>), String> {
         let decision = self.policy.on_offer(self.job, &self.state, offer);
+        // Bundles are mostly a handful of tasks, for which a scan of the earlier ones is cheaper
+        // than a set (the set is only filled, and allocated, for large bundles).
+        let linear = decision.launch.len() <= LINEAR_REPEAT_CHECK;
         let mut seen = BTreeSet::new();
         let mut demands = Vec::with_capacity(decision.launch.len());
-        for &task in &decision.launch {
-            if !seen.insert(task) {
+        for (i, &task) in decision.launch.iter().enumerate() {
+            let repeated = if linear {
+                decision.launch[..i].contains(&task)
+            } else {
+                !seen.insert(task)
+            };
+            if repeated {
                 return Err(format!(
                     "task {} is launched twice",
                     describe(self.job, task)

@@ -134,16 +134,6 @@ impl UsageRecorder {
             return;
         }
         let groups = self.group_alloc.len();
-        let shares: Vec<f64> = (0..groups)
-            .map(|g| {
-                if self.group_active_jobs[g] > 0 {
-                    self.group_alloc[g].dominant_share(&self.cluster_capacity)
-                } else {
-                    0.0
-                }
-            })
-            .collect();
-        let active: Vec<bool> = self.group_active_jobs.iter().map(|&n| n > 0).collect();
         let mut from = self.last_s;
         while from < now_s {
             let index = ((from - self.origin_s) / BIN_S).floor().max(0.0) as usize;
@@ -164,8 +154,9 @@ impl UsageRecorder {
             }
             let bin = &mut self.bins[index];
             for g in 0..groups {
-                if active[g] {
-                    bin.share_time[g] += shares[g] * dt;
+                if self.group_active_jobs[g] > 0 {
+                    let share = self.group_alloc[g].dominant_share(&self.cluster_capacity);
+                    bin.share_time[g] += share * dt;
                     bin.active_time[g] += dt;
                 }
             }

@@ -283,6 +283,10 @@ impl JobPolicy for CarbynePolicy {
     fn next_start_s(&self) -> Option<f64> {
         self.next_due
     }
+
+    fn reads_fair_share(&self) -> bool {
+        true
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

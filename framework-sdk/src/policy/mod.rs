@@ -28,7 +28,8 @@ pub struct OfferContext {
     pub cluster_capacity: ResourceVec,
     /// The resources this job would hold under its fair share right now (Carbyne §3.3.1 uses
     /// it to estimate T_k). The allocator computes it from the groups' weights and the jobs
-    /// active in each group.
+    /// active in each group. Zero where the caller knows the policy does not read it
+    /// ([`JobPolicy::reads_fair_share`]).
     pub fair_share: ResourceVec,
 }
 
@@ -60,6 +61,15 @@ pub trait JobPolicy: Send {
     /// these due times) rather than by a periodic re-offer tick. `None`: no such time.
     fn next_start_s(&self) -> Option<f64> {
         None
+    }
+
+    /// Whether [`JobPolicy::on_offer`] reads [`OfferContext::fair_share`] (Carbyne's `A_k`).
+    /// A master sends the share with every offer, since it does not know the framework's
+    /// policy; the simulator, which does, asks its allocator for the share (a progressive
+    /// filling over every framework with demand) only for the policies that read it, and
+    /// hands the others zero. `false` by default.
+    fn reads_fair_share(&self) -> bool {
+        false
     }
 }
 

@@ -724,6 +724,13 @@ proptest! {
         for kind in PolicyKind::ALL {
             let mut policy = policy_for(kind, &job);
             let d = policy.on_offer(&job, &state, &offer);
+            // The simulator hands a policy that says it does not read A_k a zero share.
+            prop_assert_eq!(policy.reads_fair_share(), kind.is_altruistic(), "{}", kind);
+            if !policy.reads_fair_share() {
+                let blind = OfferContext { fair_share: ResourceVec::ZERO, ..offer.clone() };
+                let d_blind = policy_for(kind, &job).on_offer(&job, &state, &blind);
+                prop_assert_eq!(&d_blind, &d, "{} reads the share it says it ignores", kind);
+            }
             let distinct: BTreeSet<TaskRef> = d.launch.iter().copied().collect();
             prop_assert_eq!(distinct.len(), d.launch.len(), "{} launched a task twice", kind);
             for t in &d.launch {

@@ -346,6 +346,7 @@ impl Allocator {
         self.begin_cycle();
         let index = self.build_index(state);
         let overbook = matches!(self.config.policy, InterJobPolicy::DeficitCounters { .. });
+        self.wake_idle_agents(&index, overbook);
         let allowance = Overbooking(self.config.overbook_allowance);
         let capacity = state.capacity();
         let mut planned = Vec::with_capacity(shards.len());
@@ -392,11 +393,23 @@ impl Allocator {
         }
         let start = (self.shard_cycles[shard] % n as u64) as usize;
         self.shard_cycles[shard] += 1;
+        let idle = &self.idle;
         agents[start..]
             .iter()
             .chain(&agents[..start])
             .copied()
+            .filter(|&a| !idle.is_parked(a))
             .collect()
+    }
+
+    /// Wakes the parked agents that could hold this cycle's smallest pending shape (module
+    /// `idle`).
+    fn wake_idle_agents(&mut self, index: &CycleIndex, overbook: bool) {
+        let mut idle = std::mem::take(&mut self.idle);
+        idle.begin_cycle(&index.min_demand, |free, total| {
+            self.could_fit_any(index, free, total, overbook)
+        });
+        self.idle = idle;
     }
 
     /// Starts agent `a`'s turn in a cycle (its yields of the last cycle and expired filters
@@ -420,10 +433,12 @@ impl Allocator {
         let generation = soft.generation;
         let free = self.unoffered_free(state, a);
         if free.is_zero() {
+            self.idle.park_empty(a);
             return None;
         }
         let total = state.agent(a)?.total;
         if !self.could_fit_any(index, &free, &total, overbook) {
+            self.idle.park_too_small(a, free, total, &index.min_demand);
             return None;
         }
         Some(AgentSnapshot {
@@ -446,6 +461,7 @@ impl Allocator {
             groups: self.groups.clone(),
             shards: Vec::new(),
             shard_cycles: Vec::new(),
+            idle: Default::default(),
             next_generation: self.next_generation,
             observations: Vec::new(),
             gate_scratch: Vec::new(),
@@ -782,6 +798,7 @@ impl Allocator {
         self.begin_cycle();
         let mut index = self.build_index(state);
         let overbook = matches!(self.config.policy, InterJobPolicy::DeficitCounters { .. });
+        self.wake_idle_agents(&index, overbook);
         let mut out = Vec::new();
         for shard in shards {
             for a in self.visiting_order(shard) {

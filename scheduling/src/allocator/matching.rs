@@ -119,6 +119,10 @@ impl Allocator {
         room: &ResourceVec,
     ) -> Option<usize> {
         let soft = self.cycle_counts(f);
+        // No shape with projected work fits where their component-wise minimum does not.
+        if !fits(&soft.cycle_min, room) {
+            return None;
+        }
         soft.demand
             .shapes
             .iter()
@@ -187,6 +191,10 @@ impl Allocator {
         kind: OfferKind,
         out: &mut Vec<OfferDecision>,
     ) {
+        // Most agents a cycle plans get no pick.
+        if parts.0.is_empty() {
+            return;
+        }
         let Some(agent_id) = state.agent(a).map(|r| &r.id) else {
             return;
         };

@@ -117,6 +117,7 @@
 
 mod cycle;
 mod fair_share;
+mod idle;
 mod leftover;
 mod matching;
 mod memo;
@@ -595,6 +596,8 @@ pub struct Allocator {
     shards: Vec<Vec<AgentIdx>>,
     /// Per shard, how many cycles it ran (the rotation of its visiting order).
     shard_cycles: Vec<u64>,
+    /// Agents found with nothing a pending shape fits, passed over until woken.
+    idle: idle::IdleAgents,
     /// The generation the next placed agent gets.
     next_generation: u64,
     /// What the policy observed for the η and ε estimators while planning, applied when the
@@ -702,6 +705,7 @@ impl Allocator {
             groups: Vec::new(),
             shards: vec![Vec::new(); shards],
             shard_cycles: vec![0; shards],
+            idle: idle::IdleAgents::default(),
             next_generation: 0,
             observations: Vec::new(),
             gate_scratch: Vec::new(),
@@ -754,6 +758,8 @@ impl Allocator {
         if self.synced.is_some_and(|then| then.version == now.version) {
             return;
         }
+        // A framework removed releases what it held, and a structural change is rare.
+        self.idle.wake_all();
         let (agent_range, framework_range) = match self.synced {
             Some(then) if then.appended_agents(&now) => (then.agent_slots..now.agent_slots, 0..0),
             Some(then) if then.appended_frameworks(&now) => {
@@ -1121,6 +1127,7 @@ impl Allocator {
         self.sync(state);
         if let Ok(a) = state.agent_idx(agent) {
             self.agents[a.get()].paused = paused;
+            self.idle.wake(a);
         }
     }
 
@@ -1155,6 +1162,25 @@ impl Allocator {
         if let Ok(a) = state.agent_idx(agent) {
             let soft = &mut self.agents[a.get()];
             soft.launching = soft.launching.saturating_sub(&resources);
+            self.idle.wake(a);
+        }
+    }
+
+    /// Has cycles pass over the agents they found with nothing free that the smallest pending
+    /// shape fits, until something may have freed resources on them (module `idle`). The
+    /// caller must then call [`Allocator::resources_freed`] whenever it releases resources on
+    /// an agent in the state (as [`StandaloneAllocator`] does); the offers are the same as
+    /// without. A master, whose state is released by applied commands, does not.
+    pub fn pass_over_idle_agents(&mut self) {
+        self.idle.enable();
+    }
+
+    /// Resources were released on `agent` in the state: cycles look at it again (see
+    /// [`Allocator::pass_over_idle_agents`]).
+    pub fn resources_freed(&mut self, state: &AllocationState, agent: &AgentId) {
+        self.sync(state);
+        if let Ok(a) = state.agent_idx(agent) {
+            self.idle.wake(a);
         }
     }
 
@@ -1238,6 +1264,7 @@ impl Allocator {
             .or_insert((total, 0))
             .1 += 1;
         self.next_generation += 1;
+        self.idle.wake(idx);
         self.agents[idx.get()] = AgentSoft {
             shard,
             generation: self.next_generation,
@@ -1253,6 +1280,7 @@ impl Allocator {
     /// An agent left the state (or changed capacity): its offers are dropped and its slot
     /// forgotten.
     fn unplace_agent(&mut self, idx: AgentIdx) {
+        self.idle.wake(idx);
         self.drop_agent_offers(idx);
         let soft = std::mem::take(&mut self.agents[idx.get()]);
         if let Some((_, total)) = soft.placed {
@@ -1324,6 +1352,7 @@ impl Allocator {
             return false;
         };
         let offer = soft.offers.swap_remove(pos);
+        self.idle.wake(a);
         soft.offered = soft.offered.saturating_sub(&offer.resources);
         if soft.offers.is_empty() {
             soft.offered = ResourceVec::ZERO;

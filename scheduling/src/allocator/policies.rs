@@ -65,7 +65,7 @@ pub(super) struct CycleIndex {
     pub(super) min_capacity: ResourceVec,
     /// Component-wise minimum of every pending shape (an agent that cannot hold it cannot hold
     /// any shape).
-    min_demand: ResourceVec,
+    pub(super) min_demand: ResourceVec,
     /// η (deficit counters) or ε (Tetris), fixed for the cycle so the bounds stay valid.
     pub(super) srpt_weight: f64,
     /// Per group: has a framework with a pending shape that fits some agent's capacity.

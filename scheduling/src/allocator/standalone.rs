@@ -59,6 +59,8 @@ impl StandaloneAllocator {
         state: AllocationState,
     ) -> Result<StandaloneAllocator, AllocatorError> {
         let mut allocator = Allocator::new(config)?;
+        // Every release goes through `release` below, which reports it.
+        allocator.pass_over_idle_agents();
         allocator.check_state(&state)?;
         allocator.sync(&state);
         Ok(StandaloneAllocator { state, allocator })
@@ -72,6 +74,12 @@ impl StandaloneAllocator {
     /// The accounting state.
     pub fn state(&self) -> &AllocationState {
         &self.state
+    }
+
+    /// The allocator, to change for a test.
+    #[cfg(test)]
+    pub(super) fn allocator_mut(&mut self) -> &mut Allocator {
+        &mut self.allocator
     }
 
     /// The allocator's soft state.
@@ -241,6 +249,7 @@ impl StandaloneAllocator {
         resources: ResourceVec,
     ) -> Result<(), AllocatorError> {
         self.state.apply_release(agent, framework, resources)?;
+        self.allocator.resources_freed(&self.state, agent);
         Ok(())
     }
 

@@ -1865,6 +1865,55 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    /// Passing over the agents found idle (what a standalone allocator does, module `idle`)
+    /// changes no offer: round after round with launches, declines, yields, leftovers and
+    /// releases, with one or more shards, the offers equal those of cycles that look at every
+    /// agent.
+    #[test]
+    fn passing_over_idle_agents_changes_no_offer(cluster in cluster_strategy(1..4)) {
+        compare_rounds(&cluster, StandaloneAllocator::allocate_all, |alloc, now| {
+            alloc.allocator_mut().idle = idle::IdleAgents::default();
+            alloc.allocate_all(now)
+        })?;
+    }
+}
+
+/// A cycle passes over an agent it found too full for any pending task until resources are
+/// released on it.
+#[test]
+fn a_full_agent_is_passed_over_until_resources_are_freed() {
+    let mut alloc = allocator(InterJobPolicy::Drf);
+    add_agents(&mut alloc, 1, res("cpus=2,mem_mib=4096"));
+    let task = res("cpus=2,mem_mib=1024");
+    alloc.add_framework(fid("f"), "g", 0.0).unwrap();
+    alloc
+        .update_demand(&fid("f"), &summary(&[("cpus=2,mem_mib=1024", 2, 1.0)], 2.0))
+        .unwrap();
+    let offer = one(alloc.allocate_all(0.0));
+    alloc
+        .offer_answered(
+            &offer.agent,
+            &offer.framework,
+            &[task],
+            LeftoverAction::Decline,
+            0.0,
+        )
+        .unwrap();
+    alloc
+        .update_demand(&fid("f"), &summary(&[("cpus=2,mem_mib=1024", 1, 1.0)], 1.0))
+        .unwrap();
+    let a = alloc.state().agent_idx(&offer.agent).unwrap();
+    // Memory is free, but not the cores any pending task needs.
+    assert!(alloc.allocate_all(100.0).is_empty());
+    assert!(alloc.allocator().idle.is_parked(a));
+    alloc.release(&offer.agent, &fid("f"), task).unwrap();
+    assert!(!alloc.allocator().idle.is_parked(a));
+    assert_eq!(one(alloc.allocate_all(200.0)).framework, fid("f"));
+}
+
 /// A commit after the state moved on drops what no longer holds: the picks of an agent that
 /// left while another took its slot, and of a framework that left while another took its
 /// slot; the rest is committed, and the newcomers are seen by the next cycle.
