@@ -10,7 +10,7 @@
 //! What a store does with its own medium (the in-memory store's crash simulation, RocksDB's
 //! reopen, damage detection and torn tails) is tested beside that store.
 
-use fullerene_master::storage::{RaftStore, ReadyWrite, StorageError};
+use fullerene_master::storage::{DurableWriter, RaftStore, ReadyWrite, StorageError};
 use fullerene_master::testkit::{log_entry, snapshot};
 use raft::eraftpb::{Entry, HardState};
 use raft::{GetEntriesContext, Storage as _};
@@ -51,6 +51,9 @@ macro_rules! raft_store_conformance {
             a_batch_with_a_commit_beyond_the_log_is_refused_whole,
             compaction_keeps_the_term_of_the_last_dropped_entry,
             received_snapshot_replaces_the_log,
+            staged_writes_are_read_at_once_and_written_in_order,
+            forgotten_entries_are_not_served_before_the_writer_deletes_them,
+            a_snapshot_is_served_whole_while_the_writer_saves_a_newer_one,
         );
     };
     (@tests $factory:expr; $($name:ident),* $(,)?) => {
@@ -225,4 +228,150 @@ pub fn received_snapshot_replaces_the_log<F: StoreFactory>(factory: &mut F) {
     assert_eq!(store.applied(), 20);
     assert_eq!(store.conf_state().voters, vec![1, 2, 3, 4]);
     assert_eq!(&store.latest_snapshot().data[..], b"leader state");
+}
+
+/// What [`RaftStore::stage`] hands over is read at once (raft-rs reads it before it is
+/// durable), including an overwrite of a staged tail; the writer then writes the staged
+/// writes in order and the reads do not change.
+pub fn staged_writes_are_read_at_once_and_written_in_order<F: StoreFactory>(factory: &mut F) {
+    let mut store = bootstrapped(factory);
+    let first: Vec<Entry> = (2..=6).map(|i| entry(i, 2)).collect();
+    let hs = HardState {
+        term: 3,
+        vote: 1,
+        commit: 3,
+        ..Default::default()
+    };
+    let (_, a) = store
+        .stage(ReadyWrite {
+            entries: &first,
+            ..Default::default()
+        })
+        .unwrap();
+    let (_, b) = store
+        .stage(ReadyWrite {
+            entries: &[entry(5, 3), entry(6, 3), entry(7, 3)],
+            hard_state: Some(&hs),
+            ..Default::default()
+        })
+        .unwrap();
+    let read = |store: &F::Store| {
+        let terms: Vec<u64> = (2..=7).map(|i| store.term(i).unwrap()).collect();
+        let entries = store
+            .entries(2, 8, None, GetEntriesContext::empty(false))
+            .unwrap();
+        (store.last_index().unwrap(), terms, entries, store.hard_state())
+    };
+    let staged = read(&store);
+    assert_eq!(staged.0, 7, "a staged append is read at once");
+    assert_eq!(staged.1, vec![2, 2, 2, 3, 3, 3], "a staged overwrite wins");
+    assert_eq!(staged.3, hs, "a staged hard state is read at once");
+    let (ticket, c) = store
+        .stage(ReadyWrite {
+            entries: &[entry(8, 3)],
+            ..Default::default()
+        })
+        .unwrap();
+    // A staged write that would leave a gap is refused and changes nothing.
+    assert!(store
+        .stage(ReadyWrite {
+            entries: &[entry(10, 3)],
+            ..Default::default()
+        })
+        .is_err());
+    store.writer().write(vec![a, b, c]).unwrap();
+    store.durable_through(ticket);
+    let written = read(&store);
+    assert_eq!(staged.1, written.1);
+    assert_eq!(staged.2, written.2);
+    assert_eq!(store.last_index().unwrap(), 8);
+}
+
+/// [`RaftStore::forget_before`] stops serving entries at once (raft-rs must never read an
+/// entry the writer may be deleting) and keeps the matching term; the writer's deletion
+/// changes nothing raft-rs sees.
+pub fn forgotten_entries_are_not_served_before_the_writer_deletes_them<F: StoreFactory>(
+    factory: &mut F,
+) {
+    let mut store = bootstrapped(factory);
+    let ents: Vec<Entry> = (2..=10).map(|i| entry(i, 2)).collect();
+    let hs = HardState {
+        term: 2,
+        commit: 10,
+        ..Default::default()
+    };
+    store
+        .persist(ReadyWrite {
+            entries: &ents,
+            hard_state: Some(&hs),
+            ..Default::default()
+        })
+        .unwrap();
+    store
+        .save_snapshot(&snapshot(8, 2, &[1, 2, 3], b"state at 8"))
+        .unwrap();
+    assert!(store.forget_before(10).is_err(), "past the snapshot");
+    let compaction = store
+        .forget_before(7)
+        .unwrap()
+        .expect("entries 2..7 are to go");
+    assert_eq!((compaction.first, compaction.to, compaction.term), (2, 7, 2));
+    assert_eq!(store.first_index().unwrap(), 7);
+    assert_eq!(store.term(6).unwrap(), 2);
+    assert!(matches!(
+        store.entries(5, 8, None, GetEntriesContext::empty(false)),
+        Err(raft::Error::Store(raft::StorageError::Compacted))
+    ));
+    assert!(store.forget_before(7).unwrap().is_none(), "nothing more to go");
+    store.writer().compact(&compaction).unwrap();
+    assert_eq!(store.first_index().unwrap(), 7);
+    assert_eq!(
+        store
+            .entries(7, 11, None, GetEntriesContext::empty(false))
+            .unwrap()
+            .len(),
+        4
+    );
+}
+
+/// While the writer saves a newer state-machine snapshot, the store serves a whole snapshot,
+/// the old or the new, never one's metadata with the other's state (its receiver would apply
+/// entries twice); once told it is saved, the new one.
+pub fn a_snapshot_is_served_whole_while_the_writer_saves_a_newer_one<F: StoreFactory>(
+    factory: &mut F,
+) {
+    let mut store = bootstrapped(factory);
+    let ents: Vec<Entry> = (2..=10).map(|i| entry(i, 2)).collect();
+    let hs = HardState {
+        term: 2,
+        commit: 10,
+        ..Default::default()
+    };
+    store
+        .persist(ReadyWrite {
+            entries: &ents,
+            hard_state: Some(&hs),
+            ..Default::default()
+        })
+        .unwrap();
+    store
+        .save_snapshot(&snapshot(6, 2, &[1, 2, 3], b"state at 6"))
+        .unwrap();
+    let newer = snapshot(9, 2, &[1, 2, 3], b"state at 9");
+    store.check_snapshot(newer.get_metadata()).unwrap();
+    store
+        .writer()
+        .save_snapshot(newer.get_metadata(), &newer.data)
+        .unwrap();
+    let served = store.snapshot(0, 1).unwrap();
+    let whole = match served.get_metadata().index {
+        6 => &served.data[..] == b"state at 6",
+        9 => &served.data[..] == b"state at 9",
+        _ => false,
+    };
+    assert!(whole, "served a mixed snapshot: {:?}", served.get_metadata());
+    store.snapshot_saved(newer.get_metadata());
+    assert_eq!(store.applied(), 9);
+    assert_eq!(&store.latest_snapshot().data[..], b"state at 9");
+    assert_eq!(store.snapshot(0, 1).unwrap().get_metadata().index, 9);
 }

@@ -4,7 +4,9 @@
 
 mod memory {
     use fullerene_chaos::storage_suite::{bootstrapped, entry};
-    use fullerene_master::storage::{Durability, MemStorage, RaftStore, ReadyWrite, StorageError};
+    use fullerene_master::storage::{
+        Durability, DurableWriter, MemStorage, RaftStore, ReadyWrite, StorageError,
+    };
     use raft::eraftpb::{Entry, HardState};
     use raft::Storage;
 
@@ -93,6 +95,34 @@ mod memory {
             })
             .unwrap();
         assert_eq!(store.crash().hard_state().commit, 4);
+    }
+
+    /// What was staged and not yet written is lost in a crash; what the writer wrote is
+    /// kept, and the old handle's writer is fenced off.
+    #[test]
+    fn a_crash_loses_staged_writes_the_writer_did_not_run() {
+        let mut store = bootstrapped(&mut fresh);
+        let (_, written) = store
+            .stage(ReadyWrite {
+                entries: &[entry(2, 2), entry(3, 2)],
+                ..Default::default()
+            })
+            .unwrap();
+        let (_, staged_only) = store
+            .stage(ReadyWrite {
+                entries: &[entry(4, 2)],
+                ..Default::default()
+            })
+            .unwrap();
+        let mut writer = store.writer();
+        writer.write(vec![written]).unwrap();
+        assert_eq!(store.last_index().unwrap(), 4, "staged entries are read at once");
+        let restarted = store.crash();
+        assert_eq!(restarted.last_index().unwrap(), 3);
+        assert!(matches!(
+            writer.write(vec![staged_only]),
+            Err(StorageError::Injected { .. })
+        ));
     }
 
     #[test]

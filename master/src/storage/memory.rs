@@ -1,20 +1,27 @@
 //! An in-memory [`RaftStore`] for deterministic tests and the simulator.
 //!
-//! It keeps exactly what a disk would: every successful write is "durable" (it survives the
-//! node that made it), and nothing else is. A test crashes a master by dropping its
+//! It keeps exactly what a disk would: what its writer wrote is "durable" (it survives the
+//! node that made it), and nothing else is. Two copies of the store's contents model that:
+//! the *visible* one, which raft-rs reads and which every staged write changes at once
+//! ([`RaftStore::stage`]), and the *disk*, which only the [`MemWriter`] changes, in the order
+//! the writes were staged. A test crashes a master by dropping its
 //! [`RaftNode`](crate::raft_node::RaftNode) and calling [`MemStorage::crash`], which returns the
-//! durable contents as a fresh store for the restarted master and fences off the old handle, so
-//! that a zombie of the crashed process cannot write any more. [`MemStorage::fail_next_persist`]
-//! makes the next batch fail as a whole, as a crash in the middle of an atomic write would.
+//! disk as a fresh store for the restarted master (whatever was staged and not yet written is
+//! lost) and fences off the old handle, so that a zombie of the crashed process cannot write
+//! any more. [`MemStorage::fail_next_persist`] makes the next write fail as a whole, as a
+//! crash in the middle of an atomic write would.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
+use raft::eraftpb::{ConfState, Entry, HardState, Snapshot, SnapshotMetadata};
 use raft::{GetEntriesContext, RaftState};
 
-use super::{check_compact, check_write, Durability, RaftStore, ReadyWrite, StorageError};
+use super::{
+    check_compact, check_write, Compaction, DurableWriter, Durability, RaftStore, ReadyWrite,
+    StorageError,
+};
 
-/// The durable contents of a [`MemStorage`].
+/// The contents of a [`MemStorage`]: its visible copy, or its disk.
 #[derive(Debug, Clone, Default)]
 struct MemCore {
     hard_state: HardState,
@@ -29,14 +36,60 @@ struct MemCore {
     /// The commit index as of the last synced write: what survives a crash
     /// (`hard_state.commit` may be ahead after [`Durability::Ordered`] writes).
     synced_commit: u64,
+}
+
+/// What only the disk has: its failure switches and counters.
+#[derive(Debug, Default)]
+struct MemDisk {
+    contents: MemCore,
     fail_next_persist: bool,
+    /// Set on the old handle by [`MemStorage::crash`]: writes through it fail.
+    fenced: bool,
+    persist_count: u64,
+}
+
+/// What only the visible copy has: the read failures raft-rs sees.
+#[derive(Debug, Default)]
+struct MemVisible {
+    contents: MemCore,
     /// Set by [`MemStorage::fail_reads`]: raft-rs's reads of entries and terms fail.
     fail_reads: bool,
     /// The first read that failed ([`RaftStore::read_fault`]).
     read_fault: Option<StorageError>,
-    /// Set on the old handle by [`MemStorage::crash`]: writes through it fail.
-    fenced: bool,
-    persist_count: u64,
+    /// Staged writes so far (the tickets of [`RaftStore::stage`]).
+    staged: u64,
+}
+
+/// A write staged on a [`MemStorage`], owned, for its [`MemWriter`].
+#[derive(Debug, Clone)]
+pub struct MemWrite {
+    durability: Durability,
+    snapshot: Option<Snapshot>,
+    entries: Vec<Entry>,
+    hard_state: Option<HardState>,
+    commit: Option<u64>,
+}
+
+impl MemWrite {
+    fn of(write: &ReadyWrite<'_>) -> MemWrite {
+        MemWrite {
+            durability: write.durability,
+            snapshot: write.snapshot.cloned(),
+            entries: write.entries.to_vec(),
+            hard_state: write.hard_state.cloned(),
+            commit: write.commit,
+        }
+    }
+
+    fn as_ready_write(&self) -> ReadyWrite<'_> {
+        ReadyWrite {
+            durability: self.durability,
+            snapshot: self.snapshot.as_ref(),
+            entries: &self.entries,
+            hard_state: self.hard_state.as_ref(),
+            commit: self.commit,
+        }
+    }
 }
 
 impl MemCore {
@@ -63,13 +116,69 @@ impl MemCore {
             || self.hard_state != HardState::default()
             || !self.entries.is_empty()
     }
+
+    /// Checks `write` against these contents and applies it, or changes nothing (the visible
+    /// copy and the disk apply the same writes in the same order).
+    fn apply(&mut self, write: &ReadyWrite<'_>) -> Result<(), String> {
+        let commit = check_write(
+            write,
+            &self.hard_state,
+            self.first_index(),
+            self.last_index(),
+            self.snapshot.get_metadata().index,
+        )?
+        .commit;
+        if let Some(snapshot) = write.snapshot {
+            let meta = snapshot.get_metadata();
+            self.entries.clear();
+            self.truncated_index = meta.index;
+            self.truncated_term = meta.term;
+            self.hard_state.term = self.hard_state.term.max(meta.term);
+            self.snapshot = snapshot.clone();
+        }
+        if let Some(head) = write.entries.first() {
+            let keep = (head.index - self.first_index()) as usize;
+            self.entries.truncate(keep);
+            self.entries.extend_from_slice(write.entries);
+        }
+        if let Some(hs) = write.hard_state {
+            self.hard_state = hs.clone();
+        }
+        self.hard_state.commit = commit;
+        if write.durability == Durability::Synced {
+            self.synced_commit = commit;
+        }
+        Ok(())
+    }
+
+    /// Drops the entries before `to` (checked by the caller), keeping the matching point.
+    fn drop_before(&mut self, to: u64, term: u64) {
+        let drop = to.saturating_sub(self.first_index()) as usize;
+        self.entries.drain(..drop.min(self.entries.len()));
+        self.truncated_index = to - 1;
+        self.truncated_term = term;
+    }
 }
 
 /// An in-memory Raft store. Clones share the same contents (like two handles on one disk).
 #[derive(Debug, Clone)]
 pub struct MemStorage {
     name: Arc<str>,
-    core: Arc<Mutex<MemCore>>,
+    visible: Arc<Mutex<MemVisible>>,
+    disk: Arc<Mutex<MemDisk>>,
+}
+
+/// The writer of a [`MemStorage`]: it changes only the disk.
+#[derive(Debug, Clone)]
+pub struct MemWriter {
+    name: Arc<str>,
+    disk: Arc<Mutex<MemDisk>>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock cannot leave the contents half-written: every mutation
+    // is validated before it starts.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl MemStorage {
@@ -77,23 +186,17 @@ impl MemStorage {
     pub fn new(name: impl Into<String>) -> MemStorage {
         MemStorage {
             name: name.into().into(),
-            core: Arc::new(Mutex::new(MemCore::default())),
+            visible: Arc::new(Mutex::new(MemVisible::default())),
+            disk: Arc::new(Mutex::new(MemDisk::default())),
         }
     }
 
-    fn core(&self) -> MutexGuard<'_, MemCore> {
-        // A panic while holding the lock cannot leave the core half-written: every mutation is
-        // validated before it starts.
-        self.core.lock().unwrap_or_else(PoisonError::into_inner)
+    fn visible(&self) -> MutexGuard<'_, MemVisible> {
+        lock(&self.visible)
     }
 
-    fn check_writable(&self, core: &mut MemCore) -> Result<(), StorageError> {
-        if core.fenced {
-            return Err(StorageError::Injected {
-                location: self.location(),
-            });
-        }
-        Ok(())
+    fn disk(&self) -> MutexGuard<'_, MemDisk> {
+        lock(&self.disk)
     }
 
     fn invalid(&self, detail: String) -> StorageError {
@@ -103,54 +206,120 @@ impl MemStorage {
         }
     }
 
-    /// Makes the next [`RaftStore::persist`] fail without writing anything.
+    /// Makes the next write of the writer fail without writing anything.
     pub fn fail_next_persist(&self) {
-        self.core().fail_next_persist = true;
+        self.disk().fail_next_persist = true;
     }
 
     /// Makes every later read of log entries and terms through [`raft::Storage`] fail, as a
     /// disk that stopped answering would (until [`MemStorage::crash`] gives a fresh handle).
     pub fn fail_reads(&self) {
-        self.core().fail_reads = true;
+        self.visible().fail_reads = true;
     }
 
     /// Cancels failures armed by [`MemStorage::fail_next_persist`] and
     /// [`MemStorage::fail_reads`] that have not happened yet (a read that already failed stays
     /// latched in [`RaftStore::read_fault`]).
     pub fn cancel_injected_failure(&self) {
-        let mut core = self.core();
-        core.fail_next_persist = false;
-        core.fail_reads = false;
+        self.disk().fail_next_persist = false;
+        self.visible().fail_reads = false;
     }
 
     /// Simulates a crash of the process using this store: returns a new store holding what
-    /// was durably written (everything that returned `Ok`), for the restarted process, and
-    /// makes every later write through this handle (and its clones) fail.
+    /// the writer wrote (staged writes it had not run are lost), for the restarted process,
+    /// and makes every later write through this handle (and its clones and writers) fail.
     pub fn crash(&self) -> MemStorage {
-        let mut core = self.core();
-        let mut durable = core.clone();
+        let mut disk = self.disk();
+        let mut durable = disk.contents.clone();
         // Unsynced commit-index writes are lost with the machine.
         durable.hard_state.commit = durable.synced_commit;
-        durable.fail_next_persist = false;
-        durable.fail_reads = false;
-        durable.read_fault = None;
-        durable.fenced = false;
-        core.fenced = true;
+        disk.fenced = true;
         MemStorage {
             name: self.name.clone(),
-            core: Arc::new(Mutex::new(durable)),
+            visible: Arc::new(Mutex::new(MemVisible {
+                contents: durable.clone(),
+                ..MemVisible::default()
+            })),
+            disk: Arc::new(Mutex::new(MemDisk {
+                contents: durable,
+                persist_count: disk.persist_count,
+                ..MemDisk::default()
+            })),
         }
     }
 
-    /// How many batches [`RaftStore::persist`] has written (each one a synced write on a real
-    /// disk), for tests of batching.
+    /// How many writes the writer has made (each one a write batch on a real disk), for
+    /// tests of batching.
     pub fn persist_count(&self) -> u64 {
-        self.core().persist_count
+        self.disk().persist_count
     }
 
-    /// Number of log entries currently stored (after compaction).
+    /// Number of log entries currently served (after compaction).
     pub fn stored_entries(&self) -> usize {
-        self.core().entries.len()
+        self.visible().contents.entries.len()
+    }
+
+    /// The failure of a read while [`MemStorage::fail_reads`] holds, kept for
+    /// [`RaftStore::read_fault`].
+    fn failed_read(&self, visible: &mut MemVisible) -> raft::Error {
+        let error = StorageError::Injected {
+            location: self.location(),
+        };
+        visible.read_fault.get_or_insert_with(|| error.clone());
+        error.into_raft()
+    }
+}
+
+impl MemWriter {
+    fn location(&self) -> String {
+        format!("memory:{}", self.name)
+    }
+
+    /// The disk, unless it fails this write (fenced after a crash, or a failure armed).
+    fn writable(&self) -> Result<MutexGuard<'_, MemDisk>, StorageError> {
+        let mut disk = lock(&self.disk);
+        if disk.fenced || std::mem::take(&mut disk.fail_next_persist) {
+            return Err(StorageError::Injected {
+                location: self.location(),
+            });
+        }
+        Ok(disk)
+    }
+}
+
+impl DurableWriter for MemWriter {
+    type Staged = MemWrite;
+
+    fn write(&mut self, staged: Vec<MemWrite>) -> Result<(), StorageError> {
+        for write in staged {
+            let mut disk = self.writable()?;
+            disk.contents
+                .apply(&write.as_ready_write())
+                .map_err(|detail| StorageError::InvalidWrite {
+                    location: self.location(),
+                    detail,
+                })?;
+            disk.persist_count += 1;
+        }
+        Ok(())
+    }
+
+    fn save_snapshot(&mut self, meta: &SnapshotMetadata, data: &[u8]) -> Result<(), StorageError> {
+        let mut disk = self.writable()?;
+        let mut snapshot = Snapshot::default();
+        snapshot.set_metadata(meta.clone());
+        snapshot.data = data.to_vec().into();
+        disk.contents.snapshot = snapshot;
+        // A synced write makes the earlier, ordered ones durable too.
+        disk.contents.synced_commit = disk.contents.hard_state.commit;
+        Ok(())
+    }
+
+    fn compact(&mut self, compaction: &Compaction) -> Result<(), StorageError> {
+        let mut disk = self.writable()?;
+        disk.contents.drop_before(compaction.to, compaction.term);
+        disk.contents.synced_commit = disk.contents.hard_state.commit;
+        Ok(())
     }
 }
 
@@ -158,21 +327,10 @@ fn raft_err(e: raft::StorageError) -> raft::Error {
     raft::Error::Store(e)
 }
 
-impl MemStorage {
-    /// The failure of a read while [`MemStorage::fail_reads`] holds, kept for
-    /// [`RaftStore::read_fault`].
-    fn failed_read(&self, core: &mut MemCore) -> raft::Error {
-        let error = StorageError::Injected {
-            location: self.location(),
-        };
-        core.read_fault.get_or_insert_with(|| error.clone());
-        error.into_raft()
-    }
-}
-
 impl raft::Storage for MemStorage {
     fn initial_state(&self) -> raft::Result<RaftState> {
-        let core = self.core();
+        let visible = self.visible();
+        let core = &visible.contents;
         Ok(RaftState::new(
             core.hard_state.clone(),
             core.snapshot.get_metadata().get_conf_state().clone(),
@@ -186,10 +344,11 @@ impl raft::Storage for MemStorage {
         max_size: impl Into<Option<u64>>,
         _context: GetEntriesContext,
     ) -> raft::Result<Vec<Entry>> {
-        let mut core = self.core();
-        if core.fail_reads {
-            return Err(self.failed_read(&mut core));
+        let mut visible = self.visible();
+        if visible.fail_reads {
+            return Err(self.failed_read(&mut visible));
         }
+        let core = &visible.contents;
         if low < core.first_index() {
             return Err(raft_err(raft::StorageError::Compacted));
         }
@@ -203,10 +362,11 @@ impl raft::Storage for MemStorage {
     }
 
     fn term(&self, idx: u64) -> raft::Result<u64> {
-        let mut core = self.core();
-        if core.fail_reads {
-            return Err(self.failed_read(&mut core));
+        let mut visible = self.visible();
+        if visible.fail_reads {
+            return Err(self.failed_read(&mut visible));
         }
+        let core = &visible.contents;
         if idx < core.truncated_index {
             return Err(raft_err(raft::StorageError::Compacted));
         }
@@ -215,151 +375,141 @@ impl raft::Storage for MemStorage {
     }
 
     fn first_index(&self) -> raft::Result<u64> {
-        Ok(self.core().first_index())
+        Ok(self.visible().contents.first_index())
     }
 
     fn last_index(&self) -> raft::Result<u64> {
-        Ok(self.core().last_index())
+        Ok(self.visible().contents.last_index())
     }
 
     fn snapshot(&self, request_index: u64, to: u64) -> raft::Result<Snapshot> {
-        let core = self.core();
-        if core.snapshot.get_metadata().index < request_index
-            || !super::snapshot_covers(core.snapshot.get_metadata(), to)
+        let visible = self.visible();
+        let snapshot = &visible.contents.snapshot;
+        if snapshot.get_metadata().index < request_index
+            || !super::snapshot_covers(snapshot.get_metadata(), to)
         {
             return Err(raft_err(raft::StorageError::SnapshotTemporarilyUnavailable));
         }
-        Ok(core.snapshot.clone())
+        Ok(snapshot.clone())
     }
 }
 
 impl RaftStore for MemStorage {
+    type Staged = MemWrite;
+    type Writer = MemWriter;
+
     fn location(&self) -> String {
         format!("memory:{}", self.name)
     }
 
     fn bootstrap(&mut self, voters: &[u64], initial_state: &[u8]) -> Result<(), StorageError> {
-        let mut core = self.core();
-        self.check_writable(&mut core)?;
-        if core.is_initialized() {
+        let mut disk = self.disk();
+        if disk.fenced {
+            return Err(StorageError::Injected {
+                location: self.location(),
+            });
+        }
+        if disk.contents.is_initialized() || self.visible().contents.is_initialized() {
             return Err(StorageError::AlreadyInitialized {
                 location: self.location(),
             });
         }
         let snapshot = super::bootstrap_snapshot(voters, initial_state);
+        let core = &mut disk.contents;
         core.truncated_index = snapshot.get_metadata().index;
         core.truncated_term = snapshot.get_metadata().term;
         core.hard_state = super::bootstrap_hard_state();
         core.synced_commit = core.hard_state.commit;
         core.snapshot = snapshot;
-        core.persist_count += 1;
+        disk.persist_count += 1;
+        self.visible().contents = disk.contents.clone();
         Ok(())
     }
 
-    fn persist(&mut self, write: ReadyWrite<'_>) -> Result<(), StorageError> {
-        let mut core = self.core();
-        self.check_writable(&mut core)?;
-        if std::mem::take(&mut core.fail_next_persist) {
-            return Err(StorageError::Injected {
-                location: self.location(),
-            });
-        }
-        if write.is_empty() {
-            return Ok(());
-        }
-
-        // Validate the whole batch against the state it produces before changing anything,
-        // so that a refused batch leaves the store untouched (atomicity).
-        let commit = check_write(
-            &write,
-            &core.hard_state,
-            core.first_index(),
-            core.last_index(),
-            core.snapshot.get_metadata().index,
-        )
-        .map_err(|d| self.invalid(d))?
-        .commit;
-
-        if let Some(snapshot) = write.snapshot {
-            let meta = snapshot.get_metadata();
-            core.entries.clear();
-            core.truncated_index = meta.index;
-            core.truncated_term = meta.term;
-            core.hard_state.term = core.hard_state.term.max(meta.term);
-            core.snapshot = snapshot.clone();
-        }
-        if let Some(head) = write.entries.first() {
-            let keep = (head.index - core.first_index()) as usize;
-            core.entries.truncate(keep);
-            core.entries.extend_from_slice(write.entries);
-        }
-        if let Some(hs) = write.hard_state {
-            core.hard_state = hs.clone();
-        }
-        core.hard_state.commit = commit;
-        if write.durability == Durability::Synced {
-            core.synced_commit = commit;
-        }
-        core.persist_count += 1;
-        Ok(())
+    fn stage(&mut self, write: ReadyWrite<'_>) -> Result<(u64, MemWrite), StorageError> {
+        let mut visible = self.visible();
+        // Validated against what the write produces before anything changes, so that a
+        // refused write leaves the store untouched (atomicity).
+        visible
+            .contents
+            .apply(&write)
+            .map_err(|d| self.invalid(d))?;
+        visible.staged += 1;
+        Ok((visible.staged, MemWrite::of(&write)))
     }
 
-    fn save_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), StorageError> {
-        let mut core = self.core();
-        self.check_writable(&mut core)?;
-        let meta = snapshot.get_metadata();
-        let current = core.snapshot.get_metadata().index;
+    fn writer(&self) -> MemWriter {
+        MemWriter {
+            name: self.name.clone(),
+            disk: Arc::clone(&self.disk),
+        }
+    }
+
+    fn durable_through(&mut self, _ticket: u64) {
+        // The visible copy keeps everything it serves; nothing to let go of.
+    }
+
+    fn check_snapshot(&self, meta: &SnapshotMetadata) -> Result<(), StorageError> {
+        let visible = self.visible();
+        let core = &visible.contents;
         super::check_local_snapshot(
             meta.index,
             meta.term,
-            current,
+            core.snapshot.get_metadata().index,
             core.hard_state.commit,
             core.term(meta.index),
         )
-        .map_err(|d| self.invalid(d))?;
-        core.snapshot = snapshot.clone();
-        // A synced write makes the earlier, ordered ones durable too.
-        core.synced_commit = core.hard_state.commit;
-        Ok(())
+        .map_err(|d| self.invalid(d))
     }
 
-    fn compact(&mut self, to: u64) -> Result<(), StorageError> {
-        let mut core = self.core();
-        self.check_writable(&mut core)?;
+    fn snapshot_saved(&mut self, meta: &SnapshotMetadata) {
+        // The visible copy serves the snapshot the disk holds (its data included).
+        let data = self.disk().contents.snapshot.data.clone();
+        let mut snapshot = Snapshot::default();
+        snapshot.set_metadata(meta.clone());
+        snapshot.data = data;
+        self.visible().contents.snapshot = snapshot;
+    }
+
+    fn forget_before(&mut self, to: u64) -> Result<Option<Compaction>, StorageError> {
+        let mut visible = self.visible();
+        let core = &mut visible.contents;
+        let first = core.first_index();
         let snapshot_index = core.snapshot.get_metadata().index;
-        if !check_compact(to, core.first_index(), core.last_index(), snapshot_index)
+        if !check_compact(to, first, core.last_index(), snapshot_index)
             .map_err(|d| self.invalid(d))?
         {
-            return Ok(());
+            return Ok(None);
         }
         let term = core
             .term(to - 1)
             .ok_or_else(|| self.invalid(format!("no term for index {}", to - 1)))?;
-        let drop = (to - core.first_index()) as usize;
-        core.entries.drain(..drop);
-        core.truncated_index = to - 1;
-        core.truncated_term = term;
-        core.synced_commit = core.hard_state.commit;
-        Ok(())
+        core.drop_before(to, term);
+        Ok(Some(Compaction { first, to, term }))
     }
 
     fn applied(&self) -> u64 {
-        self.core().snapshot.get_metadata().index
+        self.visible().contents.snapshot.get_metadata().index
     }
 
     fn latest_snapshot(&self) -> Snapshot {
-        self.core().snapshot.clone()
+        self.visible().contents.snapshot.clone()
     }
 
     fn hard_state(&self) -> HardState {
-        self.core().hard_state.clone()
+        self.visible().contents.hard_state.clone()
     }
 
     fn conf_state(&self) -> ConfState {
-        self.core().snapshot.get_metadata().get_conf_state().clone()
+        self.visible()
+            .contents
+            .snapshot
+            .get_metadata()
+            .get_conf_state()
+            .clone()
     }
 
     fn read_fault(&self) -> Option<StorageError> {
-        self.core().read_fault.clone()
+        self.visible().read_fault.clone()
     }
 }

@@ -22,16 +22,39 @@
 //!   apply because the applied index is only meaningful next to the state it describes; writing
 //!   a later index without the state would make a restart skip entries.
 //! * [`RaftStore::compact`] drops log entries the snapshot covers.
+//!
+//! # Staged writes and the writer (off the node's thread)
+//!
+//! A leader that fsyncs on the thread that runs Raft makes every tick, heartbeat and client
+//! answer wait for the disk. raft-rs 0.7 lets the application persist a `Ready`
+//! asynchronously (`advance_append_async`, then `on_persist_ready` once it is durable), on one
+//! condition: raft-rs must be able to *read* what it handed over before it is durable. So a
+//! write is split in two:
+//!
+//! 1. [`RaftStore::stage`], on the node's thread, checks the write, makes it visible to
+//!    raft-rs's reads at once (caches) and returns the store's [`RaftStore::Staged`] form of
+//!    it, owned, with a ticket;
+//! 2. the store's [`DurableWriter`] ([`RaftStore::writer`]), typically on a thread of its
+//!    own, writes staged writes in order, several per fsync when they queue up (group commit),
+//!    then saves state-machine snapshots and drops compacted entries. The node is told when
+//!    each job is durable ([`RaftStore::durable_through`]), and only then sends the messages
+//!    that promise it (votes, append acknowledgements).
+//!
+//! Compaction is split the same way: [`RaftStore::forget_before`] stops serving the entries
+//! (on the node's thread, so raft-rs never reads an entry the writer is deleting) and the
+//! writer deletes them later. A crash loses what was staged but not yet written, exactly as a
+//! crash before a synchronous write returned would. [`RaftStore::persist`],
+//! [`RaftStore::save_snapshot`] and [`RaftStore::compact`] run both halves at once.
 
-use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
+use raft::eraftpb::{ConfState, Entry, HardState, Snapshot, SnapshotMetadata};
 
 pub mod memory;
 #[cfg(feature = "rocksdb-storage")]
 pub mod rocks;
 
-pub use memory::MemStorage;
+pub use memory::{MemStorage, MemWrite, MemWriter};
 #[cfg(feature = "rocksdb-storage")]
-pub use rocks::RocksStorage;
+pub use rocks::{RocksStorage, RocksWrite, RocksWriter};
 
 /// How durable a [`ReadyWrite`] is when [`RaftStore::persist`] returns.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -148,8 +171,39 @@ impl StorageError {
 /// write) and atomic (all or nothing), so that a crash at any point leaves the store as it was
 /// after the last successful call.
 pub trait RaftStore: raft::Storage {
+    /// A write [`RaftStore::stage`] made visible, in the form the writer makes durable.
+    type Staged: Send + 'static;
+    /// What makes staged writes, snapshots and compactions durable (see the module
+    /// documentation).
+    type Writer: DurableWriter<Staged = Self::Staged>;
+
     /// Where the data lives, for error messages (a directory, or `memory:<name>`).
     fn location(&self) -> String;
+
+    /// Checks one `Ready`'s write as [`RaftStore::persist`] does and makes it visible to
+    /// raft-rs's reads at once (what `advance_append_async` requires); returns its ticket and
+    /// the write for [`DurableWriter::write`]. Nothing is durable until the writer has run it;
+    /// an invalid write is refused whole and changes nothing.
+    fn stage(&mut self, write: ReadyWrite<'_>) -> Result<(u64, Self::Staged), StorageError>;
+
+    /// A writer on the same data, to be moved to the thread that writes.
+    fn writer(&self) -> Self::Writer;
+
+    /// Every staged write up to `ticket` is durable (the writer ran it): caches may let go of
+    /// what they kept only because it was not.
+    fn durable_through(&mut self, ticket: u64);
+
+    /// Checks a snapshot of the state machine taken locally at `meta` (not behind the stored
+    /// one, not beyond the commit index, its term the log's) before it is handed to the
+    /// writer.
+    fn check_snapshot(&self, meta: &SnapshotMetadata) -> Result<(), StorageError>;
+
+    /// The writer saved the snapshot of `meta`: serve it from now on, and restart from it.
+    fn snapshot_saved(&mut self, meta: &SnapshotMetadata);
+
+    /// Stops serving the log entries before `to` (which must not pass the snapshot), and
+    /// returns what the writer must delete, or `None` when nothing is to go.
+    fn forget_before(&mut self, to: u64) -> Result<Option<Compaction>, StorageError>;
 
     /// Initialises an empty store as a member of a new Raft group whose initial voters are
     /// `voters`, with `initial_state` (the encoded empty `ClusterState`) as the snapshot at
@@ -160,19 +214,36 @@ pub trait RaftStore: raft::Storage {
     fn bootstrap(&mut self, voters: &[u64], initial_state: &[u8]) -> Result<(), StorageError>;
 
     /// Writes one `Ready`'s snapshot, entries, hard state and commit index as one atomic
-    /// batch, synced unless `write.durability` says otherwise (see [`Durability`]).
-    fn persist(&mut self, write: ReadyWrite<'_>) -> Result<(), StorageError>;
+    /// batch, synced unless `write.durability` says otherwise (see [`Durability`]): stage and
+    /// write at once.
+    fn persist(&mut self, write: ReadyWrite<'_>) -> Result<(), StorageError> {
+        let (ticket, staged) = self.stage(write)?;
+        self.writer().write(vec![staged])?;
+        self.durable_through(ticket);
+        Ok(())
+    }
 
     /// Saves a snapshot of the state machine taken locally after applying up to
     /// `snapshot.metadata.index`; it becomes what [`raft::Storage::snapshot`] serves and the
     /// restart point, and [`applied`](Self::applied) moves to its index. The index must not be
     /// beyond the persisted commit index nor behind the current snapshot.
-    fn save_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), StorageError>;
+    fn save_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), StorageError> {
+        let meta = snapshot.get_metadata();
+        self.check_snapshot(meta)?;
+        self.writer().save_snapshot(meta, &snapshot.data)?;
+        self.snapshot_saved(meta);
+        Ok(())
+    }
 
     /// Discards the log entries before `to` (so that `to` becomes the first index). `to` must
     /// not exceed the snapshot's index + 1: entries the snapshot does not cover are never
     /// dropped. Compacting to an index at or below the first index does nothing.
-    fn compact(&mut self, to: u64) -> Result<(), StorageError>;
+    fn compact(&mut self, to: u64) -> Result<(), StorageError> {
+        if let Some(compaction) = self.forget_before(to)? {
+            self.writer().compact(&compaction)?;
+        }
+        Ok(())
+    }
 
     /// The index the stored state-machine snapshot reflects: where a restart resumes applying.
     fn applied(&self) -> u64;
@@ -197,6 +268,39 @@ pub trait RaftStore: raft::Storage {
     /// carries on without the entries): the node driver asks after each step, so that a read
     /// error stops the master with this error instead.
     fn read_fault(&self) -> Option<StorageError>;
+}
+
+/// Log entries a store stopped serving ([`RaftStore::forget_before`]) that the writer deletes:
+/// `[first, to)`, and the term of entry `to - 1`, which becomes the log's matching point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Compaction {
+    /// The first index deleted.
+    pub first: u64,
+    /// The new first index.
+    pub to: u64,
+    /// The term of entry `to - 1`.
+    pub term: u64,
+}
+
+/// Makes a store's staged writes, snapshots and compactions durable, in the order it is given
+/// them (see the module documentation). It holds no Raft state: the node's thread keeps that,
+/// so a writer can run on a thread of its own.
+pub trait DurableWriter: Send + 'static {
+    /// The store's staged writes.
+    type Staged: Send + 'static;
+
+    /// Writes `staged` in order, each atomically, and returns once all are durable: one sync
+    /// at the end covers every one that needs it (a group commit), and none is needed when
+    /// every write was [`Durability::Ordered`] (or when the store does not sync at all).
+    fn write(&mut self, staged: Vec<Self::Staged>) -> Result<(), StorageError>;
+
+    /// Saves a state-machine snapshot (`data`, with `meta`), synced; it makes every earlier
+    /// write durable too. The store checked it ([`RaftStore::check_snapshot`]) when it was
+    /// taken.
+    fn save_snapshot(&mut self, meta: &SnapshotMetadata, data: &[u8]) -> Result<(), StorageError>;
+
+    /// Deletes the entries of `compaction` and records its matching point.
+    fn compact(&mut self, compaction: &Compaction) -> Result<(), StorageError>;
 }
 
 /// Keeps the first read failure of a store for [`RaftStore::read_fault`] (reads take `&self`,

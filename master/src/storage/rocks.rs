@@ -31,7 +31,9 @@
 //! only come from a write that never completed (every write is synced before it is
 //! acknowledged), so dropping it loses nothing anyone was told; damage anywhere else fails.
 
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use protobuf::Message as _;
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot, SnapshotMetadata};
@@ -42,7 +44,8 @@ use rocksdb::{
 };
 
 use super::{
-    check_compact, check_write, Durability, RaftStore, ReadFault, ReadyWrite, StorageError,
+    check_compact, check_write, Compaction, DurableWriter, Durability, RaftStore, ReadFault,
+    ReadyWrite, StorageError,
 };
 
 /// Version of the on-disk layout. Bumped whenever it changes.
@@ -70,11 +73,11 @@ fn u64_from(bytes: &[u8]) -> Option<u64> {
 
 /// A Raft store in a RocksDB directory.
 pub struct RocksStorage {
-    db: DB,
+    db: Arc<DB>,
     path: PathBuf,
-    write_options: WriteOptions,
-    /// For [`Durability::Ordered`] writes: to the write-ahead log, without fsync.
-    ordered_write_options: WriteOptions,
+    /// Whether writes that must be durable are synced (off only with
+    /// [`RocksStorage::set_unsafe_no_fsync`]).
+    sync: bool,
     // Caches of what is on disk, so that raft-rs's frequent reads of indexes need no I/O.
     hard_state: HardState,
     snapshot_meta: SnapshotMetadata,
@@ -83,10 +86,38 @@ pub struct RocksStorage {
     last_index: u64,
     /// The newest entries, contiguous up to `last_index`: what the leader sends followers and
     /// what raft-rs asks terms of, served without a RocksDB read (and without walking the
-    /// range tombstones compaction leaves behind). Kept after each write succeeds.
+    /// range tombstones compaction leaves behind). It also holds every staged entry the
+    /// writer has not written yet: raft-rs reads those from here.
     tail: TailCache,
+    /// Staged writes not yet durable: their ticket and the first entry index they carry (the
+    /// tail cache keeps every entry from the oldest of them on).
+    staged: VecDeque<(u64, Option<u64>)>,
+    /// Tickets handed out by `stage`.
+    tickets: u64,
     /// The first read raft-rs made that failed ([`RaftStore::read_fault`]).
     read_fault: ReadFault,
+}
+
+/// The writer of a [`RocksStorage`]: the same database, written from another thread.
+pub struct RocksWriter {
+    db: Arc<DB>,
+    path: PathBuf,
+    sync: bool,
+}
+
+/// A write staged on a [`RocksStorage`]: its RocksDB batch, and whether it must be synced.
+pub struct RocksWrite {
+    batch: WriteBatch,
+    durability: Durability,
+}
+
+impl std::fmt::Debug for RocksWrite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RocksWrite")
+            .field("bytes", &self.batch.size_in_bytes())
+            .field("durability", &self.durability)
+            .finish()
+    }
 }
 
 /// Recent log entries, contiguous, ending at the last index.
@@ -131,7 +162,19 @@ impl TailCache {
             self.bytes += entry.compute_size() as usize;
             self.entries.push_back(entry.clone());
         }
+    }
+
+    /// Drops the oldest entries past the size bounds, but never one at or after `keep_from`
+    /// (entries not yet durable, which only the cache can serve).
+    fn trim(&mut self, keep_from: Option<u64>) {
         while self.entries.len() > TAIL_MAX_ENTRIES || self.bytes > TAIL_MAX_BYTES {
+            let durable = self
+                .entries
+                .front()
+                .is_some_and(|e| keep_from.is_none_or(|keep| e.index < keep));
+            if !durable {
+                break;
+            }
             match self.entries.pop_front() {
                 Some(e) => self.bytes -= e.compute_size() as usize,
                 None => break,
@@ -216,21 +259,18 @@ impl RocksStorage {
                 ),
             }
         })?;
-        let mut write_options = WriteOptions::default();
-        write_options.set_sync(true);
-        let mut ordered_write_options = WriteOptions::default();
-        ordered_write_options.set_sync(false);
         let mut store = RocksStorage {
-            db,
+            db: Arc::new(db),
             path,
-            write_options,
-            ordered_write_options,
+            sync: true,
             hard_state: HardState::default(),
             snapshot_meta: SnapshotMetadata::default(),
             truncated_index: 0,
             truncated_term: 0,
             last_index: 0,
             tail: TailCache::default(),
+            staged: VecDeque::new(),
+            tickets: 0,
             read_fault: ReadFault::default(),
         };
         if fresh {
@@ -261,24 +301,20 @@ impl RocksStorage {
             .map_err(|e| self.backend(e))
     }
 
+    /// Turns off every fsync (etcd's `--unsafe-no-fsync`): writes reach the operating
+    /// system in order but are not synced, so a machine crash (not a process crash) can lose
+    /// acknowledged commands and let a master vote twice in a term. For benchmarks that
+    /// compare with other systems run the same way; never for data anyone needs.
+    pub fn set_unsafe_no_fsync(&mut self, no_fsync: bool) {
+        self.sync = !no_fsync;
+    }
+
     fn cf(&self, name: &str) -> Result<&ColumnFamily, StorageError> {
-        self.db
-            .cf_handle(name)
-            .ok_or_else(|| StorageError::Corrupt {
-                location: self.location(),
-                detail: format!("column family `{name}` is missing"),
-            })
+        column_family(&self.db, &self.path, name)
     }
 
     fn backend(&self, e: rocksdb::Error) -> StorageError {
-        if e.kind() == rocksdb::ErrorKind::Corruption {
-            self.corrupt(format!("RocksDB reports corruption: {e}"))
-        } else {
-            StorageError::Backend {
-                location: self.location(),
-                detail: e.to_string(),
-            }
-        }
+        backend_error(&self.path, e)
     }
 
     fn corrupt(&self, detail: String) -> StorageError {
@@ -296,17 +332,7 @@ impl RocksStorage {
     }
 
     fn write(&self, batch: WriteBatch) -> Result<(), StorageError> {
-        self.write_with(batch, Durability::Synced)
-    }
-
-    fn write_with(&self, batch: WriteBatch, durability: Durability) -> Result<(), StorageError> {
-        let options = match durability {
-            Durability::Synced => &self.write_options,
-            Durability::Ordered => &self.ordered_write_options,
-        };
-        self.db
-            .write_opt(batch, options)
-            .map_err(|e| self.backend(e))
+        write_batch(&self.db, &self.path, batch, self.sync)
     }
 
     fn get_meta(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
@@ -475,17 +501,28 @@ impl RocksStorage {
         Ok(u64_from(&value[..8]))
     }
 
+    /// The stored snapshot, its metadata and its data read at one point in time from the
+    /// database: the writer may be saving a newer one meanwhile, and a snapshot whose data is
+    /// not the state at its metadata's index would make its receiver apply entries twice.
     fn snapshot_with_data(&self) -> Result<Snapshot, StorageError> {
         let mut snapshot = Snapshot::default();
         snapshot.set_metadata(self.snapshot_meta.clone());
-        if self.snapshot_meta.index > 0 {
-            let data = self
-                .db
-                .get_cf(self.cf(CF_STATE)?, KEY_STATE)
-                .map_err(|e| self.backend(e))?
-                .ok_or_else(|| self.corrupt("the state snapshot is missing".to_string()))?;
-            snapshot.data = data.into();
+        if self.snapshot_meta.index == 0 {
+            return Ok(snapshot);
         }
+        let view = self.db.snapshot();
+        let meta = view
+            .get_cf(self.cf(CF_META)?, KEY_SNAPSHOT_META)
+            .map_err(|e| self.backend(e))?
+            .ok_or_else(|| self.corrupt("the snapshot metadata is missing".to_string()))?;
+        let meta = SnapshotMetadata::parse_from_bytes(&meta)
+            .map_err(|e| self.corrupt(format!("the snapshot metadata does not decode: {e}")))?;
+        let data = view
+            .get_cf(self.cf(CF_STATE)?, KEY_STATE)
+            .map_err(|e| self.backend(e))?
+            .ok_or_else(|| self.corrupt("the state snapshot is missing".to_string()))?;
+        snapshot.set_metadata(meta);
+        snapshot.data = data.into();
         Ok(snapshot)
     }
 
@@ -495,19 +532,7 @@ impl RocksStorage {
         meta: &SnapshotMetadata,
         data: &[u8],
     ) -> Result<(), StorageError> {
-        let meta_bytes = meta
-            .write_to_bytes()
-            .map_err(|e| self.invalid(e.to_string()))?;
-        let conf_bytes = meta
-            .get_conf_state()
-            .write_to_bytes()
-            .map_err(|e| self.invalid(e.to_string()))?;
-        let cf_meta = self.cf(CF_META)?;
-        batch.put_cf(cf_meta, KEY_SNAPSHOT_META, meta_bytes);
-        batch.put_cf(cf_meta, KEY_CONF_STATE, conf_bytes);
-        batch.put_cf(cf_meta, KEY_APPLIED, meta.index.to_be_bytes());
-        batch.put_cf(self.cf(CF_STATE)?, KEY_STATE, data);
-        Ok(())
+        put_snapshot(&self.db, &self.path, batch, meta, data)
     }
 
     fn put_truncated(
@@ -516,11 +541,120 @@ impl RocksStorage {
         index: u64,
         term: u64,
     ) -> Result<(), StorageError> {
-        let mut value = [0u8; 16];
-        value[..8].copy_from_slice(&index.to_be_bytes());
-        value[8..].copy_from_slice(&term.to_be_bytes());
-        batch.put_cf(self.cf(CF_META)?, KEY_TRUNCATED, value);
+        put_truncated(&self.db, &self.path, batch, index, term)
+    }
+
+    /// The first entry index the tail cache must keep: that of the oldest staged write the
+    /// writer has not written yet.
+    fn keep_from(&self) -> Option<u64> {
+        self.staged.iter().filter_map(|(_, first)| *first).min()
+    }
+}
+
+fn column_family<'a>(db: &'a DB, path: &Path, name: &str) -> Result<&'a ColumnFamily, StorageError> {
+    db.cf_handle(name).ok_or_else(|| StorageError::Corrupt {
+        location: path.display().to_string(),
+        detail: format!("column family `{name}` is missing"),
+    })
+}
+
+fn backend_error(path: &Path, e: rocksdb::Error) -> StorageError {
+    let location = path.display().to_string();
+    if e.kind() == rocksdb::ErrorKind::Corruption {
+        StorageError::Corrupt {
+            location,
+            detail: format!("RocksDB reports corruption: {e}"),
+        }
+    } else {
+        StorageError::Backend {
+            location,
+            detail: e.to_string(),
+        }
+    }
+}
+
+fn write_batch(db: &DB, path: &Path, batch: WriteBatch, sync: bool) -> Result<(), StorageError> {
+    let mut options = WriteOptions::default();
+    options.set_sync(sync);
+    db.write_opt(batch, &options)
+        .map_err(|e| backend_error(path, e))
+}
+
+fn put_snapshot(
+    db: &DB,
+    path: &Path,
+    batch: &mut WriteBatch,
+    meta: &SnapshotMetadata,
+    data: &[u8],
+) -> Result<(), StorageError> {
+    let invalid = |detail: String| StorageError::InvalidWrite {
+        location: path.display().to_string(),
+        detail,
+    };
+    let meta_bytes = meta.write_to_bytes().map_err(|e| invalid(e.to_string()))?;
+    let conf_bytes = meta
+        .get_conf_state()
+        .write_to_bytes()
+        .map_err(|e| invalid(e.to_string()))?;
+    let cf_meta = column_family(db, path, CF_META)?;
+    batch.put_cf(cf_meta, KEY_SNAPSHOT_META, meta_bytes);
+    batch.put_cf(cf_meta, KEY_CONF_STATE, conf_bytes);
+    batch.put_cf(cf_meta, KEY_APPLIED, meta.index.to_be_bytes());
+    batch.put_cf(column_family(db, path, CF_STATE)?, KEY_STATE, data);
+    Ok(())
+}
+
+fn put_truncated(
+    db: &DB,
+    path: &Path,
+    batch: &mut WriteBatch,
+    index: u64,
+    term: u64,
+) -> Result<(), StorageError> {
+    let mut value = [0u8; 16];
+    value[..8].copy_from_slice(&index.to_be_bytes());
+    value[8..].copy_from_slice(&term.to_be_bytes());
+    batch.put_cf(column_family(db, path, CF_META)?, KEY_TRUNCATED, value);
+    Ok(())
+}
+
+impl DurableWriter for RocksWriter {
+    type Staged = RocksWrite;
+
+    fn write(&mut self, staged: Vec<RocksWrite>) -> Result<(), StorageError> {
+        // One sync at the end makes every write before it durable (RocksDB keeps the order of
+        // its write-ahead log): a group commit when several `Ready`s queued up.
+        let needs_sync = self.sync && staged.iter().any(|w| w.durability == Durability::Synced);
+        let count = staged.len();
+        for (i, write) in staged.into_iter().enumerate() {
+            let last = i + 1 == count;
+            write_batch(&self.db, &self.path, write.batch, needs_sync && last)?;
+        }
         Ok(())
+    }
+
+    fn save_snapshot(&mut self, meta: &SnapshotMetadata, data: &[u8]) -> Result<(), StorageError> {
+        let mut batch = WriteBatch::default();
+        put_snapshot(&self.db, &self.path, &mut batch, meta, data)?;
+        write_batch(&self.db, &self.path, batch, self.sync)
+    }
+
+    fn compact(&mut self, compaction: &Compaction) -> Result<(), StorageError> {
+        let mut batch = WriteBatch::default();
+        batch.delete_range_cf(
+            column_family(&self.db, &self.path, CF_LOG)?,
+            log_key(compaction.first),
+            log_key(compaction.to),
+        );
+        put_truncated(
+            &self.db,
+            &self.path,
+            &mut batch,
+            compaction.to - 1,
+            compaction.term,
+        )?;
+        // Lost in a crash, the entries are simply still there: no sync needed.
+        write_batch(&self.db, &self.path, batch, false)
     }
 }
 
@@ -578,6 +712,9 @@ impl raft::Storage for RocksStorage {
                 return Ok(entries);
             }
         }
+        // Entries from the tail cache's first on are read from the cache: the newest of them
+        // may be staged and not yet written.
+        let disk_high = self.tail.first().map_or(high, |first| high.min(first));
         let cf = self.cf(CF_LOG).map_err(|e| self.read_fault.record(e))?;
         let mut entries = Vec::with_capacity((high - low).min(1024) as usize);
         let mut size = 0u64;
@@ -588,7 +725,7 @@ impl raft::Storage for RocksStorage {
         for item in iter {
             let (key, value) = item.map_err(|e| self.read_fault.record(self.backend(e)))?;
             let index = u64_from(&key).unwrap_or(u64::MAX);
-            if index >= high {
+            if index >= disk_high {
                 break;
             }
             let entry = decode_log_value(&value).map_err(|d| {
@@ -602,6 +739,9 @@ impl raft::Storage for RocksStorage {
                 stopped_by_size = true;
                 break;
             }
+        }
+        if !stopped_by_size {
+            entries.extend((disk_high..high).map_while(|index| self.tail.get(index).cloned()));
         }
         let contiguous = entries
             .iter()
@@ -649,6 +789,9 @@ impl raft::Storage for RocksStorage {
 }
 
 impl RaftStore for RocksStorage {
+    type Staged = RocksWrite;
+    type Writer = RocksWriter;
+
     fn location(&self) -> String {
         self.path.display().to_string()
     }
@@ -681,10 +824,7 @@ impl RaftStore for RocksStorage {
         Ok(())
     }
 
-    fn persist(&mut self, write: ReadyWrite<'_>) -> Result<(), StorageError> {
-        if write.is_empty() {
-            return Ok(());
-        }
+    fn stage(&mut self, write: ReadyWrite<'_>) -> Result<(u64, RocksWrite), StorageError> {
         // Validate against the state the batch produces (as MemStorage does) so that an
         // invalid batch is refused whole.
         let checked = check_write(
@@ -739,7 +879,6 @@ impl RaftStore for RocksStorage {
                 .map_err(|e| self.invalid(e.to_string()))?;
             batch.put_cf(self.cf(CF_META)?, KEY_HARD_STATE, bytes);
         }
-        self.write_with(batch, write.durability)?;
 
         if let Some(snapshot) = write.snapshot {
             let meta = snapshot.get_metadata();
@@ -751,11 +890,35 @@ impl RaftStore for RocksStorage {
         self.tail.append(write.entries);
         self.last_index = new_last;
         self.hard_state = hard_state;
-        Ok(())
+        self.tickets += 1;
+        let first_entry = write.entries.first().map(|e| e.index);
+        self.staged.push_back((self.tickets, first_entry));
+        Ok((
+            self.tickets,
+            RocksWrite {
+                batch,
+                durability: write.durability,
+            },
+        ))
     }
 
-    fn save_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), StorageError> {
-        let meta = snapshot.get_metadata();
+    fn writer(&self) -> RocksWriter {
+        RocksWriter {
+            db: Arc::clone(&self.db),
+            path: self.path.clone(),
+            sync: self.sync,
+        }
+    }
+
+    fn durable_through(&mut self, ticket: u64) {
+        while self.staged.front().is_some_and(|(t, _)| *t <= ticket) {
+            self.staged.pop_front();
+        }
+        let keep_from = self.keep_from();
+        self.tail.trim(keep_from);
+    }
+
+    fn check_snapshot(&self, meta: &SnapshotMetadata) -> Result<(), StorageError> {
         let log_term = self.term_of(meta.index)?;
         super::check_local_snapshot(
             meta.index,
@@ -764,32 +927,27 @@ impl RaftStore for RocksStorage {
             self.hard_state.commit,
             log_term,
         )
-        .map_err(|d| self.invalid(d))?;
-        let mut batch = WriteBatch::default();
-        self.put_snapshot(&mut batch, meta, &snapshot.data)?;
-        self.write(batch)?;
-        self.snapshot_meta = meta.clone();
-        Ok(())
+        .map_err(|d| self.invalid(d))
     }
 
-    fn compact(&mut self, to: u64) -> Result<(), StorageError> {
+    fn snapshot_saved(&mut self, meta: &SnapshotMetadata) {
+        self.snapshot_meta = meta.clone();
+    }
+
+    fn forget_before(&mut self, to: u64) -> Result<Option<Compaction>, StorageError> {
         let first = self.truncated_index + 1;
         if !check_compact(to, first, self.last_index, self.snapshot_meta.index)
             .map_err(|d| self.invalid(d))?
         {
-            return Ok(());
+            return Ok(None);
         }
         let term = self
             .term_of(to - 1)?
             .ok_or_else(|| self.invalid(format!("no term for index {}", to - 1)))?;
-        let mut batch = WriteBatch::default();
-        batch.delete_range_cf(self.cf(CF_LOG)?, log_key(first), log_key(to));
-        self.put_truncated(&mut batch, to - 1, term)?;
-        self.write(batch)?;
         self.truncated_index = to - 1;
         self.truncated_term = term;
         self.tail.compact(to);
-        Ok(())
+        Ok(Some(Compaction { first, to, term }))
     }
 
     fn applied(&self) -> u64 {
@@ -961,6 +1119,55 @@ mod tests {
             .unwrap();
         assert!(!page.is_empty() && page.len() < 10, "{}", page.len());
         assert_eq!(page[0].index, 150);
+    }
+
+    /// Entries staged and not yet written are served from the tail cache (beyond its size
+    /// bounds too: only the cache has them) and read across the cache's edge with written
+    /// ones; a restart keeps what the writer wrote and nothing else.
+    #[test]
+    fn staged_entries_are_served_until_written_and_lost_if_never_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = populated(dir.path());
+        let big: Vec<Entry> = (302..302 + TAIL_MAX_ENTRIES as u64 + 10)
+            .map(|i| log_entry(i, 3, 8))
+            .collect();
+        let last = big.last().unwrap().index;
+        let (ticket, staged) = store
+            .stage(ReadyWrite {
+                entries: &big,
+                ..Default::default()
+            })
+            .unwrap();
+        store.durable_through(ticket - 1);
+        let across = store
+            .entries(290, last + 1, None, GetEntriesContext::empty(false))
+            .unwrap();
+        assert_eq!(across.len() as u64, last + 1 - 290);
+        assert_eq!(across.last().unwrap().index, last);
+        assert_eq!(store.term(302).unwrap(), 3);
+        drop(store);
+        // Never written: a restart does not have them.
+        let mut store = RocksStorage::open(dir.path()).unwrap();
+        assert_eq!(store.last_index().unwrap(), 301);
+        let (ticket, again) = store
+            .stage(ReadyWrite {
+                entries: &big,
+                ..Default::default()
+            })
+            .unwrap();
+        drop(staged);
+        store.writer().write(vec![again]).unwrap();
+        store.durable_through(ticket);
+        assert!(store.tail.entries.len() <= TAIL_MAX_ENTRIES);
+        drop(store);
+        let store = RocksStorage::open(dir.path()).unwrap();
+        assert_eq!(store.last_index().unwrap(), last);
+        assert_eq!(
+            store
+                .entries(302, last + 1, None, GetEntriesContext::empty(false))
+                .unwrap(),
+            big
+        );
     }
 
     #[test]
