@@ -23,19 +23,19 @@
 //! * no proposal reported as superseded or dropped is in the log;
 //! * every proposal made to a master that stayed up was answered.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 use fullerene_proto::Time;
 
 use fullerene_master::raft_node::{
-    decode_conf_change, record_membership_change, NodeConfig, NodeOutput, ProposeError, RaftNode,
-    ReadError, Token,
+    decode_conf_change, record_membership_change, run_store_jobs, NodeConfig, NodeOutput,
+    Persistence, ProposeError, RaftNode, ReadError, StoreJob, Token,
 };
 use fullerene_master::state::{
     ClusterSettings, ClusterState, Command, CommandError, CommandOutcome, TaskKey,
 };
-use fullerene_master::storage::{MemStorage, RaftStore};
+use fullerene_master::storage::{MemStorage, MemWrite, RaftStore};
 use fullerene_proto::codec;
 use fullerene_proto::messages::{Executor, GroupPlacement, StatusUpdate, TaskSpec, TaskState};
 use fullerene_proto::{ResourceKind, ResourceVec, Resources};
@@ -80,6 +80,9 @@ pub struct SimConfig {
     pub read: f64,
     /// Per round, probability that a master ticks (the election jitter).
     pub tick: f64,
+    /// Under [`Persistence::Offloaded`], a store job runs 0..=this many rounds after the
+    /// node handed it out (the disk's latency; jobs still run in order).
+    pub max_persist_delay: u64,
     /// The masters' Raft configuration (ids are set per master).
     pub node: NodeConfig,
 }
@@ -97,6 +100,9 @@ impl SimConfig {
         node.max_size_per_msg = 2048;
         node.max_inflight_msgs = 8;
         node.read_timeout_ticks = 15;
+        // Writes made durable off the node's thread, a few rounds late, as the masters' shell
+        // does: votes and acknowledgements must wait for them, and a crash loses them.
+        node.persistence = Persistence::Offloaded;
         SimConfig {
             voters,
             fault_rounds: 250,
@@ -113,6 +119,7 @@ impl SimConfig {
             propose: 0.5,
             read: 0.1,
             tick: 0.85,
+            max_persist_delay: 3,
             node,
         }
     }
@@ -174,6 +181,9 @@ struct Slot {
     down_until: Option<u64>,
     injected_failure: bool,
     removed: bool,
+    /// Store jobs the node handed out, with the round from which its writer may run them
+    /// (in order): the disk's latency. A crash loses them.
+    store_jobs: VecDeque<(u64, StoreJob<MemWrite>)>,
 }
 
 #[derive(Debug)]
@@ -490,6 +500,7 @@ impl Sim {
                     down_until: None,
                     injected_failure: false,
                     removed: false,
+                    store_jobs: VecDeque::new(),
                 },
             );
         }
@@ -624,6 +635,7 @@ impl Sim {
                 down_until: None,
                 injected_failure: false,
                 removed: false,
+                store_jobs: VecDeque::new(),
             },
         );
         Ok(())
@@ -803,6 +815,7 @@ impl Sim {
         }
         self.stats.crashes += 1;
         slot.store = slot.store.crash();
+        slot.store_jobs.clear();
         slot.injected_failure = false;
         let (lo, hi) = self.config.downtime;
         slot.down_until = Some(self.round + self.rng.gen_range(lo..=hi));
@@ -946,7 +959,27 @@ impl Sim {
         let Some(node) = slot.node.as_mut() else {
             return Ok(());
         };
+        let round = self.round;
+        let mut due = Vec::new();
+        while slot
+            .store_jobs
+            .front()
+            .is_some_and(|(at, _)| *at <= round)
+        {
+            if let Some((_, job)) = slot.store_jobs.pop_front() {
+                due.push(job);
+            }
+        }
+        if !due.is_empty() {
+            node.store_report(run_store_jobs(&mut slot.store.writer(), due));
+        }
         let result = node.advance(now);
+        for job in node.take_store_jobs() {
+            let at = round + self.rng.gen_range(0..=self.config.max_persist_delay);
+            // In order: a job never runs before one handed out earlier.
+            let at = slot.store_jobs.back().map_or(at, |(last, _)| at.max(*last));
+            slot.store_jobs.push_back((at, job));
+        }
         let trace = node.take_apply_trace();
         let applied = node.applied_index();
         for entry in trace {

@@ -5,7 +5,8 @@ use fullerene_proto::Time;
 
 use fullerene_chaos::raft_sim::{run_chaos, Sim, SimConfig, SimStats};
 use fullerene_master::raft_node::{
-    MembershipChange, NodeConfig, NodeError, NodeOutput, ProposeError, RaftNode, ReadError, Token,
+    run_store_jobs, MembershipChange, NodeConfig, NodeError, NodeOutput, Persistence,
+    ProposeError, RaftNode, ReadError, StoreWork, Token,
 };
 use fullerene_master::state::{ClusterSettings, Command, CommandError};
 use fullerene_master::storage::{MemStorage, RaftStore, StorageError};
@@ -90,6 +91,80 @@ fn proposals_are_batched_into_one_synced_write_and_answered_in_order() {
         writes <= 3,
         "{writes} synced writes for one batch of 501 proposals"
     );
+}
+
+/// A single master whose store jobs are handed out ([`Persistence::Offloaded`]), elected,
+/// with every job so far written.
+fn offloaded_single(store: &MemStorage) -> RaftNode<MemStorage> {
+    let config = NodeConfig {
+        persistence: Persistence::Offloaded,
+        ..config(1)
+    };
+    let mut node = RaftNode::bootstrap(config, store.clone(), &[1], ClusterSettings::default())
+        .unwrap();
+    node.campaign().unwrap();
+    for _ in 0..20 {
+        drain(&mut node);
+        let jobs = node.take_store_jobs();
+        if jobs.is_empty() && !node.has_ready() {
+            break;
+        }
+        node.store_report(run_store_jobs(&mut store.writer(), jobs));
+    }
+    assert!(node.is_leader());
+    node
+}
+
+/// With the writes offloaded, a single master (its own log is the quorum) commits a proposal
+/// only once the writer reports its write, and the writes of several `Ready`s queued behind
+/// one sync are written together (a group commit).
+#[test]
+fn offloaded_writes_commit_only_once_written_and_queue_into_one_group() {
+    let store = MemStorage::new("offloaded");
+    let mut node = offloaded_single(&store);
+    let writes_before = store.persist_count();
+    node.propose(&register(1), Token(1)).unwrap();
+    let out = drain(&mut node);
+    assert!(out.applied.is_empty(), "applied before its write was durable");
+    let mut jobs = node.take_store_jobs();
+    node.propose(&register(2), Token(2)).unwrap();
+    assert!(drain(&mut node).applied.is_empty());
+    jobs.extend(node.take_store_jobs());
+    let writes = jobs
+        .iter()
+        .filter(|job| matches!(job.work, StoreWork::Write(_)))
+        .count();
+    assert_eq!(writes, 2, "one staged write per Ready");
+    assert_eq!(store.persist_count(), writes_before, "nothing written yet");
+    let report = run_store_jobs(&mut store.writer(), jobs);
+    assert_eq!(report.done.len(), 2);
+    assert_eq!(report.syncs, 1, "both writes in one group");
+    node.store_report(report);
+    let out = drain(&mut node);
+    let tokens: Vec<Token> = out.applied.iter().map(|(t, _)| *t).collect();
+    assert_eq!(tokens, vec![Token(1), Token(2)]);
+    assert_eq!(node.state().agents().len(), 2);
+}
+
+/// What the node staged and the writer never wrote is lost in a crash, as a write that never
+/// returned is: the restarted master does not have it (and never acknowledged it).
+#[test]
+fn a_crash_before_the_writer_runs_loses_the_staged_proposals() {
+    let store = MemStorage::new("offloaded-crash");
+    let mut node = offloaded_single(&store);
+    node.propose(&register(1), Token(1)).unwrap();
+    assert!(drain(&mut node).applied.is_empty());
+    let jobs = node.take_store_jobs();
+    assert!(!jobs.is_empty());
+    drop(node);
+    let durable = store.crash();
+    let report = run_store_jobs(&mut store.writer(), jobs);
+    assert!(report.failed.is_some(), "the crashed process's writer is fenced off");
+    let mut restarted = RaftNode::open(config(1), durable).unwrap();
+    restarted.campaign().unwrap();
+    drain(&mut restarted);
+    assert!(restarted.is_leader());
+    assert!(restarted.state().agents().is_empty());
 }
 
 #[test]

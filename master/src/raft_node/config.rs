@@ -57,6 +57,10 @@ pub struct NodeConfig {
     /// oracle that compares what each master applied (the deterministic cluster simulation).
     /// Off by default: it copies every entry, and nothing collects them in a real master.
     pub trace_applied: bool,
+    /// Where the store's writes run: inside `advance` (the default) or handed to the caller
+    /// (the master's shell runs them on a thread of its own). See
+    /// [`Persistence`](super::Persistence).
+    pub persistence: super::Persistence,
 }
 
 impl NodeConfig {
@@ -77,6 +81,7 @@ impl NodeConfig {
             log_retention: 5_000,
             read_timeout_ticks: 80,
             trace_applied: false,
+            persistence: super::Persistence::Inline,
         }
     }
 

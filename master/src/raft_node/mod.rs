@@ -8,25 +8,35 @@
 //! raft-rs `Ready` cycle and returns a [`NodeOutput`]: messages to send, answers to proposals,
 //! reads that may now be served, leadership and membership changes.
 //!
-//! # One `Ready` cycle (Raft thesis §10.2.1; raft-rs 0.7's `Ready`/`LightReady` protocol)
+//! # One `Ready` cycle (Raft thesis §10.2.1; raft-rs 0.7's asynchronous `Ready` protocol)
 //!
 //! 1. The proposals queued since the last cycle go to raft-rs as **one** batch (one
 //!    `MsgPropose` with many entries): they are appended, replicated, persisted and committed
 //!    together, so a burst of commands costs one synced write per master, not one per command.
 //! 2. Messages that need no durable state (the leader's appends and heartbeats: the leader
-//!    writes its log in parallel with replication) are returned.
+//!    writes its log in parallel with replication) are returned at once.
 //! 3. The snapshot from the leader (if any), the new entries and the new hard state are
-//!    written in one atomic, synced batch ([`RaftStore::persist`]); a `Ready` that changes
-//!    only the commit index is written ordered but unsynced ([`Durability::Ordered`]).
-//! 4. Only then are the *persisted messages* (votes, append acknowledgements, which promise
-//!    durable state) returned.
-//! 5. Entries committed by the persisted hard state are applied to the [`ClusterState`].
-//! 6. `advance_append` yields a `LightReady`; its commit index is written (ordered, see
-//!    [`Durability::Ordered`]) **before** its committed entries are applied.
-//! 7. Every proposal of this master that was applied is answered with the state machine's
+//!    *staged* in the store as one atomic write ([`RaftStore::stage`]): raft-rs can read them
+//!    at once, and a [`StoreJob`] makes them durable, synced unless the `Ready` changes only the
+//!    commit index ([`Durability::Ordered`]). The node does not wait for it
+//!    (`advance_append_async`).
+//! 4. The *persisted messages* (votes, append acknowledgements, which promise durable state)
+//!    are held until the job of their `Ready`, and of every `Ready` before it, is reported
+//!    done; then raft-rs is told (`on_persist_ready`), which is also when the leader counts its
+//!    own log towards a commit.
+//! 5. Committed entries (raft-rs hands out only entries this master has persisted) are
+//!    applied to the [`ClusterState`].
+//! 6. Every proposal of this master that was applied is answered with the state machine's
 //!    result; reads whose index is now applied are released.
-//! 8. Every `snapshot_interval` applied entries, the state machine is snapshotted to the store
-//!    and the log compacted.
+//! 7. Every `snapshot_interval` applied entries, a copy of the state machine becomes a job
+//!    that encodes and saves it; once saved, the log before it (less `log_retention`) stops
+//!    being served and another job deletes it.
+//!
+//! Jobs run inside `advance` ([`Persistence::Inline`]: everything is durable when it
+//! returns) or wherever the caller runs them ([`Persistence::Offloaded`]: the master's shell
+//! on a thread of its own, so that no tick, heartbeat or answer waits for an fsync; several
+//! `Ready`s that queue behind one fsync are written with the next, a group commit). See
+//! [`persistence`].
 //!
 //! # Matching answers to proposals
 //!
@@ -40,6 +50,7 @@
 mod config;
 mod logger;
 mod metrics;
+pub mod persistence;
 
 use fullerene_proto::Time;
 use std::collections::{BTreeMap, VecDeque};
@@ -48,12 +59,15 @@ use fullerene_proto::codec::{self, CodecError};
 use protobuf::Message as _;
 use raft::eraftpb::{
     ConfChange, ConfChangeSingle, ConfChangeTransition, ConfChangeType, ConfChangeV2, ConfState,
-    Entry, EntryType, Message, MessageType, Snapshot,
+    Entry, EntryType, Message, MessageType, Snapshot, SnapshotMetadata,
 };
 use raft::{RawNode, StateRole};
 
 pub use config::NodeConfig;
 pub use logger::{raft_logger, TracingDrain};
+pub use persistence::{
+    run_store_jobs, JobOutcome, Persistence, StoreJob, StoreReport, StoreWork,
+};
 
 use crate::state::{ClusterSettings, ClusterState, Command, CommandError, CommandOutcome};
 use crate::storage::{Durability, RaftStore, ReadyWrite, StorageError};
@@ -395,6 +409,31 @@ pub struct RaftNode<S: RaftStore> {
     /// Set when raft-rs gave up or the store failed a read: nothing reaches raft-rs any more,
     /// and [`RaftNode::advance`] returns it.
     halted: Option<NodeError>,
+    /// Runs the store jobs under [`Persistence::Inline`].
+    writer: S::Writer,
+    /// Jobs not yet taken (offloaded) or run (inline), in order.
+    jobs: Vec<StoreJob<S::Staged>>,
+    /// The id of the next job.
+    next_job: u64,
+    /// Jobs handed out and not yet reported done, in order, with what their completion means.
+    awaited: VecDeque<(u64, Awaited)>,
+    /// Messages that promise durable state, each batch held until the job it names is done.
+    held: VecDeque<(u64, Vec<Message>)>,
+    /// Messages a report released, sent by the next `advance`.
+    released: Vec<Message>,
+    /// A snapshot job is out: no other is taken until it is reported.
+    snapshot_job_out: bool,
+}
+
+/// What a store job's completion means to the node.
+#[derive(Debug)]
+enum Awaited {
+    /// The write of `Ready` `number`, staged with the store's `ticket`.
+    Ready { number: u64, ticket: u64 },
+    /// A state-machine snapshot.
+    Snapshot { meta: SnapshotMetadata },
+    /// Deleting compacted entries.
+    Compact,
 }
 
 impl<S: RaftStore> std::fmt::Debug for RaftNode<S> {
@@ -491,6 +530,7 @@ impl<S: RaftStore> RaftNode<S> {
             })?
         };
         let raft_config = config.to_raft(snapshot_index).map_err(NodeError::Config)?;
+        let writer = store.writer();
         let logger = raft_logger(config.id);
         let raw =
             catch_raft_panic(|| RawNode::new(&raft_config, store, &logger))?.map_err(raft_error)?;
@@ -523,6 +563,13 @@ impl<S: RaftStore> RaftNode<S> {
             metrics,
             trace: Vec::new(),
             halted: None,
+            writer,
+            jobs: Vec::new(),
+            next_job: 1,
+            awaited: VecDeque::new(),
+            held: VecDeque::new(),
+            released: Vec::new(),
+            snapshot_job_out: false,
         })
     }
 
@@ -604,6 +651,7 @@ impl<S: RaftStore> RaftNode<S> {
         self.halted.is_some()
             || !self.removed
                 && (self.raw.has_ready()
+                    || !self.released.is_empty()
                     || !self.queued.is_empty()
                     || !self.dropped.is_empty()
                     || !self.reads_failed.is_empty()
@@ -794,17 +842,21 @@ impl<S: RaftStore> RaftNode<S> {
     fn advance_guarded(&mut self, now: Time) -> Result<NodeOutput, NodeError> {
         let mut out = NodeOutput::default();
         self.now = Some(now);
+        out.messages_to_send.append(&mut self.released);
         self.flush_proposals(now);
 
         if self.raw.has_ready() {
             self.handle_ready(&mut out)?;
+        }
+        self.maybe_snapshot()?;
+        if self.config.persistence == Persistence::Inline {
+            self.run_jobs_inline(&mut out)?;
         }
 
         self.give_up_lost_proposals(&mut out);
         self.release_reads(&mut out);
         out.dropped.append(&mut self.dropped);
         out.reads_failed.append(&mut self.reads_failed);
-        self.maybe_snapshot()?;
         self.metrics.term.set(self.raw.raft.term as f64);
         self.metrics.commit_index.set(self.commit_index() as f64);
         self.metrics.applied_index.set(self.applied as f64);
@@ -987,6 +1039,7 @@ impl<S: RaftStore> RaftNode<S> {
             Some((index, state))
         };
 
+        let number = ready.number();
         let write = ReadyWrite {
             // raft-rs says when only the commit index changed; see `Durability::Ordered`.
             durability: if ready.must_sync() {
@@ -1001,7 +1054,8 @@ impl<S: RaftStore> RaftNode<S> {
         };
         if !write.is_empty() {
             let entries = write.entries.len() as u64;
-            self.raw.mut_store().persist(write)?;
+            let (ticket, staged) = self.raw.mut_store().stage(write)?;
+            self.push_job(StoreWork::Write(staged), Awaited::Ready { number, ticket });
             self.metrics.persist_batches.increment(1);
             self.metrics.entries_persisted.increment(entries);
         }
@@ -1010,8 +1064,15 @@ impl<S: RaftStore> RaftNode<S> {
             self.install_snapshot(index, state, ready.snapshot(), out);
         }
 
-        // Votes and append acknowledgements promise the state just written.
-        out.messages_to_send.extend(ready.take_persisted_messages());
+        // Votes and append acknowledgements promise what was just staged: they wait for it,
+        // and for every write staged before it, to be durable.
+        let persisted = ready.take_persisted_messages();
+        if !persisted.is_empty() {
+            match self.last_awaited_write() {
+                Some(job) => self.held.push_back((job, persisted)),
+                None => out.messages_to_send.extend(persisted),
+            }
+        }
 
         let committed = ready.take_committed_entries();
         self.apply_entries(committed, out)?;
@@ -1022,20 +1083,137 @@ impl<S: RaftStore> RaftNode<S> {
             }
         }
 
-        let mut light = self.raw.advance_append(ready);
-        if let Some(commit) = light.commit_index() {
-            self.raw.mut_store().persist(ReadyWrite {
-                durability: Durability::Ordered,
-                commit: Some(commit),
-                ..Default::default()
-            })?;
-            self.metrics.persist_batches.increment(1);
+        self.raw.advance_append_async(ready);
+        if self.last_awaited_write().is_none() {
+            // Nothing of this `Ready` (or before it) is waiting for the disk.
+            self.raw.on_persist_ready(number);
         }
-        out.messages_to_send.extend(light.take_messages());
-        let committed = light.take_committed_entries();
-        self.apply_entries(committed, out)?;
         self.raw.advance_apply_to(self.applied);
         Ok(())
+    }
+
+    /// Queues a store job and remembers what its completion means.
+    fn push_job(&mut self, work: StoreWork<S::Staged>, awaited: Awaited) {
+        let id = self.next_job;
+        self.next_job += 1;
+        self.jobs.push(StoreJob { id, work });
+        self.awaited.push_back((id, awaited));
+    }
+
+    /// The newest write job not yet reported done.
+    fn last_awaited_write(&self) -> Option<u64> {
+        self.awaited
+            .iter()
+            .rev()
+            .find(|(_, a)| matches!(a, Awaited::Ready { .. }))
+            .map(|(id, _)| *id)
+    }
+
+    /// Under [`Persistence::Offloaded`]: the store jobs queued since the last call, in the
+    /// order they must run (with [`run_store_jobs`] and the store's writer, one queue at a
+    /// time). Report what was done with [`RaftNode::store_report`]. Empty under
+    /// [`Persistence::Inline`], which runs them itself.
+    pub fn take_store_jobs(&mut self) -> Vec<StoreJob<S::Staged>> {
+        std::mem::take(&mut self.jobs)
+    }
+
+    /// Whether store jobs handed out are not yet reported done.
+    pub fn store_jobs_pending(&self) -> usize {
+        self.awaited.len()
+    }
+
+    /// The writer reports on jobs taken with [`RaftNode::take_store_jobs`]: what they made
+    /// durable takes effect (held messages are released for the next `advance`, raft-rs
+    /// learns what is persisted, a saved snapshot is served and the log behind it compacted).
+    /// A failed job halts the node: the next `advance` returns the error.
+    pub fn store_report(&mut self, report: StoreReport) {
+        let mut persisted_ready = None;
+        for (id, outcome) in report.done {
+            let Some((expected, awaited)) = self.awaited.pop_front() else {
+                tracing::error!(node = self.config.id, job = id, "a report of a store job the node did not hand out");
+                break;
+            };
+            if expected != id {
+                tracing::error!(node = self.config.id, job = id, expected, "store jobs reported out of order");
+            }
+            match awaited {
+                Awaited::Ready { number, ticket } => {
+                    self.raw.mut_store().durable_through(ticket);
+                    persisted_ready = Some(number);
+                }
+                Awaited::Snapshot { meta } => self.snapshot_done(&meta, &outcome),
+                Awaited::Compact => {}
+            }
+            while self.held.front().is_some_and(|(job, _)| *job <= id) {
+                if let Some((_, messages)) = self.held.pop_front() {
+                    self.released.extend(messages);
+                }
+            }
+        }
+        if let Some(number) = persisted_ready {
+            // A failure is kept in `halted` and returned by the next `advance`.
+            let _ = self.guarded(|node| node.raw.on_persist_ready(number));
+        }
+        if let Some((job, error)) = report.failed {
+            tracing::error!(node = self.config.id, job, error = %error, "a store job failed; this master stops");
+            self.halted.get_or_insert(NodeError::Storage(error));
+        }
+    }
+
+    /// Runs the queued store jobs now ([`Persistence::Inline`]) and acts on their report.
+    fn run_jobs_inline(&mut self, out: &mut NodeOutput) -> Result<(), NodeError> {
+        while !self.jobs.is_empty() {
+            let jobs = std::mem::take(&mut self.jobs);
+            let report = run_store_jobs(&mut self.writer, jobs);
+            self.store_report(report);
+            if let Some(error) = &self.halted {
+                return Err(error.clone());
+            }
+            // Saving a snapshot queues the compaction behind it.
+        }
+        out.messages_to_send.append(&mut self.released);
+        Ok(())
+    }
+
+    /// A snapshot job ended: a saved snapshot is served from now on and the log behind it
+    /// compacted, keeping `log_retention` entries.
+    fn snapshot_done(&mut self, meta: &SnapshotMetadata, outcome: &JobOutcome) {
+        self.snapshot_job_out = false;
+        let index = meta.index;
+        match outcome {
+            JobOutcome::SnapshotSaved { bytes } => {
+                self.raw.mut_store().snapshot_saved(meta);
+                self.snapshot_index = self.snapshot_index.max(index);
+                self.metrics.snapshots.increment(1);
+                self.metrics.snapshot_bytes.set(*bytes as f64);
+                let compact_to = (index + 1).saturating_sub(self.config.log_retention);
+                if compact_to > 1 {
+                    match self.raw.mut_store().forget_before(compact_to) {
+                        Ok(Some(compaction)) => {
+                            self.push_job(StoreWork::Compact(compaction), Awaited::Compact);
+                        }
+                        Ok(None) => {}
+                        Err(error) => {
+                            tracing::error!(node = self.config.id, index, error = %error, "cannot compact the log");
+                            self.halted.get_or_insert(NodeError::Storage(error));
+                        }
+                    }
+                }
+                tracing::debug!(
+                    node = self.config.id,
+                    index,
+                    bytes,
+                    compact_to,
+                    "state snapshot saved"
+                );
+            }
+            JobOutcome::SnapshotSkipped(reason) => {
+                // The log keeps growing until the state encodes again; the node stays correct.
+                tracing::error!(node = self.config.id, index, error = %reason, "cannot encode the state snapshot; log not compacted");
+                self.snapshot_index = self.snapshot_index.max(index);
+            }
+            JobOutcome::Done => {}
+        }
     }
 
     fn install_snapshot(
@@ -1218,11 +1396,12 @@ impl<S: RaftStore> RaftNode<S> {
         self.reads_confirmed = waiting;
     }
 
-    /// Takes a state-machine snapshot and compacts the log every `snapshot_interval` entries.
+    /// Every `snapshot_interval` applied entries (or after a membership change), hands a copy
+    /// of the state machine to a store job that encodes and saves it (see `snapshot_done`).
     fn maybe_snapshot(&mut self) -> Result<(), NodeError> {
         let due = self.applied >= self.snapshot_index + self.config.snapshot_interval
             || (self.force_snapshot && self.applied > self.snapshot_index);
-        if !due {
+        if !due || self.snapshot_job_out {
             return Ok(());
         }
         self.force_snapshot = false;
@@ -1234,36 +1413,20 @@ impl<S: RaftStore> RaftNode<S> {
                 return Ok(());
             }
         };
-        let data = match self.state.encode_snapshot() {
-            Ok(data) => data,
-            Err(e) => {
-                // The log keeps growing until the state fits again; the node stays correct.
-                tracing::error!(node = self.config.id, index, error = %e, "cannot encode the state snapshot; log not compacted");
-                self.snapshot_index = index;
-                return Ok(());
-            }
-        };
-        let mut snapshot = Snapshot::default();
-        let meta = snapshot.mut_metadata();
-        meta.index = index;
-        meta.term = term;
-        meta.set_conf_state(self.raw.raft.prs().conf().to_conf_state());
-        let bytes = data.len();
-        snapshot.data = data.into();
-        self.raw.mut_store().save_snapshot(&snapshot)?;
-        self.snapshot_index = index;
-        let compact_to = (index + 1).saturating_sub(self.config.log_retention);
-        if compact_to > 1 {
-            self.raw.mut_store().compact(compact_to)?;
-        }
-        self.metrics.snapshots.increment(1);
-        self.metrics.snapshot_bytes.set(bytes as f64);
-        tracing::debug!(
-            node = self.config.id,
+        let mut meta = SnapshotMetadata {
             index,
-            bytes,
-            compact_to,
-            "state snapshot taken"
+            term,
+            ..Default::default()
+        };
+        meta.set_conf_state(self.raw.raft.prs().conf().to_conf_state());
+        self.raw.store().check_snapshot(&meta)?;
+        self.snapshot_job_out = true;
+        self.push_job(
+            StoreWork::Snapshot {
+                meta: meta.clone(),
+                state: Box::new(self.state.clone()),
+            },
+            Awaited::Snapshot { meta },
         );
         Ok(())
     }
