@@ -18,8 +18,8 @@ use fullerene_proto::messages::{
 use fullerene_proto::time::{secs_f64, Time};
 use fullerene_proto::{AgentId, FrameworkId, OfferId, ResourceVec};
 use fullerene_scheduling::allocator::{
-    Allocator, AllocatorConfig, AllocatorError, InterJobPolicy, LeftoverAction, OfferDecision,
-    DEFAULT_KAPPA,
+    Allocator, AllocatorConfig, AllocatorError, CycleSnapshot, CycleStats, InterJobPolicy,
+    LeftoverAction, OfferDecision, ShardPlan, DEFAULT_KAPPA,
 };
 use fullerene_scheduling::fit::{fits_offer, Overbooking};
 
@@ -350,15 +350,32 @@ impl OfferManager {
         self.book.offers()
     }
 
-    /// One allocation cycle at `now_ms`: returns the offers to send, and the offers to rescind
-    /// (expired, or of an agent that is no longer active, or to a framework that left or has
-    /// no session: `connected` says which have one).
+    /// One allocation cycle at `now_ms`, planned on this thread: returns the offers to send,
+    /// and the offers to rescind (expired, or of an agent that is no longer active, or to a
+    /// framework that left or has no session: `connected` says which have one).
     pub fn cycle(
         &mut self,
         state: &ClusterState,
         connected: impl Fn(&FrameworkId) -> bool,
         now_ms: UnixMillis,
     ) -> (Vec<Offer>, Vec<Offer>) {
+        let (rescinded, snapshot) = self.begin_cycle(state, &connected, now_ms);
+        let plans = snapshot.plan_all();
+        let (offers, _) = self.finish_cycle(state, &connected, plans, now_ms);
+        (offers, rescinded)
+    }
+
+    /// Starts an allocation cycle at `now_ms`: rescinds what is stale (expired offers, offers
+    /// of agents no longer active or to frameworks that left or have no session), brings the
+    /// allocator up to date with the agents' and frameworks' states, and returns the rescinded
+    /// offers with the snapshot the shards plan from ([`CycleSnapshot::plan_shard`], on any
+    /// thread). [`OfferManager::finish_cycle`] commits the plans.
+    pub fn begin_cycle(
+        &mut self,
+        state: &ClusterState,
+        connected: impl Fn(&FrameworkId) -> bool,
+        now_ms: UnixMillis,
+    ) -> (Vec<Offer>, CycleSnapshot) {
         let accounting = state.allocation();
         self.allocator.sync(accounting);
         let mut rescinded = Vec::new();
@@ -410,12 +427,30 @@ impl OfferManager {
                 let _ = self.allocator.revive(accounting, framework_id);
             }
         }
-        let decisions = self
+        let snapshot = self
             .allocator
-            .allocate_all(accounting, Time::from_millis(now_ms).as_secs_f64());
-        let mut offers = Vec::with_capacity(decisions.len());
+            .snapshot_cycle(accounting, Time::from_millis(now_ms).as_secs_f64());
+        (rescinded, snapshot)
+    }
+
+    /// Ends an allocation cycle: commits the shards' plans against the state as it is now
+    /// (which may have moved on since [`OfferManager::begin_cycle`]: what no longer holds is
+    /// dropped, see `Allocator::commit_cycle`) and opens the offers to send, with what the
+    /// commit did.
+    pub fn finish_cycle(
+        &mut self,
+        state: &ClusterState,
+        connected: impl Fn(&FrameworkId) -> bool,
+        plans: Vec<ShardPlan>,
+        now_ms: UnixMillis,
+    ) -> (Vec<Offer>, CycleStats) {
+        let accounting = state.allocation();
+        let outcome =
+            self.allocator
+                .commit_cycle(accounting, plans, Time::from_millis(now_ms).as_secs_f64());
+        let mut offers = Vec::with_capacity(outcome.offers.len());
         let pending_quota = state.settings().quotas.pending_offers_per_framework as usize;
-        for decision in decisions {
+        for decision in outcome.offers {
             let at_quota = self.book.held_by(&decision.framework) >= pending_quota;
             if !connected(&decision.framework) || at_quota {
                 // Nobody to send it to, or a framework that holds as many unanswered offers
@@ -429,7 +464,7 @@ impl OfferManager {
             }
             offers.push(self.open(state, &decision, now_ms));
         }
-        (offers, rescinded)
+        (offers, outcome.stats)
     }
 
     /// A framework's new demand summary.

@@ -178,6 +178,8 @@ pub(crate) enum AgentTimer {
 #[derive(Debug)]
 pub(crate) enum Event {
     MasterTick(u64, u64),
+    /// Master (id, incarnation)'s disk finishes the store jobs queued so far.
+    MasterDisk(u64, u64),
     Raft {
         from: u64,
         message: Box<raft::eraftpb::Message>,
@@ -389,7 +391,7 @@ impl World {
     /// The process an event is for, when it is one process's (deferred while it is paused).
     fn owner(&self, event: &Event) -> Option<Node> {
         Some(match event {
-            Event::MasterTick(id, _) => Node::Master(*id),
+            Event::MasterTick(id, _) | Event::MasterDisk(id, _) => Node::Master(*id),
             Event::Raft { message, .. } => Node::Master(message.to),
             Event::Frame {
                 conn, to_master, ..
@@ -470,6 +472,7 @@ impl World {
     fn handle(&mut self, event: Event) {
         match event {
             Event::MasterTick(id, incarnation) => self.master_tick(id, incarnation),
+            Event::MasterDisk(id, incarnation) => self.master_disk(id, incarnation),
             Event::Raft { from, message } => self.raft_arrives(from, *message),
             Event::Frame {
                 conn,

@@ -11,9 +11,9 @@ use fullerene_agent::core::{
 };
 use fullerene_client::follow::{Attempt, FollowConfig, Follower, Pacing};
 use fullerene_master::core::{AgentTimeouts, CoreConfig, Input, MasterCore, Output};
-use fullerene_master::raft_node::{NodeConfig, RaftNode};
+use fullerene_master::raft_node::{run_store_jobs, NodeConfig, Persistence, RaftNode, StoreJob};
 use fullerene_master::state::{ClusterSettings, ClusterState};
-use fullerene_master::storage::MemStorage;
+use fullerene_master::storage::{MemStorage, MemWrite, RaftStore};
 use fullerene_proto::messages::{
     AgentState, AgentToMaster, Executor, FrameworkCall, FrameworkRequest, Leftover, MasterToAgent,
     StatusUpdate, TaskState,
@@ -54,6 +54,11 @@ pub(crate) struct SimMaster {
     /// The highest term this master was recorded leading.
     led: u64,
     tick_interval: Duration,
+    /// Store jobs handed to the disk, written by the next `MasterDisk` event (together: a
+    /// group commit); lost in a crash.
+    disk: Vec<StoreJob<MemWrite>>,
+    /// Whether a `MasterDisk` event is scheduled.
+    disk_busy: bool,
 }
 
 /// A process the simulated executor started: it outlives its agent's crash.
@@ -150,6 +155,8 @@ impl World {
                     clock_offset_ms: 0,
                     led: 0,
                     tick_interval,
+                    disk: Vec::new(),
+                    disk_busy: false,
                 },
             );
             self.start_master(id, node);
@@ -306,6 +313,8 @@ impl World {
             Vec::new()
         };
         let outputs = core.drain_outputs();
+        let jobs = core.take_store_jobs();
+        self.queue_disk_jobs(id, jobs);
         for (index, term, digest) in trace {
             self.record(Fact::Applied {
                 master: id,
@@ -365,6 +374,39 @@ impl World {
         }
     }
 
+    /// Hands store jobs to master `id`'s disk, which writes what queued up after a seeded
+    /// latency (a fraction of a millisecond to a few, as an SSD's fsync).
+    fn queue_disk_jobs(&mut self, id: u64, jobs: Vec<StoreJob<MemWrite>>) {
+        if jobs.is_empty() {
+            return;
+        }
+        let Some(master) = self.masters.get_mut(&id) else {
+            return;
+        };
+        master.disk.extend(jobs);
+        if master.disk_busy {
+            return;
+        }
+        master.disk_busy = true;
+        let incarnation = master.incarnation;
+        let latency = self.between((Duration::from_micros(200), Duration::from_millis(4)));
+        self.after(latency, Event::MasterDisk(id, incarnation));
+    }
+
+    /// Master `id`'s disk wrote what was queued: the core hears the report.
+    pub(crate) fn master_disk(&mut self, id: u64, incarnation: u64) {
+        let Some(master) = self.masters.get_mut(&id) else {
+            return;
+        };
+        if master.incarnation != incarnation || master.core.is_none() {
+            return;
+        }
+        master.disk_busy = false;
+        let jobs = std::mem::take(&mut master.disk);
+        let report = run_store_jobs(&mut master.store.writer(), jobs);
+        self.step_master(id, |core| core.store_report(report));
+    }
+
     pub(crate) fn crash_master(&mut self, id: u64) {
         let Some(master) = self.masters.get_mut(&id) else {
             return;
@@ -372,6 +414,8 @@ impl World {
         if master.core.take().is_none() {
             return;
         }
+        master.disk.clear();
+        master.disk_busy = false;
         master.store = master.store.crash();
         master.store.cancel_injected_failure();
         self.record(Fact::MasterCrashed { master: id });
@@ -1362,11 +1406,15 @@ fn wall_now(now: Time, offset_ms: i64) -> Now {
 }
 
 /// A master's Raft configuration in the simulation: the defaults, no random election
-/// timeout (the tick jitter makes elections differ), every applied entry traced.
+/// timeout (the tick jitter makes elections differ), every applied entry traced, store jobs
+/// run by the simulated disk.
 fn node_config(id: u64) -> NodeConfig {
     NodeConfig {
         randomized_election_timeout: false,
         trace_applied: true,
+        // As the masters' shell runs them: store writes off the node loop, after the disk's
+        // latency (`World::master_disk`).
+        persistence: Persistence::Offloaded,
         ..NodeConfig::new(id)
     }
 }

@@ -8,7 +8,8 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use fullerene_master::core::session_rules::ClientLimits;
-use fullerene_master::raft_node::{NodeConfig, RaftNode};
+use fullerene_master::core::AllocationPlanning;
+use fullerene_master::raft_node::{NodeConfig, Persistence, RaftNode};
 use fullerene_master::server::http::HttpConfig;
 use fullerene_master::server::{self, MasterExit, ShellConfig};
 use fullerene_master::state::ClusterSettings;
@@ -138,8 +139,11 @@ pub(crate) struct MasterArgs {
     /// are closed at once with the reason.
     #[arg(long, env = "FULLERENE_MASTER_CONNECTIONS_PER_CERTIFICATE", default_value_t = ClientLimits::default().connections_per_certificate, value_parser = clap::value_parser!(u32).range(1..))]
     pub connections_per_certificate: u32,
-    /// Agent shards, each with its own allocation cycle.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    /// Agent shards: each allocation cycle plans them concurrently (on up to as many threads
+    /// as the machine has cores, off the node loop) from one snapshot and commits them in
+    /// order. One shard plans the cycle exactly as one sequential pass would; more use more
+    /// cores on large clusters (see the README's "Performance").
+    #[arg(long, env = "FULLERENE_MASTER_ALLOCATOR_SHARDS", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub allocator_shards: u64,
     /// How far launches may overbook an agent's disk and network bandwidth, as a fraction of
     /// its total (Graphene §5). Part of the replicated settings: used when `--bootstrap`
@@ -149,6 +153,12 @@ pub(crate) struct MasterArgs {
     /// How long an operator request waits for a commit or a read confirmation, in milliseconds.
     #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub request_timeout_ms: u64,
+    /// Never fsync the Raft log (etcd's flag of the same name; for benchmarks compared with
+    /// systems run the same way). Writes still reach the operating system in order, so a
+    /// master process that crashes loses nothing, but a machine that crashes can lose
+    /// acknowledged commands and let this master vote twice in a term. Never in production.
+    #[arg(long, env = "FULLERENE_MASTER_UNSAFE_NO_FSYNC")]
+    pub unsafe_no_fsync: bool,
     #[command(flatten)]
     pub quic: super::QuicArgs,
 }
@@ -226,6 +236,8 @@ pub(crate) fn run(args: MasterArgs) -> Result<()> {
     node_config.election_ticks = usize::try_from(args.election_ticks)?;
     node_config.snapshot_interval = args.snapshot_interval;
     node_config.log_retention = args.log_retention;
+    // The shell's writer thread makes the log durable: the node loop never waits for an fsync.
+    node_config.persistence = Persistence::Offloaded;
     // A read waits as long as an operator request may (rounded up to whole ticks).
     node_config.read_timeout_ticks =
         usize::try_from(args.request_timeout_ms.div_ceil(args.tick_ms).max(1))?;
@@ -250,13 +262,17 @@ pub(crate) fn run(args: MasterArgs) -> Result<()> {
         None => None,
     };
 
-    let store = RocksStorage::open(&args.data_dir).with_context(|| {
+    let mut store = RocksStorage::open(&args.data_dir).with_context(|| {
         format!(
             "master {} refuses to start on data directory {}",
             args.id,
             args.data_dir.display()
         )
     })?;
+    if args.unsafe_no_fsync {
+        tracing::warn!(master = args.id, "--unsafe-no-fsync: the Raft log is never synced; a machine crash can lose acknowledged commands");
+        store.set_unsafe_no_fsync(true);
+    }
     let fresh = store.latest_snapshot().get_metadata().index == 0
         && store.hard_state() == Default::default();
     if fresh && !args.join && !args.bootstrap {
@@ -329,6 +345,8 @@ pub(crate) fn run(args: MasterArgs) -> Result<()> {
     shell.core.allocation_interval = Duration::from_millis(args.allocation_interval_ms);
     shell.core.offer_ttl = Duration::from_millis(args.offer_ttl_ms);
     shell.core.allocator_shards = usize::try_from(args.allocator_shards)?;
+    // The shards are planned on the shell's planner threads, off the node loop.
+    shell.core.allocation_planning = AllocationPlanning::Offloaded;
     shell.metrics = metrics;
     shell.core.agent_timeouts = server::AgentTimeouts {
         heartbeat_interval: Duration::from_millis(args.agent_heartbeat_ms),

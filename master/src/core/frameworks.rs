@@ -32,7 +32,11 @@ use fullerene_proto::time::whole_millis;
 use fullerene_proto::Time;
 use fullerene_proto::{Now, OfferId};
 
-use super::{FrameworkPending, MasterCore, Outbox, Pending, SessionId, Settled, Subscription};
+use super::{
+    AllocationJob, AllocationPlanning, FrameworkPending, MasterCore, Outbox, Pending, SessionId,
+    Settled, Subscription, PLANNING_TIMEOUT,
+};
+use fullerene_scheduling::allocator::{CycleStats, ShardPlan};
 use crate::raft_node::ProposeError;
 use crate::state::{ClusterState, Command, CommandOutcome, TaskKey, TaskRecord};
 use crate::storage::RaftStore;
@@ -783,22 +787,87 @@ impl<S: RaftStore> MasterCore<S> {
         }
     }
 
-    /// On the leader, every allocation interval: rescinds what is stale and makes new offers.
+    /// On the leader, every allocation interval (sooner after events, see
+    /// `allocation_wanted`): rescinds what is stale and makes new offers, at once
+    /// ([`AllocationPlanning::Inline`]) or by marking a cycle due for the shell to plan
+    /// ([`AllocationPlanning::Offloaded`]). No cycle starts while another's plans are awaited.
     pub(super) fn allocate(&mut self, now: Now) {
-        if now.monotonic < self.next_allocation {
+        if let Some((id, since)) = self.planning {
+            if now.monotonic.saturating_duration_since(since) < PLANNING_TIMEOUT {
+                return;
+            }
+            tracing::warn!(master = self.node.id(), cycle = id, "an allocation cycle's plans did not come back in time; the next cycle starts");
+            self.planning = None;
+        }
+        if now.monotonic < self.next_allocation || self.offers.is_none() {
             return;
         }
         self.next_allocation = now.monotonic + self.config.allocation_interval;
         self.last_allocation = now.monotonic;
-        let Some(offers) = self.offers.as_mut() else {
-            return;
-        };
+        match self.config.allocation_planning {
+            AllocationPlanning::Offloaded => self.allocation_due = true,
+            AllocationPlanning::Inline => {
+                if let Some(job) = self.begin_allocation(now) {
+                    let plans = job.snapshot.plan_all();
+                    self.allocation_planned(job.id, plans, now);
+                }
+            }
+        }
+    }
+
+    /// Starts the allocation cycle that is due, if one is ([`AllocationPlanning::Offloaded`];
+    /// the shell asks after every step): rescinds what is stale and returns the snapshot for
+    /// the shell to plan, off the node loop.
+    pub fn begin_allocation(&mut self, now: Now) -> Option<AllocationJob> {
+        let due = std::mem::take(&mut self.allocation_due)
+            || self.config.allocation_planning == AllocationPlanning::Inline;
+        if !due || self.planning.is_some() {
+            return None;
+        }
+        let offers = self.offers.as_mut()?;
         let frameworks = &self.frameworks;
-        let (made, rescinded) = offers.cycle(
+        let (rescinded, snapshot) = offers.begin_cycle(
             self.node.state(),
             |framework| frameworks.link(framework).is_some(),
             now.wall_ms(),
         );
+        self.send_rescinds(rescinded);
+        self.allocation_jobs += 1;
+        let id = self.allocation_jobs;
+        self.planning = Some((id, now.monotonic));
+        Some(AllocationJob { id, snapshot })
+    }
+
+    /// The shards of allocation cycle `id` were planned: the plans are committed against the
+    /// state as it is now (what no longer holds is dropped) and the offers sent. Plans of a
+    /// cycle given up, or of a term this master no longer leads, are ignored.
+    pub fn allocation_planned(&mut self, id: u64, plans: Vec<ShardPlan>, now: Now) {
+        if self.planning.map(|(awaited, _)| awaited) != Some(id) {
+            return;
+        }
+        self.planning = None;
+        let Some(offers) = self.offers.as_mut() else {
+            return;
+        };
+        let frameworks = &self.frameworks;
+        let (made, stats) = offers.finish_cycle(
+            self.node.state(),
+            |framework| frameworks.link(framework).is_some(),
+            plans,
+            now.wall_ms(),
+        );
+        self.allocation_stats.add(&stats);
+        self.push_offers(made);
+    }
+
+    /// What the commits of this master's allocation cycles did so far: picks planned,
+    /// committed and dropped by reason (the shards' conflict rate).
+    pub fn allocation_stats(&self) -> CycleStats {
+        self.allocation_stats
+    }
+
+    /// Sends each framework the rescinds of its offers, in frames.
+    fn send_rescinds(&mut self, rescinded: Vec<Offer>) {
         let mut rescinds: BTreeMap<FrameworkId, Vec<OfferId>> = BTreeMap::new();
         for offer in rescinded {
             rescinds
@@ -815,7 +884,6 @@ impl<S: RaftStore> MasterCore<S> {
                 }
             }
         }
-        self.push_offers(made);
     }
 
     /// On the leader: tears down the frameworks absent past their failover timeout.

@@ -58,6 +58,9 @@ impl<S: RaftStore> MasterCore<S> {
         self.agents.on_leadership(self.node.state(), now.monotonic);
         self.frameworks
             .on_leadership(self.node.state(), now.monotonic);
+        // Plans of an earlier term's cycle are for another allocator: never committed.
+        self.planning = None;
+        self.allocation_due = false;
         match OfferManager::new(
             self.node.state().settings(),
             self.config.allocator_shards,

@@ -68,7 +68,10 @@ pub use operators::BoundedView;
 use operators::ReadQuery;
 
 use crate::offers::OfferManager;
-use crate::raft_node::{NodeError, NodeOutput, ProposeError, RaftNode, Token};
+use fullerene_scheduling::allocator::{CycleSnapshot, CycleStats};
+use crate::raft_node::{
+    NodeError, NodeOutput, ProposeError, RaftNode, StoreJob, StoreReport, Token,
+};
 use crate::state::{Command, CommandError, CommandOutcome};
 use crate::storage::RaftStore;
 
@@ -103,13 +106,46 @@ pub struct CoreConfig {
     pub min_allocation_gap: Duration,
     /// How long an offer stays valid before it is rescinded and offered again.
     pub offer_ttl: Duration,
-    /// Agent shards, each with its own allocation cycle.
+    /// Agent shards, planned concurrently from one snapshot and committed in order (Omega's
+    /// shared state; `fullerene_scheduling::allocator`'s `cycle` module).
     pub allocator_shards: usize,
+    /// Where the shards of an allocation cycle are planned: in line, inside the step that
+    /// runs the cycle, or by the shell, off the node loop (see [`AllocationPlanning`]).
+    pub allocation_planning: AllocationPlanning,
     /// How often the leader sends connected frameworks the status updates they have not
     /// acknowledged (an update pushed into a full queue, or lost with its session, is sent
     /// again; the framework ignores what it has seen and acknowledges it again).
     pub status_resend_interval: Duration,
 }
+
+/// Where an allocation cycle's shards are planned.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AllocationPlanning {
+    /// Inside the step that runs the cycle: snapshot, plans and commit at once (tests and the
+    /// simulations that need no threads).
+    #[default]
+    Inline,
+    /// By the shell: when a cycle is due, [`MasterCore::begin_allocation`] takes the snapshot
+    /// and hands out an [`AllocationJob`]; the shell plans its shards on threads of its own
+    /// while the node loop goes on, and [`MasterCore::allocation_planned`] commits the plans
+    /// against the state as it is by then. One cycle is in flight at a time.
+    Offloaded,
+}
+
+/// An allocation cycle's shards to plan off the node loop
+/// ([`AllocationPlanning::Offloaded`]): plan every shard of `snapshot` (on any threads, in any
+/// order) and hand the plans to [`MasterCore::allocation_planned`] with `id`.
+#[derive(Debug)]
+pub struct AllocationJob {
+    /// The cycle's number, echoed with its plans.
+    pub id: u64,
+    /// What the shards plan from.
+    pub snapshot: CycleSnapshot,
+}
+
+/// A planned cycle not answered in this long is given up (its plans, should they come, are
+/// ignored) and the next one starts: a shell that lost a job must not stop allocation.
+const PLANNING_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The default [`CoreConfig::min_allocation_gap`]: a quarter of the periodic interval, one
 /// Raft tick (a burst of completions and the summaries frameworks send after them costs a few
@@ -133,6 +169,7 @@ impl Default for CoreConfig {
             min_allocation_gap: DEFAULT_MIN_ALLOCATION_GAP,
             offer_ttl: Duration::from_millis(crate::offers::DEFAULT_OFFER_TTL_MS),
             allocator_shards: 1,
+            allocation_planning: AllocationPlanning::Inline,
             status_resend_interval: DEFAULT_STATUS_RESEND_INTERVAL,
         }
     }
@@ -390,6 +427,15 @@ pub struct MasterCore<S: RaftStore> {
     next_allocation: Time,
     /// When the last one ran.
     last_allocation: Time,
+    /// Under [`AllocationPlanning::Offloaded`]: a cycle is due, for the shell's next
+    /// [`MasterCore::begin_allocation`].
+    allocation_due: bool,
+    /// The cycle whose plans are awaited, and when it was handed out.
+    planning: Option<(u64, Time)>,
+    /// Numbers the allocation jobs.
+    allocation_jobs: u64,
+    /// What the commits of allocation cycles did, since this master started.
+    allocation_stats: CycleStats,
     /// Frameworks subscribed by this leader (new ids are `fw-<term>-<n>`).
     next_framework: u64,
     /// The views last published, so that only changes are.
@@ -412,6 +458,10 @@ impl<S: RaftStore> MasterCore<S> {
             offers: None,
             next_allocation: Time::ZERO,
             last_allocation: Time::ZERO,
+            allocation_due: false,
+            planning: None,
+            allocation_jobs: 0,
+            allocation_stats: CycleStats::default(),
             next_framework: 1,
             removed_notice: false,
             node,
@@ -457,6 +507,20 @@ impl<S: RaftStore> MasterCore<S> {
     /// Takes the outputs of the steps so far, in the order they must be carried out.
     pub fn drain_outputs(&mut self) -> Vec<Output> {
         self.out.drain().collect()
+    }
+
+    /// The store jobs the steps so far queued (empty unless the node's persistence is
+    /// [`Persistence::Offloaded`](crate::raft_node::Persistence)): the shell runs them in order
+    /// with the store's writer, off the node loop, and reports with
+    /// [`MasterCore::store_report`].
+    pub fn take_store_jobs(&mut self) -> Vec<StoreJob<S::Staged>> {
+        self.node.take_store_jobs()
+    }
+
+    /// The writer's report on store jobs taken with [`MasterCore::take_store_jobs`]; what it
+    /// releases goes out with the next [`MasterCore::advance`], which also returns a failure.
+    pub fn store_report(&mut self, report: StoreReport) {
+        self.node.store_report(report);
     }
 
     /// Publishes the views at the restart point; returns [`MasterExit::Removed`] when this
@@ -791,6 +855,8 @@ impl<S: RaftStore> MasterCore<S> {
             } else {
                 // No offer outlives its leader; frameworks void theirs on the redirect.
                 self.offers = None;
+                self.planning = None;
+                self.allocation_due = false;
                 let redirect = self.redirect();
                 self.agents.on_lost_leadership(&redirect, &mut self.out);
                 self.frameworks.on_lost_leadership(&redirect, &mut self.out);

@@ -12,6 +12,14 @@
 //!   on client requests and on delivery reports, drains whatever else is queued (so a burst of
 //!   proposals becomes one Raft batch), runs [`MasterCore::advance`], and carries out the
 //!   core's outputs.
+//! - **The store writer** (a thread of its own, `store_writer`) makes the node's staged
+//!   writes durable, in order, one fsync for whatever queued up meanwhile, and reports back to
+//!   the node loop; the node loop never waits for the disk (see
+//!   [`Persistence`](crate::raft_node::Persistence)).
+//! - **The allocation planner** (a thread of its own, `planner`) plans each allocation cycle's
+//!   shards from the snapshot the core takes, on as many threads as the machine has cores,
+//!   and hands the plans back for the core to commit (see
+//!   [`AllocationPlanning`](crate::core::AllocationPlanning)).
 //! - **One sender task per peer** ([`peer`]) keeps one QUIC connection and one `Peer` session
 //!   to that master, reconnecting with exponential backoff. Messages for an unreachable peer
 //!   are dropped and reported with [`RaftNode::report_unreachable`]: Raft retransmits, so a
@@ -35,7 +43,9 @@
 pub mod http;
 mod node_loop;
 pub mod peer;
+mod planner;
 pub mod sessions;
+mod store_writer;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -132,6 +142,10 @@ pub enum ServerError {
     /// The HTTP API's token file is unusable.
     #[error(transparent)]
     HttpTokens(#[from] http::auth::TokenFileError),
+    /// A thread of the shell (the store's writer, the allocation planner) could not be
+    /// started.
+    #[error("cannot start a thread of the master: {0}")]
+    Thread(std::io::Error),
 }
 
 /// Runs the master until `shutdown` completes or this master is removed from the group.
@@ -230,6 +244,13 @@ where
     let (stop_accepting, stop_rx) = tokio::sync::oneshot::channel();
     let accept = tokio::spawn(sessions::accept_loop(server, Arc::clone(&context), stop_rx));
     tracing::info!(master = id, %local_addr, "master serving");
+    let (reports_tx, reports_rx) = mpsc::unbounded_channel();
+    let store = store_writer::StoreWriterThread::spawn(id, node.store().writer(), reports_tx)
+        .map_err(ServerError::Thread)?;
+    let (planned_tx, planned_rx) = mpsc::unbounded_channel();
+    let planner_threads = std::thread::available_parallelism().map_or(1, usize::from);
+    let planner = planner::Planner::spawn(planner_threads, planned_tx)
+        .map_err(ServerError::Thread)?;
     let core = MasterCore::new(node, config.core.clone());
     let publisher = http::board::ViewPublisher::new(board, config.http.max_view_tasks);
     let mut shell = node_loop::Shell::new(
@@ -240,8 +261,12 @@ where
         leader_tx,
         membership_tx,
         publisher,
+        store,
+        planner,
     );
-    let result = shell.run(events_rx, peer_events_rx, shutdown).await;
+    let result = shell
+        .run(events_rx, peer_events_rx, reports_rx, planned_rx, shutdown)
+        .await;
     if matches!(result, Ok(MasterExit::Removed)) {
         // Lets the answer to the removal and the commit messages for the others leave
         // before the connections close.

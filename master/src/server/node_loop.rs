@@ -20,11 +20,14 @@ use tokio::time::MissedTickBehavior;
 
 use super::http::board::ViewPublisher;
 use super::peer::{self, PeerBatch, PeerHandle};
+use super::planner::{Planned, Planner};
+use super::store_writer::StoreWriterThread;
 use super::{MasterExit, ServerError, ShellConfig};
 use crate::core::{
     AgentRegistration, Input, LeaderView, MasterCore, MembershipView, Output, RequestId, SessionId,
     Subscription,
 };
+use crate::raft_node::StoreReport;
 use crate::storage::RaftStore;
 
 /// Events queued for the node loop before senders wait (peer sessions then apply backpressure
@@ -102,6 +105,67 @@ pub(crate) struct Shell<S: RaftStore> {
     warned_no_address: std::collections::BTreeSet<u64>,
     /// Builds the HTTP API's view when it is wanted.
     publisher: ViewPublisher,
+    /// The store's writer thread, which runs the node's store jobs.
+    store: StoreWriterThread<S::Staged>,
+    /// The allocation cycles' shard planners.
+    planner: Planner,
+    /// The shell's own metrics.
+    metrics: ShellMetrics,
+}
+
+/// What the shell measures of the core's work (the core reads no clock and records nothing):
+/// allocation cycles and what the outputs carry.
+struct ShellMetrics {
+    snapshot_seconds: metrics::Histogram,
+    plan_seconds: metrics::Histogram,
+    commit_seconds: metrics::Histogram,
+    cycle_seconds: metrics::Histogram,
+    offers_made: metrics::Counter,
+    offers_rescinded: metrics::Counter,
+    tasks_launched: metrics::Counter,
+    /// The last cycle's snapshot time, added to its planning and commit times.
+    last_snapshot: std::time::Duration,
+    /// The allocation stats already published.
+    published: fullerene_scheduling::allocator::CycleStats,
+}
+
+impl ShellMetrics {
+    fn new() -> ShellMetrics {
+        ShellMetrics {
+            snapshot_seconds: metrics::histogram!("fullerene_master_allocation_snapshot_seconds"),
+            plan_seconds: metrics::histogram!("fullerene_master_allocation_plan_seconds"),
+            commit_seconds: metrics::histogram!("fullerene_master_allocation_commit_seconds"),
+            cycle_seconds: metrics::histogram!("fullerene_master_allocation_cycle_seconds"),
+            offers_made: metrics::counter!("fullerene_master_offers_made_total"),
+            offers_rescinded: metrics::counter!("fullerene_master_offers_rescinded_total"),
+            tasks_launched: metrics::counter!("fullerene_master_tasks_launched_total"),
+            last_snapshot: std::time::Duration::ZERO,
+            published: Default::default(),
+        }
+    }
+
+    /// Publishes the growth of the core's allocation stats (the shards' conflicts).
+    fn publish_allocation(&mut self, now: fullerene_scheduling::allocator::CycleStats) {
+        let before = self.published;
+        for (outcome, total, seen) in [
+            ("committed", now.committed, before.committed),
+            ("task_taken", now.task_taken, before.task_taken),
+            ("fairness_bound", now.fairness_bound, before.fairness_bound),
+            ("agent_changed", now.agent_changed, before.agent_changed),
+            ("framework_changed", now.framework_changed, before.framework_changed),
+            ("rematched", now.rematched, before.rematched),
+        ] {
+            if total > seen {
+                metrics::counter!("fullerene_master_allocation_picks_total", "outcome" => outcome)
+                    .increment(total - seen);
+            }
+        }
+        if now.planned > before.planned {
+            metrics::counter!("fullerene_master_allocation_picks_planned_total")
+                .increment(now.planned - before.planned);
+        }
+        self.published = now;
+    }
 }
 
 impl<S: RaftStore> Shell<S> {
@@ -113,6 +177,8 @@ impl<S: RaftStore> Shell<S> {
         leader_view: watch::Sender<LeaderView>,
         membership_view: watch::Sender<MembershipView>,
         publisher: ViewPublisher,
+        store: StoreWriterThread<S::Staged>,
+        planner: Planner,
     ) -> Shell<S> {
         Shell {
             core,
@@ -128,6 +194,9 @@ impl<S: RaftStore> Shell<S> {
             next_request: 1,
             warned_no_address: Default::default(),
             publisher,
+            store,
+            planner,
+            metrics: ShellMetrics::new(),
         }
     }
 
@@ -136,6 +205,8 @@ impl<S: RaftStore> Shell<S> {
         &mut self,
         mut events: mpsc::Receiver<Event>,
         mut peer_events: mpsc::Receiver<Event>,
+        mut store_reports: mpsc::UnboundedReceiver<StoreReport>,
+        mut planned: mpsc::UnboundedReceiver<Planned>,
         shutdown: F,
     ) -> Result<MasterExit, ServerError> {
         let mut ticker = tokio::time::interval(self.core.node().config().tick_interval);
@@ -157,6 +228,14 @@ impl<S: RaftStore> Shell<S> {
                     return Ok(MasterExit::Shutdown);
                 }
                 _ = ticker.tick() => self.core.tick(self.clock.now()),
+                // What the disk made durable releases votes, acknowledgements and commits.
+                Some(report) = store_reports.recv() => {
+                    self.core.store_report(report);
+                    while let Ok(report) = store_reports.try_recv() {
+                        self.core.store_report(report);
+                    }
+                }
+                Some(plans) = planned.recv() => self.commit_allocation(plans),
                 event = peer_events.recv(), if !peers_closed => {
                     // The session context holds the sender until the accept loop stops,
                     // after this loop; should it close, it is not polled again.
@@ -176,6 +255,7 @@ impl<S: RaftStore> Shell<S> {
                 }
             }
             let exit = self.core.advance(self.clock.now());
+            self.start_allocation();
             self.carry_outputs();
             // At most one bounded build per interval, and only when an HTTP reader asked.
             self.publisher.after_step(&self.core);
@@ -183,6 +263,38 @@ impl<S: RaftStore> Shell<S> {
                 return Ok(exit);
             }
         }
+    }
+
+    /// Hands the allocation cycle that is due, if any, to the planner (its snapshot is taken
+    /// here, on the node loop; the shards are planned off it).
+    fn start_allocation(&mut self) {
+        let started = std::time::Instant::now();
+        let Some(job) = self.core.begin_allocation(self.clock.now()) else {
+            return;
+        };
+        self.metrics.last_snapshot = started.elapsed();
+        self.metrics
+            .snapshot_seconds
+            .record(self.metrics.last_snapshot.as_secs_f64());
+        if !self.planner.submit(job) {
+            tracing::error!("the allocation planner stopped; no offers will be made");
+        }
+    }
+
+    /// Commits a cycle's plans (on the node loop) and sends its offers.
+    fn commit_allocation(&mut self, planned: Planned) {
+        let started = std::time::Instant::now();
+        self.core
+            .allocation_planned(planned.id, planned.plans, self.clock.now());
+        let commit = started.elapsed();
+        self.metrics
+            .plan_seconds
+            .record(planned.planning.as_secs_f64());
+        self.metrics.commit_seconds.record(commit.as_secs_f64());
+        self.metrics.cycle_seconds.record(
+            (self.metrics.last_snapshot + planned.planning + commit).as_secs_f64(),
+        );
+        self.metrics.publish_allocation(self.core.allocation_stats());
     }
 
     /// Stops every peer sender task.
@@ -259,8 +371,14 @@ impl<S: RaftStore> Shell<S> {
         self.sessions.remove(&session);
     }
 
-    /// Carries out what the core asked for, in order.
+    /// Carries out what the core asked for, in order; its store jobs first, so that the disk
+    /// starts on them while the messages go out.
     fn carry_outputs(&mut self) {
+        let jobs = self.core.take_store_jobs();
+        if !jobs.is_empty() && !self.store.submit(jobs) {
+            // The writer stopped after a failure it reported; the node halts on that report.
+            tracing::debug!("store jobs after the writer stopped are dropped");
+        }
         let mut undelivered = Vec::new();
         for output in self.core.drain_outputs() {
             match output {
@@ -270,6 +388,9 @@ impl<S: RaftStore> Shell<S> {
                     }
                 }
                 Output::ToAgent { session, message } => {
+                    if let MasterToAgent::Launch { tasks, .. } = &message {
+                        self.metrics.tasks_launched.increment(tasks.len() as u64);
+                    }
                     if let Some(SessionQueue::Agent(queue)) = self.sessions.get(&session) {
                         if let Err(TrySendError::Full(_)) = queue.try_send(message) {
                             self.end_stuck_session(session, "agent");
@@ -277,6 +398,17 @@ impl<S: RaftStore> Shell<S> {
                     }
                 }
                 Output::ToFramework { session, message } => {
+                    match &message {
+                        MasterToFramework::Offers(offers) => {
+                            self.metrics.offers_made.increment(offers.len() as u64);
+                        }
+                        MasterToFramework::Rescind { offer_ids } => {
+                            self.metrics
+                                .offers_rescinded
+                                .increment(offer_ids.len() as u64);
+                        }
+                        _ => {}
+                    }
                     if let Some(SessionQueue::Framework(queue)) = self.sessions.get(&session) {
                         if let Err(TrySendError::Full(_)) = queue.try_send(message) {
                             self.end_stuck_session(session, "framework");
