@@ -40,7 +40,7 @@ pub enum ClusterError {
     UnknownMaster(u64, u64),
 }
 
-fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ClusterError {
+pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ClusterError {
     let what = what.into();
     move |source| ClusterError::Io { what, source }
 }
@@ -314,20 +314,9 @@ impl LocalMasters {
 
     /// Starts master `id` (again, after a kill: on the same data directory).
     pub fn spawn(&mut self, id: u64, join: bool) -> Result<(), ClusterError> {
-        let path = self.log_path(id);
-        let log = File::options()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(io(format!("open {}", path.display())))?;
         let mut command = self.master_command(id, join)?;
         self.detach_if_asked(&mut command);
-        let child = command
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .map_err(io(format!("start {}", self.binary.display())))?;
+        let child = spawn_logged(&mut command, &self.log_path(id))?;
         self.processes.insert(id, child);
         Ok(())
     }
@@ -407,9 +396,8 @@ impl LocalMasters {
 
     /// SIGKILLs master `id` and waits for it (nothing happens if it is not running).
     pub fn kill(&mut self, id: u64) {
-        if let Some(mut child) = self.processes.remove(&id) {
-            let _ = child.kill();
-            let _ = child.wait();
+        if let Some(child) = self.processes.remove(&id) {
+            kill_and_reap(child);
         }
     }
 
@@ -465,20 +453,9 @@ impl LocalMasters {
 
     /// Starts agent `n` (again, after a kill: on the same work directory).
     pub fn spawn_agent(&mut self, n: u64, extra: &[&str]) -> Result<(), ClusterError> {
-        let path = self.agent_log_path(n);
-        let log = File::options()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(io(format!("open {}", path.display())))?;
         let mut command = self.agent_command(n, extra);
         self.detach_if_asked(&mut command);
-        let child = command
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .map_err(io(format!("start {}", self.binary.display())))?;
+        let child = spawn_logged(&mut command, &self.agent_log_path(n))?;
         self.agents.insert(n, child);
         Ok(())
     }
@@ -486,9 +463,8 @@ impl LocalMasters {
     /// SIGKILLs agent `n` and waits for it (its tasks' processes keep running, as they would
     /// if the agent crashed).
     pub fn kill_agent(&mut self, n: u64) {
-        if let Some(mut child) = self.agents.remove(&n) {
-            let _ = child.kill();
-            let _ = child.wait();
+        if let Some(child) = self.agents.remove(&n) {
+            kill_and_reap(child);
         }
     }
 
@@ -530,6 +506,32 @@ impl LocalMasters {
     }
 }
 
+/// Starts `command` with standard input and output closed and standard error appended to the
+/// file at `log` (created if missing): how the harnesses run every server process.
+pub(crate) fn spawn_logged(command: &mut Command, log: &Path) -> Result<Child, ClusterError> {
+    let file = File::options()
+        .create(true)
+        .append(true)
+        .open(log)
+        .map_err(io(format!("open {}", log.display())))?;
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(file)
+        .spawn()
+        .map_err(io(format!(
+            "start {}",
+            command.get_program().to_string_lossy()
+        )))
+}
+
+/// SIGKILLs `child` and waits for it, so that no zombie is left (errors mean it had already
+/// exited and been reaped).
+pub(crate) fn kill_and_reap(mut child: Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 /// Makes the process `command` starts receive SIGKILL when the thread that starts it dies
 /// (Linux's `PR_SET_PDEATHSIG`; elsewhere nothing).
 pub fn die_with_parent(command: &mut Command) {
@@ -549,6 +551,33 @@ pub fn die_with_parent(command: &mut Command) {
     }
     #[cfg(not(target_os = "linux"))]
     let _ = command;
+}
+
+/// Raises this process's soft limit on open files to its hard limit (a benchmark with a
+/// thousand clients holds a socket each, past the common soft limit of 1,024); the limit now
+/// in force.
+pub fn raise_open_file_limit() -> Result<libc::rlim_t, ClusterError> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read and write the struct passed.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return Err(io("read the open-file limit")(
+                std::io::Error::last_os_error(),
+            ));
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            limit.rlim_cur = limit.rlim_max;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                return Err(io("raise the open-file limit")(
+                    std::io::Error::last_os_error(),
+                ));
+            }
+        }
+    }
+    Ok(limit.rlim_cur)
 }
 
 /// A master or agent that exited by itself (see [`LocalMasters::reap_exited`]).

@@ -19,11 +19,14 @@
 //! * [`live`]: chaos on real processes (`fullerene chaos run`): a real cluster behind a UDP
 //!   fault proxy, faults on a seeded schedule, and the simulation's checker over a history read
 //!   from the masters' API, the agents' and frameworks' event logs and the process table.
+//! * [`etcd`]: a real etcd cluster on loopback with mutual TLS from the cluster's CA, and a
+//!   minimal gRPC client of it, for `fullerene bench raft --compare-etcd`.
 //! * [`load`]: the load test (`fullerene bench load`): well-behaved frameworks beside hostile
 //!   clients on a real cluster, and whether the well-behaved ones kept receiving offers.
 
 pub mod api;
 pub mod cluster;
+pub mod etcd;
 pub mod live;
 pub mod load;
 pub mod raft_sim;
@@ -32,5 +35,6 @@ pub mod system;
 
 pub use api::{ApiAnswer, ApiClient};
 pub use cluster::{
-    free_loopback_addr, free_loopback_tcp_addr, ClusterError, HttpTokens, LocalMasters,
+    free_loopback_addr, free_loopback_tcp_addr, raise_open_file_limit, ClusterError, HttpTokens,
+    LocalMasters,
 };
