@@ -21,8 +21,12 @@
 //!   from the masters' API, the agents' and frameworks' event logs and the process table.
 //! * [`load`]: the load test (`fullerene bench load`): well-behaved frameworks beside hostile
 //!   clients on a real cluster, and whether the well-behaved ones kept receiving offers.
+//! * [`bench`]: the scale benchmarks (`fullerene bench launch`, `fullerene bench scale`):
+//!   task launches per second end to end through a real master group, and a master group with
+//!   thousands of agents (memory, allocation cycles, offers, failover).
 
 pub mod api;
+pub mod bench;
 pub mod cluster;
 pub mod live;
 pub mod load;
