@@ -40,6 +40,15 @@ pub(crate) enum BenchCommand {
     /// and without them, how the masters answered each hostile attempt, and whether any
     /// process died. Exits with an error if the cluster did not hold.
     Load(LoadBenchArgs),
+    /// End-to-end task launches per second through three masters, from many frameworks to
+    /// thousands of real agent shells (sleep executor, real QUIC) in this process: launches/s,
+    /// RUNNING updates/s, accept-to-RUNNING latency, and the CPU each part used.
+    Launch(super::bench_scale::LaunchBenchArgs),
+    /// A master group with many agents (simulated over real QUIC, or the core in-process with
+    /// `--mode core`): allocation cycle time, offers/s, memory per agent and per task, and the
+    /// time until offers flow again after kill -9s of the leader while every agent registers
+    /// again.
+    Scale(super::bench_scale::ScaleBenchArgs),
 }
 
 /// Flags of `fullerene bench load`.
@@ -154,6 +163,8 @@ pub(crate) fn run(command: BenchCommand, json: &JsonOutput) -> Result<()> {
     match command {
         BenchCommand::Raft(args) => raft(args, json),
         BenchCommand::Load(args) => load(args, json),
+        BenchCommand::Launch(args) => super::bench_scale::launch(args, json),
+        BenchCommand::Scale(args) => super::bench_scale::scale(args, json),
     }
 }
 
