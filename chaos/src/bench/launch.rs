@@ -19,15 +19,14 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fullerene_agent::isolation::IsolationConfig;
 use fullerene_agent::AgentConfig;
 use fullerene_proto::resources::{ResourceKind, ResourceVec};
-use fullerene_sdk::driver::{run_with_client, DriverConfig, RunOptions};
-use fullerene_transport::{Client, Role, TransportConfig};
+use fullerene_transport::{Role, TransportConfig};
 use serde::Serialize;
 use tokio::sync::watch;
 

@@ -26,7 +26,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -38,12 +38,11 @@ use fullerene_master::raft_node::{NodeConfig, RaftNode};
 use fullerene_master::state::ClusterSettings;
 use fullerene_master::storage::MemStorage;
 use fullerene_proto::messages::{
-    AgentState, CallOk, DemandSummary, Executor, FrameworkCall, FrameworkRequest, Leftover,
-    MasterToAgent, MasterToFramework, PendingDemand, StatusAck, StatusUpdate, TaskSpec, TaskState,
+    AgentState, CallOk, DemandSummary, FrameworkCall, FrameworkRequest, Leftover, MasterToAgent,
+    MasterToFramework, PendingDemand, StatusAck, StatusUpdate, TaskSpec, TaskState,
 };
 use fullerene_proto::resources::{ResourceKind, ResourceVec, Resources};
-use fullerene_proto::{AgentId, FrameworkId, Now, TaskId, Time};
-use fullerene_sdk::driver::{run_with_client, DriverConfig, RunOptions};
+use fullerene_proto::{AgentId, FrameworkId, Now, Time};
 use fullerene_transport::{Client, Role, TransportConfig};
 use serde::Serialize;
 use tokio::sync::watch;
