@@ -349,7 +349,7 @@ fn render_launch(report: &LaunchReport) -> String {
             "leader / Raft term",
             format!(
                 "{} / {} → {}",
-                report.leader.map_or("-".to_string(), |l| l.to_string()),
+                report.leader.map_or("-".to_string(), |l| format!("{l}")),
                 report.terms.0,
                 report.terms.1
             ),
