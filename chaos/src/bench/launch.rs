@@ -283,7 +283,7 @@ impl Run<'_> {
                 });
             }
         }
-        let outcome = self.measure(&mut operator, &addrs, &interrupt).await;
+        let outcome = self.measure(&mut operator, &interrupt).await;
         let _ = stop_agents.send(true);
         for agent in agents {
             match tokio::time::timeout(Duration::from_secs(10), agent).await {
@@ -304,7 +304,6 @@ impl Run<'_> {
     async fn measure(
         &self,
         operator: &mut fullerene_client::OperatorClient,
-        addrs: &[SocketAddr],
         interrupt: &Interrupt,
     ) -> Result<LaunchReport, BenchError> {
         let config = self.config;
