@@ -23,8 +23,12 @@
 //!   minimal gRPC client of it, for `fullerene bench raft --compare-etcd`.
 //! * [`load`]: the load test (`fullerene bench load`): well-behaved frameworks beside hostile
 //!   clients on a real cluster, and whether the well-behaved ones kept receiving offers.
+//! * [`bench`]: the scale benchmarks (`fullerene bench launch`, `fullerene bench scale`):
+//!   task launches per second end to end through a real master group, and a master group with
+//!   thousands of agents (memory, allocation cycles, offers, failover).
 
 pub mod api;
+pub mod bench;
 pub mod cluster;
 pub mod etcd;
 pub mod live;

@@ -6,6 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod common;
+use common::processes_using;
+
 fn fullerene() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_fullerene"));
     cmd.env_remove("FULLERENE_CONFIG")
@@ -18,30 +21,6 @@ fn fullerene() -> Command {
 
 fn workload() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/workloads/tpch-decima.jsonl")
-}
-
-/// Processes other than `except` whose command line mentions `dir` (the cluster's masters and
-/// agents do).
-fn processes_using(dir: &Path, except: Option<u32>) -> Vec<String> {
-    let needle = dir.to_string_lossy().into_owned();
-    let mut found = Vec::new();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return found;
-    };
-    for entry in entries.flatten() {
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        let zombie = std::fs::read_to_string(entry.path().join("stat"))
-            .map(|s| s.contains(") Z "))
-            .unwrap_or(false);
-        let pid = entry.file_name().to_string_lossy().parse::<u32>().ok();
-        if text.contains(&needle) && !zombie && (except.is_none() || pid != except) {
-            found.push(format!("{}: {text}", entry.file_name().to_string_lossy()));
-        }
-    }
-    found
 }
 
 #[test]

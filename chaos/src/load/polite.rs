@@ -6,11 +6,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use fullerene_proto::messages::{
-    DemandSummary, Executor, Leftover, Offer, PendingDemand, StatusUpdate, TaskSpec,
+    DemandSummary, Leftover, Offer, PendingDemand, StatusUpdate, TaskSpec,
 };
 use fullerene_proto::resources::{ResourceKind, ResourceVec, Resources};
-use fullerene_proto::TaskId;
 use fullerene_sdk::driver::{DriverHandle, Scheduler};
+
+use crate::bench::framework::{copies_that_fit, sleep_task};
 
 /// What one polite framework saw, shared with the bench while it runs.
 #[derive(Debug, Default)]
@@ -73,29 +74,15 @@ impl PoliteFramework {
         }
     }
 
-    fn spec(&mut self) -> TaskSpec {
-        self.next_task += 1;
-        TaskSpec {
-            id: TaskId(format!("{}-{}", self.name, self.next_task)),
-            name: "load".to_string(),
-            executor: Executor::Sleep {
-                duration_ms: self.task_ms,
-            },
-            resources: Resources::from(self.task),
-            origin: None,
-            kill_grace_ms: 0,
-        }
-    }
-
-    /// As many tasks as fit in `room` (an offer's resources).
+    /// As many tasks as fit in `room` (an offer's resources), 64 at most.
     fn fill(&mut self, room: ResourceVec) -> Vec<TaskSpec> {
-        let mut left = room;
-        let mut tasks = Vec::new();
-        while self.task.fits_in(&left) && tasks.len() < 64 {
-            left = left.saturating_sub(&self.task);
-            tasks.push(self.spec());
-        }
-        tasks
+        (0..copies_that_fit(&self.task, room, 64))
+            .map(|_| {
+                self.next_task += 1;
+                let id = format!("{}-{}", self.name, self.next_task);
+                sleep_task(id, "load", self.task, self.task_ms)
+            })
+            .collect()
     }
 }
 

@@ -3,6 +3,7 @@
 
 pub(crate) mod agent;
 pub(crate) mod bench;
+pub(crate) mod bench_scale;
 pub(crate) mod certs;
 pub(crate) mod chaos;
 pub(crate) mod cluster;
