@@ -961,11 +961,7 @@ impl Sim {
         };
         let round = self.round;
         let mut due = Vec::new();
-        while slot
-            .store_jobs
-            .front()
-            .is_some_and(|(at, _)| *at <= round)
-        {
+        while slot.store_jobs.front().is_some_and(|(at, _)| *at <= round) {
             if let Some((_, job)) = slot.store_jobs.pop_front() {
                 due.push(job);
             }

@@ -260,7 +260,12 @@ pub fn staged_writes_are_read_at_once_and_written_in_order<F: StoreFactory>(fact
         let entries = store
             .entries(2, 8, None, GetEntriesContext::empty(false))
             .unwrap();
-        (store.last_index().unwrap(), terms, entries, store.hard_state())
+        (
+            store.last_index().unwrap(),
+            terms,
+            entries,
+            store.hard_state(),
+        )
     };
     let staged = read(&store);
     assert_eq!(staged.0, 7, "a staged append is read at once");
@@ -315,14 +320,20 @@ pub fn forgotten_entries_are_not_served_before_the_writer_deletes_them<F: StoreF
         .forget_before(7)
         .unwrap()
         .expect("entries 2..7 are to go");
-    assert_eq!((compaction.first, compaction.to, compaction.term), (2, 7, 2));
+    assert_eq!(
+        (compaction.first, compaction.to, compaction.term),
+        (2, 7, 2)
+    );
     assert_eq!(store.first_index().unwrap(), 7);
     assert_eq!(store.term(6).unwrap(), 2);
     assert!(matches!(
         store.entries(5, 8, None, GetEntriesContext::empty(false)),
         Err(raft::Error::Store(raft::StorageError::Compacted))
     ));
-    assert!(store.forget_before(7).unwrap().is_none(), "nothing more to go");
+    assert!(
+        store.forget_before(7).unwrap().is_none(),
+        "nothing more to go"
+    );
     store.writer().compact(&compaction).unwrap();
     assert_eq!(store.first_index().unwrap(), 7);
     assert_eq!(
@@ -369,7 +380,11 @@ pub fn a_snapshot_is_served_whole_while_the_writer_saves_a_newer_one<F: StoreFac
         9 => &served.data[..] == b"state at 9",
         _ => false,
     };
-    assert!(whole, "served a mixed snapshot: {:?}", served.get_metadata());
+    assert!(
+        whole,
+        "served a mixed snapshot: {:?}",
+        served.get_metadata()
+    );
     store.snapshot_saved(newer.get_metadata());
     assert_eq!(store.applied(), 9);
     assert_eq!(&store.latest_snapshot().data[..], b"state at 9");

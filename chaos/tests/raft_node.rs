@@ -5,8 +5,8 @@ use fullerene_proto::Time;
 
 use fullerene_chaos::raft_sim::{run_chaos, Sim, SimConfig, SimStats};
 use fullerene_master::raft_node::{
-    run_store_jobs, MembershipChange, NodeConfig, NodeError, NodeOutput, Persistence,
-    ProposeError, RaftNode, ReadError, StoreWork, Token,
+    run_store_jobs, MembershipChange, NodeConfig, NodeError, NodeOutput, Persistence, ProposeError,
+    RaftNode, ReadError, StoreWork, Token,
 };
 use fullerene_master::state::{ClusterSettings, Command, CommandError};
 use fullerene_master::storage::{MemStorage, RaftStore, StorageError};
@@ -100,8 +100,8 @@ fn offloaded_single(store: &MemStorage) -> RaftNode<MemStorage> {
         persistence: Persistence::Offloaded,
         ..config(1)
     };
-    let mut node = RaftNode::bootstrap(config, store.clone(), &[1], ClusterSettings::default())
-        .unwrap();
+    let mut node =
+        RaftNode::bootstrap(config, store.clone(), &[1], ClusterSettings::default()).unwrap();
     node.campaign().unwrap();
     for _ in 0..20 {
         drain(&mut node);
@@ -125,7 +125,10 @@ fn offloaded_writes_commit_only_once_written_and_queue_into_one_group() {
     let writes_before = store.persist_count();
     node.propose(&register(1), Token(1)).unwrap();
     let out = drain(&mut node);
-    assert!(out.applied.is_empty(), "applied before its write was durable");
+    assert!(
+        out.applied.is_empty(),
+        "applied before its write was durable"
+    );
     let mut jobs = node.take_store_jobs();
     node.propose(&register(2), Token(2)).unwrap();
     assert!(drain(&mut node).applied.is_empty());
@@ -159,7 +162,10 @@ fn a_crash_before_the_writer_runs_loses_the_staged_proposals() {
     drop(node);
     let durable = store.crash();
     let report = run_store_jobs(&mut store.writer(), jobs);
-    assert!(report.failed.is_some(), "the crashed process's writer is fenced off");
+    assert!(
+        report.failed.is_some(),
+        "the crashed process's writer is fenced off"
+    );
     let mut restarted = RaftNode::open(config(1), durable).unwrap();
     restarted.campaign().unwrap();
     drain(&mut restarted);

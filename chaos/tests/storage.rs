@@ -116,7 +116,11 @@ mod memory {
             .unwrap();
         let mut writer = store.writer();
         writer.write(vec![written]).unwrap();
-        assert_eq!(store.last_index().unwrap(), 4, "staged entries are read at once");
+        assert_eq!(
+            store.last_index().unwrap(),
+            4,
+            "staged entries are read at once"
+        );
         let restarted = store.crash();
         assert_eq!(restarted.last_index().unwrap(), 3);
         assert!(matches!(

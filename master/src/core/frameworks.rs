@@ -36,10 +36,10 @@ use super::{
     AllocationJob, AllocationPlanning, FrameworkPending, MasterCore, Outbox, Pending, SessionId,
     Settled, Subscription, PLANNING_TIMEOUT,
 };
-use fullerene_scheduling::allocator::{CycleStats, ShardPlan};
 use crate::raft_node::ProposeError;
 use crate::state::{ClusterState, Command, CommandOutcome, TaskKey, TaskRecord};
 use crate::storage::RaftStore;
+use fullerene_scheduling::allocator::{CycleStats, ShardPlan};
 
 /// A framework's session on this leader.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -796,7 +796,11 @@ impl<S: RaftStore> MasterCore<S> {
             if now.monotonic.saturating_duration_since(since) < PLANNING_TIMEOUT {
                 return;
             }
-            tracing::warn!(master = self.node.id(), cycle = id, "an allocation cycle's plans did not come back in time; the next cycle starts");
+            tracing::warn!(
+                master = self.node.id(),
+                cycle = id,
+                "an allocation cycle's plans did not come back in time; the next cycle starts"
+            );
             self.planning = None;
         }
         if now.monotonic < self.next_allocation || self.offers.is_none() {

@@ -68,12 +68,12 @@ pub use operators::BoundedView;
 use operators::ReadQuery;
 
 use crate::offers::OfferManager;
-use fullerene_scheduling::allocator::{CycleSnapshot, CycleStats};
 use crate::raft_node::{
     NodeError, NodeOutput, ProposeError, RaftNode, StoreJob, StoreReport, Token,
 };
 use crate::state::{Command, CommandError, CommandOutcome};
 use crate::storage::RaftStore;
+use fullerene_scheduling::allocator::{CycleSnapshot, CycleStats};
 
 /// A learner is promoted to voter once its log is within this many entries of the leader's.
 const PROMOTION_LAG: u64 = 64;

@@ -65,9 +65,7 @@ use raft::{RawNode, StateRole};
 
 pub use config::NodeConfig;
 pub use logger::{raft_logger, TracingDrain};
-pub use persistence::{
-    run_store_jobs, JobOutcome, Persistence, StoreJob, StoreReport, StoreWork,
-};
+pub use persistence::{run_store_jobs, JobOutcome, Persistence, StoreJob, StoreReport, StoreWork};
 
 use crate::state::{ClusterSettings, ClusterState, Command, CommandError, CommandOutcome};
 use crate::storage::{Durability, RaftStore, ReadyWrite, StorageError};
@@ -1130,11 +1128,20 @@ impl<S: RaftStore> RaftNode<S> {
         let mut persisted_ready = None;
         for (id, outcome) in report.done {
             let Some((expected, awaited)) = self.awaited.pop_front() else {
-                tracing::error!(node = self.config.id, job = id, "a report of a store job the node did not hand out");
+                tracing::error!(
+                    node = self.config.id,
+                    job = id,
+                    "a report of a store job the node did not hand out"
+                );
                 break;
             };
             if expected != id {
-                tracing::error!(node = self.config.id, job = id, expected, "store jobs reported out of order");
+                tracing::error!(
+                    node = self.config.id,
+                    job = id,
+                    expected,
+                    "store jobs reported out of order"
+                );
             }
             match awaited {
                 Awaited::Ready { number, ticket } => {

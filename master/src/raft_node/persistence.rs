@@ -142,10 +142,9 @@ pub fn run_store_jobs<W: DurableWriter>(
                     return report;
                 }
                 report.syncs += 1;
-                report.done.push((
-                    job.id,
-                    JobOutcome::SnapshotSaved { bytes: data.len() },
-                ));
+                report
+                    .done
+                    .push((job.id, JobOutcome::SnapshotSaved { bytes: data.len() }));
             }
             StoreWork::Compact(compaction) => {
                 if let Err(error) = writer.compact(&compaction) {

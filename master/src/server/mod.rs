@@ -249,8 +249,8 @@ where
         .map_err(ServerError::Thread)?;
     let (planned_tx, planned_rx) = mpsc::unbounded_channel();
     let planner_threads = std::thread::available_parallelism().map_or(1, usize::from);
-    let planner = planner::Planner::spawn(planner_threads, planned_tx)
-        .map_err(ServerError::Thread)?;
+    let planner =
+        planner::Planner::spawn(planner_threads, planned_tx).map_err(ServerError::Thread)?;
     let core = MasterCore::new(node, config.core.clone());
     let publisher = http::board::ViewPublisher::new(board, config.http.max_view_tasks);
     let mut shell = node_loop::Shell::new(
@@ -258,11 +258,12 @@ where
         config,
         Arc::clone(&client),
         events_tx,
-        leader_tx,
-        membership_tx,
-        publisher,
-        store,
-        planner,
+        node_loop::Views {
+            leader: leader_tx,
+            membership: membership_tx,
+            publisher,
+        },
+        node_loop::Workers { store, planner },
     );
     let result = shell
         .run(events_rx, peer_events_rx, reports_rx, planned_rx, shutdown)

@@ -113,6 +113,24 @@ pub(crate) struct Shell<S: RaftStore> {
     metrics: ShellMetrics,
 }
 
+/// Where the node loop publishes what the rest of the master reads.
+pub(crate) struct Views {
+    /// Who leads, for the session handlers' redirects.
+    pub(crate) leader: watch::Sender<LeaderView>,
+    /// The membership, for the peer sessions.
+    pub(crate) membership: watch::Sender<MembershipView>,
+    /// The HTTP API's view, built when it is wanted.
+    pub(crate) publisher: ViewPublisher,
+}
+
+/// The threads the node loop hands work to, so that it never waits on it.
+pub(crate) struct Workers<T: Send + 'static> {
+    /// Runs the node's store jobs (fsyncs).
+    pub(crate) store: StoreWriterThread<T>,
+    /// Plans the allocation cycles' shards.
+    pub(crate) planner: Planner,
+}
+
 /// What the shell measures of the core's work (the core reads no clock and records nothing):
 /// allocation cycles and what the outputs carry.
 struct ShellMetrics {
@@ -152,7 +170,11 @@ impl ShellMetrics {
             ("task_taken", now.task_taken, before.task_taken),
             ("fairness_bound", now.fairness_bound, before.fairness_bound),
             ("agent_changed", now.agent_changed, before.agent_changed),
-            ("framework_changed", now.framework_changed, before.framework_changed),
+            (
+                "framework_changed",
+                now.framework_changed,
+                before.framework_changed,
+            ),
             ("rematched", now.rematched, before.rematched),
         ] {
             if total > seen {
@@ -174,12 +196,14 @@ impl<S: RaftStore> Shell<S> {
         config: ShellConfig,
         client: Arc<Client>,
         events: mpsc::Sender<Event>,
-        leader_view: watch::Sender<LeaderView>,
-        membership_view: watch::Sender<MembershipView>,
-        publisher: ViewPublisher,
-        store: StoreWriterThread<S::Staged>,
-        planner: Planner,
+        views: Views,
+        workers: Workers<S::Staged>,
     ) -> Shell<S> {
+        let Views {
+            leader: leader_view,
+            membership: membership_view,
+            publisher,
+        } = views;
         Shell {
             core,
             clock: SystemClock::new(),
@@ -194,8 +218,8 @@ impl<S: RaftStore> Shell<S> {
             next_request: 1,
             warned_no_address: Default::default(),
             publisher,
-            store,
-            planner,
+            store: workers.store,
+            planner: workers.planner,
             metrics: ShellMetrics::new(),
         }
     }
@@ -291,10 +315,11 @@ impl<S: RaftStore> Shell<S> {
             .plan_seconds
             .record(planned.planning.as_secs_f64());
         self.metrics.commit_seconds.record(commit.as_secs_f64());
-        self.metrics.cycle_seconds.record(
-            (self.metrics.last_snapshot + planned.planning + commit).as_secs_f64(),
-        );
-        self.metrics.publish_allocation(self.core.allocation_stats());
+        self.metrics
+            .cycle_seconds
+            .record((self.metrics.last_snapshot + planned.planning + commit).as_secs_f64());
+        self.metrics
+            .publish_allocation(self.core.allocation_stats());
     }
 
     /// Stops every peer sender task.

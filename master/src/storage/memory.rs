@@ -17,7 +17,7 @@ use raft::eraftpb::{ConfState, Entry, HardState, Snapshot, SnapshotMetadata};
 use raft::{GetEntriesContext, RaftState};
 
 use super::{
-    check_compact, check_write, Compaction, DurableWriter, Durability, RaftStore, ReadyWrite,
+    check_compact, check_write, Compaction, Durability, DurableWriter, RaftStore, ReadyWrite,
     StorageError,
 };
 

@@ -44,7 +44,7 @@ use rocksdb::{
 };
 
 use super::{
-    check_compact, check_write, Compaction, DurableWriter, Durability, RaftStore, ReadFault,
+    check_compact, check_write, Compaction, Durability, DurableWriter, RaftStore, ReadFault,
     ReadyWrite, StorageError,
 };
 
@@ -551,7 +551,11 @@ impl RocksStorage {
     }
 }
 
-fn column_family<'a>(db: &'a DB, path: &Path, name: &str) -> Result<&'a ColumnFamily, StorageError> {
+fn column_family<'a>(
+    db: &'a DB,
+    path: &Path,
+    name: &str,
+) -> Result<&'a ColumnFamily, StorageError> {
     db.cf_handle(name).ok_or_else(|| StorageError::Corrupt {
         location: path.display().to_string(),
         detail: format!("column family `{name}` is missing"),
