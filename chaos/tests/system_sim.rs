@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use fullerene_chaos::system::history::{Accounting, AgentAccount, Fact, Step};
 use fullerene_chaos::system::{check, run_seed, trace_excerpt, Invariant, RunReport, SimOptions};
-use fullerene_proto::{AgentId, ResourceVec, TaskId};
+use fullerene_proto::{AgentId, FrameworkId, ResourceVec, TaskId};
 
 /// Whether the long runs are asked for (`FULLERENE_LONG_TESTS=1`).
 fn long() -> bool {
@@ -224,9 +224,14 @@ fn an_update_handed_twice_or_after_the_end_is_reported() {
 #[test]
 fn an_end_that_never_reaches_its_framework_is_reported() {
     let mut history = clean_history().history;
+    // A framework that completed a job and never ended: the checker owes it every end.
+    let went_on = |framework: &FrameworkId| {
+        history.iter().any(|s| matches!(&s.fact, Fact::JobCompleted { framework_id, .. } if framework_id == framework))
+            && !history.iter().any(|s| matches!(&s.fact, Fact::FrameworkEnded { framework_id, .. } if framework_id.as_ref() == Some(framework)))
+    };
     let at = position(
         &history,
-        |f| matches!(f, Fact::UpdateDelivered { state, .. } if state.is_terminal()),
+        |f| matches!(f, Fact::UpdateDelivered { state, framework_id, .. } if state.is_terminal() && went_on(framework_id)),
     );
     let Fact::UpdateDelivered {
         framework_id,

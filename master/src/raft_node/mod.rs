@@ -1086,8 +1086,20 @@ impl<S: RaftStore> RaftNode<S> {
             // Nothing of this `Ready` (or before it) is waiting for the disk.
             self.raw.on_persist_ready(number);
         }
-        self.raw.advance_apply_to(self.applied);
+        self.tell_raft_applied();
         Ok(())
+    }
+
+    /// Tells raft-rs how far the state machine has applied, as far as raft-rs allows: a
+    /// snapshot from the leader is installed in the state machine at once, but raft-rs counts
+    /// it applied only once its write is durable (`on_persist_ready`), so the rest waits for
+    /// the store's report.
+    fn tell_raft_applied(&mut self) {
+        let log = &self.raw.raft.raft_log;
+        let allowed = self.applied.min(log.committed).min(log.persisted);
+        if allowed > log.applied {
+            self.raw.advance_apply_to(allowed);
+        }
     }
 
     /// Queues a store job and remembers what its completion means.
@@ -1159,7 +1171,10 @@ impl<S: RaftStore> RaftNode<S> {
         }
         if let Some(number) = persisted_ready {
             // A failure is kept in `halted` and returned by the next `advance`.
-            let _ = self.guarded(|node| node.raw.on_persist_ready(number));
+            let _ = self.guarded(|node| {
+                node.raw.on_persist_ready(number);
+                node.tell_raft_applied();
+            });
         }
         if let Some((job, error)) = report.failed {
             tracing::error!(node = self.config.id, job, error = %error, "a store job failed; this master stops");

@@ -1078,6 +1078,12 @@ mod tests {
             .map(|i| log_entry(i, 3, 1))
             .collect();
         tail.append(&big);
+        // Appending keeps everything (what is not yet durable only the cache can serve);
+        // trimming bounds it, but never drops what is kept.
+        assert_eq!(tail.entries.len(), big.len() + 1);
+        tail.trim(Some(big[3].index));
+        assert_eq!(tail.first(), Some(big[3].index));
+        tail.trim(None);
         assert_eq!(tail.entries.len(), TAIL_MAX_ENTRIES);
         assert_eq!(
             tail.entries.back().map(|e| e.index),
@@ -1133,7 +1139,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut store = populated(dir.path());
         let big: Vec<Entry> = (302..302 + TAIL_MAX_ENTRIES as u64 + 10)
-            .map(|i| log_entry(i, 3, 8))
+            .map(|i| log_entry(i, 5, 8))
             .collect();
         let last = big.last().unwrap().index;
         let (ticket, staged) = store
@@ -1148,7 +1154,7 @@ mod tests {
             .unwrap();
         assert_eq!(across.len() as u64, last + 1 - 290);
         assert_eq!(across.last().unwrap().index, last);
-        assert_eq!(store.term(302).unwrap(), 3);
+        assert_eq!(store.term(302).unwrap(), 5);
         drop(store);
         // Never written: a restart does not have them.
         let mut store = RocksStorage::open(dir.path()).unwrap();

@@ -63,6 +63,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, ValueEnum};
+use fullerene_chaos::bench::probe::load_average;
 use fullerene_chaos::etcd::{
     etcd_on_path, etcd_version, grpc::put_request_len, EtcdSettings, EtcdWriter, LeaderSeeker,
     LocalEtcd, INSTALL_HINT,
@@ -1044,17 +1045,6 @@ fn compare(ours: &SystemReport, etcd: &SystemReport) -> Comparison {
             etcd.failover.informed_client.p99_ms,
         ),
     }
-}
-
-/// /proc/loadavg's 1, 5 and 15 minute load averages (Linux).
-fn load_average() -> Option<[f64; 3]> {
-    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
-    let mut fields = text.split_whitespace().map(str::parse::<f64>);
-    Some([
-        fields.next()?.ok()?,
-        fields.next()?.ok()?,
-        fields.next()?.ok()?,
-    ])
 }
 
 fn millis(duration: Duration) -> f64 {
