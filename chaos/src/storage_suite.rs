@@ -292,12 +292,8 @@ pub fn staged_writes_are_read_at_once_and_written_in_order<F: StoreFactory>(fact
     assert_eq!(store.last_index().unwrap(), 8);
 }
 
-/// [`RaftStore::forget_before`] stops serving entries at once (raft-rs must never read an
-/// entry the writer may be deleting) and keeps the matching term; the writer's deletion
-/// changes nothing raft-rs sees.
-pub fn forgotten_entries_are_not_served_before_the_writer_deletes_them<F: StoreFactory>(
-    factory: &mut F,
-) {
+/// A bootstrapped store with entries 2 to 10 of term 2 written and committed.
+fn committed_through_10<F: StoreFactory>(factory: &mut F) -> F::Store {
     let mut store = bootstrapped(factory);
     let ents: Vec<Entry> = (2..=10).map(|i| entry(i, 2)).collect();
     let hs = HardState {
@@ -312,6 +308,16 @@ pub fn forgotten_entries_are_not_served_before_the_writer_deletes_them<F: StoreF
             ..Default::default()
         })
         .unwrap();
+    store
+}
+
+/// [`RaftStore::forget_before`] stops serving entries at once (raft-rs must never read an
+/// entry the writer may be deleting) and keeps the matching term; the writer's deletion
+/// changes nothing raft-rs sees.
+pub fn forgotten_entries_are_not_served_before_the_writer_deletes_them<F: StoreFactory>(
+    factory: &mut F,
+) {
+    let mut store = committed_through_10(factory);
     store
         .save_snapshot(&snapshot(8, 2, &[1, 2, 3], b"state at 8"))
         .unwrap();
@@ -351,20 +357,7 @@ pub fn forgotten_entries_are_not_served_before_the_writer_deletes_them<F: StoreF
 pub fn a_snapshot_is_served_whole_while_the_writer_saves_a_newer_one<F: StoreFactory>(
     factory: &mut F,
 ) {
-    let mut store = bootstrapped(factory);
-    let ents: Vec<Entry> = (2..=10).map(|i| entry(i, 2)).collect();
-    let hs = HardState {
-        term: 2,
-        commit: 10,
-        ..Default::default()
-    };
-    store
-        .persist(ReadyWrite {
-            entries: &ents,
-            hard_state: Some(&hs),
-            ..Default::default()
-        })
-        .unwrap();
+    let mut store = committed_through_10(factory);
     store
         .save_snapshot(&snapshot(6, 2, &[1, 2, 3], b"state at 6"))
         .unwrap();

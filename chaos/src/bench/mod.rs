@@ -268,10 +268,25 @@ pub(crate) async fn wait_for_healthy(
     members: usize,
     interrupt: &Interrupt,
 ) -> Result<ClusterStatus, BenchError> {
+    wait_for_healthy_within(operator, members, Duration::from_secs(60), || {
+        interrupt.check()
+    })
+    .await
+}
+
+/// Waits up to `within` until a leader answers and every one of `members` masters is within
+/// 64 entries of its log (a restarted master has caught up); `go_on` is asked between polls
+/// and ends the wait with its error.
+pub async fn wait_for_healthy_within(
+    operator: &mut OperatorClient,
+    members: usize,
+    within: Duration,
+    mut go_on: impl FnMut() -> Result<(), BenchError>,
+) -> Result<ClusterStatus, BenchError> {
     let started = Instant::now();
     let mut last = "no answer yet".to_string();
-    while started.elapsed() < Duration::from_secs(60) {
-        interrupt.check()?;
+    while started.elapsed() < within {
+        go_on()?;
         if let Some(status) = cluster_status(operator).await {
             let caught_up = status.members.len() == members
                 && status.members.iter().all(|m| m.matched > 0 && m.lag <= 64);
@@ -287,7 +302,7 @@ pub(crate) async fn wait_for_healthy(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     Err(BenchError::NotReady(format!(
-        "the group did not recover within 60 s: {last}"
+        "the group did not recover within {within:?}: {last}"
     )))
 }
 

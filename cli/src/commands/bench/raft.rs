@@ -64,6 +64,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, ValueEnum};
 use fullerene_chaos::bench::probe::load_average;
+use fullerene_chaos::bench::wait_for_healthy_within;
 use fullerene_chaos::etcd::{
     etcd_on_path, etcd_version, grpc::put_request_len, EtcdSettings, EtcdWriter, LeaderSeeker,
     LocalEtcd, INSTALL_HINT,
@@ -512,7 +513,8 @@ impl System {
                 let members = masters.addrs.len();
                 let ids: Vec<u64> = masters.addrs.keys().copied().collect();
                 let mut probe = masters.operator_client(&ids, Duration::from_secs(5))?;
-                let status = wait_for_healthy_masters(&mut probe, members, HEALTHY_WITHIN).await?;
+                let status =
+                    wait_for_healthy_within(&mut probe, members, HEALTHY_WITHIN, || Ok(())).await?;
                 status
                     .leader
                     .map(|leader| leader.id.0)
@@ -937,37 +939,6 @@ async fn next_ack(
             Err(_) => bail!("none within {FAILOVER_DEADLINE:?}"),
         }
     }
-}
-
-/// Waits until a leader answers and every one of `members` masters is within a few entries
-/// of its log (a restarted master has caught up).
-async fn wait_for_healthy_masters(
-    client: &mut OperatorClient,
-    members: usize,
-    timeout: Duration,
-) -> Result<ClusterStatus> {
-    let started = Instant::now();
-    let mut last = String::from("no answer yet");
-    while started.elapsed() < timeout {
-        match client.request(&OperatorRequest::ClusterStatus).await {
-            Ok(OperatorResponse::ClusterStatus(status)) => {
-                let caught_up = status.members.len() == members
-                    && status.members.iter().all(|m| m.matched > 0 && m.lag <= 64);
-                if status.leader.is_some() && caught_up {
-                    return Ok(status);
-                }
-                last = format!(
-                    "{} members, lags {:?}",
-                    status.members.len(),
-                    status.members.iter().map(|m| m.lag).collect::<Vec<_>>()
-                );
-            }
-            Ok(other) => last = format!("{other:?}"),
-            Err(error) => last = error.to_string(),
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    bail!("not healthy within {timeout:?}: {last}")
 }
 
 /// The group name that makes client `index`'s `SetGroupWeight` command encode to exactly
