@@ -72,7 +72,7 @@ use fullerene_chaos::etcd::{
 use fullerene_chaos::LocalMasters;
 use fullerene_client::OperatorClient;
 use fullerene_master::state::Command;
-use fullerene_proto::messages::{ClusterStatus, OperatorRequest, OperatorResponse};
+use fullerene_proto::messages::{OperatorRequest, OperatorResponse};
 use fullerene_sim::metrics::percentile_nearest_rank;
 use fullerene_transport::Role;
 use indicatif::{ProgressBar, ProgressStyle};
