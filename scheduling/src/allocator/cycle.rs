@@ -471,6 +471,8 @@ impl Allocator {
             plain_scan: self.plain_scan,
             #[cfg(test)]
             replayed_picks: 0,
+            #[cfg(test)]
+            scored_candidates: 0,
             cycle: self.cycle,
             inflight_total: self.inflight_total,
             eta: self.eta.clone(),

@@ -95,11 +95,6 @@ impl Rivals {
             self.0 = Some(score);
         }
     }
-
-    /// The best score or bound noted.
-    pub(super) fn best(&self) -> Option<PerfScore> {
-        self.0
-    }
 }
 
 /// An agent's starting state, bit for bit: the state a trace of picks starts from.
@@ -300,7 +295,7 @@ pub(super) fn clear_winner(choice: &Choice, rivals: &Rivals, index: &CycleIndex)
 }
 
 /// The margin by which a choice of perfScore `value` must beat its rivals to be replayed.
-fn tie_margin(value: f64, index: &CycleIndex) -> f64 {
+pub(super) fn tie_margin(value: f64, index: &CycleIndex) -> f64 {
     TIE_TOLERANCE * (1.0 + value.abs() + index.max_packing)
 }
 
@@ -361,7 +356,7 @@ impl Allocator {
             return Some(None);
         };
         let f = choice.framework;
-        let key = index.keys.get(f.get()).copied().flatten()?;
+        let (OrdF64(key), _, _) = index.ranks.get(f.get()).copied().flatten()?;
         // Below this, a rival's score could dismiss the choice by one of its bounds.
         let floor = choice.score.value - tie_margin(choice.score.value, index) / 2.0;
         if -key < floor {

@@ -533,6 +533,9 @@ struct FrameworkSoft {
     cycle_envelope: ResourceVec,
     /// The same without the priScores (Tetris' bound).
     cycle_envelope_plain: ResourceVec,
+    /// The largest priScore of the shapes with projected work: with `cycle_envelope_plain`,
+    /// a bound that holds bit for bit (policies' `exact_bound`).
+    cycle_pri_max: f64,
     /// Whether it is counted in its group's `demanding` (pending work, not suppressed).
     counted: bool,
 }
@@ -543,6 +546,7 @@ impl FrameworkSoft {
         let mut min = ResourceVec([f64::INFINITY; NUM_RESOURCES]);
         let mut envelope = ResourceVec::ZERO;
         let mut plain = ResourceVec::ZERO;
+        let mut pri_max: f64 = 0.0;
         for (shape, &count) in self.demand.shapes.iter().zip(self.cycle_counts.iter()) {
             if count == 0 {
                 continue;
@@ -550,10 +554,12 @@ impl FrameworkSoft {
             min = min.min(&shape.demand);
             envelope = envelope.max(&shape.demand.scale(shape.pri_score));
             plain = plain.max(&shape.demand);
+            pri_max = pri_max.max(shape.pri_score);
         }
         self.cycle_min = min;
         self.cycle_envelope = envelope;
         self.cycle_envelope_plain = plain;
+        self.cycle_pri_max = pri_max;
     }
 }
 
@@ -607,9 +613,9 @@ pub struct Allocator {
     /// weighted dominant shares), reused from pick to pick.
     gate_scratch: Vec<(f64, GroupIdx)>,
     /// The search stack of the bounding trees, reused from pick to pick.
-    tree_scratch: Vec<(usize, crate::scoring::PerfScore)>,
+    tree_scratch: Vec<(usize, f64)>,
     /// The trees a search visits with their roots' bounds, reused from pick to pick.
-    tree_roots: Vec<(usize, crate::scoring::PerfScore)>,
+    tree_roots: Vec<score_tree::Root>,
     /// The frameworks a tree search scored, reused from pick to pick.
     tree_scored: Vec<FrameworkIdx>,
     /// Every pick scanned from the lists, without replaying picks across agents of the same
@@ -619,6 +625,10 @@ pub struct Allocator {
     /// Picks replayed from a trace rather than scanned, for the tests to see the memo at work.
     #[cfg(test)]
     replayed_picks: u64,
+    /// Candidates scored (policies' `evaluate_candidate`), for the tests to see what a pick
+    /// costs.
+    #[cfg(test)]
+    scored_candidates: u64,
     /// Increases with every cycle (per `allocate_shard` / `allocate_all` call).
     cycle: u64,
     inflight_total: f64,
@@ -715,6 +725,8 @@ impl Allocator {
             plain_scan: false,
             #[cfg(test)]
             replayed_picks: 0,
+            #[cfg(test)]
+            scored_candidates: 0,
             cycle: 0,
             inflight_total: 0.0,
             eta: EtaEstimator::new(DEFAULT_ETA_MULTIPLIER),

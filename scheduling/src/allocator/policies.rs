@@ -17,7 +17,7 @@
 
 use std::collections::BTreeSet;
 
-use super::memo::{GateFilter, MemoCursor, PickMemo, Rivals};
+use super::memo::{tie_margin, GateFilter, MemoCursor, PickMemo, Rivals};
 use super::score_tree::{ScoreTree, TreeLeaves};
 use super::*;
 use crate::fairness::GroupCounter;
@@ -48,7 +48,38 @@ pub(super) struct Chosen {
 }
 
 /// A candidate in a cycle's ordered set: ascending, so the first is the best.
-type Ranked = (OrdF64, u64, FrameworkIdx);
+pub(super) type Ranked = (OrdF64, u64, FrameworkIdx);
+
+/// Where a group's list stands in a scan over several (the deficit counters' groups, most
+/// deprived first, then by index): of equal scores, the earlier group's candidate wins.
+pub(super) type GroupOrder = (std::cmp::Reverse<OrdF64>, u32);
+
+/// The order of a group that is scanned alone (the κ·C gate closed, or one list).
+pub(super) const ALONE: GroupOrder = (std::cmp::Reverse(OrdF64(0.0)), 0);
+
+/// What a candidate must do to be taken in a scan: beat `score`, or also equal it when it
+/// comes earlier in the scan's order than the candidate that set it (`ties_win`).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Bar {
+    pub(super) score: PerfScore,
+    pub(super) ties_win: bool,
+}
+
+impl Bar {
+    /// A bar that only a better score passes: the scans that visit candidates in their order.
+    pub(super) fn beat(score: PerfScore) -> Bar {
+        Bar {
+            score,
+            ties_win: false,
+        }
+    }
+
+    /// Whether a candidate of `score` is taken over the one that set the bar.
+    #[inline]
+    pub(super) fn passed_by(&self, score: &PerfScore) -> bool {
+        score.beats(&self.score) || (self.ties_win && *score == self.score)
+    }
+}
 
 /// What a cycle builds once and keeps current as it makes offers.
 #[derive(Clone, Debug)]
@@ -59,8 +90,8 @@ pub(super) struct CycleIndex {
     /// (DRF); ties by registration.
     pub(super) lists: Vec<BTreeSet<Ranked>>,
     per_group: bool,
-    /// Each framework's current key in `lists` (`None`: not listed).
-    pub(super) keys: Vec<Option<f64>>,
+    /// Each framework's current entry in `lists` (`None`: not listed).
+    pub(super) ranks: Vec<Option<Ranked>>,
     /// Per kind, the smallest positive capacity of any agent (for the score bounds).
     pub(super) min_capacity: ResourceVec,
     /// Component-wise minimum of every pending shape (an agent that cannot hold it cannot hold
@@ -93,6 +124,9 @@ pub(super) struct AgentView {
     /// demand `d` is then `d · weights`, the same value as
     /// `scoring::packing_score(free, d, total, 1)` (Fig. 8's `pScore`) without its ten divisions.
     weights: ResourceVec,
+    /// The weights, none below 0 (a kind a little overdrawn within the fit rule's epsilon): a
+    /// larger demand never packs lower against them, which the exact bounds rely on.
+    weights_upper: ResourceVec,
 }
 
 impl AgentView {
@@ -108,6 +142,7 @@ impl AgentView {
             overbook_free: free,
             total,
             weights,
+            weights_upper: weights.max(&ResourceVec::ZERO),
         }
     }
 
@@ -120,6 +155,13 @@ impl AgentView {
     #[inline]
     pub(super) fn packing(&self, demand: &ResourceVec) -> f64 {
         dot(demand, &self.weights)
+    }
+
+    /// At least [`AgentView::packing`] of every demand component-wise at most `demand`, bit
+    /// for bit: the same sum of products, each rounded no lower (IEEE rounding is monotone).
+    #[inline]
+    pub(super) fn packing_upper(&self, demand: &ResourceVec) -> f64 {
+        dot(demand, &self.weights_upper)
     }
 }
 
@@ -206,7 +248,7 @@ impl Allocator {
         let mut index = CycleIndex {
             lists: vec![BTreeSet::new(); if per_group { groups.max(1) } else { 1 }],
             per_group,
-            keys: vec![None; self.frameworks.len()],
+            ranks: vec![None; self.frameworks.len()],
             min_capacity,
             min_demand: ResourceVec([f64::INFINITY; NUM_RESOURCES]),
             srpt_weight,
@@ -289,20 +331,21 @@ impl Allocator {
             return;
         };
         let list = if index.per_group { group } else { 0 };
-        if index.keys.len() <= f.get() {
-            index.keys.resize(f.get() + 1, None);
+        if index.ranks.len() <= f.get() {
+            index.ranks.resize(f.get() + 1, None);
         }
-        if let Some(old) = index.keys[f.get()].take() {
+        if let Some(old) = index.ranks[f.get()].take() {
             if let Some(set) = index.lists.get_mut(list) {
-                set.remove(&(OrdF64(old), registration, f));
+                set.remove(&old);
             }
         }
         if let Some(key) = self.list_key(state, index, f) {
             if index.lists.len() <= list {
                 index.lists.resize(list + 1, BTreeSet::new());
             }
-            index.lists[list].insert((OrdF64(key), registration, f));
-            index.keys[f.get()] = Some(key);
+            let rank = (OrdF64(key), registration, f);
+            index.lists[list].insert(rank);
+            index.ranks[f.get()] = Some(rank);
         }
         self.refresh_leaves(index, f);
     }
@@ -459,16 +502,19 @@ impl Allocator {
                     Some(choice) => choice,
                     None => {
                         let mut rivals = Rivals::default();
-                        let trees = std::iter::once(0);
+                        let trees = std::iter::once((0, ALONE));
                         let choice = self
-                            .clear_best_in_trees(index, trees, view, exclusions, false, &mut rivals)
+                            .best_in_trees(index, trees, view, exclusions, false, &mut rivals)
                             .or_else(|| {
+                                if index.tree_leaves.covers_lists() {
+                                    return None;
+                                }
                                 let list = index.lists.first()?;
                                 self.best_in_list(
                                     list,
                                     view,
                                     exclusions,
-                                    index.srpt_weight,
+                                    index,
                                     None,
                                     FitMode::Strict,
                                     false,
@@ -695,29 +741,17 @@ impl Allocator {
         };
         if deficit >= threshold {
             let gate = GateFilter::Closed(most_deprived);
-            let leader = std::iter::once(most_deprived.get());
-            if let Some(choice) =
-                self.clear_best_in_trees(index, leader, view, exclusions, true, rivals)
+            let leader = std::iter::once((most_deprived.get(), ALONE));
+            if let Some(choice) = self.best_in_trees(index, leader, view, exclusions, true, rivals)
             {
                 return (Some(choice), gate);
             }
             let Some(list) = index.lists.get(most_deprived.get()) else {
                 return (None, gate);
             };
-            let choice = [FitMode::Strict, FitMode::Overbook]
-                .into_iter()
-                .find_map(|mode| {
-                    self.best_in_list(
-                        list,
-                        view,
-                        exclusions,
-                        index.srpt_weight,
-                        None,
-                        mode,
-                        true,
-                        rivals,
-                    )
-                });
+            let choice = scan_modes(index).iter().find_map(|&mode| {
+                self.best_in_list(list, view, exclusions, index, None, mode, true, rivals)
+            });
             return (choice, gate);
         }
         // Every gated group, most deprived first: the scan keeps the first of equal scores.
@@ -730,15 +764,16 @@ impl Allocator {
                 order.push((self.projected_deficit(g, counter), g));
             }
         }
-        let gated = order.iter().map(|&(_, g)| g.get());
-        if let Some(choice) = self.clear_best_in_trees(index, gated, view, exclusions, true, rivals)
-        {
+        let gated = order
+            .iter()
+            .map(|&(projected, g)| (g.get(), (std::cmp::Reverse(OrdF64(projected)), g.0)));
+        if let Some(choice) = self.best_in_trees(index, gated, view, exclusions, true, rivals) {
             self.gate_scratch = order;
             return (Some(choice), GateFilter::Open);
         }
         order.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
         let mut found: Option<Choice> = None;
-        for mode in [FitMode::Strict, FitMode::Overbook] {
+        for &mode in scan_modes(index) {
             for &(_, g) in &order {
                 let Some(list) = index.lists.get(g.get()) else {
                     continue;
@@ -747,7 +782,7 @@ impl Allocator {
                     list,
                     view,
                     exclusions,
-                    index.srpt_weight,
+                    index,
                     found.map(|c| c.score),
                     mode,
                     true,
@@ -770,16 +805,18 @@ impl Allocator {
 
     /// The best-scoring candidate of a set ordered by score bound, better than `beat` if given.
     /// `with_priority`: Graphene's `priScore · pScore` (else Tetris' bare alignment). Scanning
-    /// stops at the first candidate whose bound cannot beat the best found. Of equal scores the
-    /// first in the set's order wins. Every candidate passed over leaves its score, or the bound
-    /// it was dismissed by, in `rivals` (what a memoized choice must beat: module `memo`).
+    /// stops at the first candidate whose bound is below the best found by more than the
+    /// rounding of the bounds (module `memo`'s tie margin). Of equal scores the first in the
+    /// set's order wins: the result is the exact best by score, then by the set's order (what
+    /// the bounding trees find too). Every candidate passed over leaves its score, or the
+    /// bound it was dismissed by, in `rivals` (what a memoized choice must beat: module `memo`).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn best_in_list(
         &mut self,
         list: &BTreeSet<Ranked>,
         view: &AgentView,
         exclusions: &Exclusions,
-        srpt_weight: f64,
+        index: &CycleIndex,
         beat: Option<PerfScore>,
         mode: FitMode,
         with_priority: bool,
@@ -789,19 +826,25 @@ impl Allocator {
         for &(OrdF64(negated_bound), _, f) in list {
             let bar = best.map(|c| c.score).or(beat);
             if let Some(bar) = bar {
-                // The bound holds for fitting scores; overbooked ones are below it too. It
-                // bounds every later candidate of the set as well.
+                // The bound holds for fitting scores (up to its rounding); overbooked ones are
+                // below it too. It bounds every later candidate of the set as well.
                 let bound = PerfScore {
                     fits: mode == FitMode::Strict,
                     value: -negated_bound,
                 };
-                if !bound.beats(&bar) {
+                let below = if bound.fits == bar.fits {
+                    bound.value + tie_margin(bar.value, index) < bar.value
+                } else {
+                    !bound.beats(&bar)
+                };
+                if below {
                     rivals.note(bound);
                     break;
                 }
             }
+            let bar = bar.map(Bar::beat);
             let evaluation =
-                self.evaluate_candidate(f, view, exclusions, srpt_weight, bar, mode, with_priority);
+                self.evaluate_candidate(f, view, exclusions, index, bar, mode, with_priority);
             take_evaluation(&mut best, bar, f, evaluation, mode, rivals);
         }
         best
@@ -810,19 +853,25 @@ impl Allocator {
     /// Framework `f`'s best pending shape for the agent seen as `view` under `mode`, with its
     /// packing (or overbooking) score and perfScore; the first of equal scores in summary
     /// order. [`Evaluation::Out`] when `f` is excluded, has no projected work or has nothing
-    /// that fits; [`Evaluation::Below`] (strict mode) when its envelope's score cannot beat
-    /// `bar`.
+    /// that fits; [`Evaluation::Below`] (strict mode) when its envelope's score shows that no
+    /// shape of it can pass `bar`: below it by more than the rounding of the envelope's score,
+    /// or not passing it by the exact bound ([`exact_bound`]).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn evaluate_candidate(
         &mut self,
         f: FrameworkIdx,
         view: &AgentView,
         exclusions: &Exclusions,
-        srpt_weight: f64,
-        bar: Option<PerfScore>,
+        index: &CycleIndex,
+        bar: Option<Bar>,
         mode: FitMode,
         with_priority: bool,
     ) -> Evaluation {
+        let srpt_weight = index.srpt_weight;
+        #[cfg(test)]
+        {
+            self.scored_candidates += 1;
+        }
         if exclusions.contains(f) {
             return Evaluation::Out;
         }
@@ -842,10 +891,15 @@ impl Allocator {
             if !fits(&soft.cycle_min, &view.free) {
                 return Evaluation::Out;
             }
-            if let Some(bar) = bar {
+            if let Some(bar) = bar.filter(|bar| bar.score.fits) {
+                let to_pass = bar.score.value;
                 let bound = envelope_bound(soft, view, srpt_term, with_priority);
-                if !bound.beats(&bar) {
+                if bound.value + tie_margin(to_pass, index) < to_pass {
                     return Evaluation::Below(bound);
+                }
+                let exact = exact_bound(soft, view, srpt_term, with_priority);
+                if !bar.passed_by(&exact) {
+                    return Evaluation::Below(exact);
                 }
             }
         }
@@ -1193,27 +1247,27 @@ pub(super) enum Evaluation {
 }
 
 /// Takes framework `f`'s evaluation against `bar` (the best score so far, or the score to
-/// beat) into a scan: it becomes the best when it beats the bar; what is passed over (it, or
-/// the best it displaces) is noted in `rivals`.
+/// beat) into a scan: it becomes the best when it passes the bar; what is passed over (it, or
+/// the best it displaces) is noted in `rivals`. Returns whether it became the best.
 pub(super) fn take_evaluation(
     best: &mut Option<Choice>,
-    bar: Option<PerfScore>,
+    bar: Option<Bar>,
     f: FrameworkIdx,
     evaluation: Evaluation,
     mode: FitMode,
     rivals: &mut Rivals,
-) {
+) -> bool {
     let (shape, p_score, score) = match evaluation {
-        Evaluation::Out => return,
+        Evaluation::Out => return false,
         Evaluation::Below(bound) => {
             rivals.note(bound);
-            return;
+            return false;
         }
         Evaluation::Scored(shape, p_score, score) => (shape, p_score, score),
     };
-    if bar.is_some_and(|bar| !score.beats(&bar)) {
+    if bar.is_some_and(|bar| !bar.passed_by(&score)) {
         rivals.note(score);
-        return;
+        return false;
     }
     if let Some(previous) = best {
         rivals.note(previous.score);
@@ -1225,6 +1279,7 @@ pub(super) fn take_evaluation(
         p_score,
         score,
     });
+    true
 }
 
 /// The score of a framework's envelope on the agent seen as `view`: at least the perfScore of
@@ -1243,6 +1298,38 @@ pub(super) fn envelope_bound(
     PerfScore {
         fits: true,
         value: view.packing(envelope) - srpt_term,
+    }
+}
+
+/// At least the perfScore of each of a framework's projected shapes on the agent seen as
+/// `view`, bit for bit: [`Allocator::evaluate_candidate`]'s `pri · packing − srpt_term` with
+/// the largest priScore and the component-wise largest demand (IEEE rounding is monotone, so
+/// every step of it rounds to no less). Looser than [`envelope_bound`] when the priScores
+/// differ, but it decides exact ties, which the envelope's rounding cannot.
+pub(super) fn exact_bound(
+    soft: &FrameworkSoft,
+    view: &AgentView,
+    srpt_term: f64,
+    with_priority: bool,
+) -> PerfScore {
+    let pri = if with_priority {
+        soft.cycle_pri_max
+    } else {
+        1.0
+    };
+    PerfScore {
+        fits: true,
+        value: pri * view.packing_upper(&soft.cycle_envelope_plain) - srpt_term,
+    }
+}
+
+/// The list scans' fit modes: both, or only overbooking when the bounding trees already
+/// searched every list for a fitting shape (they find the scans' choice exactly).
+fn scan_modes(index: &CycleIndex) -> &'static [FitMode] {
+    if index.tree_leaves.covers_lists() {
+        &[FitMode::Overbook]
+    } else {
+        &[FitMode::Strict, FitMode::Overbook]
     }
 }
 

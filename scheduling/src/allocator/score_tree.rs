@@ -21,16 +21,28 @@
 //!
 //! # Exactness
 //!
-//! The tree only proposes. Its winner is taken when it beat every other candidate it met (by
-//! score, or by the bound of the node that dismissed it) by the memo's tie tolerance (module
-//! `memo`): then the list scan, which looks at the same candidates in another order and breaks
-//! ties by that order, chooses it too, whatever its order. Otherwise (a tie or near tie, or
-//! nothing that fits without overbooking) the list scan decides, as before. The tree follows
-//! the projection: a framework's leaves are refreshed whenever it is relisted (a shape ran out,
-//! or it has no projected work left); a leaf not yet refreshed only bounds too high.
+//! The search finds exactly what the list scan ([`Allocator::best_in_list`] over the gated
+//! lists, most deprived group first) chooses among the fitting shapes: the best score, and of
+//! equal scores the earliest group, then the earliest entry of its list. Both dismiss a
+//! candidate only when it cannot be taken: the bounds above are exact up to their rounding,
+//! so they dismiss what is below the best by more than that (the memo's tie margin); a second
+//! bound, `priScore_max · packing(demand_max) − η·srpt_min` with the agent's weights taken
+//! no lower than 0, is the very sum of products a shape's score is, each factor no smaller,
+//! and IEEE rounding is monotone, so it is at least every score below bit for bit. It
+//! dismisses what is below the best, or equal to it and later in the scan's order (each node
+//! knows its earliest list entry). That is what settles ties: between copies of a framework,
+//! alike in every score, the search descends to the earliest copy and dismisses the others by
+//! their place, where the list scan scores every copy. The trees follow the projection: a
+//! framework's leaves are refreshed whenever it is relisted (a shape ran out, or it has no
+//! projected work left); a leaf not yet refreshed only bounds too high and holds an entry too
+//! early. A framework listed after the trees were built (or whose summary changed shape) is
+//! not in them: the index then says the trees no longer cover the lists
+//! ([`TreeLeaves::covers_lists`]), and the callers scan the lists as well.
 
-use super::memo::{clear_winner, Rivals};
-use super::policies::{take_evaluation, AgentView, Choice, CycleIndex, Exclusions, FitMode};
+use super::memo::{tie_margin, Rivals};
+use super::policies::{
+    take_evaluation, AgentView, Bar, Choice, CycleIndex, Exclusions, FitMode, GroupOrder, Ranked,
+};
 use super::*;
 use crate::scoring::PerfScore;
 
@@ -43,6 +55,13 @@ struct Bounds {
     min: ResourceVec,
     /// The least η·srpt (Tetris: ε·work) of their frameworks.
     srpt_term: f64,
+    /// Component-wise maximum of the demands.
+    demand_max: ResourceVec,
+    /// The largest priScore (Tetris: 1).
+    pri_max: f64,
+    /// The earliest list entry of their frameworks (entries only move later in a cycle, so a
+    /// leaf not yet refreshed holds one no later than its framework's).
+    first_rank: Ranked,
 }
 
 /// No shape: fits nowhere, bounds nothing.
@@ -50,6 +69,9 @@ const EMPTY: Bounds = Bounds {
     envelope: ResourceVec::ZERO,
     min: ResourceVec([f64::INFINITY; NUM_RESOURCES]),
     srpt_term: f64::INFINITY,
+    demand_max: ResourceVec::ZERO,
+    pri_max: 0.0,
+    first_rank: (OrdF64(f64::INFINITY), u64::MAX, FrameworkIdx(u32::MAX)),
 };
 
 impl Bounds {
@@ -58,16 +80,47 @@ impl Bounds {
             envelope: a.envelope.max(&b.envelope),
             min: a.min.min(&b.min),
             srpt_term: a.srpt_term.min(b.srpt_term),
+            demand_max: a.demand_max.max(&b.demand_max),
+            pri_max: a.pri_max.max(b.pri_max),
+            first_rank: a.first_rank.min(b.first_rank),
         }
     }
 
-    /// The bound of every fitting score below, on the agent seen as `view`.
+    /// The bound of every fitting score below, on the agent seen as `view`, up to rounding.
     #[inline]
-    fn score(&self, view: &AgentView) -> PerfScore {
-        PerfScore {
-            fits: true,
-            value: view.packing(&self.envelope) - self.srpt_term,
+    fn score(&self, view: &AgentView) -> f64 {
+        view.packing(&self.envelope) - self.srpt_term
+    }
+
+    /// A bound of every fitting score below that holds bit for bit (see
+    /// [`super::policies::exact_bound`]); looser than [`Bounds::score`] when priScores differ.
+    #[inline]
+    fn exact(&self, view: &AgentView) -> f64 {
+        self.pri_max * view.packing_upper(&self.demand_max) - self.srpt_term
+    }
+
+    /// Whether nothing below can be taken over the best found, of score `best` (fitting) and
+    /// place `best_place` in the scans' order, by a list of place `group`: `Some(bound)` that
+    /// dismisses them, to be noted as a rival. `approx` is [`Bounds::score`].
+    #[inline]
+    fn dismissed(
+        &self,
+        view: &AgentView,
+        approx: f64,
+        best: f64,
+        best_place: (GroupOrder, Ranked),
+        group: GroupOrder,
+        index: &CycleIndex,
+    ) -> Option<PerfScore> {
+        let dismissing = |value| Some(PerfScore { fits: true, value });
+        if approx + tie_margin(best, index) < best {
+            return dismissing(approx);
         }
+        let exact = self.exact(view);
+        if exact < best || (exact == best && (group, self.first_rank) > best_place) {
+            return dismissing(exact);
+        }
+        None
     }
 }
 
@@ -85,6 +138,10 @@ pub(super) struct ScoreTree {
 
 /// A shape to place: its framework, its index in the framework's summary, its bounds.
 type Item = (FrameworkIdx, usize, Bounds);
+
+/// A tree to search: its list, the list's place in the scan's order of lists, and its root's
+/// [`Bounds::score`].
+pub(super) type Root = (usize, GroupOrder, f64);
 
 impl ScoreTree {
     /// Builds the tree of `shapes`; `scale` divides each kind of the envelopes for the
@@ -153,7 +210,7 @@ impl ScoreTree {
             items.select_nth_unstable_by(mid, |a, b| {
                 feature(&b.2, k)
                     .total_cmp(&feature(&a.2, k))
-                    .then((a.0, a.1).cmp(&(b.0, b.1)))
+                    .then((a.2.first_rank, a.1).cmp(&(b.2.first_rank, b.1)))
             });
         }
         let (left, right) = items.split_at_mut(mid);
@@ -187,6 +244,17 @@ pub(super) struct TreeLeaves {
     start: Vec<Option<(usize, usize, usize)>>,
     /// The leaf of each shape, framework after framework, in summary order.
     leaf: Vec<usize>,
+    /// Every listed framework's shapes are in the trees: a search of the trees then finds
+    /// every fitting candidate the list scans would (false without trees, or when a framework
+    /// was listed after they were built).
+    complete: bool,
+}
+
+impl TreeLeaves {
+    /// Whether a search of the trees finds what a strict list scan of every list would.
+    pub(super) fn covers_lists(&self) -> bool {
+        self.complete
+    }
 }
 
 impl Allocator {
@@ -199,16 +267,18 @@ impl Allocator {
         let mut leaves = TreeLeaves {
             start: vec![None; self.frameworks.len()],
             leaf: Vec::new(),
+            complete: true,
         };
         let mut shapes: Vec<Item> = Vec::new();
         for l in 0..index.lists.len() {
             shapes.clear();
-            for &(_, _, f) in &index.lists[l] {
+            for &rank in &index.lists[l] {
+                let f = rank.2;
                 let count = self.frameworks[f.get()].demand.shapes.len();
                 leaves.start[f.get()] = Some((l, leaves.leaf.len(), count));
                 leaves.leaf.extend(std::iter::repeat_n(0, count));
                 for shape in 0..count {
-                    let bounds = self.leaf_bounds(f, shape, index.srpt_weight, with_priority);
+                    let bounds = self.leaf_bounds(f, shape, index.srpt_weight, with_priority, rank);
                     shapes.push((f, shape, bounds));
                 }
             }
@@ -236,13 +306,15 @@ impl Allocator {
         }
     }
 
-    /// The bounds of `f`'s `shape` from its projected work (empty when it has none).
+    /// The bounds of `f`'s `shape` from its projected work (empty when it has none), `rank`
+    /// being its list entry.
     fn leaf_bounds(
         &mut self,
         f: FrameworkIdx,
         shape: usize,
         srpt_weight: f64,
         with_priority: bool,
+        rank: Ranked,
     ) -> Bounds {
         let soft = self.cycle_counts(f);
         if soft.cycle_pending == 0 || !soft.counted || soft.cycle_counts[shape] == 0 {
@@ -263,6 +335,9 @@ impl Allocator {
             envelope: pending.demand.scale(pri),
             min: pending.demand,
             srpt_term: srpt_weight * work,
+            demand_max: pending.demand,
+            pri_max: pri,
+            first_rank: rank,
         }
     }
 
@@ -271,17 +346,24 @@ impl Allocator {
         let Some(with_priority) = self.tree_priority() else {
             return;
         };
+        let rank = index.ranks.get(f.get()).copied().flatten();
         let Some((l, start, count)) = index.tree_leaves.start.get(f.get()).copied().flatten()
         else {
+            if rank.is_some() {
+                // Listed after the trees were built: they no longer hold every candidate.
+                index.tree_leaves.complete = false;
+            }
             return;
         };
-        let listed = index.keys.get(f.get()).copied().flatten().is_some()
-            && self.frameworks[f.get()].demand.shapes.len() == count;
+        let listed = rank.filter(|_| self.frameworks[f.get()].demand.shapes.len() == count);
+        if rank.is_some() && listed.is_none() {
+            // Its summary changed shape within the cycle: its leaves no longer match it.
+            index.tree_leaves.complete = false;
+        }
         for shape in 0..count {
-            let bounds = if listed {
-                self.leaf_bounds(f, shape, index.srpt_weight, with_priority)
-            } else {
-                EMPTY
+            let bounds = match listed {
+                Some(rank) => self.leaf_bounds(f, shape, index.srpt_weight, with_priority, rank),
+                None => EMPTY,
             };
             let leaf = index.tree_leaves.leaf[start + shape];
             if let Some(tree) = index.trees.get_mut(l) {
@@ -290,14 +372,23 @@ impl Allocator {
         }
     }
 
-    /// The best fitting candidate of the lists `lists` for the agent seen as `view`, found with
-    /// their trees, when it beat every other candidate by the tie tolerance (so that the list
-    /// scan chooses it too); its rivals are then noted in `rivals`. `None` when nothing fits
-    /// without overbooking or the winner is not clear: the caller scans the lists.
-    pub(super) fn clear_best_in_trees(
+    /// The list scans' choice among the fitting candidates of the lists `lists` (each with its
+    /// place in the scans' order of lists) for the agent seen as `view`, found with their
+    /// trees: the best score, of equal scores the earliest list, then the earliest entry of its
+    /// list, exactly as [`Allocator::best_in_list`] over the lists in that order chooses
+    /// (`None`: nothing fits without overbooking). Every candidate it passed over leaves its
+    /// score, or the bound it was dismissed by, in `rivals`.
+    ///
+    /// A node is passed over when its envelope's score is below the best found by more than
+    /// its rounding, or when its exact bound is below the best, or equal to it with every
+    /// candidate below coming later in the scans' order. The second test is what decides ties:
+    /// between copies of a framework (alike in every score) the search goes straight to the
+    /// earliest copy and dismisses the others by their place, where the list scan scores them
+    /// all.
+    pub(super) fn best_in_trees(
         &mut self,
         index: &CycleIndex,
-        lists: impl Iterator<Item = usize>,
+        lists: impl Iterator<Item = (usize, GroupOrder)>,
         view: &AgentView,
         exclusions: &Exclusions,
         with_priority: bool,
@@ -306,86 +397,92 @@ impl Allocator {
         let mut stack = std::mem::take(&mut self.tree_scratch);
         let mut scored = std::mem::take(&mut self.tree_scored);
         scored.clear();
-        let mut best: Option<Choice> = None;
-        let mut met = Rivals::default();
+        let mut best: Option<(Choice, (GroupOrder, Ranked))> = None;
         // The trees whose roots can hold a fitting shape, best-bounded first, so that the best
         // score found early prunes the others.
         let mut roots = std::mem::take(&mut self.tree_roots);
         roots.clear();
-        for l in lists {
+        for (l, group) in lists {
             if let Some(root) = index.trees.get(l).and_then(|tree| tree.nodes.get(1)) {
                 if fits(&root.min, &view.free) {
-                    roots.push((l, root.score(view)));
+                    roots.push((l, group, root.score(view)));
                 }
             }
         }
-        roots.sort_by(|a, b| b.1.value.total_cmp(&a.1.value));
-        for &(l, root) in &roots {
+        roots.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.1.cmp(&b.1)));
+        for &(l, group, root_score) in &roots {
             let tree = &index.trees[l];
             stack.clear();
-            stack.push((1, root));
-            while let Some((node, bound)) = stack.pop() {
-                let bar = best.map(|c| c.score);
-                if bar.is_some_and(|bar| !bound.beats(&bar)) {
-                    met.note(bound);
-                    continue;
+            stack.push((1, root_score));
+            while let Some((node, approx)) = stack.pop() {
+                let bounds = &tree.nodes[node];
+                if let Some((choice, place)) = &best {
+                    let dismissed =
+                        bounds.dismissed(view, approx, choice.score.value, *place, group, index);
+                    if let Some(bound) = dismissed {
+                        rivals.note(bound);
+                        continue;
+                    }
                 }
                 if node < tree.leaves {
-                    // The better-bounded child is searched first (pushed last); a child whose
-                    // smallest shape does not fit holds no candidate, one that cannot beat the
-                    // best found is a rival at its bound.
-                    let (left, right) = (2 * node, 2 * node + 1);
-                    let left_fits = fits(&tree.nodes[left].min, &view.free);
-                    let right_fits = fits(&tree.nodes[right].min, &view.free);
-                    let left_bound = tree.nodes[left].score(view);
-                    let right_bound = tree.nodes[right].score(view);
-                    let mut push = |child: usize, fits: bool, bound: PerfScore| {
-                        if !fits {
-                            return;
-                        }
-                        if bar.is_some_and(|bar| !bound.beats(&bar)) {
-                            met.note(bound);
-                        } else {
-                            stack.push((child, bound));
-                        }
-                    };
-                    if left_bound.value >= right_bound.value {
-                        push(right, right_fits, right_bound);
-                        push(left, left_fits, left_bound);
+                    // The better-bounded child is searched first (pushed last), of equal
+                    // bounds the one holding the earlier entry; a child whose smallest shape
+                    // does not fit holds no candidate.
+                    let (left, right) = (&tree.nodes[2 * node], &tree.nodes[2 * node + 1]);
+                    let (left_score, right_score) = (left.score(view), right.score(view));
+                    let left_first = left_score > right_score
+                        || (left_score == right_score && left.first_rank <= right.first_rank);
+                    let children = [
+                        (2 * node, left, left_score),
+                        (2 * node + 1, right, right_score),
+                    ];
+                    let [first, second] = if left_first {
+                        children
                     } else {
-                        push(left, left_fits, left_bound);
-                        push(right, right_fits, right_bound);
+                        [children[1], children[0]]
+                    };
+                    for (child, child_bounds, child_score) in [second, first] {
+                        if fits(&child_bounds.min, &view.free) {
+                            stack.push((child, child_score));
+                        }
                     }
                     continue;
                 }
-                // A shape that could win: its framework is scored as the list scan scores it
-                // (its best shape), once.
+                // A shape that could be taken: its framework is scored as the list scan scores
+                // it (its best shape), once.
                 let Some(f) = tree.frameworks[node - tree.leaves] else {
+                    continue;
+                };
+                let Some(rank) = index.ranks.get(f.get()).copied().flatten() else {
                     continue;
                 };
                 if scored.contains(&f) {
                     continue;
                 }
                 scored.push(f);
+                let place = (group, rank);
+                let bar = best.map(|(choice, best_place)| Bar {
+                    score: choice.score,
+                    ties_win: place < best_place,
+                });
                 let evaluation = self.evaluate_candidate(
                     f,
                     view,
                     exclusions,
-                    index.srpt_weight,
+                    index,
                     bar,
                     FitMode::Strict,
                     with_priority,
                 );
-                take_evaluation(&mut best, bar, f, evaluation, FitMode::Strict, &mut met);
+                let mut chosen = best.map(|(choice, _)| choice);
+                if take_evaluation(&mut chosen, bar, f, evaluation, FitMode::Strict, rivals) {
+                    best = chosen.map(|choice| (choice, place));
+                }
             }
         }
         self.tree_roots = roots;
         self.tree_scratch = stack;
         self.tree_scored = scored;
-        let best = best.filter(|choice| clear_winner(choice, &met, index))?;
-        if let Some(met) = met.best() {
-            rivals.note(met);
-        }
-        Some(best)
+        best.map(|(choice, _)| choice)
     }
 }

@@ -2153,6 +2153,43 @@ fn xorshift(state: &mut u64) -> u64 {
     *state
 }
 
+/// Copies of a framework tie on every agent, which the memo cannot replay: the bounding trees
+/// settle the ties by the list's order and score about one copy per pick, where the list scan
+/// scores every copy, with the same offers (in one group, and spread over several).
+#[test]
+fn copies_of_a_framework_are_settled_by_the_trees_without_scoring_every_copy() {
+    for groups in [1, 4] {
+        let build = || {
+            let mut alloc = paper_allocator(InterJobPolicy::graphene());
+            add_agents(&mut alloc, 20, machine());
+            for f in 0..100 {
+                let id = fid(&format!("copy{f}"));
+                alloc
+                    .add_framework(id.clone(), &format!("g{}", f % groups), 0.0)
+                    .unwrap();
+                alloc
+                    .update_demand(&id, &summary(&[("cpus=1,mem_mib=1024", 1_000, 0.5)], 50.0))
+                    .unwrap();
+            }
+            alloc
+        };
+        let mut alloc = build();
+        let mut reference = build();
+        reference.set_plain_scan(true);
+        let offers = alloc.allocate_all(0.0);
+        assert_eq!(offers, reference.allocate_all(0.0), "{groups} groups");
+        let tasks: f64 = offers.iter().map(|o| o.resources[ResourceKind::Cpus]).sum();
+        assert!(tasks >= 100.0, "{tasks} tasks offered");
+        let ours = alloc.allocator().scored_candidates as f64;
+        let scanned = reference.allocator().scored_candidates as f64;
+        assert!(
+            ours <= 3.0 * tasks && scanned >= 50.0 * tasks,
+            "{groups} groups: {ours} candidates scored with the trees, {scanned} by the scan, \
+             for {tasks} picks"
+        );
+    }
+}
+
 /// The memo is at work where it should be: on a cluster of identical idle agents the first
 /// agent's picks are scanned and most of the others' replayed (a framework's best shape runs
 /// out now and then, and its replacement is scanned once), with the same offers as a cycle
