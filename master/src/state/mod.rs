@@ -229,22 +229,47 @@ impl ClusterState {
         })
     }
 
-    /// Runs `change`, restoring the state if it fails. For the commands whose checks cannot
-    /// all come before their first change: re-registration and capacity changes rebuild an
-    /// agent's accounting, and a new total too small for what runs there is only found while
-    /// re-charging its tasks. Both are rare (an agent restart, an operator edit), so the copy
-    /// they cost is paid seldom; every other command validates fully before it changes
-    /// anything.
-    fn all_or_nothing(
-        &mut self,
-        change: impl FnOnce(&mut ClusterState) -> Result<CommandOutcome, CommandError>,
-    ) -> Result<CommandOutcome, CommandError> {
-        let before = self.clone();
-        let result = change(self);
-        if result.is_err() {
-            *self = before;
+    /// What must hold before a re-registration or a capacity change of `agent_id` starts
+    /// changing anything, so that it cannot fail halfway: the new total is valid, the
+    /// allocation knows the agent exactly when it is not lost (`was_lost`), and every task it
+    /// may end (those recorded on the agent) is live there, of a framework the allocation
+    /// knows. Past these checks, the allocation's operations fail only if its accounting
+    /// disagrees with the task table, which `check_accounting` in the tests rules out.
+    ///
+    /// These commands used to run on a copy of the whole state to undo a failure; with
+    /// thousands of agents re-registering after a failover, each copying every task record,
+    /// that copy stalled the node loop for seconds.
+    fn check_agent_change(
+        &self,
+        agent_id: &AgentId,
+        total: &ResourceVec,
+        was_lost: bool,
+    ) -> Result<(), CommandError> {
+        if !total.is_valid() {
+            return Err(CommandError::InvalidResources(format!(
+                "{total}: amounts must be finite and >= 0"
+            )));
         }
-        result
+        let entry = self
+            .agents
+            .get(agent_id)
+            .ok_or_else(|| CommandError::UnknownAgent(agent_id.clone()))?;
+        match (was_lost, self.allocation.agent_idx(agent_id).is_ok()) {
+            (true, true) => return Err(StateError::DuplicateAgent(agent_id.clone()).into()),
+            (false, false) => return Err(StateError::UnknownAgent(agent_id.clone()).into()),
+            _ => {}
+        }
+        for key in &entry.tasks {
+            let live_here = self
+                .tasks
+                .get(key)
+                .is_some_and(|t| &t.agent_id == agent_id && !t.state.is_terminal());
+            if !live_here {
+                return Err(CommandError::UnknownTask(key.clone()));
+            }
+            self.allocation.framework_idx(&key.framework_id)?;
+        }
+        Ok(())
     }
 
     /// Applies one committed command. On error nothing has changed.
@@ -266,17 +291,14 @@ impl ClusterState {
                 executors,
                 running,
                 at_ms,
-            } => self.all_or_nothing(|state| {
-                state.reregister_agent(
-                    agent_id, hostname, resources, attributes, executors, running, *at_ms,
-                )
-            }),
+            } => self.reregister_agent(
+                agent_id, hostname, resources, attributes, executors, running, *at_ms,
+            ),
             Command::UpdateAgentResources {
                 agent_id,
                 resources,
                 at_ms,
-            } => self
-                .all_or_nothing(|state| state.update_agent_resources(agent_id, resources, *at_ms)),
+            } => self.update_agent_resources(agent_id, resources, *at_ms),
             Command::AgentHeartbeat { agent_id, at_ms } => self.agent_heartbeat(agent_id, *at_ms),
             Command::MarkAgentUnreachable { agent_id, at_ms } => {
                 self.mark_agent_unreachable(agent_id, *at_ms)
@@ -421,6 +443,7 @@ impl ClusterState {
         };
         let total = resources.to_vec()?;
         let was_lost = entry.state == AgentState::Lost;
+        self.check_agent_change(agent_id, &total, was_lost)?;
 
         // Reconcile: what the agent runs that the master considers ended or never launched
         // there must be killed (DESIGN.md: at most one instance of a task once recovery
@@ -491,6 +514,7 @@ impl ClusterState {
         if entry.total == total {
             return Ok(CommandOutcome::Unchanged);
         }
+        self.check_agent_change(agent_id, &total, false)?;
         self.replace_agent_total(agent_id, total)?;
         if let Some(entry) = self.agents.get_mut(agent_id) {
             entry.total = total;
