@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use fullerene_proto::ids::AgentId;
 use fullerene_proto::messages::{
@@ -45,6 +46,10 @@ const MAX_EVENTS_PER_CYCLE: usize = 256;
 
 /// Peer messages handled per wake-up (a catch-up's burst of appends is taken in large steps).
 const MAX_PEER_EVENTS_PER_CYCLE: usize = 4096;
+
+/// A node loop step this long is logged: ticks and heartbeats wait for it (by default a tick
+/// is 25 ms, a heartbeat goes every 2 ticks, and an election starts after 10 to 20 silent ones).
+const SLOW_STEP: Duration = Duration::from_millis(100);
 
 /// What the session tasks tell the node loop: the core's inputs, with the channels that
 /// answers and pushes go back on.
@@ -138,6 +143,8 @@ struct ShellMetrics {
     plan_seconds: metrics::Histogram,
     commit_seconds: metrics::Histogram,
     cycle_seconds: metrics::Histogram,
+    /// One turn of the node loop: the event's handling, then `advance` and the outputs.
+    step_seconds: metrics::Histogram,
     offers_made: metrics::Counter,
     offers_rescinded: metrics::Counter,
     tasks_launched: metrics::Counter,
@@ -154,11 +161,28 @@ impl ShellMetrics {
             plan_seconds: metrics::histogram!("fullerene_master_allocation_plan_seconds"),
             commit_seconds: metrics::histogram!("fullerene_master_allocation_commit_seconds"),
             cycle_seconds: metrics::histogram!("fullerene_master_allocation_cycle_seconds"),
+            step_seconds: metrics::histogram!("fullerene_master_node_loop_step_seconds"),
             offers_made: metrics::counter!("fullerene_master_offers_made_total"),
             offers_rescinded: metrics::counter!("fullerene_master_offers_rescinded_total"),
             tasks_launched: metrics::counter!("fullerene_master_tasks_launched_total"),
             last_snapshot: std::time::Duration::ZERO,
             published: Default::default(),
+        }
+    }
+
+    /// Records one turn of the node loop, and warns of one long enough to hold heartbeats up
+    /// ([`SLOW_STEP`]).
+    fn step_done(&self, woken_by: &str, handled: Duration, advanced: Duration, after: Duration) {
+        let step = handled + after;
+        self.step_seconds.record(step.as_secs_f64());
+        if step >= SLOW_STEP {
+            tracing::warn!(
+                woken_by,
+                handled_ms = handled.as_millis() as u64,
+                advance_ms = advanced.as_millis() as u64,
+                outputs_ms = (after - advanced).as_millis() as u64,
+                "a node loop step held Raft's ticks and heartbeats up"
+            );
         }
     }
 
@@ -244,6 +268,7 @@ impl<S: RaftStore> Shell<S> {
         }
         let mut peers_closed = false;
         loop {
+            let (woken_by, handled): (&str, Duration);
             tokio::select! {
                 biased;
                 () = &mut shutdown => {
@@ -251,15 +276,25 @@ impl<S: RaftStore> Shell<S> {
                     self.carry_outputs();
                     return Ok(MasterExit::Shutdown);
                 }
-                _ = ticker.tick() => self.core.tick(self.clock.now()),
+                _ = ticker.tick() => {
+                    let started = Instant::now();
+                    self.core.tick(self.clock.now());
+                    (woken_by, handled) = ("tick", started.elapsed());
+                }
                 // What the disk made durable releases votes, acknowledgements and commits.
                 Some(report) = store_reports.recv() => {
+                    let started = Instant::now();
                     self.core.store_report(report);
                     while let Ok(report) = store_reports.try_recv() {
                         self.core.store_report(report);
                     }
+                    (woken_by, handled) = ("store report", started.elapsed());
                 }
-                Some(plans) = planned.recv() => self.commit_allocation(plans),
+                Some(plans) = planned.recv() => {
+                    let started = Instant::now();
+                    self.commit_allocation(plans);
+                    (woken_by, handled) = ("allocation commit", started.elapsed());
+                }
                 event = peer_events.recv(), if !peers_closed => {
                     // The session context holds the sender until the accept loop stops,
                     // after this loop; should it close, it is not polled again.
@@ -267,22 +302,30 @@ impl<S: RaftStore> Shell<S> {
                         peers_closed = true;
                         continue;
                     };
+                    let started = Instant::now();
                     self.handle_event(event);
                     self.handle_queued(&mut peer_events, MAX_PEER_EVENTS_PER_CYCLE - 1);
+                    (woken_by, handled) = ("peer messages", started.elapsed());
                 }
                 event = events.recv() => {
                     // The shell holds a sender, so the channel never closes while it runs.
+                    let started = Instant::now();
                     if let Some(event) = event {
                         self.handle_event(event);
                     }
                     self.handle_queued(&mut events, MAX_EVENTS_PER_CYCLE - 1);
+                    (woken_by, handled) = ("client and agent events", started.elapsed());
                 }
             }
+            let started = Instant::now();
             let exit = self.core.advance(self.clock.now());
+            let advanced = started.elapsed();
             self.start_allocation();
             self.carry_outputs();
             // At most one bounded build per interval, and only when an HTTP reader asked.
             self.publisher.after_step(&self.core);
+            self.metrics
+                .step_done(woken_by, handled, advanced, started.elapsed());
             if let Some(exit) = exit? {
                 return Ok(exit);
             }
