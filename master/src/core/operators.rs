@@ -189,7 +189,7 @@ impl<S: RaftStore> MasterCore<S> {
                 let (agents, next) = take_page(
                     state
                         .agents()
-                        .range::<AgentId, _>(after_key(after.as_ref()))
+                        .range::<_, AgentId>(after_key(after.as_ref()))
                         .filter_map(|(id, _)| Some((id.clone(), self.agent_info(id)?))),
                 );
                 OperatorResponse::Agents { agents, next }
@@ -198,7 +198,7 @@ impl<S: RaftStore> MasterCore<S> {
                 let (frameworks, next) = take_page(
                     state
                         .frameworks()
-                        .range::<FrameworkId, _>(after_key(after.as_ref()))
+                        .range::<_, FrameworkId>(after_key(after.as_ref()))
                         .filter_map(|(id, _)| Some((id.clone(), state.framework_info(id)?))),
                 );
                 OperatorResponse::Frameworks { frameworks, next }
