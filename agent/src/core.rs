@@ -26,8 +26,8 @@ use std::time::Duration;
 use fullerene_proto::codec;
 use fullerene_proto::ids::{AgentId, FrameworkId, TaskId, TaskKey};
 use fullerene_proto::messages::{
-    CommandSpec, Executor, StatusAck, StatusReason, StatusUpdate, TaskReport, TaskSpec, TaskState,
-    UnixMillis,
+    CommandSpec, Executor, MasterToAgent, Redirect, StatusAck, StatusReason, StatusUpdate,
+    TaskReport, TaskSpec, TaskState, UnixMillis, WireError,
 };
 use fullerene_proto::resources::ResourceVec;
 use fullerene_proto::time::{whole_millis, Now};
@@ -285,6 +285,24 @@ impl Resume {
     pub fn key(&self) -> TaskKey {
         TaskKey::new(self.framework_id.clone(), self.task_id.clone())
     }
+}
+
+/// What a message from the master asks of the shell ([`AgentCore::on_master`]).
+#[derive(Debug)]
+pub enum FromMaster {
+    /// Carry out the core's actions (none, for a heartbeat's answer).
+    Act {
+        /// What the core decided.
+        actions: Vec<Action>,
+        /// An acknowledgement retired updates: the shell's timer for resending the rest
+        /// starts again.
+        acknowledged: bool,
+    },
+    /// The master does not lead: the shell drops the session and connects again, to the leader
+    /// it names if it names one.
+    Redirect(Redirect),
+    /// A request failed on the master; nothing to do but say so.
+    Error(WireError),
 }
 
 /// The task table and its status streams. Deterministic: no clock, no disk, no sockets.
@@ -735,6 +753,42 @@ impl AgentCore {
     /// queued); a task of another framework with the same id is another key, left alone.
     pub fn kill(&mut self, task: &TaskKey, grace: Duration) -> Vec<Action> {
         self.request_kill(task, KillCause::Framework, grace)
+    }
+
+    /// One message of the master's session: launches, kills, acknowledgements and
+    /// registrations go to the core's handlers; what only the shell can do (reconnect, report
+    /// an error) is handed back. The agent's shell and the simulations' agents all dispatch
+    /// through here.
+    pub fn on_master(&mut self, message: MasterToAgent, now: Now) -> FromMaster {
+        let act = |actions| FromMaster::Act {
+            actions,
+            acknowledged: false,
+        };
+        match message {
+            MasterToAgent::Launch {
+                framework_id,
+                tasks,
+            } => act(self.launch(&framework_id, tasks, now)),
+            MasterToAgent::Kill {
+                task_id,
+                framework_id,
+                grace_ms,
+            } => act(self.kill(
+                &TaskKey::new(framework_id, task_id),
+                Duration::from_millis(grace_ms),
+            )),
+            MasterToAgent::StatusAck(ack) => {
+                let actions = self.ack(&ack);
+                FromMaster::Act {
+                    acknowledged: !actions.is_empty(),
+                    actions,
+                }
+            }
+            MasterToAgent::Registered { kill, .. } => act(self.registered(&kill)),
+            MasterToAgent::HeartbeatAck { .. } => act(Vec::new()),
+            MasterToAgent::Redirect(redirect) => FromMaster::Redirect(redirect),
+            MasterToAgent::Error(error) => FromMaster::Error(error),
+        }
     }
 
     /// Registration answered: kill the listed tasks (the master declared this agent lost and

@@ -47,7 +47,8 @@ use tokio::time::{Instant, Interval, MissedTickBehavior};
 use crate::cgroups::Limits;
 use crate::checkpoint::{Checkpoint, CheckpointError};
 use crate::core::{
-    session_silence_limit, Action, AgentCore, CoreConfig, Outcome, EXECUTOR_COMMAND, EXECUTOR_SLEEP,
+    session_silence_limit, Action, AgentCore, CoreConfig, FromMaster, Outcome, EXECUTOR_COMMAND,
+    EXECUTOR_SLEEP,
 };
 use crate::executor::{prepare_work_dir, ExecEvent, Executors};
 use crate::isolation::{Isolation, IsolationConfig};
@@ -671,52 +672,40 @@ impl Shell {
     }
 
     async fn on_master(&mut self, message: MasterToAgent) -> Result<(), AgentError> {
-        match message {
-            MasterToAgent::Launch {
-                framework_id,
-                tasks,
-            } => {
-                let actions = self.core.launch(&framework_id, tasks, self.clock.now());
-                self.apply(actions).await?;
-            }
-            MasterToAgent::Kill {
-                task_id,
-                framework_id,
-                grace_ms,
-            } => {
-                let grace = Duration::from_millis(grace_ms);
-                let actions = self.core.kill(&TaskKey::new(framework_id, task_id), grace);
-                self.apply(actions).await?;
-            }
+        match &message {
             MasterToAgent::StatusAck(ack) => {
                 self.log_event(|agent| event_log::Event::UpdateAcked {
                     agent,
                     task: ack.key(),
                     seq: ack.seq,
                 });
-                let actions = self.core.ack(&ack);
-                if !actions.is_empty() {
-                    self.acked_since_retry = true;
-                }
-                self.apply(actions).await?;
             }
-            MasterToAgent::HeartbeatAck { .. } => {}
             MasterToAgent::Registered { kill, .. } => {
                 self.log_event(|agent| event_log::Event::AgentRegistered {
                     agent,
                     killing: kill.clone(),
                 });
-                let actions = self.core.registered(&kill);
+            }
+            _ => {}
+        }
+        match self.core.on_master(message, self.clock.now()) {
+            FromMaster::Act {
+                actions,
+                acknowledged,
+            } => {
+                if acknowledged {
+                    self.acked_since_retry = true;
+                }
                 self.apply(actions).await?;
             }
-            MasterToAgent::Redirect(redirect) => {
+            FromMaster::Redirect(redirect) => {
                 let from = self.session.master();
                 tracing::info!(?from, leader = ?redirect.leader, "the master is no longer the leader");
                 m::reconnect();
                 self.liveness = None;
                 self.session.redirected(redirect.leader);
             }
-            MasterToAgent::Error(error) => {
+            FromMaster::Error(error) => {
                 tracing::warn!(%error, "the master reported an error");
             }
         }

@@ -439,3 +439,62 @@ fn tasks_of_two_frameworks_with_one_id_are_two_tasks() {
     log.take(core.registered(std::slice::from_ref(&new)));
     assert_eq!(log.kills, vec![(new.clone(), Duration::from_millis(750))]);
 }
+
+/// Every message of the master's session goes through one dispatch: launches and kills reach
+/// the table, an acknowledgement that retires updates says so (the shell's resend timer
+/// restarts), a stale one does not, and a redirect or an error is handed back to the shell.
+#[test]
+fn messages_of_the_master_are_dispatched_in_one_place() {
+    let mut core = AgentCore::new(config());
+    let mut log = Log::default();
+    let act = |outcome: FromMaster| match outcome {
+        FromMaster::Act {
+            actions,
+            acknowledged,
+        } => (actions, acknowledged),
+        other => panic!("expected actions, got {other:?}"),
+    };
+    let launch = MasterToAgent::Launch {
+        framework_id: fw("f"),
+        tasks: vec![sleep_spec("t1")],
+    };
+    let (actions, acknowledged) = act(core.on_master(launch, at(1)));
+    assert!(!acknowledged);
+    log.take(actions);
+    assert_eq!(log.starts, vec![TaskId::from("t1")]);
+    log.take(core.started(
+        &key("t1"),
+        Runtime::Sleep { deadline_ms: 11 },
+        String::new(),
+        at(1),
+    ));
+    let seq = log.sent.last().expect("RUNNING sent").seq;
+    let ack = || {
+        MasterToAgent::StatusAck(StatusAck {
+            task_id: TaskId::from("t1"),
+            framework_id: fw("f"),
+            seq,
+        })
+    };
+    let (actions, acknowledged) = act(core.on_master(ack(), at(2)));
+    assert!(acknowledged && !actions.is_empty());
+    let (actions, acknowledged) = act(core.on_master(ack(), at(2)));
+    assert!(
+        !acknowledged && actions.is_empty(),
+        "a stale ack records nothing"
+    );
+    let kill = MasterToAgent::Kill {
+        task_id: TaskId::from("t1"),
+        framework_id: fw("f"),
+        grace_ms: 5,
+    };
+    log.take(act(core.on_master(kill, at(3))).0);
+    assert_eq!(log.kills, vec![(key("t1"), Duration::from_millis(5))]);
+    let (actions, _) = act(core.on_master(MasterToAgent::HeartbeatAck { seq: 1 }, at(4)));
+    assert!(actions.is_empty());
+    let redirect = MasterToAgent::Redirect(Redirect { leader: None });
+    assert!(matches!(
+        core.on_master(redirect, at(5)),
+        FromMaster::Redirect(_)
+    ));
+}

@@ -13,7 +13,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use fullerene_agent::core::{Action, AgentCore, CoreConfig, Outcome, Runtime, EXECUTOR_SLEEP};
+use fullerene_agent::core::{
+    Action, AgentCore, CoreConfig, FromMaster, Outcome, Runtime, EXECUTOR_SLEEP,
+};
 use fullerene_client::follow::DEFAULT_PASS_OVER;
 use fullerene_client::{
     AgentSession, FollowConfig, LeaderSession, Pacing, SessionConfig, SessionEvent,
@@ -157,34 +159,23 @@ impl SimAgent {
                     let _ = session.replay(core.unacked().into_iter().map(AgentToMaster::Status));
                     core.registered(&welcome.kill)
                 }
-                Some(SessionEvent::Message(message)) => match message {
-                    MasterToAgent::Launch {
-                        framework_id,
-                        tasks,
-                    } => {
+                Some(SessionEvent::Message(message)) => {
+                    if let MasterToAgent::Launch { tasks, .. } = &message {
                         self.log
                             .launched
                             .fetch_add(tasks.len() as u64, Ordering::Relaxed);
-                        core.launch(&framework_id, tasks, clock.now())
                     }
-                    MasterToAgent::Kill {
-                        task_id,
-                        framework_id,
-                        grace_ms,
-                    } => core.kill(
-                        &TaskKey::new(framework_id, task_id),
-                        Duration::from_millis(grace_ms),
-                    ),
-                    MasterToAgent::StatusAck(ack) => core.ack(&ack),
-                    MasterToAgent::Registered { kill, .. } => core.registered(&kill),
-                    MasterToAgent::Redirect(redirect) => {
-                        self.log.lost.fetch_add(1, Ordering::Relaxed);
-                        heartbeat = None;
-                        session.redirected(redirect.leader);
-                        continue;
+                    match core.on_master(message, clock.now()) {
+                        FromMaster::Act { actions, .. } => actions,
+                        FromMaster::Redirect(redirect) => {
+                            self.log.lost.fetch_add(1, Ordering::Relaxed);
+                            heartbeat = None;
+                            session.redirected(redirect.leader);
+                            continue;
+                        }
+                        FromMaster::Error(_) => continue,
                     }
-                    MasterToAgent::HeartbeatAck { .. } | MasterToAgent::Error(_) => continue,
-                },
+                }
                 Some(SessionEvent::Lost { .. }) => {
                     self.log.lost.fetch_add(1, Ordering::Relaxed);
                     heartbeat = None;

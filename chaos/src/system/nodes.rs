@@ -6,8 +6,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use fullerene_agent::core::{
-    session_silence_limit, Action as AgentAction, AgentCore, CoreConfig as AgentConfig, Outcome,
-    Record, Runtime,
+    session_silence_limit, Action as AgentAction, AgentCore, CoreConfig as AgentConfig, FromMaster,
+    Outcome, Record, Runtime,
 };
 use fullerene_client::follow::{Attempt, FollowConfig, Follower, Pacing};
 use fullerene_master::core::{AgentTimeouts, CoreConfig, Input, MasterCore, Output};
@@ -765,29 +765,18 @@ impl World {
         let Some(core) = self.agents[i].core.as_mut() else {
             return;
         };
-        let actions = match message {
-            MasterToAgent::Launch {
-                framework_id,
-                tasks,
-            } => core.launch(&framework_id, tasks, now),
-            MasterToAgent::Kill {
-                task_id,
-                framework_id,
-                grace_ms,
-            } => core.kill(
-                &TaskKey::new(framework_id, task_id),
-                Duration::from_millis(grace_ms),
-            ),
-            MasterToAgent::StatusAck(ack) => {
-                let actions = core.ack(&ack);
-                if !actions.is_empty() {
+        let actions = match core.on_master(message, now) {
+            FromMaster::Act {
+                actions,
+                acknowledged,
+            } => {
+                if acknowledged {
                     self.agents[i].acked_since_retry = true;
                 }
                 actions
             }
-            MasterToAgent::HeartbeatAck { .. } | MasterToAgent::Error(_) => Vec::new(),
-            MasterToAgent::Registered { kill, .. } => core.registered(&kill),
-            MasterToAgent::Redirect(redirect) => {
+            FromMaster::Error(_) => Vec::new(),
+            FromMaster::Redirect(redirect) => {
                 self.client_closes(conn);
                 let next = self.agents[i]
                     .follower
