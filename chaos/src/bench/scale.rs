@@ -35,7 +35,7 @@ use fullerene_master::core::{
     Subscription,
 };
 use fullerene_master::raft_node::{NodeConfig, RaftNode};
-use fullerene_master::state::ClusterSettings;
+use fullerene_master::state::{ClusterSettings, ClusterState};
 use fullerene_master::storage::MemStorage;
 use fullerene_proto::messages::{
     AgentState, CallOk, DemandSummary, FrameworkCall, FrameworkRequest, Leftover, MasterToAgent,
@@ -1052,9 +1052,12 @@ impl CoreHarness {
     }
 
     /// The heap the replicated state holds: what a copy of it costs.
+    /// The heap a copy of the replicated state takes. A clone would share the state's nodes
+    /// (its maps are persistent), so the copy is decoded from a snapshot, sharing nothing.
     fn state_bytes(&self) -> Option<u64> {
+        let encoded = self.core.node().state().encode_snapshot().ok()?;
         let before = probe::heap_in_use()?;
-        let copy = self.core.node().state().clone();
+        let copy = ClusterState::decode_snapshot(&encoded).ok()?;
         let after = probe::heap_in_use()?;
         drop(copy);
         Some(after.saturating_sub(before))
