@@ -75,7 +75,7 @@ impl NodeConfig {
             max_size_per_msg: 1 << 20,
             max_inflight_msgs: 256,
             max_uncommitted_size: 64 << 20,
-            max_committed_size_per_ready: 1 << 20,
+            max_committed_size_per_ready: 16 << 20,
             max_queued_proposals: 100_000,
             snapshot_interval: 10_000,
             log_retention: 5_000,
