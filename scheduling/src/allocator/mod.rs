@@ -1443,8 +1443,17 @@ fn shard_for(id: &AgentId, shards: usize) -> usize {
 }
 
 /// A totally ordered `f64` for sorted sets (NaN never occurs: inputs are validated).
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug)]
 struct OrdF64(f64);
+
+/// Equal exactly when [`Ord`] says so (`total_cmp`: −0 before +0), so that code comparing
+/// entries for equality (the bounding trees' updates stop at an unchanged node) agrees with
+/// the order the sets and trees are kept in.
+impl PartialEq for OrdF64 {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other).is_eq()
+    }
+}
 
 impl Eq for OrdF64 {}
 

@@ -37,7 +37,7 @@
 //! projected work left); a leaf not yet refreshed only bounds too high and holds an entry too
 //! early. A framework listed after the trees were built (or whose summary changed shape) is
 //! not in them: the index then says the trees no longer cover the lists
-//! ([`TreeLeaves::covers_lists`]), and the callers scan the lists as well.
+//! ([`TreeLeaves::covers_lists`]), the search declines, and the callers scan the lists instead.
 
 use super::memo::{tie_margin, Rivals};
 use super::policies::{
@@ -376,8 +376,9 @@ impl Allocator {
     /// place in the scans' order of lists) for the agent seen as `view`, found with their
     /// trees: the best score, of equal scores the earliest list, then the earliest entry of its
     /// list, exactly as [`Allocator::best_in_list`] over the lists in that order chooses
-    /// (`None`: nothing fits without overbooking). Every candidate it passed over leaves its
-    /// score, or the bound it was dismissed by, in `rivals`.
+    /// (`None`: nothing fits without overbooking, or the trees do not cover the lists and the
+    /// caller must scan them). Every candidate it passed over leaves its score, or the bound it
+    /// was dismissed by, in `rivals`.
     ///
     /// A node is passed over when its envelope's score is below the best found by more than
     /// its rounding, or when its exact bound is below the best, or equal to it with every
@@ -394,6 +395,10 @@ impl Allocator {
         with_priority: bool,
         rivals: &mut Rivals,
     ) -> Option<Choice> {
+        if !index.tree_leaves.covers_lists() {
+            // Without trees, or with a framework missing from them: the lists decide.
+            return None;
+        }
         let mut stack = std::mem::take(&mut self.tree_scratch);
         let mut scored = std::mem::take(&mut self.tree_scored);
         scored.clear();
