@@ -26,7 +26,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -437,7 +437,7 @@ impl Quic<'_> {
         let outcome = self
             .with_frameworks(
                 operator,
-                &frameworks.logs,
+                &frameworks,
                 registration_secs,
                 [rss_empty, rss_agents],
                 interrupt,
@@ -450,12 +450,13 @@ impl Quic<'_> {
     async fn with_frameworks(
         &mut self,
         operator: &mut fullerene_client::OperatorClient,
-        logs: &[Arc<FrameworkLog>],
+        frameworks: &Frameworks,
         registration_secs: f64,
         [rss_empty, rss_agents]: [BTreeMap<u64, u64>; 2],
         interrupt: &Interrupt,
     ) -> Result<ScaleReport, BenchError> {
         let config = self.config;
+        let logs = &frameworks.logs;
         let started = Instant::now();
         let within = Duration::from_secs(60) + Duration::from_millis(1) * config.tasks as u32;
         loop {
@@ -470,13 +471,23 @@ impl Quic<'_> {
                 break;
             }
             if started.elapsed() > within {
+                let sum = |count: fn(&FrameworkLog) -> &AtomicU64| -> u64 {
+                    logs.iter().map(|l| count(l).load(Ordering::Relaxed)).sum()
+                };
                 return Err(BenchError::Failed(format!(
-                    "{running} of {} tasks running after {within:?}",
-                    config.tasks
+                    "{running} of {} tasks running after {within:?} (the frameworks got {} \
+                     offers, put {} tasks in accepts, had {} refused and {} ended otherwise)",
+                    config.tasks,
+                    sum(|l| &l.offers),
+                    sum(|l| &l.accepted),
+                    sum(|l| &l.refused),
+                    sum(|l| &l.failed),
                 )));
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+        // The tracked tasks run: offers flow again (and are declined) for what follows.
+        frameworks.want_offers();
         interrupt.sleep(SETTLE).await?;
         let rss_tasks = rss_by_master(self.masters);
         let status = super::cluster_status(operator).await;
