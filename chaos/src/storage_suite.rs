@@ -81,6 +81,17 @@ pub fn bootstrapped<F: StoreFactory>(factory: &mut F) -> F::Store {
     store
 }
 
+/// Writes `entries` with `hard_state` in one synced batch, as a leader's Ready does.
+pub fn persist_synced<S: RaftStore>(store: &mut S, entries: &[Entry], hard_state: &HardState) {
+    store
+        .persist(ReadyWrite {
+            entries,
+            hard_state: Some(hard_state),
+            ..Default::default()
+        })
+        .expect("a synced write of entries and hard state");
+}
+
 /// A founding master's log starts after the bootstrap snapshot (index 1, term 1), and a store
 /// is bootstrapped once.
 pub fn bootstrap_starts_the_log_after_an_initial_snapshot<F: StoreFactory>(factory: &mut F) {
@@ -162,13 +173,7 @@ pub fn compaction_keeps_the_term_of_the_last_dropped_entry<F: StoreFactory>(fact
         commit: 10,
         ..Default::default()
     };
-    store
-        .persist(ReadyWrite {
-            entries: &ents,
-            hard_state: Some(&hs),
-            ..Default::default()
-        })
-        .unwrap();
+    persist_synced(&mut store, &ents, &hs);
     // Compaction may not pass the snapshot.
     assert!(store.compact(5).is_err());
     let mut snap = snapshot(8, store.term(8).unwrap(), &[], b"state at 8");
@@ -301,13 +306,7 @@ fn committed_through_10<F: StoreFactory>(factory: &mut F) -> F::Store {
         commit: 10,
         ..Default::default()
     };
-    store
-        .persist(ReadyWrite {
-            entries: &ents,
-            hard_state: Some(&hs),
-            ..Default::default()
-        })
-        .unwrap();
+    persist_synced(&mut store, &ents, &hs);
     store
 }
 

@@ -3,7 +3,7 @@
 //! crash simulation, which keeps exactly what was durably written.
 
 mod memory {
-    use fullerene_chaos::storage_suite::{bootstrapped, entry};
+    use fullerene_chaos::storage_suite::{bootstrapped, entry, persist_synced};
     use fullerene_master::storage::{
         Durability, DurableWriter, MemStorage, RaftStore, ReadyWrite, StorageError,
     };
@@ -41,13 +41,7 @@ mod memory {
             commit: 2,
             ..Default::default()
         };
-        store
-            .persist(ReadyWrite {
-                entries: &ents,
-                hard_state: Some(&hs),
-                ..Default::default()
-            })
-            .unwrap();
+        persist_synced(&mut store, &ents, &hs);
         let ordered = |commit| ReadyWrite {
             durability: Durability::Ordered,
             commit: Some(commit),
@@ -58,13 +52,7 @@ mod memory {
         assert_eq!(store.crash().hard_state().commit, 2);
 
         let mut store = bootstrapped(&mut fresh);
-        store
-            .persist(ReadyWrite {
-                entries: &ents,
-                hard_state: Some(&hs),
-                ..Default::default()
-            })
-            .unwrap();
+        persist_synced(&mut store, &ents, &hs);
         store.persist(ordered(4)).unwrap();
         // An unsynced write may change nothing but the commit index.
         let vote = HardState {
