@@ -474,9 +474,20 @@ impl LocalMasters {
         ids: &[u64],
         deadline: Duration,
     ) -> Result<OperatorClient, ClusterError> {
+        self.operator_client_with(ids, deadline, TransportConfig::default())
+    }
+
+    /// [`LocalMasters::operator_client`] with QUIC settings of its own (QUIC keeps the smaller
+    /// idle timeout of the two sides).
+    pub fn operator_client_with(
+        &self,
+        ids: &[u64],
+        deadline: Duration,
+        transport: TransportConfig,
+    ) -> Result<OperatorClient, ClusterError> {
         let tls = self.tls_of(Role::Operator, 1)?;
-        let client = Client::new(&tls, TransportConfig::default())
-            .map_err(|e| ClusterError::Certs(e.to_string()))?;
+        let client =
+            Client::new(&tls, transport).map_err(|e| ClusterError::Certs(e.to_string()))?;
         let mut masters = Vec::new();
         for id in ids {
             masters.push(self.addr(*id)?);

@@ -166,7 +166,7 @@ impl Interrupt {
 /// the smaller idle timeout of the two sides, and a master's keep-alives to thousands of
 /// agents are thousands of packets each interval) unless `given` sets QUIC flags itself, then
 /// `given`.
-pub(crate) fn master_flags(agents: &TransportConfig, given: &[String]) -> Vec<String> {
+pub fn master_flags(agents: &TransportConfig, given: &[String]) -> Vec<String> {
     let mut flags = Vec::new();
     if !given.iter().any(|flag| flag.starts_with("--quic-")) {
         flags.extend([

@@ -45,14 +45,22 @@
 //! as written, on both; `--fsync never` passes `--unsafe-no-fsync` to the masters and to etcd.
 //!
 //! **Clients**: every client talks to the leader (the masters' clients are redirected to it;
-//! etcd's are connected to it, since a follower would forward each put to it). A client whose
-//! server goes silent gives up on it after 500 ms on both sides: the masters' QUIC transport
-//! declares a connection dead after its idle timeout of 500 ms; etcd's client here gives up on
-//! an attempt after the same 500 ms (without it, a put a follower forwards to a dead leader
-//! would wait for etcd's request timeout of seconds). Both pause 5 ms after a round of members
-//! without an answer. All of them run in this one process, on the same cores as the servers:
-//! on a small machine the clients' CPU (QUIC and TLS in user space for the masters, TCP in
-//! the kernel for etcd) is part of both figures.
+//! etcd's are connected to it, since a follower would forward each put to it). A throughput
+//! client gives up on a silent server after 5 s on both sides: the masters run with a QUIC
+//! idle timeout of 5 s (keep-alives every second, as `fullerene bench launch` runs them) and
+//! etcd's client gives up on an attempt after 5 s. With the masters' default of 500 ms, a
+//! client starved of CPU for half a second (1,024 of them share this process and the cores
+//! with the servers) found its connection timed out and reconnected, where etcd's TCP
+//! connection simply waited. A failover client gives up after 500 ms on both sides: its own
+//! QUIC idle timeout is the default 500 ms (QUIC keeps the smaller of the two sides'), and
+//! etcd's client gives up on an attempt after the same 500 ms (without it, a put a follower
+//! forwards to a dead leader would wait for etcd's request timeout of seconds). Both pause
+//! 5 ms after a round of members without an answer. All of them run in this one process, on
+//! the same cores as the servers: on a small machine the clients' CPU (QUIC and TLS in user
+//! space for the masters, TCP in the kernel for etcd) is part of both figures. Every client
+//! has made one write before the clock starts, so that the figures are those of a steady
+//! load, not of a storm of connections (the masters refuse handshakes beyond 256 at once;
+//! those clients retry).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -63,8 +71,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, ValueEnum};
+use fullerene_chaos::bench::launch::relaxed_transport;
 use fullerene_chaos::bench::probe::load_average;
-use fullerene_chaos::bench::wait_for_healthy_within;
+use fullerene_chaos::bench::{master_flags, wait_for_healthy_within};
 use fullerene_chaos::etcd::{
     etcd_on_path, etcd_version, grpc::put_request_len, EtcdSettings, EtcdWriter, LeaderSeeker,
     LocalEtcd, INSTALL_HINT,
@@ -221,6 +230,8 @@ struct ThroughputRow {
     commit_p99_ms: f64,
     commit_max_ms: f64,
     failed_requests: u64,
+    /// Why the failed requests failed: each distinct error and how many times it came.
+    failure_reasons: BTreeMap<String, u64>,
 }
 
 /// Leader kills and the time until a write commits again.
@@ -407,14 +418,17 @@ async fn measure_all(
         0,
         Some(dir.join("fullerene")),
     )?;
-    masters.extra_args = vec![
-        "--tick-ms".to_string(),
-        args.tick_ms.to_string(),
-        "--heartbeat-ticks".to_string(),
-        args.heartbeat_ticks.to_string(),
-        "--election-ticks".to_string(),
-        args.election_ticks.to_string(),
-    ];
+    masters.extra_args = master_flags(
+        &relaxed_transport(),
+        &[
+            "--tick-ms".to_string(),
+            args.tick_ms.to_string(),
+            "--heartbeat-ticks".to_string(),
+            args.heartbeat_ticks.to_string(),
+            "--election-ticks".to_string(),
+            args.election_ticks.to_string(),
+        ],
+    );
     if args.fsync == Fsync::Never {
         masters.extra_args.push("--unsafe-no-fsync".to_string());
     }
@@ -547,10 +561,13 @@ impl System {
                 } else {
                     WRITE_DEADLINE
                 };
-                let mut client = masters.operator_client(&order, deadline)?;
-                if failover {
-                    client = client.with_retry_pause(FAILOVER_POLL);
-                }
+                let client = if failover {
+                    masters
+                        .operator_client(&order, deadline)?
+                        .with_retry_pause(FAILOVER_POLL)
+                } else {
+                    masters.operator_client_with(&order, deadline, relaxed_transport())?
+                };
                 Ok(Writer::Fullerene {
                     client: Box::new(client),
                     group: group_for(index, payload_bytes)?,
@@ -766,19 +783,22 @@ async fn throughput(
         let stop = Arc::clone(&stop);
         let barrier = Arc::clone(&barrier);
         tasks.push(tokio::spawn(async move {
-            // Connected before the clock starts (a failure here shows as failures after).
-            let _ = writer.write().await;
+            // Every client has made a write before the clock starts, so that the figures are
+            // those of a steady load and not of a connection storm (the masters accept a
+            // bounded number of handshakes at once and refuse the rest, which retry).
+            let connected = first_write(&mut writer).await;
             barrier.wait().await;
+            connected?;
             let mut samples: Vec<(Instant, Duration)> = Vec::new();
-            let mut failures: Vec<Instant> = Vec::new();
+            let mut failures: Vec<(Instant, String)> = Vec::new();
             while !stop.load(Ordering::Relaxed) {
                 let sent = Instant::now();
                 match writer.write().await {
                     Ok(_) => samples.push((sent, sent.elapsed())),
-                    Err(_) => failures.push(sent),
+                    Err(reason) => failures.push((sent, reason)),
                 }
             }
-            (samples, failures)
+            Ok::<_, String>((samples, failures))
         }));
     }
     barrier.wait().await;
@@ -796,16 +816,23 @@ async fn throughput(
     stop.store(true, Ordering::Relaxed);
     let mut latencies = Vec::new();
     let mut failed_requests = 0u64;
+    let mut failure_reasons = BTreeMap::new();
     let window = |sent: Instant| sent >= measure_from && sent < measure_until;
     for task in tasks {
-        let (samples, failures) = task.await.context("a client task failed")?;
+        let (samples, failures) = task
+            .await
+            .context("a client task failed")?
+            .map_err(|reason| anyhow!("a client could not make its first write: {reason}"))?;
         latencies.extend(
             samples
                 .into_iter()
                 .filter(|(sent, _)| window(*sent))
                 .map(|(_, latency)| millis(latency)),
         );
-        failed_requests += failures.into_iter().filter(|sent| window(*sent)).count() as u64;
+        for (_, reason) in failures.into_iter().filter(|(sent, _)| window(*sent)) {
+            failed_requests += 1;
+            *failure_reasons.entry(reason).or_insert(0) += 1;
+        }
     }
     spinner.finish_and_clear();
     latencies.sort_by(f64::total_cmp);
@@ -820,7 +847,20 @@ async fn throughput(
         commit_p99_ms: percentile_nearest_rank(&latencies, 99.0),
         commit_max_ms: latencies.last().copied().unwrap_or(0.0),
         failed_requests,
+        failure_reasons,
     })
+}
+
+/// Writes until one write commits, for at most [`HEALTHY_WITHIN`]; the last error if none did.
+async fn first_write(writer: &mut Writer) -> Result<(), String> {
+    let deadline = Instant::now() + HEALTHY_WITHIN;
+    loop {
+        match writer.write().await {
+            Ok(_) => return Ok(()),
+            Err(reason) if Instant::now() >= deadline => return Err(reason),
+            Err(_) => tokio::time::sleep(FAILOVER_POLL).await,
+        }
+    }
 }
 
 /// A progress bar over a phase's seconds.
@@ -1029,7 +1069,8 @@ fn render(report: &RaftBenchReport) -> String {
     let mut text = format!(
         "{} members each, {}-byte commands, fsync {}; Raft timing: tick {} ms, heartbeat {} ms, \
          election timeout random in [{}, {}) ms (etcd: --heartbeat-interval {} \
-         --election-timeout {})\n",
+         --election-timeout {}); a silent server is given up after 5 s by throughput clients, \
+         500 ms by failover clients, on both\n",
         report.members,
         report.payload_bytes,
         report
@@ -1105,6 +1146,16 @@ fn render(report: &RaftBenchReport) -> String {
         throughput.add_row(row);
     }
     text.push_str(&format!("{throughput}\n"));
+    for system in &report.systems {
+        for figures in &system.throughput {
+            for (reason, count) in &figures.failure_reasons {
+                text.push_str(&format!(
+                    "{} at {} clients: {count} failed: {reason}\n",
+                    system.system, figures.clients
+                ));
+            }
+        }
+    }
 
     let kills = report.systems.first().map_or(0, |s| s.failover.kills.len());
     if kills > 0 {
