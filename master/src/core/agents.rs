@@ -79,6 +79,10 @@ pub(crate) struct AgentSessions {
     last_heard_ms: BTreeMap<AgentId, u64>,
     /// Marks proposed and not yet applied, so a tick does not propose them again.
     marks_in_flight: BTreeSet<(AgentId, AgentState)>,
+    /// No mark can be due before this time (`None`: look now). [`AgentSessions::due_marks`]
+    /// walks the agents only from then on, so that a tick at 10,000 agents does not walk them
+    /// all: about one walk per `unreachable_after` minus a heartbeat interval.
+    next_marks_check: Option<Time>,
     /// Status updates proposed and not yet applied (task and sequence number), so that an
     /// agent resending an update while its first copy is in the log does not add a copy per
     /// resend: the one proposal's acknowledgement answers them all.
@@ -105,6 +109,7 @@ impl AgentSessions {
         self.last_heard = state.agents().keys().map(|id| (id.clone(), now)).collect();
         self.marks_in_flight.clear();
         self.statuses_in_flight.clear();
+        self.next_marks_check = None;
     }
 
     /// This master stopped leading: agents are sent to the new leader (or told none is
@@ -117,6 +122,7 @@ impl AgentSessions {
         self.last_heard.clear();
         self.marks_in_flight.clear();
         self.statuses_in_flight.clear();
+        self.next_marks_check = None;
     }
 
     /// The agent's registration committed: its session becomes the one to push to.
@@ -174,8 +180,18 @@ impl AgentSessions {
         now: Time,
         at_ms: u64,
     ) -> Option<Command> {
-        self.last_heard.insert(agent_id.clone(), now);
-        self.last_heard_ms.insert(agent_id.clone(), at_ms);
+        match self.last_heard.get_mut(agent_id) {
+            Some(heard) => *heard = now,
+            None => {
+                self.last_heard.insert(agent_id.clone(), now);
+            }
+        }
+        match self.last_heard_ms.get_mut(agent_id) {
+            Some(heard_ms) => *heard_ms = at_ms,
+            None => {
+                self.last_heard_ms.insert(agent_id.clone(), at_ms);
+            }
+        }
         let entry = state.agents().get(agent_id)?;
         (entry.state == AgentState::Unreachable
             && self
@@ -196,15 +212,31 @@ impl AgentSessions {
         at_ms: u64,
     ) -> Vec<Command> {
         let mut marks = Vec::new();
+        if self.next_marks_check.is_some_and(|next| now < next) {
+            return marks;
+        }
+        let mut next_check: Option<Time> = None;
         for (agent_id, entry) in state.agents() {
-            let heard = *self.last_heard.entry(agent_id.clone()).or_insert(now);
+            let heard = match self.last_heard.get(agent_id) {
+                Some(heard) => *heard,
+                None => {
+                    self.last_heard.insert(agent_id.clone(), now);
+                    now
+                }
+            };
             let silent = now.saturating_duration_since(heard);
             let (target, due) = match entry.state {
                 AgentState::Active => (AgentState::Unreachable, self.timeouts.unreachable_after),
                 AgentState::Unreachable => (AgentState::Lost, self.timeouts.lost_after),
                 AgentState::Lost => continue,
             };
-            if silent < due || !self.marks_in_flight.insert((agent_id.clone(), target)) {
+            if silent < due {
+                let deadline = heard.saturating_add(due);
+                next_check = Some(next_check.map_or(deadline, |next| next.min(deadline)));
+                continue;
+            }
+            // A mark in flight is looked at again once settled (`mark_settled`).
+            if !self.marks_in_flight.insert((agent_id.clone(), target)) {
                 continue;
             }
             let agent_id = agent_id.clone();
@@ -213,6 +245,16 @@ impl AgentSessions {
                 _ => Command::MarkAgentLost { agent_id, at_ms },
             });
         }
+        // Looked at again at the earliest deadline, and at least every shortest timeout: an
+        // agent that registers or is heard from after this walk has a deadline no sooner than
+        // that (an agent that entered the state without registering here starts its clock
+        // when a walk first sees it).
+        let shortest = self
+            .timeouts
+            .unreachable_after
+            .min(self.timeouts.lost_after);
+        let latest = now.saturating_add(shortest);
+        self.next_marks_check = Some(next_check.map_or(latest, |next| next.min(latest)));
         marks
     }
 
@@ -227,6 +269,8 @@ impl AgentSessions {
             _ => return,
         };
         self.marks_in_flight.remove(&key);
+        // The agent's next mark (lost after unreachable, or none) is not in the check's time.
+        self.next_marks_check = None;
     }
 
     /// Pushes what an applied command's outcome asks agents to do: launches and kills.
@@ -602,6 +646,66 @@ mod tests {
         assert!(links
             .heard(&state, &agent, start + Duration::from_secs(2), 0)
             .is_none());
+    }
+
+    #[test]
+    fn marks_come_due_on_the_first_tick_past_each_deadline_though_walks_are_skipped() {
+        let mut state = ClusterState::default();
+        for agent in ["agent-1", "agent-2", "agent-3"] {
+            register(&mut state, agent);
+        }
+        let mut links = AgentSessions::new(timeouts());
+        let start = Time::from_millis(1_000);
+        links.on_leadership(&state, start);
+        let id = |name: &str| AgentId(name.to_string());
+        // agent-1 is never heard from; agent-2 heartbeats every 100 ms until 2 s; agent-3 is
+        // heard at 0.5 s, marked unreachable, heard again at 2.2 s, then silent.
+        let heard_at = |ms: u64| -> Vec<AgentId> {
+            let mut heard = Vec::new();
+            if ms % 100 == 0 && ms <= 2_000 {
+                heard.push(id("agent-2"));
+            }
+            if ms == 500 || ms == 2_200 {
+                heard.push(id("agent-3"));
+            }
+            heard
+        };
+        let mut seen = Vec::new();
+        for tick in 0..=400u64 {
+            let ms = tick * 25;
+            let now = start + Duration::from_millis(ms);
+            for agent in heard_at(ms) {
+                if let Some(back) = links.heard(&state, &agent, now, 0) {
+                    state.apply(&back).expect("heartbeat applies");
+                    links.mark_settled(&back);
+                }
+            }
+            for mark in links.due_marks(&state, now, 0) {
+                let (agent, kind) = match &mark {
+                    Command::MarkAgentUnreachable { agent_id, .. } => {
+                        (agent_id.0.clone(), "unreachable")
+                    }
+                    Command::MarkAgentLost { agent_id, .. } => (agent_id.0.clone(), "lost"),
+                    other => panic!("not a mark: {other:?}"),
+                };
+                seen.push((ms, agent, kind));
+                state.apply(&mark).expect("mark applies");
+                links.mark_settled(&mark);
+            }
+        }
+        let expected: Vec<(u64, String, &str)> = [
+            (1_000, "agent-1", "unreachable"),
+            (1_500, "agent-3", "unreachable"),
+            (3_000, "agent-1", "lost"),
+            (3_000, "agent-2", "unreachable"),
+            (3_200, "agent-3", "unreachable"),
+            (5_000, "agent-2", "lost"),
+            (5_200, "agent-3", "lost"),
+        ]
+        .into_iter()
+        .map(|(ms, agent, kind)| (ms, agent.to_string(), kind))
+        .collect();
+        assert_eq!(seen, expected);
     }
 
     #[test]
