@@ -20,6 +20,7 @@ mod snapshot;
 mod tests;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use fullerene_proto::limits::{self, MAX_TASKS_PER_AGENT};
 use fullerene_proto::messages::{
@@ -60,7 +61,9 @@ pub struct ClusterState {
     settings: ClusterSettings,
     agents: StateMap<AgentId, AgentEntry>,
     frameworks: StateMap<FrameworkId, FrameworkEntry>,
-    tasks: StateMap<TaskKey, TaskRecord>,
+    /// Records behind an `Arc`: the map's nodes hold 64 entries each, about half full, so a
+    /// record inline would cost twice its size; a pointer costs 8 bytes twice.
+    tasks: StateMap<TaskKey, Arc<TaskRecord>>,
     /// The allocator's accounting: agents' charges, frameworks' holdings, deficit counters.
     allocation: AllocationState,
     /// How many frameworks (not torn down) each principal has: an index over `frameworks`
@@ -134,13 +137,18 @@ impl ClusterState {
 
     /// Every task the master tracks: non-terminal ones, and terminal ones whose final update
     /// the framework has not yet acknowledged.
-    pub fn tasks(&self) -> &StateMap<TaskKey, TaskRecord> {
+    pub fn tasks(&self) -> &StateMap<TaskKey, Arc<TaskRecord>> {
         &self.tasks
     }
 
     /// One task.
     pub fn task(&self, key: &TaskKey) -> Option<&TaskRecord> {
-        self.tasks.get(key)
+        self.tasks.get(key).map(|record| &**record)
+    }
+
+    /// One task to change: its record is copied first if a copy of the state shares it.
+    fn task_mut(&mut self, key: &TaskKey) -> Option<&mut TaskRecord> {
+        self.tasks.get_mut(key).map(Arc::make_mut)
     }
 
     /// The tasks of one framework that the master still tracks (live, or ended and not yet
@@ -167,6 +175,7 @@ impl ClusterState {
         self.tasks
             .range((start, Bound::Unbounded))
             .take_while(move |(key, _)| &key.framework_id == framework_id)
+            .map(|(key, record)| (key, &**record))
     }
 
     /// The status updates a framework has not acknowledged, in order per task.
@@ -759,7 +768,7 @@ impl ClusterState {
     ) -> Result<(TaskKey, &mut TaskRecord), CommandError> {
         self.owned_framework(framework_id, Some(principal))?;
         let key = TaskKey::new(framework_id.clone(), task_id.clone());
-        match self.tasks.get_mut(&key) {
+        match self.task_mut(&key) {
             Some(record) => Ok((key, record)),
             None => Err(CommandError::UnknownTask(key)),
         }
@@ -978,7 +987,7 @@ impl ClusterState {
             let key = TaskKey::new(framework_id.clone(), spec.id.clone());
             self.tasks.insert(
                 key.clone(),
-                TaskRecord {
+                Arc::new(TaskRecord {
                     spec: spec.clone(),
                     agent_id: agent_id.clone(),
                     demand,
@@ -990,7 +999,7 @@ impl ClusterState {
                     updated_at_ms: at_ms,
                     kill_requested: false,
                     unacked: Vec::new(),
-                },
+                }),
             );
             if let Some(agent) = self.agents.get_mut(agent_id) {
                 agent.tasks.insert(key);
@@ -1075,8 +1084,7 @@ impl ClusterState {
             self.detach_task(&key, &agent_id);
         }
         let record = self
-            .tasks
-            .get_mut(&key)
+            .task_mut(&key)
             .ok_or_else(|| CommandError::UnknownTask(key.clone()))?;
         record.state = update.state;
         record.seq = update.seq;
@@ -1165,8 +1173,7 @@ impl ClusterState {
         at_ms: UnixMillis,
     ) -> Result<StatusUpdate, CommandError> {
         let record = self
-            .tasks
-            .get_mut(key)
+            .task_mut(key)
             .ok_or_else(|| CommandError::UnknownTask(key.clone()))?;
         record.state = state;
         // Agents' numbers are bounded (`MAX_STATUS_SEQ`), so this never saturates in practice;

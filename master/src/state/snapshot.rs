@@ -25,6 +25,8 @@
 //! and the two can never disagree. The header's counts and the `End` record make a truncated
 //! snapshot an error rather than a smaller, wrong state.
 
+use std::sync::Arc;
+
 use fullerene_proto::codec::{self, CodecError};
 use fullerene_proto::FrameworkId;
 use fullerene_scheduling::allocator::state::AllocationState;
@@ -385,7 +387,7 @@ impl ClusterState {
         if live {
             agent.tasks.insert(key.clone());
         }
-        if self.tasks.insert(key.clone(), task).is_some() {
+        if self.tasks.insert(key.clone(), Arc::new(task)).is_some() {
             return Err(SnapshotError::Inconsistent(format!(
                 "task `{key}` appears twice"
             )));
