@@ -292,7 +292,7 @@ async fn a_change_of_capacity_is_reported_and_used() {
     cpus.store(8, Ordering::SeqCst);
     match session.next().await {
         AgentToMaster::UpdateResources { resources } => {
-            assert_eq!(resources.0.get("cpus"), Some(&8.0));
+            assert_eq!(resources.get("cpus"), Some(8.0));
         }
         other => panic!("expected UpdateResources, got {other:?}"),
     }

@@ -161,7 +161,7 @@ fn build_job(raw: RawJob) -> Result<Job, String> {
         demand_map
             .entry(ResourceKind::Cpus.name().to_string())
             .or_insert(1.0);
-        let demand: ResourceVec = Resources(demand_map)
+        let demand: ResourceVec = Resources::from_iter(demand_map)
             .to_vec()
             .map_err(|e| format!("job `{name}`: stage {}: {e}", s.id))?;
         specs.push(StageSpec {

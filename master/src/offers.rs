@@ -896,7 +896,7 @@ mod tests {
             let (sent, _) = offers.cycle(&state, |_| true, 10);
             let cpus: f64 = sent
                 .iter()
-                .map(|o| o.resources.0.get("cpus").copied().unwrap_or(0.0))
+                .map(|o| o.resources.get("cpus").unwrap_or(0.0))
                 .sum();
             assert!(
                 cpus <= 2.0 + 1e-9,

@@ -219,6 +219,32 @@ proptest! {
         never_panics::<SessionOpenReply>(&bytes);
     }
 
+    /// `Resources` is a short sorted list, no longer a `BTreeMap`: on the wire it must be
+    /// the map it was, byte for byte, both ways (a name given twice keeps its last amount).
+    #[test]
+    fn resources_travel_as_the_map_they_replaced(
+        entries in proptest::collection::vec(
+            (prop_oneof![
+                Just("cpus".to_string()),
+                Just("mem_mib".to_string()),
+                Just("gpus".to_string()),
+                "[a-z_]{0,8}",
+            ], any::<f64>()),
+            0..6,
+        ),
+    ) {
+        let map: std::collections::BTreeMap<String, f64> = entries.iter().cloned().collect();
+        let resources: crate::resources::Resources = entries.iter().cloned().collect();
+        let bytes = encode(&map).expect("encode the map");
+        prop_assert_eq!(encode(&resources).expect("encode"), bytes.clone());
+        let decoded: crate::resources::Resources = decode(&bytes).expect("decode the map's bytes");
+        prop_assert_eq!(encode(&decoded).expect("re-encode"), bytes);
+        prop_assert_eq!(decoded.len(), map.len());
+        for (name, amount) in &map {
+            prop_assert_eq!(decoded.get(name).map(f64::to_bits), Some(amount.to_bits()));
+        }
+    }
+
     #[test]
     fn versioned_garbage_gives_typed_errors(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
         let mut framed = vec![WIRE_VERSION];

@@ -5,7 +5,7 @@
 //! dense [`ResourceVec`] over the standard kinds: the planner, the matcher and the allocator
 //! compare millions of vectors per second and a map would dominate their cost.
 
-use std::collections::BTreeMap;
+use std::borrow::Cow;
 use std::fmt;
 use std::ops::{Add, AddAssign, Index, IndexMut, Sub, SubAssign};
 
@@ -298,7 +298,7 @@ impl std::str::FromStr for ResourceVec {
 
     /// Parses `cpus=16,mem_mib=65536,disk_mbps=1000`; kinds not named are zero.
     fn from_str(s: &str) -> Result<ResourceVec, ResourceError> {
-        let mut map = BTreeMap::new();
+        let mut map = Resources::new();
         for entry in s.split(',').map(str::trim).filter(|e| !e.is_empty()) {
             let (name, amount) = entry.split_once('=').ok_or_else(|| ResourceError::Syntax {
                 entry: entry.to_string(),
@@ -306,27 +306,78 @@ impl std::str::FromStr for ResourceVec {
             let amount: f64 = amount.trim().parse().map_err(|_| ResourceError::Syntax {
                 entry: entry.to_string(),
             })?;
-            map.insert(name.trim().to_string(), amount);
+            map.insert(name.trim(), amount);
         }
-        Resources(map).to_vec()
+        map.to_vec()
     }
 }
 
-/// Resource amounts as they travel on the wire: a map from resource name to amount.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+/// Resource amounts as they travel on the wire: a map from resource name to amount, encoded
+/// as a map, each name once.
+///
+/// Held as a short list in name order rather than a `BTreeMap`: a map's node has room for
+/// eleven entries whatever it holds (about 400 bytes for the two or three names a task
+/// gives), and the master keeps one per tracked task. Known names (`cpus`, `mem_mib`, ...)
+/// are not allocated. Decoding keeps a name's last amount when it comes twice, as a map does.
+#[derive(Clone, Debug, Default, PartialEq)]
 #[cfg_attr(feature = "arbitrary", derive(proptest_derive::Arbitrary))]
-pub struct Resources(pub BTreeMap<String, f64>);
+pub struct Resources(
+    #[cfg_attr(feature = "arbitrary", proptest(strategy = "arbitrary_entries()"))]
+    Vec<(Cow<'static, str>, f64)>,
+);
 
 impl Resources {
+    /// No resources.
+    pub const fn new() -> Resources {
+        Resources(Vec::new())
+    }
+
+    /// Sets `name`'s amount (replacing what it had).
+    pub fn insert(&mut self, name: impl Into<String>, amount: f64) {
+        let name = interned(name.into());
+        match self
+            .0
+            .binary_search_by(|(n, _)| n.as_ref().cmp(name.as_ref()))
+        {
+            Ok(at) => self.0[at].1 = amount,
+            Err(at) => self.0.insert(at, (name, amount)),
+        }
+    }
+
+    /// The amount of `name`, if named.
+    pub fn get(&self, name: &str) -> Option<f64> {
+        self.0
+            .binary_search_by(|(n, _)| n.as_ref().cmp(name))
+            .ok()
+            .map(|at| self.0[at].1)
+    }
+
+    /// Names and amounts, in name order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, f64)> + '_ {
+        self.0.iter().map(|(name, amount)| (name.as_ref(), *amount))
+    }
+
+    /// How many names.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// True when nothing is named.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// The dense form, rejecting unknown names and invalid amounts with the offending entry.
     pub fn to_vec(&self) -> Result<ResourceVec, ResourceError> {
         let mut v = ResourceVec::ZERO;
-        for (name, &amount) in &self.0 {
-            let kind = ResourceKind::from_name(name)
-                .ok_or_else(|| ResourceError::UnknownResource { name: name.clone() })?;
+        for (name, amount) in self.iter() {
+            let kind =
+                ResourceKind::from_name(name).ok_or_else(|| ResourceError::UnknownResource {
+                    name: name.to_string(),
+                })?;
             if !amount.is_finite() || amount < 0.0 {
                 return Err(ResourceError::InvalidAmount {
-                    name: name.clone(),
+                    name: name.to_string(),
                     amount,
                 });
             }
@@ -336,16 +387,76 @@ impl Resources {
     }
 }
 
+/// A known resource's name without an allocation; another name as given.
+fn interned(name: String) -> Cow<'static, str> {
+    match ResourceKind::from_name(&name) {
+        Some(kind) => Cow::Borrowed(kind.name()),
+        None => Cow::Owned(name),
+    }
+}
+
+impl<N: Into<String>> FromIterator<(N, f64)> for Resources {
+    /// A name given twice keeps its last amount.
+    fn from_iter<I: IntoIterator<Item = (N, f64)>>(entries: I) -> Resources {
+        let mut resources = Resources::new();
+        for (name, amount) in entries {
+            resources.insert(name, amount);
+        }
+        resources
+    }
+}
+
+impl Serialize for Resources {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for (name, amount) in self.iter() {
+            map.serialize_entry(name, &amount)?;
+        }
+        map.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for Resources {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Resources, D::Error> {
+        struct Entries;
+        impl<'de> serde::de::Visitor<'de> for Entries {
+            type Value = Resources;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a map from resource name to amount")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut access: A,
+            ) -> Result<Resources, A::Error> {
+                let mut resources = Resources::new();
+                while let Some((name, amount)) = access.next_entry::<String, f64>()? {
+                    resources.insert(name, amount);
+                }
+                Ok(resources)
+            }
+        }
+        deserializer.deserialize_map(Entries)
+    }
+}
+
+#[cfg(feature = "arbitrary")]
+fn arbitrary_entries() -> impl proptest::strategy::Strategy<Value = Vec<(Cow<'static, str>, f64)>> {
+    use proptest::prelude::*;
+    proptest::collection::btree_map(any::<String>(), any::<f64>(), 0..4)
+        .prop_map(|map| map.into_iter().collect::<Resources>().0)
+}
+
 impl From<ResourceVec> for Resources {
     /// Zero components are left out, so the map stays small on the wire.
     fn from(v: ResourceVec) -> Resources {
-        Resources(
-            ResourceKind::ALL
-                .into_iter()
-                .filter(|k| v[*k] != 0.0)
-                .map(|k| (k.name().to_string(), v[k]))
-                .collect(),
-        )
+        let mut entries: Vec<(Cow<'static, str>, f64)> = ResourceKind::ALL
+            .into_iter()
+            .filter(|k| v[*k] != 0.0)
+            .map(|k| (Cow::Borrowed(k.name()), v[k]))
+            .collect();
+        entries.sort_by(|(a, _), (b, _)| a.cmp(b));
+        Resources(entries)
     }
 }
 
@@ -403,7 +514,7 @@ mod tests {
     fn map_round_trip_drops_zeroes() {
         let v = ResourceVec::from_pairs(&[(ResourceKind::Cpus, 2.0), (ResourceKind::Gpus, 1.0)]);
         let m = Resources::from(v);
-        assert_eq!(m.0.len(), 2);
+        assert_eq!(m.len(), 2);
         assert_eq!(m.to_vec().unwrap(), v);
     }
 }

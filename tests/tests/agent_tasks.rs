@@ -58,7 +58,7 @@ async fn state(cluster: &MasterCluster) -> ClusterView {
 fn assert_nothing_used(view: &ClusterView, context: &str) {
     for agent in &view.agents {
         assert!(
-            agent.used.0.values().all(|v| v.abs() < 1e-9),
+            agent.used.iter().all(|(_, v)| v.abs() < 1e-9),
             "{context}: agent {} still has {:?} in use; state: {view:?}",
             agent.id,
             agent.used
@@ -87,7 +87,7 @@ async fn wait_nothing_used(cluster: &MasterCluster, context: &str) -> ClusterVie
         let idle = view
             .agents
             .iter()
-            .all(|a| a.used.0.values().all(|v| v.abs() < 1e-9));
+            .all(|a| a.used.iter().all(|(_, v)| v.abs() < 1e-9));
         if idle || started.elapsed() > Duration::from_secs(10) {
             assert_nothing_used(&view, context);
             return view;

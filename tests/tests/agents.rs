@@ -52,7 +52,7 @@ async fn an_agent_registers_is_declared_lost_when_silent_and_comes_back_with_its
     else {
         panic!("the agent did not register\n{}", cluster.logs());
     };
-    assert_eq!(agent.total.0.get("cpus"), Some(&4.0), "{agent:?}");
+    assert_eq!(agent.total.get("cpus"), Some(4.0), "{agent:?}");
     assert!(
         agent.address.is_some_and(|a| a.ip().is_loopback()),
         "the leader does not show where the agent's session comes from: {agent:?}"

@@ -38,7 +38,7 @@ fn assert_untouched(view: &ClusterView, after: &str) {
     );
     for agent in &view.agents {
         assert!(
-            agent.used.0.values().all(|v| v.abs() < 1e-9),
+            agent.used.iter().all(|(_, v)| v.abs() < 1e-9),
             "after {after}, {} has {:?} in use",
             agent.id,
             agent.used
@@ -89,7 +89,7 @@ async fn accepts_of_foreign_oversized_or_unknown_offers_are_refused_and_change_n
         panic!("the owner got no offer\n{}", cluster.logs());
     };
     let offer = offers[0].clone();
-    let offered_cpus = offer.resources.0.get("cpus").copied().unwrap_or(0.0);
+    let offered_cpus = offer.resources.get("cpus").unwrap_or(0.0);
     assert!(offered_cpus >= 1.0, "an offer without a CPU: {offer:?}");
 
     let steal = FrameworkRequest::Accept {

@@ -227,7 +227,7 @@ fn unknown_executor_and_invalid_resources_fail_clearly() {
     let mut core = AgentCore::new(config);
     let mut log = Log::default();
     let mut bad = spec("bad", "cpus=1");
-    bad.resources.0.insert("unicorns".into(), 1.0);
+    bad.resources.insert("unicorns", 1.0);
     log.take(core.launch(&fw("f"), vec![sleep_spec("s"), bad], at(1)));
     assert!(log.starts.is_empty());
     assert_eq!(log.sent.len(), 2);

@@ -149,7 +149,7 @@ fn render_jobs(jobs: &[JobStatus]) -> String {
 /// `used/total` of one resource, in the resource's unit.
 fn usage(used: &Resources, total: &Resources, kind: ResourceKind) -> String {
     let name = kind.name();
-    let of = |r: &Resources| r.0.get(name).copied().unwrap_or(0.0);
+    let of = |r: &Resources| r.get(name).unwrap_or(0.0);
     format!("{}/{}", trim(of(used)), trim(of(total)))
 }
 
@@ -260,7 +260,7 @@ fn render_frameworks(frameworks: &[FrameworkInfo]) -> String {
                 framework.connected.to_string()
             },
             framework.active_tasks.to_string(),
-            trim(framework.used.0.get("cpus").copied().unwrap_or(0.0)),
+            trim(framework.used.get("cpus").unwrap_or(0.0)),
         ]);
     }
     out.to_string()
@@ -296,7 +296,7 @@ mod tests {
 
     #[test]
     fn the_agents_table_shows_usage_state_and_age() {
-        let resources = |cpus: f64| Resources([("cpus".to_string(), cpus)].into_iter().collect());
+        let resources = |cpus: f64| [("cpus", cpus)].into_iter().collect::<Resources>();
         let agent = AgentInfo {
             id: AgentId("agent-1".to_string()),
             hostname: "node1".to_string(),

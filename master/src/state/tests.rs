@@ -167,7 +167,7 @@ fn launch_validation_refuses_without_changing_anything() {
     st.apply(&register_with("a3", "cpus=4", &["command"]))
         .unwrap();
     let unknown_kind = TaskSpec {
-        resources: Resources([("fpgas".to_string(), 1.0)].into_iter().collect()),
+        resources: [("fpgas", 1.0)].into_iter().collect::<Resources>(),
         ..spec("t3", "cpus=1")
     };
 

@@ -880,7 +880,7 @@ fn answers_are_validated_against_the_offer() {
     assert_eq!(alloc.outstanding_offers().len(), 1);
     let bad = DemandSummary {
         pending: vec![PendingDemand {
-            resources: Resources([("fpgas".to_string(), 1.0)].into_iter().collect()),
+            resources: [("fpgas", 1.0)].into_iter().collect::<Resources>(),
             count: 1,
             pri_score: 1.0,
         }],
