@@ -71,20 +71,56 @@ fn write_token_file(path: &Path) -> Result<HttpTokens, ClusterError> {
     Ok(tokens)
 }
 
-/// A loopback address with a UDP port the OS just handed out (and that is free again).
+/// Listening ports are drawn from below the kernel's ephemeral range
+/// (`net.ipv4.ip_local_port_range`, 32768-60999 by default), where the OS never puts the
+/// sockets that clients, agents and other tests bind to port 0: a port handed out by the OS
+/// and freed again could be taken by such a socket before the master binds it (a dual-stack
+/// `[::]:0` client socket takes the IPv4 port too), and the master would exit at start.
+const LISTEN_PORTS: std::ops::Range<u16> = 20_000..32_000;
+
+/// A loopback address with a free UDP port for a listener (see [`LISTEN_PORTS`]).
 pub fn free_loopback_addr() -> Result<SocketAddr, ClusterError> {
-    let socket = UdpSocket::bind("127.0.0.1:0").map_err(io("bind a loopback UDP socket"))?;
-    socket
-        .local_addr()
-        .map_err(io("read a bound socket's address"))
+    free_listen_addr(
+        |addr| UdpSocket::bind(addr).map(drop),
+        || {
+            let socket =
+                UdpSocket::bind("127.0.0.1:0").map_err(io("bind a loopback UDP socket"))?;
+            socket
+                .local_addr()
+                .map_err(io("read a bound socket's address"))
+        },
+    )
 }
 
-/// A loopback address with a TCP port the OS just handed out (and that is free again).
+/// A loopback address with a free TCP port for a listener (see [`LISTEN_PORTS`]).
 pub fn free_loopback_tcp_addr() -> Result<SocketAddr, ClusterError> {
-    let listener = TcpListener::bind("127.0.0.1:0").map_err(io("bind a loopback TCP socket"))?;
-    listener
-        .local_addr()
-        .map_err(io("read a bound socket's address"))
+    free_listen_addr(
+        |addr| TcpListener::bind(addr).map(drop),
+        || {
+            let listener =
+                TcpListener::bind("127.0.0.1:0").map_err(io("bind a loopback TCP socket"))?;
+            listener
+                .local_addr()
+                .map_err(io("read a bound socket's address"))
+        },
+    )
+}
+
+/// A random port of [`LISTEN_PORTS`] that `bind` takes, or the OS's choice (`any_port`) when
+/// none of a few hundred tries is free.
+fn free_listen_addr(
+    bind: impl Fn(SocketAddr) -> std::io::Result<()>,
+    any_port: impl FnOnce() -> Result<SocketAddr, ClusterError>,
+) -> Result<SocketAddr, ClusterError> {
+    use rand::Rng;
+    let mut rng = rand::thread_rng();
+    for _ in 0..256 {
+        let addr = SocketAddr::from(([127, 0, 0, 1], rng.gen_range(LISTEN_PORTS)));
+        if bind(addr).is_ok() {
+            return Ok(addr);
+        }
+    }
+    any_port()
 }
 
 /// Where the cluster's files live: a temporary directory removed on drop, or a kept one.

@@ -75,7 +75,10 @@ fn bench_launch_times_tasks_from_accept_to_running() {
         .collect();
     assert!(cpu.iter().any(|who| who.contains("(leader)")), "{cpu:?}");
     assert!(cpu.contains(&"bench/bench-agents"), "{cpu:?}");
-    assert!(report["exited"].as_array().is_some_and(Vec::is_empty));
+    assert!(
+        report["exited"].as_array().is_some_and(Vec::is_empty),
+        "{report:#}"
+    );
     let left = processes_using(&cluster, None);
     assert!(left.is_empty(), "processes left running: {left:#?}");
 }
