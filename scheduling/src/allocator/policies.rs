@@ -17,6 +17,7 @@
 
 use std::collections::BTreeSet;
 
+use super::idle::Cover;
 use super::memo::{tie_margin, GateFilter, MemoCursor, PickMemo, Rivals};
 use super::score_tree::{ScoreTree, TreeLeaves};
 use super::*;
@@ -97,6 +98,9 @@ pub(super) struct CycleIndex {
     /// Component-wise minimum of every pending shape (an agent that cannot hold it cannot hold
     /// any shape).
     pub(super) min_demand: ResourceVec,
+    /// The pending shapes that no other is below kind by kind, at the cycle's start (an agent
+    /// that holds none of them holds no shape, module `idle`).
+    pub(super) cover: Cover,
     /// η (deficit counters) or ε (Tetris), fixed for the cycle so the bounds stay valid.
     pub(super) srpt_weight: f64,
     /// Per group: has a framework with a pending shape that fits some agent's capacity.
@@ -251,6 +255,7 @@ impl Allocator {
             ranks: vec![None; self.frameworks.len()],
             min_capacity,
             min_demand: ResourceVec([f64::INFINITY; NUM_RESOURCES]),
+            cover: Cover::default(),
             srpt_weight,
             runnable,
             max_packing: 0.0,
@@ -273,6 +278,7 @@ impl Allocator {
             for (s, shape) in soft.demand.shapes.iter().enumerate() {
                 if soft.cycle_counts[s] > 0 {
                     index.min_demand = index.min_demand.min(&shape.demand);
+                    index.cover.add(&shape.demand);
                 }
             }
             if let Some(with_priority) = with_priority {
