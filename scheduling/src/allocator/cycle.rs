@@ -395,12 +395,24 @@ impl Allocator {
         let start = (self.shard_cycles[shard] % n as u64) as usize;
         self.shard_cycles[shard] += 1;
         let idle = &self.idle;
-        agents[start..]
-            .iter()
-            .chain(&agents[..start])
-            .copied()
-            .filter(|&a| !(idle.is_parked(a) || (in_place && idle.is_misfit(a))))
-            .collect()
+        if idle.asleep(in_place) * 2 < self.agents.len() {
+            return agents[start..]
+                .iter()
+                .chain(&agents[..start])
+                .copied()
+                .filter(|&a| !(idle.is_parked(a) || (in_place && idle.is_misfit(a))))
+                .collect();
+        }
+        // Most agents are parked: the same order from the awake slots alone. A shard's agents
+        // are in slot order, so its rotation is its awake slots from its `start`-th agent's
+        // on, then those before it.
+        let pivot = agents[start].get();
+        let soft = &self.agents;
+        let in_shard = |slot: usize| soft[slot].placed.is_some() && soft[slot].shard == shard;
+        let mut order = Vec::new();
+        idle.awake_slots(pivot..soft.len(), in_place, in_shard, &mut order);
+        idle.awake_slots(0..pivot, in_place, in_shard, &mut order);
+        order
     }
 
     /// Wakes the parked agents that could hold this cycle's smallest pending shape, and when

@@ -82,13 +82,52 @@ impl Cover {
     }
 }
 
+/// One bit per agent slot (clear beyond the last word).
+#[derive(Clone, Debug, Default)]
+struct SlotBits(Vec<u64>);
+
+impl SlotBits {
+    fn get(&self, slot: usize) -> bool {
+        self.word(slot / 64) >> (slot % 64) & 1 == 1
+    }
+
+    /// The bits of slots `64 * word ..`.
+    fn word(&self, word: usize) -> u64 {
+        self.0.get(word).copied().unwrap_or(0)
+    }
+
+    /// Sets the bit of `slot`; returns whether it was clear.
+    fn set(&mut self, slot: usize) -> bool {
+        let word = slot / 64;
+        if self.0.len() <= word {
+            self.0.resize(word + 1, 0);
+        }
+        let was_clear = self.0[word] >> (slot % 64) & 1 == 0;
+        self.0[word] |= 1 << (slot % 64);
+        was_clear
+    }
+
+    /// Clears the bit of `slot`; returns whether it was set.
+    fn clear(&mut self, slot: usize) -> bool {
+        let was_set = self.get(slot);
+        if was_set {
+            self.0[slot / 64] &= !(1 << (slot % 64));
+        }
+        was_set
+    }
+
+    fn clear_all(&mut self) {
+        self.0.fill(0);
+    }
+}
+
 /// The parked agents (module documentation).
 #[derive(Clone, Debug, Default)]
 pub(super) struct IdleAgents {
     /// Whether the caller reports every release, without which nothing is parked.
     enabled: bool,
     /// By agent slot.
-    parked: Vec<bool>,
+    parked: SlotBits,
     /// By agent slot, the free resources and total a parked agent had when found too small
     /// (`None`: found with nothing free, which no shape fits).
     parked_with: Vec<Option<(ResourceVec, ResourceVec)>>,
@@ -96,8 +135,9 @@ pub(super) struct IdleAgents {
     count: usize,
     /// Kind by kind, the largest of the smallest pending shapes agents were parked under.
     bound: ResourceVec,
-    /// By agent slot, the room of a parked misfit (module documentation).
-    misfits: Vec<Option<ResourceVec>>,
+    /// By agent slot, whether it is a parked misfit (module documentation), and its room.
+    misfits: SlotBits,
+    misfit_rooms: Vec<ResourceVec>,
     /// How many misfits are parked.
     misfit_count: usize,
     /// Shapes no parked misfit can hold, nor any shape at least as large in every kind.
@@ -112,12 +152,55 @@ impl IdleAgents {
 
     /// Whether agent `a` is passed over by every cycle.
     pub(super) fn is_parked(&self, a: AgentIdx) -> bool {
-        self.parked.get(a.get()).copied().unwrap_or(false)
+        self.parked.get(a.get())
     }
 
     /// Whether agent `a` is passed over by a cycle that makes its offers in place.
     pub(super) fn is_misfit(&self, a: AgentIdx) -> bool {
-        self.misfits.get(a.get()).is_some_and(Option::is_some)
+        self.misfits.get(a.get())
+    }
+
+    /// How many agents a cycle passes over (the parked misfits counted when it makes its
+    /// offers `in_place`).
+    pub(super) fn asleep(&self, in_place: bool) -> usize {
+        self.count + if in_place { self.misfit_count } else { 0 }
+    }
+
+    /// Appends to `order` the slots in `slots`, in ascending order, that a cycle visits and
+    /// `keep` accepts: those not parked, nor parked misfits when the cycle makes its offers
+    /// `in_place`. A word of slots at a time, so that a cycle on a cluster whose agents are
+    /// nearly all parked does not look at each of them.
+    pub(super) fn awake_slots(
+        &self,
+        slots: std::ops::Range<usize>,
+        in_place: bool,
+        keep: impl Fn(usize) -> bool,
+        order: &mut Vec<AgentIdx>,
+    ) {
+        if slots.is_empty() {
+            return;
+        }
+        for word in slots.start / 64..slots.end.div_ceil(64) {
+            let mut asleep = self.parked.word(word);
+            if in_place {
+                asleep |= self.misfits.word(word);
+            }
+            let mut awake = !asleep;
+            let first = word * 64;
+            if slots.start > first {
+                awake &= u64::MAX << (slots.start - first);
+            }
+            if slots.end < first + 64 {
+                awake &= u64::MAX >> (first + 64 - slots.end);
+            }
+            while awake != 0 {
+                let slot = first + awake.trailing_zeros() as usize;
+                awake &= awake - 1;
+                if keep(slot) {
+                    order.push(AgentIdx(slot as u32));
+                }
+            }
+        }
     }
 
     /// Agent `a`, whose `room` holds the smallest pending shape of this cycle kind by kind,
@@ -126,10 +209,11 @@ impl IdleAgents {
         if !self.enabled {
             return;
         }
-        if self.misfits.len() <= a.get() {
-            self.misfits.resize(a.get() + 1, None);
+        if self.misfit_rooms.len() <= a.get() {
+            self.misfit_rooms.resize(a.get() + 1, ResourceVec::ZERO);
         }
-        if self.misfits[a.get()].replace(room).is_none() {
+        self.misfit_rooms[a.get()] = room;
+        if self.misfits.set(a.get()) {
             self.misfit_count += 1;
         }
         // The bound's shapes this agent misses still bound every misfit; the cover's shapes
@@ -168,12 +252,10 @@ impl IdleAgents {
         if !self.enabled {
             return false;
         }
-        if self.parked.len() <= a.get() {
-            self.parked.resize(a.get() + 1, false);
+        if self.parked_with.len() <= a.get() {
             self.parked_with.resize(a.get() + 1, None);
         }
-        if !self.parked[a.get()] {
-            self.parked[a.get()] = true;
+        if self.parked.set(a.get()) {
             self.count += 1;
         }
         self.parked_with[a.get()] = with;
@@ -182,28 +264,23 @@ impl IdleAgents {
 
     /// Something may have freed resources on agent `a` (or it changed): visited again.
     pub(super) fn wake(&mut self, a: AgentIdx) {
-        if let Some(parked) = self.parked.get_mut(a.get()) {
-            if *parked {
-                *parked = false;
-                self.count -= 1;
-            }
+        if self.parked.clear(a.get()) {
+            self.count -= 1;
         }
-        if let Some(misfit) = self.misfits.get_mut(a.get()) {
-            if misfit.take().is_some() {
-                self.misfit_count -= 1;
-            }
+        if self.misfits.clear(a.get()) {
+            self.misfit_count -= 1;
         }
     }
 
     /// Every agent is visited again.
     pub(super) fn wake_all(&mut self) {
         if self.count > 0 {
-            self.parked.fill(false);
+            self.parked.clear_all();
             self.count = 0;
         }
         self.bound = ResourceVec::ZERO;
         if self.misfit_count > 0 {
-            self.misfits.fill(None);
+            self.misfits.clear_all();
             self.misfit_count = 0;
         }
         self.misfit_bound.clear();
@@ -224,9 +301,11 @@ impl IdleAgents {
         if unknown.is_empty() {
             return;
         }
-        for misfit in &mut self.misfits {
-            if misfit.is_some_and(|room| unknown.iter().any(|shape| fits(shape, &room))) {
-                *misfit = None;
+        for (slot, room) in self.misfit_rooms.iter().enumerate() {
+            if self.misfits.get(slot)
+                && unknown.iter().any(|shape| fits(shape, room))
+                && self.misfits.clear(slot)
+            {
                 self.misfit_count -= 1;
             }
         }
@@ -254,13 +333,13 @@ impl IdleAgents {
         if covered {
             return;
         }
-        for (parked, with) in self.parked.iter_mut().zip(&self.parked_with) {
-            if *parked
+        for (slot, with) in self.parked_with.iter().enumerate() {
+            if self.parked.get(slot)
                 && with
                     .as_ref()
                     .is_some_and(|(free, total)| could_fit(free, total))
+                && self.parked.clear(slot)
             {
-                *parked = false;
                 self.count -= 1;
             }
         }
