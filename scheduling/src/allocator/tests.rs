@@ -1816,8 +1816,20 @@ fn compare_rounds(
         prop_assert_eq!(reoffers, expected_reoffers, "round {} re-offers", round);
         prop_assert_eq!(ours.deficits(), reference.deficits());
         let (framework, summary) = cluster.new_work(*seed);
-        ours.update_demand(&framework, &summary).unwrap();
-        reference.update_demand(&framework, &summary).unwrap();
+        for (alloc, running) in [
+            (&mut ours, &mut ours_running),
+            (&mut reference, &mut reference_running),
+        ] {
+            if seed % 3 == 0 {
+                // The framework leaves (what it holds is released) and registers again.
+                let group = alloc.state().framework_by_id(&framework).unwrap().group;
+                let group = alloc.state().deficits().group(group).name.clone();
+                alloc.remove_framework(&framework).unwrap();
+                running.retain(|(_, f, _)| *f != framework);
+                alloc.add_framework(framework.clone(), &group, now).unwrap();
+            }
+            alloc.update_demand(&framework, &summary).unwrap();
+        }
     }
     Ok(())
 }
