@@ -471,7 +471,15 @@ impl Allocator {
                 self.idle.park_misfit(a, room, index.cover.shapes());
                 return None;
             }
-            if index.lists.iter().all(std::collections::BTreeSet::is_empty) {
+            debug_assert_eq!(
+                index.listed,
+                index
+                    .lists
+                    .iter()
+                    .map(std::collections::BTreeSet::len)
+                    .sum::<usize>()
+            );
+            if index.listed == 0 {
                 return None;
             }
         }

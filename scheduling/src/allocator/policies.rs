@@ -90,6 +90,9 @@ pub(super) struct CycleIndex {
     /// counters, Tetris), registration (FIFO, capacity), remaining work (SJF), dominant share
     /// (DRF); ties by registration.
     pub(super) lists: Vec<BTreeSet<Ranked>>,
+    /// How many candidates the lists hold together (0: the cycle's offers took every pending
+    /// task).
+    pub(super) listed: usize,
     per_group: bool,
     /// Each framework's current entry in `lists` (`None`: not listed).
     pub(super) ranks: Vec<Option<Ranked>>,
@@ -251,6 +254,7 @@ impl Allocator {
         let groups = state.deficits().len();
         let mut index = CycleIndex {
             lists: vec![BTreeSet::new(); if per_group { groups.max(1) } else { 1 }],
+            listed: 0,
             per_group,
             ranks: vec![None; self.frameworks.len()],
             min_capacity,
@@ -342,7 +346,9 @@ impl Allocator {
         }
         if let Some(old) = index.ranks[f.get()].take() {
             if let Some(set) = index.lists.get_mut(list) {
-                set.remove(&old);
+                if set.remove(&old) {
+                    index.listed -= 1;
+                }
             }
         }
         if let Some(key) = self.list_key(state, index, f) {
@@ -350,7 +356,9 @@ impl Allocator {
                 index.lists.resize(list + 1, BTreeSet::new());
             }
             let rank = (OrdF64(key), registration, f);
-            index.lists[list].insert(rank);
+            if index.lists[list].insert(rank) {
+                index.listed += 1;
+            }
             index.ranks[f.get()] = Some(rank);
         }
         self.refresh_leaves(index, f);
