@@ -346,7 +346,7 @@ impl Allocator {
         self.begin_cycle();
         let index = self.build_index(state);
         let overbook = matches!(self.config.policy, InterJobPolicy::DeficitCounters { .. });
-        self.wake_idle_agents(&index, overbook);
+        self.wake_idle_agents(&index, overbook, false);
         let allowance = Overbooking(self.config.overbook_allowance);
         let capacity = state.capacity();
         let mut planned = Vec::with_capacity(shards.len());
@@ -354,8 +354,8 @@ impl Allocator {
             let mut agents = Vec::new();
             let mut reach = ResourceVec::ZERO;
             let mut weight = 0.0;
-            for a in self.visiting_order(shard) {
-                let Some(agent) = self.cycle_agent(state, a, now_s, &index, overbook) else {
+            for a in self.visiting_order(shard, false) {
+                let Some(agent) = self.cycle_agent(state, a, now_s, &index, overbook, false) else {
                     continue;
                 };
                 let room = if overbook {
@@ -384,8 +384,9 @@ impl Allocator {
     }
 
     /// Shard `shard`'s agents in this cycle's visiting order (slot order, starting one agent
-    /// further each cycle), moving the rotation on.
-    fn visiting_order(&mut self, shard: usize) -> Vec<AgentIdx> {
+    /// further each cycle), moving the rotation on; without the parked agents, and without the
+    /// parked misfits too when `in_place` (module `idle`).
+    fn visiting_order(&mut self, shard: usize, in_place: bool) -> Vec<AgentIdx> {
         let agents = &self.shards[shard];
         let n = agents.len();
         if n == 0 {
@@ -394,27 +395,45 @@ impl Allocator {
         let start = (self.shard_cycles[shard] % n as u64) as usize;
         self.shard_cycles[shard] += 1;
         let idle = &self.idle;
-        agents[start..]
-            .iter()
-            .chain(&agents[..start])
-            .copied()
-            .filter(|&a| !idle.is_parked(a))
-            .collect()
+        if idle.asleep(in_place) * 2 < self.agents.len() {
+            return agents[start..]
+                .iter()
+                .chain(&agents[..start])
+                .copied()
+                .filter(|&a| !(idle.is_parked(a) || (in_place && idle.is_misfit(a))))
+                .collect();
+        }
+        // Most agents are parked: the same order from the awake slots alone. A shard's agents
+        // are in slot order, so its rotation is its awake slots from its `start`-th agent's
+        // on, then those before it.
+        let pivot = agents[start].get();
+        let soft = &self.agents;
+        let in_shard = |slot: usize| soft[slot].placed.is_some() && soft[slot].shard == shard;
+        let mut order = Vec::new();
+        idle.awake_slots(pivot..soft.len(), in_place, in_shard, &mut order);
+        idle.awake_slots(0..pivot, in_place, in_shard, &mut order);
+        order
     }
 
-    /// Wakes the parked agents that could hold this cycle's smallest pending shape (module
+    /// Wakes the parked agents that could hold this cycle's smallest pending shape, and when
+    /// the cycle makes its offers `in_place` the misfits one of its shapes may fit (module
     /// `idle`).
-    fn wake_idle_agents(&mut self, index: &CycleIndex, overbook: bool) {
+    fn wake_idle_agents(&mut self, index: &CycleIndex, overbook: bool, in_place: bool) {
         let mut idle = std::mem::take(&mut self.idle);
         idle.begin_cycle(&index.min_demand, |free, total| {
             self.could_fit_any(index, free, total, overbook)
         });
+        if in_place {
+            idle.begin_misfits(index.cover.shapes());
+        }
         self.idle = idle;
     }
 
     /// Starts agent `a`'s turn in a cycle (its yields of the last cycle and expired filters
     /// forgotten) and returns what its planner needs, or `None` when it is paused or has
-    /// nothing free that any pending shape could use.
+    /// nothing free that the smallest pending shape could use; in a cycle that makes its
+    /// offers `in_place`, also when no pending shape fits it (it is parked as a misfit, module
+    /// `idle`) or the cycle's offers have taken every pending task (nothing is left to pick).
     fn cycle_agent(
         &mut self,
         state: &AllocationState,
@@ -422,6 +441,7 @@ impl Allocator {
         now_s: f64,
         index: &CycleIndex,
         overbook: bool,
+        in_place: bool,
     ) -> Option<AgentSnapshot> {
         let soft = &mut self.agents[a.get()];
         soft.yielders.clear();
@@ -440,6 +460,28 @@ impl Allocator {
         if !self.could_fit_any(index, &free, &total, overbook) {
             self.idle.park_too_small(a, free, total, &index.min_demand);
             return None;
+        }
+        if in_place && !self.plain_scan {
+            let room = if overbook {
+                Overbooking(self.config.overbook_allowance).room_bound(&free, &total)
+            } else {
+                free
+            };
+            if !index.cover.fits_in(&room) {
+                self.idle.park_misfit(a, room, index.cover.shapes());
+                return None;
+            }
+            debug_assert_eq!(
+                index.listed,
+                index
+                    .lists
+                    .iter()
+                    .map(std::collections::BTreeSet::len)
+                    .sum::<usize>()
+            );
+            if index.listed == 0 {
+                return None;
+            }
         }
         Some(AgentSnapshot {
             slot: a,
@@ -800,11 +842,11 @@ impl Allocator {
         self.begin_cycle();
         let mut index = self.build_index(state);
         let overbook = matches!(self.config.policy, InterJobPolicy::DeficitCounters { .. });
-        self.wake_idle_agents(&index, overbook);
+        self.wake_idle_agents(&index, overbook, true);
         let mut out = Vec::new();
         for shard in shards {
-            for a in self.visiting_order(shard) {
-                let Some(agent) = self.cycle_agent(state, a, now_s, &index, overbook) else {
+            for a in self.visiting_order(shard, true) {
+                let Some(agent) = self.cycle_agent(state, a, now_s, &index, overbook, true) else {
                     continue;
                 };
                 let exclusions = agent.exclusions;

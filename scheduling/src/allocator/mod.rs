@@ -619,8 +619,9 @@ pub struct Allocator {
     /// The frameworks a tree search scored, reused from pick to pick.
     tree_scored: Vec<FrameworkIdx>,
     /// Every pick scanned from the lists, without replaying picks across agents of the same
-    /// state (module `memo`) or searching the bounding trees (module `score_tree`): only for
-    /// the tests that compare those with the plain scan.
+    /// state (module `memo`) or searching the bounding trees (module `score_tree`), and every
+    /// agent a cycle visits planned (no misfit or agent left without work passed over, module
+    /// `idle`): only for the tests that compare those with the plain scan.
     plain_scan: bool,
     /// Picks replayed from a trace rather than scanned, for the tests to see the memo at work.
     #[cfg(test)]

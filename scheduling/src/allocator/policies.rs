@@ -17,6 +17,7 @@
 
 use std::collections::BTreeSet;
 
+use super::idle::Cover;
 use super::memo::{tie_margin, GateFilter, MemoCursor, PickMemo, Rivals};
 use super::score_tree::{ScoreTree, TreeLeaves};
 use super::*;
@@ -89,6 +90,9 @@ pub(super) struct CycleIndex {
     /// counters, Tetris), registration (FIFO, capacity), remaining work (SJF), dominant share
     /// (DRF); ties by registration.
     pub(super) lists: Vec<BTreeSet<Ranked>>,
+    /// How many candidates the lists hold together (0: the cycle's offers took every pending
+    /// task).
+    pub(super) listed: usize,
     per_group: bool,
     /// Each framework's current entry in `lists` (`None`: not listed).
     pub(super) ranks: Vec<Option<Ranked>>,
@@ -97,6 +101,9 @@ pub(super) struct CycleIndex {
     /// Component-wise minimum of every pending shape (an agent that cannot hold it cannot hold
     /// any shape).
     pub(super) min_demand: ResourceVec,
+    /// The pending shapes that no other is below kind by kind, at the cycle's start (an agent
+    /// that holds none of them holds no shape, module `idle`).
+    pub(super) cover: Cover,
     /// η (deficit counters) or ε (Tetris), fixed for the cycle so the bounds stay valid.
     pub(super) srpt_weight: f64,
     /// Per group: has a framework with a pending shape that fits some agent's capacity.
@@ -247,10 +254,12 @@ impl Allocator {
         let groups = state.deficits().len();
         let mut index = CycleIndex {
             lists: vec![BTreeSet::new(); if per_group { groups.max(1) } else { 1 }],
+            listed: 0,
             per_group,
             ranks: vec![None; self.frameworks.len()],
             min_capacity,
             min_demand: ResourceVec([f64::INFINITY; NUM_RESOURCES]),
+            cover: Cover::default(),
             srpt_weight,
             runnable,
             max_packing: 0.0,
@@ -273,6 +282,7 @@ impl Allocator {
             for (s, shape) in soft.demand.shapes.iter().enumerate() {
                 if soft.cycle_counts[s] > 0 {
                     index.min_demand = index.min_demand.min(&shape.demand);
+                    index.cover.add(&shape.demand);
                 }
             }
             if let Some(with_priority) = with_priority {
@@ -336,7 +346,9 @@ impl Allocator {
         }
         if let Some(old) = index.ranks[f.get()].take() {
             if let Some(set) = index.lists.get_mut(list) {
-                set.remove(&old);
+                if set.remove(&old) {
+                    index.listed -= 1;
+                }
             }
         }
         if let Some(key) = self.list_key(state, index, f) {
@@ -344,7 +356,9 @@ impl Allocator {
                 index.lists.resize(list + 1, BTreeSet::new());
             }
             let rank = (OrdF64(key), registration, f);
-            index.lists[list].insert(rank);
+            if index.lists[list].insert(rank) {
+                index.listed += 1;
+            }
             index.ranks[f.get()] = Some(rank);
         }
         self.refresh_leaves(index, f);

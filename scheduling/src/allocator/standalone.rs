@@ -88,7 +88,9 @@ impl StandaloneAllocator {
     }
 
     /// Has every pick scanned from the lists (no replays across agents of the same state, no
-    /// bounding trees), for the tests that compare those with the plain scan.
+    /// bounding trees) and every agent a cycle visits planned (no agent passed over as a misfit
+    /// or for want of work left, module `idle`), for the tests that compare those with the
+    /// plain scan.
     #[cfg(test)]
     pub(super) fn set_plain_scan(&mut self, plain: bool) {
         self.allocator.plain_scan = plain;

@@ -408,21 +408,23 @@ impl AllocationState {
         f: FrameworkIdx,
         demand: ResourceVec,
     ) -> Result<f64, StateError> {
-        let (agent_id, framework_id) = match (self.agents.get(a.0), self.frameworks.get(f.0)) {
-            (Some(agent), Some(framework)) => (agent.id.clone(), framework.id.clone()),
-            (None, _) => return Err(StateError::EmptyAgentSlot(a)),
-            (_, None) => return Err(StateError::EmptyFrameworkSlot(f)),
+        // The ids are cloned only for an error: a release is on the simulator's hot path.
+        if self.agents.get(a.0).is_none() {
+            return Err(StateError::EmptyAgentSlot(a));
+        }
+        let Some(framework) = self.frameworks.get(f.0) else {
+            return Err(StateError::EmptyFrameworkSlot(f));
         };
         let Some(agent) = self.agents.get_mut(a.0) else {
-            return Err(StateError::UnknownAgent(agent_id));
+            return Err(StateError::EmptyAgentSlot(a));
         };
         let position = agent
             .tasks
             .iter()
             .position(|t| t.framework == f && same_amounts(&t.demand, &demand))
-            .ok_or(StateError::UnknownTask {
-                agent: agent_id,
-                framework: framework_id,
+            .ok_or_else(|| StateError::UnknownTask {
+                agent: agent.id.clone(),
+                framework: framework.id.clone(),
                 demand,
             })?;
         let task = agent.tasks.swap_remove(position);

@@ -1646,6 +1646,16 @@ fn cluster_strategy(shards: std::ops::Range<usize>) -> impl Strategy<Value = Clu
 }
 
 impl Cluster {
+    /// New work for a framework chosen by `seed`, as when a stage becomes runnable: its first
+    /// summary again, with the next framework's shapes added (shapes it may never have had).
+    fn new_work(&self, seed: u64) -> (FrameworkId, DemandSummary) {
+        let i = (seed % self.frameworks.len() as u64) as usize;
+        let next = (i + 1) % self.frameworks.len();
+        let (_, shapes, work) = &self.frameworks[i];
+        let shapes = shapes.iter().chain(&self.frameworks[next].1);
+        (fid(&format!("f{i}")), shapes_summary(shapes, *work))
+    }
+
     fn build(&self) -> StandaloneAllocator {
         let mut alloc = StandaloneAllocator::new(self.config.clone()).unwrap();
         for (g, w) in self.weights.iter().enumerate() {
@@ -1659,22 +1669,31 @@ impl Cluster {
             alloc
                 .add_framework(id.clone(), &format!("g{g}"), i as f64)
                 .unwrap();
-            let pending = shapes
-                .iter()
-                .map(|(d, count, pri)| PendingDemand {
-                    resources: Resources::from(*d),
-                    count: *count,
-                    pri_score: *pri,
-                })
-                .collect();
-            let summary = DemandSummary {
-                pending,
-                remaining_work: *work,
-                srpt: *work,
-            };
-            alloc.update_demand(&id, &summary).unwrap();
+            alloc
+                .update_demand(&id, &shapes_summary(shapes, *work))
+                .unwrap();
         }
         alloc
+    }
+}
+
+/// The summary of pending (shape, count, priScore) entries with `work` left.
+fn shapes_summary<'a>(
+    shapes: impl IntoIterator<Item = &'a (ResourceVec, u32, f64)>,
+    work: f64,
+) -> DemandSummary {
+    let pending = shapes
+        .into_iter()
+        .map(|(d, count, pri)| PendingDemand {
+            resources: Resources::from(*d),
+            count: *count,
+            pri_score: *pri,
+        })
+        .collect();
+    DemandSummary {
+        pending,
+        remaining_work: work,
+        srpt: work,
     }
 }
 
@@ -1796,6 +1815,21 @@ fn compare_rounds(
         );
         prop_assert_eq!(reoffers, expected_reoffers, "round {} re-offers", round);
         prop_assert_eq!(ours.deficits(), reference.deficits());
+        let (framework, summary) = cluster.new_work(*seed);
+        for (alloc, running) in [
+            (&mut ours, &mut ours_running),
+            (&mut reference, &mut reference_running),
+        ] {
+            if seed % 3 == 0 {
+                // The framework leaves (what it holds is released) and registers again.
+                let group = alloc.state().framework_by_id(&framework).unwrap().group;
+                let group = alloc.state().deficits().group(group).name.clone();
+                alloc.remove_framework(&framework).unwrap();
+                running.retain(|(_, f, _)| *f != framework);
+                alloc.add_framework(framework.clone(), &group, now).unwrap();
+            }
+            alloc.update_demand(&framework, &summary).unwrap();
+        }
     }
     Ok(())
 }
@@ -1868,15 +1902,33 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
 
-    /// Passing over the agents found idle (what a standalone allocator does, module `idle`)
-    /// changes no offer: round after round with launches, declines, yields, leftovers and
-    /// releases, with one or more shards, the offers equal those of cycles that look at every
-    /// agent.
+    /// Passing over the agents found idle and the misfits (what a standalone allocator does,
+    /// module `idle`) changes no offer: round after round with launches, declines, yields,
+    /// leftovers and releases, with one or more shards, the offers equal those of cycles that
+    /// look at and plan every agent.
     #[test]
     fn passing_over_idle_agents_changes_no_offer(cluster in cluster_strategy(1..4)) {
         compare_rounds(&cluster, StandaloneAllocator::allocate_all, |alloc, now| {
             alloc.allocator_mut().idle = idle::IdleAgents::default();
+            alloc.set_plain_scan(true);
             alloc.allocate_all(now)
+        })?;
+    }
+
+    /// The same in cycles that make their offers in place shard by shard
+    /// ([`StandaloneAllocator::allocate_shard`]), which pass over misfits with several shards
+    /// too.
+    #[test]
+    fn passing_over_misfits_shard_by_shard_changes_no_offer(cluster in cluster_strategy(1..4)) {
+        let every_shard = |alloc: &mut StandaloneAllocator, now: f64| {
+            (0..alloc.shard_count())
+                .flat_map(|shard| alloc.allocate_shard(shard, now))
+                .collect()
+        };
+        compare_rounds(&cluster, every_shard, |alloc, now| {
+            alloc.allocator_mut().idle = idle::IdleAgents::default();
+            alloc.set_plain_scan(true);
+            every_shard(alloc, now)
         })?;
     }
 }
@@ -1885,33 +1937,72 @@ proptest! {
 /// released on it.
 #[test]
 fn a_full_agent_is_passed_over_until_resources_are_freed() {
+    let (mut alloc, agent) = one_task_running("cpus=2,mem_mib=4096", "cpus=2,mem_mib=1024");
+    alloc
+        .update_demand(&fid("f"), &summary(&[("cpus=2,mem_mib=1024", 1, 1.0)], 1.0))
+        .unwrap();
+    let a = alloc.state().agent_idx(&agent).unwrap();
+    // Memory is free, but not the cores any pending task needs.
+    assert!(alloc.allocate_all(100.0).is_empty());
+    assert!(alloc.allocator().idle.is_parked(a));
+    alloc
+        .release(&agent, &fid("f"), res("cpus=2,mem_mib=1024"))
+        .unwrap();
+    assert!(!alloc.allocator().idle.is_parked(a));
+    assert_eq!(one(alloc.allocate_all(200.0)).framework, fid("f"));
+}
+
+/// A DRF allocator (whole agents) with one agent of `total`, on which framework `f` runs one
+/// `task`, launched from its first offer (the rest declined); returns it and the agent.
+fn one_task_running(total: &str, task: &str) -> (StandaloneAllocator, AgentId) {
     let mut alloc = allocator(InterJobPolicy::Drf);
-    add_agents(&mut alloc, 1, res("cpus=2,mem_mib=4096"));
-    let task = res("cpus=2,mem_mib=1024");
+    add_agents(&mut alloc, 1, res(total));
     alloc.add_framework(fid("f"), "g", 0.0).unwrap();
     alloc
-        .update_demand(&fid("f"), &summary(&[("cpus=2,mem_mib=1024", 2, 1.0)], 2.0))
+        .update_demand(&fid("f"), &summary(&[(task, 1, 1.0)], 1.0))
         .unwrap();
     let offer = one(alloc.allocate_all(0.0));
     alloc
         .offer_answered(
             &offer.agent,
             &offer.framework,
-            &[task],
+            &[res(task)],
             LeftoverAction::Decline,
             0.0,
         )
         .unwrap();
+    (alloc, offer.agent)
+}
+
+/// An agent with room for the smallest pending shape kind by kind but for no actual shape is
+/// passed over as a misfit, through a new shape it cannot hold either, until a shape it can
+/// hold is pending.
+#[test]
+fn a_misfit_is_passed_over_until_a_shape_it_holds_is_pending() {
+    let (mut alloc, agent) = one_task_running("cpus=4,mem_mib=8192", "cpus=2,mem_mib=2048");
+    let a = alloc.state().agent_idx(&agent).unwrap();
+    // 2 cores and 6 GiB free: one shape lacks cores, the other memory, though their
+    // component-wise minimum (1 core, 1 GiB) fits.
+    let misfits = [
+        ("cpus=3,mem_mib=1024", 1, 1.0),
+        ("cpus=1,mem_mib=7000", 1, 1.0),
+    ];
     alloc
-        .update_demand(&fid("f"), &summary(&[("cpus=2,mem_mib=1024", 1, 1.0)], 1.0))
+        .update_demand(&fid("f"), &summary(&misfits, 2.0))
         .unwrap();
-    let a = alloc.state().agent_idx(&offer.agent).unwrap();
-    // Memory is free, but not the cores any pending task needs.
     assert!(alloc.allocate_all(100.0).is_empty());
-    assert!(alloc.allocator().idle.is_parked(a));
-    alloc.release(&offer.agent, &fid("f"), task).unwrap();
-    assert!(!alloc.allocator().idle.is_parked(a));
-    assert_eq!(one(alloc.allocate_all(200.0)).framework, fid("f"));
+    assert!(alloc.allocator().idle.is_misfit(a));
+    let larger = [misfits[0], misfits[1], ("cpus=3,mem_mib=512", 1, 1.0)];
+    alloc
+        .update_demand(&fid("f"), &summary(&larger, 3.0))
+        .unwrap();
+    assert!(alloc.allocate_all(200.0).is_empty());
+    assert!(alloc.allocator().idle.is_misfit(a));
+    let fitting = [misfits[0], misfits[1], ("cpus=1,mem_mib=1024", 1, 1.0)];
+    alloc
+        .update_demand(&fid("f"), &summary(&fitting, 3.0))
+        .unwrap();
+    assert_eq!(one(alloc.allocate_all(300.0)).framework, fid("f"));
 }
 
 /// A commit after the state moved on drops what no longer holds: the picks of an agent that
