@@ -80,37 +80,23 @@ const LISTEN_PORTS: std::ops::Range<u16> = 20_000..32_000;
 
 /// A loopback address with a free UDP port for a listener (see [`LISTEN_PORTS`]).
 pub fn free_loopback_addr() -> Result<SocketAddr, ClusterError> {
-    free_listen_addr(
-        |addr| UdpSocket::bind(addr).map(drop),
-        || {
-            let socket =
-                UdpSocket::bind("127.0.0.1:0").map_err(io("bind a loopback UDP socket"))?;
-            socket
-                .local_addr()
-                .map_err(io("read a bound socket's address"))
-        },
-    )
+    free_listen_addr("bind a loopback UDP socket", |addr| {
+        UdpSocket::bind(addr)?.local_addr()
+    })
 }
 
 /// A loopback address with a free TCP port for a listener (see [`LISTEN_PORTS`]).
 pub fn free_loopback_tcp_addr() -> Result<SocketAddr, ClusterError> {
-    free_listen_addr(
-        |addr| TcpListener::bind(addr).map(drop),
-        || {
-            let listener =
-                TcpListener::bind("127.0.0.1:0").map_err(io("bind a loopback TCP socket"))?;
-            listener
-                .local_addr()
-                .map_err(io("read a bound socket's address"))
-        },
-    )
+    free_listen_addr("bind a loopback TCP socket", |addr| {
+        TcpListener::bind(addr)?.local_addr()
+    })
 }
 
-/// A random port of [`LISTEN_PORTS`] that `bind` takes, or the OS's choice (`any_port`) when
-/// none of a few hundred tries is free.
+/// A random port of [`LISTEN_PORTS`] that `bind` takes (returning the bound address), or the
+/// OS's choice when none of a few hundred tries is free.
 fn free_listen_addr(
-    bind: impl Fn(SocketAddr) -> std::io::Result<()>,
-    any_port: impl FnOnce() -> Result<SocketAddr, ClusterError>,
+    what: &'static str,
+    bind: impl Fn(SocketAddr) -> std::io::Result<SocketAddr>,
 ) -> Result<SocketAddr, ClusterError> {
     use rand::Rng;
     let mut rng = rand::thread_rng();
@@ -120,7 +106,7 @@ fn free_listen_addr(
             return Ok(addr);
         }
     }
-    any_port()
+    bind(SocketAddr::from(([127, 0, 0, 1], 0))).map_err(io(what))
 }
 
 /// Where the cluster's files live: a temporary directory removed on drop, or a kept one.

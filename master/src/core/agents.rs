@@ -180,18 +180,8 @@ impl AgentSessions {
         now: Time,
         at_ms: u64,
     ) -> Option<Command> {
-        match self.last_heard.get_mut(agent_id) {
-            Some(heard) => *heard = now,
-            None => {
-                self.last_heard.insert(agent_id.clone(), now);
-            }
-        }
-        match self.last_heard_ms.get_mut(agent_id) {
-            Some(heard_ms) => *heard_ms = at_ms,
-            None => {
-                self.last_heard_ms.insert(agent_id.clone(), at_ms);
-            }
-        }
+        set_without_cloning(&mut self.last_heard, agent_id, now);
+        set_without_cloning(&mut self.last_heard_ms, agent_id, at_ms);
         let entry = state.agents().get(agent_id)?;
         (entry.state == AgentState::Unreachable
             && self
@@ -337,7 +327,17 @@ impl AgentSessions {
     }
 }
 
-/// The acknowledgement of `update`.
+/// Sets `agent_id`'s value, cloning the id only for an agent not in `map` yet (heartbeats
+/// come from agents already there, thousands a second).
+fn set_without_cloning<V>(map: &mut BTreeMap<AgentId, V>, agent_id: &AgentId, value: V) {
+    match map.get_mut(agent_id) {
+        Some(slot) => *slot = value,
+        None => {
+            map.insert(agent_id.clone(), value);
+        }
+    }
+}
+
 /// Whether the state already holds `update` from `agent` (its task runs there and has
 /// recorded this sequence number or a later one): what `UpdateStatus` would apply as a
 /// duplicate.

@@ -583,17 +583,13 @@ impl ClusterState {
     /// Changes an agent's total in the allocation accounting. `AllocationState` has no such
     /// operation, so the agent is removed and re-added (it gets its slot back: slots are reused
     /// last-freed-first) and its running tasks are charged again, in their order, at the new
-    /// cluster capacity — what a capacity change does to DRF factors anyway.
+    /// cluster capacity — what a capacity change does to DRF factors anyway. Its callers have
+    /// checked `total` with [`ClusterState::check_agent_change`].
     fn replace_agent_total(
         &mut self,
         agent_id: &AgentId,
         total: ResourceVec,
     ) -> Result<(), CommandError> {
-        if !total.is_valid() {
-            return Err(CommandError::InvalidResources(format!(
-                "{total}: amounts must be finite and >= 0"
-            )));
-        }
         let released = self.allocation.remove_agent(agent_id)?;
         self.allocation.add_agent(agent_id.clone(), total)?;
         for task in released {
