@@ -533,6 +533,20 @@ fn membership_add_a_learner_promote_it_and_remove_a_master() {
     })
     .unwrap();
     assert!(sim.membership_result(first).unwrap().is_ok());
-    assert!(sim.membership_result(second).unwrap().is_err());
+    // ... as retryable (an operator's client sends it again), and it then goes through.
+    assert_eq!(
+        sim.membership_result(second).unwrap(),
+        &Err(ProposeError::ConfChangePending.to_string())
+    );
+    let again = sim
+        .propose_membership(MembershipChange::to_conf_change(
+            &[MembershipChange::AddLearner(10)],
+            Vec::new(),
+        ))
+        .unwrap();
+    sim.run_until(500, |s| s.membership_result(again).is_some())
+        .unwrap();
+    let cs = sim.membership_result(again).unwrap().clone().unwrap();
+    assert_eq!(cs.learners, vec![9, 10]);
     sim.heal_and_check().unwrap();
 }

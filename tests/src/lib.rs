@@ -12,9 +12,12 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use fullerene_chaos::{ApiClient, LocalMasters};
-use fullerene_client::OperatorClient;
-use fullerene_proto::messages::{FrameworkRequest, Offer, StatusUpdate, WireError};
-use fullerene_proto::{FrameworkId, OfferId, TaskId};
+use fullerene_client::{OperatorClient, OperatorClientError};
+use fullerene_proto::messages::{
+    ClusterStatus, ErrorCode, FrameworkRequest, MemberStatus, Offer, OperatorRequest,
+    OperatorResponse, StatusUpdate, WireError,
+};
+use fullerene_proto::{FrameworkId, MasterId, OfferId, TaskId};
 use fullerene_sdk::driver::{run, DriverConfig, DriverError, DriverHandle, RunOptions, Scheduler};
 use fullerene_transport::certs::CertPaths;
 use fullerene_transport::{Role, TlsMaterial};
@@ -115,6 +118,74 @@ impl MasterCluster {
     /// Every master's log, for a failing test's message.
     pub fn logs(&self) -> String {
         self.0.logs(40)
+    }
+}
+
+/// The group's status from the leader, or `None` if no leader answered.
+pub async fn cluster_status(client: &mut OperatorClient) -> Option<ClusterStatus> {
+    match client.request(&OperatorRequest::ClusterStatus).await {
+        Ok(OperatorResponse::ClusterStatus(status)) => Some(status),
+        _ => None,
+    }
+}
+
+/// Waits until master `id` is a voter that has matched the leader's commit index, polling
+/// every `poll`; its member status then.
+pub async fn wait_caught_up(
+    cluster: &MasterCluster,
+    client: &mut OperatorClient,
+    id: u64,
+    timeout: Duration,
+    poll: Duration,
+) -> MemberStatus {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = cluster_status(client).await {
+            let member = status.members.iter().find(|m| m.id == MasterId(id));
+            if let Some(member) = member.filter(|m| m.voter && m.matched >= status.commit) {
+                return member.clone();
+            }
+        }
+        assert!(
+            started.elapsed() < timeout,
+            "master {id} did not catch up\n{}",
+            cluster.logs()
+        );
+        tokio::time::sleep(poll).await;
+    }
+}
+
+impl MasterCluster {
+    /// Adds master `id` (already spawned with `join`) to the group, as an operator would:
+    /// an answer whose outcome is unknown (the leader changed or the connection broke after
+    /// the request left) is settled by reading the membership, and the request is sent again
+    /// only if the master is not a member. Panics with the answer and the logs on a refusal.
+    pub async fn add_master(&self, client: &mut OperatorClient, id: u64) {
+        let add = OperatorRequest::AddMaster {
+            id: MasterId(id),
+            addr: self.addrs[&id],
+        };
+        for _attempt in 0..5 {
+            let answer = client.request(&add).await;
+            let unknown = match &answer {
+                Ok(OperatorResponse::Done) => return,
+                Err(OperatorClientError::OutcomeUnknown { .. }) => true,
+                Err(OperatorClientError::Refused(error)) => error.code == ErrorCode::OutcomeUnknown,
+                _ => false,
+            };
+            assert!(unknown, "add-master {id}: {answer:?}\n{}", self.logs());
+            let member = cluster_status(client)
+                .await
+                .is_some_and(|status| status.members.iter().any(|m| m.id == MasterId(id)));
+            if member {
+                return;
+            }
+            eprintln!("add-master {id}: {answer:?}; not a member yet, sending it again");
+        }
+        panic!(
+            "master {id} could not be added in 5 attempts\n{}",
+            self.logs()
+        );
     }
 }
 

@@ -17,15 +17,14 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use fullerene_client::OperatorClient;
 use fullerene_master::storage::{RaftStore, RocksStorage};
-use fullerene_proto::ids::MasterId;
 use fullerene_proto::messages::{
-    ClusterStatus, CommandSpec, ErrorCode, Executor, FrameworkRequest, Leftover, Offer,
-    OperatorRequest, OperatorResponse, TaskSpec, TaskState,
+    CommandSpec, ErrorCode, Executor, FrameworkRequest, Leftover, Offer, TaskSpec, TaskState,
 };
 use fullerene_proto::{FrameworkId, TaskId};
-use fullerene_tests::{MasterCluster, TestFramework, KILL_GRACE_MS};
+use fullerene_tests::{
+    cluster_status, wait_caught_up, MasterCluster, TestFramework, KILL_GRACE_MS,
+};
 
 /// Tasks launched: each carries [`ENV_VARS`] variables of [`ENV_VALUE_BYTES`] bytes.
 const TASKS: usize = 600;
@@ -37,6 +36,7 @@ const BUNDLE: usize = 30;
 const TARGET_BYTES: usize = 64 << 20;
 const AGENTS: u64 = 3;
 const WAIT: Duration = Duration::from_secs(120);
+const POLL: Duration = Duration::from_millis(100);
 
 /// Task `n`'s environment: distinct per task, so that nothing compresses it away.
 fn environment(n: usize) -> BTreeMap<String, String> {
@@ -63,36 +63,6 @@ fn big_task(n: usize) -> TaskSpec {
         resources: fullerene_tests::resources("cpus=0.1,mem_mib=1"),
         origin: None,
         kill_grace_ms: KILL_GRACE_MS,
-    }
-}
-
-async fn cluster_status(client: &mut OperatorClient) -> Option<ClusterStatus> {
-    match client.request(&OperatorRequest::ClusterStatus).await {
-        Ok(OperatorResponse::ClusterStatus(status)) => Some(status),
-        _ => None,
-    }
-}
-
-/// Waits until master `id` is a voter that has matched the leader's commit index; how long
-/// it took.
-async fn wait_caught_up(cluster: &MasterCluster, client: &mut OperatorClient, id: u64) -> Duration {
-    let started = Instant::now();
-    loop {
-        if let Some(status) = cluster_status(client).await {
-            let caught_up = status
-                .members
-                .iter()
-                .any(|m| m.id == MasterId(id) && m.voter && m.matched >= status.commit);
-            if caught_up && status.leader.is_some() {
-                return started.elapsed();
-            }
-        }
-        assert!(
-            started.elapsed() < WAIT,
-            "master {id} did not catch up\n{}",
-            cluster.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -277,15 +247,10 @@ async fn a_state_past_64_mib_is_snapshotted_sent_to_a_new_master_and_restored() 
     let status = cluster_status(&mut client).await.expect("a status");
     let leader = status.leader.expect("a leader").id.0;
     cluster.spawn(4, true);
-    let add = OperatorRequest::AddMaster {
-        id: MasterId(4),
-        addr: cluster.addrs[&4],
-    };
-    assert!(matches!(
-        client.request(&add).await,
-        Ok(OperatorResponse::Done)
-    ));
-    let catch_up = wait_caught_up(&cluster, &mut client, 4).await;
+    let added = Instant::now();
+    cluster.add_master(&mut client, 4).await;
+    wait_caught_up(&cluster, &mut client, 4, WAIT, POLL).await;
+    let catch_up = added.elapsed();
     let joined_log = std::fs::read_to_string(cluster.log_path(4)).expect("master 4's log");
     assert!(
         joined_log.contains("installed snapshot from the leader"),
@@ -310,7 +275,7 @@ async fn a_state_past_64_mib_is_snapshotted_sent_to_a_new_master_and_restored() 
     eprintln!("the stored snapshot is {snapshot_bytes} bytes; the log starts at {first_index}");
     let restarted = Instant::now();
     cluster.spawn(follower, false);
-    wait_caught_up(&cluster, &mut client, follower).await;
+    wait_caught_up(&cluster, &mut client, follower, WAIT, POLL).await;
     eprintln!("a restarted master caught up in {:?}", restarted.elapsed());
 
     // The whole group stops and restarts from disk, and still knows every task.

@@ -14,15 +14,8 @@ use std::time::{Duration, Instant};
 
 use fullerene_client::OperatorClient;
 use fullerene_proto::ids::MasterId;
-use fullerene_proto::messages::{ClusterStatus, MemberStatus, OperatorRequest, OperatorResponse};
-use fullerene_tests::MasterCluster;
-
-async fn cluster_status(client: &mut OperatorClient) -> Option<ClusterStatus> {
-    match client.request(&OperatorRequest::ClusterStatus).await {
-        Ok(OperatorResponse::ClusterStatus(status)) => Some(status),
-        _ => None,
-    }
-}
+use fullerene_proto::messages::{ClusterStatus, OperatorRequest, OperatorResponse};
+use fullerene_tests::{cluster_status, wait_caught_up, MasterCluster};
 
 /// Polls until a leader answers, up to `timeout`.
 async fn wait_for_leader(client: &mut OperatorClient, timeout: Duration) -> Option<ClusterStatus> {
@@ -61,32 +54,6 @@ async fn set_group_weight(client: &mut OperatorClient, group: &str, weight: f64)
         client.request(&request).await,
         Ok(OperatorResponse::Done)
     ));
-}
-
-/// Polls every `poll` until master `id` is a voter that has matched the commit index, up to
-/// `timeout`; returns its status.
-async fn wait_caught_up(
-    cluster: &MasterCluster,
-    client: &mut OperatorClient,
-    id: u64,
-    timeout: Duration,
-    poll: Duration,
-) -> MemberStatus {
-    let started = Instant::now();
-    loop {
-        if let Some(status) = cluster_status(client).await {
-            let member = status.members.iter().find(|m| m.id == MasterId(id));
-            if let Some(member) = member.filter(|m| m.voter && m.matched >= status.commit) {
-                return member.clone();
-            }
-        }
-        assert!(
-            started.elapsed() < timeout,
-            "master {id} did not catch up\n{}",
-            cluster.logs()
-        );
-        tokio::time::sleep(poll).await;
-    }
 }
 
 async fn wait_until(acked: &Mutex<Vec<(String, f64)>>, count: usize, timeout: Duration) -> bool {
@@ -310,16 +277,7 @@ async fn a_master_is_added_and_a_removed_master_stops_serving() {
 
     // Master 4 starts empty, is added, and receives the state (a snapshot, then the log).
     cluster.spawn(4, true);
-    let add = OperatorRequest::AddMaster {
-        id: MasterId(4),
-        addr: cluster.addrs[&4],
-    };
-    let answer = client.request(&add).await;
-    assert!(
-        matches!(answer, Ok(OperatorResponse::Done)),
-        "add-master: {answer:?}\n{}",
-        cluster.logs()
-    );
+    cluster.add_master(&mut client, 4).await;
     let added = wait_caught_up(
         &cluster,
         &mut client,

@@ -177,6 +177,8 @@ impl<S: RaftStore> MasterCore<S> {
                 ErrorCode::OutcomeUnknown,
                 error.to_string(),
             )),
+            // Retryable (`ConfChangePending`, `Busy`, ...): the client sends it again after
+            // its pause, until its deadline.
             _ => OperatorResponse::Error(WireError::new(ErrorCode::Unavailable, error.to_string())),
         }
     }

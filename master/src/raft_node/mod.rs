@@ -103,10 +103,15 @@ pub enum ProposeError {
     /// idempotent commands (or check the state first).
     #[error("the outcome of the proposal is unknown (leadership lost, or a snapshot was installed past it)")]
     OutcomeUnknown,
-    /// The membership change was refused (another change is pending, or it is invalid for
-    /// the current configuration).
+    /// The membership change was refused: it is invalid for the current configuration.
     #[error("membership change refused: {0}")]
     ConfChangeRefused(String),
+    /// The membership change was not made because another one may not be applied yet: a
+    /// change in flight, or a new leader that has not applied its whole log (raft-rs counts
+    /// that log as a possible change). Nothing was changed; the same change may be proposed
+    /// again once the leader has caught up.
+    #[error("membership change not made yet: another change may be in flight, or the leader has not applied its whole log; try again")]
+    ConfChangePending,
     /// This master was removed from the group.
     #[error("this master was removed from the group")]
     Removed,
@@ -1299,9 +1304,7 @@ impl<S: RaftStore> RaftNode<S> {
                     if let Some(p) = mine {
                         self.metrics.proposals_failed.increment(1);
                         let error = match p.kind {
-                            ProposalKind::ConfChange => ProposeError::ConfChangeRefused(
-                                "another membership change is pending".to_string(),
-                            ),
+                            ProposalKind::ConfChange => ProposeError::ConfChangePending,
                             ProposalKind::Command => ProposeError::Superseded,
                         };
                         out.dropped.push((p.token, error));
