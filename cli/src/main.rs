@@ -52,6 +52,8 @@ struct Cli {
     command: Commands,
 }
 
+// Parsed once per process: boxing the agent's flags would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 enum Commands {
     /// Certificates for the cluster's mutual TLS.
@@ -76,7 +78,9 @@ enum Commands {
     ///
     /// Example: `fullerene agent --masters 127.0.0.1:5051,127.0.0.1:5052 --work-dir data/a1
     /// --certs certs --id 1 --resources disk_mbps=1000,net_mbps=10000 --attributes rack=r1`
-    Agent(commands::agent::AgentArgs),
+    ///
+    /// Operators drain an agent for maintenance with `fullerene agent drain` (and `undrain`).
+    Agent(commands::agent::AgentCommand),
     /// Operator view and membership of the replicated masters.
     #[command(subcommand)]
     Cluster(commands::cluster::ClusterCommand),
@@ -86,6 +90,12 @@ enum Commands {
     Frameworks(commands::cluster::ClusterArgs),
     /// The tasks the masters track (all, or one framework's with `--framework`).
     Tasks(commands::status::TasksArgs),
+    /// Act on one task (`kill`).
+    #[command(subcommand)]
+    Task(commands::control::TaskCommand),
+    /// Act on one framework (`teardown`).
+    #[command(subcommand)]
+    Framework(commands::control::FrameworkCommand),
     /// Fairness groups, set by operators: which principals' frameworks share a deficit
     /// counter, and each group's weight (frameworks cannot choose their group).
     #[command(subcommand)]
@@ -146,7 +156,10 @@ fn run() -> Result<()> {
         Commands::Sim(args) => commands::sim::run(args, &json),
         Commands::Plan(args) => commands::plan::run(args, &json),
         Commands::Master(args) => commands::master::run(args),
-        Commands::Agent(args) => commands::agent::run(args),
+        Commands::Agent(agent) => match agent.action {
+            Some(action) => commands::control::run_agent_action(action, &json),
+            None => commands::agent::run(agent.run),
+        },
         Commands::Cluster(cmd) => commands::cluster::run(cmd, &json),
         Commands::Bench(cmd) => commands::bench::run(cmd, &json),
         Commands::Chaos(cmd) => commands::chaos::run(cmd, &json),
@@ -157,6 +170,8 @@ fn run() -> Result<()> {
         Commands::Quotas(cmd) => commands::groups::run_quotas(cmd, &json),
         Commands::Frameworks(args) => commands::status::frameworks(args, &json),
         Commands::Tasks(args) => commands::status::tasks(args, &json),
+        Commands::Task(cmd) => commands::control::run_task(cmd, &json),
+        Commands::Framework(cmd) => commands::control::run_framework(cmd, &json),
     }
 }
 

@@ -12,8 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use fullerene_proto::messages::{
-    AgentState, DemandSummary, ErrorCode, Leftover, Offer, OfferKind, TaskSpec, UnixMillis,
-    WireError,
+    DemandSummary, ErrorCode, Leftover, Offer, OfferKind, TaskSpec, UnixMillis, WireError,
 };
 use fullerene_proto::time::{secs_f64, Time};
 use fullerene_proto::{AgentId, FrameworkId, OfferId, ResourceVec};
@@ -23,7 +22,7 @@ use fullerene_scheduling::allocator::{
 };
 use fullerene_scheduling::fit::{fits_offer, Overbooking};
 
-use crate::state::{ClusterSettings, ClusterState};
+use crate::state::{AgentEntry, ClusterSettings, ClusterState};
 
 /// An offer out to a framework.
 #[derive(Clone, Debug, PartialEq)]
@@ -393,12 +392,13 @@ impl OfferManager {
             );
             rescinded.push(open.offer);
         }
-        // Offers whose agent stopped being active or whose framework left go back.
+        // Offers whose agent stopped taking tasks (not active, or drained) or whose framework
+        // left go back.
         let stale: Vec<OfferId> = self
             .book
             .offers()
             .filter(|offer| {
-                !agent_active(state, &offer.agent_id)
+                !agent_takes_new_tasks(state, &offer.agent_id)
                     || !framework_live(state, &offer.framework_id)
                     || !connected(&offer.framework_id)
             })
@@ -411,7 +411,7 @@ impl OfferManager {
         for (agent_id, entry) in state.agents() {
             // An agent that runs the most tasks one agent may is offered nothing until one
             // ends: a launch there would be refused (the state machine checks it too).
-            let pause = entry.state != AgentState::Active
+            let pause = !entry.takes_new_tasks()
                 || entry.tasks.len() >= fullerene_proto::limits::MAX_TASKS_PER_AGENT;
             self.allocator.pause_agent(accounting, agent_id, pause);
         }
@@ -689,11 +689,11 @@ impl OfferManager {
     }
 }
 
-fn agent_active(state: &ClusterState, agent: &AgentId) -> bool {
+fn agent_takes_new_tasks(state: &ClusterState, agent: &AgentId) -> bool {
     state
         .agents()
         .get(agent)
-        .is_some_and(|entry| entry.state == AgentState::Active)
+        .is_some_and(AgentEntry::takes_new_tasks)
 }
 
 fn framework_live(state: &ClusterState, framework: &FrameworkId) -> bool {

@@ -101,7 +101,7 @@ pub enum ErrorCode {
     UnknownTask,
     /// The task names an executor the agent does not have.
     UnknownExecutor,
-    /// The agent is unknown, unreachable or lost.
+    /// The agent is unknown, unreachable or lost, or being drained for maintenance.
     UnknownAgent,
     /// The framework is unknown or torn down.
     UnknownFramework,
@@ -741,17 +741,50 @@ pub enum OperatorRequest {
     /// groups, task environments included (the HTTP API's `/state` serves a redacted,
     /// bounded copy).
     State,
+    /// Drain an agent for maintenance (a replicated command; `Done` once committed): it is
+    /// offered nothing and takes no new task; its tasks run until they end, or until
+    /// `deadline_after_ms` from now, when the leader kills them; then it is drained. Draining
+    /// an agent already draining moves its deadline.
+    DrainAgent {
+        /// The agent.
+        agent_id: AgentId,
+        /// How long its tasks may still run; `None`: until they end on their own.
+        deadline_after_ms: Option<u64>,
+    },
+    /// End an agent's drain: it is offered again (a replicated command).
+    UndrainAgent {
+        /// The agent.
+        agent_id: AgentId,
+    },
+    /// Kill a task, as its framework could (a replicated command; `Done` once the kill is
+    /// recorded, before the agent has carried it out). The framework learns of it by the
+    /// task's KILLED status update.
+    KillTask {
+        /// The task's framework.
+        framework_id: FrameworkId,
+        /// The task.
+        task_id: TaskId,
+    },
+    /// Tear a framework down (a replicated command): its tasks are killed and its id can
+    /// never be used again.
+    TeardownFramework {
+        /// The framework.
+        framework_id: FrameworkId,
+    },
 }
 
 impl OperatorRequest {
-    /// Whether sending the request twice has the same effect as once: reads, and setting a
-    /// weight to a value. A client may retry these after a lost answer; membership changes
-    /// it may not (a retried `AddMaster` that had committed would be refused as a duplicate,
-    /// hiding the success).
+    /// Whether sending the request twice has the same effect as once: reads, setting a
+    /// weight to a value, draining and undraining. A client may retry these after a lost
+    /// answer; membership changes, kills and teardowns it may not (a retried `AddMaster` or
+    /// teardown that had committed would be refused as a duplicate, hiding the success).
     pub fn is_idempotent(&self) -> bool {
         !matches!(
             self,
-            OperatorRequest::AddMaster { .. } | OperatorRequest::RemoveMaster { .. }
+            OperatorRequest::AddMaster { .. }
+                | OperatorRequest::RemoveMaster { .. }
+                | OperatorRequest::KillTask { .. }
+                | OperatorRequest::TeardownFramework { .. }
         )
     }
 }
@@ -919,6 +952,21 @@ pub struct AgentInfo {
     /// when it registers with a new leader).
     #[serde(default)]
     pub isolation: Option<TaskIsolation>,
+    /// Its drain for maintenance, while one is under way or done (`fullerene agent drain`).
+    #[serde(default)]
+    pub drain: Option<DrainStatus>,
+}
+
+/// An agent's drain for maintenance, as operators see it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+pub struct DrainStatus {
+    /// When the drain began (leader's time).
+    pub since_ms: UnixMillis,
+    /// When the leader kills what still runs; `None`: tasks end on their own.
+    pub deadline_ms: Option<UnixMillis>,
+    /// Whether it is drained: nothing runs on it any more.
+    pub drained: bool,
 }
 
 /// A framework as the master sees it.

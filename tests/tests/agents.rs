@@ -160,3 +160,83 @@ async fn an_agent_with_a_foreign_certificate_is_refused() {
         "the agent does not say why it cannot connect: {stderr}"
     );
 }
+
+/// Runs `fullerene --json <args> --masters <all> --certs <dir>` and returns its JSON answer.
+fn operator_cli(cluster: &MasterCluster, args: &[&str]) -> serde_json::Value {
+    let masters: Vec<String> = cluster.addrs.values().map(ToString::to_string).collect();
+    let output = std::process::Command::new(fullerene_tests::fullerene_binary())
+        .arg("--json")
+        .args(args)
+        .arg("--masters")
+        .arg(masters.join(","))
+        .arg("--certs")
+        .arg(cluster.certs_dir())
+        .output()
+        .expect("run fullerene");
+    assert!(
+        output.status.success(),
+        "fullerene {args:?}: {}\n{}",
+        String::from_utf8_lossy(&output.stderr),
+        cluster.logs()
+    );
+    serde_json::from_slice(&output.stdout).expect("JSON")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_drained_from_the_cli_stays_drained_across_a_leader_kill_until_undrained() {
+    let mut cluster = MasterCluster::start_with(3, 3, 1, &[]);
+    let mut client = cluster.operator_client(&[1, 2, 3], Duration::from_secs(10));
+    cluster.spawn_agent(1, &["--resources", "cpus=4,mem_mib=4096"]);
+    let id = AgentId("agent-1".to_string());
+    assert!(
+        wait_for_agent(
+            &mut client,
+            &id,
+            AgentState::Active,
+            Duration::from_secs(20)
+        )
+        .await
+        .is_some(),
+        "the agent did not register\n{}",
+        cluster.logs()
+    );
+
+    let answer = operator_cli(&cluster, &["agent", "drain", "1", "--deadline", "10m"]);
+    assert_eq!(answer["done"], true, "{answer}");
+    // Nothing runs on it: drained at once.
+    let listed = operator_cli(&cluster, &["agents"]);
+    assert_eq!(listed[0]["drain"]["drained"], true, "{listed}");
+    assert!(
+        listed[0]["drain"]["deadline_ms"].as_u64().is_some(),
+        "{listed}"
+    );
+
+    // The drain is replicated: a new leader still has it.
+    let leader = cluster
+        .wait_for_leader(Duration::from_secs(20))
+        .expect("a leader");
+    cluster.kill(leader);
+    let started = Instant::now();
+    let drained_after_failover = loop {
+        let drained = agents(&mut client)
+            .await
+            .into_iter()
+            .find(|a| a.id == id)
+            .and_then(|a| a.drain)
+            .is_some_and(|d| d.drained);
+        if drained || started.elapsed() > Duration::from_secs(20) {
+            break drained;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        drained_after_failover,
+        "the new leader forgot the drain\n{}",
+        cluster.logs()
+    );
+
+    let answer = operator_cli(&cluster, &["agent", "undrain", "agent-1"]);
+    assert_eq!(answer["done"], true, "{answer}");
+    let listed = operator_cli(&cluster, &["agents"]);
+    assert!(listed[0]["drain"].is_null(), "{listed}");
+}

@@ -22,6 +22,20 @@ use super::parse_allowance;
 /// How often the agent re-measures the machine's cores and memory.
 const RESOURCE_CHECK_INTERVAL: Duration = Duration::from_secs(30);
 
+/// `fullerene agent`: runs this machine's agent, or, with a subcommand, an operator's action
+/// on one (`drain`, `undrain`).
+#[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub(crate) struct AgentCommand {
+    /// An operator's action on an agent instead of running one.
+    #[command(subcommand)]
+    pub action: Option<crate::commands::control::AgentAction>,
+    /// The agent to run. Its required flags are not required with a subcommand (clap's
+    /// `subcommand_negates_reqs`), so the fields they fill are `Option`s or lists.
+    #[command(flatten)]
+    pub run: AgentArgs,
+}
+
 /// Flags of `fullerene agent` (all of them also under `[agent]` in the config file).
 #[derive(Args, Debug)]
 pub(crate) struct AgentArgs {
@@ -39,8 +53,13 @@ pub(crate) struct AgentArgs {
     /// there before it is sent) and the task sandboxes (`sandboxes/<framework>/<task>`, with
     /// each task's `stdout` and `stderr`). Keep it across restarts: a restarted agent recovers
     /// its tasks from it and re-attaches to the processes still running.
-    #[arg(long, env = "FULLERENE_AGENT_WORK_DIR", value_name = "DIR")]
-    pub work_dir: PathBuf,
+    #[arg(
+        long,
+        env = "FULLERENE_AGENT_WORK_DIR",
+        value_name = "DIR",
+        required = true
+    )]
+    pub work_dir: Option<PathBuf>,
     /// This agent's number: with `--certs`, its certificate is `agent-<ID>.pem`. The agent's id
     /// (`agent-<ID>`) comes from the certificate, so it stays the same across restarts.
     #[arg(long, env = "FULLERENE_AGENT_ID", value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
@@ -155,7 +174,8 @@ impl AgentArgs {
             .unwrap_or(&[]);
         let resources = machine::with_overrides(detected, overrides);
         let kept = overrides.to_vec();
-        let mut config = AgentConfig::new(self.masters.clone(), self.work_dir.clone(), resources);
+        let work_dir = self.work_dir.clone().context("--work-dir is required")?;
+        let mut config = AgentConfig::new(self.masters.clone(), work_dir, resources);
         if let Some(hostname) = &self.hostname {
             config.hostname = hostname.clone();
         }
@@ -406,7 +426,7 @@ mod tests {
         let cli = Cli::try_parse_from(argv).expect("parses");
         let Sub::Agent(args) = cli.command;
         assert_eq!(args.masters.len(), 2);
-        assert_eq!(args.work_dir, PathBuf::from("/tmp/w"));
+        assert_eq!(args.work_dir, Some(PathBuf::from("/tmp/w")));
         // The flag beats the file.
         assert_eq!(
             args.resources,

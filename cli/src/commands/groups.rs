@@ -10,6 +10,7 @@ use fullerene_proto::messages::{
 use serde::Serialize;
 
 use crate::commands::cluster::{change, operator_client, ClusterArgs};
+use crate::commands::runtime;
 use crate::output::{table, JsonOutput};
 
 /// `fullerene groups` subcommands.
@@ -226,12 +227,6 @@ fn done(
     json: &JsonOutput,
 ) -> Result<()> {
     runtime()?.block_on(change(cluster, request, json, message))
-}
-
-fn runtime() -> Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?)
 }
 
 fn render_groups(list: &GroupsList) -> String {

@@ -7,6 +7,7 @@ pub(crate) mod bench_scale;
 pub(crate) mod certs;
 pub(crate) mod chaos;
 pub(crate) mod cluster;
+pub(crate) mod control;
 pub(crate) mod dev;
 pub(crate) mod groups;
 pub(crate) mod job;
@@ -22,6 +23,14 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use fullerene_transport::{TransportConfig, DEFAULT_IDLE_TIMEOUT, DEFAULT_KEEP_ALIVE};
+
+/// The single-threaded runtime an operator command runs its client on.
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
 
 /// How fast a QUIC connection gives up on a silent peer: the same flags on masters, agents and
 /// frameworks (QUIC uses the smaller idle timeout of the two sides).

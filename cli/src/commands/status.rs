@@ -10,6 +10,7 @@ use fullerene_proto::messages::{
 use fullerene_proto::{FrameworkId, ResourceKind, Resources};
 
 use crate::commands::cluster::{operator_client, ClusterArgs};
+use crate::commands::runtime;
 use crate::output::{table, JsonOutput};
 
 /// Flags of `fullerene tasks`.
@@ -33,13 +34,6 @@ fn with_client<T>(
             .await
             .context("the masters did not answer")
     })
-}
-
-fn runtime() -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")
 }
 
 /// `fullerene agents`.
@@ -185,6 +179,17 @@ fn render_agents(agents: &[AgentInfo], now_ms: u64) -> String {
             AgentState::Unreachable => "unreachable",
             AgentState::Lost => "lost",
         };
+        let state = match &agent.drain {
+            None => state.to_string(),
+            Some(drain) if drain.drained => format!("{state}, drained"),
+            Some(drain) => match drain.deadline_ms {
+                Some(deadline) => format!(
+                    "{state}, draining (kills in {:.0} s)",
+                    deadline.saturating_sub(now_ms) as f64 / 1000.0
+                ),
+                None => format!("{state}, draining"),
+            },
+        };
         let heard = now_ms.saturating_sub(agent.last_heartbeat_ms);
         out.add_row(vec![
             agent.id.to_string(),
@@ -192,7 +197,7 @@ fn render_agents(agents: &[AgentInfo], now_ms: u64) -> String {
                 .address
                 .map_or_else(|| "-".to_string(), |a| a.to_string()),
             agent.hostname.clone(),
-            state.to_string(),
+            state,
             usage(&agent.used, &agent.total, ResourceKind::Cpus),
             usage(&agent.used, &agent.total, ResourceKind::MemMib),
             usage(&agent.used, &agent.total, ResourceKind::DiskMbps),
@@ -292,6 +297,7 @@ fn render_tasks(tasks: &[TaskInfo]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fullerene_proto::messages::DrainStatus;
     use fullerene_proto::AgentId;
 
     #[test]
@@ -307,6 +313,7 @@ mod tests {
             last_heartbeat_ms: 1_000,
             address: None,
             isolation: None,
+            drain: None,
         };
         let mut isolated = agent.clone();
         isolated.id = AgentId("agent-2".to_string());
@@ -322,7 +329,7 @@ mod tests {
             text.contains("agent-2: limits not enforced: /sys/fs/cgroup is not a cgroup v2"),
             "{text}"
         );
-        let text = render_agents(&[agent], 4_500);
+        let text = render_agents(&[agent.clone()], 4_500);
         assert!(
             text.contains("agent-1") && text.contains("unreachable"),
             "{text}"
@@ -330,6 +337,21 @@ mod tests {
         assert!(text.contains("2.50/8"), "{text}");
         assert!(text.contains("3.5 s ago"), "{text}");
         assert_eq!(render_agents(&[], 0), "no agents registered");
+
+        let mut draining = agent.clone();
+        draining.drain = Some(DrainStatus {
+            since_ms: 1_000,
+            deadline_ms: Some(64_500),
+            drained: false,
+        });
+        let text = render_agents(&[draining.clone()], 4_500);
+        assert!(text.contains("draining (kills in 60 s)"), "{text}");
+        draining.drain = Some(DrainStatus {
+            since_ms: 1_000,
+            deadline_ms: None,
+            drained: true,
+        });
+        assert!(render_agents(&[draining], 4_500).contains("unreachable, drained"));
     }
 
     #[test]

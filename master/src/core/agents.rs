@@ -284,7 +284,7 @@ impl AgentSessions {
                 }
             }
             CommandOutcome::KillRequested(kill) => self.push_kill(kill, out),
-            CommandOutcome::TasksEnded { kill, .. } => {
+            CommandOutcome::KillsRequested(kill) | CommandOutcome::TasksEnded { kill, .. } => {
                 for one in kill {
                     self.push_kill(one, out);
                 }

@@ -56,6 +56,7 @@ impl<S: RaftStore> MasterCore<S> {
     /// opens, and the HTTP address is announced if the replicated one differs.
     pub(super) fn on_leadership(&mut self, now: Now) {
         self.agents.on_leadership(self.node.state(), now.monotonic);
+        self.drains.on_leadership();
         self.frameworks
             .on_leadership(self.node.state(), now.monotonic);
         // Plans of an earlier term's cycle are for another allocator: never committed.

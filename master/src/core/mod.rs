@@ -41,6 +41,7 @@
 //! ```
 
 mod agents;
+mod drains;
 mod frameworks;
 mod membership;
 mod operators;
@@ -362,6 +363,9 @@ pub enum MasterExit {
 enum Pending {
     /// A command or a membership change: answered `Done` once applied.
     Write(RequestId),
+    /// An operator's teardown of a framework: answered like a write, and the framework's
+    /// session closed once applied.
+    Teardown(RequestId, FrameworkId),
     /// A linearizable read.
     Read(ReadQuery, RequestId),
     /// A command proposed for an agent (registration, status update).
@@ -418,6 +422,7 @@ pub struct MasterCore<S: RaftStore> {
     pending: HashMap<Token, Pending>,
     next_token: u64,
     agents: AgentSessions,
+    drains: drains::DrainDeadlines,
     frameworks: FrameworkSessions,
     /// Whether a learner's promotion is proposed and not yet applied.
     promotion_in_flight: bool,
@@ -453,6 +458,7 @@ impl<S: RaftStore> MasterCore<S> {
         addresses.extend(config.members.iter().map(|(id, addr)| (*id, *addr)));
         MasterCore {
             agents: AgentSessions::new(config.agent_timeouts),
+            drains: drains::DrainDeadlines::default(),
             frameworks: FrameworkSessions::new(config.status_resend_interval),
             promotion_in_flight: false,
             offers: None,
@@ -550,6 +556,7 @@ impl<S: RaftStore> MasterCore<S> {
     pub fn tick(&mut self, now: Now) {
         self.node.tick();
         self.propose_agent_marks(now);
+        self.propose_drain_kills(now);
         self.propose_framework_teardowns(now);
         self.resend_status_updates(now);
         self.promote_learners();
@@ -565,7 +572,9 @@ impl<S: RaftStore> MasterCore<S> {
                     tracing::debug!(master = self.node.id(), from, %error, "raft message not stepped");
                 }
             }
-            Input::Operator(request_id, request) => self.handle_operator(request_id, request),
+            Input::Operator(request_id, request) => {
+                self.handle_operator(request_id, request, now);
+            }
             Input::PeerUnreachable(peer) => self.node.report_unreachable(peer),
             Input::SnapshotReport(peer, delivered) => self.node.report_snapshot(peer, delivered),
             Input::AgentRegister {
@@ -724,7 +733,9 @@ impl<S: RaftStore> MasterCore<S> {
     /// Answers what waits on `token` with an operator response.
     fn answer_token(&mut self, token: Token, response: OperatorResponse) {
         match self.pending.remove(&token) {
-            Some(Pending::Write(request) | Pending::Read(_, request)) => {
+            Some(
+                Pending::Write(request) | Pending::Read(_, request) | Pending::Teardown(request, _),
+            ) => {
                 self.answer(request, response);
             }
             Some(Pending::Promotion(learner)) => {
@@ -746,11 +757,17 @@ impl<S: RaftStore> MasterCore<S> {
         };
         match pending {
             Pending::Write(request) | Pending::Read(_, request) => {
-                let response = match &settled {
-                    Settled::Applied(_) => OperatorResponse::Done,
-                    Settled::Refused(error) => operators::command_error_response(error),
-                    Settled::Dropped(error) => self.propose_error_response(error),
-                };
+                let response = self.write_response(&settled);
+                self.answer(request, response);
+            }
+            Pending::Teardown(request, framework_id) => {
+                let applied = matches!(settled, Settled::Applied(_));
+                if applied {
+                    tracing::info!(framework = %framework_id, "framework torn down by an operator");
+                }
+                self.frameworks
+                    .teardown_settled(&framework_id, applied, &mut self.out);
+                let response = self.write_response(&settled);
                 self.answer(request, response);
             }
             Pending::Agent(pending) => self.settle_agent(pending, settled, now),
@@ -759,6 +776,7 @@ impl<S: RaftStore> MasterCore<S> {
                     tracing::debug!(command = command.kind(), %error, "a leader's own command was refused");
                 }
                 self.agents.mark_settled(&command);
+                self.drains.settled(&command);
                 if let (Command::MarkAgentLost { agent_id, .. }, Settled::Applied(_)) =
                     (&command, &settled)
                 {
@@ -782,6 +800,15 @@ impl<S: RaftStore> MasterCore<S> {
         }
     }
 
+    /// What an operator is told when the command it wrote settles.
+    fn write_response(&self, settled: &Settled) -> OperatorResponse {
+        match settled {
+            Settled::Applied(_) => OperatorResponse::Done,
+            Settled::Refused(error) => operators::command_error_response(error),
+            Settled::Dropped(error) => self.propose_error_response(error),
+        }
+    }
+
     fn propose_internal(&mut self, command: Command) {
         let token = self.token();
         match self.node.propose(&command, token) {
@@ -791,6 +818,7 @@ impl<S: RaftStore> MasterCore<S> {
             Err(error) => {
                 tracing::debug!(command = command.kind(), %error, "the leader could not propose");
                 self.agents.mark_settled(&command);
+                self.drains.settled(&command);
             }
         }
     }
@@ -906,7 +934,7 @@ impl<S: RaftStore> MasterCore<S> {
         pending.sort_by_key(|(token, _)| token.0);
         for (_, pending) in pending {
             match pending {
-                Pending::Write(request) => self.answer(
+                Pending::Write(request) | Pending::Teardown(request, _) => self.answer(
                     request,
                     OperatorResponse::Error(WireError::new(ErrorCode::OutcomeUnknown, why)),
                 ),
@@ -938,6 +966,7 @@ fn frees_resources(outcome: &CommandOutcome) -> bool {
         CommandOutcome::Applied
         | CommandOutcome::Unchanged
         | CommandOutcome::TasksLaunched { .. }
-        | CommandOutcome::KillRequested(_) => false,
+        | CommandOutcome::KillRequested(_)
+        | CommandOutcome::KillsRequested(_) => false,
     }
 }

@@ -11,6 +11,7 @@ use fullerene_proto::messages::{
     AgentInfo, ClusterStatus, ClusterView, ErrorCode, GroupInfo, MemberStatus, OperatorRequest,
     OperatorResponse, Redirect, WireError,
 };
+use fullerene_proto::time::Now;
 use fullerene_proto::{AgentId, FrameworkId, MasterId, TaskId, TaskKey};
 
 use super::{MasterCore, Pending, RequestId};
@@ -71,7 +72,33 @@ impl<S: RaftStore> MasterCore<S> {
         }
     }
 
-    pub(super) fn handle_operator(&mut self, request_id: RequestId, request: OperatorRequest) {
+    /// Proposes an operator's teardown of `framework_id`: once applied, the framework's
+    /// session here is closed too, as for a teardown the leader decides itself.
+    fn propose_teardown(
+        &mut self,
+        command: &Command,
+        framework_id: FrameworkId,
+        token: crate::raft_node::Token,
+        request_id: RequestId,
+    ) {
+        match self.node.propose(command, token) {
+            Ok(()) => {
+                self.pending
+                    .insert(token, Pending::Teardown(request_id, framework_id));
+            }
+            Err(error) => {
+                let response = self.propose_error_response(&error);
+                self.answer(request_id, response);
+            }
+        }
+    }
+
+    pub(super) fn handle_operator(
+        &mut self,
+        request_id: RequestId,
+        request: OperatorRequest,
+        now: Now,
+    ) {
         if !self.node.is_leader() {
             let redirect = OperatorResponse::Redirect(self.redirect());
             self.answer(request_id, redirect);
@@ -128,6 +155,39 @@ impl<S: RaftStore> MasterCore<S> {
                 );
                 self.propose_change(change, request_id);
                 return;
+            }
+            OperatorRequest::DrainAgent {
+                agent_id,
+                deadline_after_ms,
+            } => {
+                let at_ms = now.wall_ms();
+                let command = Command::DrainAgent {
+                    agent_id,
+                    deadline_ms: deadline_after_ms.map(|after| at_ms.saturating_add(after)),
+                    at_ms,
+                };
+                return self.propose_write(&command, token, request_id);
+            }
+            OperatorRequest::UndrainAgent { agent_id } => {
+                return self.propose_write(&Command::UndrainAgent { agent_id }, token, request_id);
+            }
+            OperatorRequest::KillTask {
+                framework_id,
+                task_id,
+            } => {
+                let command = Command::KillTasks {
+                    tasks: vec![TaskKey::new(framework_id, task_id)],
+                    at_ms: now.wall_ms(),
+                };
+                return self.propose_write(&command, token, request_id);
+            }
+            OperatorRequest::TeardownFramework { framework_id } => {
+                let command = Command::TeardownFramework {
+                    framework_id: framework_id.clone(),
+                    principal: None,
+                    at_ms: now.wall_ms(),
+                };
+                return self.propose_teardown(&command, framework_id, token, request_id);
             }
             OperatorRequest::RemoveMaster { id } => {
                 let membership = self.node.membership();

@@ -1454,3 +1454,87 @@ fn a_framework_at_its_pending_offers_quota_is_offered_nothing_more_until_it_answ
     let next = h.offers_for(session);
     assert_eq!(next.len(), 1);
 }
+
+fn kills_to(outputs: &[Output], session: SessionId) -> Vec<TaskId> {
+    to_agent(outputs, session)
+        .into_iter()
+        .filter_map(|message| match message {
+            MasterToAgent::Kill { task_id, .. } => Some(task_id.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_drained_agent_is_offered_nothing_and_its_tasks_are_killed_at_the_deadline() {
+    let (mut h, agent_session, framework, session) = cluster_with_demand();
+    h.launch_t1(&framework, session);
+    let agent = AgentId::from("agent-1");
+    let answer = h.operator(OperatorRequest::DrainAgent {
+        agent_id: agent.clone(),
+        deadline_after_ms: Some(2_000),
+    });
+    assert_eq!(answer, OperatorResponse::Done);
+    // Before the deadline: no offer of the draining agent, no kill.
+    let before = h.pass(Duration::from_millis(1_500));
+    assert!(offers_in(&before, session).is_empty(), "{before:?}");
+    assert!(kills_to(&before, agent_session).is_empty());
+    assert!(h.core.open_offers().is_empty());
+    // Past it, what still runs is killed, once.
+    let after = h.pass(Duration::from_millis(2_000));
+    assert_eq!(kills_to(&after, agent_session), vec![TaskId::from("t1")]);
+    assert!(offers_in(&after, session).is_empty());
+    let killed = update("t1", &framework, "agent-1", TaskState::Killed, 1);
+    h.input(Input::AgentStatus(agent.clone(), killed));
+    let entry = &h.core.node().state().agents()[&agent];
+    assert!(entry.drained(), "nothing runs: drained");
+    assert!(offers_in(&h.pass(Duration::from_secs(1)), session).is_empty());
+
+    // Undrained, it is offered again.
+    let answer = h.operator(OperatorRequest::UndrainAgent {
+        agent_id: agent.clone(),
+    });
+    assert_eq!(answer, OperatorResponse::Done);
+    h.want(&framework, session, 1);
+    assert!(
+        h.core.open_offers().iter().any(|o| o.agent_id == agent),
+        "undrained, agent-1 is offered again"
+    );
+}
+
+#[test]
+fn operators_kill_a_task_and_tear_a_framework_down() {
+    let (mut h, agent_session, framework, session) = cluster_with_demand();
+    h.launch_t1(&framework, session);
+    let id = RequestId(h.call_id());
+    let outputs = h.input(Operator(
+        id,
+        OperatorRequest::KillTask {
+            framework_id: framework.clone(),
+            task_id: TaskId::from("t1"),
+        },
+    ));
+    assert_eq!(answer_to(&outputs, id), Some(OperatorResponse::Done));
+    assert_eq!(kills_to(&outputs, agent_session), vec![TaskId::from("t1")]);
+    let unknown = h.operator(OperatorRequest::KillTask {
+        framework_id: framework.clone(),
+        task_id: TaskId::from("t9"),
+    });
+    assert!(
+        matches!(&unknown, OperatorResponse::Error(e) if e.message.contains("unknown task")),
+        "{unknown:?}"
+    );
+
+    let id = RequestId(h.call_id());
+    let outputs = h.input(Operator(
+        id,
+        OperatorRequest::TeardownFramework {
+            framework_id: framework.clone(),
+        },
+    ));
+    assert_eq!(answer_to(&outputs, id), Some(OperatorResponse::Done));
+    assert!(outputs.contains(&Output::Close(session)), "{outputs:?}");
+    assert_eq!(kills_to(&outputs, agent_session), vec![TaskId::from("t1")]);
+    let entry = &h.core.node().state().frameworks()[&framework];
+    assert!(entry.torn_down_at_ms.is_some());
+}

@@ -208,6 +208,30 @@ pub enum Command {
         /// Its HTTP address.
         addr: Option<std::net::SocketAddr>,
     },
+    /// An operator drains an agent for maintenance (see [`Drain`](super::Drain)), or moves
+    /// the deadline of a drain under way.
+    DrainAgent {
+        /// The agent.
+        agent_id: AgentId,
+        /// When to kill what still runs (leader's time); `None`: let tasks end on their own.
+        deadline_ms: Option<UnixMillis>,
+        /// Leader's time.
+        at_ms: UnixMillis,
+    },
+    /// An operator ends an agent's drain: it is offered again.
+    UndrainAgent {
+        /// The agent.
+        agent_id: AgentId,
+    },
+    /// Kill tasks on behalf of an operator, or of the leader when a drain's deadline passes:
+    /// no framework's ownership is checked. Every task must be live; a repeated kill sends
+    /// it again.
+    KillTasks {
+        /// The tasks (at least one).
+        tasks: Vec<TaskKey>,
+        /// Leader's time.
+        at_ms: UnixMillis,
+    },
 }
 
 impl Command {
@@ -234,6 +258,9 @@ impl Command {
             Command::SetQuotas(_) => "set_quotas",
             Command::SetOverbookingAllowance { .. } => "set_overbooking_allowance",
             Command::AnnounceMasterHttp { .. } => "announce_master_http",
+            Command::DrainAgent { .. } => "drain_agent",
+            Command::UndrainAgent { .. } => "undrain_agent",
+            Command::KillTasks { .. } => "kill_tasks",
         }
     }
 }
@@ -280,6 +307,8 @@ pub enum CommandOutcome {
     StatusRecorded(StatusUpdate),
     /// A kill was recorded: send it to the agent.
     KillRequested(TaskKill),
+    /// Kills were recorded (an operator's, or a drain's deadline): send them to the agents.
+    KillsRequested(Vec<TaskKill>),
     /// Tasks ended on the master's decision (agent lost, framework torn down): `updates` for
     /// their frameworks, `kill` for agents that may still run them.
     TasksEnded {

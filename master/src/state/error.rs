@@ -33,6 +33,9 @@ pub enum CommandError {
         /// Its state.
         state: AgentState,
     },
+    /// Launch on an agent an operator is draining for maintenance.
+    #[error("agent `{0}` is being drained for maintenance: no task can be launched on it")]
+    AgentDraining(AgentId),
     /// The framework is not registered.
     #[error("unknown framework `{0}`")]
     UnknownFramework(FrameworkId),
@@ -213,7 +216,8 @@ impl CommandError {
         match self {
             CommandError::UnknownAgent(_)
             | CommandError::AgentLost(_)
-            | CommandError::AgentNotActive { .. } => ErrorCode::UnknownAgent,
+            | CommandError::AgentNotActive { .. }
+            | CommandError::AgentDraining(_) => ErrorCode::UnknownAgent,
             CommandError::AgentAlreadyRegistered(_) => ErrorCode::InvalidRequest,
             CommandError::UnknownFramework(_) | CommandError::FrameworkTornDown(_) => {
                 ErrorCode::UnknownFramework

@@ -24,8 +24,8 @@ use std::sync::Arc;
 
 use fullerene_proto::limits::{self, MAX_TASKS_PER_AGENT};
 use fullerene_proto::messages::{
-    AgentInfo, AgentState, Executor, FrameworkInfo, GroupPlacement, GroupRemoval, StatusReason,
-    StatusUpdate, TaskInfo, TaskSpec, TaskState, UnixMillis,
+    AgentInfo, AgentState, DrainStatus, Executor, FrameworkInfo, GroupPlacement, GroupRemoval,
+    StatusReason, StatusUpdate, TaskInfo, TaskSpec, TaskState, UnixMillis,
 };
 use fullerene_proto::{AgentId, FrameworkId, ResourceVec, Resources, TaskId, Time};
 use fullerene_scheduling::allocator::state::{AllocationState, StateError};
@@ -35,7 +35,7 @@ use fullerene_scheduling::Overbooking;
 pub use command::{Command, CommandOutcome, TaskKey, TaskKill};
 pub use error::CommandError;
 pub use records::{
-    AgentEntry, ClusterSettings, FrameworkEntry, TaskRecord, DEFAULT_GROUP, MAX_GROUPS,
+    AgentEntry, ClusterSettings, Drain, FrameworkEntry, TaskRecord, DEFAULT_GROUP, MAX_GROUPS,
     MAX_MAPPED_PRINCIPALS,
 };
 pub use snapshot::{SnapshotError, FRAME_BYTES, STATE_FORMAT_VERSION};
@@ -209,6 +209,11 @@ impl ClusterState {
             // Soft state of the leader's sessions, filled in by the leader.
             address: None,
             isolation: None,
+            drain: entry.drain.as_ref().map(|drain| DrainStatus {
+                since_ms: drain.since_ms,
+                deadline_ms: drain.deadline_ms,
+                drained: entry.drained(),
+            }),
         })
     }
 
@@ -401,6 +406,13 @@ impl ClusterState {
                     CommandOutcome::Unchanged
                 })
             }
+            Command::DrainAgent {
+                agent_id,
+                deadline_ms,
+                at_ms,
+            } => self.drain_agent(agent_id, *deadline_ms, *at_ms),
+            Command::UndrainAgent { agent_id } => self.undrain_agent(agent_id),
+            Command::KillTasks { tasks, at_ms } => self.kill_tasks(tasks, *at_ms),
         }
     }
 
@@ -433,6 +445,7 @@ impl ClusterState {
                 executors: executors.to_vec(),
                 registered_at_ms: at_ms,
                 last_heartbeat_ms: at_ms,
+                drain: None,
                 tasks: Default::default(),
             },
         );
@@ -687,6 +700,45 @@ impl ClusterState {
         Ok(entry)
     }
 
+    fn drain_agent(
+        &mut self,
+        agent_id: &AgentId,
+        deadline_ms: Option<UnixMillis>,
+        at_ms: UnixMillis,
+    ) -> Result<CommandOutcome, CommandError> {
+        // Any known agent may be drained, a lost one too: it stays out of offers when it
+        // comes back, which is what an operator taking a machine down wants.
+        let entry = self
+            .agents
+            .get_mut(agent_id)
+            .ok_or_else(|| CommandError::UnknownAgent(agent_id.clone()))?;
+        match &mut entry.drain {
+            Some(drain) if drain.deadline_ms == deadline_ms => Ok(CommandOutcome::Unchanged),
+            Some(drain) => {
+                drain.deadline_ms = deadline_ms;
+                Ok(CommandOutcome::Applied)
+            }
+            None => {
+                entry.drain = Some(Drain {
+                    since_ms: at_ms,
+                    deadline_ms,
+                });
+                Ok(CommandOutcome::Applied)
+            }
+        }
+    }
+
+    fn undrain_agent(&mut self, agent_id: &AgentId) -> Result<CommandOutcome, CommandError> {
+        let entry = self
+            .agents
+            .get_mut(agent_id)
+            .ok_or_else(|| CommandError::UnknownAgent(agent_id.clone()))?;
+        Ok(match entry.drain.take() {
+            Some(_) => CommandOutcome::Applied,
+            None => CommandOutcome::Unchanged,
+        })
+    }
+
     // -----------------------------------------------------------------------------------------
     // Frameworks
     // -----------------------------------------------------------------------------------------
@@ -906,6 +958,9 @@ impl ClusterState {
                 state: agent.state,
             });
         }
+        if agent.drain.is_some() {
+            return Err(CommandError::AgentDraining(agent_id.clone()));
+        }
         if tasks.is_empty() {
             return Err(CommandError::EmptyBundle);
         }
@@ -1112,6 +1167,41 @@ impl ClusterState {
             task: key,
             grace_ms: record.spec.kill_grace_ms,
         }))
+    }
+
+    fn kill_tasks(
+        &mut self,
+        tasks: &[TaskKey],
+        _at_ms: UnixMillis,
+    ) -> Result<CommandOutcome, CommandError> {
+        if tasks.is_empty() {
+            return Err(CommandError::EmptyBundle);
+        }
+        // Validate every task before marking any.
+        for key in tasks {
+            let record = self
+                .tasks
+                .get(key)
+                .ok_or_else(|| CommandError::UnknownTask(key.clone()))?;
+            if record.state.is_terminal() {
+                return Err(CommandError::TerminalTask {
+                    task: key.clone(),
+                    state: record.state,
+                });
+            }
+        }
+        let mut kills = Vec::with_capacity(tasks.len());
+        for key in tasks {
+            if let Some(record) = self.task_mut(key) {
+                record.kill_requested = true;
+                kills.push(TaskKill {
+                    agent_id: record.agent_id.clone(),
+                    task: key.clone(),
+                    grace_ms: record.spec.kill_grace_ms,
+                });
+            }
+        }
+        Ok(CommandOutcome::KillsRequested(kills))
     }
 
     fn acknowledge_status(

@@ -104,10 +104,38 @@ pub struct AgentEntry {
     /// When the leader last recorded hearing from it (registration, re-registration, resource
     /// update, or a replicated heartbeat).
     pub last_heartbeat_ms: UnixMillis,
+    /// The operator's drain for maintenance, while one is under way (see [`Drain`]).
+    pub drain: Option<Drain>,
     /// Its non-terminal tasks: an index over the task table, so not written in snapshots
     /// (which rebuild it from the task records).
     #[serde(skip)]
     pub tasks: BTreeSet<TaskKey>,
+}
+
+impl AgentEntry {
+    /// Whether new tasks may be launched (and offers made) on it: it is active and not
+    /// being drained.
+    pub fn takes_new_tasks(&self) -> bool {
+        self.state == AgentState::Active && self.drain.is_none()
+    }
+
+    /// Whether a drain has finished: the agent is drained and runs nothing (it stays out of
+    /// offers until an operator undrains it).
+    pub fn drained(&self) -> bool {
+        self.drain.is_some() && self.tasks.is_empty()
+    }
+}
+
+/// An agent drained for maintenance, as Mesos maintenance's DRAINING mode and `nomad node
+/// drain` do: it is offered nothing and takes no new task; its tasks run on until they end
+/// or, past the deadline, the leader kills them; with none left it is drained. Replicated, so
+/// a new leader goes on with it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Drain {
+    /// When the drain began (leader's time).
+    pub since_ms: UnixMillis,
+    /// When the leader kills what still runs (leader's time); `None`: tasks end on their own.
+    pub deadline_ms: Option<UnixMillis>,
 }
 
 /// A framework as the replicated state knows it.

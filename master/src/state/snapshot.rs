@@ -38,8 +38,8 @@ use super::{ClusterState, TaskKey};
 /// Version of the snapshot layout (independent of the codec's wire version). Bumped whenever
 /// a record type changes. Version 4 cut every record into frames and stopped writing the
 /// derived task sets of agents and frameworks; version 5 added the operator's principal-to-group
-/// mapping and quotas to the settings.
-pub const STATE_FORMAT_VERSION: u32 = 5;
+/// mapping and quotas to the settings; version 6 the operator's drain of each agent.
+pub const STATE_FORMAT_VERSION: u32 = 6;
 
 /// The largest payload of one frame (1 MiB): a record longer than this spans several frames.
 pub const FRAME_BYTES: usize = 1 << 20;

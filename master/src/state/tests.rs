@@ -427,6 +427,103 @@ fn kills_are_recorded_and_checked_for_ownership() {
     assert!(matches!(err, CommandError::TerminalTask { .. }));
 }
 
+fn drain(agent: &str, deadline_ms: Option<u64>, at_ms: u64) -> Command {
+    Command::DrainAgent {
+        agent_id: agent.into(),
+        deadline_ms,
+        at_ms,
+    }
+}
+
+#[test]
+fn a_drained_agent_takes_no_launch_and_is_drained_once_its_tasks_end() {
+    let mut st = cluster();
+    launch_on_a1(&mut st, &[("t1", "cpus=1")]);
+    assert!(st.agents().get(&"a1".into()).unwrap().takes_new_tasks());
+    st.apply(&drain("a1", Some(60_000), 1_000)).unwrap();
+    let entry = st.agents().get(&"a1".into()).unwrap();
+    assert!(
+        !entry.takes_new_tasks() && !entry.drained(),
+        "draining, t1 runs"
+    );
+    let info = st.agent_info(&"a1".into()).unwrap().drain.unwrap();
+    assert_eq!(
+        (info.since_ms, info.deadline_ms, info.drained),
+        (1_000, Some(60_000), false)
+    );
+    // The same drain again changes nothing; a new deadline moves it, not its start.
+    unchanged(&mut st, &drain("a1", Some(60_000), 2_000));
+    st.apply(&drain("a1", None, 3_000)).unwrap();
+    let moved = st
+        .agents()
+        .get(&"a1".into())
+        .unwrap()
+        .drain
+        .clone()
+        .unwrap();
+    assert_eq!((moved.since_ms, moved.deadline_ms), (1_000, None));
+
+    let err = refused(
+        &mut st,
+        &launch("f1", "alice", "a1", vec![spec("t2", "cpus=1")]),
+    );
+    assert_eq!(err, CommandError::AgentDraining("a1".into()));
+    st.apply(&status("a1", "f1", "t1", TaskState::Finished, 1))
+        .unwrap();
+    assert!(st.agents().get(&"a1".into()).unwrap().drained());
+    assert!(st.agent_info(&"a1".into()).unwrap().drain.unwrap().drained);
+
+    // The drain is replicated state: a snapshot carries it.
+    let restored = ClusterState::decode_snapshot(&st.encode_snapshot().unwrap()).unwrap();
+    assert!(restored.agents().get(&"a1".into()).unwrap().drained());
+
+    st.apply(&Command::UndrainAgent {
+        agent_id: "a1".into(),
+    })
+    .unwrap();
+    assert!(st.agents().get(&"a1".into()).unwrap().takes_new_tasks());
+    st.apply(&launch("f1", "alice", "a1", vec![spec("t2", "cpus=1")]))
+        .unwrap();
+    unchanged(
+        &mut st,
+        &Command::UndrainAgent {
+            agent_id: "a1".into(),
+        },
+    );
+    let err = refused(&mut st, &drain("nobody", None, 0));
+    assert_eq!(err, CommandError::UnknownAgent("nobody".into()));
+}
+
+#[test]
+fn operator_kills_need_no_owner_and_refuse_ended_or_unknown_tasks_as_a_whole() {
+    let mut st = cluster();
+    launch_on_a1(&mut st, &[("t1", "cpus=1"), ("t2", "cpus=1")]);
+    let kill = |keys: &[&str]| Command::KillTasks {
+        tasks: keys.iter().map(|t| key("f1", t)).collect(),
+        at_ms: 5_000,
+    };
+    st.apply(&status("a1", "f1", "t2", TaskState::Failed, 1))
+        .unwrap();
+    // One ended task refuses the whole kill, and nothing is marked.
+    let err = refused(&mut st, &kill(&["t1", "t2"]));
+    assert!(matches!(err, CommandError::TerminalTask { .. }));
+    assert!(!st.task(&key("f1", "t1")).unwrap().kill_requested);
+    let err = refused(&mut st, &kill(&["t9"]));
+    assert!(matches!(err, CommandError::UnknownTask(_)));
+    assert!(matches!(
+        refused(&mut st, &kill(&[])),
+        CommandError::EmptyBundle
+    ));
+    match st.apply(&kill(&["t1"])).unwrap() {
+        CommandOutcome::KillsRequested(kills) => {
+            assert_eq!(kills.len(), 1);
+            assert_eq!((kills[0].agent_id.as_str(), kills[0].grace_ms), ("a1", 500));
+        }
+        other => panic!("not a kill: {other:?}"),
+    }
+    assert!(st.task(&key("f1", "t1")).unwrap().kill_requested);
+}
+
 #[test]
 fn a_lost_agent_loses_its_tasks_and_must_kill_them_when_it_returns() {
     let mut st = cluster();

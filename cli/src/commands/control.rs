@@ -1,0 +1,255 @@
+//! Operators' control of what runs: `fullerene agent drain|undrain`, `fullerene task kill`,
+//! `fullerene framework teardown`. Each is a replicated command: the leader answers once it
+//! is committed, so it survives a failover from then on.
+
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use fullerene_proto::messages::OperatorRequest;
+use fullerene_proto::{AgentId, FrameworkId, TaskId};
+
+use crate::commands::cluster::{change, operator_client, ClusterArgs};
+use crate::commands::runtime;
+use crate::output::JsonOutput;
+
+/// `fullerene agent drain|undrain`: maintenance of the machine an agent runs on.
+#[derive(Subcommand, Debug)]
+pub(crate) enum AgentAction {
+    /// Drain an agent for maintenance: it is offered nothing and takes no new task; its
+    /// tasks run until they end or, with `--deadline`, until the deadline, when the leader
+    /// kills them; then it is drained (`fullerene agents` shows which). Draining an agent
+    /// already draining moves its deadline. It stays out of offers, across restarts and
+    /// failovers, until `fullerene agent undrain`.
+    ///
+    /// Example: `fullerene agent drain agent-3 --deadline 10m --masters 127.0.0.1:5050`.
+    Drain(DrainArgs),
+    /// End an agent's drain: it is offered again.
+    Undrain(UndrainArgs),
+}
+
+/// Flags of `fullerene agent drain`.
+#[derive(Args, Debug)]
+pub(crate) struct DrainArgs {
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// The agent: its id (`agent-3`) or its number (`3`).
+    #[arg(value_name = "AGENT")]
+    pub agent: String,
+    /// How long its tasks may still run before they are killed: `90s`, `10m`, `2h`, or
+    /// seconds. Without it, tasks end on their own.
+    #[arg(long, value_name = "SPAN", value_parser = parse_span)]
+    pub deadline: Option<Duration>,
+}
+
+/// Flags of `fullerene agent undrain`.
+#[derive(Args, Debug)]
+pub(crate) struct UndrainArgs {
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// The agent: its id (`agent-3`) or its number (`3`).
+    #[arg(value_name = "AGENT")]
+    pub agent: String,
+}
+
+/// `fullerene task ...`.
+#[derive(Subcommand, Debug)]
+pub(crate) enum TaskCommand {
+    /// Kill a task, as its framework could: the agent stops it (its grace period first) and
+    /// the framework learns of it through the task's KILLED status (a DAG job retries the
+    /// task, as after any failure; kill the job's framework to stop the job).
+    Kill(TaskKillArgs),
+}
+
+/// Flags of `fullerene task kill`.
+#[derive(Args, Debug)]
+pub(crate) struct TaskKillArgs {
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// The task's id.
+    #[arg(value_name = "TASK")]
+    pub task: String,
+    /// The task's framework; needed only when several frameworks have a task of that id.
+    #[arg(long, value_name = "ID")]
+    pub framework: Option<String>,
+}
+
+/// `fullerene framework ...`.
+#[derive(Subcommand, Debug)]
+pub(crate) enum FrameworkCommand {
+    /// Tear a framework down: its tasks are killed and its id can never be used again; its
+    /// scheduler's session is closed.
+    Teardown(TeardownArgs),
+}
+
+/// Flags of `fullerene framework teardown`.
+#[derive(Args, Debug)]
+pub(crate) struct TeardownArgs {
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// The framework's id.
+    #[arg(value_name = "FRAMEWORK")]
+    pub framework: String,
+}
+
+/// Runs `fullerene agent drain|undrain`.
+pub(crate) fn run_agent_action(action: AgentAction, json: &JsonOutput) -> Result<()> {
+    let (cluster, request, message) = match action {
+        AgentAction::Drain(args) => {
+            let agent_id = agent_id(&args.agent);
+            let message = match args.deadline {
+                Some(span) => format!(
+                    "{agent_id} is draining: offered nothing; what still runs in {} is killed",
+                    show_span(span)
+                ),
+                None => {
+                    format!("{agent_id} is draining: offered nothing; its tasks run until they end")
+                }
+            };
+            let deadline_after_ms = args
+                .deadline
+                .map(|span| u64::try_from(span.as_millis()).unwrap_or(u64::MAX));
+            let request = OperatorRequest::DrainAgent {
+                agent_id,
+                deadline_after_ms,
+            };
+            (args.cluster, request, message)
+        }
+        AgentAction::Undrain(args) => {
+            let agent_id = agent_id(&args.agent);
+            let message = format!("{agent_id} is no longer drained: it is offered again");
+            (
+                args.cluster,
+                OperatorRequest::UndrainAgent { agent_id },
+                message,
+            )
+        }
+    };
+    runtime()?.block_on(change(&cluster, request, json, message))
+}
+
+/// Runs `fullerene task kill`.
+pub(crate) fn run_task(command: TaskCommand, json: &JsonOutput) -> Result<()> {
+    let TaskCommand::Kill(args) = command;
+    runtime()?.block_on(async {
+        let task_id = TaskId(args.task.clone());
+        let framework_id = match args.framework {
+            Some(framework) => FrameworkId(framework),
+            None => framework_of(&args.cluster, &task_id).await?,
+        };
+        let message = format!(
+            "kill of task {} (framework {}) recorded: the agent stops it",
+            task_id, framework_id
+        );
+        let request = OperatorRequest::KillTask {
+            framework_id,
+            task_id,
+        };
+        change(&args.cluster, request, json, message).await
+    })
+}
+
+/// Runs `fullerene framework teardown`.
+pub(crate) fn run_framework(command: FrameworkCommand, json: &JsonOutput) -> Result<()> {
+    let FrameworkCommand::Teardown(args) = command;
+    let framework_id = FrameworkId(args.framework);
+    let message = format!("framework {framework_id} torn down: its tasks are killed");
+    let request = OperatorRequest::TeardownFramework { framework_id };
+    runtime()?.block_on(change(&args.cluster, request, json, message))
+}
+
+/// The framework of the one live task named `task_id`.
+async fn framework_of(cluster: &ClusterArgs, task_id: &TaskId) -> Result<FrameworkId> {
+    let mut client = operator_client(cluster)?;
+    let tasks = client
+        .list_tasks(None)
+        .await
+        .context("cannot list the tasks to find the task's framework")?;
+    let mut owners: Vec<FrameworkId> = tasks
+        .into_iter()
+        .filter(|task| &task.spec.id == task_id)
+        .map(|task| task.framework_id)
+        .collect();
+    owners.dedup();
+    match owners.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => bail!("no framework has a task `{task_id}` (`fullerene tasks` lists them)"),
+        several => bail!(
+            "several frameworks have a task `{task_id}` ({}): say which with --framework",
+            several
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// `agent-3` as given, or `3` as `agent-3` (the id `fullerene certs` gives agent number 3).
+fn agent_id(given: &str) -> AgentId {
+    if given.bytes().all(|b| b.is_ascii_digit()) && !given.is_empty() {
+        AgentId(format!("agent-{given}"))
+    } else {
+        AgentId(given.to_string())
+    }
+}
+
+/// A span of time as `90s`, `10m`, `2h`, `1d`, or bare seconds.
+fn parse_span(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not a span of time: use 90s, 10m, 2h or 1d"))?;
+    let scale = match unit {
+        "" | "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3_600.0,
+        "d" => 86_400.0,
+        other => {
+            return Err(format!(
+                "unknown unit `{other}` in `{text}`: use s, m, h or d"
+            ))
+        }
+    };
+    Duration::try_from_secs_f64(value * scale)
+        .map_err(|_| format!("`{text}` is not a span of time this clock can hold"))
+}
+
+fn show_span(span: Duration) -> String {
+    let secs = span.as_secs();
+    if secs >= 3_600 && secs % 3_600 == 0 {
+        format!("{}h", secs / 3_600)
+    } else if secs >= 60 && secs % 60 == 0 {
+        format!("{}m", secs / 60)
+    } else {
+        format!("{:.3}s", span.as_secs_f64())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spans_take_units_and_refuse_nonsense() {
+        assert_eq!(parse_span("90"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_span("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_span("10m"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse_span("1.5h"), Ok(Duration::from_secs(5_400)));
+        assert_eq!(parse_span("1d"), Ok(Duration::from_secs(86_400)));
+        assert!(parse_span("10x").unwrap_err().contains("unknown unit `x`"));
+        assert!(parse_span("soon").unwrap_err().contains("not a span"));
+        assert!(parse_span("-5s").is_err());
+    }
+
+    #[test]
+    fn agents_are_named_by_id_or_number() {
+        assert_eq!(agent_id("3"), AgentId("agent-3".to_string()));
+        assert_eq!(agent_id("agent-3"), AgentId("agent-3".to_string()));
+        assert_eq!(agent_id("rack1-node7"), AgentId("rack1-node7".to_string()));
+    }
+}
