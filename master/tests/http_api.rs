@@ -813,3 +813,45 @@ async fn a_flood_of_readers_costs_one_view_build_per_interval_while_commits_flow
     assert_eq!(after, before + 1, "views were built while nobody asked");
     master.stop().await;
 }
+
+/// The value of the series `series` (name and labels, exactly as rendered) in a scrape.
+fn scraped(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|line| {
+        line.strip_prefix(series)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+/// Under inline persistence a write is committed and applied within the step that flushed
+/// it; the latency measured against the step's own clock reading read 0 s every time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_apply_latency_of_a_committed_write_is_measured() {
+    let master = Master::start(|_| {}).await;
+    let operator = master.client(Credentials::Operator);
+    for weight in 1..=3 {
+        let answer = operator
+            .send(
+                master.http,
+                Method::PUT,
+                "/groups/batch/weight",
+                Some(&format!(r#"{{"weight": {weight}}}"#)),
+            )
+            .await;
+        assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    }
+    let text = operator.get(master.http, "/metrics").await.body;
+    let count = scraped(
+        &text,
+        "fullerene_raft_apply_latency_seconds_count{node=\"1\"}",
+    );
+    let sum = scraped(
+        &text,
+        "fullerene_raft_apply_latency_seconds_sum{node=\"1\"}",
+    );
+    assert!(count.is_some_and(|c| c >= 3.0), "{text}");
+    assert!(sum.is_some_and(|s| s > 0.0), "{text}");
+    master.stop().await;
+}

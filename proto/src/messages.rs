@@ -222,6 +222,16 @@ pub enum TaskState {
 }
 
 impl TaskState {
+    /// Every state, in a task's life's order.
+    pub const ALL: [TaskState; 6] = [
+        TaskState::Staging,
+        TaskState::Running,
+        TaskState::Finished,
+        TaskState::Failed,
+        TaskState::Killed,
+        TaskState::Lost,
+    ];
+
     /// True for the states a task never leaves.
     pub const fn is_terminal(self) -> bool {
         matches!(

@@ -12,8 +12,11 @@ use fullerene_proto::http::{GroupsDocument, StateDocument};
 use fullerene_proto::messages::{
     Executor, FrameworkRequest, Leftover, OperatorRequest, OperatorResponse, REDACTED,
 };
-use fullerene_tests::{demand, resources, shell_task, MasterCluster, KILL_GRACE_MS};
+use fullerene_tests::{demand, resources, shell_task, sleep_task, MasterCluster, KILL_GRACE_MS};
 use fullerene_transport::Role;
+
+/// Generous: only a hang fails a test on a loaded machine.
+const WAIT: Duration = Duration::from_secs(20);
 
 /// Three masters (certificates for an agent and a framework too), and a write committed through the QUIC operator session (so a leader is
 /// elected and has announced its HTTP address); the leader's id and a follower's.
@@ -107,6 +110,29 @@ async fn the_leader_serves_its_view_over_https_and_followers_redirect_to_it() {
             "master {id}'s /metrics lacks the Raft term: {}",
             answer.body
         );
+    }
+    // The gauges read off the replicated state are a follower's too: the group the write
+    // above created shows (they are recomputed once a second).
+    let started = Instant::now();
+    loop {
+        let answer = api
+            .get(cluster.http_addrs[&follower], "/metrics")
+            .expect("GET /metrics");
+        if labelled_sample(
+            &answer.body,
+            "fullerene_master_group_share",
+            "group=\"batch\"",
+        )
+        .is_some()
+        {
+            break;
+        }
+        assert!(
+            started.elapsed() < WAIT,
+            "the follower's gauges lack the group: {}",
+            answer.body
+        );
+        std::thread::sleep(Duration::from_millis(200));
     }
     assert_eq!(api.get(leader_http, "/nowhere").expect("GET").code, 404);
 }
@@ -237,4 +263,269 @@ async fn task_environments_are_redacted_in_every_document() {
         other => panic!("{other:?}"),
     }
     framework.teardown(Duration::from_secs(5)).await;
+}
+
+/// The rows of the README's metrics table between `<!-- metrics:{which} -->` and its end:
+/// each metric's name and type.
+fn readme_metrics(which: &str) -> Vec<(String, String)> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md");
+    let readme = std::fs::read_to_string(path).expect("README.md");
+    let start = format!("<!-- metrics:{which} -->");
+    let end = format!("<!-- /metrics:{which} -->");
+    let table = readme
+        .split_once(&start)
+        .and_then(|(_, rest)| rest.split_once(&end))
+        .unwrap_or_else(|| panic!("README.md has no table between {start} and {end}"))
+        .0;
+    let rows: Vec<(String, String)> = table
+        .lines()
+        .filter_map(|line| {
+            let mut cells = line.split('|').map(str::trim).skip(1);
+            let name = cells.next()?.strip_prefix('`')?.strip_suffix('`')?;
+            Some((name.to_string(), cells.next()?.to_string()))
+        })
+        .collect();
+    assert!(
+        !rows.is_empty(),
+        "README.md's {which} metrics table is empty"
+    );
+    rows
+}
+
+/// Every metric name a PromQL expression of the Grafana dashboard reads, with a summary's
+/// `_sum` and `_count` series counted as the summary.
+fn dashboard_metrics() -> std::collections::BTreeSet<String> {
+    fn expressions(value: &serde_json::Value, into: &mut Vec<String>) {
+        match value {
+            serde_json::Value::Object(map) => {
+                for (key, value) in map {
+                    match (key.as_str(), value) {
+                        ("expr", serde_json::Value::String(expr)) => into.push(expr.clone()),
+                        _ => expressions(value, into),
+                    }
+                }
+            }
+            serde_json::Value::Array(values) => values.iter().for_each(|v| expressions(v, into)),
+            _ => {}
+        }
+    }
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../deploy/grafana/fullerene.json"
+    );
+    let text = std::fs::read_to_string(path).expect("the Grafana dashboard");
+    let dashboard: serde_json::Value = serde_json::from_str(&text).expect("dashboard JSON");
+    let mut exprs = Vec::new();
+    expressions(&dashboard, &mut exprs);
+    let mut names = std::collections::BTreeSet::new();
+    for expr in exprs {
+        for (at, _) in expr.match_indices("fullerene_") {
+            let name: String = expr[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                .collect();
+            let summary = ["_sum", "_count"].iter().find_map(|suffix| {
+                name.strip_suffix(suffix)
+                    .filter(|base| base.ends_with("_seconds"))
+            });
+            names.insert(summary.unwrap_or(&name).to_string());
+        }
+    }
+    names
+}
+
+#[test]
+fn the_grafana_dashboard_charts_exactly_the_metrics_the_readme_lists() {
+    let listed: std::collections::BTreeSet<String> = readme_metrics("master")
+        .into_iter()
+        .chain(readme_metrics("agent"))
+        .map(|(name, _)| name)
+        .collect();
+    let charted = dashboard_metrics();
+    let unlisted: Vec<_> = charted.difference(&listed).collect();
+    let uncharted: Vec<_> = listed.difference(&charted).collect();
+    assert!(
+        unlisted.is_empty() && uncharted.is_empty(),
+        "charted but not in README.md's tables: {unlisted:?}; listed but not charted: {uncharted:?}"
+    );
+}
+
+/// The value of the first sample of `series` (a name with its labels, as rendered, or a name
+/// alone for an unlabelled series) in a Prometheus scrape.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|line| {
+        let value = line.strip_prefix(series)?.strip_prefix(' ')?;
+        value.trim().parse().ok()
+    })
+}
+
+/// A sample of `name` with label `label` (e.g. `state="active"`) among its labels.
+fn labelled_sample(text: &str, name: &str, label: &str) -> Option<f64> {
+    text.lines().find_map(|line| {
+        let labels = line.strip_prefix(name)?.strip_prefix('{')?;
+        let (labels, value) = labels.split_once("} ")?;
+        labels
+            .split(',')
+            .any(|l| l == label)
+            .then(|| value.trim().parse().ok())?
+    })
+}
+
+/// Asserts that a scrape has HELP and TYPE lines and a sample for each of `metrics` (names
+/// and types).
+fn assert_lists(text: &str, metrics: &[(String, String)]) {
+    for (name, kind) in metrics {
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with(&format!("# HELP {name} "))),
+            "no HELP for {name}:\n{text}"
+        );
+        assert!(
+            text.lines().any(|l| l == format!("# TYPE {name} {kind}")),
+            "no `# TYPE {name} {kind}`:\n{text}"
+        );
+        assert!(
+            text.lines()
+                .any(|l| !l.starts_with('#') && l.starts_with(name.as_str())),
+            "no sample of {name}:\n{text}"
+        );
+    }
+}
+
+/// `GET /metrics` over plain HTTP (an agent's endpoint); the response, headers included.
+fn scrape_plain(addr: std::net::SocketAddr) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect to the agent's metrics");
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .expect("request");
+    let mut text = String::new();
+    stream.read_to_string(&mut text).expect("response");
+    text
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_exports_every_listed_metric_with_help_and_values_that_move() {
+    let mut cluster = MasterCluster::start_with(1, 1, 1, &[]);
+    assert_eq!(cluster.wait_for_leader(WAIT), Some(1), "{}", cluster.logs());
+    let api = cluster.api();
+    let http = cluster.http_addrs[&1];
+    let scrape = |api: &ApiClient| {
+        let answer = api.get(http, "/metrics").expect("GET /metrics");
+        assert_eq!(answer.code, 200, "{answer:?}");
+        answer.body
+    };
+    let before = scrape(&api);
+    assert_eq!(
+        labelled_sample(&before, "fullerene_master_agents", "state=\"active\"").unwrap_or(0.0),
+        0.0,
+        "an active agent before any registered:\n{before}"
+    );
+
+    let agent_metrics = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|probe| probe.local_addr())
+        .expect("a free port");
+    cluster.spawn_agent(
+        1,
+        &[
+            "--resources",
+            "cpus=4,mem_mib=4096,disk_mbps=100",
+            "--metrics-listen",
+            &agent_metrics.to_string(),
+        ],
+    );
+    let mut framework = cluster.test_framework(1, "metrics");
+    assert!(
+        framework.registered(WAIT).await.is_some(),
+        "{}",
+        cluster.logs()
+    );
+    framework.call(FrameworkRequest::UpdateDemand(demand(
+        &resources("cpus=1,mem_mib=64"),
+        1,
+    )));
+    let Some(offers) = framework.offers(WAIT).await else {
+        panic!("no offer\n{}", cluster.logs());
+    };
+    framework.call(FrameworkRequest::Decline {
+        offer_ids: offers.iter().map(|o| o.id).collect(),
+        refuse_ms: 0,
+    });
+    let Some(offers) = framework.offers(WAIT).await else {
+        panic!("no offer after a decline\n{}", cluster.logs());
+    };
+    framework.call(FrameworkRequest::Accept {
+        offer_ids: vec![offers[0].id],
+        tasks: vec![sleep_task(
+            "charted",
+            200,
+            "cpus=1,mem_mib=64",
+            KILL_GRACE_MS,
+        )],
+        leftover: Leftover::Decline { refuse_ms: 0 },
+    });
+    let task = fullerene_proto::TaskId("charted".to_string());
+    assert!(
+        framework.terminal_update(&task, WAIT).await.is_some(),
+        "the task did not end\n{}",
+        cluster.logs()
+    );
+
+    // The gauges are recomputed once a second.
+    let started = Instant::now();
+    let text = loop {
+        let text = scrape(&api);
+        let active = labelled_sample(&text, "fullerene_master_agents", "state=\"active\"");
+        let cpus = labelled_sample(
+            &text,
+            "fullerene_master_resources_capacity",
+            "kind=\"cpus\"",
+        );
+        if active == Some(1.0) && cpus == Some(4.0) {
+            break text;
+        }
+        assert!(
+            started.elapsed() < WAIT,
+            "the agent never showed in the gauges:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+
+    assert_lists(&text, &readme_metrics("master"));
+    let agent_text = scrape_plain(agent_metrics);
+    assert_lists(&agent_text, &readme_metrics("agent"));
+    assert_eq!(
+        sample(&agent_text, "fullerene_agent_launches_total"),
+        Some(1.0),
+        "{agent_text}"
+    );
+    // Each counter moved past what the decline, the accept and the launch make it.
+    for (name, above) in [
+        ("fullerene_master_offers_made_total", 1.0),
+        ("fullerene_master_offers_declined_total", 0.0),
+        ("fullerene_master_offers_accepted_total", 0.0),
+        ("fullerene_master_tasks_launched_total", 0.0),
+        ("fullerene_master_launch_latency_seconds_count", 0.0),
+    ] {
+        let value = sample(&text, name).unwrap_or(0.0);
+        assert!(
+            value > above,
+            "{name} is {value}, not above {above}:\n{text}"
+        );
+    }
+    assert!(
+        labelled_sample(
+            &text,
+            "fullerene_raft_apply_latency_seconds_sum",
+            "node=\"1\""
+        )
+        .is_some_and(|s| s > 0.0),
+        "the apply latency reads 0:\n{text}"
+    );
+    assert!(
+        labelled_sample(&text, "fullerene_master_group_share", "group=\"default\"")
+            .is_some_and(|s| s > 0.0),
+        "the framework's group has no share:\n{text}"
+    );
+    framework.teardown(WAIT).await;
 }

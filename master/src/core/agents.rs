@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use fullerene_proto::ids::AgentId;
 use fullerene_proto::messages::{
-    AgentState, MasterToAgent, Redirect, StatusAck, StatusUpdate, TaskIsolation,
+    AgentState, MasterToAgent, Redirect, StatusAck, StatusUpdate, TaskIsolation, TaskState,
 };
 use fullerene_proto::time::whole_millis;
 use fullerene_proto::Time;
@@ -534,6 +534,9 @@ impl<S: RaftStore> MasterCore<S> {
         if !self.agents.statuses_in_flight.insert((ack.key(), ack.seq)) {
             return;
         }
+        if update.state == TaskState::Running {
+            self.note_launch_latency(&ack, now);
+        }
         let command = Command::UpdateStatus {
             agent_id: agent_id.clone(),
             update,
@@ -548,6 +551,20 @@ impl<S: RaftStore> MasterCore<S> {
         } else {
             self.agents.statuses_in_flight.remove(&(ack.key(), ack.seq));
         }
+    }
+
+    /// A task's first RUNNING update: how long it took from the accept that launched it.
+    fn note_launch_latency(&mut self, ack: &StatusAck, now: Now) {
+        let Some(task) = self.node.state().task(&ack.key()) else {
+            return;
+        };
+        if task.state != TaskState::Staging
+            || self.launch_latencies.len() >= super::MAX_UNTAKEN_LAUNCH_LATENCIES
+        {
+            return;
+        }
+        let waited = now.wall_ms().saturating_sub(task.launched_at_ms);
+        self.launch_latencies.push(Duration::from_millis(waited));
     }
 
     /// On the leader: proposes the liveness marks that are due.

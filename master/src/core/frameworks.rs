@@ -30,7 +30,7 @@ use fullerene_proto::messages::{
 };
 use fullerene_proto::time::whole_millis;
 use fullerene_proto::Time;
-use fullerene_proto::{Now, OfferId};
+use fullerene_proto::{Now, OfferId, ResourceVec};
 
 use super::{
     AllocationJob, AllocationPlanning, FrameworkPending, MasterCore, Outbox, Pending, SessionId,
@@ -519,7 +519,10 @@ impl<S: RaftStore> MasterCore<S> {
                     Leftover::Decline { refuse_ms },
                     now,
                 )
-                .map(|()| CallOk::Done),
+                .map(|()| {
+                    self.offer_tally.declined += offer_ids.len() as u64;
+                    CallOk::Done
+                }),
             FrameworkRequest::Yield { offer_ids } => self
                 .give_back(&framework_id, &offer_ids, Leftover::Yield, now)
                 .map(|()| CallOk::Done),
@@ -546,6 +549,7 @@ impl<S: RaftStore> MasterCore<S> {
                         return;
                     }
                 };
+                self.offer_tally.accepted += offer_ids.len() as u64;
                 if !accepted.reoffers.is_empty() {
                     self.push_offers(accepted.reoffers);
                 }
@@ -868,6 +872,40 @@ impl<S: RaftStore> MasterCore<S> {
     /// committed and dropped by reason (the shards' conflict rate).
     pub fn allocation_stats(&self) -> CycleStats {
         self.allocation_stats
+    }
+
+    /// What frameworks did with this master's offers so far (while it led).
+    pub fn offer_tally(&self) -> super::OfferTally {
+        self.offer_tally
+    }
+
+    /// The resources of the offers open now, summed (zero unless leading).
+    pub fn offered_resources(&self) -> ResourceVec {
+        let mut offered = ResourceVec::ZERO;
+        for offer in self
+            .offers
+            .iter()
+            .flat_map(crate::offers::OfferManager::offers)
+        {
+            // The master makes its offers from valid amounts; none fails to convert.
+            if let Ok(resources) = offer.resources.to_vec() {
+                offered += resources;
+            }
+        }
+        offered
+    }
+
+    /// When each of this master's proposals applied since the last call was flushed (see
+    /// [`RaftNode::take_applied_flush_times`](crate::raft_node::RaftNode::take_applied_flush_times)).
+    pub fn take_applied_flush_times(&mut self) -> Vec<Time> {
+        self.node.take_applied_flush_times()
+    }
+
+    /// The accept-to-RUNNING times of the tasks that started since the last call: from the
+    /// leader's time of the accept, recorded with the task, to the leader's time of the
+    /// agent's RUNNING update (wall clocks, so across a leader change two machines' clocks).
+    pub fn take_launch_latencies(&mut self) -> Vec<Duration> {
+        std::mem::take(&mut self.launch_latencies)
     }
 
     /// Sends each framework the rescinds of its offers, in frames.

@@ -410,6 +410,20 @@ enum Settled {
     Dropped(ProposeError),
 }
 
+/// What frameworks did with a leader's offers, counted by the core for the shell's metrics
+/// (the core records no metric itself; the shell publishes the growth).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OfferTally {
+    /// Offers taken by accepts the leader found valid (each offer of an accept counts).
+    pub accepted: u64,
+    /// Offers declined.
+    pub declined: u64,
+}
+
+/// Launch latencies kept for the shell at most (it takes them after every step, so only a
+/// shell that never does reaches this).
+const MAX_UNTAKEN_LAUNCH_LATENCIES: usize = 4_096;
+
 /// The leader's decisions around one master's [`RaftNode`]. See the module documentation.
 #[derive(Debug)]
 pub struct MasterCore<S: RaftStore> {
@@ -441,6 +455,10 @@ pub struct MasterCore<S: RaftStore> {
     allocation_jobs: u64,
     /// What the commits of allocation cycles did, since this master started.
     allocation_stats: CycleStats,
+    /// What frameworks did with this master's offers, since it started.
+    offer_tally: OfferTally,
+    /// Accept-to-RUNNING times of the tasks that started since the shell last took them.
+    launch_latencies: Vec<Duration>,
     /// Frameworks subscribed by this leader (new ids are `fw-<term>-<n>`).
     next_framework: u64,
     /// The views last published, so that only changes are.
@@ -468,6 +486,8 @@ impl<S: RaftStore> MasterCore<S> {
             planning: None,
             allocation_jobs: 0,
             allocation_stats: CycleStats::default(),
+            offer_tally: OfferTally::default(),
+            launch_latencies: Vec::new(),
             next_framework: 1,
             removed_notice: false,
             node,

@@ -13,7 +13,7 @@
 //! | `fullerene_raft_proposals_failed_total` | counter | proposals refused or dropped |
 //! | `fullerene_raft_proposal_batch_size` | histogram | commands per flushed batch |
 //! | `fullerene_raft_commands_applied_total` | counter | commands applied, label `result` = `ok` or `rejected` |
-//! | `fullerene_raft_apply_latency_seconds` | histogram | proposal flush to apply, for this master's own proposals, from the times passed to `advance` |
+//! | `fullerene_raft_apply_latency_seconds` | histogram | proposal flush to apply, for this master's own proposals: recorded by the server's shell from [`RaftNode::take_applied_flush_times`](super::RaftNode::take_applied_flush_times) |
 //! | `fullerene_raft_persist_batches_total` | counter | synced write batches (one per `Ready`, plus commit-index writes) |
 //! | `fullerene_raft_entries_persisted_total` | counter | log entries written |
 //! | `fullerene_raft_snapshots_total` | counter | state-machine snapshots taken locally |
@@ -35,7 +35,6 @@ pub(crate) struct NodeMetrics {
     pub batch_size: Histogram,
     pub applied_ok: Counter,
     pub applied_rejected: Counter,
-    pub apply_latency: Histogram,
     pub persist_batches: Counter,
     pub entries_persisted: Counter,
     pub snapshots: Counter,
@@ -63,9 +62,6 @@ impl NodeMetrics {
             ),
             applied_rejected: counter!(
                 "fullerene_raft_commands_applied_total", "node" => node.clone(), "result" => "rejected"
-            ),
-            apply_latency: histogram!(
-                "fullerene_raft_apply_latency_seconds", "node" => node.clone()
             ),
             persist_batches: counter!(
                 "fullerene_raft_persist_batches_total", "node" => node.clone()

@@ -318,6 +318,11 @@ enum Queued {
     ConfChange { token: Token, change: ConfChangeV2 },
 }
 
+/// Flush times of applied proposals kept for a caller that does not take them (a caller that
+/// measures takes them after every step; one that does not, such as a simulation, loses
+/// nothing it wanted).
+pub const MAX_UNTAKEN_FLUSH_TIMES: usize = 4_096;
+
 /// What kind of entry a tracked proposal is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ProposalKind {
@@ -404,8 +409,12 @@ pub struct RaftNode<S: RaftStore> {
     /// interval, or a new master could only be sent a snapshot it refuses (see
     /// `storage::snapshot_covers`).
     force_snapshot: bool,
-    /// The time passed to the latest `advance`.
-    now: Option<Time>,
+    /// When each of this master's proposals applied since the last `take_applied_flush_times`
+    /// was flushed into the log. The node reads no clock, and the time passed to `advance` is
+    /// read before the step: a proposal committed and applied within one step (always, under
+    /// inline persistence) measured against it read 0 s, so the caller measures against a
+    /// reading taken after the step.
+    applied_flush_times: Vec<Time>,
     metrics: NodeMetrics,
     /// The entries applied since the last `take_apply_trace`, when `config.trace_applied`.
     trace: Vec<AppliedTrace>,
@@ -562,7 +571,7 @@ impl<S: RaftStore> RaftNode<S> {
             leader: None,
             removed: false,
             force_snapshot: false,
-            now: None,
+            applied_flush_times: Vec::new(),
             metrics,
             trace: Vec::new(),
             halted: None,
@@ -833,8 +842,8 @@ impl<S: RaftStore> RaftNode<S> {
         Err(failure)
     }
 
-    /// Runs one `Ready` cycle (see the module documentation). `now` is used only to measure
-    /// the apply latency of this master's proposals. An error is fatal: stop the node.
+    /// Runs one `Ready` cycle (see the module documentation). `now` only stamps the
+    /// proposals flushed (see [`RaftNode::take_applied_flush_times`]). An error is fatal: stop the node.
     pub fn advance(&mut self, now: Time) -> Result<NodeOutput, NodeError> {
         if self.removed {
             return Ok(NodeOutput::default());
@@ -844,7 +853,6 @@ impl<S: RaftStore> RaftNode<S> {
 
     fn advance_guarded(&mut self, now: Time) -> Result<NodeOutput, NodeError> {
         let mut out = NodeOutput::default();
-        self.now = Some(now);
         out.messages_to_send.append(&mut self.released);
         self.flush_proposals(now);
 
@@ -1332,10 +1340,8 @@ impl<S: RaftStore> RaftNode<S> {
                         }
                     }
                     if let Some(p) = mine {
-                        if let Some(now) = self.now {
-                            self.metrics
-                                .apply_latency
-                                .record(now.saturating_duration_since(p.flushed_at).as_secs_f64());
+                        if self.applied_flush_times.len() < MAX_UNTAKEN_FLUSH_TIMES {
+                            self.applied_flush_times.push(p.flushed_at);
                         }
                         out.applied.push((p.token, result));
                     }
@@ -1477,6 +1483,14 @@ impl<S: RaftStore> RaftNode<S> {
         for (_, token) in self.reads_confirmed.drain(..) {
             out.reads_failed.push((token, read.clone()));
         }
+    }
+
+    /// When each of this master's proposals applied since the last call was flushed into the
+    /// log (the `now` of that `advance`), for the caller to measure the apply latency against
+    /// its clock after the step (`fullerene_raft_apply_latency_seconds`). At most
+    /// [`MAX_UNTAKEN_FLUSH_TIMES`] are kept between calls.
+    pub fn take_applied_flush_times(&mut self) -> Vec<Time> {
+        std::mem::take(&mut self.applied_flush_times)
     }
 
     /// The entries applied since the last call, in order; always empty unless

@@ -41,6 +41,7 @@
 //! is no leader).
 
 pub mod http;
+pub mod metrics;
 mod node_loop;
 pub mod peer;
 mod planner;

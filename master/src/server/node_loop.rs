@@ -12,6 +12,7 @@ use fullerene_proto::messages::{
     MasterToAgent, MasterToFramework, OperatorRequest, OperatorResponse,
 };
 use fullerene_proto::time::SystemClock;
+use fullerene_proto::Time;
 use fullerene_transport::Client;
 use protobuf::Message as _;
 use raft::eraftpb::{Message, MessageType};
@@ -20,13 +21,14 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::MissedTickBehavior;
 
 use super::http::board::ViewPublisher;
+use super::metrics::{self as metrics_names, ClusterGauges};
 use super::peer::{self, PeerBatch, PeerHandle};
 use super::planner::{Planned, Planner};
 use super::store_writer::StoreWriterThread;
 use super::{MasterExit, ServerError, ShellConfig};
 use crate::core::{
-    AgentRegistration, Input, LeaderView, MasterCore, MembershipView, Output, RequestId, SessionId,
-    Subscription,
+    AgentRegistration, Input, LeaderView, MasterCore, MembershipView, OfferTally, Output,
+    RequestId, SessionId, Subscription,
 };
 use crate::raft_node::StoreReport;
 use crate::storage::RaftStore;
@@ -148,6 +150,16 @@ struct ShellMetrics {
     offers_made: metrics::Counter,
     offers_rescinded: metrics::Counter,
     tasks_launched: metrics::Counter,
+    offers_accepted: metrics::Counter,
+    offers_declined: metrics::Counter,
+    launch_latency: metrics::Histogram,
+    /// This master's proposals' flush into the log to their apply (the node hands out the
+    /// flush times; the latency is measured here, against the clock read after the step).
+    apply_latency: metrics::Histogram,
+    /// The offer tally already published.
+    published_offers: OfferTally,
+    /// The gauges read off the replicated state.
+    gauges: ClusterGauges,
     /// The last cycle's snapshot time, added to its planning and commit times.
     last_snapshot: std::time::Duration,
     /// The allocation stats already published.
@@ -155,8 +167,11 @@ struct ShellMetrics {
 }
 
 impl ShellMetrics {
-    fn new() -> ShellMetrics {
+    fn new(node: u64) -> ShellMetrics {
         ShellMetrics {
+            apply_latency: metrics::histogram!(
+                "fullerene_raft_apply_latency_seconds", "node" => node.to_string()
+            ),
             snapshot_seconds: metrics::histogram!("fullerene_master_allocation_snapshot_seconds"),
             plan_seconds: metrics::histogram!("fullerene_master_allocation_plan_seconds"),
             commit_seconds: metrics::histogram!("fullerene_master_allocation_commit_seconds"),
@@ -165,6 +180,11 @@ impl ShellMetrics {
             offers_made: metrics::counter!("fullerene_master_offers_made_total"),
             offers_rescinded: metrics::counter!("fullerene_master_offers_rescinded_total"),
             tasks_launched: metrics::counter!("fullerene_master_tasks_launched_total"),
+            offers_accepted: metrics::counter!(metrics_names::OFFERS_ACCEPTED),
+            offers_declined: metrics::counter!(metrics_names::OFFERS_DECLINED),
+            launch_latency: metrics::histogram!(metrics_names::LAUNCH_LATENCY),
+            published_offers: OfferTally::default(),
+            gauges: ClusterGauges::new(),
             last_snapshot: std::time::Duration::ZERO,
             published: Default::default(),
         }
@@ -184,6 +204,35 @@ impl ShellMetrics {
                 "a node loop step held Raft's ticks and heartbeats up"
             );
         }
+    }
+
+    /// Publishes what the core counted since the last step (apply and launch latencies, the
+    /// offers' fate; `advanced_at` is when the step's `advance` returned) and, once per
+    /// interval, the gauges read off the state.
+    fn publish_core<S: RaftStore>(&mut self, core: &mut MasterCore<S>, advanced_at: Time) {
+        for flushed_at in core.take_applied_flush_times() {
+            self.apply_latency.record(
+                advanced_at
+                    .saturating_duration_since(flushed_at)
+                    .as_secs_f64(),
+            );
+        }
+        let tally = core.offer_tally();
+        self.offers_accepted.increment(
+            tally
+                .accepted
+                .saturating_sub(self.published_offers.accepted),
+        );
+        self.offers_declined.increment(
+            tally
+                .declined
+                .saturating_sub(self.published_offers.declined),
+        );
+        self.published_offers = tally;
+        for latency in core.take_launch_latencies() {
+            self.launch_latency.record(latency.as_secs_f64());
+        }
+        self.gauges.maybe_update(core);
     }
 
     /// Publishes the growth of the core's allocation stats (the shards' conflicts).
@@ -223,6 +272,7 @@ impl<S: RaftStore> Shell<S> {
         views: Views,
         workers: Workers<S::Staged>,
     ) -> Shell<S> {
+        let node_id = core.node().id();
         let Views {
             leader: leader_view,
             membership: membership_view,
@@ -244,7 +294,7 @@ impl<S: RaftStore> Shell<S> {
             publisher,
             store: workers.store,
             planner: workers.planner,
-            metrics: ShellMetrics::new(),
+            metrics: ShellMetrics::new(node_id),
         }
     }
 
@@ -320,10 +370,12 @@ impl<S: RaftStore> Shell<S> {
             let started = Instant::now();
             let exit = self.core.advance(self.clock.now());
             let advanced = started.elapsed();
+            let advanced_at = self.clock.monotonic();
             self.start_allocation();
             self.carry_outputs();
             // At most one bounded build per interval, and only when an HTTP reader asked.
             self.publisher.after_step(&self.core);
+            self.metrics.publish_core(&mut self.core, advanced_at);
             self.metrics
                 .step_done(woken_by, handled, advanced, started.elapsed());
             if let Some(exit) = exit? {

@@ -1305,14 +1305,7 @@ fn arb_command() -> impl Strategy<Value = Command> {
     let agent = prop::sample::select(vec!["a1", "a2", "a3"]);
     let framework = prop::sample::select(vec![("f1", "alice"), ("f2", "bob")]);
     let task = prop::sample::select(vec!["t1", "t2", "t3", "t4"]);
-    let state = prop::sample::select(vec![
-        TaskState::Staging,
-        TaskState::Running,
-        TaskState::Finished,
-        TaskState::Failed,
-        TaskState::Killed,
-        TaskState::Lost,
-    ]);
+    let state = prop::sample::select(TaskState::ALL.to_vec());
     let cpus = prop::sample::select(vec![0.0, 0.5, 1.0, 2.0, 5.0]);
     prop_oneof![
         (agent.clone(), 1u32..8).prop_map(|(a, c)| register(a, &format!("cpus={c},mem_mib=4096"))),

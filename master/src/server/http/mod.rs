@@ -69,6 +69,7 @@ pub fn install_recorder() -> Result<PrometheusHandle, String> {
     let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
         .install_recorder()
         .map_err(|e| e.to_string())?;
+    super::metrics::describe();
     let upkeep = handle.clone();
     tokio::spawn(async move {
         let mut every = tokio::time::interval(Duration::from_secs(5));
