@@ -121,7 +121,8 @@ pub(crate) fn apply_config_file(
     Ok(out)
 }
 
-fn scalar_to_string(value: &toml::Value) -> Result<String> {
+/// A TOML value as the flag's text: arrays comma-separated.
+pub(crate) fn scalar_to_string(value: &toml::Value) -> Result<String> {
     Ok(match value {
         toml::Value::String(s) => s.clone(),
         toml::Value::Integer(i) => i.to_string(),

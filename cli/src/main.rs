@@ -22,7 +22,7 @@ use crate::output::JsonOutput;
 #[derive(Parser, Debug)]
 #[command(
     name = "fullerene",
-    version,
+    version = commands::version::VERSION_LINE,
     about,
     long_about,
     propagate_version = true
@@ -124,6 +124,18 @@ enum Commands {
     ///
     /// Example: `fullerene dev --masters 3 --agents 5 --jobs 8`. Config file table: `[dev]`.
     Dev(commands::dev::DevArgs),
+    /// This binary's version, git commit, target, profile and enabled features (`--json` for
+    /// machines).
+    Version,
+    /// A shell completion script on standard output.
+    ///
+    /// Install: bash `fullerene completions bash > ~/.local/share/bash-completion/completions/fullerene`;
+    /// zsh `fullerene completions zsh > ~/.zfunc/_fullerene` (with `fpath+=~/.zfunc` before
+    /// `compinit`); fish `fullerene completions fish > ~/.config/fish/completions/fullerene.fish`.
+    Completions(commands::shell_docs::CompletionsArgs),
+    /// Man pages for `fullerene` and every subcommand, written to a directory (read one with
+    /// `man -l DIR/fullerene-job-run.1`, or install them under a `man1` directory of MANPATH).
+    Man(commands::shell_docs::ManArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -172,6 +184,9 @@ fn run() -> Result<()> {
         Commands::Tasks(args) => commands::status::tasks(args, &json),
         Commands::Task(cmd) => commands::control::run_task(cmd, &json),
         Commands::Framework(cmd) => commands::control::run_framework(cmd, &json),
+        Commands::Version => commands::version::run(&json),
+        Commands::Completions(args) => commands::shell_docs::completions(&args, Cli::command()),
+        Commands::Man(args) => commands::shell_docs::man(&args, Cli::command()),
     }
 }
 
@@ -248,6 +263,63 @@ mod tests {
     fn parse(words: &[&str]) -> Cli {
         let args = normalize_json_flag(words.iter().map(OsString::from).collect());
         Cli::try_parse_from(args).expect("parses")
+    }
+
+    /// The annotated example config file at the repository's root.
+    const EXAMPLE_CONFIG: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/fullerene.toml");
+
+    /// The example config file, read the way the binary reads `--config`: every option a
+    /// master and an agent take is in it, each value parses, and each flag with a default is
+    /// written with that default (the file says so).
+    #[test]
+    fn the_example_config_sets_every_master_and_agent_option() {
+        let path = std::path::Path::new(EXAMPLE_CONFIG);
+        let text = std::fs::read_to_string(path).expect("the example config reads");
+        let table: toml::Table = text.parse().expect("the example config is TOML");
+        for subcommand in ["master", "agent"] {
+            let words = ["fullerene", "--config", EXAMPLE_CONFIG, subcommand];
+            let args = config::apply_config_file(
+                &Cli::command(),
+                words.iter().map(OsString::from).collect(),
+                path,
+            )
+            .expect("the example config applies");
+            let cli = Cli::try_parse_from(args)
+                .unwrap_or_else(|error| panic!("[{subcommand}] does not parse: {error}"));
+            match cli.command {
+                Commands::Master(master) => {
+                    assert_eq!((master.id, master.peers.len()), (1, 3));
+                    assert!(master.bootstrap && !master.join);
+                }
+                Commands::Agent(agent) => {
+                    assert_eq!((agent.run.id, agent.run.masters.len()), (Some(1), 3));
+                }
+                other => panic!("parsed as {other:?}"),
+            }
+
+            let section = table[subcommand].as_table().expect("a table");
+            let command = Cli::command();
+            let options = command.find_subcommand(subcommand).expect("a subcommand");
+            for arg in options.get_arguments().filter(|arg| !arg.is_global_set()) {
+                let Some(long) = arg.get_long() else { continue };
+                let key = long.replace('-', "_");
+                let value = section
+                    .get(&key)
+                    .unwrap_or_else(|| panic!("[{subcommand}] of the example lacks `{key}`"));
+                let defaults: Vec<String> = arg
+                    .get_default_values()
+                    .iter()
+                    .map(|value| value.to_string_lossy().into_owned())
+                    .collect();
+                if arg.get_action().takes_values() && !defaults.is_empty() {
+                    assert_eq!(
+                        config::scalar_to_string(value).expect("a scalar"),
+                        defaults.join(","),
+                        "[{subcommand}] `{key}` is not the default it claims to be"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -1,29 +1,11 @@
 //! The `fullerene` binary as a user runs it.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
+use common::{run, stderr, stdout};
 use fullerene_transport::{Role, TlsMaterial};
-
-fn fullerene() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fullerene"));
-    cmd.env_remove("FULLERENE_CONFIG")
-        .env_remove("FULLERENE_WORKLOAD")
-        .env_remove("FULLERENE_LOG");
-    cmd
-}
-
-fn run(args: &[&str]) -> Output {
-    fullerene().args(args).output().expect("fullerene runs")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
 
 fn workload() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/workloads/tpch-decima.jsonl")
@@ -267,7 +249,7 @@ fn masters_and_agents_refuse_the_same_bad_allowances_with_the_same_words() {
             !master.status.success() && !agent.status.success(),
             "{bad} accepted"
         );
-        let reason = |out: &Output| {
+        let reason = |out: &std::process::Output| {
             let text = stderr(out);
             let start = text
                 .find(&format!("`{bad}`"))

@@ -190,6 +190,7 @@ fn options(addr: std::net::SocketAddr) -> RunJobsOptions {
         transport: TransportConfig::default(),
         event_log: None,
         state_dir: None,
+        arrivals_s: Vec::new(),
     }
 }
 
@@ -304,4 +305,65 @@ async fn a_lost_accept_is_reconciled_after_reconnecting_and_the_job_completes() 
     );
     assert_eq!(seen.teardowns, vec!["fw-1"]);
     master.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_subscribes_at_its_arrival_and_its_jct_counts_from_there() {
+    let certs = certs();
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let (addr, master) = start_master(&certs, Arc::clone(&seen));
+    let jobs = parse_workload(WORKLOAD, std::path::Path::new("test.jsonl")).expect("workload");
+    let log_dir = tempfile::tempdir().expect("temp dir");
+    let log_path = log_dir.path().join("events.jsonl");
+    let mut options = options(addr);
+    // Workload seconds; at the time scale of 0.01, job b arrives 1.5 s after job a.
+    options.arrivals_s = vec![0.0, 150.0];
+    options.event_log = Some(Arc::new(
+        EventLog::open(&log_path).expect("event log opens"),
+    ));
+    let reports = timeout(
+        Duration::from_secs(30),
+        run_jobs(jobs, &certs.tls(Role::Framework, 1), options, None),
+    )
+    .await
+    .expect("jobs finish in time")
+    .expect("jobs run");
+
+    let subscribed_at = |job: &str| {
+        read_events(&log_path)
+            .expect("the event log reads")
+            .iter()
+            .find(|e| matches!(&e.event, Event::FrameworkSubscribed { job: j, .. } if j == job))
+            .map(|e| e.at_us)
+            .expect("the job subscribed")
+    };
+    let gap_us = subscribed_at("b").saturating_sub(subscribed_at("a"));
+    assert!(gap_us >= 1_400_000, "b subscribed {gap_us} µs after a");
+    // b's JCT runs from its arrival: its two 1 s tasks, not the 150 s it waited.
+    match reports[1].outcome {
+        JobOutcome::Finished { jct_ms } => assert!(jct_ms < 150_000, "{jct_ms}"),
+        ref other => panic!("{other:?}"),
+    }
+
+    let mut bad = options_with_arrivals(addr, vec![0.0, -1.0]);
+    let jobs = parse_workload(WORKLOAD, std::path::Path::new("test.jsonl")).expect("workload");
+    let refused = run_jobs(jobs.clone(), &certs.tls(Role::Framework, 1), bad, None).await;
+    assert!(
+        matches!(&refused, Err(fullerene_sdk::dag::RunError::Arrivals(why)) if why.contains("-1")),
+        "{refused:?}"
+    );
+    bad = options_with_arrivals(addr, vec![0.0]);
+    let refused = run_jobs(jobs, &certs.tls(Role::Framework, 1), bad, None).await;
+    assert!(
+        matches!(&refused, Err(fullerene_sdk::dag::RunError::Arrivals(why)) if why.contains("1 arrival times for 2 jobs")),
+        "{refused:?}"
+    );
+    master.abort();
+}
+
+fn options_with_arrivals(addr: std::net::SocketAddr, arrivals_s: Vec<f64>) -> RunJobsOptions {
+    RunJobsOptions {
+        arrivals_s,
+        ..options(addr)
+    }
 }

@@ -14,3 +14,12 @@ pub mod state;
 pub mod storage;
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
+
+/// The optional features this build of the crate was compiled with (`fullerene version` shows
+/// them, so a bug report says whether RocksDB storage was in).
+pub const ENABLED_FEATURES: &[&str] = &[
+    #[cfg(feature = "rocksdb-storage")]
+    "rocksdb-storage",
+    #[cfg(feature = "testkit")]
+    "testkit",
+];

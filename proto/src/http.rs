@@ -156,6 +156,26 @@ pub struct WriteDone {
     pub committed: bool,
 }
 
+/// What `GET /health` and `GET /ready` answer: 200 with `ok: true`, or 503 with `ok: false`,
+/// and `reason` saying why either way. Only this master's own Raft position, never cluster
+/// data: the probes are served without credentials (load balancers and Kubernetes send none).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProbeDocument {
+    /// Whether the probe passed.
+    pub ok: bool,
+    /// Why it passed or failed, for a person to read.
+    pub reason: String,
+    /// This master's Raft id, once its node loop answered.
+    pub master: Option<u64>,
+    /// The leader it follows (itself when it leads), if it knows one.
+    pub leader: Option<u64>,
+    /// Its Raft term.
+    pub term: Option<u64>,
+    /// Entries it knows are committed but has not applied yet.
+    pub apply_lag: Option<u64>,
+}
+
 /// What every refusal and failure answers, with the status code saying which.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ErrorDocument {

@@ -109,10 +109,7 @@ pub struct SimJob {
 ///   and therefore share its Graphene plan.
 /// - `--groups K` moves jobs of group `default` (lines that name no group) round-robin, in
 ///   selection order, into `g0..g{K-1}`; named groups are kept.
-/// - Arrivals: `zero` puts every job at 0; `poisson:M` gives the i-th selected job the i-th
-///   time of a seeded Poisson process ([`poisson_arrivals`]); `trace` uses `arrival_s`, and the
-///   k-th extra copy of a job arrives at `arrival_s + k · P`, P the largest `arrival_s` of the
-///   file, so that cycling replays the trace after itself.
+/// - Arrivals: as [`arrival_times`] gives them (`zero`, `poisson:M`, `trace`).
 ///
 /// Also checks, for every selected DAG, that each stage's task demand fits an empty machine,
 /// since a task that fits no machine would wait forever.
@@ -133,23 +130,7 @@ pub fn prepare_jobs(file_jobs: &[Job], config: &SimConfig) -> Result<Vec<SimJob>
         }
     }
 
-    let trace_period = match config.arrivals {
-        ArrivalSpec::Trace => {
-            let mut period: f64 = 0.0;
-            for job in file_jobs {
-                let a = job.arrival_s.ok_or_else(|| SimError::MissingArrival {
-                    job: job.name.clone(),
-                })?;
-                period = period.max(a);
-            }
-            period
-        }
-        _ => 0.0,
-    };
-    let poisson = match config.arrivals {
-        ArrivalSpec::Poisson { mean_gap_s } => poisson_arrivals(count, mean_gap_s, config.seed),
-        _ => Vec::new(),
-    };
+    let arrivals = arrival_times(file_jobs, &sources, config.arrivals, config.seed)?;
 
     let mut names = BTreeSet::new();
     let mut default_jobs_seen = 0usize;
@@ -173,22 +154,56 @@ pub fn prepare_jobs(file_jobs: &[Job], config: &SimConfig) -> Result<Vec<SimJob>
             }
             _ => job.group.clone(),
         };
-        let arrival_s = match config.arrivals {
-            ArrivalSpec::Zero => 0.0,
-            ArrivalSpec::Poisson { .. } => poisson.get(i).copied().unwrap_or(0.0),
-            ArrivalSpec::Trace => {
-                // Checked above: every job of the file has an arrival time.
-                job.arrival_s.unwrap_or(0.0) + copy as f64 * trace_period
-            }
-        };
         jobs.push(SimJob {
             name,
             group,
-            arrival_s,
+            arrival_s: arrivals[i],
             source,
         });
     }
     Ok(jobs)
+}
+
+/// The arrival time, in seconds from the start, of each job selected by `sources` (indices into
+/// `file_jobs`, in selection order, as [`job_sources`] makes them), under `spec`: `zero` puts
+/// every job at 0; `poisson:M` gives the i-th selected job the i-th time of a Poisson process
+/// seeded with `seed` ([`poisson_arrivals`]); `trace` uses `arrival_s`, and the k-th extra
+/// copy of a job (the i-th selection with i / `file_jobs.len()` = k) arrives at
+/// `arrival_s + k · P`, P the largest `arrival_s` of the file, so that cycling replays the
+/// trace after itself. `trace` needs every job of the file to have an `arrival_s`.
+///
+/// The simulator and `fullerene job run --arrivals` both time their jobs with it.
+pub fn arrival_times(
+    file_jobs: &[Job],
+    sources: &[usize],
+    spec: ArrivalSpec,
+    seed: u64,
+) -> Result<Vec<f64>, SimError> {
+    match spec {
+        ArrivalSpec::Zero => Ok(vec![0.0; sources.len()]),
+        ArrivalSpec::Poisson { mean_gap_s } => {
+            Ok(poisson_arrivals(sources.len(), mean_gap_s, seed))
+        }
+        ArrivalSpec::Trace => {
+            let mut period: f64 = 0.0;
+            for job in file_jobs {
+                let arrival = job.arrival_s.ok_or_else(|| SimError::MissingArrival {
+                    job: job.name.clone(),
+                })?;
+                period = period.max(arrival);
+            }
+            Ok(sources
+                .iter()
+                .enumerate()
+                .map(|(i, &source)| {
+                    let copy = i / file_jobs.len().max(1);
+                    // Checked above: every job of the file has an arrival time.
+                    let arrival = file_jobs.get(source).and_then(|job| job.arrival_s);
+                    arrival.unwrap_or(0.0) + copy as f64 * period
+                })
+                .collect())
+        }
+    }
 }
 
 fn validate_config(config: &SimConfig) -> Result<(), SimError> {

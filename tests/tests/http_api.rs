@@ -1,14 +1,16 @@
 //! The masters' HTTP API on real processes: the leader serves its view over HTTPS to an
 //! operator's certificate or a bearer token, a follower redirects reads and writes to the
 //! same path on the leader, every master serves Prometheus `/metrics`, a write through the API
-//! is committed and seen by the next read, and task environments are redacted.
+//! is committed and seen by the next read, task environments are redacted, and the
+//! unauthenticated `/health` and `/ready` probes tell a master that lost its quorum (healthy,
+//! not ready) from one that can serve.
 //!
 //! Needs the binary: `cargo build -p fullerene` first (see `fullerene_tests::fullerene_binary`).
 
 use std::time::{Duration, Instant};
 
-use fullerene_chaos::ApiClient;
-use fullerene_proto::http::{GroupsDocument, StateDocument};
+use fullerene_chaos::{ApiAnswer, ApiClient};
+use fullerene_proto::http::{GroupsDocument, ProbeDocument, StateDocument};
 use fullerene_proto::messages::{
     Executor, FrameworkRequest, Leftover, OperatorRequest, OperatorResponse, REDACTED,
 };
@@ -528,4 +530,91 @@ async fn the_leader_exports_every_listed_metric_with_help_and_values_that_move()
         "the framework's group has no share:\n{text}"
     );
     framework.teardown(WAIT).await;
+}
+
+/// `path` of master `id` as an anonymous client (no certificate, no token): the code and the
+/// probe document.
+fn probe(api: &ApiClient, cluster: &MasterCluster, id: u64, path: &str) -> (u16, ProbeDocument) {
+    let answer: ApiAnswer = api
+        .get(cluster.http_addrs[&id], path)
+        .unwrap_or_else(|error| panic!("GET {path} from master {id}: {error}"));
+    let document = answer.json().unwrap_or_else(|error| {
+        panic!("{path} of master {id} is not a probe document ({error}): {answer:?}")
+    });
+    (answer.code, document)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_need_no_credentials_and_a_master_without_quorum_is_healthy_but_not_ready() {
+    let (mut cluster, leader, follower) = cluster_with_a_leader().await;
+    let anonymous = ApiClient::anonymous(
+        &cluster.tls_of(Role::Operator, 1).expect("the CA"),
+        Duration::from_secs(5),
+    )
+    .expect("an anonymous client");
+    // Every other route refuses the anonymous client: the probes are the exception.
+    assert_eq!(
+        anonymous
+            .get(cluster.http_addrs[&leader], "/state")
+            .expect("GET /state")
+            .code,
+        401
+    );
+
+    let (code, health) = probe(&anonymous, &cluster, leader, "/health");
+    assert_eq!(
+        (code, health.ok, health.master),
+        (200, true, Some(leader)),
+        "{health:?}"
+    );
+    let (code, ready) = probe(&anonymous, &cluster, leader, "/ready");
+    assert_eq!(
+        (code, ready.ok, ready.leader),
+        (200, true, Some(leader)),
+        "{ready:?}"
+    );
+    assert!(ready.reason.contains("leads"), "{ready:?}");
+    let (code, health) = probe(&anonymous, &cluster, follower, "/health");
+    assert_eq!((code, health.ok), (200, true), "{health:?}");
+    let (code, ready) = probe(&anonymous, &cluster, follower, "/ready");
+    assert_eq!(
+        (code, ready.ok, ready.leader),
+        (200, true, Some(leader)),
+        "{ready:?}"
+    );
+    assert!(
+        ready.reason.contains(&format!("follows master {leader}")),
+        "{ready:?}"
+    );
+
+    // Two of three gone: the one left has no quorum. It stops being ready once it forgets
+    // its leader (check-quorum or its election timer, well under a few seconds), and stays
+    // healthy: its process and node loop still run.
+    let survivor = follower;
+    for id in [1, 2, 3] {
+        if id != survivor {
+            cluster.kill(id);
+        }
+    }
+    let started = Instant::now();
+    let not_ready = loop {
+        let (code, ready) = probe(&anonymous, &cluster, survivor, "/ready");
+        if code == 503 {
+            break ready;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the master without quorum is still ready: {ready:?}\n{}",
+            cluster.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(!not_ready.ok && not_ready.leader.is_none(), "{not_ready:?}");
+    assert!(not_ready.reason.contains("no leader"), "{not_ready:?}");
+    let (code, health) = probe(&anonymous, &cluster, survivor, "/health");
+    assert_eq!(
+        (code, health.ok, health.master),
+        (200, true, Some(survivor)),
+        "{health:?}"
+    );
 }

@@ -110,6 +110,7 @@ fn start_jobs_in_process(
         transport: TransportConfig::default(),
         event_log: None,
         state_dir: None,
+        arrivals_s: Vec::new(),
     };
     std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_multi_thread()

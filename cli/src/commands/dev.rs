@@ -371,6 +371,8 @@ async fn drive(
         policy: policy.name().to_string(),
         time_scale: sample.time_scale,
         jobs: None,
+        arrivals: fullerene_sim::ArrivalSpec::Zero,
+        seed: args.seed,
         group: None,
         command: None,
         max_attempts: 3,

@@ -14,6 +14,7 @@ use fullerene_sdk::dag::{
 };
 use fullerene_sdk::policy::PolicyKind;
 use fullerene_sdk::read_workload;
+use fullerene_sim::{arrival_times, ArrivalSpec};
 use fullerene_transport::{Role, TlsMaterial};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
@@ -23,13 +24,16 @@ use crate::output::{table, JsonOutput};
 
 /// Job commands.
 #[derive(Subcommand, Debug)]
+// Parsed once per process: the size of the larger variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum JobCommand {
     /// Run the jobs of a workload file on the cluster, each as its own framework (planned with
     /// Graphene, matched online, yielding with Carbyne), show a progress bar per job, then a
     /// JCT summary.
     ///
-    /// Every job is submitted at once (arrival times in the file are not replayed); its JCT
-    /// runs from then to its last task's FINISHED. A job whose task fails or is lost
+    /// Jobs arrive as `--arrivals` says, like the simulator's (`zero`: all at once, the
+    /// default; `poisson:MEAN_GAP_S`; `trace`: the file's `arrival_s`), in workload seconds
+    /// scaled by `--time-scale`; a job's JCT runs from its arrival to its last task's FINISHED. A job whose task fails or is lost
     /// `--max-attempts` times fails with the reason; the command then exits non-zero.
     ///
     /// Example: `fullerene job run ../shared/workloads/tpch-decima.jsonl --masters
@@ -85,6 +89,14 @@ pub(crate) struct JobRunArgs {
     /// Run only the first N jobs of the file.
     #[arg(long, value_name = "N")]
     pub jobs: Option<usize>,
+    /// Job arrivals, replayed as the simulator times them: `zero` (all at once),
+    /// `poisson:MEAN_GAP_S` (a Poisson process seeded with --seed), or `trace` (the file's
+    /// `arrival_s`); in workload seconds, scaled by --time-scale.
+    #[arg(long, value_name = "SPEC", default_value = "zero")]
+    pub arrivals: ArrivalSpec,
+    /// Seed of the Poisson arrivals (the same seed gives the simulator's arrivals).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
     /// The fairness group every job expects to be in: the master refuses the jobs if the
     /// framework certificate's principal is in another (an operator places principals in
     /// groups with `fullerene groups set`). Default: the principal's group, whatever it is.
@@ -142,6 +154,16 @@ fn run_jobs_command(args: JobRunArgs, json: &JsonOutput) -> Result<()> {
     if jobs.is_empty() {
         bail!("{} holds no job to run", args.file.display());
     }
+    if args.arrivals != ArrivalSpec::Zero && args.state_dir.is_some() {
+        bail!(
+            "--arrivals {} with --state-dir: a run that takes its jobs over cannot replay their \
+             arrivals (they arrived in the first run); use --arrivals zero",
+            args.arrivals
+        );
+    }
+    let sources: Vec<usize> = (0..jobs.len()).collect();
+    // Its errors name the flag and the job (a `trace` without `arrival_s`).
+    let arrivals_s = arrival_times(&jobs, &sources, args.arrivals, args.seed)?;
     let (ca, cert, key) = tls_paths(
         args.certs.as_deref(),
         args.ca.clone(),
@@ -173,6 +195,7 @@ fn run_jobs_command(args: JobRunArgs, json: &JsonOutput) -> Result<()> {
             None => None,
         },
         state_dir: args.state_dir.clone(),
+        arrivals_s,
     };
 
     let bars = Bars::new(&jobs, matches!(json, JsonOutput::Stdout));

@@ -63,7 +63,8 @@ pub(crate) struct MasterArgs {
     /// (`GET /state`, `/agents`, `/frameworks`, `/tasks`, `/groups`, `/cluster`, `/metrics`)
     /// and operator writes (`PUT /groups/{group}/weight`, `POST /masters`, `DELETE
     /// /masters/{id}`). Clients authenticate with an operator certificate or a bearer token
-    /// (`--http-tokens`); followers redirect to the leader.
+    /// (`--http-tokens`); followers redirect to the leader. `GET /health` and `/ready` are
+    /// liveness and readiness probes for load balancers, served without credentials.
     #[arg(
         long,
         alias = "metrics-listen",

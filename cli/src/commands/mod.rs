@@ -13,9 +13,11 @@ pub(crate) mod groups;
 pub(crate) mod job;
 pub(crate) mod master;
 pub(crate) mod plan;
+pub(crate) mod shell_docs;
 pub(crate) mod sim;
 pub(crate) mod status;
 pub(crate) mod token;
+pub(crate) mod version;
 
 use std::path::PathBuf;
 use std::time::Duration;

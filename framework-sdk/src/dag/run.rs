@@ -6,6 +6,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use fullerene_client::event_log::{Event, EventLog};
 
@@ -250,6 +251,10 @@ pub struct RunJobsOptions {
     /// directory takes over the jobs' frameworks (framework failover) if it comes within
     /// their failover timeout, and starts them over otherwise.
     pub state_dir: Option<PathBuf>,
+    /// When each job arrives, in the workload's seconds from the start (the i-th for the i-th
+    /// job; real time is this times `dag.time_scale`): a job subscribes only then, and its JCT
+    /// runs from then, as in the simulator. Empty: every job at once.
+    pub arrivals_s: Vec<f64>,
 }
 
 /// One job's result.
@@ -285,6 +290,22 @@ pub async fn run_jobs(
     let clock = SystemClock::new();
     let mut dag = options.dag.clone();
     dag.concurrent_jobs = jobs.len().max(1);
+    if !options.arrivals_s.is_empty() && options.arrivals_s.len() != jobs.len() {
+        return Err(RunError::Arrivals(format!(
+            "{} arrival times for {} jobs",
+            options.arrivals_s.len(),
+            jobs.len()
+        )));
+    }
+    if let Some(bad) = options
+        .arrivals_s
+        .iter()
+        .find(|arrival| !(arrival.is_finite() && **arrival >= 0.0))
+    {
+        return Err(RunError::Arrivals(format!(
+            "arrival time {bad} is not a finite number of seconds >= 0"
+        )));
+    }
     let mut handles = Vec::with_capacity(jobs.len());
     for (index, job) in jobs.into_iter().enumerate() {
         // Made before anything runs: a job the planner refuses is refused at once.
@@ -377,6 +398,15 @@ impl OneJob {
     /// (failover), and, if the master no longer knows that framework (its failover timeout
     /// passed), over again as a new one.
     async fn run(mut self, client: &Client) -> Result<DagScheduler, DriverError> {
+        let arrival_s = self.options.arrivals_s.get(self.index).copied();
+        // Checked by `run_jobs`: finite and not negative.
+        let delay = Duration::try_from_secs_f64(arrival_s.unwrap_or(0.0) * self.dag.time_scale)
+            .unwrap_or_default();
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+            // The job arrives now, and its JCT counts from now: a new core.
+            self.first = None;
+        }
         let mut resume = true;
         loop {
             let core = match self.first.take() {
@@ -457,4 +487,7 @@ pub enum RunError {
     /// The transport cannot be set up.
     #[error(transparent)]
     Driver(#[from] DriverError),
+    /// The arrival times do not fit the jobs.
+    #[error("invalid arrival times: {0}")]
+    Arrivals(String),
 }

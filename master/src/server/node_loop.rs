@@ -86,6 +86,24 @@ pub(crate) enum Event {
     /// A session ended without the core knowing it (a framework that never subscribed): its
     /// queue is dropped.
     SessionEnded(SessionId),
+    /// The HTTP API's `/health` and `/ready` ask where this node's Raft stands; that the loop
+    /// answers at all is the liveness the probes report.
+    Probe(oneshot::Sender<NodeProbe>),
+}
+
+/// Where this node's Raft stands, as the node loop answered a probe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct NodeProbe {
+    /// This master's Raft id.
+    pub this: u64,
+    /// The leader this node follows (itself when it leads), if it knows one.
+    pub leader: Option<u64>,
+    /// Its term.
+    pub term: u64,
+    /// Its commit index.
+    pub commit: u64,
+    /// Its applied index.
+    pub applied: u64,
 }
 
 /// Where the core's pushes to a session go.
@@ -467,6 +485,18 @@ impl<S: RaftStore> Shell<S> {
             }
             Event::SessionEnded(session) => {
                 self.sessions.remove(&session);
+                return;
+            }
+            Event::Probe(reply) => {
+                let node = self.core.node();
+                // The prober may have given up waiting; nothing to do then.
+                let _ = reply.send(NodeProbe {
+                    this: node.id(),
+                    leader: node.leader(),
+                    term: node.term(),
+                    commit: node.commit_index(),
+                    applied: node.applied_index(),
+                });
                 return;
             }
         };

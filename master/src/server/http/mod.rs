@@ -1,6 +1,7 @@
 //! The HTTP API every master serves: the cluster's state for operators and dashboards
 //! (`GET /state`, `/agents`, `/frameworks`, `/tasks`, `/groups`, `/cluster`), Prometheus
-//! metrics (`GET /metrics`), and the operator writes that change state (`PUT
+//! metrics (`GET /metrics`), liveness and readiness probes (`GET /health`, `/ready`, see
+//! [`probes`]), and the operator writes that change state (`PUT
 //! /groups/{group}/weight`, `POST /masters`, `DELETE /masters/{id}`). The routes, their
 //! answers and their errors are in [`routes`]'s table; the documents are
 //! [`fullerene_proto::http`]'s.
@@ -16,8 +17,9 @@
 //!   TLS, optional in the handshake), or a bearer token from the operator's token file, with a
 //!   `read` or `write` scope. `/metrics` may be opened to unauthenticated scrapers
 //!   ([`HttpConfig::metrics_open`], `--http-metrics-open`): it holds counts and timings, no
-//!   task data or secrets, and scrapers are often configured without credentials; everything
-//!   else always needs credentials.
+//!   task data or secrets, and scrapers are often configured without credentials. `/health`
+//!   and `/ready` never need credentials (probes carry none; they only say whether this master
+//!   runs and knows a leader, see [`probes`]); everything else always needs credentials.
 //! - **Limits** ([`HttpLimits`]): TLS handshake and request headers within a timeout, a
 //!   connection's life and buffer bounded, a cap on open connections, and writes' bodies
 //!   bounded in size and in the time they take to arrive.
@@ -37,6 +39,7 @@
 
 pub mod auth;
 pub(crate) mod board;
+mod probes;
 mod routes;
 
 use std::convert::Infallible;

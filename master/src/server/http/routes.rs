@@ -17,7 +17,7 @@
 //!
 //! | status | when |
 //! | --- | --- |
-//! | 200 | a document; a write committed (`{"committed": true}`) |
+//! | 200 | a document; a write committed (`{"committed": true}`); a probe passed |
 //! | 307 | this master does not lead: `Location` is the same path on the leader's API |
 //! | 400 | a bad query, path parameter or body (the message names what is wrong), or a write the cluster refused |
 //! | 401 | no credentials, or a token that is unknown or expired (`WWW-Authenticate: Bearer`) |
@@ -27,9 +27,10 @@
 //! | 408 | the body did not arrive in time |
 //! | 413 | the body is too large |
 //! | 415 | a write's body is not `application/json` |
-//! | 503 | no leader, no view or no commit in time, or the outcome is unknown; retry |
+//! | 503 | no leader, no view or no commit in time, or the outcome is unknown; retry; a probe failed |
 //!
-//! Every error is a JSON object `{"error": "..."}`.
+//! Every error is a JSON object `{"error": "..."}`, except a failed probe's answer, which is the
+//! same [`ProbeDocument`](fullerene_proto::http::ProbeDocument) as a passed one's.
 
 use std::collections::BTreeMap;
 use std::time::SystemTime;
@@ -52,6 +53,7 @@ use tokio::sync::oneshot;
 
 use super::auth::{authenticate, AuthFailure, Caller, Scope};
 use super::board::{Document, PublishedView};
+use super::probes::{self, Probe};
 use super::{Api, ConnectionPeer, HttpLimits};
 use crate::server::node_loop::Event;
 use crate::server::LeaderView;
@@ -68,6 +70,8 @@ enum Access {
     Write,
     /// A `read` token or better, or nothing when `/metrics` is opened to scrapers.
     Metrics,
+    /// Nothing: the liveness and readiness probes (see [`super::probes`] for why).
+    Open,
 }
 
 /// What a write takes as its body.
@@ -91,6 +95,8 @@ enum Action {
     Tasks,
     /// Renders this process's metrics.
     Metrics,
+    /// Answers a liveness or readiness probe.
+    Probe(Probe),
     /// Proposes an operator request, answered once committed.
     Write(Payload, WriteFn),
 }
@@ -107,7 +113,7 @@ struct Route {
 }
 
 /// Every endpoint of the API.
-static ROUTES: [Route; 10] = [
+static ROUTES: [Route; 12] = [
     Route {
         method: Method::GET,
         path: "/state",
@@ -156,6 +162,20 @@ static ROUTES: [Route; 10] = [
         access: Access::Metrics,
         query: &[],
         action: Action::Metrics,
+    },
+    Route {
+        method: Method::GET,
+        path: "/health",
+        access: Access::Open,
+        query: &[],
+        action: Action::Probe(Probe::Health),
+    },
+    Route {
+        method: Method::GET,
+        path: "/ready",
+        access: Access::Open,
+        query: &[],
+        action: Action::Probe(Probe::Ready),
     },
     Route {
         method: Method::PUT,
@@ -350,6 +370,7 @@ async fn respond(
     let query = query_params(request.uri().query(), route.query)?;
     match route.action {
         Action::Metrics => Ok(metrics(api)),
+        Action::Probe(probe) => Ok(probes::answer(api, probe).await),
         Action::Document(document) => {
             let view = leader_view(api, &request).await?;
             Ok(json_bytes(
@@ -387,6 +408,13 @@ fn authorize(
     route: &Route,
     request: &Request<Incoming>,
 ) -> Result<Caller, ApiError> {
+    let anonymous = || Caller {
+        who: "anonymous".to_string(),
+        scope: None,
+    };
+    if route.access == Access::Open {
+        return Ok(anonymous());
+    }
     let tokens = api.tokens.as_ref().map(|store| store.current());
     let authenticated = authenticate(
         peer.identity.as_ref(),
@@ -400,12 +428,7 @@ fn authorize(
     let open = route.access == Access::Metrics && api.metrics_open;
     let caller = match authenticated {
         Ok(caller) => caller,
-        Err(_) if open => {
-            return Ok(Caller {
-                who: "anonymous".to_string(),
-                scope: None,
-            })
-        }
+        Err(_) if open => return Ok(anonymous()),
         Err(failure) => {
             metrics::counter!("fullerene_http_auth_refusals_total").increment(1);
             tracing::debug!(peer = %peer.addr, ?failure, path = route.path, "HTTP request refused");
@@ -436,6 +459,7 @@ fn authorize(
     let needed = match route.access {
         Access::Read | Access::Metrics => Scope::Read,
         Access::Write => Scope::Write,
+        Access::Open => return Ok(caller),
     };
     if caller.scope.is_none_or(|scope| scope < needed) {
         metrics::counter!("fullerene_http_auth_refusals_total").increment(1);
@@ -845,7 +869,8 @@ fn json_bytes(body: Bytes) -> Response<Body> {
     response
 }
 
-fn json<T: Serialize>(status: StatusCode, value: &T) -> Response<Body> {
+/// A JSON response of `value` with `status`.
+pub(super) fn json<T: Serialize>(status: StatusCode, value: &T) -> Response<Body> {
     let mut response = json_bytes(Bytes::from(to_json(value)));
     *response.status_mut() = status;
     response
