@@ -7,10 +7,12 @@
 //! then runs a sample of the workload's jobs with the SDK's DAG-job framework exactly as
 //! `fullerene job run` does: a progress bar per job, then the JCT summary (`--json` too). The
 //! time scale is chosen so that the sample keeps the cluster busy for about `--target-secs`.
-//! Every process it started is stopped when it ends: on success, on error, and on ctrl-c or
-//! SIGTERM (the processes run in their own process group, so a terminal's ctrl-c reaches this
-//! command only, which then stops them).
+//! Every process it started is stopped when it ends: on success, on error, and on ctrl-c,
+//! SIGTERM or SIGHUP (the processes run in their own process group, so a terminal's ctrl-c, or
+//! the hangup of a closed terminal or a dropped ssh session, reaches this command only, which
+//! then stops them).
 
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -29,10 +31,9 @@ use fullerene_sdk::{parse_workload, Job};
 use fullerene_sim::{job_sources, JobOrder, REFERENCE_MACHINE};
 use fullerene_transport::certs::CertPaths;
 use fullerene_transport::Role;
-use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use crate::commands::job::{self, JobCommand, JobRunArgs};
-use crate::commands::resolve_workload;
+use crate::commands::{resolve_workload, Caught, Signals};
 use crate::output::JsonOutput;
 
 /// How much longer than its lower bound a sample takes on the cluster: Graphene's packing is
@@ -275,9 +276,12 @@ pub(crate) fn run(args: DevArgs, json: &JsonOutput) -> Result<()> {
             result
         }
         Outcome::Interrupted(signal) => {
-            eprintln!("\n{signal}: {stopped}{where_}");
-            // The job thread is abandoned mid-run; exiting ends it (128 + SIGINT, as shells do).
-            std::process::exit(130);
+            // After a hangup the terminal may be gone, and eprintln! would panic on the failed
+            // write: the processes are stopped already, so the message is only a courtesy.
+            let _ = writeln!(std::io::stderr(), "\n{signal}: {stopped}{where_}");
+            // The job thread is abandoned mid-run; exiting ends it (128 + the signal's number,
+            // as shells report a process the signal killed).
+            std::process::exit(128 + signal.number);
         }
     }
 }
@@ -291,32 +295,8 @@ fn plural(count: usize, noun: &str) -> String {
 enum Outcome {
     /// It ran to the end (or failed).
     Done(Result<()>),
-    /// A signal (named) stopped it.
-    Interrupted(&'static str),
-}
-
-/// SIGINT (ctrl-c) and SIGTERM.
-struct Signals {
-    interrupt: Signal,
-    terminate: Signal,
-}
-
-impl Signals {
-    /// Must be called inside a tokio runtime.
-    fn new() -> Result<Signals> {
-        Ok(Signals {
-            interrupt: signal(SignalKind::interrupt()).context("cannot handle SIGINT")?,
-            terminate: signal(SignalKind::terminate()).context("cannot handle SIGTERM")?,
-        })
-    }
-
-    /// The next signal's name.
-    async fn next(&mut self) -> &'static str {
-        tokio::select! {
-            _ = self.interrupt.recv() => "interrupted",
-            _ = self.terminate.recv() => "terminated",
-        }
-    }
+    /// A signal stopped it.
+    Interrupted(Caught),
 }
 
 /// A new or empty directory: dev lays out a new cluster, and an old one's data would make the

@@ -22,6 +22,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use fullerene_transport::{TransportConfig, DEFAULT_IDLE_TIMEOUT, DEFAULT_KEEP_ALIVE};
+use tokio::signal::unix::{signal, Signal, SignalKind};
 
 /// How fast a QUIC connection gives up on a silent peer: the same flags on masters, agents and
 /// frameworks (QUIC uses the smaller idle timeout of the two sides).
@@ -93,4 +94,48 @@ pub(crate) fn resolve_workload(given: Option<PathBuf>) -> Result<PathBuf> {
          or set FULLERENE_WORKLOAD",
         DEFAULT_WORKLOADS.join(" or ")
     )
+}
+
+/// A signal that stops a command which cleans up on its way out (`dev`, `job run`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Caught {
+    /// What happened, for the last message: "interrupted", "terminated", "hung up".
+    pub(crate) name: &'static str,
+    /// The signal's number.
+    pub(crate) number: i32,
+}
+
+impl std::fmt::Display for Caught {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+/// SIGINT (ctrl-c), SIGTERM and SIGHUP (a closed terminal or a dropped ssh session): a command
+/// that cleans up on its way out does so for each alike.
+pub(crate) struct Signals {
+    interrupt: Signal,
+    terminate: Signal,
+    hangup: Signal,
+}
+
+impl Signals {
+    /// Must be called inside a tokio runtime.
+    pub(crate) fn new() -> Result<Signals> {
+        Ok(Signals {
+            interrupt: signal(SignalKind::interrupt()).context("cannot handle SIGINT")?,
+            terminate: signal(SignalKind::terminate()).context("cannot handle SIGTERM")?,
+            hangup: signal(SignalKind::hangup()).context("cannot handle SIGHUP")?,
+        })
+    }
+
+    /// The next signal.
+    pub(crate) async fn next(&mut self) -> Caught {
+        let (name, number) = tokio::select! {
+            _ = self.interrupt.recv() => ("interrupted", libc::SIGINT),
+            _ = self.terminate.recv() => ("terminated", libc::SIGTERM),
+            _ = self.hangup.recv() => ("hung up", libc::SIGHUP),
+        };
+        Caught { name, number }
+    }
 }
