@@ -50,4 +50,4 @@ pub use study::{
     compare_seeds, consecutive_seeds, render_seed_table, render_sweep, sweep_machines, LoadSweep,
     PolicySeeds, SeedStudy, Spread,
 };
-pub use workload::{job_sources, prepare_jobs, JobOrder, JobOrderError, SimJob};
+pub use workload::{check_fits, job_sources, prepare_jobs, JobOrder, JobOrderError, SimJob};

@@ -166,6 +166,31 @@ fn logs(cluster: &MasterCluster) -> String {
     text
 }
 
+/// Waits for `child` (a job run) to exit; its status. Kills it and fails the test, naming
+/// what it should have done, if it is still running after `timeout`.
+fn wait_for_exit(
+    cluster: &MasterCluster,
+    mut child: Child,
+    timeout: Duration,
+    should: &str,
+) -> std::process::ExitStatus {
+    let started = Instant::now();
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return status;
+        }
+        if started.elapsed() > timeout {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "job run did not {should} within {timeout:?}\n{}",
+                logs(cluster)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Waits for the job run to exit; its JSON summary. Fails the test if it does not end in
 /// time, or if any job did not finish.
 fn finish_job_run(
@@ -408,5 +433,43 @@ fn jobs_finish_after_the_leading_master_is_killed() {
         "five jobs across a leader kill in {:.1} s ({} failed attempts)",
         started.elapsed().as_secs_f64(),
         reports.iter().map(|r| r.failed_attempts).sum::<u64>()
+    );
+}
+
+/// A task larger than every agent could never be offered room: `job run` refuses the workload
+/// at once, naming the stage, instead of waiting for offers forever.
+#[test]
+fn a_task_larger_than_every_agent_is_refused_before_the_jobs_start() {
+    let mut cluster = MasterCluster::start_with(1, 1, 1, &FAST_LIVENESS);
+    cluster.spawn_agent(1, &AGENT_RESOURCES);
+    assert!(
+        cluster.wait_for_active_agents(1, Duration::from_secs(20)),
+        "the agent did not register\n{}",
+        cluster.logs()
+    );
+    let file = cluster.dir().join("huge.jsonl");
+    std::fs::write(
+        &file,
+        concat!(
+            r#"{"name":"huge","stages":[{"id":0,"name":"fits","parents":[],"tasks":1,"duration_s":1.0,"demand":{"cpus":1}},"#,
+            r#"{"id":1,"name":"wide","parents":[0],"tasks":2,"duration_s":1.0,"demand":{"cpus":64}}]}"#,
+            "\n"
+        ),
+    )
+    .expect("write the workload");
+    let child = start_job_run(&cluster, &file);
+    let status = wait_for_exit(&cluster, child, Duration::from_secs(20), "refuse the jobs");
+    let log = std::fs::read_to_string(cluster.dir().join("job-run.log")).unwrap_or_default();
+    assert!(!status.success(), "job run succeeded:\n{log}");
+    assert!(
+        log.contains("larger than every agent") && log.contains("stage 1 (`wide`)"),
+        "{log}"
+    );
+    assert!(log.contains("cpus=16"), "the agents' size is shown: {log}");
+    let state = cluster.http_state().unwrap_or_default();
+    assert_eq!(
+        state["frameworks"].as_array().map(Vec::len),
+        Some(0),
+        "nothing was submitted: {state}"
     );
 }

@@ -28,7 +28,7 @@ use fullerene_sdk::lower_bound::lower_bounds;
 use fullerene_sdk::planner::PlanCluster;
 use fullerene_sdk::policy::PolicyKind;
 use fullerene_sdk::{parse_workload, Job};
-use fullerene_sim::{job_sources, JobOrder, REFERENCE_MACHINE};
+use fullerene_sim::{check_fits, job_sources, JobOrder, REFERENCE_MACHINE};
 use fullerene_transport::certs::CertPaths;
 use fullerene_transport::Role;
 
@@ -151,17 +151,8 @@ fn choose_sample(text: &str, file: &Path, args: &DevArgs) -> Result<Sample> {
     let chosen: Vec<Job> = sources.iter().map(|&i| jobs[i].clone()).collect();
     let machine = args.agent_resources;
     for job in &chosen {
-        for stage in &job.stages {
-            if !stage.demand.fits_in(&machine) {
-                bail!(
-                    "job `{}` stage `{}` needs {} per task, more than an agent has \
-                     (--agent-resources {machine})",
-                    job.name,
-                    stage.name,
-                    stage.demand
-                );
-            }
-        }
+        check_fits(job, &[machine])
+            .context("a task is larger than an agent (--agent-resources)")?;
     }
     let agents = usize::try_from(args.agents).context("--agents is too large")?;
     let lower_bound_s = sample_lower_bound(&chosen, &PlanCluster::new(agents, machine));
@@ -693,11 +684,13 @@ mod tests {
     #[test]
     fn a_task_larger_than_an_agent_or_too_many_jobs_are_refused_by_name() {
         let a = args(&["--jobs", "2", "--agent-resources", "cpus=1,mem_mib=4096"]);
-        let err = choose_sample(WORKLOAD, Path::new("w.jsonl"), &a)
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("job `chain` stage `a`"), "{err}");
-        assert!(err.contains("--agent-resources cpus=1"), "{err}");
+        let err = format!(
+            "{:#}",
+            choose_sample(WORKLOAD, Path::new("w.jsonl"), &a).unwrap_err()
+        );
+        assert!(err.contains("job `chain`, stage 0 (`a`)"), "{err}");
+        assert!(err.contains("--agent-resources"), "{err}");
+        assert!(err.contains("(cpus=1,"), "{err}");
 
         let a = args(&["--jobs", "3"]);
         let err = choose_sample(WORKLOAD, Path::new("w.jsonl"), &a)

@@ -8,16 +8,21 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use fullerene_client::event_log::EventLog;
+use fullerene_proto::messages::AgentState;
+use fullerene_proto::ResourceVec;
 use fullerene_sdk::dag::{
     run_jobs, DagConfig, ExecutorTemplate, JobOutcome, JobProgress, JobReport, ProgressFn,
     RunJobsOptions,
 };
 use fullerene_sdk::policy::PolicyKind;
 use fullerene_sdk::read_workload;
+use fullerene_sim::check_fits;
+use fullerene_transport::certs::CertPaths;
 use fullerene_transport::{Role, TlsMaterial};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 
+use crate::commands::cluster::{operator_client, ClusterArgs};
 use crate::commands::master::tls_paths;
 use crate::output::{table, JsonOutput};
 
@@ -175,6 +180,12 @@ fn run_jobs_command(args: JobRunArgs, json: &JsonOutput) -> Result<()> {
         state_dir: args.state_dir.clone(),
     };
 
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(check_agents_fit(&jobs, &args))?;
+
     let bars = Bars::new(&jobs, matches!(json, JsonOutput::Stdout));
     let progress: ProgressFn = {
         let bars = bars.bars.clone();
@@ -184,10 +195,6 @@ fn run_jobs_command(args: JobRunArgs, json: &JsonOutput) -> Result<()> {
             }
         })
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
     let reports = runtime.block_on(run_jobs(jobs, &tls, options, Some(progress)))?;
     runtime.shutdown_timeout(Duration::from_secs(1));
     bars.finish();
@@ -203,6 +210,61 @@ fn run_jobs_command(args: JobRunArgs, json: &JsonOutput) -> Result<()> {
     }
     Ok(())
 }
+
+/// Refuses, before anything is submitted, a job with a task larger than every agent the masters
+/// know: no offer could ever hold it, and the job would wait for one forever. A framework may
+/// not list the agents, so this asks as the operator of `--certs` when that directory holds
+/// an operator certificate (a `fullerene certs init` directory does); without one, or when the
+/// masters do not answer, it says so and runs the jobs unchecked.
+async fn check_agents_fit(jobs: &[fullerene_sdk::Job], args: &JobRunArgs) -> Result<()> {
+    let Some(certs) = &args.certs else {
+        return Ok(());
+    };
+    if !CertPaths::of_member(certs, Role::Operator, 1).cert.is_file() {
+        tracing::info!(
+            "no operator certificate in {}: the jobs' demands are not checked against the agents",
+            certs.display()
+        );
+        return Ok(());
+    }
+    let cluster = ClusterArgs {
+        masters: args.masters.clone(),
+        certs: Some(certs.clone()),
+        operator: 1,
+        ca: None,
+        cert: None,
+        key: None,
+        timeout_secs: AGENT_LIST_TIMEOUT_SECS,
+    };
+    let agents = match operator_client(&cluster)?.list_agents().await {
+        Ok(agents) => agents,
+        Err(error) => {
+            eprintln!("warning: cannot list the agents to check the jobs' demands: {error}");
+            return Ok(());
+        }
+    };
+    let mut sizes: Vec<ResourceVec> = Vec::new();
+    for agent in agents.iter().filter(|a| a.state != AgentState::Lost) {
+        let size = agent
+            .total
+            .to_vec()
+            .with_context(|| format!("agent {} reports invalid resources", agent.id))?;
+        if !sizes.contains(&size) {
+            sizes.push(size);
+        }
+    }
+    if sizes.is_empty() {
+        eprintln!("warning: no agent is registered: the jobs wait until one is");
+        return Ok(());
+    }
+    for job in jobs {
+        check_fits(job, &sizes).context("a task is larger than every agent of the cluster")?;
+    }
+    Ok(())
+}
+
+/// How long `job run` waits for the masters' list of agents before it runs the jobs unchecked.
+const AGENT_LIST_TIMEOUT_SECS: u64 = 5;
 
 struct Bars {
     _multi: MultiProgress,
