@@ -190,6 +190,7 @@ fn options(addr: std::net::SocketAddr) -> RunJobsOptions {
         transport: TransportConfig::default(),
         event_log: None,
         state_dir: None,
+        stop: None,
     }
 }
 

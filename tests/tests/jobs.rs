@@ -63,6 +63,11 @@ fn workload(cluster: &MasterCluster, names: &[&str]) -> PathBuf {
 /// Starts `fullerene --json job run` on `file` against every master; its JSON goes to
 /// `job-run.json` and its log to `job-run.log` in the cluster's directory.
 fn start_job_run(cluster: &MasterCluster, file: &Path) -> Child {
+    start_job_run_scaled(cluster, file, TIME_SCALE)
+}
+
+/// [`start_job_run`] at `time_scale`.
+fn start_job_run_scaled(cluster: &MasterCluster, file: &Path, time_scale: f64) -> Child {
     let masters: Vec<String> = cluster.addrs.values().map(ToString::to_string).collect();
     let stdout = File::create(cluster.dir().join("job-run.json")).expect("create job-run.json");
     let stderr = File::create(cluster.dir().join("job-run.log")).expect("create job-run.log");
@@ -80,7 +85,7 @@ fn start_job_run(cluster: &MasterCluster, file: &Path) -> Child {
         .arg(masters.join(","))
         .arg("--certs")
         .arg(cluster.certs_dir())
-        .args(["--framework", "1", "--time-scale", &TIME_SCALE.to_string()])
+        .args(["--framework", "1", "--time-scale", &time_scale.to_string()])
         .stdin(Stdio::null())
         .stdout(stdout)
         .stderr(stderr)
@@ -110,6 +115,7 @@ fn start_jobs_in_process(
         transport: TransportConfig::default(),
         event_log: None,
         state_dir: None,
+        stop: None,
     };
     std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -472,4 +478,43 @@ fn a_task_larger_than_every_agent_is_refused_before_the_jobs_start() {
         Some(0),
         "nothing was submitted: {state}"
     );
+}
+
+/// Interrupting `job run` tears its frameworks down: the masters kill the running tasks at
+/// once instead of keeping them for the failover timeout (60 s here).
+#[test]
+fn ctrl_c_on_job_run_tears_its_frameworks_down_and_frees_the_agents() {
+    let mut cluster = MasterCluster::start_with(1, 1, 2, &FAST_LIVENESS);
+    for n in 1..=2 {
+        cluster.spawn_agent(n, &AGENT_RESOURCES);
+    }
+    assert!(
+        cluster.wait_for_active_agents(2, Duration::from_secs(20)),
+        "the agents did not register\n{}",
+        cluster.logs()
+    );
+    let file = workload(&cluster, &["tpch-q1-2g", "tpch-q3-2g"]);
+    // Tasks of seconds: the jobs are still running when the signal comes.
+    let child = start_job_run_scaled(&cluster, &file, 1.0);
+    wait_for_busiest_agent(&cluster, Duration::from_secs(20));
+    let sent = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success());
+    let status = wait_for_exit(&cluster, child, Duration::from_secs(15), "stop on SIGINT");
+    assert_eq!(status.code(), Some(130), "{}", logs(&cluster));
+    let output = std::fs::read_to_string(cluster.dir().join("job-run.json")).unwrap_or_default();
+    let summary: serde_json::Value = serde_json::from_str(&output)
+        .unwrap_or_else(|e| panic!("no JSON summary ({e}): {output}\n{}", logs(&cluster)));
+    assert_eq!(summary["failed"], 2, "{summary:#}");
+    // Within assert_all_free's 10 s, far below the failover timeout.
+    let state = assert_all_free(&cluster);
+    let killed = state["tasks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|t| t["state"] == "Killed")
+        .count();
+    assert!(killed > 0, "no task was killed: {state}");
 }

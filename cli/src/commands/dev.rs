@@ -32,7 +32,7 @@ use fullerene_sim::{check_fits, job_sources, JobOrder, REFERENCE_MACHINE};
 use fullerene_transport::certs::CertPaths;
 use fullerene_transport::Role;
 
-use crate::commands::job::{self, JobCommand, JobRunArgs};
+use crate::commands::job::{self, JobRunArgs};
 use crate::commands::{resolve_workload, Caught, Signals};
 use crate::output::JsonOutput;
 
@@ -357,7 +357,9 @@ async fn drive(
     let spawned = std::thread::Builder::new()
         .name("dev-jobs".to_string())
         .spawn(move || {
-            let _ = done_tx.send(job::run(JobCommand::Run(run_args), &json));
+            // This command handles the signals: it stops the whole cluster, the jobs' tasks
+            // with it.
+            let _ = done_tx.send(job::run_jobs_command(run_args, &json, false));
         });
     if let Err(error) = spawned {
         return Outcome::Done(Err(anyhow!(error).context("cannot start the jobs' thread")));

@@ -1,7 +1,9 @@
 //! `fullerene job`: submit DAG jobs to a running cluster with the SDK's DAG-job framework.
 
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,6 +26,7 @@ use serde::Serialize;
 
 use crate::commands::cluster::{operator_client, ClusterArgs};
 use crate::commands::master::tls_paths;
+use crate::commands::{Caught, Signals};
 use crate::output::{table, JsonOutput};
 
 /// Job commands.
@@ -124,12 +127,19 @@ pub(crate) struct JobRunArgs {
 /// Runs a `job` subcommand.
 pub(crate) fn run(command: JobCommand, json: &JsonOutput) -> Result<()> {
     match command {
-        JobCommand::Run(args) => run_jobs_command(args, json),
+        JobCommand::Run(args) => run_jobs_command(args, json, true),
         JobCommand::Status(args) => crate::commands::status::job_status(args, json),
     }
 }
 
-fn run_jobs_command(args: JobRunArgs, json: &JsonOutput) -> Result<()> {
+/// Runs `job run`. With `handle_signals`, ctrl-c, SIGTERM and SIGHUP tear the jobs' frameworks
+/// down (the masters kill their tasks at once) before it exits with 128 + the signal's number;
+/// `dev`, which stops its whole cluster on a signal, runs it without.
+pub(crate) fn run_jobs_command(
+    args: JobRunArgs,
+    json: &JsonOutput,
+    handle_signals: bool,
+) -> Result<()> {
     let policy: PolicyKind = args.policy.parse().context("invalid --policy")?;
     if !(args.time_scale.is_finite() && args.time_scale > 0.0) {
         bail!(
@@ -156,6 +166,7 @@ fn run_jobs_command(args: JobRunArgs, json: &JsonOutput) -> Result<()> {
         args.framework,
     )?;
     let tls = TlsMaterial::load(&ca, &cert, &key).context("cannot load the TLS material")?;
+    let stop = Arc::new(AtomicBool::new(false));
     let options = RunJobsOptions {
         masters: args.masters.clone(),
         dag: DagConfig {
@@ -178,6 +189,7 @@ fn run_jobs_command(args: JobRunArgs, json: &JsonOutput) -> Result<()> {
             None => None,
         },
         state_dir: args.state_dir.clone(),
+        stop: Some(Arc::clone(&stop)),
     };
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -195,12 +207,44 @@ fn run_jobs_command(args: JobRunArgs, json: &JsonOutput) -> Result<()> {
             }
         })
     };
-    let reports = runtime.block_on(run_jobs(jobs, &tls, options, Some(progress)))?;
+    let (reports, caught) = runtime.block_on(async {
+        let run = run_jobs(jobs, &tls, options, Some(progress));
+        tokio::pin!(run);
+        let mut signals = if handle_signals {
+            Some(Signals::new()?)
+        } else {
+            None
+        };
+        let caught = tokio::select! {
+            reports = &mut run => return Ok::<_, anyhow::Error>((reports?, None)),
+            caught = next_signal(signals.as_mut()) => caught,
+        };
+        stop.store(true, Ordering::Relaxed);
+        let _ = writeln!(
+            std::io::stderr(),
+            "{caught}: tearing the jobs' frameworks down (their tasks are killed)"
+        );
+        match tokio::time::timeout(TEARDOWN_GRACE, &mut run).await {
+            Ok(reports) => Ok((reports?, Some(caught))),
+            Err(_) => {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "the masters did not answer the teardowns within {} s: the tasks end at \
+                     the failover timeout",
+                    TEARDOWN_GRACE.as_secs()
+                );
+                std::process::exit(128 + caught.number);
+            }
+        }
+    })?;
     runtime.shutdown_timeout(Duration::from_secs(1));
     bars.finish();
 
     let summary = Summary::of(&args.file, policy, args.time_scale, reports);
     json.emit(&summary, || summary.render())?;
+    if let Some(caught) = caught {
+        std::process::exit(128 + caught.number);
+    }
     if summary.failed > 0 {
         bail!(
             "{} of {} jobs failed (see the table)",
@@ -220,7 +264,10 @@ async fn check_agents_fit(jobs: &[fullerene_sdk::Job], args: &JobRunArgs) -> Res
     let Some(certs) = &args.certs else {
         return Ok(());
     };
-    if !CertPaths::of_member(certs, Role::Operator, 1).cert.is_file() {
+    if !CertPaths::of_member(certs, Role::Operator, 1)
+        .cert
+        .is_file()
+    {
         tracing::info!(
             "no operator certificate in {}: the jobs' demands are not checked against the agents",
             certs.display()
@@ -261,6 +308,18 @@ async fn check_agents_fit(jobs: &[fullerene_sdk::Job], args: &JobRunArgs) -> Res
         check_fits(job, &sizes).context("a task is larger than every agent of the cluster")?;
     }
     Ok(())
+}
+
+/// How long `job run`, stopped by a signal, waits for its frameworks to be torn down: each
+/// stops within a driver tick and waits up to a second for the master's answer.
+const TEARDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// The next signal, or never without handlers.
+async fn next_signal(signals: Option<&mut Signals>) -> Caught {
+    match signals {
+        Some(signals) => signals.next().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// How long `job run` waits for the masters' list of agents before it runs the jobs unchecked.
