@@ -29,9 +29,8 @@ fn with_client<T>(
 ) -> Result<T> {
     runtime()?.block_on(async {
         let mut client = operator_client(args)?;
-        list(&mut client)
-            .await
-            .context("the masters did not answer")
+        // The client's errors say what happened (no leader in time, a refused certificate).
+        Ok(list(&mut client).await?)
     })
 }
 
