@@ -5,6 +5,7 @@ mod config;
 mod output;
 
 use std::ffi::OsString;
+use std::io::IsTerminal as _;
 use std::path::PathBuf;
 
 use anyhow::Result;
@@ -32,8 +33,9 @@ struct Cli {
     #[arg(long, global = true, env = "FULLERENE_CONFIG", value_name = "FILE")]
     config: Option<PathBuf>,
 
-    /// Log filter: a level (error, warn, info, debug, trace) or a tracing directive list such
-    /// as `info,fullerene_master=debug`.
+    /// Log filter: a level (off, error, warn, info, debug, trace) or a tracing directive list
+    /// such as `info,fullerene_master=debug`. Default: warn; info for `master`, off for `chaos`.
+    /// Colored only on a terminal, and never with NO_COLOR set.
     #[arg(
         long,
         global = true,
@@ -134,11 +136,18 @@ fn run() -> Result<()> {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
-    // The simulation's cores log what production would (a refused update, a lost quorum), by
-    // the thousand per second: `chaos sim` logs only when asked.
-    let quiet = matches!(cli.command, Commands::Chaos(_))
-        && matches.value_source("log_level") == Some(clap::parser::ValueSource::DefaultValue);
-    init_tracing(if quiet { "off" } else { &cli.log_level })?;
+    let defaulted =
+        matches.value_source("log_level") == Some(clap::parser::ValueSource::DefaultValue);
+    let filter = match &cli.command {
+        // The simulation's cores log what production would (a refused update, a lost quorum),
+        // by the thousand per second: `chaos sim` logs only when asked.
+        Commands::Chaos(_) if defaulted => "off",
+        // A master is a daemon whose log is read later: it says at start who it is and where it
+        // listens, and when it leads or follows, at info.
+        Commands::Master(_) if defaulted => "info",
+        _ => &cli.log_level,
+    };
+    init_tracing(filter)?;
     let json = JsonOutput::from_flag(cli.json);
     match cli.command {
         Commands::Certs(cmd) => commands::certs::run(cmd, &json),
@@ -215,10 +224,20 @@ fn init_tracing(filter: &str) -> Result<()> {
         .map_err(|e| anyhow::anyhow!("invalid --log-level `{filter}`: {e}"))?;
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colored(
+            std::io::stderr().is_terminal(),
+            std::env::var_os("NO_COLOR").as_deref(),
+        ))
         .with_writer(std::io::stderr)
         .with_target(true)
         .init();
     Ok(())
+}
+
+/// Whether log lines get colors: only on a terminal (a log file or a pipe would keep the
+/// escape codes), and not when `NO_COLOR` is set to anything non-empty (no-color.org).
+fn colored(terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    terminal && no_color.is_none_or(std::ffi::OsStr::is_empty)
 }
 
 #[cfg(test)]
@@ -233,6 +252,15 @@ mod tests {
     fn parse(words: &[&str]) -> Cli {
         let args = normalize_json_flag(words.iter().map(OsString::from).collect());
         Cli::try_parse_from(args).expect("parses")
+    }
+
+    #[test]
+    fn logs_are_colored_only_on_a_terminal_without_no_color() {
+        use std::ffi::OsStr;
+        assert!(colored(true, None));
+        assert!(colored(true, Some(OsStr::new(""))));
+        assert!(!colored(true, Some(OsStr::new("1"))));
+        assert!(!colored(false, None));
     }
 
     #[test]

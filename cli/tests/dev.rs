@@ -51,8 +51,23 @@ fn dev_runs_two_jobs_to_completion_and_stops_its_cluster() {
     }
     assert!(stderr.contains("/state"), "the HTTP API is shown: {stderr}");
     // `--dir` is kept, with the masters' and agents' logs; nothing of the cluster still runs.
-    assert!(cluster_dir.join("master-1.log").is_file());
     assert!(cluster_dir.join("agent-2.log").is_file());
+    // A log file gets no colors, and a master says at start, at its default level, who it is,
+    // where it listens and where its data is, then that it leads.
+    let log = std::fs::read_to_string(cluster_dir.join("master-1.log")).expect("master-1.log");
+    assert!(!log.contains('\u{1b}'), "escape codes in the log:\n{log}");
+    let start = log
+        .lines()
+        .find(|l| l.contains("master starting"))
+        .unwrap_or_else(|| panic!("no start line:\n{log}"));
+    assert!(
+        start.contains("INFO") && start.contains("listen=") && start.contains("data_dir="),
+        "{start}"
+    );
+    assert!(
+        log.contains("role=\"leader\"") || log.contains("role=leader"),
+        "{log}"
+    );
     let left = processes_using(&cluster_dir, None);
     assert!(left.is_empty(), "processes left running: {left:#?}");
 }
