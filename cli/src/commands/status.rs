@@ -179,10 +179,13 @@ fn render_agents(agents: &[AgentInfo], now_ms: u64) -> String {
     ]);
     let mut notes = Vec::new();
     for agent in agents {
-        let state = match agent.state {
-            AgentState::Active => "active",
-            AgentState::Unreachable => "unreachable",
-            AgentState::Lost => "lost",
+        let state = match (agent.state, agent.address) {
+            // Active in the replicated state, but not connected to this leader: just after a
+            // failover or a restart, before the agent comes back or its timeouts mark it.
+            (AgentState::Active, None) => "active?, no session",
+            (AgentState::Active, Some(_)) => "active",
+            (AgentState::Unreachable, _) => "unreachable",
+            (AgentState::Lost, _) => "lost",
         };
         let heard = now_ms.saturating_sub(agent.last_heartbeat_ms);
         out.add_row(vec![
@@ -324,6 +327,16 @@ mod tests {
         let text = render_agents(&[agent], 4_500);
         assert!(
             text.contains("agent-1") && text.contains("unreachable"),
+            "{text}"
+        );
+        let mut silent = agent.clone();
+        silent.state = AgentState::Active;
+        let text = render_agents(&[silent.clone()], 4_500);
+        assert!(text.contains("active?, no session"), "{text}");
+        silent.address = Some("127.0.0.1:7000".parse().expect("an address"));
+        let text = render_agents(&[silent], 4_500);
+        assert!(
+            text.contains("active") && !text.contains("no session"),
             "{text}"
         );
         assert!(text.contains("2.50/8"), "{text}");
