@@ -41,7 +41,8 @@ struct Cli {
         global = true,
         env = "FULLERENE_LOG",
         default_value = "warn",
-        value_name = "FILTER"
+        value_name = "FILTER",
+        value_parser = parse_log_filter
     )]
     log_level: String,
 
@@ -219,6 +220,29 @@ fn normalize_json_flag(args: Vec<OsString>) -> Vec<OsString> {
     out
 }
 
+/// The levels a log filter's directives may name.
+const LOG_LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+
+/// Checks a `--log-level` filter: each directive is a level, or `TARGET=LEVEL`. Tracing alone
+/// would take a misspelt level (`loud`) for a target's name and log nothing of it.
+fn parse_log_filter(text: &str) -> Result<String, String> {
+    for directive in text.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        let level = directive
+            .rsplit_once('=')
+            .map_or(directive, |(_, level)| level);
+        if !LOG_LEVELS.contains(&level.to_ascii_lowercase().as_str()) {
+            return Err(format!(
+                "`{directive}` names no level: use one of {}, or TARGET=LEVEL directives such \
+                 as `info,fullerene_master=debug`",
+                LOG_LEVELS.join(", ")
+            ));
+        }
+    }
+    EnvFilter::try_new(text)
+        .map(|_| text.to_string())
+        .map_err(|e| e.to_string())
+}
+
 fn init_tracing(filter: &str) -> Result<()> {
     let filter = EnvFilter::try_new(filter)
         .map_err(|e| anyhow::anyhow!("invalid --log-level `{filter}`: {e}"))?;
@@ -261,6 +285,37 @@ mod tests {
         assert!(colored(true, Some(OsStr::new(""))));
         assert!(!colored(true, Some(OsStr::new("1"))));
         assert!(!colored(false, None));
+    }
+
+    #[test]
+    fn log_levels_and_directives_are_accepted_and_anything_else_refused() {
+        for good in [
+            "warn",
+            "INFO",
+            "info,fullerene_master=debug",
+            "off",
+            "raft=trace,warn",
+        ] {
+            let cli = parse(&[
+                "fullerene",
+                "--log-level",
+                good,
+                "certs",
+                "init",
+                "--dir",
+                "d",
+            ]);
+            assert_eq!(cli.log_level, good);
+        }
+        for bad in ["loud", "info,fullerene_master", "fullerene_master=loud"] {
+            let err = Cli::try_parse_from(["fullerene", "--log-level", bad, "sim"])
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("--log-level") && err.contains("off, error, warn, info, debug, trace"),
+                "{bad}: {err}"
+            );
+        }
     }
 
     #[test]

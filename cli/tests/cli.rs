@@ -87,6 +87,32 @@ fn certs_init_writes_certificates_the_transport_loads() {
 }
 
 #[test]
+fn a_negative_time_scale_and_a_level_that_is_no_level_are_refused_by_name() {
+    let out = run(&[
+        "job",
+        "run",
+        "w.jsonl",
+        "--masters",
+        "127.0.0.1:1",
+        "--time-scale",
+        "-1",
+    ]);
+    assert!(!out.status.success());
+    let text = stderr(&out);
+    assert!(
+        text.contains("`-1` is not a number > 0") && text.contains("--time-scale"),
+        "{text}"
+    );
+    let out = run(&["--log-level=loud", "sim"]);
+    assert!(!out.status.success());
+    let text = stderr(&out);
+    assert!(
+        text.contains("`loud` names no level") && text.contains("debug, trace"),
+        "{text}"
+    );
+}
+
+#[test]
 fn bad_flags_and_inputs_get_clear_errors() {
     let out = run(&["sim", "--machines", "0"]);
     assert!(!out.status.success());

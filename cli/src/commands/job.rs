@@ -26,7 +26,7 @@ use serde::Serialize;
 
 use crate::commands::cluster::{operator_client, ClusterArgs};
 use crate::commands::master::tls_paths;
-use crate::commands::{Caught, Signals};
+use crate::commands::{parse_positive, Caught, Signals};
 use crate::output::{table, JsonOutput};
 
 /// Job commands.
@@ -87,7 +87,9 @@ pub(crate) struct JobRunArgs {
         long,
         env = "FULLERENE_TIME_SCALE",
         default_value_t = 1.0,
-        value_name = "X"
+        value_name = "X",
+        value_parser = parse_positive,
+        allow_negative_numbers = true
     )]
     pub time_scale: f64,
     /// Run only the first N jobs of the file.
@@ -141,12 +143,6 @@ pub(crate) fn run_jobs_command(
     handle_signals: bool,
 ) -> Result<()> {
     let policy: PolicyKind = args.policy.parse().context("invalid --policy")?;
-    if !(args.time_scale.is_finite() && args.time_scale > 0.0) {
-        bail!(
-            "invalid --time-scale {}: it must be a number > 0",
-            args.time_scale
-        );
-    }
     if args.max_attempts == 0 {
         bail!("invalid --max-attempts 0: a task needs at least one attempt");
     }

@@ -71,6 +71,16 @@ pub(crate) fn parse_allowance(text: &str) -> Result<f64, fullerene_scheduling::A
         .map(|allowance| allowance.0)
 }
 
+/// Parses a flag that must be a finite number > 0 (a time scale): clap reports the flag and
+/// this reason. Such a flag also takes `allow_negative_numbers`, so that `-1` is refused as a
+/// number out of range rather than taken for an unknown flag.
+pub(crate) fn parse_positive(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(value) if value.is_finite() && value > 0.0 => Ok(value),
+        _ => Err(format!("`{text}` is not a number > 0")),
+    }
+}
+
 /// Where the shared workloads are looked for when `--workload` is not given: beside the
 /// checkout (the layout of development machines and CI), then below the current directory.
 const DEFAULT_WORKLOADS: [&str; 2] = [

@@ -172,7 +172,7 @@ fn render_agents(agents: &[AgentInfo], now_ms: u64) -> String {
         "cpus",
         "mem MiB",
         "disk MB/s",
-        "net MB/s",
+        "net Mb/s",
         "gpus",
         "isolation",
         "last heard",
@@ -341,6 +341,11 @@ mod tests {
         );
         assert!(text.contains("2.50/8"), "{text}");
         assert!(text.contains("3.5 s ago"), "{text}");
+        // Network bandwidth is in megabits per second (`net_mbps`), disk bandwidth in megabytes.
+        assert!(
+            text.contains("net Mb/s") && text.contains("disk MB/s"),
+            "{text}"
+        );
         assert_eq!(render_agents(&[], 0), "no agents registered");
     }
 
