@@ -123,10 +123,28 @@ fn main() -> std::process::ExitCode {
     match run() {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            eprintln!("error: {}", error_chain(&err));
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes, outermost first, joined by `: `, each said once: many library
+/// errors already end with their source's text (`cannot read workload: No such file...`),
+/// which `{:#}` would print again after it.
+fn error_chain(err: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in err.chain() {
+        let message = cause.to_string();
+        if text.contains(&message) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&message);
+    }
+    text
 }
 
 fn run() -> Result<()> {
@@ -276,6 +294,28 @@ mod tests {
     fn parse(words: &[&str]) -> Cli {
         let args = normalize_json_flag(words.iter().map(OsString::from).collect());
         Cli::try_parse_from(args).expect("parses")
+    }
+
+    #[test]
+    fn an_error_that_repeats_its_source_is_printed_with_the_source_once() {
+        let os = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let read = fullerene_sdk::WorkloadError::Io {
+            file: "w.jsonl".into(),
+            source: os,
+        };
+        let err = anyhow::Error::new(read).context("cannot run the jobs");
+        let text = error_chain(&err);
+        assert_eq!(
+            text.matches("entity not found").count(),
+            1,
+            "the OS error once: {text}"
+        );
+        assert!(
+            text.starts_with("cannot run the jobs: w.jsonl: cannot read workload"),
+            "{text}"
+        );
+        let err = anyhow::anyhow!("inner").context("middle").context("outer");
+        assert_eq!(error_chain(&err), "outer: middle: inner");
     }
 
     #[test]

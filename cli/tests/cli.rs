@@ -113,6 +113,18 @@ fn a_negative_time_scale_and_a_level_that_is_no_level_are_refused_by_name() {
 }
 
 #[test]
+fn an_os_error_is_printed_once() {
+    let out = run(&["plan", "--all", "--workload", "/nonexistent/w.jsonl"]);
+    assert!(!out.status.success());
+    let text = stderr(&out);
+    assert_eq!(
+        text.matches("No such file or directory").count(),
+        1,
+        "{text}"
+    );
+}
+
+#[test]
 fn bad_flags_and_inputs_get_clear_errors() {
     let out = run(&["sim", "--machines", "0"]);
     assert!(!out.status.success());
