@@ -84,6 +84,11 @@ fn certs_init_writes_certificates_the_transport_loads() {
         stderr(&again)
     );
     assert!(stderr(&again).contains("--force"), "{}", stderr(&again));
+    assert!(
+        !stderr(&again).contains("overwrite"),
+        "no flag of that name: {}",
+        stderr(&again)
+    );
 }
 
 #[test]
