@@ -249,13 +249,18 @@ pub(crate) fn run(args: DevArgs, json: &JsonOutput) -> Result<()> {
         }
     });
     let (masters, agents) = cluster.running();
+    // A failed run's errors name log files: the directory stays for them to be read.
+    let failed = matches!(outcome, Outcome::Done(Err(_)));
+    if failed {
+        cluster.keep_dir();
+    }
     drop(cluster); // stops every process, removes a temporary directory
     let stopped = format!(
         "stopped {} and {}",
         plural(masters, "master"),
         plural(agents, "agent")
     );
-    let where_ = if kept {
+    let where_ = if kept || failed {
         format!("; logs and data kept in {}", dir.display())
     } else {
         String::new()
