@@ -1,10 +1,10 @@
 //! `fullerene job`: submit DAG jobs to a running cluster with the SDK's DAG-job framework.
 
-use std::io::Write as _;
+use std::io::{IsTerminal as _, Write as _};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -194,11 +194,20 @@ pub(crate) fn run_jobs_command(
         .context("cannot start the async runtime")?;
     runtime.block_on(check_agents_fit(&jobs, &args))?;
 
-    let bars = Bars::new(&jobs, matches!(json, JsonOutput::Stdout));
+    // Bars on a terminal; plain lines where they would not show (a log file, CI); nothing
+    // beside JSON on standard output.
+    let json_out = matches!(json, JsonOutput::Stdout);
+    let lines = (!json_out && !std::io::stderr().is_terminal())
+        .then(|| Arc::new(ProgressLines::new(jobs.len())));
+    let bars = Bars::new(&jobs, json_out || lines.is_some());
     let progress: ProgressFn = {
         let bars = bars.bars.clone();
         Arc::new(move |index: usize, p: &JobProgress| {
-            if let Some(bar) = bars.get(index) {
+            if let Some(lines) = &lines {
+                if let Some(line) = lines.line(index, p) {
+                    let _ = writeln!(std::io::stderr(), "{line}");
+                }
+            } else if let Some(bar) = bars.get(index) {
                 update_bar(bar, p);
             }
         })
@@ -360,6 +369,46 @@ impl Bars {
                 bar.abandon();
             }
         }
+    }
+}
+
+/// Progress as plain lines, for an output that is not a terminal: a line per job at each
+/// quarter of its tasks finished, and one when it ends.
+struct ProgressLines {
+    /// The last step each job was reported at: quarters 1 to 4, then 5 once it ended.
+    reported: Mutex<Vec<u8>>,
+}
+
+impl ProgressLines {
+    fn new(jobs: usize) -> ProgressLines {
+        ProgressLines {
+            reported: Mutex::new(vec![0; jobs]),
+        }
+    }
+
+    /// The line to print for job `index`'s progress `p`, when it reached a new step.
+    fn line(&self, index: usize, p: &JobProgress) -> Option<String> {
+        let step = match p.outcome {
+            JobOutcome::Running => (p.finished * 4 / p.tasks.max(1)).min(4) as u8,
+            JobOutcome::Finished { .. } | JobOutcome::Failed { .. } => 5,
+        };
+        let mut reported = self.reported.lock().unwrap_or_else(|e| e.into_inner());
+        let last = reported.get_mut(index)?;
+        if step <= *last {
+            return None;
+        }
+        *last = step;
+        let name = &p.name;
+        Some(match &p.outcome {
+            JobOutcome::Running => format!(
+                "{name}: {}/{} tasks finished, {} running",
+                p.finished, p.tasks, p.running
+            ),
+            JobOutcome::Finished { jct_ms } => {
+                format!("{name}: done in {:.1} s", *jct_ms as f64 / 1000.0)
+            }
+            JobOutcome::Failed { reason } => format!("{name}: FAILED: {reason}"),
+        })
     }
 }
 
@@ -525,6 +574,42 @@ mod tests {
             vec!["127.0.0.1:7".parse::<SocketAddr>().unwrap()]
         );
         assert_eq!(run.file, PathBuf::from("w.jsonl"));
+    }
+
+    #[test]
+    fn plain_progress_says_each_quarter_and_the_end_once() {
+        let lines = ProgressLines::new(1);
+        let progress = |finished: usize, outcome: JobOutcome| JobProgress {
+            name: "q1".into(),
+            group: String::new(),
+            tasks: 8,
+            finished,
+            running: 2,
+            failed_attempts: 0,
+            outcome,
+        };
+        assert_eq!(lines.line(0, &progress(1, JobOutcome::Running)), None);
+        assert_eq!(
+            lines.line(0, &progress(2, JobOutcome::Running)).as_deref(),
+            Some("q1: 2/8 tasks finished, 2 running")
+        );
+        assert_eq!(lines.line(0, &progress(3, JobOutcome::Running)), None);
+        assert!(lines.line(0, &progress(8, JobOutcome::Running)).is_some());
+        assert_eq!(
+            lines
+                .line(0, &progress(8, JobOutcome::Finished { jct_ms: 1_500 }))
+                .as_deref(),
+            Some("q1: done in 1.5 s")
+        );
+        assert_eq!(
+            lines.line(0, &progress(8, JobOutcome::Finished { jct_ms: 1_500 })),
+            None
+        );
+        assert_eq!(
+            lines.line(1, &progress(8, JobOutcome::Running)),
+            None,
+            "no such job"
+        );
     }
 
     #[test]
