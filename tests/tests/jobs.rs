@@ -189,7 +189,8 @@ fn wait_for_exit(
             let _ = child.kill();
             let _ = child.wait();
             panic!(
-                "job run did not {should} within {timeout:?}\n{}",
+                "job run did not {should} within {timeout:?}; state: {}\n{}",
+                cluster.http_state().unwrap_or_default(),
                 logs(cluster)
             );
         }
@@ -199,26 +200,13 @@ fn wait_for_exit(
 
 /// Waits for the job run to exit; its JSON summary. Fails the test if it does not end in
 /// time, or if any job did not finish.
-fn finish_job_run(
-    cluster: &MasterCluster,
-    mut child: Child,
-    started: Instant,
-) -> serde_json::Value {
-    let status = loop {
-        if let Ok(Some(status)) = child.try_wait() {
-            break status;
-        }
-        if started.elapsed() > JOB_TIMEOUT {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "the jobs did not finish within {JOB_TIMEOUT:?}; state: {}\n{}",
-                cluster.http_state().unwrap_or_default(),
-                logs(cluster)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+fn finish_job_run(cluster: &MasterCluster, child: Child, started: Instant) -> serde_json::Value {
+    let status = wait_for_exit(
+        cluster,
+        child,
+        JOB_TIMEOUT.saturating_sub(started.elapsed()),
+        "finish the jobs",
+    );
     let output = std::fs::read_to_string(cluster.dir().join("job-run.json")).unwrap_or_default();
     let summary: serde_json::Value = serde_json::from_str(&output).unwrap_or_else(|e| {
         panic!(
