@@ -324,7 +324,7 @@ mod tests {
             text.contains("agent-2: limits not enforced: /sys/fs/cgroup is not a cgroup v2"),
             "{text}"
         );
-        let text = render_agents(&[agent], 4_500);
+        let text = render_agents(&[agent.clone()], 4_500);
         assert!(
             text.contains("agent-1") && text.contains("unreachable"),
             "{text}"
