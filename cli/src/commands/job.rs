@@ -392,7 +392,10 @@ impl ProgressLines {
             JobOutcome::Running => (p.finished * 4 / p.tasks.max(1)).min(4) as u8,
             JobOutcome::Finished { .. } | JobOutcome::Failed { .. } => 5,
         };
-        let mut reported = self.reported.lock().unwrap_or_else(|e| e.into_inner());
+        let mut reported = self
+            .reported
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let last = reported.get_mut(index)?;
         if step <= *last {
             return None;

@@ -324,14 +324,14 @@ mod tests {
             text.contains("agent-2: limits not enforced: /sys/fs/cgroup is not a cgroup v2"),
             "{text}"
         );
-        let text = render_agents(&[agent.clone()], 4_500);
+        let text = render_agents(std::slice::from_ref(&agent), 4_500);
         assert!(
             text.contains("agent-1") && text.contains("unreachable"),
             "{text}"
         );
         let mut silent = agent.clone();
         silent.state = AgentState::Active;
-        let text = render_agents(&[silent.clone()], 4_500);
+        let text = render_agents(std::slice::from_ref(&silent), 4_500);
         assert!(text.contains("active?, no session"), "{text}");
         silent.address = Some("127.0.0.1:7000".parse().expect("an address"));
         let text = render_agents(&[silent], 4_500);
