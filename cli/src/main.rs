@@ -5,6 +5,7 @@ mod config;
 mod output;
 
 use std::ffi::OsString;
+use std::io::IsTerminal as _;
 use std::path::PathBuf;
 
 use anyhow::Result;
@@ -32,14 +33,16 @@ struct Cli {
     #[arg(long, global = true, env = "FULLERENE_CONFIG", value_name = "FILE")]
     config: Option<PathBuf>,
 
-    /// Log filter: a level (error, warn, info, debug, trace) or a tracing directive list such
-    /// as `info,fullerene_master=debug`.
+    /// Log filter: a level (off, error, warn, info, debug, trace) or a tracing directive list
+    /// such as `info,fullerene_master=debug`. Default: warn; info for `master`, off for `chaos`.
+    /// Colored only on a terminal, and never with NO_COLOR set.
     #[arg(
         long,
         global = true,
         env = "FULLERENE_LOG",
         default_value = "warn",
-        value_name = "FILTER"
+        value_name = "FILTER",
+        value_parser = parse_log_filter
     )]
     log_level: String,
 
@@ -142,10 +145,28 @@ fn main() -> std::process::ExitCode {
     match run() {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            eprintln!("error: {}", error_chain(&err));
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes, outermost first, joined by `: `, each said once: many library
+/// errors already end with their source's text (`cannot read workload: No such file...`),
+/// which `{:#}` would print again after it.
+fn error_chain(err: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in err.chain() {
+        let message = cause.to_string();
+        if text.contains(&message) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&message);
+    }
+    text
 }
 
 fn run() -> Result<()> {
@@ -156,11 +177,18 @@ fn run() -> Result<()> {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
-    // The simulation's cores log what production would (a refused update, a lost quorum), by
-    // the thousand per second: `chaos sim` logs only when asked.
-    let quiet = matches!(cli.command, Commands::Chaos(_))
-        && matches.value_source("log_level") == Some(clap::parser::ValueSource::DefaultValue);
-    init_tracing(if quiet { "off" } else { &cli.log_level })?;
+    let defaulted =
+        matches.value_source("log_level") == Some(clap::parser::ValueSource::DefaultValue);
+    let filter = match &cli.command {
+        // The simulation's cores log what production would (a refused update, a lost quorum),
+        // by the thousand per second: `chaos sim` logs only when asked.
+        Commands::Chaos(_) if defaulted => "off",
+        // A master is a daemon whose log is read later: it says at start who it is and where it
+        // listens, and when it leads or follows, at info.
+        Commands::Master(_) if defaulted => "info",
+        _ => &cli.log_level,
+    };
+    init_tracing(filter)?;
     let json = JsonOutput::from_flag(cli.json);
     match cli.command {
         Commands::Certs(cmd) => commands::certs::run(cmd, &json),
@@ -240,15 +268,48 @@ fn normalize_json_flag(args: Vec<OsString>) -> Vec<OsString> {
     out
 }
 
+/// The levels a log filter's directives may name.
+const LOG_LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+
+/// Checks a `--log-level` filter: each directive is a level, or `TARGET=LEVEL`. Tracing alone
+/// would take a misspelt level (`loud`) for a target's name and log nothing of it.
+fn parse_log_filter(text: &str) -> Result<String, String> {
+    for directive in text.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        let level = directive
+            .rsplit_once('=')
+            .map_or(directive, |(_, level)| level);
+        if !LOG_LEVELS.contains(&level.to_ascii_lowercase().as_str()) {
+            return Err(format!(
+                "`{directive}` names no level: use one of {}, or TARGET=LEVEL directives such \
+                 as `info,fullerene_master=debug`",
+                LOG_LEVELS.join(", ")
+            ));
+        }
+    }
+    EnvFilter::try_new(text)
+        .map(|_| text.to_string())
+        .map_err(|e| e.to_string())
+}
+
 fn init_tracing(filter: &str) -> Result<()> {
     let filter = EnvFilter::try_new(filter)
         .map_err(|e| anyhow::anyhow!("invalid --log-level `{filter}`: {e}"))?;
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colored(
+            std::io::stderr().is_terminal(),
+            std::env::var_os("NO_COLOR").as_deref(),
+        ))
         .with_writer(std::io::stderr)
         .with_target(true)
         .init();
     Ok(())
+}
+
+/// Whether log lines get colors: only on a terminal (a log file or a pipe would keep the
+/// escape codes), and not when `NO_COLOR` is set to anything non-empty (no-color.org).
+fn colored(terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    terminal && no_color.is_none_or(std::ffi::OsStr::is_empty)
 }
 
 #[cfg(test)]
@@ -319,6 +380,68 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    #[test]
+    fn an_error_that_repeats_its_source_is_printed_with_the_source_once() {
+        let os = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let read = fullerene_sdk::WorkloadError::Io {
+            file: "w.jsonl".into(),
+            source: os,
+        };
+        let err = anyhow::Error::new(read).context("cannot run the jobs");
+        let text = error_chain(&err);
+        assert_eq!(
+            text.matches("entity not found").count(),
+            1,
+            "the OS error once: {text}"
+        );
+        assert!(
+            text.starts_with("cannot run the jobs: w.jsonl: cannot read workload"),
+            "{text}"
+        );
+        let err = anyhow::anyhow!("inner").context("middle").context("outer");
+        assert_eq!(error_chain(&err), "outer: middle: inner");
+    }
+
+    #[test]
+    fn logs_are_colored_only_on_a_terminal_without_no_color() {
+        use std::ffi::OsStr;
+        assert!(colored(true, None));
+        assert!(colored(true, Some(OsStr::new(""))));
+        assert!(!colored(true, Some(OsStr::new("1"))));
+        assert!(!colored(false, None));
+    }
+
+    #[test]
+    fn log_levels_and_directives_are_accepted_and_anything_else_refused() {
+        for good in [
+            "warn",
+            "INFO",
+            "info,fullerene_master=debug",
+            "off",
+            "raft=trace,warn",
+        ] {
+            let cli = parse(&[
+                "fullerene",
+                "--log-level",
+                good,
+                "certs",
+                "init",
+                "--dir",
+                "d",
+            ]);
+            assert_eq!(cli.log_level, good);
+        }
+        for bad in ["loud", "info,fullerene_master", "fullerene_master=loud"] {
+            let err = Cli::try_parse_from(["fullerene", "--log-level", bad, "sim"])
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("--log-level") && err.contains("off, error, warn, info, debug, trace"),
+                "{bad}: {err}"
+            );
         }
     }
 

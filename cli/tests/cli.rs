@@ -66,6 +66,49 @@ fn certs_init_writes_certificates_the_transport_loads() {
         stderr(&again)
     );
     assert!(stderr(&again).contains("--force"), "{}", stderr(&again));
+    assert!(
+        !stderr(&again).contains("overwrite"),
+        "no flag of that name: {}",
+        stderr(&again)
+    );
+}
+
+#[test]
+fn a_negative_time_scale_and_a_level_that_is_no_level_are_refused_by_name() {
+    let out = run(&[
+        "job",
+        "run",
+        "w.jsonl",
+        "--masters",
+        "127.0.0.1:1",
+        "--time-scale",
+        "-1",
+    ]);
+    assert!(!out.status.success());
+    let text = stderr(&out);
+    assert!(
+        text.contains("`-1` is not a number > 0") && text.contains("--time-scale"),
+        "{text}"
+    );
+    let out = run(&["--log-level=loud", "sim"]);
+    assert!(!out.status.success());
+    let text = stderr(&out);
+    assert!(
+        text.contains("`loud` names no level") && text.contains("debug, trace"),
+        "{text}"
+    );
+}
+
+#[test]
+fn an_os_error_is_printed_once() {
+    let out = run(&["plan", "--all", "--workload", "/nonexistent/w.jsonl"]);
+    assert!(!out.status.success());
+    let text = stderr(&out);
+    assert_eq!(
+        text.matches("No such file or directory").count(),
+        1,
+        "{text}"
+    );
 }
 
 #[test]
@@ -317,4 +360,43 @@ fn chaos_sim_reports_faults_and_checks_and_refuses_unknown_faults() {
         "{}",
         stderr(&out)
     );
+}
+
+/// At its default level a master says who it is, where it listens and where its data is, in a
+/// log without colors when it goes to a file or a pipe (here a pipe); this one then stops,
+/// having no state and no `--bootstrap`.
+#[test]
+fn a_master_logs_its_start_at_the_default_level_without_colors() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    let data = dir.path().join("data");
+    let (certs, data) = (certs.to_str().unwrap(), data.to_str().unwrap());
+    let init = run(&["certs", "init", "--dir", certs]);
+    assert!(init.status.success(), "{}", stderr(&init));
+    let out = run(&[
+        "master",
+        "--id",
+        "1",
+        "--listen",
+        "127.0.0.1:0",
+        "--peers",
+        "1=127.0.0.1:0",
+        "--data-dir",
+        data,
+        "--certs",
+        certs,
+    ]);
+    assert!(!out.status.success());
+    let text = stderr(&out);
+    assert!(!text.contains('\u{1b}'), "escape codes:\n{text}");
+    let start = text
+        .lines()
+        .find(|l| l.contains("master starting"))
+        .unwrap_or_else(|| panic!("no start line:\n{text}"));
+    assert!(
+        start.contains("INFO") && start.contains("master=1"),
+        "{start}"
+    );
+    assert!(start.contains(&format!("data_dir={data}")), "{start}");
+    assert!(text.contains("--bootstrap"), "{text}");
 }

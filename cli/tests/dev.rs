@@ -51,8 +51,23 @@ fn dev_runs_two_jobs_to_completion_and_stops_its_cluster() {
     }
     assert!(stderr.contains("/state"), "the HTTP API is shown: {stderr}");
     // `--dir` is kept, with the masters' and agents' logs; nothing of the cluster still runs.
-    assert!(cluster_dir.join("master-1.log").is_file());
     assert!(cluster_dir.join("agent-2.log").is_file());
+    // A log file gets no colors, and a master says at start, at its default level, who it is,
+    // where it listens and where its data is, then that it leads.
+    let log = std::fs::read_to_string(cluster_dir.join("master-1.log")).expect("master-1.log");
+    assert!(!log.contains('\u{1b}'), "escape codes in the log:\n{log}");
+    let start = log
+        .lines()
+        .find(|l| l.contains("master starting"))
+        .unwrap_or_else(|| panic!("no start line:\n{log}"));
+    assert!(
+        start.contains("INFO") && start.contains("listen=") && start.contains("data_dir="),
+        "{start}"
+    );
+    assert!(
+        log.contains("role=\"leader\"") || log.contains("role=leader"),
+        "{log}"
+    );
     let left = processes_using(&cluster_dir, None);
     assert!(left.is_empty(), "processes left running: {left:#?}");
 }
@@ -80,17 +95,16 @@ impl Drop for Dev {
     }
 }
 
-#[test]
-fn dev_stops_its_cluster_on_ctrl_c() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let cluster_dir = dir.path().join("cluster");
+/// Starts `fullerene dev` with `flags`, waits until its jobs run (its masters and agents are
+/// up), sends it `signal` (a `kill` name) and checks that it stopped every process it started,
+/// said so on its way out, removed a temporary directory, and exited with 128 + the signal's
+/// number. Returns the directory the cluster used.
+fn dev_stops_its_cluster_on(signal: &str, exit_code: i32, said: &str, flags: &[&str]) -> PathBuf {
     let mut dev = Dev(fullerene()
-        .args(["dev", "--jobs", "3", "--masters", "3", "--agents", "2"])
-        .args(["--time-scale", "1"])
+        .args(["dev", "--jobs", "3", "--time-scale", "1"])
+        .args(flags)
         .arg("--workload")
         .arg(workload())
-        .arg("--dir")
-        .arg(&cluster_dir)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -99,12 +113,16 @@ fn dev_stops_its_cluster_on_ctrl_c() {
     let stderr = child.stderr.take().expect("stderr");
     let mut lines = BufReader::new(stderr).lines();
     let mut seen = String::new();
+    let mut cluster_dir = None;
     // The jobs start once every master and agent is up.
     loop {
         match lines.next() {
             Some(Ok(line)) => {
                 seen.push_str(&line);
                 seen.push('\n');
+                if let Some(dir) = line.trim().strip_prefix("directory: ") {
+                    cluster_dir = Some(PathBuf::from(dir));
+                }
                 if line.starts_with("running ") {
                     break;
                 }
@@ -112,14 +130,11 @@ fn dev_stops_its_cluster_on_ctrl_c() {
             _ => panic!("fullerene dev ended before running jobs:\n{seen}"),
         }
     }
-    assert_eq!(
-        processes_using(&cluster_dir, Some(child.id())).len(),
-        5,
-        "3 masters and 2 agents run"
-    );
-    let pid = child.id().to_string();
+    let cluster_dir = cluster_dir.unwrap_or_else(|| panic!("no directory shown:\n{seen}"));
+    let running = processes_using(&cluster_dir, Some(child.id()));
+    assert!(!running.is_empty(), "no master or agent runs:\n{seen}");
     let sent = Command::new("kill")
-        .args(["-INT", &pid])
+        .args([format!("-{signal}"), child.id().to_string()])
         .status()
         .expect("kill runs");
     assert!(sent.success());
@@ -130,18 +145,55 @@ fn dev_stops_its_cluster_on_ctrl_c() {
         }
         assert!(
             started.elapsed() < Duration::from_secs(30),
-            "fullerene dev did not stop within 30 s of SIGINT"
+            "fullerene dev did not stop within 30 s of SIG{signal}"
         );
         std::thread::sleep(Duration::from_millis(50));
     };
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
-    assert_eq!(status.code(), Some(130), "{}", rest.join("\n"));
+    assert_eq!(status.code(), Some(exit_code), "{}", rest.join("\n"));
     assert!(
-        rest.iter()
-            .any(|l| l.contains("interrupted: stopped 3 masters and 2 agents")),
-        "{}",
+        rest.iter().any(|l| l.contains(said)),
+        "no `{said}` in:\n{}",
         rest.join("\n")
     );
     let left = processes_using(&cluster_dir, None);
     assert!(left.is_empty(), "processes left running: {left:#?}");
+    cluster_dir
+}
+
+#[test]
+fn dev_stops_its_cluster_on_ctrl_c() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cluster_dir = dir.path().join("cluster");
+    let cluster_dir = cluster_dir.to_str().expect("a UTF-8 path");
+    let used = dev_stops_its_cluster_on(
+        "INT",
+        130,
+        "interrupted: stopped 3 masters and 2 agents",
+        &["--masters", "3", "--agents", "2", "--dir", cluster_dir],
+    );
+    assert!(used.join("master-1.log").is_file(), "--dir is kept");
+}
+
+/// A closed terminal or a dropped ssh session hangs `dev` up: the cluster stops as on ctrl-c,
+/// and its temporary directory goes with it.
+#[test]
+fn dev_stops_its_cluster_and_removes_its_directory_on_hangup() {
+    let used = dev_stops_its_cluster_on(
+        "HUP",
+        129,
+        "hung up: stopped 1 master and 2 agents",
+        &["--masters", "1", "--agents", "2"],
+    );
+    assert!(!used.exists(), "{} is left behind", used.display());
+}
+
+#[test]
+fn dev_stops_its_cluster_on_sigterm() {
+    dev_stops_its_cluster_on(
+        "TERM",
+        143,
+        "terminated: stopped 1 master and 1 agent",
+        &["--masters", "1", "--agents", "1"],
+    );
 }

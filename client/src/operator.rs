@@ -10,11 +10,11 @@ use fullerene_proto::messages::{
 };
 use fullerene_proto::time::SystemClock;
 use fullerene_proto::FrameworkId;
-use fullerene_transport::Client;
+use fullerene_transport::{Client, TransportError};
 use tokio::time::{sleep, timeout, Instant};
 
 use crate::follow::{Attempt, FollowConfig, Follower, Pacing};
-use crate::link::{open, Link};
+use crate::link::{open, Link, OpenError};
 
 /// Why an operator request could not be answered.
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +42,17 @@ pub enum OperatorClientError {
         request: String,
         /// The start of the answer.
         answer: String,
+    },
+    /// A master refused to open an operator session for this certificate (its role may not
+    /// open one): every master would, so this comes at once rather than after the deadline.
+    #[error(
+        "master {master} refused an operator session: {error}; an operator's certificate is needed"
+    )]
+    SessionRefused {
+        /// The master that refused.
+        master: SocketAddr,
+        /// Its reason (the certificate's role).
+        error: WireError,
     },
     /// No leader could be reached before the deadline.
     #[error("no leader answered within {timeout:?} (last problem: {last})")]
@@ -181,7 +192,13 @@ impl OperatorClient {
                     last = format!("{target} did not answer in time");
                     next
                 }
-                Ok(Err(error)) => {
+                Ok(Err(ExchangeError::Refused(error))) => {
+                    return Err(OperatorClientError::SessionRefused {
+                        master: target,
+                        error,
+                    });
+                }
+                Ok(Err(ExchangeError::Failed(error))) => {
                     self.current = None;
                     let next = follower.failed(now);
                     if sent && !request.is_idempotent() {
@@ -303,32 +320,47 @@ fn unexpected(request: &str, answer: &OperatorResponse) -> OperatorClientError {
     }
 }
 
+/// Why one exchange with a master failed.
+enum ExchangeError {
+    /// The master refused the session for this certificate's role.
+    Refused(WireError),
+    /// Anything else, said for the caller's last-problem message: another master may answer.
+    Failed(String),
+}
+
+impl<E: std::fmt::Display> From<E> for ExchangeError {
+    fn from(error: E) -> ExchangeError {
+        ExchangeError::Failed(error.to_string())
+    }
+}
+
 /// One request and its answer on the session to `target` (`current`, or opened in its
-/// place); the error says what failed, for the caller's last-problem message. `sent` is set
-/// once the request may have reached the master.
+/// place). `sent` is set once the request may have reached the master.
 async fn exchange(
     client: &Client,
     current: &mut Option<Link>,
     target: SocketAddr,
     request: &OperatorRequest,
     sent: &mut bool,
-) -> Result<OperatorResponse, String> {
+) -> Result<OperatorResponse, ExchangeError> {
     let link = match current.take() {
         Some(link) if link.addr == target => link,
-        _ => open(client, target, SessionOpen::Operator, CONNECT_TIMEOUT)
-            .await
-            .map_err(|e| e.to_string())?,
+        _ => match open(client, target, SessionOpen::Operator, CONNECT_TIMEOUT).await {
+            Ok(link) => link,
+            Err(OpenError::Transport(TransportError::SessionRefused(error))) => {
+                return Err(ExchangeError::Refused(error))
+            }
+            Err(error) => return Err(error.into()),
+        },
     };
     let link = current.insert(link);
     *sent = true;
-    link.session
-        .tx
-        .send(request)
-        .await
-        .map_err(|e| e.to_string())?;
+    link.session.tx.send(request).await?;
     match link.session.rx.recv::<OperatorResponse>().await {
         Ok(Some(response)) => Ok(response),
-        Ok(None) => Err("the master closed the session".to_string()),
-        Err(error) => Err(error.to_string()),
+        Ok(None) => Err(ExchangeError::Failed(
+            "the master closed the session".to_string(),
+        )),
+        Err(error) => Err(error.into()),
     }
 }

@@ -191,6 +191,7 @@ fn options(addr: std::net::SocketAddr) -> RunJobsOptions {
         event_log: None,
         state_dir: None,
         arrivals_s: Vec::new(),
+        stop: None,
     }
 }
 

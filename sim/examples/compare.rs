@@ -258,7 +258,7 @@ fn real_main() -> Result<(), Box<dyn std::error::Error>> {
         plot_jct_cdf(&reports, &workload, path)?;
     }
     if let (Some(path), Some(first)) = (&args.utilization_plot, reports.first()) {
-        plot_utilization(first, path)?;
+        plot_utilization(first, &workload, path)?;
     }
     Ok(())
 }

@@ -42,7 +42,7 @@ pub enum SimError {
         stage_name: String,
         /// One task's demand, in `--machine` syntax.
         demand: String,
-        /// The machine's capacity, in `--machine` syntax.
+        /// The machines' capacities, in `--machine` syntax (several separated by `; `).
         machine: String,
     },
     /// Graphene's offline planner failed on a job.

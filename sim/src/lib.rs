@@ -50,4 +50,6 @@ pub use study::{
     compare_seeds, consecutive_seeds, render_seed_table, render_sweep, sweep_machines, LoadSweep,
     PolicySeeds, SeedStudy, Spread,
 };
-pub use workload::{arrival_times, job_sources, prepare_jobs, JobOrder, JobOrderError, SimJob};
+pub use workload::{
+    arrival_times, check_fits, job_sources, prepare_jobs, JobOrder, JobOrderError, SimJob,
+};

@@ -472,8 +472,9 @@ pub fn plot_gain_vs_load(
 }
 
 /// Draws one report's utilisation of each resource over time (its
-/// [`crate::metrics::UtilizationTimeline`]) into an SVG file at `path`.
-pub fn plot_utilization(report: &SimReport, path: &Path) -> Result<(), SimError> {
+/// [`crate::metrics::UtilizationTimeline`]) into an SVG file at `path`. The title names the
+/// policy and `workload` (the file's name, see [`workload_name`]), the cluster and the scenario.
+pub fn plot_utilization(report: &SimReport, workload: &str, path: &Path) -> Result<(), SimError> {
     let err = |e: &dyn std::fmt::Display| plot_error(path, e);
     let timeline = &report.utilization_timeline;
     let points = timeline.series.values().map(Vec::len).max().unwrap_or(0);
@@ -482,14 +483,24 @@ pub fn plot_utilization(report: &SimReport, path: &Path) -> Result<(), SimError>
 
     let root = SVGBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!("Cluster utilisation: {}", report.policy),
-            ("sans-serif", 22),
-        )
+    let scenario = format!(
+        "{}; seed {}",
+        report.scenario.workload_line(),
+        report.scenario.seed
+    );
+    let area = titled(
+        &root,
+        &format!("Cluster utilisation under {}: {workload}", report.policy),
+        [&report.scenario.cluster(), &scenario],
+    )
+    .map_err(|e| err(&e))?;
+    // The same label areas as the other plots: the y axis's description clears its tick
+    // labels.
+    let mut chart = ChartBuilder::on(&area)
         .margin(16)
-        .x_label_area_size(48)
-        .y_label_area_size(56)
+        .margin_top(4)
+        .x_label_area_size(52)
+        .y_label_area_size(64)
         .build_cartesian_2d(start..end, 0.0..1.05)
         .map_err(|e| err(&e))?;
     chart

@@ -126,7 +126,7 @@ pub fn prepare_jobs(file_jobs: &[Job], config: &SimConfig) -> Result<Vec<SimJob>
     let mut checked = vec![false; file_jobs.len()];
     for &source in &sources {
         if !std::mem::replace(&mut checked[source], true) {
-            check_fits(&file_jobs[source], &config.machine)?;
+            check_fits(&file_jobs[source], std::slice::from_ref(&config.machine))?;
         }
     }
 
@@ -256,17 +256,24 @@ fn validate_config(config: &SimConfig) -> Result<(), SimError> {
     Ok(())
 }
 
-/// A stage whose task demand exceeds an empty machine can never run, whatever the policy (even
-/// one that overbooks bandwidth, since the others would not).
-fn check_fits(job: &Job, machine: &ResourceVec) -> Result<(), SimError> {
+/// Checks that every stage's task fits one of `machines` when it is empty: a stage whose task
+/// demand exceeds them all can never run, whatever the policy (even one that overbooks
+/// bandwidth, since the others would not). The one rule behind `sim`, `dev` and `job run`'s
+/// refusal of such a workload, for a cluster of one machine size or of several.
+pub fn check_fits(job: &Job, machines: &[ResourceVec]) -> Result<(), SimError> {
     for stage in &job.stages {
-        if !stage.demand.fits_in(machine) {
+        if !machines.iter().any(|machine| stage.demand.fits_in(machine)) {
+            let sizes: Vec<String> = machines.iter().map(ToString::to_string).collect();
             return Err(SimError::DemandFitsNoMachine {
                 job: job.name.clone(),
                 stage: stage.id,
                 stage_name: stage.name.clone(),
                 demand: stage.demand.to_string(),
-                machine: machine.to_string(),
+                machine: if sizes.is_empty() {
+                    "none".to_string()
+                } else {
+                    sizes.join("; ")
+                },
             });
         }
     }
@@ -449,6 +456,18 @@ mod tests {
             ..config(ArrivalSpec::Zero)
         };
         assert!(prepare_jobs(&file, &cfg).is_ok());
+    }
+
+    #[test]
+    fn a_stage_fits_a_cluster_of_mixed_sizes_when_one_machine_holds_it() {
+        let wide = job("wide", "g", None, 12.0);
+        let small = testkit::cpus_and_mem(8.0, 1024.0);
+        let large = testkit::cpus_and_mem(16.0, 1024.0);
+        assert!(check_fits(&wide, &[small, large]).is_ok());
+        let err = check_fits(&wide, &[small, small]).unwrap_err().to_string();
+        assert!(err.contains("`map`") && err.contains("cpus=8"), "{err}");
+        let err = check_fits(&wide, &[]).unwrap_err().to_string();
+        assert!(err.contains("(none)"), "{err}");
     }
 
     #[test]

@@ -92,10 +92,20 @@ fn cdf_and_utilisation_plots_are_svg_files() {
     assert!(ticks.windows(2).all(|w| w[0] < w[1]), "{labels:?}");
 
     let util = dir.path().join("util.svg");
-    plot_utilization(&reports[0], &util).unwrap();
+    plot_utilization(&reports[0], "tiny.jsonl", &util).unwrap();
     let text = std::fs::read_to_string(&util).unwrap();
     assert!(text.starts_with("<svg"));
     assert!(text.contains("cpus") && text.contains("mem_mib"));
+    // Its title names the policy, the workload and the cluster too.
+    let labels = texts(&text);
+    assert_eq!(
+        labels[0], "Cluster utilisation under drf: tiny.jsonl",
+        "{labels:?}"
+    );
+    assert_eq!(
+        labels[1],
+        "1 machine × cpus=16,mem_mib=65536,disk_mbps=1000,net_mbps=10000"
+    );
 
     let missing = dir.path().join("no/such/dir/x.svg");
     assert!(plot_jct_cdf(&reports, "tiny.jsonl", &missing).is_err());

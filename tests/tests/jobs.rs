@@ -63,6 +63,11 @@ fn workload(cluster: &MasterCluster, names: &[&str]) -> PathBuf {
 /// Starts `fullerene --json job run` on `file` against every master; its JSON goes to
 /// `job-run.json` and its log to `job-run.log` in the cluster's directory.
 fn start_job_run(cluster: &MasterCluster, file: &Path) -> Child {
+    start_job_run_scaled(cluster, file, TIME_SCALE)
+}
+
+/// [`start_job_run`] at `time_scale`.
+fn start_job_run_scaled(cluster: &MasterCluster, file: &Path, time_scale: f64) -> Child {
     let masters: Vec<String> = cluster.addrs.values().map(ToString::to_string).collect();
     let stdout = File::create(cluster.dir().join("job-run.json")).expect("create job-run.json");
     let stderr = File::create(cluster.dir().join("job-run.log")).expect("create job-run.log");
@@ -80,7 +85,7 @@ fn start_job_run(cluster: &MasterCluster, file: &Path) -> Child {
         .arg(masters.join(","))
         .arg("--certs")
         .arg(cluster.certs_dir())
-        .args(["--framework", "1", "--time-scale", &TIME_SCALE.to_string()])
+        .args(["--framework", "1", "--time-scale", &time_scale.to_string()])
         .stdin(Stdio::null())
         .stdout(stdout)
         .stderr(stderr)
@@ -111,6 +116,7 @@ fn start_jobs_in_process(
         event_log: None,
         state_dir: None,
         arrivals_s: Vec::new(),
+        stop: None,
     };
     std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -167,28 +173,41 @@ fn logs(cluster: &MasterCluster) -> String {
     text
 }
 
-/// Waits for the job run to exit; its JSON summary. Fails the test if it does not end in
-/// time, or if any job did not finish.
-fn finish_job_run(
+/// Waits for `child` (a job run) to exit; its status. Kills it and fails the test, naming
+/// what it should have done, if it is still running after `timeout`.
+fn wait_for_exit(
     cluster: &MasterCluster,
     mut child: Child,
-    started: Instant,
-) -> serde_json::Value {
-    let status = loop {
+    timeout: Duration,
+    should: &str,
+) -> std::process::ExitStatus {
+    let started = Instant::now();
+    loop {
         if let Ok(Some(status)) = child.try_wait() {
-            break status;
+            return status;
         }
-        if started.elapsed() > JOB_TIMEOUT {
+        if started.elapsed() > timeout {
             let _ = child.kill();
             let _ = child.wait();
             panic!(
-                "the jobs did not finish within {JOB_TIMEOUT:?}; state: {}\n{}",
+                "job run did not {should} within {timeout:?}; state: {}\n{}",
                 cluster.http_state().unwrap_or_default(),
                 logs(cluster)
             );
         }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Waits for the job run to exit; its JSON summary. Fails the test if it does not end in
+/// time, or if any job did not finish.
+fn finish_job_run(cluster: &MasterCluster, child: Child, started: Instant) -> serde_json::Value {
+    let status = wait_for_exit(
+        cluster,
+        child,
+        JOB_TIMEOUT.saturating_sub(started.elapsed()),
+        "finish the jobs",
+    );
     let output = std::fs::read_to_string(cluster.dir().join("job-run.json")).unwrap_or_default();
     let summary: serde_json::Value = serde_json::from_str(&output).unwrap_or_else(|e| {
         panic!(
@@ -410,4 +429,79 @@ fn jobs_finish_after_the_leading_master_is_killed() {
         started.elapsed().as_secs_f64(),
         reports.iter().map(|r| r.failed_attempts).sum::<u64>()
     );
+}
+
+/// A task larger than every agent could never be offered room: `job run` refuses the workload
+/// at once, naming the stage, instead of waiting for offers forever.
+#[test]
+fn a_task_larger_than_every_agent_is_refused_before_the_jobs_start() {
+    let mut cluster = MasterCluster::start_with(1, 1, 1, &FAST_LIVENESS);
+    cluster.spawn_agent(1, &AGENT_RESOURCES);
+    assert!(
+        cluster.wait_for_active_agents(1, Duration::from_secs(20)),
+        "the agent did not register\n{}",
+        cluster.logs()
+    );
+    let file = cluster.dir().join("huge.jsonl");
+    std::fs::write(
+        &file,
+        concat!(
+            r#"{"name":"huge","stages":[{"id":0,"name":"fits","parents":[],"tasks":1,"duration_s":1.0,"demand":{"cpus":1}},"#,
+            r#"{"id":1,"name":"wide","parents":[0],"tasks":2,"duration_s":1.0,"demand":{"cpus":64}}]}"#,
+            "\n"
+        ),
+    )
+    .expect("write the workload");
+    let child = start_job_run(&cluster, &file);
+    let status = wait_for_exit(&cluster, child, Duration::from_secs(20), "refuse the jobs");
+    let log = std::fs::read_to_string(cluster.dir().join("job-run.log")).unwrap_or_default();
+    assert!(!status.success(), "job run succeeded:\n{log}");
+    assert!(
+        log.contains("larger than every agent") && log.contains("stage 1 (`wide`)"),
+        "{log}"
+    );
+    assert!(log.contains("cpus=16"), "the agents' size is shown: {log}");
+    let state = cluster.http_state().unwrap_or_default();
+    assert_eq!(
+        state["frameworks"].as_array().map(Vec::len),
+        Some(0),
+        "nothing was submitted: {state}"
+    );
+}
+
+/// Interrupting `job run` tears its frameworks down: the masters kill the running tasks at
+/// once instead of keeping them for the failover timeout (60 s here).
+#[test]
+fn ctrl_c_on_job_run_tears_its_frameworks_down_and_frees_the_agents() {
+    let mut cluster = MasterCluster::start_with(1, 1, 2, &FAST_LIVENESS);
+    for n in 1..=2 {
+        cluster.spawn_agent(n, &AGENT_RESOURCES);
+    }
+    assert!(
+        cluster.wait_for_active_agents(2, Duration::from_secs(20)),
+        "the agents did not register\n{}",
+        cluster.logs()
+    );
+    let file = workload(&cluster, &["tpch-q1-2g", "tpch-q3-2g"]);
+    // Tasks of seconds: the jobs are still running when the signal comes.
+    let child = start_job_run_scaled(&cluster, &file, 1.0);
+    wait_for_busiest_agent(&cluster, Duration::from_secs(20));
+    let sent = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success());
+    let status = wait_for_exit(&cluster, child, Duration::from_secs(15), "stop on SIGINT");
+    assert_eq!(status.code(), Some(130), "{}", logs(&cluster));
+    let output = std::fs::read_to_string(cluster.dir().join("job-run.json")).unwrap_or_default();
+    let summary: serde_json::Value = serde_json::from_str(&output)
+        .unwrap_or_else(|e| panic!("no JSON summary ({e}): {output}\n{}", logs(&cluster)));
+    assert_eq!(summary["failed"], 2, "{summary:#}");
+    // Within assert_all_free's 10 s, far below the failover timeout.
+    let state = assert_all_free(&cluster);
+    // Torn down by the job run on its way out (the master forgets a torn-down framework's
+    // tasks), not left to fail over.
+    let frameworks = state["frameworks"].as_array().expect("frameworks");
+    assert_eq!(frameworks.len(), 2, "{state}");
+    assert!(frameworks.iter().all(|f| f["torn_down"] == true), "{state}");
 }

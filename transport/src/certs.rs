@@ -64,7 +64,7 @@ pub enum CertsError {
         source: std::io::Error,
     },
     /// A file exists and overwriting was not asked for.
-    #[error("{path} already exists; pass overwrite to replace it (every certificate of the old CA then stops working)")]
+    #[error("{path} already exists; replacing it would stop every certificate of the old CA from working")]
     AlreadyExists {
         /// The existing file.
         path: PathBuf,

@@ -19,6 +19,7 @@ use fullerene_chaos::system::{
 };
 use serde::Serialize;
 
+use crate::commands::parse_positive;
 use crate::commands::plan::progress_bar;
 use crate::output::{table, JsonOutput};
 
@@ -91,7 +92,7 @@ pub(crate) struct ChaosRunArgs {
     #[arg(long, env = "FULLERENE_WORKLOAD", value_name = "FILE")]
     pub workload: Option<PathBuf>,
     /// Real seconds per second of the workload's task durations.
-    #[arg(long, default_value_t = 1.0, value_parser = parse_positive)]
+    #[arg(long, default_value_t = 1.0, value_parser = parse_positive, allow_negative_numbers = true)]
     pub time_scale: f64,
     /// Each agent's resources.
     #[arg(
@@ -129,13 +130,6 @@ fn parse_live_faults(text: &str) -> Result<LiveFaults, String> {
             .collect::<Result<BTreeSet<_>, _>>()?,
     };
     Ok(LiveFaults(set))
-}
-
-fn parse_positive(text: &str) -> Result<f64, String> {
-    match text.parse::<f64>() {
-        Ok(value) if value.is_finite() && value > 0.0 => Ok(value),
-        _ => Err(format!("`{text}` is not a number > 0")),
-    }
 }
 
 /// Flags of `fullerene chaos sim`.

@@ -7,10 +7,12 @@
 //! then runs a sample of the workload's jobs with the SDK's DAG-job framework exactly as
 //! `fullerene job run` does: a progress bar per job, then the JCT summary (`--json` too). The
 //! time scale is chosen so that the sample keeps the cluster busy for about `--target-secs`.
-//! Every process it started is stopped when it ends: on success, on error, and on ctrl-c or
-//! SIGTERM (the processes run in their own process group, so a terminal's ctrl-c reaches this
-//! command only, which then stops them).
+//! Every process it started is stopped when it ends: on success, on error, and on ctrl-c,
+//! SIGTERM or SIGHUP (the processes run in their own process group, so a terminal's ctrl-c, or
+//! the hangup of a closed terminal or a dropped ssh session, reaches this command only, which
+//! then stops them).
 
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -26,13 +28,12 @@ use fullerene_sdk::lower_bound::lower_bounds;
 use fullerene_sdk::planner::PlanCluster;
 use fullerene_sdk::policy::PolicyKind;
 use fullerene_sdk::{parse_workload, Job};
-use fullerene_sim::{job_sources, JobOrder, REFERENCE_MACHINE};
+use fullerene_sim::{check_fits, job_sources, JobOrder, REFERENCE_MACHINE};
 use fullerene_transport::certs::CertPaths;
 use fullerene_transport::Role;
-use tokio::signal::unix::{signal, Signal, SignalKind};
 
-use crate::commands::job::{self, JobCommand, JobRunArgs};
-use crate::commands::resolve_workload;
+use crate::commands::job::{self, JobRunArgs};
+use crate::commands::{parse_positive, resolve_workload, Caught, Signals};
 use crate::output::JsonOutput;
 
 /// How much longer than its lower bound a sample takes on the cluster: Graphene's packing is
@@ -87,7 +88,7 @@ pub(crate) struct DevArgs {
     pub policy: String,
     /// Real seconds per second of the workload's task durations (default: chosen from the
     /// sample's work and the cluster's capacity to take about --target-secs).
-    #[arg(long, env = "FULLERENE_TIME_SCALE", value_name = "X")]
+    #[arg(long, env = "FULLERENE_TIME_SCALE", value_name = "X", value_parser = parse_positive, allow_negative_numbers = true)]
     pub time_scale: Option<f64>,
     /// About how long the run should take when --time-scale is not given, in seconds.
     #[arg(long, env = "FULLERENE_DEV_TARGET_SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
@@ -150,23 +151,13 @@ fn choose_sample(text: &str, file: &Path, args: &DevArgs) -> Result<Sample> {
     let chosen: Vec<Job> = sources.iter().map(|&i| jobs[i].clone()).collect();
     let machine = args.agent_resources;
     for job in &chosen {
-        for stage in &job.stages {
-            if !stage.demand.fits_in(&machine) {
-                bail!(
-                    "job `{}` stage `{}` needs {} per task, more than an agent has \
-                     (--agent-resources {machine})",
-                    job.name,
-                    stage.name,
-                    stage.demand
-                );
-            }
-        }
+        check_fits(job, &[machine])
+            .context("a task is larger than an agent (--agent-resources)")?;
     }
     let agents = usize::try_from(args.agents).context("--agents is too large")?;
     let lower_bound_s = sample_lower_bound(&chosen, &PlanCluster::new(agents, machine));
     let (time_scale, computed_scale) = match args.time_scale {
-        Some(x) if x.is_finite() && x > 0.0 => (x, false),
-        Some(x) => bail!("invalid --time-scale {x}: it must be a number > 0"),
+        Some(x) => (x, false),
         None => (
             default_time_scale(lower_bound_s, args.target_secs as f64),
             true,
@@ -258,13 +249,18 @@ pub(crate) fn run(args: DevArgs, json: &JsonOutput) -> Result<()> {
         }
     });
     let (masters, agents) = cluster.running();
+    // A failed run's errors name log files: the directory stays for them to be read.
+    let failed = matches!(outcome, Outcome::Done(Err(_)));
+    if failed {
+        cluster.keep_dir();
+    }
     drop(cluster); // stops every process, removes a temporary directory
     let stopped = format!(
         "stopped {} and {}",
         plural(masters, "master"),
         plural(agents, "agent")
     );
-    let where_ = if kept {
+    let where_ = if kept || failed {
         format!("; logs and data kept in {}", dir.display())
     } else {
         String::new()
@@ -275,9 +271,12 @@ pub(crate) fn run(args: DevArgs, json: &JsonOutput) -> Result<()> {
             result
         }
         Outcome::Interrupted(signal) => {
-            eprintln!("\n{signal}: {stopped}{where_}");
-            // The job thread is abandoned mid-run; exiting ends it (128 + SIGINT, as shells do).
-            std::process::exit(130);
+            // After a hangup the terminal may be gone, and eprintln! would panic on the failed
+            // write: the processes are stopped already, so the message is only a courtesy.
+            let _ = writeln!(std::io::stderr(), "\n{signal}: {stopped}{where_}");
+            // The job thread is abandoned mid-run; exiting ends it (128 + the signal's number,
+            // as shells report a process the signal killed).
+            std::process::exit(128 + signal.number);
         }
     }
 }
@@ -291,32 +290,8 @@ fn plural(count: usize, noun: &str) -> String {
 enum Outcome {
     /// It ran to the end (or failed).
     Done(Result<()>),
-    /// A signal (named) stopped it.
-    Interrupted(&'static str),
-}
-
-/// SIGINT (ctrl-c) and SIGTERM.
-struct Signals {
-    interrupt: Signal,
-    terminate: Signal,
-}
-
-impl Signals {
-    /// Must be called inside a tokio runtime.
-    fn new() -> Result<Signals> {
-        Ok(Signals {
-            interrupt: signal(SignalKind::interrupt()).context("cannot handle SIGINT")?,
-            terminate: signal(SignalKind::terminate()).context("cannot handle SIGTERM")?,
-        })
-    }
-
-    /// The next signal's name.
-    async fn next(&mut self) -> &'static str {
-        tokio::select! {
-            _ = self.interrupt.recv() => "interrupted",
-            _ = self.terminate.recv() => "terminated",
-        }
-    }
+    /// A signal stopped it.
+    Interrupted(Caught),
 }
 
 /// A new or empty directory: dev lays out a new cluster, and an old one's data would make the
@@ -388,7 +363,9 @@ async fn drive(
     let spawned = std::thread::Builder::new()
         .name("dev-jobs".to_string())
         .spawn(move || {
-            let _ = done_tx.send(job::run(JobCommand::Run(run_args), &json));
+            // This command handles the signals: it stops the whole cluster, the jobs' tasks
+            // with it.
+            let _ = done_tx.send(job::run_jobs_command(run_args, &json, false));
         });
     if let Err(error) = spawned {
         return Outcome::Done(Err(anyhow!(error).context("cannot start the jobs' thread")));
@@ -707,19 +684,27 @@ mod tests {
         let a = args(&["--jobs", "1", "--job-order", "file", "--time-scale", "0.5"]);
         let sample = choose_sample(WORKLOAD, Path::new("w.jsonl"), &a).expect("sample");
         assert_eq!((sample.time_scale, sample.computed_scale), (0.5, false));
-        let a = args(&["--jobs", "1", "--time-scale", "0"]);
-        let err = choose_sample(WORKLOAD, Path::new("w.jsonl"), &a).unwrap_err();
-        assert!(err.to_string().contains("--time-scale"), "{err}");
+        for bad in ["0", "-1", "inf", "fast"] {
+            let err = Wrapper::try_parse_from(["dev", "--time-scale", bad])
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("--time-scale") && err.contains("is not a number > 0"),
+                "{bad}: {err}"
+            );
+        }
     }
 
     #[test]
     fn a_task_larger_than_an_agent_or_too_many_jobs_are_refused_by_name() {
         let a = args(&["--jobs", "2", "--agent-resources", "cpus=1,mem_mib=4096"]);
-        let err = choose_sample(WORKLOAD, Path::new("w.jsonl"), &a)
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("job `chain` stage `a`"), "{err}");
-        assert!(err.contains("--agent-resources cpus=1"), "{err}");
+        let err = format!(
+            "{:#}",
+            choose_sample(WORKLOAD, Path::new("w.jsonl"), &a).unwrap_err()
+        );
+        assert!(err.contains("job `chain`, stage 0 (`a`)"), "{err}");
+        assert!(err.contains("--agent-resources"), "{err}");
+        assert!(err.contains("(cpus=1,"), "{err}");
 
         let a = args(&["--jobs", "3"]);
         let err = choose_sample(WORKLOAD, Path::new("w.jsonl"), &a)

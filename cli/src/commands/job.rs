@@ -1,25 +1,32 @@
 //! `fullerene job`: submit DAG jobs to a running cluster with the SDK's DAG-job framework.
 
+use std::io::{IsTerminal as _, Write as _};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use fullerene_client::event_log::EventLog;
+use fullerene_proto::messages::AgentState;
+use fullerene_proto::ResourceVec;
 use fullerene_sdk::dag::{
     run_jobs, DagConfig, ExecutorTemplate, JobOutcome, JobProgress, JobReport, ProgressFn,
     RunJobsOptions,
 };
 use fullerene_sdk::policy::PolicyKind;
 use fullerene_sdk::read_workload;
-use fullerene_sim::{arrival_times, ArrivalSpec};
+use fullerene_sim::{arrival_times, check_fits, ArrivalSpec};
+use fullerene_transport::certs::CertPaths;
 use fullerene_transport::{Role, TlsMaterial};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 
+use crate::commands::cluster::{operator_client, ClusterArgs};
 use crate::commands::master::tls_paths;
+use crate::commands::{parse_positive, Caught, Signals};
 use crate::output::{table, JsonOutput};
 
 /// Job commands.
@@ -83,7 +90,9 @@ pub(crate) struct JobRunArgs {
         long,
         env = "FULLERENE_TIME_SCALE",
         default_value_t = 1.0,
-        value_name = "X"
+        value_name = "X",
+        value_parser = parse_positive,
+        allow_negative_numbers = true
     )]
     pub time_scale: f64,
     /// Run only the first N jobs of the file.
@@ -131,19 +140,20 @@ pub(crate) struct JobRunArgs {
 /// Runs a `job` subcommand.
 pub(crate) fn run(command: JobCommand, json: &JsonOutput) -> Result<()> {
     match command {
-        JobCommand::Run(args) => run_jobs_command(args, json),
+        JobCommand::Run(args) => run_jobs_command(args, json, true),
         JobCommand::Status(args) => crate::commands::status::job_status(args, json),
     }
 }
 
-fn run_jobs_command(args: JobRunArgs, json: &JsonOutput) -> Result<()> {
+/// Runs `job run`. With `handle_signals`, ctrl-c, SIGTERM and SIGHUP tear the jobs' frameworks
+/// down (the masters kill their tasks at once) before it exits with 128 + the signal's number;
+/// `dev`, which stops its whole cluster on a signal, runs it without.
+pub(crate) fn run_jobs_command(
+    args: JobRunArgs,
+    json: &JsonOutput,
+    handle_signals: bool,
+) -> Result<()> {
     let policy: PolicyKind = args.policy.parse().context("invalid --policy")?;
-    if !(args.time_scale.is_finite() && args.time_scale > 0.0) {
-        bail!(
-            "invalid --time-scale {}: it must be a number > 0",
-            args.time_scale
-        );
-    }
     if args.max_attempts == 0 {
         bail!("invalid --max-attempts 0: a task needs at least one attempt");
     }
@@ -173,6 +183,7 @@ fn run_jobs_command(args: JobRunArgs, json: &JsonOutput) -> Result<()> {
         args.framework,
     )?;
     let tls = TlsMaterial::load(&ca, &cert, &key).context("cannot load the TLS material")?;
+    let stop = Arc::new(AtomicBool::new(false));
     let options = RunJobsOptions {
         masters: args.masters.clone(),
         dag: DagConfig {
@@ -196,27 +207,71 @@ fn run_jobs_command(args: JobRunArgs, json: &JsonOutput) -> Result<()> {
         },
         state_dir: args.state_dir.clone(),
         arrivals_s,
+        stop: Some(Arc::clone(&stop)),
     };
 
-    let bars = Bars::new(&jobs, matches!(json, JsonOutput::Stdout));
-    let progress: ProgressFn = {
-        let bars = bars.bars.clone();
-        Arc::new(move |index: usize, p: &JobProgress| {
-            if let Some(bar) = bars.get(index) {
-                update_bar(bar, p);
-            }
-        })
-    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let reports = runtime.block_on(run_jobs(jobs, &tls, options, Some(progress)))?;
+    runtime.block_on(check_agents_fit(&jobs, &args))?;
+
+    // Bars on a terminal; plain lines where they would not show (a log file, CI); nothing
+    // beside JSON on standard output.
+    let json_out = matches!(json, JsonOutput::Stdout);
+    let lines = (!json_out && !std::io::stderr().is_terminal())
+        .then(|| Arc::new(ProgressLines::new(jobs.len())));
+    let bars = Bars::new(&jobs, json_out || lines.is_some());
+    let progress: ProgressFn = {
+        let bars = bars.bars.clone();
+        Arc::new(move |index: usize, p: &JobProgress| {
+            if let Some(lines) = &lines {
+                if let Some(line) = lines.line(index, p) {
+                    let _ = writeln!(std::io::stderr(), "{line}");
+                }
+            } else if let Some(bar) = bars.get(index) {
+                update_bar(bar, p);
+            }
+        })
+    };
+    let (reports, caught) = runtime.block_on(async {
+        let run = run_jobs(jobs, &tls, options, Some(progress));
+        tokio::pin!(run);
+        let mut signals = if handle_signals {
+            Some(Signals::new()?)
+        } else {
+            None
+        };
+        let caught = tokio::select! {
+            reports = &mut run => return Ok::<_, anyhow::Error>((reports?, None)),
+            caught = next_signal(signals.as_mut()) => caught,
+        };
+        stop.store(true, Ordering::Relaxed);
+        let _ = writeln!(
+            std::io::stderr(),
+            "{caught}: tearing the jobs' frameworks down (their tasks are killed)"
+        );
+        match tokio::time::timeout(TEARDOWN_GRACE, &mut run).await {
+            Ok(reports) => Ok((reports?, Some(caught))),
+            Err(_) => {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "the masters did not answer the teardowns within {} s: the tasks end at \
+                     the failover timeout",
+                    TEARDOWN_GRACE.as_secs()
+                );
+                std::process::exit(128 + caught.number);
+            }
+        }
+    })?;
     runtime.shutdown_timeout(Duration::from_secs(1));
     bars.finish();
 
     let summary = Summary::of(&args.file, policy, args.time_scale, reports);
     json.emit(&summary, || summary.render())?;
+    if let Some(caught) = caught {
+        std::process::exit(128 + caught.number);
+    }
     if summary.failed > 0 {
         bail!(
             "{} of {} jobs failed (see the table)",
@@ -226,6 +281,76 @@ fn run_jobs_command(args: JobRunArgs, json: &JsonOutput) -> Result<()> {
     }
     Ok(())
 }
+
+/// Refuses, before anything is submitted, a job with a task larger than every agent the masters
+/// know: no offer could ever hold it, and the job would wait for one forever. A framework may
+/// not list the agents, so this asks as the operator of `--certs` when that directory holds
+/// an operator certificate (a `fullerene certs init` directory does); without one, or when the
+/// masters do not answer, it says so and runs the jobs unchecked.
+async fn check_agents_fit(jobs: &[fullerene_sdk::Job], args: &JobRunArgs) -> Result<()> {
+    let Some(certs) = &args.certs else {
+        return Ok(());
+    };
+    if !CertPaths::of_member(certs, Role::Operator, 1)
+        .cert
+        .is_file()
+    {
+        tracing::info!(
+            "no operator certificate in {}: the jobs' demands are not checked against the agents",
+            certs.display()
+        );
+        return Ok(());
+    }
+    let cluster = ClusterArgs {
+        masters: args.masters.clone(),
+        certs: Some(certs.clone()),
+        operator: 1,
+        ca: None,
+        cert: None,
+        key: None,
+        timeout_secs: AGENT_LIST_TIMEOUT_SECS,
+    };
+    let agents = match operator_client(&cluster)?.list_agents().await {
+        Ok(agents) => agents,
+        Err(error) => {
+            eprintln!("warning: cannot list the agents to check the jobs' demands: {error}");
+            return Ok(());
+        }
+    };
+    let mut sizes: Vec<ResourceVec> = Vec::new();
+    for agent in agents.iter().filter(|a| a.state != AgentState::Lost) {
+        let size = agent
+            .total
+            .to_vec()
+            .with_context(|| format!("agent {} reports invalid resources", agent.id))?;
+        if !sizes.contains(&size) {
+            sizes.push(size);
+        }
+    }
+    if sizes.is_empty() {
+        eprintln!("warning: no agent is registered: the jobs wait until one is");
+        return Ok(());
+    }
+    for job in jobs {
+        check_fits(job, &sizes).context("a task is larger than every agent of the cluster")?;
+    }
+    Ok(())
+}
+
+/// How long `job run`, stopped by a signal, waits for its frameworks to be torn down: each
+/// stops within a driver tick and waits up to a second for the master's answer.
+const TEARDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// The next signal, or never without handlers.
+async fn next_signal(signals: Option<&mut Signals>) -> Caught {
+    match signals {
+        Some(signals) => signals.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// How long `job run` waits for the masters' list of agents before it runs the jobs unchecked.
+const AGENT_LIST_TIMEOUT_SECS: u64 = 5;
 
 struct Bars {
     _multi: MultiProgress,
@@ -266,6 +391,49 @@ impl Bars {
                 bar.abandon();
             }
         }
+    }
+}
+
+/// Progress as plain lines, for an output that is not a terminal: a line per job at each
+/// quarter of its tasks finished, and one when it ends.
+struct ProgressLines {
+    /// The last step each job was reported at: quarters 1 to 4, then 5 once it ended.
+    reported: Mutex<Vec<u8>>,
+}
+
+impl ProgressLines {
+    fn new(jobs: usize) -> ProgressLines {
+        ProgressLines {
+            reported: Mutex::new(vec![0; jobs]),
+        }
+    }
+
+    /// The line to print for job `index`'s progress `p`, when it reached a new step.
+    fn line(&self, index: usize, p: &JobProgress) -> Option<String> {
+        let step = match p.outcome {
+            JobOutcome::Running => (p.finished * 4 / p.tasks.max(1)).min(4) as u8,
+            JobOutcome::Finished { .. } | JobOutcome::Failed { .. } => 5,
+        };
+        let mut reported = self
+            .reported
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let last = reported.get_mut(index)?;
+        if step <= *last {
+            return None;
+        }
+        *last = step;
+        let name = &p.name;
+        Some(match &p.outcome {
+            JobOutcome::Running => format!(
+                "{name}: {}/{} tasks finished, {} running",
+                p.finished, p.tasks, p.running
+            ),
+            JobOutcome::Finished { jct_ms } => {
+                format!("{name}: done in {:.1} s", *jct_ms as f64 / 1000.0)
+            }
+            JobOutcome::Failed { reason } => format!("{name}: FAILED: {reason}"),
+        })
     }
 }
 
@@ -431,6 +599,42 @@ mod tests {
             vec!["127.0.0.1:7".parse::<SocketAddr>().unwrap()]
         );
         assert_eq!(run.file, PathBuf::from("w.jsonl"));
+    }
+
+    #[test]
+    fn plain_progress_says_each_quarter_and_the_end_once() {
+        let lines = ProgressLines::new(1);
+        let progress = |finished: usize, outcome: JobOutcome| JobProgress {
+            name: "q1".into(),
+            group: String::new(),
+            tasks: 8,
+            finished,
+            running: 2,
+            failed_attempts: 0,
+            outcome,
+        };
+        assert_eq!(lines.line(0, &progress(1, JobOutcome::Running)), None);
+        assert_eq!(
+            lines.line(0, &progress(2, JobOutcome::Running)).as_deref(),
+            Some("q1: 2/8 tasks finished, 2 running")
+        );
+        assert_eq!(lines.line(0, &progress(3, JobOutcome::Running)), None);
+        assert!(lines.line(0, &progress(8, JobOutcome::Running)).is_some());
+        assert_eq!(
+            lines
+                .line(0, &progress(8, JobOutcome::Finished { jct_ms: 1_500 }))
+                .as_deref(),
+            Some("q1: done in 1.5 s")
+        );
+        assert_eq!(
+            lines.line(0, &progress(8, JobOutcome::Finished { jct_ms: 1_500 })),
+            None
+        );
+        assert_eq!(
+            lines.line(1, &progress(8, JobOutcome::Running)),
+            None,
+            "no such job"
+        );
     }
 
     #[test]

@@ -263,6 +263,13 @@ pub(crate) fn run(args: MasterArgs) -> Result<()> {
         None => None,
     };
 
+    tracing::info!(
+        master = args.id,
+        listen = %args.listen,
+        http = %args.http_listen.map_or_else(|| "off".to_string(), |addr| addr.to_string()),
+        data_dir = %args.data_dir.display(),
+        "master starting"
+    );
     let mut store = RocksStorage::open(&args.data_dir).with_context(|| {
         format!(
             "master {} refuses to start on data directory {}",

@@ -25,6 +25,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use fullerene_transport::{TransportConfig, DEFAULT_IDLE_TIMEOUT, DEFAULT_KEEP_ALIVE};
+use tokio::signal::unix::{signal, Signal, SignalKind};
 
 /// The single-threaded runtime an operator command runs its client on.
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
@@ -81,6 +82,16 @@ pub(crate) fn parse_allowance(text: &str) -> Result<f64, fullerene_scheduling::A
         .map(|allowance| allowance.0)
 }
 
+/// Parses a flag that must be a finite number > 0 (a time scale): clap reports the flag and
+/// this reason. Such a flag also takes `allow_negative_numbers`, so that `-1` is refused as a
+/// number out of range rather than taken for an unknown flag.
+pub(crate) fn parse_positive(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(value) if value.is_finite() && value > 0.0 => Ok(value),
+        _ => Err(format!("`{text}` is not a number > 0")),
+    }
+}
+
 /// Where the shared workloads are looked for when `--workload` is not given: beside the
 /// checkout (the layout of development machines and CI), then below the current directory.
 const DEFAULT_WORKLOADS: [&str; 2] = [
@@ -104,4 +115,48 @@ pub(crate) fn resolve_workload(given: Option<PathBuf>) -> Result<PathBuf> {
          or set FULLERENE_WORKLOAD",
         DEFAULT_WORKLOADS.join(" or ")
     )
+}
+
+/// A signal that stops a command which cleans up on its way out (`dev`, `job run`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Caught {
+    /// What happened, for the last message: "interrupted", "terminated", "hung up".
+    pub(crate) name: &'static str,
+    /// The signal's number.
+    pub(crate) number: i32,
+}
+
+impl std::fmt::Display for Caught {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+/// SIGINT (ctrl-c), SIGTERM and SIGHUP (a closed terminal or a dropped ssh session): a command
+/// that cleans up on its way out does so for each alike.
+pub(crate) struct Signals {
+    interrupt: Signal,
+    terminate: Signal,
+    hangup: Signal,
+}
+
+impl Signals {
+    /// Must be called inside a tokio runtime.
+    pub(crate) fn new() -> Result<Signals> {
+        Ok(Signals {
+            interrupt: signal(SignalKind::interrupt()).context("cannot handle SIGINT")?,
+            terminate: signal(SignalKind::terminate()).context("cannot handle SIGTERM")?,
+            hangup: signal(SignalKind::hangup()).context("cannot handle SIGHUP")?,
+        })
+    }
+
+    /// The next signal.
+    pub(crate) async fn next(&mut self) -> Caught {
+        let (name, number) = tokio::select! {
+            _ = self.interrupt.recv() => ("interrupted", libc::SIGINT),
+            _ = self.terminate.recv() => ("terminated", libc::SIGTERM),
+            _ = self.hangup.recv() => ("hung up", libc::SIGHUP),
+        };
+        Caught { name, number }
+    }
 }

@@ -192,7 +192,7 @@ pub(crate) fn run(args: SimArgs, json: &JsonOutput) -> Result<()> {
         if let (Some(path), Some(first)) = (&args.plot_utilization, study.reports.first()) {
             for report in first {
                 let file = suffixed(path, &report.policy);
-                plot_utilization(report, &file)?;
+                plot_utilization(report, &label, &file)?;
                 eprintln!("wrote {}", file.display());
             }
         }
@@ -210,7 +210,7 @@ pub(crate) fn run(args: SimArgs, json: &JsonOutput) -> Result<()> {
     if let Some(path) = &args.plot_utilization {
         for report in &reports {
             let file = suffixed(path, &report.policy);
-            plot_utilization(report, &file)?;
+            plot_utilization(report, &label, &file)?;
             eprintln!("wrote {}", file.display());
         }
     }

@@ -1,7 +1,7 @@
 //! `fullerene agents`, `fullerene frameworks`, `fullerene tasks`: what the leader knows, for
 //! operators (linearizable reads; any master answers, followers redirect).
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Args;
 use fullerene_client::{OperatorClient, OperatorClientError};
 use fullerene_proto::messages::{
@@ -30,9 +30,8 @@ fn with_client<T>(
 ) -> Result<T> {
     runtime()?.block_on(async {
         let mut client = operator_client(args)?;
-        list(&mut client)
-            .await
-            .context("the masters did not answer")
+        // The client's errors say what happened (no leader in time, a refused certificate).
+        Ok(list(&mut client).await?)
     })
 }
 
@@ -167,17 +166,20 @@ fn render_agents(agents: &[AgentInfo], now_ms: u64) -> String {
         "cpus",
         "mem MiB",
         "disk MB/s",
-        "net MB/s",
+        "net Mb/s",
         "gpus",
         "isolation",
         "last heard",
     ]);
     let mut notes = Vec::new();
     for agent in agents {
-        let state = match agent.state {
-            AgentState::Active => "active",
-            AgentState::Unreachable => "unreachable",
-            AgentState::Lost => "lost",
+        let state = match (agent.state, agent.address) {
+            // Active in the replicated state, but not connected to this leader: just after a
+            // failover or a restart, before the agent comes back or its timeouts mark it.
+            (AgentState::Active, None) => "active?, no session",
+            (AgentState::Active, Some(_)) => "active",
+            (AgentState::Unreachable, _) => "unreachable",
+            (AgentState::Lost, _) => "lost",
         };
         let state = match &agent.drain {
             None => state.to_string(),
@@ -334,8 +336,23 @@ mod tests {
             text.contains("agent-1") && text.contains("unreachable"),
             "{text}"
         );
+        let mut silent = agent.clone();
+        silent.state = AgentState::Active;
+        let text = render_agents(std::slice::from_ref(&silent), 4_500);
+        assert!(text.contains("active?, no session"), "{text}");
+        silent.address = Some("127.0.0.1:7000".parse().expect("an address"));
+        let text = render_agents(&[silent], 4_500);
+        assert!(
+            text.contains("active") && !text.contains("no session"),
+            "{text}"
+        );
         assert!(text.contains("2.50/8"), "{text}");
         assert!(text.contains("3.5 s ago"), "{text}");
+        // Network bandwidth is in megabits per second (`net_mbps`), disk bandwidth in megabytes.
+        assert!(
+            text.contains("net Mb/s") && text.contains("disk MB/s"),
+            "{text}"
+        );
         assert_eq!(render_agents(&[], 0), "no agents registered");
 
         let mut draining = agent.clone();

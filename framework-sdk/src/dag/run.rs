@@ -5,6 +5,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,6 +37,8 @@ pub struct DagScheduler {
     /// Whether the job's end was logged.
     end_logged: bool,
     journal: Option<Journal>,
+    /// Raised when the job must stop before it ends.
+    stop: Option<Arc<AtomicBool>>,
 }
 
 impl DagScheduler {
@@ -49,7 +52,16 @@ impl DagScheduler {
             event_log: None,
             end_logged: false,
             journal: None,
+            stop: None,
         }
+    }
+
+    /// Stops the job when `stop` is raised: it fails as stopped and its framework is torn
+    /// down, so that the masters kill its tasks at once rather than keep them for the
+    /// failover timeout (what a user who interrupts a run expects).
+    pub fn with_stop(mut self, stop: Option<Arc<AtomicBool>>) -> DagScheduler {
+        self.stop = stop;
+        self
     }
 
     /// Records launches, finishes and the framework id in `journal`, so that another process
@@ -162,6 +174,19 @@ impl DagScheduler {
 }
 
 impl Scheduler for DagScheduler {
+    fn tick(&mut self, driver: &mut DriverHandle) {
+        let stopped = self
+            .stop
+            .as_ref()
+            .is_some_and(|stop| stop.load(Ordering::Relaxed));
+        if stopped && !self.dag.is_done() {
+            self.dag
+                .fail("stopped before it ended: its framework was torn down");
+            // A done job's framework is torn down by `apply`.
+            self.apply(driver, Vec::new());
+        }
+    }
+
     fn registered(&mut self, driver: &mut DriverHandle, framework_id: &FrameworkId) {
         self.framework_id = Some(framework_id.clone());
         if !self.journal(&Record::Subscribed(framework_id.clone())) {
@@ -255,6 +280,9 @@ pub struct RunJobsOptions {
     /// job; real time is this times `dag.time_scale`): a job subscribes only then, and its JCT
     /// runs from then, as in the simulator. Empty: every job at once.
     pub arrivals_s: Vec<f64>,
+    /// Raised to stop every job before it ends: each fails and its framework is torn down
+    /// (the masters kill its tasks), within a driver tick. `None`: the jobs run to their end.
+    pub stop: Option<Arc<AtomicBool>>,
 }
 
 /// One job's result.
@@ -473,7 +501,8 @@ impl OneJob {
         };
         let scheduler = DagScheduler::new(core, self.index, self.progress.clone())
             .with_event_log(self.options.event_log.clone())
-            .with_journal(journal);
+            .with_journal(journal)
+            .with_stop(self.options.stop.clone());
         Ok((scheduler, framework_id))
     }
 }

@@ -894,6 +894,7 @@ impl<S: RaftStore> MasterCore<S> {
                 master = self.node.id(),
                 leader = ?change.leader,
                 term = change.term,
+                role = if self.node.is_leader() { "leader" } else { "follower" },
                 "leader changed"
             );
             self.publish_leader();

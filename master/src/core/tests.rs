@@ -55,7 +55,20 @@ impl Harness {
             ClusterSettings::default(),
         )
         .expect("bootstrap");
-        let config = CoreConfig {
+        let mut harness = Harness {
+            core: MasterCore::new(node, Harness::config(interval)),
+            now: Now::at(Time::from_millis(1_000)),
+            next_session: 1,
+            next_call: 1,
+            heartbeating: Vec::new(),
+        };
+        harness.elect();
+        harness
+    }
+
+    /// Liveness timeouts of 1 s and 3 s, offers valid for 2 s, allocation every `interval`.
+    fn config(interval: Duration) -> CoreConfig {
+        CoreConfig {
             members: [(1, address())].into_iter().collect(),
             agent_timeouts: AgentTimeouts {
                 heartbeat_interval: Duration::from_millis(100),
@@ -65,24 +78,31 @@ impl Harness {
             offer_ttl: Duration::from_secs(2),
             allocation_interval: interval,
             ..CoreConfig::default()
-        };
-        let mut harness = Harness {
-            core: MasterCore::new(node, config),
-            now: Now::at(Time::from_millis(1_000)),
-            next_session: 1,
-            next_call: 1,
-            heartbeating: Vec::new(),
-        };
-        assert_eq!(harness.core.start(harness.now), None);
+        }
+    }
+
+    /// Starts the core and makes it elect itself.
+    fn elect(&mut self) {
+        assert_eq!(self.core.start(self.now), None);
         // Forced, so that it happens at a known step (election timeouts are random).
-        harness.core.campaign().expect("campaign");
-        harness.run();
-        assert!(
-            harness.core.node().is_leader(),
-            "a lone master elects itself"
+        self.core.campaign().expect("campaign");
+        self.run();
+        assert!(self.core.node().is_leader(), "a lone master elects itself");
+        self.run();
+    }
+
+    /// The master stops, stays down for `down`, and starts again from what its storage
+    /// holds, electing itself; no session survives.
+    fn restart_after(&mut self, down: Duration) {
+        let storage = self.core.node().store().crash();
+        let node = RaftNode::open(NodeConfig::new(1), storage).expect("reopen");
+        self.core = MasterCore::new(
+            node,
+            Harness::config(CoreConfig::default().allocation_interval),
         );
-        harness.run();
-        harness
+        self.now = self.now.after(down);
+        self.heartbeating.clear();
+        self.elect();
     }
 
     /// Runs the node until it is idle; returns every output.
@@ -538,6 +558,31 @@ fn a_silent_agent_is_marked_unreachable_then_lost_and_its_tasks_reported_lost() 
         vec![TaskId::from("t1")],
         "the framework learns its task is lost"
     );
+}
+
+/// Agents stopped while the master was down: the restarted master cannot know when its
+/// predecessor last heard from them, so their clocks start at its election, and one never heard
+/// from again is marked unreachable, then lost, after the normal timeouts; meanwhile the
+/// operator's listing shows it has no session here.
+#[test]
+fn after_a_restart_an_agent_never_heard_from_is_marked_unreachable_then_lost() {
+    let mut h = Harness::leader();
+    let agent = AgentId::from("agent-1");
+    h.register_agent("agent-1", "cpus=4,mem_mib=4096");
+    assert_eq!(h.agent_state(&agent), AgentState::Active);
+    h.restart_after(Duration::from_secs(846));
+    let OperatorResponse::Agents { agents, .. } =
+        h.operator(OperatorRequest::ListAgents { after: None })
+    else {
+        panic!("not an agent listing");
+    };
+    assert_eq!(agents.len(), 1);
+    assert_eq!(agents[0].state, AgentState::Active, "not marked yet");
+    assert_eq!(agents[0].address, None, "no session on the new leader");
+    h.pass(Duration::from_millis(1_100));
+    assert_eq!(h.agent_state(&agent), AgentState::Unreachable);
+    h.pass(Duration::from_millis(2_000));
+    assert_eq!(h.agent_state(&agent), AgentState::Lost);
 }
 
 #[test]

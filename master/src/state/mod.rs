@@ -27,7 +27,7 @@ use fullerene_proto::messages::{
     AgentInfo, AgentState, DrainStatus, Executor, FrameworkInfo, GroupPlacement, GroupRemoval,
     StatusReason, StatusUpdate, TaskInfo, TaskSpec, TaskState, UnixMillis,
 };
-use fullerene_proto::{AgentId, FrameworkId, ResourceVec, Resources, TaskId, Time};
+use fullerene_proto::{AgentId, FrameworkId, ResourceKind, ResourceVec, Resources, TaskId, Time};
 use fullerene_scheduling::allocator::state::{AllocationState, StateError};
 use fullerene_scheduling::fairness::{FairnessError, FairnessFactor};
 use fullerene_scheduling::Overbooking;
@@ -198,11 +198,18 @@ impl ClusterState {
     /// An agent as the operator API shows it.
     pub fn agent_info(&self, agent: &AgentId) -> Option<AgentInfo> {
         let entry = self.agents.get(agent)?;
+        let used = self.agent_used(agent);
         Some(AgentInfo {
             id: entry.id.clone(),
             hostname: entry.hostname.clone(),
             total: entry.total.into(),
-            used: self.agent_used(agent).into(),
+            // Every resource the agent has gets an amount used, 0 when idle: readers of the
+            // operator API see the same fields whatever the agent's load.
+            used: ResourceKind::ALL
+                .into_iter()
+                .filter(|&kind| entry.total[kind] != 0.0 || used[kind] != 0.0)
+                .map(|kind| (kind.name(), used[kind]))
+                .collect(),
             state: entry.state,
             attributes: entry.attributes.clone(),
             last_heartbeat_ms: entry.last_heartbeat_ms,

@@ -160,6 +160,28 @@ fn launch_charges_the_agent_the_framework_and_the_deficits() {
 }
 
 #[test]
+fn an_idle_agent_shows_every_resource_it_has_as_used_zero() {
+    let mut st = cluster();
+    let names = |r: &Resources| {
+        r.iter()
+            .map(|(name, _)| name.to_string())
+            .collect::<Vec<_>>()
+    };
+    let idle = st.agent_info(&"a1".into()).expect("a1 is known");
+    assert_eq!(names(&idle.used), names(&idle.total), "{idle:?}");
+    assert!(
+        idle.used.iter().all(|(_, amount)| amount == 0.0),
+        "{idle:?}"
+    );
+    st.apply(&launch("f1", "alice", "a1", vec![spec("t1", "cpus=2")]))
+        .unwrap();
+    let busy = st.agent_info(&"a1".into()).expect("a1 is known");
+    assert_eq!(names(&busy.used), names(&busy.total), "{busy:?}");
+    assert_eq!(busy.used.get("cpus"), Some(2.0));
+    assert_eq!(busy.used.get("mem_mib"), Some(0.0));
+}
+
+#[test]
 fn launch_validation_refuses_without_changing_anything() {
     let mut st = cluster();
     st.apply(&launch("f1", "alice", "a2", vec![spec("t1", "cpus=3")]))
