@@ -426,6 +426,48 @@ async fn operators_read_and_write_over_https_and_other_roles_are_refused() {
     assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{}", answer.body);
     assert!(answer.body.contains("not a member"), "{}", answer.body);
 
+    // Control: each route reaches the leader's state machine, which names what it refused.
+    for (method, path, body, refusal) in [
+        (
+            Method::POST,
+            "/agents/agent-9/drain",
+            Some(r#"{"deadline_after_ms": 60000}"#),
+            "unknown agent `agent-9`",
+        ),
+        (
+            Method::DELETE,
+            "/agents/agent-9/drain",
+            None,
+            "unknown agent `agent-9`",
+        ),
+        (
+            Method::POST,
+            "/frameworks/f9/tasks/t9/kill",
+            None,
+            "unknown task `f9/t9`",
+        ),
+        (
+            Method::POST,
+            "/frameworks/f9/teardown",
+            None,
+            "unknown framework `f9`",
+        ),
+    ] {
+        let answer = operator.send(master.http, method, path, body).await;
+        assert!(answer.status.is_client_error(), "{path}: {}", answer.body);
+        assert!(answer.body.contains(refusal), "{path}: {}", answer.body);
+    }
+    let answer = operator
+        .send(
+            master.http,
+            Method::POST,
+            "/agents/agent-9/drain",
+            Some(r#"{"deadline": 1}"#),
+        )
+        .await;
+    assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{}", answer.body);
+    assert!(answer.body.contains("deadline_after_ms"), "{}", answer.body);
+
     // The other documents.
     for path in ["/agents", "/frameworks", "/tasks", "/tasks?framework=f%201"] {
         let answer = operator.get(master.http, path).await;

@@ -130,6 +130,16 @@ pub struct ClusterDocument {
     pub cluster: ClusterStatus,
 }
 
+/// The body of `POST /agents/{agent}/drain` (may be `{}`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DrainBody {
+    /// How long the agent's tasks may still run before the leader kills them, in
+    /// milliseconds; absent: until they end on their own.
+    #[serde(default)]
+    pub deadline_after_ms: Option<u64>,
+}
+
 /// The body of `PUT /groups/{group}/weight`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

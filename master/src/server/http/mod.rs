@@ -2,7 +2,8 @@
 //! (`GET /state`, `/agents`, `/frameworks`, `/tasks`, `/groups`, `/cluster`), Prometheus
 //! metrics (`GET /metrics`), liveness and readiness probes (`GET /health`, `/ready`, see
 //! [`probes`]), and the operator writes that change state (`PUT
-//! /groups/{group}/weight`, `POST /masters`, `DELETE /masters/{id}`). The routes, their
+//! /groups/{group}/weight`, `POST /masters`, `DELETE /masters/{id}`, agent drains, task kills
+//! and framework teardowns). The routes, their
 //! answers and their errors are in [`routes`]'s table; the documents are
 //! [`fullerene_proto::http`]'s.
 //!

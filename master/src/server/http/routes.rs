@@ -37,10 +37,10 @@ use std::time::SystemTime;
 
 use bytes::Bytes;
 use fullerene_proto::http::{
-    AddMasterBody, AgentsDocument, ClusterDocument, ErrorDocument, FrameworksDocument,
+    AddMasterBody, AgentsDocument, ClusterDocument, DrainBody, ErrorDocument, FrameworksDocument,
     GroupWeightBody, GroupsDocument, StateDocument, TasksDocument, ViewStamp, WriteDone,
 };
-use fullerene_proto::ids::{FrameworkId, MasterId};
+use fullerene_proto::ids::{AgentId, FrameworkId, MasterId, TaskId};
 use fullerene_proto::messages::{ErrorCode, OperatorRequest, OperatorResponse};
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::Incoming;
@@ -113,7 +113,7 @@ struct Route {
 }
 
 /// Every endpoint of the API.
-static ROUTES: [Route; 12] = [
+static ROUTES: [Route; 16] = [
     Route {
         method: Method::GET,
         path: "/state",
@@ -201,6 +201,37 @@ static ROUTES: [Route; 12] = [
         query: &[],
         action: Action::Write(Payload::Empty, remove_master),
     },
+    Route {
+        method: Method::POST,
+        path: "/agents/{agent}/drain",
+        access: Access::Write,
+        query: &[],
+        action: Action::Write(
+            Payload::Json(r#"{"deadline_after_ms": 600000}"#),
+            drain_agent,
+        ),
+    },
+    Route {
+        method: Method::DELETE,
+        path: "/agents/{agent}/drain",
+        access: Access::Write,
+        query: &[],
+        action: Action::Write(Payload::Empty, undrain_agent),
+    },
+    Route {
+        method: Method::POST,
+        path: "/frameworks/{framework}/tasks/{task}/kill",
+        access: Access::Write,
+        query: &[],
+        action: Action::Write(Payload::Empty, kill_task),
+    },
+    Route {
+        method: Method::POST,
+        path: "/frameworks/{framework}/teardown",
+        access: Access::Write,
+        query: &[],
+        action: Action::Write(Payload::Empty, teardown_framework),
+    },
 ];
 
 fn set_group_weight(params: &[&str], body: &[u8]) -> Result<OperatorRequest, ApiError> {
@@ -226,6 +257,33 @@ fn remove_master(params: &[&str], _body: &[u8]) -> Result<OperatorRequest, ApiEr
         ApiError::bad_request(format!("`{id}` in the path is not a master id (a number)"))
     })?;
     Ok(OperatorRequest::RemoveMaster { id: MasterId(id) })
+}
+
+fn drain_agent(params: &[&str], body: &[u8]) -> Result<OperatorRequest, ApiError> {
+    let agent_id = AgentId(path_param(params, 0, "agent")?);
+    let body: DrainBody = json_body(body, r#"{"deadline_after_ms": 600000}"#)?;
+    Ok(OperatorRequest::DrainAgent {
+        agent_id,
+        deadline_after_ms: body.deadline_after_ms,
+    })
+}
+
+fn undrain_agent(params: &[&str], _body: &[u8]) -> Result<OperatorRequest, ApiError> {
+    let agent_id = AgentId(path_param(params, 0, "agent")?);
+    Ok(OperatorRequest::UndrainAgent { agent_id })
+}
+
+fn kill_task(params: &[&str], _body: &[u8]) -> Result<OperatorRequest, ApiError> {
+    Ok(OperatorRequest::KillTask {
+        framework_id: FrameworkId(path_param(params, 0, "framework")?),
+        task_id: TaskId(path_param(params, 1, "task")?),
+    })
+}
+
+fn teardown_framework(params: &[&str], _body: &[u8]) -> Result<OperatorRequest, ApiError> {
+    Ok(OperatorRequest::TeardownFramework {
+        framework_id: FrameworkId(path_param(params, 0, "framework")?),
+    })
 }
 
 /// A refusal or failure, answered as `{"error": ...}` with its status.
