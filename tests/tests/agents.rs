@@ -22,12 +22,22 @@ async fn wait_for_agent(
     state: AgentState,
     timeout: Duration,
 ) -> Option<AgentInfo> {
+    wait_for_agent_where(client, id, timeout, |agent| agent.state == state).await
+}
+
+/// Polls until agent `id` is as `wanted` says, up to `timeout`.
+async fn wait_for_agent_where(
+    client: &mut OperatorClient,
+    id: &AgentId,
+    timeout: Duration,
+    wanted: impl Fn(&AgentInfo) -> bool,
+) -> Option<AgentInfo> {
     let started = Instant::now();
     while started.elapsed() < timeout {
         if let Some(agent) = agents(client)
             .await
             .into_iter()
-            .find(|a| &a.id == id && a.state == state)
+            .find(|a| &a.id == id && wanted(a))
         {
             return Some(agent);
         }
@@ -216,19 +226,12 @@ async fn an_agent_drained_from_the_cli_stays_drained_across_a_leader_kill_until_
         .wait_for_leader(Duration::from_secs(20))
         .expect("a leader");
     cluster.kill(leader);
-    let started = Instant::now();
-    let drained_after_failover = loop {
-        let drained = agents(&mut client)
-            .await
-            .into_iter()
-            .find(|a| a.id == id)
-            .and_then(|a| a.drain)
-            .is_some_and(|d| d.drained);
-        if drained || started.elapsed() > Duration::from_secs(20) {
-            break drained;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let drained_after_failover =
+        wait_for_agent_where(&mut client, &id, Duration::from_secs(20), |a| {
+            a.drain.is_some_and(|d| d.drained)
+        })
+        .await
+        .is_some();
     assert!(
         drained_after_failover,
         "the new leader forgot the drain\n{}",

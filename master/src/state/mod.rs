@@ -522,10 +522,7 @@ impl ClusterState {
                 at_ms,
             )?);
         }
-        let entry = self
-            .agents
-            .get_mut(agent_id)
-            .ok_or_else(|| CommandError::UnknownAgent(agent_id.clone()))?;
+        let entry = self.known_agent_mut(agent_id)?;
         entry.hostname = hostname.to_string();
         entry.total = total;
         entry.state = AgentState::Active;
@@ -632,10 +629,7 @@ impl ClusterState {
         at_ms: UnixMillis,
     ) -> Result<CommandOutcome, CommandError> {
         self.live_agent(agent_id)?;
-        let entry = self
-            .agents
-            .get_mut(agent_id)
-            .ok_or_else(|| CommandError::UnknownAgent(agent_id.clone()))?;
+        let entry = self.known_agent_mut(agent_id)?;
         entry.state = AgentState::Active;
         entry.last_heartbeat_ms = entry.last_heartbeat_ms.max(at_ms);
         Ok(CommandOutcome::Applied)
@@ -707,6 +701,13 @@ impl ClusterState {
         Ok(entry)
     }
 
+    /// The entry of a registered agent, lost or not, to change.
+    fn known_agent_mut(&mut self, agent_id: &AgentId) -> Result<&mut AgentEntry, CommandError> {
+        self.agents
+            .get_mut(agent_id)
+            .ok_or_else(|| CommandError::UnknownAgent(agent_id.clone()))
+    }
+
     fn drain_agent(
         &mut self,
         agent_id: &AgentId,
@@ -715,10 +716,7 @@ impl ClusterState {
     ) -> Result<CommandOutcome, CommandError> {
         // Any known agent may be drained, a lost one too: it stays out of offers when it
         // comes back, which is what an operator taking a machine down wants.
-        let entry = self
-            .agents
-            .get_mut(agent_id)
-            .ok_or_else(|| CommandError::UnknownAgent(agent_id.clone()))?;
+        let entry = self.known_agent_mut(agent_id)?;
         match &mut entry.drain {
             Some(drain) if drain.deadline_ms == deadline_ms => Ok(CommandOutcome::Unchanged),
             Some(drain) => {
@@ -736,10 +734,7 @@ impl ClusterState {
     }
 
     fn undrain_agent(&mut self, agent_id: &AgentId) -> Result<CommandOutcome, CommandError> {
-        let entry = self
-            .agents
-            .get_mut(agent_id)
-            .ok_or_else(|| CommandError::UnknownAgent(agent_id.clone()))?;
+        let entry = self.known_agent_mut(agent_id)?;
         Ok(match entry.drain.take() {
             Some(_) => CommandOutcome::Applied,
             None => CommandOutcome::Unchanged,
