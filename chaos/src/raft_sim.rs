@@ -414,6 +414,7 @@ impl CommandGen {
             96 => Command::TeardownFramework {
                 framework_id: framework.as_str().into(),
                 principal: Some(principal),
+                cause: fullerene_master::state::TeardownCause::Framework,
                 at_ms,
             },
             97 => Command::UpdateAgentResources {

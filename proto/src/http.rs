@@ -17,7 +17,9 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{FrameworkId, MasterId};
-use crate::messages::{AgentInfo, ClusterStatus, ClusterView, FrameworkInfo, GroupInfo, TaskInfo};
+use crate::messages::{
+    AgentInfo, ClusterStatus, ClusterView, FrameworkInfo, GroupInfo, TaskInfo, TaskState,
+};
 
 /// Which view of the cluster state a document comes from.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -105,6 +107,144 @@ pub struct TasksDocument {
     pub tasks: Vec<TaskInfo>,
     /// Its tasks (or all) that the view's bound left out.
     pub tasks_omitted: u64,
+}
+
+/// `GET /jobs`: the DAG jobs frameworks described (see [`crate::jobs`]), running and ended,
+/// each with its stages, their edges and their tasks by state.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobsDocument {
+    /// The view it comes from.
+    #[serde(flatten)]
+    pub stamp: ViewStamp,
+    /// The jobs, framework by framework, oldest first within each.
+    pub jobs: Vec<JobView>,
+    /// Tasks the view's bound left out: their live attempts are missing from the stages'
+    /// counts (ended attempts are counted whatever the bound).
+    pub tasks_omitted: u64,
+}
+
+/// One job of [`JobsDocument`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobView {
+    /// The framework running it.
+    pub framework_id: FrameworkId,
+    /// The framework's name.
+    pub framework_name: String,
+    /// The framework's fairness group.
+    pub group: String,
+    /// The job's name.
+    pub job: String,
+    /// The policy ordering its tasks.
+    pub policy: String,
+    /// When the masters learnt of it (leader's time, Unix ms).
+    pub submitted_at_ms: u64,
+    /// When it ended.
+    pub ended_at_ms: Option<u64>,
+    /// `finished`, `failed` or `killed` once it ended ([`crate::jobs::JobEnd::name`]).
+    pub outcome: Option<String>,
+    /// Why it failed or was killed.
+    pub reason: Option<String>,
+    /// Its completion time as the masters saw it, once finished.
+    pub jct_ms: Option<u64>,
+    /// Its stages, in the order the framework described them.
+    pub stages: Vec<StageView>,
+}
+
+/// One stage of a [`JobView`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StageView {
+    /// The stage's id (its tasks' `origin.stage`).
+    pub stage: u32,
+    /// Its name.
+    pub name: String,
+    /// The stages it waits for.
+    pub parents: Vec<u32>,
+    /// How many tasks it has.
+    pub total: u32,
+    /// Its task attempts by state (`staging`, `running`, `finished`, `failed`, `killed`,
+    /// `lost`): live ones from the task records, ended ones as counted when they ended. A
+    /// stage is done when `finished` reaches `total`.
+    pub tasks: BTreeMap<String, u64>,
+}
+
+impl StageView {
+    /// Whether every task of the stage finished.
+    pub fn done(&self) -> bool {
+        self.tasks.get("finished").copied().unwrap_or(0) >= u64::from(self.total)
+    }
+}
+
+/// The jobs `frameworks` described, with their stages' task counts: live attempts from
+/// `tasks` (those not yet ended; an ended task's record may linger until acknowledged and is
+/// counted from its stage's ends instead, so never twice), ended attempts from the stages'
+/// counts.
+pub fn job_views(frameworks: &[FrameworkInfo], tasks: &[TaskInfo]) -> Vec<JobView> {
+    let state_name = |state: TaskState| format!("{state:?}").to_lowercase();
+    // Live attempts per (framework, job, stage) and state, in one pass over the tasks.
+    let mut live: BTreeMap<(&FrameworkId, &str, u32), BTreeMap<String, u64>> = BTreeMap::new();
+    for task in tasks.iter().filter(|t| !t.state.is_terminal()) {
+        if let Some(origin) = &task.spec.origin {
+            *live
+                .entry((&task.framework_id, origin.job.as_str(), origin.stage))
+                .or_default()
+                .entry(state_name(task.state))
+                .or_insert(0) += 1;
+        }
+    }
+    let mut views = Vec::new();
+    for framework in frameworks {
+        for job in &framework.jobs {
+            let name = job.description.job.as_str();
+            let stages = job
+                .description
+                .stages
+                .iter()
+                .enumerate()
+                .map(|(i, stage)| {
+                    let mut counts = live
+                        .get(&(&framework.id, name, stage.stage))
+                        .cloned()
+                        .unwrap_or_default();
+                    let ends = job.stage_ends.get(i).copied().unwrap_or_default();
+                    for (state, n) in [
+                        (TaskState::Finished, ends.finished),
+                        (TaskState::Failed, ends.failed),
+                        (TaskState::Killed, ends.killed),
+                        (TaskState::Lost, ends.lost),
+                    ] {
+                        if n > 0 {
+                            *counts.entry(state_name(state)).or_insert(0) += u64::from(n);
+                        }
+                    }
+                    StageView {
+                        stage: stage.stage,
+                        name: stage.name.clone(),
+                        parents: stage.parents.clone(),
+                        total: stage.tasks,
+                        tasks: counts,
+                    }
+                })
+                .collect();
+            views.push(JobView {
+                framework_id: framework.id.clone(),
+                framework_name: framework.name.clone(),
+                group: framework.group.clone(),
+                job: name.to_string(),
+                policy: job.description.policy.clone(),
+                submitted_at_ms: job.submitted_at_ms,
+                ended_at_ms: job.ended_at_ms,
+                outcome: job.end.as_ref().map(|end| end.name().to_string()),
+                reason: job
+                    .end
+                    .as_ref()
+                    .and_then(|end| end.reason())
+                    .map(str::to_string),
+                jct_ms: job.jct_ms(),
+                stages,
+            });
+        }
+    }
+    views
 }
 
 /// `GET /groups`: the fairness groups with their deficit counters, and the weights operators

@@ -6,6 +6,9 @@
 //! and codec only, with no I/O dependency: the frames on streams, the mutual-TLS QUIC transport
 //! and the certificates are `fullerene-transport`'s.
 //!
+//! [`jobs`] holds what frameworks tell the masters of their DAG jobs (stages, edges, outcome),
+//! which the masters keep for operators.
+//!
 //! [`http`] holds the JSON documents of the masters' HTTP API, the one interface that is not
 //! framed by the codec.
 //!
@@ -18,6 +21,7 @@
 pub mod codec;
 pub mod http;
 pub mod ids;
+pub mod jobs;
 pub mod limits;
 pub mod messages;
 pub mod resources;

@@ -615,6 +615,19 @@ pub enum FrameworkRequest {
     Acknowledge(StatusAck),
     /// Unregister: kill every task and forget the framework.
     Teardown,
+    /// Describe a DAG job this framework runs (its stages and their edges), so that operators
+    /// see its shape and progress; at most [`crate::jobs::MAX_JOBS_PER_FRAMEWORK`] unended
+    /// ones at once. Describing a job again with the same name replaces an unended one's
+    /// description.
+    DescribeJob(crate::jobs::JobDescription),
+    /// A described job ended (before the framework tears itself down, so that operators see
+    /// how, not only that its framework left).
+    EndJob {
+        /// The job's name.
+        job: String,
+        /// How it ended.
+        end: crate::jobs::JobEnd,
+    },
 }
 
 /// What the master sends a framework.
@@ -639,6 +652,13 @@ pub enum MasterToFramework {
     Update(StatusUpdate),
     /// This master is not the leader.
     Redirect(Redirect),
+    /// The framework was torn down by the masters (an operator's `fullerene job kill` or
+    /// `framework teardown`): its tasks are killed and its id cannot subscribe again. The
+    /// session closes after this message.
+    TornDown {
+        /// Who tore it down, and why.
+        reason: String,
+    },
 }
 
 /// Successful answers to framework calls.
@@ -999,6 +1019,8 @@ pub struct FrameworkInfo {
     pub used: Resources,
     /// Tasks not yet terminal.
     pub active_tasks: u64,
+    /// The DAG jobs it described (see [`crate::jobs`]), oldest first.
+    pub jobs: Vec<crate::jobs::JobInfo>,
 }
 
 /// The answer to an operator request.

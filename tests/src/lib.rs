@@ -212,12 +212,42 @@ impl MasterCluster {
     /// The leader's `/state` (HTTPS, operator certificate), asked of every running master in
     /// turn (a follower's redirect is followed once); `None` while no master answers with it.
     pub fn http_state(&self) -> Option<serde_json::Value> {
+        self.http_get("/state")
+    }
+
+    /// Runs `fullerene --json ARGS --masters (all) --certs (the cluster's)` as the operator
+    /// and returns its JSON answer; fails the test, with its stderr and the cluster's logs,
+    /// if the command fails.
+    pub fn operator_cli(&self, args: &[&str]) -> serde_json::Value {
+        let masters: Vec<String> = self.addrs.values().map(ToString::to_string).collect();
+        let output = Command::new(fullerene_binary())
+            .arg("--json")
+            .args(args)
+            .arg("--masters")
+            .arg(masters.join(","))
+            .arg("--certs")
+            .arg(self.certs_dir())
+            .output()
+            .expect("run fullerene");
+        assert!(
+            output.status.success(),
+            "fullerene {args:?}: {}\n{}",
+            String::from_utf8_lossy(&output.stderr),
+            self.logs()
+        );
+        serde_json::from_slice(&output.stdout).expect("JSON")
+    }
+
+    /// The leader's document at `path` (HTTPS, operator certificate), asked of every running
+    /// master in turn (a follower's redirect is followed once); `None` while no master answers
+    /// it with 200 and JSON.
+    pub fn http_get(&self, path: &str) -> Option<serde_json::Value> {
         let api = self.api();
         for (id, addr) in &self.0.http_addrs {
             if !self.0.is_running(*id) {
                 continue;
             }
-            let Ok(answer) = api.get_following(*addr, "/state") else {
+            let Ok(answer) = api.get_following(*addr, path) else {
                 continue;
             };
             if answer.code == 200 {

@@ -171,27 +171,6 @@ async fn an_agent_with_a_foreign_certificate_is_refused() {
     );
 }
 
-/// Runs `fullerene --json <args> --masters <all> --certs <dir>` and returns its JSON answer.
-fn operator_cli(cluster: &MasterCluster, args: &[&str]) -> serde_json::Value {
-    let masters: Vec<String> = cluster.addrs.values().map(ToString::to_string).collect();
-    let output = std::process::Command::new(fullerene_tests::fullerene_binary())
-        .arg("--json")
-        .args(args)
-        .arg("--masters")
-        .arg(masters.join(","))
-        .arg("--certs")
-        .arg(cluster.certs_dir())
-        .output()
-        .expect("run fullerene");
-    assert!(
-        output.status.success(),
-        "fullerene {args:?}: {}\n{}",
-        String::from_utf8_lossy(&output.stderr),
-        cluster.logs()
-    );
-    serde_json::from_slice(&output.stdout).expect("JSON")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_drained_from_the_cli_stays_drained_across_a_leader_kill_until_undrained() {
     let mut cluster = MasterCluster::start_with(3, 3, 1, &[]);
@@ -211,10 +190,10 @@ async fn an_agent_drained_from_the_cli_stays_drained_across_a_leader_kill_until_
         cluster.logs()
     );
 
-    let answer = operator_cli(&cluster, &["agent", "drain", "1", "--deadline", "10m"]);
+    let answer = cluster.operator_cli(&["agent", "drain", "1", "--deadline", "10m"]);
     assert_eq!(answer["done"], true, "{answer}");
     // Nothing runs on it: drained at once.
-    let listed = operator_cli(&cluster, &["agents"]);
+    let listed = cluster.operator_cli(&["agents"]);
     assert_eq!(listed[0]["drain"]["drained"], true, "{listed}");
     assert!(
         listed[0]["drain"]["deadline_ms"].as_u64().is_some(),
@@ -238,8 +217,8 @@ async fn an_agent_drained_from_the_cli_stays_drained_across_a_leader_kill_until_
         cluster.logs()
     );
 
-    let answer = operator_cli(&cluster, &["agent", "undrain", "agent-1"]);
+    let answer = cluster.operator_cli(&["agent", "undrain", "agent-1"]);
     assert_eq!(answer["done"], true, "{answer}");
-    let listed = operator_cli(&cluster, &["agents"]);
+    let listed = cluster.operator_cli(&["agents"]);
     assert!(listed[0]["drain"].is_null(), "{listed}");
 }

@@ -349,6 +349,21 @@ fn five_tpch_jobs_finish_on_three_masters_and_three_agents_and_free_everything()
     let agents = state["agents"].as_array().expect("agents");
     assert_eq!(agents.len(), 3, "{state}");
     assert!(agents.iter().all(|a| a["state"] == "Active"), "{state}");
+    // The masters keep each job's shape and end after its framework is gone.
+    let jobs = wait_for_jobs(&cluster, FIVE_JOBS.len(), |job| {
+        job["outcome"] == "finished"
+    });
+    for job in &jobs {
+        assert!(job["jct_ms"].as_u64().is_some(), "{job}");
+        let stages = job["stages"].as_array().expect("stages");
+        assert!(!stages.is_empty(), "{job}");
+        for stage in stages {
+            assert!(
+                stage["tasks"]["finished"].as_u64() >= stage["total"].as_u64(),
+                "a stage of a finished job is not done: {job}"
+            );
+        }
+    }
 }
 
 #[test]
@@ -504,4 +519,102 @@ fn ctrl_c_on_job_run_tears_its_frameworks_down_and_frees_the_agents() {
     let frameworks = state["frameworks"].as_array().expect("frameworks");
     assert_eq!(frameworks.len(), 2, "{state}");
     assert!(frameworks.iter().all(|f| f["torn_down"] == true), "{state}");
+    // And each job says why it ended: the run told the masters before it left.
+    let jobs = wait_for_jobs(&cluster, 2, |job| job["outcome"] == "failed");
+    for job in &jobs {
+        assert!(
+            job["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("stopped")),
+            "{job}"
+        );
+    }
+}
+
+/// The leader's `/jobs` once `count` jobs satisfy `ended` (polled for 10 s; the view is
+/// published at intervals); fails the test with the document otherwise.
+fn wait_for_jobs(
+    cluster: &MasterCluster,
+    count: usize,
+    ended: impl Fn(&serde_json::Value) -> bool,
+) -> Vec<serde_json::Value> {
+    let started = Instant::now();
+    loop {
+        let document = cluster.http_get("/jobs").unwrap_or_default();
+        let jobs: Vec<serde_json::Value> = document["jobs"]
+            .as_array()
+            .map(|jobs| jobs.iter().filter(|job| ended(job)).cloned().collect())
+            .unwrap_or_default();
+        if jobs.len() == count {
+            return jobs;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "not {count} such jobs in /jobs: {document:#}\n{}",
+            logs(cluster)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// `fullerene job kill` stops a running job: its framework is torn down (tasks killed, the
+/// agents freed), the `job run` running it hears of it at once and exits saying so, and the
+/// masters record the job as killed, which `fullerene job status` shows.
+#[test]
+fn a_job_killed_from_the_cli_stops_its_run_and_is_recorded_killed() {
+    let cluster = cluster(1);
+    let file = workload(&cluster, &["tpch-q1-2g"]);
+    // Tasks of seconds: the job is still running when it is killed.
+    let child = start_job_run_scaled(&cluster, &file, 1.0);
+    let running = wait_for_jobs(&cluster, 1, |job| {
+        job["outcome"].is_null()
+            && job["stages"].as_array().is_some_and(|stages| {
+                stages
+                    .iter()
+                    .any(|stage| stage["tasks"]["running"].as_u64().is_some_and(|n| n > 0))
+            })
+    });
+    assert_eq!(running[0]["job"], "tpch-q1-2g", "{running:?}");
+    assert!(
+        running[0]["stages"]
+            .as_array()
+            .is_some_and(|s| !s.is_empty()),
+        "the job's stages are described: {running:?}"
+    );
+
+    let answer = cluster.operator_cli(&["job", "kill", "tpch-q1-2g"]);
+    assert_eq!(answer["done"], true, "{answer}");
+    let status = wait_for_exit(&cluster, child, Duration::from_secs(15), "stop on the kill");
+    assert!(!status.success(), "{}", logs(&cluster));
+    let output = std::fs::read_to_string(cluster.dir().join("job-run.json")).unwrap_or_default();
+    let summary: serde_json::Value = serde_json::from_str(&output)
+        .unwrap_or_else(|e| panic!("no JSON summary ({e}): {output}\n{}", logs(&cluster)));
+    let reason = summary["jobs"][0]["outcome"]["reason"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        reason.contains("torn down by an operator"),
+        "{summary:#}\n{}",
+        logs(&cluster)
+    );
+
+    let killed = wait_for_jobs(&cluster, 1, |job| job["outcome"] == "killed");
+    assert!(killed[0]["jct_ms"].is_null(), "{killed:?}");
+    assert_all_free(&cluster);
+    let listed = cluster.operator_cli(&["job", "status"]);
+    assert_eq!(listed[0]["state"], "killed", "{listed:#}");
+    // Killing it again names what is wrong.
+    let masters: Vec<String> = cluster.addrs.values().map(ToString::to_string).collect();
+    let again = Command::new(fullerene_tests::fullerene_binary())
+        .args(["job", "kill", "tpch-q1-2g", "--masters", &masters.join(",")])
+        .arg("--certs")
+        .arg(cluster.certs_dir())
+        .output()
+        .expect("run fullerene");
+    assert!(!again.status.success());
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        stderr.contains("no running job is named `tpch-q1-2g`"),
+        "{stderr}"
+    );
 }

@@ -1,12 +1,12 @@
 //! Operators' control of what runs: `fullerene agent drain|undrain`, `fullerene task kill`,
-//! `fullerene framework teardown`. Each is a replicated command: the leader answers once it
+//! `fullerene job kill`, `fullerene framework teardown`. Each is a replicated command: the leader answers once it
 //! is committed, so it survives a failover from then on.
 
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
-use fullerene_proto::messages::OperatorRequest;
+use fullerene_proto::messages::{FrameworkInfo, OperatorRequest};
 use fullerene_proto::{AgentId, FrameworkId, TaskId};
 
 use crate::commands::cluster::{change, operator_client, ClusterArgs};
@@ -90,6 +90,86 @@ pub(crate) struct TeardownArgs {
     /// The framework's id.
     #[arg(value_name = "FRAMEWORK")]
     pub framework: String,
+}
+
+/// Flags of `fullerene job kill`.
+#[derive(Args, Debug)]
+pub(crate) struct JobKillArgs {
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// The job: its name, as `fullerene job status` shows it, or its framework's id.
+    #[arg(value_name = "JOB")]
+    pub job: String,
+}
+
+/// Runs `fullerene job kill`: tears down the framework that runs the job (each job of `job
+/// run` is its own framework), which kills its tasks, marks the job killed in the replicated
+/// state and tells its scheduler, so that `job run` reports it killed rather than waiting.
+pub(crate) fn run_job_kill(args: JobKillArgs, json: &JsonOutput) -> Result<()> {
+    runtime()?.block_on(async {
+        let frameworks = operator_client(&args.cluster)?
+            .list_frameworks()
+            .await
+            .context("cannot list the frameworks to find the job's")?;
+        let framework_id = framework_of_job(&frameworks, &args.job)?;
+        let message = format!(
+            "job {} (framework {framework_id}) killed: its tasks are killed and its scheduler told",
+            args.job
+        );
+        let request = OperatorRequest::TeardownFramework { framework_id };
+        change(&args.cluster, request, json, message).await
+    })
+}
+
+/// The live framework that runs the unended job `job` (a job's name, or a framework's id),
+/// and runs no other unended job: killing a job tears its framework down, which must not
+/// stop another job by surprise.
+fn framework_of_job(frameworks: &[FrameworkInfo], job: &str) -> Result<FrameworkId> {
+    let running = |f: &FrameworkInfo| -> Vec<String> {
+        f.jobs
+            .iter()
+            .filter(|j| j.end.is_none())
+            .map(|j| j.description.job.clone())
+            .collect()
+    };
+    let live: Vec<&FrameworkInfo> = frameworks.iter().filter(|f| !f.torn_down).collect();
+    let framework = match live.iter().find(|f| f.id.0 == job) {
+        Some(by_id) => *by_id,
+        None => {
+            let named: Vec<&&FrameworkInfo> = live
+                .iter()
+                .filter(|f| running(f).iter().any(|name| name == job))
+                .collect();
+            match named.as_slice() {
+                [one] => **one,
+                [] => bail!(
+                    "no running job is named `{job}` and no live framework has that id                      (`fullerene job status` lists them)"
+                ),
+                several => bail!(
+                    "{} frameworks run a job named `{job}` ({}): name the one to kill by its                      framework id",
+                    several.len(),
+                    several
+                        .iter()
+                        .map(|f| f.id.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            }
+        }
+    };
+    let others: Vec<String> = running(framework)
+        .into_iter()
+        .filter(|name| name != job)
+        .collect();
+    if others.len() > usize::from(framework.id.0 == job) {
+        bail!(
+            "framework {} runs other jobs too ({}): `fullerene framework teardown {}` stops              them all",
+            framework.id,
+            others.join(", "),
+            framework.id
+        );
+    }
+    Ok(framework.id.clone())
 }
 
 /// Runs `fullerene agent drain|undrain`.

@@ -46,9 +46,16 @@ pub(crate) enum JobCommand {
     /// Example: `fullerene job run ../shared/workloads/tpch-decima.jsonl --masters
     /// 127.0.0.1:5051 --certs certs --jobs 5 --time-scale 0.05`. Config file table: `[job.run]`.
     Run(JobRunArgs),
-    /// The jobs the masters know: each DAG-job framework with its tasks by state (a
-    /// linearizable read on the leader). `--json` for machines.
+    /// The jobs the masters know, running and ended (the last ones of each framework, and of
+    /// the last 1,000 frameworks torn down): each with how it ended (finished, failed or
+    /// killed, and why), its JCT, its stages done and its tasks by state; frameworks that
+    /// describe no job are listed by name. `--json` for machines.
     Status(crate::commands::cluster::ClusterArgs),
+    /// Kill a running job: its framework is torn down, so its tasks are killed, the job is
+    /// recorded as killed, and the `fullerene job run` running it stops and says so.
+    ///
+    /// Example: `fullerene job kill q17 --masters 127.0.0.1:5050`.
+    Kill(crate::commands::control::JobKillArgs),
 }
 
 /// Flags of `fullerene job run`.
@@ -142,6 +149,7 @@ pub(crate) fn run(command: JobCommand, json: &JsonOutput) -> Result<()> {
     match command {
         JobCommand::Run(args) => run_jobs_command(args, json, true),
         JobCommand::Status(args) => crate::commands::status::job_status(args, json),
+        JobCommand::Kill(args) => crate::commands::control::run_job_kill(args, json),
     }
 }
 

@@ -1,11 +1,13 @@
 //! `fullerene agents`, `fullerene frameworks`, `fullerene tasks`: what the leader knows, for
 //! operators (linearizable reads; any master answers, followers redirect).
 
+use std::collections::BTreeMap;
+
 use anyhow::Result;
 use clap::Args;
 use fullerene_client::{OperatorClient, OperatorClientError};
 use fullerene_proto::messages::{
-    AgentInfo, AgentState, Enforcement, FrameworkInfo, TaskInfo, TaskIsolation,
+    AgentInfo, AgentState, Enforcement, FrameworkInfo, TaskInfo, TaskIsolation, TaskState,
 };
 use fullerene_proto::{FrameworkId, ResourceKind, Resources};
 
@@ -58,21 +60,30 @@ pub(crate) fn tasks(args: TasksArgs, json: &JsonOutput) -> Result<()> {
     json.emit(&tasks, || render_tasks(&tasks))
 }
 
-/// One job in `fullerene job status`: a framework and its tasks counted by state.
+/// One job in `fullerene job status`: a DAG job its framework described, or a framework that
+/// described none.
 #[derive(Debug, serde::Serialize)]
 pub(crate) struct JobStatus {
-    /// The framework running the job.
+    /// The job's name (the framework's, for a framework that described no job).
+    pub job: String,
+    /// The framework running it.
     pub framework: String,
-    /// Its name (the job's, for the DAG-job framework).
-    pub name: String,
-    /// Its fairness group.
+    /// Its framework's fairness group.
     pub group: String,
-    /// Whether its scheduler is connected.
-    pub connected: bool,
-    /// Whether it was torn down (the job ended, or its scheduler did not fail over in time).
-    pub torn_down: bool,
-    /// Tasks the master tracks, by state (terminal ones until acknowledged).
-    pub tasks: std::collections::BTreeMap<String, u64>,
+    /// `running`, `finished`, `failed` or `killed` for a described job; for a framework that
+    /// described none, `connected`, `disconnected` or `torn down`.
+    pub state: String,
+    /// Why it failed or was killed.
+    pub reason: Option<String>,
+    /// The policy ordering its tasks, when described.
+    pub policy: Option<String>,
+    /// Its completion time as the masters saw it (description to end), once finished.
+    pub jct_s: Option<f64>,
+    /// Stages all of whose tasks finished, and all its stages (described jobs).
+    pub stages_done: Option<(usize, usize)>,
+    /// Its tasks by state: live ones as the masters track them, and the attempts that ended
+    /// (counted per stage as they end, so they outlive the task records).
+    pub tasks: BTreeMap<String, u64>,
 }
 
 /// `fullerene job status`.
@@ -88,32 +99,73 @@ pub(crate) fn job_status(args: ClusterArgs, json: &JsonOutput) -> Result<()> {
 }
 
 fn job_statuses(frameworks: &[FrameworkInfo], tasks: &[TaskInfo]) -> Vec<JobStatus> {
-    frameworks
-        .iter()
-        .map(|framework| {
-            let mut counts = std::collections::BTreeMap::new();
-            for task in tasks.iter().filter(|t| t.framework_id == framework.id) {
-                *counts
-                    .entry(format!("{:?}", task.state).to_lowercase())
-                    .or_insert(0) += 1;
+    let state_name = |state: TaskState| format!("{state:?}").to_lowercase();
+    let mut statuses = Vec::new();
+    for framework in frameworks {
+        let its_tasks = tasks.iter().filter(|t| t.framework_id == framework.id);
+        if framework.jobs.is_empty() {
+            let mut counts = BTreeMap::new();
+            for task in its_tasks {
+                *counts.entry(state_name(task.state)).or_insert(0) += 1;
             }
-            JobStatus {
+            statuses.push(JobStatus {
+                job: framework.name.clone(),
                 framework: framework.id.to_string(),
-                name: framework.name.clone(),
                 group: framework.group.clone(),
-                connected: framework.connected,
-                torn_down: framework.torn_down,
+                state: if framework.torn_down {
+                    "torn down"
+                } else if framework.connected {
+                    "connected"
+                } else {
+                    "disconnected"
+                }
+                .to_string(),
+                reason: None,
+                policy: None,
+                jct_s: None,
+                stages_done: None,
                 tasks: counts,
+            });
+            continue;
+        }
+        let views = fullerene_proto::http::job_views(std::slice::from_ref(framework), tasks);
+        for job in views {
+            let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+            for stage in &job.stages {
+                for (state, n) in &stage.tasks {
+                    *counts.entry(state.clone()).or_insert(0) += n;
+                }
             }
-        })
-        .collect()
+            let done = job.stages.iter().filter(|stage| stage.done()).count();
+            statuses.push(JobStatus {
+                job: job.job,
+                framework: framework.id.to_string(),
+                group: framework.group.clone(),
+                state: job.outcome.unwrap_or_else(|| "running".to_string()),
+                reason: job.reason,
+                policy: Some(job.policy),
+                jct_s: job.jct_ms.map(|ms| ms as f64 / 1_000.0),
+                stages_done: Some((done, job.stages.len())),
+                tasks: counts,
+            });
+        }
+    }
+    statuses
 }
 
 fn render_jobs(jobs: &[JobStatus]) -> String {
     if jobs.is_empty() {
         return "no jobs (no frameworks subscribed)".to_string();
     }
-    let mut out = table(&["job", "framework", "group", "connected", "tasks by state"]);
+    let mut out = table(&[
+        "job",
+        "framework",
+        "group",
+        "state",
+        "JCT",
+        "stages done",
+        "tasks by state",
+    ]);
     for job in jobs {
         let tasks = if job.tasks.is_empty() {
             "-".to_string()
@@ -124,15 +176,18 @@ fn render_jobs(jobs: &[JobStatus]) -> String {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
+        let state = match &job.reason {
+            Some(reason) => format!("{}: {reason}", job.state),
+            None => job.state.clone(),
+        };
         out.add_row(vec![
-            job.name.clone(),
+            job.job.clone(),
             job.framework.clone(),
             job.group.clone(),
-            if job.torn_down {
-                "torn down".to_string()
-            } else {
-                job.connected.to_string()
-            },
+            state,
+            job.jct_s.map_or("-".to_string(), |s| format!("{s:.1} s")),
+            job.stages_done
+                .map_or("-".to_string(), |(done, all)| format!("{done}/{all}")),
             tasks,
         ]);
     }
@@ -372,9 +427,10 @@ mod tests {
     }
 
     #[test]
-    fn job_status_counts_each_frameworks_tasks_by_state() {
-        use fullerene_proto::messages::{Executor, TaskSpec, TaskState};
-        let framework = |id: &str| FrameworkInfo {
+    fn job_status_shows_described_jobs_with_their_end_and_other_frameworks_by_name() {
+        use fullerene_proto::jobs::{JobDescription, JobEnd, JobInfo, StageDescription, StageEnds};
+        use fullerene_proto::messages::{Executor, TaskOrigin, TaskSpec};
+        let framework = |id: &str, jobs: Vec<JobInfo>| FrameworkInfo {
             id: FrameworkId(id.to_string()),
             name: format!("job-{id}"),
             principal: "framework-1".to_string(),
@@ -383,14 +439,37 @@ mod tests {
             torn_down: false,
             used: Resources::default(),
             active_tasks: 0,
+            jobs,
         };
-        let task = |id: &str, framework: &str, state: TaskState| TaskInfo {
+        let stage = |stage: u32, parents: Vec<u32>| StageDescription {
+            stage,
+            name: format!("s{stage}"),
+            tasks: 2,
+            parents,
+        };
+        let job = |name: &str, end: Option<JobEnd>, ends: [StageEnds; 2]| JobInfo {
+            description: JobDescription {
+                job: name.to_string(),
+                policy: "graphene".to_string(),
+                stages: vec![stage(0, vec![]), stage(1, vec![0])],
+            },
+            submitted_at_ms: 1_000,
+            ended_at_ms: end.as_ref().map(|_| 3_500),
+            end,
+            stage_ends: ends.to_vec(),
+        };
+        let task = |id: &str, framework: &str, job: &str, state: TaskState| TaskInfo {
             spec: TaskSpec {
                 id: fullerene_proto::TaskId(id.to_string()),
                 name: id.to_string(),
                 executor: Executor::Sleep { duration_ms: 1 },
                 resources: Resources::default(),
-                origin: None,
+                origin: Some(TaskOrigin {
+                    job: job.to_string(),
+                    stage: 1,
+                    index: 0,
+                    attempt: 0,
+                }),
                 kill_grace_ms: 0,
             },
             framework_id: FrameworkId(framework.to_string()),
@@ -398,20 +477,60 @@ mod tests {
             state,
             seq: 1,
         };
+        let two_finished = StageEnds {
+            finished: 2,
+            ..StageEnds::default()
+        };
         let jobs = job_statuses(
-            &[framework("a"), framework("b")],
             &[
-                task("t1", "a", TaskState::Running),
-                task("t2", "a", TaskState::Running),
-                task("t3", "a", TaskState::Finished),
+                framework(
+                    "a",
+                    vec![job("q1", None, [two_finished, StageEnds::default()])],
+                ),
+                framework(
+                    "b",
+                    vec![job("q2", Some(JobEnd::Finished), [two_finished; 2])],
+                ),
+                framework(
+                    "c",
+                    vec![job(
+                        "q3",
+                        Some(JobEnd::Killed {
+                            reason: "killed by an operator".to_string(),
+                        }),
+                        [two_finished, StageEnds::default()],
+                    )],
+                ),
+                framework("d", vec![]),
+            ],
+            &[
+                task("t1", "a", "q1", TaskState::Running),
+                // Ended and not yet acknowledged: counted once, from the stage's ends.
+                task("t0", "a", "q1", TaskState::Finished),
+                task("t2", "d", "other", TaskState::Staging),
             ],
         );
-        assert_eq!(jobs[0].tasks.get("running"), Some(&2));
-        assert_eq!(jobs[0].tasks.get("finished"), Some(&1));
-        assert!(jobs[1].tasks.is_empty());
-        assert!(
-            render_jobs(&jobs).contains("running 2, finished 1")
-                || render_jobs(&jobs).contains("finished 1, running 2")
+        assert_eq!(jobs.len(), 4);
+        assert_eq!(
+            (jobs[0].job.as_str(), jobs[0].state.as_str()),
+            ("q1", "running")
         );
+        assert_eq!(jobs[0].tasks.get("running"), Some(&1));
+        assert_eq!(jobs[0].tasks.get("finished"), Some(&2));
+        assert_eq!(jobs[0].stages_done, Some((1, 2)));
+        assert_eq!(jobs[1].state, "finished");
+        assert_eq!(jobs[1].jct_s, Some(2.5));
+        assert_eq!(jobs[1].stages_done, Some((2, 2)));
+        assert_eq!(jobs[2].state, "killed");
+        assert_eq!(jobs[2].jct_s, None);
+        assert_eq!(
+            (jobs[3].job.as_str(), jobs[3].state.as_str()),
+            ("job-d", "connected")
+        );
+        assert_eq!(jobs[3].tasks.get("staging"), Some(&1));
+        let text = render_jobs(&jobs);
+        assert!(text.contains("killed: killed by an operator"), "{text}");
+        assert!(text.contains("2.5 s"), "{text}");
+        assert!(text.contains("running 1"), "{text}");
     }
 }

@@ -11,6 +11,7 @@
 //! for their durations times `time_scale`, so the core's clock for the policies is the real
 //! time since submission divided by `time_scale`.
 
+use fullerene_proto::jobs::{JobDescription, JobEnd, StageDescription};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use fullerene_proto::messages::{
@@ -267,6 +268,37 @@ impl DagJob {
     /// True once the job finished or failed.
     pub fn is_done(&self) -> bool {
         self.outcome != JobOutcome::Running
+    }
+
+    /// The job as the masters are told of it (`FrameworkRequest::DescribeJob`): its stages
+    /// with their ids (the `stage` of its tasks' origins), sizes and parents, and the policy.
+    pub fn description(&self) -> JobDescription {
+        let stages = &self.job.stages;
+        JobDescription {
+            job: self.job.name.clone(),
+            policy: self.config.policy.name().to_string(),
+            stages: stages
+                .iter()
+                .map(|stage| StageDescription {
+                    stage: stage.id,
+                    name: stage.name.clone(),
+                    tasks: u32::try_from(stage.num_tasks()).unwrap_or(u32::MAX),
+                    parents: stage.parents.iter().map(|&p| stages[p].id).collect(),
+                })
+                .collect(),
+        }
+    }
+
+    /// How the job ended, as the masters are told (`FrameworkRequest::EndJob`); `None` while
+    /// it runs.
+    pub fn end(&self) -> Option<JobEnd> {
+        match &self.outcome {
+            JobOutcome::Running => None,
+            JobOutcome::Finished { .. } => Some(JobEnd::Finished),
+            JobOutcome::Failed { reason } => Some(JobEnd::Failed {
+                reason: reason.clone(),
+            }),
+        }
     }
 
     /// A progress snapshot.

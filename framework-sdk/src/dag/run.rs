@@ -39,6 +39,8 @@ pub struct DagScheduler {
     journal: Option<Journal>,
     /// Raised when the job must stop before it ends.
     stop: Option<Arc<AtomicBool>>,
+    /// Whether the masters were told how the job ended.
+    end_told: bool,
 }
 
 impl DagScheduler {
@@ -53,6 +55,7 @@ impl DagScheduler {
             end_logged: false,
             journal: None,
             stop: None,
+            end_told: false,
         }
     }
 
@@ -165,6 +168,15 @@ impl DagScheduler {
             progress(self.index, &self.dag.progress());
         }
         self.log_end();
+        if let (Some(end), false) = (self.dag.end(), self.end_told) {
+            // Before the teardown, on the same session: operators see how the job ended, not
+            // only that its framework left.
+            self.end_told = true;
+            driver.call(FrameworkRequest::EndJob {
+                job: self.dag.job().name.clone(),
+                end,
+            });
+        }
         if self.dag.is_done() {
             // Every task has ended (or the job failed and its tasks were just killed): nothing
             // of this framework needs to outlive it.
@@ -197,12 +209,16 @@ impl Scheduler for DagScheduler {
             job: self.dag.job().name.clone(),
             framework_id: framework_id.clone(),
         });
-        let calls = self.dag.on_subscribed();
+        let mut calls = vec![FrameworkRequest::DescribeJob(self.dag.description())];
+        calls.extend(self.dag.on_subscribed());
         self.apply(driver, calls);
     }
 
     fn reconnected(&mut self, driver: &mut DriverHandle, _framework_id: &FrameworkId) {
-        let calls = self.dag.on_subscribed();
+        // Again: a description whose answer was lost with the session may not have committed
+        // (the masters keep one copy either way).
+        let mut calls = vec![FrameworkRequest::DescribeJob(self.dag.description())];
+        calls.extend(self.dag.on_subscribed());
         self.apply(driver, calls);
     }
 
@@ -240,7 +256,16 @@ impl Scheduler for DagScheduler {
         request: &FrameworkRequest,
         error: &WireError,
     ) {
-        tracing::debug!(job = %self.dag.job().name, %error, "call failed");
+        if matches!(
+            request,
+            FrameworkRequest::DescribeJob(_) | FrameworkRequest::EndJob { .. }
+        ) && error.code != ErrorCode::OutcomeUnknown
+        {
+            // The job runs on; only what operators see of it is missing.
+            tracing::warn!(job = %self.dag.job().name, %error, "the masters refused the job's description or end");
+        } else {
+            tracing::debug!(job = %self.dag.job().name, %error, "call failed");
+        }
         let calls = self.dag.on_call_failed(request, error);
         self.apply(driver, calls);
     }

@@ -89,6 +89,15 @@ pub enum DriverError {
         /// The master's answer.
         error: WireError,
     },
+    /// The masters tore the framework down (an operator's `fullerene job kill` or `framework
+    /// teardown`): its tasks are killed and it cannot subscribe again.
+    #[error("framework `{name}` was {reason}")]
+    TornDown {
+        /// The framework's name.
+        name: String,
+        /// What the masters said (who tore it down, and why).
+        reason: String,
+    },
     /// The TLS material or transport settings are unusable.
     #[error("transport setup failed: {0}")]
     Transport(String),
@@ -391,6 +400,23 @@ impl DriverCore {
                 vec![Action::Deliver(DriverEvent::Rescinded(offer_ids))]
             }
             MasterToFramework::Update(update) => self.update(update),
+            MasterToFramework::TornDown { reason } => {
+                // The framework is gone with everything it held: calls in flight are moot (the
+                // masters ended its tasks), and failing them one by one would only have the
+                // scheduler answer with calls a stopped driver fails again.
+                self.offers.clear();
+                self.pending.clear();
+                self.queued.clear();
+                self.phase = Phase::Stopped;
+                vec![
+                    Action::CloseSession,
+                    Action::Deliver(DriverEvent::Fatal(DriverError::TornDown {
+                        name: self.config.name.clone(),
+                        reason,
+                    })),
+                    Action::Stop,
+                ]
+            }
         }
     }
 
@@ -439,6 +465,8 @@ impl DriverCore {
             }
             FrameworkRequest::Kill { .. }
             | FrameworkRequest::Reconcile { .. }
+            | FrameworkRequest::DescribeJob(_)
+            | FrameworkRequest::EndJob { .. }
             | FrameworkRequest::Teardown => {
                 self.queued.push_back(request);
                 Vec::new()

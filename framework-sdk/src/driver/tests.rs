@@ -455,6 +455,41 @@ fn teardown_stops_the_driver() {
 }
 
 #[test]
+fn torn_down_by_the_masters_the_driver_drops_its_calls_says_why_and_stops_for_good() {
+    let mut c = core();
+    c.start(T0);
+    subscribe(&mut c, "f1");
+    let kill = FrameworkRequest::Kill {
+        task_id: "t1".into(),
+    };
+    c.call(kill);
+    let actions = c.received(
+        MasterToFramework::TornDown {
+            reason: "torn down by an operator".to_string(),
+        },
+        T0,
+    );
+    // Only why it stops: the kill in flight is moot, and failing it would have the scheduler
+    // answer a stopped driver.
+    assert_eq!(
+        events(&actions),
+        vec![DriverEvent::Fatal(DriverError::TornDown {
+            name: "fw".to_string(),
+            reason: "torn down by an operator".to_string(),
+        })]
+    );
+    assert_eq!(c.pending_calls(), 0);
+    assert_eq!(actions.last(), Some(&Action::Stop));
+    assert!(c.is_stopped());
+    // The session closing next is no cue to reconnect: the framework is gone.
+    assert!(c.session_lost("closed", T0).is_empty());
+    assert!(matches!(
+        events(&c.call(FrameworkRequest::Revive)).as_slice(),
+        [DriverEvent::CallFailed { .. }]
+    ));
+}
+
+#[test]
 fn a_master_passed_over_is_tried_again_once_its_pass_over_has_elapsed() {
     let mut config = DriverConfig::new(vec![addr(1), addr(2), addr(3)], "fw", "g");
     config.pass_over = Duration::from_secs(1);

@@ -37,7 +37,7 @@ use super::{
     Settled, Subscription, PLANNING_TIMEOUT,
 };
 use crate::raft_node::ProposeError;
-use crate::state::{ClusterState, Command, CommandOutcome, TaskKey, TaskRecord};
+use crate::state::{ClusterState, Command, CommandOutcome, TaskKey, TaskRecord, TeardownCause};
 use crate::storage::RaftStore;
 use fullerene_scheduling::allocator::{CycleStats, ShardPlan};
 
@@ -274,6 +274,7 @@ impl FrameworkSessions {
                 due.push(Command::TeardownFramework {
                     framework_id: framework_id.clone(),
                     principal: None,
+                    cause: TeardownCause::FailoverTimeout,
                     at_ms,
                 });
             }
@@ -283,10 +284,13 @@ impl FrameworkSessions {
 
     /// A teardown was applied or refused. An applied teardown closes the framework's
     /// session, after whatever was already sent on it.
+    /// A teardown settled: if it applied, the framework's session (if one is open) is told
+    /// `notice` (why the masters tore it down, when it did not ask) and closed.
     pub(crate) fn teardown_settled(
         &mut self,
         framework_id: &FrameworkId,
         applied: bool,
+        notice: Option<String>,
         out: &mut Outbox,
     ) {
         self.teardowns_in_flight.remove(framework_id);
@@ -294,6 +298,9 @@ impl FrameworkSessions {
             self.absent_since.remove(framework_id);
             self.sweeps.remove(framework_id);
             if let Some(link) = self.links.remove(framework_id) {
+                if let Some(reason) = notice {
+                    out.send_framework(link.session, MasterToFramework::TornDown { reason });
+                }
                 out.close(link.session);
             }
         }
@@ -422,6 +429,27 @@ impl<S: RaftStore> MasterCore<S> {
                 ErrorCode::InvalidRequest,
                 "already subscribed on this session",
             )),
+            FrameworkRequest::DescribeJob(description) => {
+                let command = Command::DescribeJob {
+                    framework_id,
+                    principal,
+                    description,
+                    at_ms,
+                };
+                self.propose_for_framework(command, call_id, link, FrameworkPending::Answer);
+                return;
+            }
+            FrameworkRequest::EndJob { job, end } => {
+                let command = Command::EndJob {
+                    framework_id,
+                    principal,
+                    job,
+                    end,
+                    at_ms,
+                };
+                self.propose_for_framework(command, call_id, link, FrameworkPending::Answer);
+                return;
+            }
             FrameworkRequest::Kill { task_id } => {
                 let command = Command::KillTask {
                     framework_id,
@@ -456,6 +484,7 @@ impl<S: RaftStore> MasterCore<S> {
                 let command = Command::TeardownFramework {
                     framework_id: framework_id.clone(),
                     principal: Some(principal),
+                    cause: TeardownCause::Framework,
                     at_ms,
                 };
                 self.propose_for_framework(
@@ -720,7 +749,7 @@ impl<S: RaftStore> MasterCore<S> {
                     // The answer goes out before the session closes.
                     self.answer_call(&link, call_id, Ok(CallOk::Done));
                     self.frameworks
-                        .teardown_settled(&framework_id, true, &mut self.out);
+                        .teardown_settled(&framework_id, true, None, &mut self.out);
                     return;
                 }
                 FrameworkPending::Answer | FrameworkPending::Launch { .. } => Ok(CallOk::Done),
@@ -1021,7 +1050,7 @@ mod tests {
             .due_teardowns(&state, start + Duration::from_millis(1_200), 0)
             .is_empty());
         // Subscribing again in time stops the clock.
-        links.teardown_settled(&id, false, &mut out);
+        links.teardown_settled(&id, false, None, &mut out);
         links.attach(id, link(8), &mut out);
         assert!(links
             .due_teardowns(&state, start + Duration::from_secs(60), 0)

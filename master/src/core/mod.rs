@@ -72,7 +72,7 @@ use crate::offers::OfferManager;
 use crate::raft_node::{
     NodeError, NodeOutput, ProposeError, RaftNode, StoreJob, StoreReport, Token,
 };
-use crate::state::{Command, CommandError, CommandOutcome};
+use crate::state::{Command, CommandError, CommandOutcome, TeardownCause};
 use crate::storage::RaftStore;
 use fullerene_scheduling::allocator::{CycleSnapshot, CycleStats};
 
@@ -785,8 +785,12 @@ impl<S: RaftStore> MasterCore<S> {
                 if applied {
                     tracing::info!(framework = %framework_id, "framework torn down by an operator");
                 }
-                self.frameworks
-                    .teardown_settled(&framework_id, applied, &mut self.out);
+                self.frameworks.teardown_settled(
+                    &framework_id,
+                    applied,
+                    TeardownCause::Operator.notice(),
+                    &mut self.out,
+                );
                 let response = self.write_response(&settled);
                 self.answer(request, response);
             }
@@ -802,13 +806,22 @@ impl<S: RaftStore> MasterCore<S> {
                 {
                     self.agents.send_back_lost(agent_id, &mut self.out);
                 }
-                if let Command::TeardownFramework { framework_id, .. } = &command {
+                if let Command::TeardownFramework {
+                    framework_id,
+                    cause,
+                    ..
+                } = &command
+                {
                     let applied = matches!(settled, Settled::Applied(_));
                     if applied {
                         tracing::info!(framework = %framework_id, "framework did not fail over in time; torn down");
                     }
-                    self.frameworks
-                        .teardown_settled(framework_id, applied, &mut self.out);
+                    self.frameworks.teardown_settled(
+                        framework_id,
+                        applied,
+                        cause.notice(),
+                        &mut self.out,
+                    );
                 }
             }
             Pending::Framework {

@@ -16,7 +16,7 @@ use fullerene_proto::{AgentId, FrameworkId, MasterId, TaskId, TaskKey};
 
 use super::{MasterCore, Pending, RequestId};
 use crate::raft_node::{MembershipChange, ProposeError, ReadError};
-use crate::state::{Command, CommandError};
+use crate::state::{Command, CommandError, TeardownCause};
 use crate::storage::RaftStore;
 
 /// The leader's view of the cluster for the HTTP API's reads ([`MasterCore::bounded_view`]):
@@ -185,6 +185,7 @@ impl<S: RaftStore> MasterCore<S> {
                 let command = Command::TeardownFramework {
                     framework_id: framework_id.clone(),
                     principal: None,
+                    cause: TeardownCause::Operator,
                     at_ms: now.wall_ms(),
                 };
                 return self.propose_teardown(&command, framework_id, token, request_id);

@@ -1578,8 +1578,54 @@ fn operators_kill_a_task_and_tear_a_framework_down() {
         },
     ));
     assert_eq!(answer_to(&outputs, id), Some(OperatorResponse::Done));
-    assert!(outputs.contains(&Output::Close(session)), "{outputs:?}");
+    // The scheduler is told why before its session closes, so it stops rather than retries.
+    let told = outputs
+        .iter()
+        .position(|o| {
+            matches!(o, Output::ToFramework { session: s, message: MasterToFramework::TornDown { reason } }
+                if *s == session && reason.contains("operator"))
+        })
+        .unwrap_or_else(|| panic!("no TornDown to the framework: {outputs:?}"));
+    let closed = outputs
+        .iter()
+        .position(|o| *o == Output::Close(session))
+        .unwrap_or_else(|| panic!("the session is not closed: {outputs:?}"));
+    assert!(told < closed, "{outputs:?}");
     assert_eq!(kills_to(&outputs, agent_session), vec![TaskId::from("t1")]);
     let entry = &h.core.node().state().frameworks()[&framework];
     assert!(entry.torn_down_at_ms.is_some());
+}
+
+#[test]
+fn a_framework_describes_its_job_and_says_how_it_ended_through_its_session() {
+    use fullerene_proto::jobs::{JobDescription, JobEnd, StageDescription};
+    let (mut h, _agent_session, framework, session) = cluster_with_demand();
+    let description = JobDescription {
+        job: "q1".to_string(),
+        policy: "graphene".to_string(),
+        stages: vec![StageDescription {
+            stage: 0,
+            name: "scan".to_string(),
+            tasks: 1,
+            parents: vec![],
+        }],
+    };
+    let (answer, _) = h.call(
+        &framework,
+        session,
+        FrameworkRequest::DescribeJob(description.clone()),
+    );
+    assert!(matches!(answer, Some(Ok(_))), "{answer:?}");
+    let (answer, _) = h.call(
+        &framework,
+        session,
+        FrameworkRequest::EndJob {
+            job: "q1".to_string(),
+            end: JobEnd::Finished,
+        },
+    );
+    assert!(matches!(answer, Some(Ok(_))), "{answer:?}");
+    let jobs = &h.core.node().state().frameworks()[&framework].jobs;
+    assert_eq!(jobs[0].description, description);
+    assert_eq!(jobs[0].end, Some(JobEnd::Finished));
 }

@@ -130,6 +130,32 @@ pub enum Command {
         /// The principal asking, when the framework asks itself; `None` when the master removes
         /// it (failover timeout, operator).
         principal: Option<String>,
+        /// Why: what its unended jobs are marked with, and what its scheduler is told.
+        cause: super::TeardownCause,
+        /// Leader's time.
+        at_ms: UnixMillis,
+    },
+    /// A framework describes one of its DAG jobs (`FrameworkRequest::DescribeJob`).
+    DescribeJob {
+        /// The framework.
+        framework_id: FrameworkId,
+        /// The principal of its session; must own it.
+        principal: String,
+        /// The job.
+        description: fullerene_proto::jobs::JobDescription,
+        /// Leader's time: the job's submission as the cluster sees it.
+        at_ms: UnixMillis,
+    },
+    /// A framework says how one of its described jobs ended (`FrameworkRequest::EndJob`).
+    EndJob {
+        /// The framework.
+        framework_id: FrameworkId,
+        /// The principal of its session; must own it.
+        principal: String,
+        /// The job's name.
+        job: String,
+        /// How it ended.
+        end: fullerene_proto::jobs::JobEnd,
         /// Leader's time.
         at_ms: UnixMillis,
     },
@@ -248,6 +274,8 @@ impl Command {
             Command::FailoverFramework { .. } => "failover_framework",
             Command::DisconnectFramework { .. } => "disconnect_framework",
             Command::TeardownFramework { .. } => "teardown_framework",
+            Command::DescribeJob { .. } => "describe_job",
+            Command::EndJob { .. } => "end_job",
             Command::LaunchTasks { .. } => "launch_tasks",
             Command::UpdateStatus { .. } => "update_status",
             Command::KillTask { .. } => "kill_task",

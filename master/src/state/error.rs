@@ -198,6 +198,10 @@ pub enum CommandError {
     /// A request past an operator's quota; the message names the quota.
     #[error("{0}")]
     QuotaExceeded(String),
+    /// A job description or end a framework sent is malformed or over a bound (the message
+    /// names what).
+    #[error("{0}")]
+    BadJob(String),
     /// The allocation accounting refused a change the state machine had validated: a bug,
     /// reported rather than hidden. The state is left as it was.
     #[error("allocation accounting refused the change: {0}")]
@@ -237,7 +241,8 @@ impl CommandError {
             | CommandError::EmptyBundle
             | CommandError::InvalidResources(_)
             | CommandError::InvalidWeight(_)
-            | CommandError::InvalidAllowance(_) => ErrorCode::InvalidRequest,
+            | CommandError::InvalidAllowance(_)
+            | CommandError::BadJob(_) => ErrorCode::InvalidRequest,
             CommandError::InsufficientResources { .. } | CommandError::AgentFull { .. } => {
                 ErrorCode::InsufficientResources
             }

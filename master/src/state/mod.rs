@@ -14,12 +14,13 @@
 
 mod command;
 mod error;
+mod jobs;
 mod records;
 mod snapshot;
 #[cfg(test)]
 mod tests;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use fullerene_proto::limits::{self, MAX_TASKS_PER_AGENT};
@@ -34,6 +35,7 @@ use fullerene_scheduling::Overbooking;
 
 pub use command::{Command, CommandOutcome, TaskKey, TaskKill};
 pub use error::CommandError;
+pub use jobs::{TeardownCause, MAX_TORN_DOWN_WITH_JOBS};
 pub use records::{
     AgentEntry, ClusterSettings, Drain, FrameworkEntry, TaskRecord, DEFAULT_GROUP, MAX_GROUPS,
     MAX_MAPPED_PRINCIPALS,
@@ -70,6 +72,9 @@ pub struct ClusterState {
     /// for the frameworks-per-principal quota (tombstones stay forever, so counting them at
     /// each subscription would grow without bound). Rebuilt when a snapshot is read.
     live_frameworks_by_principal: BTreeMap<String, u32>,
+    /// The torn-down frameworks that keep their jobs, by (teardown time, id): the oldest lose
+    /// them first (see [`jobs`]). An index over `frameworks`, rebuilt when a snapshot is read.
+    torn_down_with_jobs: BTreeSet<(UnixMillis, FrameworkId)>,
 }
 
 /// The name of the executor a task needs, as agents declare them.
@@ -92,6 +97,7 @@ impl ClusterState {
             tasks: StateMap::new(),
             allocation,
             live_frameworks_by_principal: BTreeMap::new(),
+            torn_down_with_jobs: BTreeSet::new(),
         }
     }
 
@@ -241,6 +247,7 @@ impl ClusterState {
             torn_down: entry.torn_down_at_ms.is_some(),
             used: used.into(),
             active_tasks: entry.active_tasks.len() as u64,
+            jobs: entry.jobs.clone(),
         })
     }
 
@@ -362,8 +369,22 @@ impl ClusterState {
             Command::TeardownFramework {
                 framework_id,
                 principal,
+                cause,
                 at_ms,
-            } => self.teardown_framework(framework_id, principal.as_deref(), *at_ms),
+            } => self.teardown_framework(framework_id, principal.as_deref(), cause, *at_ms),
+            Command::DescribeJob {
+                framework_id,
+                principal,
+                description,
+                at_ms,
+            } => self.describe_job(framework_id, principal, description, *at_ms),
+            Command::EndJob {
+                framework_id,
+                principal,
+                job,
+                end,
+                at_ms,
+            } => self.end_job(framework_id, principal, job, end, *at_ms),
             Command::LaunchTasks {
                 framework_id,
                 principal,
@@ -802,6 +823,7 @@ impl ClusterState {
                 registered_at_ms: at_ms,
                 disconnected_at_ms: None,
                 torn_down_at_ms: None,
+                jobs: Vec::new(),
                 active_tasks: Default::default(),
             },
         );
@@ -885,6 +907,7 @@ impl ClusterState {
         &mut self,
         framework_id: &FrameworkId,
         principal: Option<&str>,
+        cause: &TeardownCause,
         at_ms: UnixMillis,
     ) -> Result<CommandOutcome, CommandError> {
         let entry = self.owned_framework(framework_id, principal)?;
@@ -936,6 +959,7 @@ impl ClusterState {
                 }
             }
         }
+        self.end_jobs_at_teardown(framework_id, cause, at_ms);
         Ok(CommandOutcome::TasksEnded { updates, kill })
     }
 
@@ -1134,7 +1158,7 @@ impl ClusterState {
             let agent_id = record.agent_id.clone();
             self.allocation
                 .apply_release(&agent_id, &key.framework_id, demand)?;
-            self.detach_task(&key, &agent_id);
+            self.detach_task(&key, &agent_id, update.state);
         }
         let record = self
             .task_mut(&key)
@@ -1281,12 +1305,14 @@ impl ClusterState {
         };
         record.push_unacked(update.clone());
         let agent_id = record.agent_id.clone();
-        self.detach_task(key, &agent_id);
+        self.detach_task(key, &agent_id, state);
         Ok(update)
     }
 
-    /// Removes a task that ended from its agent's and its framework's lists of live tasks.
-    fn detach_task(&mut self, key: &TaskKey, agent_id: &AgentId) {
+    /// Removes a task that ended (in `state`) from its agent's and its framework's lists of
+    /// live tasks, and counts its end in its job's stage.
+    fn detach_task(&mut self, key: &TaskKey, agent_id: &AgentId, state: TaskState) {
+        self.count_task_end(key, state);
         if let Some(agent) = self.agents.get_mut(agent_id) {
             agent.tasks.remove(key);
         }

@@ -160,6 +160,8 @@ pub struct FrameworkEntry {
     /// When it was torn down; a torn-down framework is a tombstone that keeps its id from
     /// being reused.
     pub torn_down_at_ms: Option<UnixMillis>,
+    /// The DAG jobs it described, oldest first (see [`super::jobs`]).
+    pub jobs: Vec<fullerene_proto::jobs::JobInfo>,
     /// Its non-terminal tasks: an index over the task table, so not written in snapshots
     /// (which rebuild it from the task records).
     #[serde(skip)]

@@ -39,7 +39,7 @@ use super::{ClusterState, TaskKey};
 /// a record type changes. Version 4 cut every record into frames and stopped writing the
 /// derived task sets of agents and frameworks; version 5 added the operator's principal-to-group
 /// mapping and quotas to the settings; version 6 the operator's drain of each agent.
-pub const STATE_FORMAT_VERSION: u32 = 6;
+pub const STATE_FORMAT_VERSION: u32 = 7;
 
 /// The largest payload of one frame (1 MiB): a record longer than this spans several frames.
 pub const FRAME_BYTES: usize = 1 << 20;
@@ -313,6 +313,7 @@ impl ClusterState {
             frameworks: Default::default(),
             tasks: Default::default(),
             live_frameworks_by_principal: Default::default(),
+            torn_down_with_jobs: Default::default(),
         };
         for _ in 0..agents {
             let agent = reader.expect("agent", |r| match r {
@@ -332,6 +333,9 @@ impl ClusterState {
                 _ => None,
             })?;
             let id = framework.id.clone();
+            if let (Some(at_ms), false) = (framework.torn_down_at_ms, framework.jobs.is_empty()) {
+                state.torn_down_with_jobs.insert((at_ms, id.clone()));
+            }
             if framework.torn_down_at_ms.is_none() {
                 *state
                     .live_frameworks_by_principal

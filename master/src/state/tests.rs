@@ -846,6 +846,7 @@ fn frameworks_fail_over_only_with_their_principal_and_teardown_kills_their_tasks
         &Command::TeardownFramework {
             framework_id: "f1".into(),
             principal: Some("bob".into()),
+            cause: TeardownCause::Framework,
             at_ms: 7_000,
         },
     );
@@ -854,6 +855,7 @@ fn frameworks_fail_over_only_with_their_principal_and_teardown_kills_their_tasks
         .apply(&Command::TeardownFramework {
             framework_id: "f1".into(),
             principal: None,
+            cause: TeardownCause::Operator,
             at_ms: 7_000,
         })
         .unwrap();
@@ -1062,6 +1064,7 @@ fn quotas_bound_frameworks_per_principal_and_tasks_per_framework() {
     st.apply(&Command::TeardownFramework {
         framework_id: "f2".into(),
         principal: None,
+        cause: TeardownCause::FailoverTimeout,
         at_ms: 5_000,
     })
     .unwrap();
@@ -1360,6 +1363,7 @@ fn arb_command() -> impl Strategy<Value = Command> {
             .prop_map(|(f, _)| Command::TeardownFramework {
                 framework_id: f.into(),
                 principal: None,
+                cause: TeardownCause::Operator,
                 at_ms: 8
             }),
         (
@@ -1469,4 +1473,252 @@ proptest! {
         let decoded = ClusterState::decode_snapshot(&st.encode_snapshot().unwrap()).unwrap();
         prop_assert_eq!(decoded, st);
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// DAG jobs
+// ---------------------------------------------------------------------------------------------
+
+fn job_description(job: &str) -> fullerene_proto::jobs::JobDescription {
+    use fullerene_proto::jobs::{JobDescription, StageDescription};
+    JobDescription {
+        job: job.to_string(),
+        policy: "graphene".to_string(),
+        stages: vec![
+            StageDescription {
+                stage: 0,
+                name: "map".to_string(),
+                tasks: 2,
+                parents: vec![],
+            },
+            StageDescription {
+                stage: 1,
+                name: "reduce".to_string(),
+                tasks: 1,
+                parents: vec![0],
+            },
+        ],
+    }
+}
+
+fn describe(framework: &str, principal: &str, job: &str, at_ms: u64) -> Command {
+    Command::DescribeJob {
+        framework_id: framework.into(),
+        principal: principal.into(),
+        description: job_description(job),
+        at_ms,
+    }
+}
+
+fn end_job(framework: &str, job: &str, end: fullerene_proto::jobs::JobEnd) -> Command {
+    Command::EndJob {
+        framework_id: framework.into(),
+        principal: "alice".into(),
+        job: job.into(),
+        end,
+        at_ms: 9_000,
+    }
+}
+
+/// A task of `job`'s stage `stage`.
+fn stage_task(id: &str, job: &str, stage: u32) -> TaskSpec {
+    TaskSpec {
+        origin: Some(fullerene_proto::messages::TaskOrigin {
+            job: job.to_string(),
+            stage,
+            index: 0,
+            attempt: 0,
+        }),
+        ..spec(id, "cpus=1")
+    }
+}
+
+fn jobs_of(st: &ClusterState, framework: &str) -> Vec<fullerene_proto::jobs::JobInfo> {
+    st.frameworks()[&framework.into()].jobs.clone()
+}
+
+#[test]
+fn described_jobs_count_their_stages_ends_and_record_how_they_ended() {
+    use fullerene_proto::jobs::{JobEnd, StageEnds};
+    let mut st = cluster();
+    st.apply(&describe("f1", "alice", "q1", 2_500)).unwrap();
+    // Again, the same: no change (a driver re-describes after every reconnection).
+    unchanged(&mut st, &describe("f1", "alice", "q1", 2_600));
+    // Only the owner describes, and only a DAG.
+    assert!(matches!(
+        refused(&mut st, &describe("f1", "bob", "q2", 2_600)),
+        CommandError::NotFrameworkOwner { .. }
+    ));
+    let mut cyclic = job_description("q2");
+    cyclic.stages[0].parents = vec![1];
+    let err = refused(
+        &mut st,
+        &Command::DescribeJob {
+            framework_id: "f1".into(),
+            principal: "alice".into(),
+            description: cyclic,
+            at_ms: 2_600,
+        },
+    );
+    assert!(err.to_string().contains("is not a DAG"), "{err}");
+    assert_eq!(
+        err.code(),
+        fullerene_proto::messages::ErrorCode::InvalidRequest
+    );
+
+    st.apply(&launch(
+        "f1",
+        "alice",
+        "a1",
+        vec![
+            stage_task("m0", "q1", 0),
+            stage_task("m1", "q1", 0),
+            stage_task("other", "not-described", 0),
+        ],
+    ))
+    .unwrap();
+    st.apply(&status("a1", "f1", "m0", TaskState::Finished, 1))
+        .unwrap();
+    st.apply(&status("a1", "f1", "m1", TaskState::Failed, 1))
+        .unwrap();
+    st.apply(&status("a1", "f1", "other", TaskState::Finished, 1))
+        .unwrap();
+    // Ends are counted once, when reached: acknowledging (which forgets the record) adds none.
+    st.apply(&ack("f1", "alice", "m0", 1)).unwrap();
+    let jobs = jobs_of(&st, "f1");
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0].submitted_at_ms, 2_500);
+    assert_eq!(
+        jobs[0].stage_ends,
+        vec![
+            StageEnds {
+                finished: 1,
+                failed: 1,
+                ..StageEnds::default()
+            },
+            StageEnds::default()
+        ]
+    );
+
+    st.apply(&end_job("f1", "q1", JobEnd::Finished)).unwrap();
+    unchanged(
+        &mut st,
+        &end_job(
+            "f1",
+            "q1",
+            JobEnd::Failed {
+                reason: "late".to_string(),
+            },
+        ),
+    );
+    let jobs = jobs_of(&st, "f1");
+    assert_eq!(jobs[0].end, Some(JobEnd::Finished));
+    assert_eq!(jobs[0].jct_ms(), Some(6_500));
+    assert!(matches!(
+        refused(&mut st, &end_job("f1", "q9", JobEnd::Finished)),
+        CommandError::BadJob(_)
+    ));
+    // An ended job's name is not reused.
+    let err = refused(&mut st, &describe("f1", "alice", "q1", 9_500));
+    assert!(err.to_string().contains("already ended"), "{err}");
+
+    // The framework info carries them; a snapshot keeps them.
+    assert_eq!(st.framework_info(&"f1".into()).unwrap().jobs, jobs);
+    let restored = ClusterState::decode_snapshot(&st.encode_snapshot().unwrap()).unwrap();
+    assert_eq!(restored, st);
+}
+
+#[test]
+fn a_teardown_ends_unended_jobs_by_its_cause_and_keeps_them_in_the_history() {
+    use fullerene_proto::jobs::JobEnd;
+    let mut st = cluster();
+    st.apply(&describe("f1", "alice", "q1", 2_500)).unwrap();
+    st.apply(&describe("f2", "bob", "q2", 2_500)).unwrap();
+    st.apply(&launch(
+        "f1",
+        "alice",
+        "a1",
+        vec![stage_task("m0", "q1", 0)],
+    ))
+    .unwrap();
+    st.apply(&Command::TeardownFramework {
+        framework_id: "f1".into(),
+        principal: None,
+        cause: TeardownCause::Operator,
+        at_ms: 8_000,
+    })
+    .unwrap();
+    st.apply(&Command::TeardownFramework {
+        framework_id: "f2".into(),
+        principal: None,
+        cause: TeardownCause::FailoverTimeout,
+        at_ms: 8_500,
+    })
+    .unwrap();
+    let killed = &jobs_of(&st, "f1")[0];
+    assert!(
+        matches!(killed.end, Some(JobEnd::Killed { .. })),
+        "{killed:?}"
+    );
+    assert_eq!(killed.ended_at_ms, Some(8_000));
+    // Its running task was killed with the framework, and counted so.
+    assert_eq!(killed.stage_ends[0].killed, 1);
+    let failed = &jobs_of(&st, "f2")[0];
+    assert!(
+        matches!(&failed.end, Some(JobEnd::Failed { reason }) if reason.contains("failover timeout")),
+        "{failed:?}"
+    );
+    // The tombstones keep their jobs, across a snapshot, and the index is rebuilt the same.
+    let restored = ClusterState::decode_snapshot(&st.encode_snapshot().unwrap()).unwrap();
+    assert_eq!(restored, st);
+}
+
+#[test]
+fn jobs_are_bounded_per_framework_and_across_torn_down_frameworks() {
+    use fullerene_proto::jobs::{JobEnd, MAX_JOBS_PER_FRAMEWORK};
+    let mut st = cluster();
+    for n in 0..MAX_JOBS_PER_FRAMEWORK {
+        st.apply(&describe("f1", "alice", &format!("q{n}"), 3_000))
+            .unwrap();
+    }
+    // Full of unended jobs: one more is refused, naming the bound.
+    let err = refused(&mut st, &describe("f1", "alice", "one-more", 3_000));
+    assert!(err.to_string().contains("have not ended"), "{err}");
+    // Once one ended, a new job takes the oldest ended one's place.
+    st.apply(&end_job("f1", "q3", JobEnd::Finished)).unwrap();
+    st.apply(&describe("f1", "alice", "one-more", 3_000))
+        .unwrap();
+    let names: Vec<String> = jobs_of(&st, "f1")
+        .iter()
+        .map(|j| j.description.job.clone())
+        .collect();
+    assert_eq!(names.len(), MAX_JOBS_PER_FRAMEWORK);
+    assert!(!names.contains(&"q3".to_string()), "{names:?}");
+    assert_eq!(names.last().map(String::as_str), Some("one-more"));
+
+    // Torn-down frameworks keep their jobs for the last MAX_TORN_DOWN_WITH_JOBS teardowns,
+    // the oldest (by teardown time, then id) dropped first. Many principals, as each may have
+    // only so many live frameworks.
+    let mut st = grouped_state();
+    let total = MAX_TORN_DOWN_WITH_JOBS + 2;
+    for n in 0..total {
+        let framework = format!("fw{n:05}");
+        let principal = format!("p{n}");
+        st.apply(&subscribe(&framework, &principal, "")).unwrap();
+        st.apply(&describe(&framework, &principal, "q", 3_000))
+            .unwrap();
+        st.apply(&Command::TeardownFramework {
+            framework_id: framework.as_str().into(),
+            principal: None,
+            cause: TeardownCause::Operator,
+            at_ms: 10_000 + n as u64,
+        })
+        .unwrap();
+    }
+    assert!(jobs_of(&st, "fw00000").is_empty());
+    assert!(jobs_of(&st, "fw00001").is_empty());
+    assert_eq!(jobs_of(&st, "fw00002").len(), 1);
+    assert_eq!(jobs_of(&st, &format!("fw{:05}", total - 1)).len(), 1);
+    let restored = ClusterState::decode_snapshot(&st.encode_snapshot().unwrap()).unwrap();
+    assert_eq!(restored, st);
 }

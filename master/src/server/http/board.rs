@@ -78,10 +78,11 @@ pub(crate) enum Document {
     Tasks,
     Groups,
     Cluster,
+    Jobs,
 }
 
 impl Document {
-    const COUNT: usize = 6;
+    const COUNT: usize = 7;
 
     fn index(self) -> usize {
         self as usize

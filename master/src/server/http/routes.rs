@@ -37,8 +37,9 @@ use std::time::SystemTime;
 
 use bytes::Bytes;
 use fullerene_proto::http::{
-    AddMasterBody, AgentsDocument, ClusterDocument, DrainBody, ErrorDocument, FrameworksDocument,
-    GroupWeightBody, GroupsDocument, StateDocument, TasksDocument, ViewStamp, WriteDone,
+    job_views, AddMasterBody, AgentsDocument, ClusterDocument, DrainBody, ErrorDocument,
+    FrameworksDocument, GroupWeightBody, GroupsDocument, JobsDocument, StateDocument,
+    TasksDocument, ViewStamp, WriteDone,
 };
 use fullerene_proto::ids::{AgentId, FrameworkId, MasterId, TaskId};
 use fullerene_proto::messages::{ErrorCode, OperatorRequest, OperatorResponse};
@@ -113,7 +114,7 @@ struct Route {
 }
 
 /// Every endpoint of the API.
-static ROUTES: [Route; 16] = [
+static ROUTES: [Route; 17] = [
     Route {
         method: Method::GET,
         path: "/state",
@@ -141,6 +142,13 @@ static ROUTES: [Route; 16] = [
         access: Access::Read,
         query: &["framework"],
         action: Action::Tasks,
+    },
+    Route {
+        method: Method::GET,
+        path: "/jobs",
+        access: Access::Read,
+        query: &[],
+        action: Action::Document(Document::Jobs),
     },
     Route {
         method: Method::GET,
@@ -742,6 +750,11 @@ fn encode(view: &PublishedView, document: Document) -> Bytes {
         Document::Cluster => to_json(&ClusterDocument {
             stamp: stamp(view),
             cluster: bounded.cluster.clone(),
+        }),
+        Document::Jobs => to_json(&JobsDocument {
+            stamp: stamp(view),
+            jobs: job_views(&bounded.view.frameworks, &bounded.view.tasks),
+            tasks_omitted: bounded.tasks_omitted,
         }),
     };
     Bytes::from(encoded)

@@ -1,0 +1,224 @@
+//! The DAG jobs frameworks describe ([`fullerene_proto::jobs`]): kept with their framework,
+//! their stages' ends counted as tasks end, and ended when the framework says so or leaves.
+//!
+//! # Bounds
+//!
+//! A framework holds at most [`MAX_JOBS_PER_FRAMEWORK`] jobs: describing one more drops its
+//! oldest ended job, and is refused when none has ended. Torn-down frameworks keep their jobs
+//! (what ran and how it ended is what an operator looks for after the fact) for the last
+//! [`MAX_TORN_DOWN_WITH_JOBS`] teardowns, ordered by (teardown time, id) so that every replica
+//! drops the same ones, whether or not it restored from a snapshot in between. With
+//! descriptions of at most [`fullerene_proto::jobs::MAX_JOB_DESCRIPTION_BYTES`] (a few hundred
+//! bytes for the shared workloads' jobs), the history costs at most 1,000 × 16 jobs, and
+//! in practice a few MB.
+
+use fullerene_proto::jobs::{JobDescription, JobEnd, JobInfo, StageEnds, MAX_JOBS_PER_FRAMEWORK};
+use fullerene_proto::messages::TaskState;
+use fullerene_proto::{FrameworkId, TaskKey};
+
+use super::{ClusterState, CommandError, CommandOutcome, UnixMillis};
+
+/// Torn-down frameworks whose jobs are kept (see the module documentation).
+pub const MAX_TORN_DOWN_WITH_JOBS: usize = 1_000;
+
+/// Why a framework was torn down: what its unended jobs are marked with.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum TeardownCause {
+    /// The framework asked (its own `Teardown`).
+    Framework,
+    /// An operator asked (`fullerene job kill`, `framework teardown`, the HTTP API).
+    Operator,
+    /// It stayed disconnected past its failover timeout.
+    FailoverTimeout,
+}
+
+impl TeardownCause {
+    /// How a job that had not ended when its framework was torn down for this cause ends.
+    fn job_end(&self) -> JobEnd {
+        match self {
+            TeardownCause::Framework => JobEnd::Failed {
+                reason: "its framework tore itself down before the job ended".to_string(),
+            },
+            TeardownCause::Operator => JobEnd::Killed {
+                reason: "killed by an operator (its framework was torn down)".to_string(),
+            },
+            TeardownCause::FailoverTimeout => JobEnd::Failed {
+                reason: "its framework did not reconnect within its failover timeout".to_string(),
+            },
+        }
+    }
+
+    /// What the framework is told when the masters tore it down, if it did not ask.
+    pub fn notice(&self) -> Option<String> {
+        match self {
+            TeardownCause::Framework => None,
+            TeardownCause::Operator => Some("torn down by an operator".to_string()),
+            TeardownCause::FailoverTimeout => {
+                Some("torn down: it stayed disconnected past its failover timeout".to_string())
+            }
+        }
+    }
+}
+
+impl ClusterState {
+    /// Records (or re-describes, while unended) one of a framework's jobs.
+    pub(super) fn describe_job(
+        &mut self,
+        framework_id: &FrameworkId,
+        principal: &str,
+        description: &JobDescription,
+        at_ms: UnixMillis,
+    ) -> Result<CommandOutcome, CommandError> {
+        description
+            .validate()
+            .map_err(|error| CommandError::BadJob(error.to_string()))?;
+        let entry = self.owned_framework(framework_id, Some(principal))?;
+        let jobs = &entry.jobs;
+        if let Some(i) = jobs
+            .iter()
+            .position(|j| j.description.job == description.job)
+        {
+            if jobs[i].end.is_some() {
+                return Err(CommandError::BadJob(format!(
+                    "job `{}` already ended; a job's name is not reused within its framework",
+                    description.job
+                )));
+            }
+            if jobs[i].description == *description {
+                return Ok(CommandOutcome::Unchanged);
+            }
+        } else if jobs.len() >= MAX_JOBS_PER_FRAMEWORK && jobs.iter().all(|j| j.end.is_none()) {
+            return Err(CommandError::BadJob(format!(
+                "framework `{framework_id}` already runs {MAX_JOBS_PER_FRAMEWORK} jobs that \
+                 have not ended, the most one framework may describe"
+            )));
+        }
+        let Some(entry) = self.frameworks.get_mut(framework_id) else {
+            return Err(CommandError::UnknownFramework(framework_id.clone()));
+        };
+        let stage_ends = vec![StageEnds::default(); description.stages.len()];
+        match entry
+            .jobs
+            .iter_mut()
+            .find(|j| j.description.job == description.job)
+        {
+            // Ends counted so far stay with the stages that keep their ids.
+            Some(job) => {
+                let old = std::mem::replace(&mut job.description, description.clone());
+                job.stage_ends = description
+                    .stages
+                    .iter()
+                    .map(|stage| {
+                        old.stage_position(stage.stage)
+                            .and_then(|i| job.stage_ends.get(i).copied())
+                            .unwrap_or_default()
+                    })
+                    .collect();
+            }
+            None => {
+                if entry.jobs.len() >= MAX_JOBS_PER_FRAMEWORK {
+                    if let Some(oldest_ended) = entry.jobs.iter().position(|j| j.end.is_some()) {
+                        entry.jobs.remove(oldest_ended);
+                    }
+                }
+                entry.jobs.push(JobInfo {
+                    description: description.clone(),
+                    submitted_at_ms: at_ms,
+                    ended_at_ms: None,
+                    end: None,
+                    stage_ends,
+                });
+            }
+        }
+        Ok(CommandOutcome::Applied)
+    }
+
+    /// Ends one of a framework's described jobs.
+    pub(super) fn end_job(
+        &mut self,
+        framework_id: &FrameworkId,
+        principal: &str,
+        job: &str,
+        end: &JobEnd,
+        at_ms: UnixMillis,
+    ) -> Result<CommandOutcome, CommandError> {
+        if let Some(reason) = end.reason() {
+            fullerene_proto::limits::check_bytes(
+                || format!("job `{job}`'s end reason"),
+                reason,
+                fullerene_proto::limits::MAX_ATTRIBUTE_BYTES * 4,
+            )
+            .map_err(|error| CommandError::BadJob(error.to_string()))?;
+        }
+        self.owned_framework(framework_id, Some(principal))?;
+        let Some(entry) = self.frameworks.get_mut(framework_id) else {
+            return Err(CommandError::UnknownFramework(framework_id.clone()));
+        };
+        let Some(record) = entry.jobs.iter_mut().find(|j| j.description.job == job) else {
+            return Err(CommandError::BadJob(format!(
+                "framework `{framework_id}` described no job `{job}`"
+            )));
+        };
+        if record.end.is_some() {
+            return Ok(CommandOutcome::Unchanged);
+        }
+        record.end = Some(end.clone());
+        record.ended_at_ms = Some(at_ms);
+        Ok(CommandOutcome::Applied)
+    }
+
+    /// Counts a task attempt that reached the end `state` in its job's stage, if its framework
+    /// described the job.
+    pub(super) fn count_task_end(&mut self, key: &TaskKey, state: TaskState) {
+        let Some(origin) = self
+            .tasks
+            .get(key)
+            .and_then(|record| record.spec.origin.clone())
+        else {
+            return;
+        };
+        let Some(framework) = self.frameworks.get_mut(&key.framework_id) else {
+            return;
+        };
+        let Some(job) = framework
+            .jobs
+            .iter_mut()
+            .find(|j| j.description.job == origin.job)
+        else {
+            return;
+        };
+        if let Some(i) = job.description.stage_position(origin.stage) {
+            job.stage_ends[i].count(state);
+        }
+    }
+
+    /// Ends the unended jobs of a framework being torn down for `cause`, and keeps its jobs
+    /// among the last [`MAX_TORN_DOWN_WITH_JOBS`] teardowns' (dropping the oldest's).
+    pub(super) fn end_jobs_at_teardown(
+        &mut self,
+        framework_id: &FrameworkId,
+        cause: &TeardownCause,
+        at_ms: UnixMillis,
+    ) {
+        let Some(entry) = self.frameworks.get_mut(framework_id) else {
+            return;
+        };
+        if entry.jobs.is_empty() {
+            return;
+        }
+        for job in entry.jobs.iter_mut().filter(|j| j.end.is_none()) {
+            job.end = Some(cause.job_end());
+            job.ended_at_ms = Some(at_ms);
+        }
+        self.torn_down_with_jobs
+            .insert((at_ms, framework_id.clone()));
+        while self.torn_down_with_jobs.len() > MAX_TORN_DOWN_WITH_JOBS {
+            let Some((_, oldest)) = self.torn_down_with_jobs.pop_first() else {
+                break;
+            };
+            if let Some(entry) = self.frameworks.get_mut(&oldest) {
+                entry.jobs.clear();
+            }
+        }
+    }
+}
