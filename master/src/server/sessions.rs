@@ -503,6 +503,10 @@ async fn serve_agent(mut session: Session, remote: std::net::SocketAddr, context
 /// reconnects).
 const FRAMEWORK_QUEUE: usize = 4096;
 
+/// How long an ending framework session waits for the framework to receive its last frames
+/// before the connection closes.
+const FRAMEWORK_LINGER: Duration = Duration::from_secs(2);
+
 /// A framework's session. The first call must be `Subscribe`; the node loop answers it once
 /// the subscription commits (or redirects). Later calls are passed to the node loop with the
 /// framework's id, which is known from the `Subscribed` answer; pushes (offers, rescinds,
@@ -580,7 +584,12 @@ async fn serve_framework(mut session: Session, context: &SessionContext) {
             }
         }
     }
-    let _ = session.tx.finish().await;
+    if session.tx.finish().await.is_ok() {
+        // Closing the connection at once would drop what the peer has not acknowledged yet:
+        // the answer to its teardown, or the notice that an operator tore it down, which is
+        // what tells its scheduler to stop rather than subscribe again.
+        let _ = tokio::time::timeout(FRAMEWORK_LINGER, session.tx.stopped()).await;
+    }
     let ended = match subscribed {
         Some(framework_id) => Event::Input(Input::FrameworkGone(framework_id, id)),
         None => Event::SessionEnded(id),
