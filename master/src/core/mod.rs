@@ -506,6 +506,12 @@ impl<S: RaftStore> MasterCore<S> {
         &self.node
     }
 
+    /// The events derived from what was applied since the last call (see
+    /// [`crate::state::events`]), for the shell's ring.
+    pub fn take_events(&mut self) -> crate::state::events::EventBatch {
+        self.node.take_events()
+    }
+
     /// The entries applied since the last call (see
     /// [`RaftNode::take_apply_trace`]): empty unless the node traces them.
     pub fn take_apply_trace(&mut self) -> Vec<crate::raft_node::AppliedTrace> {
