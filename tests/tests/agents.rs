@@ -173,14 +173,8 @@ async fn an_agent_with_a_foreign_certificate_is_refused() {
 
 /// Runs `fullerene --json <args> --masters <all> --certs <dir>` and returns its JSON answer.
 fn operator_cli(cluster: &MasterCluster, args: &[&str]) -> serde_json::Value {
-    let masters: Vec<String> = cluster.addrs.values().map(ToString::to_string).collect();
-    let output = std::process::Command::new(fullerene_tests::fullerene_binary())
-        .arg("--json")
-        .args(args)
-        .arg("--masters")
-        .arg(masters.join(","))
-        .arg("--certs")
-        .arg(cluster.certs_dir())
+    let output = cluster
+        .operator_command(&[&["--json"], args].concat())
         .output()
         .expect("run fullerene");
     assert!(

@@ -1,5 +1,6 @@
 //! The HTTP API every master serves: the cluster's state for operators and dashboards
-//! (`GET /state`, `/agents`, `/frameworks`, `/tasks`, `/groups`, `/cluster`), Prometheus
+//! (`GET /state`, `/agents`, `/frameworks`, `/tasks`, `/groups`, `/cluster`), its events
+//! (`GET /events`, a document or a stream of server-sent events, see [`events`]), Prometheus
 //! metrics (`GET /metrics`), liveness and readiness probes (`GET /health`, `/ready`, see
 //! [`probes`]), and the operator writes that change state (`PUT
 //! /groups/{group}/weight`, `POST /masters`, `DELETE /masters/{id}`, agent drains, task kills
@@ -33,7 +34,8 @@
 //! The API runs on its own tasks. Reads are answered from a view the node loop publishes at
 //! most once per [`HttpConfig::view_interval`] and only when a reader asked since the last one
 //! ([`board`]), bounded to [`HttpConfig::max_view_tasks`] tasks: no client, however slow or
-//! numerous, costs the leader more than that. Writes are commands: they go through the node
+//! numerous, costs the leader more than that. Events are copied out of the master's ring
+//! (`server::event_hub`), which the node loop fills without waiting on any reader. Writes are commands: they go through the node
 //! loop's queue as the QUIC operator session's do, and are answered after commit. A follower
 //! redirects (307) to the same path on the leader's API, whose address the leader announces
 //! in the replicated state.

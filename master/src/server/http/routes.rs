@@ -5,8 +5,8 @@
 //! # Reads and writes
 //!
 //! `GET`s never change anything and never reach the node loop: they are served from the
-//! leader's published view ([`super::board`]) or, for `/metrics`, from this process's
-//! registry. Writes (`PUT`, `POST`, `DELETE`) need the `write` scope, carry strict JSON bodies
+//! leader's published view ([`super::board`]), for `/events` from the master's ring of events
+//! ([`super::events`]), or, for `/metrics`, from this process's registry. Writes (`PUT`, `POST`, `DELETE`) need the `write` scope, carry strict JSON bodies
 //! (`Content-Type: application/json`, at most [`HttpLimits::max_body`] bytes, arriving within
 //! [`HttpLimits::body_timeout`]), and become the same replicated operator requests as the QUIC
 //! operator session's: they are answered once committed and applied, or with the reason they
