@@ -325,9 +325,12 @@ enum Queued {
 /// nothing it wanted).
 pub const MAX_UNTAKEN_FLUSH_TIMES: usize = 4_096;
 
-/// Events kept for a caller that does not take them (a simulation): past this many, the
-/// oldest are dropped and the batch's floor raised past them, so a ring fed late says so.
-pub const MAX_UNTAKEN_EVENTS: usize = 100_000;
+/// Events kept for a caller that does not take them (a simulation, an in-process benchmark):
+/// past this many, the oldest are dropped and the batch's floor raised past them, so a ring
+/// fed late says so. As many as a ring keeps by default; the master's shell takes them after
+/// every step, so only one entry with more events than this (a teardown of that many tasks)
+/// loses some, and its readers are told.
+pub const MAX_UNTAKEN_EVENTS: usize = crate::state::events::DEFAULT_EVENTS_KEPT;
 
 /// Leaders remembered by term, to name the leader of a term when its first entry is applied.
 const LEADERS_REMEMBERED: usize = 16;
