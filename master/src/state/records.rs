@@ -53,7 +53,7 @@ pub struct ClusterSettings {
 /// factor: every master must prune alike.
 ///
 /// A kept task costs about [`FINISHED_TASK_BYTES`] bytes plus its ids', name's and job's
-/// lengths, so the defaults bound the history to about 1,000 × 400 B = 400 KB per framework
+/// lengths, so the defaults bound the history to about 1,000 × 700 B = 700 KB per framework
 /// that ran in the last day.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HistoryLimits {
@@ -77,10 +77,12 @@ impl Default for HistoryLimits {
     }
 }
 
-/// What one kept finished task costs in memory, beyond the bytes of its strings: the record
-/// (`FinishedTaskInfo`, about 250 bytes with its `Resources` map's nodes), its `Arc`, and its
-/// entries in the three ordered maps that index it (by ordinal, by framework, by end time).
-pub const FINISHED_TASK_BYTES: usize = 400;
+/// What one kept finished task costs in memory, estimated (not measured) beyond the bytes of
+/// its strings: the record (`FinishedTaskInfo`, about 230 bytes inline), the heap blocks of its
+/// five strings and its `Resources` list (about 300 bytes with the allocator's overhead, for
+/// short ids and two resources), its `Arc`, and its entries in the three persistent maps that
+/// index it (by ordinal, by framework, by end time; their nodes sit about half full).
+pub const FINISHED_TASK_BYTES: usize = 700;
 
 impl Default for ClusterSettings {
     /// DRF (the factor DESIGN.md describes first for multi-resource clusters), a one-CPU slot,
