@@ -414,7 +414,7 @@ impl CommandGen {
             96 => Command::TeardownFramework {
                 framework_id: framework.as_str().into(),
                 principal: Some(principal),
-                cause: fullerene_master::state::TeardownCause::Framework,
+                cause: fullerene_master::state::TeardownCause::OwnRequest,
                 at_ms,
             },
             97 => Command::UpdateAgentResources {

@@ -91,8 +91,16 @@ enum Commands {
     Agents(commands::cluster::ClusterArgs),
     /// The frameworks the masters know: group, connection, active tasks.
     Frameworks(commands::cluster::ClusterArgs),
-    /// The tasks the masters track (all, or one framework's with `--framework`).
+    /// The tasks the masters track (all, or one framework's with `--framework`); with
+    /// `--all`, also the finished tasks the cluster keeps, with how and when they ended.
     Tasks(commands::status::TasksArgs),
+    /// What happened in the cluster: leader changes, agents registered, unreachable, lost and
+    /// drained, frameworks subscribed, reconnected and torn down, task state changes.
+    ///
+    /// A table of the latest events by default, one JSON object per line with `--json`;
+    /// `--follow` keeps printing them as they happen, across leader changes, without a gap or
+    /// a repeat. The leader keeps the latest events only (`fullerene master --events-kept`).
+    Events(commands::events::EventsArgs),
     /// Act on one task (`kill`).
     #[command(subcommand)]
     Task(commands::control::TaskCommand),
@@ -210,6 +218,7 @@ fn run() -> Result<()> {
         Commands::Quotas(cmd) => commands::groups::run_quotas(cmd, &json),
         Commands::Frameworks(args) => commands::status::frameworks(args, &json),
         Commands::Tasks(args) => commands::status::tasks(args, &json),
+        Commands::Events(args) => commands::events::run(args, &json),
         Commands::Task(cmd) => commands::control::run_task(cmd, &json),
         Commands::Framework(cmd) => commands::control::run_framework(cmd, &json),
         Commands::Version => commands::version::run(&json),

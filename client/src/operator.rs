@@ -4,9 +4,10 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use fullerene_proto::http::EventsDocument;
 use fullerene_proto::messages::{
-    AgentInfo, ErrorCode, FrameworkInfo, OperatorRequest, OperatorResponse, SessionOpen, TaskInfo,
-    WireError,
+    AgentInfo, ErrorCode, FinishedTaskInfo, FrameworkInfo, OperatorRequest, OperatorResponse,
+    SessionOpen, TaskInfo, WireError,
 };
 use fullerene_proto::time::SystemClock;
 use fullerene_proto::FrameworkId;
@@ -309,6 +310,58 @@ impl OperatorClient {
                 }
                 other => return Err(unexpected("ListTasks", &other)),
             }
+        }
+    }
+}
+
+impl OperatorClient {
+    /// Every finished task the cluster keeps (of `framework_id`, when given), oldest first,
+    /// page by page ([`OperatorRequest::ListFinishedTasks`]).
+    pub async fn list_finished_tasks(
+        &mut self,
+        framework_id: Option<FrameworkId>,
+    ) -> Result<Vec<FinishedTaskInfo>, OperatorClientError> {
+        let mut all = Vec::new();
+        let mut after = None;
+        loop {
+            let request = OperatorRequest::ListFinishedTasks {
+                framework_id: framework_id.clone(),
+                after,
+            };
+            match self.request(&request).await? {
+                OperatorResponse::FinishedTasks { tasks, next } => {
+                    all.extend(tasks);
+                    match next {
+                        Some(next) => after = Some(next),
+                        None => return Ok(all),
+                    }
+                }
+                other => return Err(unexpected("ListFinishedTasks", &other)),
+            }
+        }
+    }
+
+    /// The leader's events after `since` (the latest when `None`), at most `limit`, waiting
+    /// up to `wait` for one when there is none yet ([`OperatorRequest::Events`]).
+    pub async fn events(
+        &mut self,
+        since: Option<u64>,
+        limit: u32,
+        wait: Duration,
+    ) -> Result<EventsDocument, OperatorClientError> {
+        let request = OperatorRequest::Events {
+            since,
+            limit,
+            wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+        };
+        match self.request(&request).await? {
+            OperatorResponse::Events(json) => {
+                serde_json::from_str(&json).map_err(|error| OperatorClientError::Unexpected {
+                    request: "Events".to_string(),
+                    answer: format!("a document that does not decode: {error}"),
+                })
+            }
+            other => Err(unexpected("Events", &other)),
         }
     }
 }

@@ -897,3 +897,212 @@ async fn the_apply_latency_of_a_committed_write_is_measured() {
     assert!(sum.is_some_and(|s| s > 0.0), "{text}");
     master.stop().await;
 }
+
+/// Reads an event stream's chunks until `done` says the text so far is enough.
+async fn read_stream_until(
+    body: &mut hyper::body::Incoming,
+    text: &mut String,
+    done: impl Fn(&str) -> bool,
+) {
+    let deadline = Instant::now() + WAIT;
+    while !done(text) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let frame = tokio::time::timeout(left, body.frame())
+            .await
+            .unwrap_or_else(|_| panic!("the stream sent no more in time; so far:\n{text}"))
+            .expect("the stream goes on")
+            .expect("a frame");
+        if let Ok(data) = frame.into_data() {
+            text.push_str(&String::from_utf8_lossy(&data));
+        }
+    }
+}
+
+/// Opens `GET path` as an event stream (`Accept: text/event-stream`), with `last_event_id`.
+async fn open_stream(
+    client: &Client,
+    addr: SocketAddr,
+    path: &str,
+    last_event_id: Option<u64>,
+) -> hyper::Response<hyper::body::Incoming> {
+    let stream = client.tls_stream(addr).await.expect("a TLS connection");
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .expect("a handshake");
+    tokio::spawn(connection);
+    let mut request = Request::builder()
+        .method(Method::GET)
+        .uri(path)
+        .header("host", "fullerene-master")
+        .header("accept", "text/event-stream");
+    if let Some(token) = &client.token {
+        request = request.header("authorization", format!("Bearer {token}"));
+    }
+    if let Some(id) = last_event_id {
+        request = request.header("last-event-id", id.to_string());
+    }
+    let request = request.body(Full::new(Bytes::new())).expect("a request");
+    tokio::time::timeout(WAIT, sender.send_request(request))
+        .await
+        .expect("an answer in time")
+        .expect("a response")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_are_served_as_a_document_and_as_a_stream_that_resumes() {
+    use fullerene_proto::http::{ClusterEvent, EventsDocument};
+    let master = Master::start(|shell| shell.events_kept = 4).await;
+    let reader = master.client(Credentials::Token(master.tokens.read.clone()));
+    let operator = master.client(Credentials::Operator);
+
+    // The election that made this master leader is the first event of its log.
+    let events: EventsDocument = reader.get(master.http, "/events").await.json();
+    assert_eq!(events.master.0, 1);
+    assert!(!events.missed);
+    assert!(
+        matches!(
+            events.events.first().map(|e| &e.event),
+            Some(ClusterEvent::LeaderElected {
+                leader: Some(1),
+                ..
+            })
+        ),
+        "{events:?}"
+    );
+    let after_election = events.last;
+
+    // A stream from there sees a write's event, numbered, with its kind and JSON.
+    let response = open_stream(
+        &reader,
+        master.http,
+        &format!("/events?since={after_election}"),
+        None,
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(
+        response
+            .headers()
+            .get("content-type")
+            .map(hyper::header::HeaderValue::as_bytes),
+        Some(&b"text/event-stream"[..])
+    );
+    let mut body = response.into_body();
+    let answer = operator
+        .send(
+            master.http,
+            Method::PUT,
+            "/groups/etl/weight",
+            Some(r#"{"weight": 3.0}"#),
+        )
+        .await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    let mut text = String::new();
+    read_stream_until(&mut body, &mut text, |t| {
+        t.contains("\n\n") && t.contains("data: ")
+    })
+    .await;
+    assert!(text.starts_with("retry: 1000\n\n"), "{text}");
+    let frame = text
+        .split("\n\n")
+        .find(|frame| frame.contains("event: group_weight_changed"))
+        .unwrap_or_else(|| panic!("no weight event in:\n{text}"));
+    let id: u64 = frame
+        .lines()
+        .find_map(|line| line.strip_prefix("id: "))
+        .and_then(|id| id.parse().ok())
+        .unwrap_or_else(|| panic!("no id in {frame}"));
+    assert!(id > after_election);
+    let data = frame
+        .lines()
+        .find_map(|line| line.strip_prefix("data: "))
+        .expect("a data line");
+    let record: fullerene_proto::http::EventRecord =
+        serde_json::from_str(data).expect("an event record");
+    assert_eq!(record.seq, id);
+    assert_eq!(
+        record.event,
+        ClusterEvent::GroupWeightChanged {
+            group: "etl".to_string(),
+            weight: 3.0
+        }
+    );
+    drop(body);
+
+    // Resuming with Last-Event-ID gives what came after it, and nothing before.
+    for weight in [4.0, 5.0] {
+        let answer = operator
+            .send(
+                master.http,
+                Method::PUT,
+                "/groups/etl/weight",
+                Some(&format!(r#"{{"weight": {weight}}}"#)),
+            )
+            .await;
+        assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    }
+    let mut body = open_stream(&reader, master.http, "/events", Some(id))
+        .await
+        .into_body();
+    let mut text = String::new();
+    read_stream_until(&mut body, &mut text, |t| t.contains("\"weight\":5.0")).await;
+    assert!(!text.contains(&format!("id: {id}\n")), "{text}");
+    assert!(text.contains("\"weight\":4.0"), "{text}");
+    drop(body);
+
+    // The ring keeps 4 events: a client asking from the start is told what it missed.
+    for weight in [6.0, 7.0, 8.0] {
+        operator
+            .send(
+                master.http,
+                Method::PUT,
+                "/groups/etl/weight",
+                Some(&format!(r#"{{"weight": {weight}}}"#)),
+            )
+            .await;
+    }
+    let events: EventsDocument = reader
+        .get(
+            master.http,
+            &format!("/events?since={after_election}&limit=2"),
+        )
+        .await
+        .json();
+    assert!(events.missed, "{events:?}");
+    assert!(events.floor > after_election);
+    assert_eq!(events.events.len(), 2);
+    assert!(events.more);
+    assert!(events.events.iter().all(|e| e.seq > events.floor));
+    let mut body = open_stream(
+        &reader,
+        master.http,
+        &format!("/events?since={after_election}"),
+        None,
+    )
+    .await
+    .into_body();
+    let mut text = String::new();
+    read_stream_until(&mut body, &mut text, |t| t.contains("\"weight\":8.0")).await;
+    assert!(text.contains("event: lagged\n"), "{text}");
+    drop(body);
+
+    // Bad queries are refused naming what is wrong; `/tasks?all=true` lists finished tasks.
+    for (path, needle) in [
+        ("/events?since=x", "since"),
+        ("/events?limit=0", "limit"),
+        ("/events?follow=maybe", "follow"),
+        ("/tasks?all=yes", "all"),
+    ] {
+        let answer = reader.get(master.http, path).await;
+        assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{path}");
+        assert!(answer.body.contains(needle), "{path}: {}", answer.body);
+    }
+    let tasks: TasksDocument = reader.get(master.http, "/tasks?all=true").await.json();
+    assert!(tasks.finished.is_empty() && tasks.finished_omitted == 0);
+    let answer = master
+        .client(Credentials::None)
+        .get(master.http, "/events")
+        .await;
+    assert_eq!(answer.status, StatusCode::UNAUTHORIZED);
+    master.stop().await;
+}

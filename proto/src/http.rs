@@ -16,9 +16,10 @@ use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::ids::{FrameworkId, MasterId};
+use crate::ids::{AgentId, FrameworkId, MasterId, TaskId};
 use crate::messages::{
-    AgentInfo, ClusterStatus, ClusterView, FrameworkInfo, GroupInfo, TaskInfo, TaskState,
+    AgentInfo, ClusterStatus, ClusterView, FinishedTaskInfo, FrameworkInfo, GroupInfo,
+    StatusReason, TaskInfo, TaskState, UnixMillis,
 };
 
 /// Which view of the cluster state a document comes from.
@@ -56,6 +57,13 @@ pub struct StateDocument {
     pub tasks_total: u64,
     /// Tasks left out of `tasks` by the bound.
     pub tasks_omitted: u64,
+    /// Finished tasks the cluster keeps (the history: the last N per framework within a time
+    /// window), the most recently recorded ones, at most the view's bound, oldest first.
+    #[serde(default)]
+    pub finished_tasks: Vec<FinishedTaskInfo>,
+    /// Finished tasks kept in all (those left out of `finished_tasks` by the bound are older).
+    #[serde(default)]
+    pub finished_total: u64,
     /// The view.
     #[serde(flatten)]
     pub view: ClusterView,
@@ -95,7 +103,8 @@ pub struct FrameworksDocument {
 }
 
 /// `GET /tasks` and `GET /tasks?framework=ID`: the view's tasks, all or one framework's,
-/// redacted like `/state`'s.
+/// redacted like `/state`'s. With `?all=true`, also the finished tasks the cluster keeps
+/// (`finished`); without it `finished` is empty.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TasksDocument {
     /// The view it comes from.
@@ -107,6 +116,12 @@ pub struct TasksDocument {
     pub tasks: Vec<TaskInfo>,
     /// Its tasks (or all) that the view's bound left out.
     pub tasks_omitted: u64,
+    /// With `?all=true`: its (or all) finished tasks the view holds, oldest first.
+    #[serde(default)]
+    pub finished: Vec<FinishedTaskInfo>,
+    /// With `?all=true`: its (or all) finished tasks the view's bound left out (the oldest).
+    #[serde(default)]
+    pub finished_omitted: u64,
 }
 
 /// `GET /jobs`: the DAG jobs frameworks described (see [`crate::jobs`]), running and ended,
@@ -270,6 +285,259 @@ pub struct ClusterDocument {
     pub cluster: ClusterStatus,
 }
 
+/// How far apart the sequence numbers of events from consecutive Raft log entries are: an
+/// event's [`EventRecord::seq`] is `index * EVENT_SEQ_STRIDE + position`, its entry's index
+/// and its position among the events that entry gave (an entry gives fewer; one that would give
+/// more ends with [`ClusterEvent::EventsOmitted`]). So `1234000002` is the third event of entry
+/// 1234, and every master numbers every event alike.
+pub const EVENT_SEQ_STRIDE: u64 = 1_000_000;
+
+/// One thing that happened in the cluster, as `GET /events` serves it and `fullerene events`
+/// prints it. The event's own fields sit beside `seq`, `index` and `at_ms` in one JSON object
+/// whose `kind` names the event, for example
+///
+/// ```json
+/// {"seq": 812000001, "index": 812, "at_ms": 1764190000123, "kind": "task_state_changed",
+///  "framework": "fw-3", "task": "q1-s2-t7-a0", "agent": "agent-2",
+///  "from": "Running", "to": "Finished", "reason": {"Exited": {"code": 0}}}
+/// ```
+///
+/// Every event but [`ClusterEvent::LeaderElected`] is derived from a command every master
+/// applies, so every master, and a new leader after a failover, holds the same events under
+/// the same numbers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EventRecord {
+    /// Its number: increasing, unique, and the same on every master (see
+    /// [`EVENT_SEQ_STRIDE`]). A client resumes after the last one it has (`?since=`, or
+    /// `Last-Event-ID` on the event stream).
+    pub seq: u64,
+    /// The Raft log index of the entry it comes from.
+    pub index: u64,
+    /// When it happened, in milliseconds since the Unix epoch: the leader's time stamped in the
+    /// command. `None` for the few commands that carry no time (group weights, undrains,
+    /// membership changes, a new term's first entry).
+    pub at_ms: Option<UnixMillis>,
+    /// What happened.
+    #[serde(flatten)]
+    pub event: ClusterEvent,
+}
+
+/// Why a framework was torn down.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TeardownCause {
+    /// An operator asked (`fullerene framework teardown`, the HTTP API).
+    Operator,
+    /// It stayed disconnected past its failover timeout.
+    FailoverTimeout,
+    /// It asked itself (its job is done).
+    OwnRequest,
+}
+
+/// What happened, tagged by `kind` in JSON (snake case: `agent_lost`, `task_state_changed`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ClusterEvent {
+    /// A master won an election and its term's first entry was applied.
+    LeaderElected {
+        /// The term.
+        term: u64,
+        /// The new leader, as this master saw it elected; `None` when this master applied the
+        /// term's first entry without having heard from that leader (it was catching up).
+        leader: Option<u64>,
+    },
+    /// A new agent registered.
+    AgentRegistered {
+        /// The agent.
+        agent: AgentId,
+        /// Its host name.
+        hostname: String,
+    },
+    /// A known agent registered again (restart, partition, failover, or back from lost).
+    AgentReregistered {
+        /// The agent.
+        agent: AgentId,
+        /// Its host name.
+        hostname: String,
+        /// Whether it had been declared lost.
+        was_lost: bool,
+    },
+    /// An unreachable agent was heard from again.
+    AgentReachable {
+        /// The agent.
+        agent: AgentId,
+    },
+    /// An agent missed heartbeats: no new launches on it.
+    AgentUnreachable {
+        /// The agent.
+        agent: AgentId,
+    },
+    /// An agent stayed silent past the second timeout: its tasks are lost.
+    AgentLost {
+        /// The agent.
+        agent: AgentId,
+        /// How many tasks were ended LOST with it.
+        tasks_lost: u64,
+    },
+    /// An operator began draining an agent, or moved its drain's deadline.
+    AgentDraining {
+        /// The agent.
+        agent: AgentId,
+        /// When its remaining tasks are killed (leader's time), if ever.
+        deadline_ms: Option<UnixMillis>,
+    },
+    /// A draining agent runs nothing any more.
+    AgentDrained {
+        /// The agent.
+        agent: AgentId,
+    },
+    /// An operator ended an agent's drain.
+    AgentUndrained {
+        /// The agent.
+        agent: AgentId,
+    },
+    /// A new framework subscribed.
+    FrameworkSubscribed {
+        /// The framework.
+        framework: FrameworkId,
+        /// Its name.
+        name: String,
+        /// Its owner.
+        principal: String,
+        /// Its fairness group.
+        group: String,
+    },
+    /// A registered framework subscribed again (a failed-over or reconnected scheduler).
+    FrameworkReconnected {
+        /// The framework.
+        framework: FrameworkId,
+        /// Its (possibly new) name.
+        name: String,
+    },
+    /// A framework's connection closed; it has its failover timeout to come back.
+    FrameworkDisconnected {
+        /// The framework.
+        framework: FrameworkId,
+    },
+    /// A framework was torn down: its tasks were killed and it is gone for good.
+    FrameworkTornDown {
+        /// The framework.
+        framework: FrameworkId,
+        /// Why.
+        cause: TeardownCause,
+        /// How many of its tasks were still running and were killed.
+        tasks_killed: u64,
+    },
+    /// A task changed state: launched (`from` is `None`, `to` STAGING), started, ended.
+    TaskStateChanged {
+        /// Its framework.
+        framework: FrameworkId,
+        /// The task.
+        task: TaskId,
+        /// Its agent.
+        agent: AgentId,
+        /// Its state before (`None` for a launch).
+        from: Option<TaskState>,
+        /// Its state now.
+        to: TaskState,
+        /// Why, when known.
+        reason: Option<StatusReason>,
+        /// The agent's message, if any (at most 256 bytes of it).
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        message: String,
+    },
+    /// A master joined the Raft group.
+    MasterAdded {
+        /// Its Raft id.
+        master: u64,
+        /// Its peer address, when the change carried it.
+        addr: Option<SocketAddr>,
+    },
+    /// A master left the Raft group.
+    MasterRemoved {
+        /// Its Raft id.
+        master: u64,
+    },
+    /// An operator changed a fairness group's weight (or removed it: back to 1).
+    GroupWeightChanged {
+        /// The group.
+        group: String,
+        /// Its weight now.
+        weight: f64,
+    },
+    // Reservations (issue 19, point 5: "reservations accepted/rejected") do not exist yet;
+    // their events go here when they do.
+    /// One Raft entry gave more events than its sequence numbers hold
+    /// ([`EVENT_SEQ_STRIDE`]): this many after the last one were not recorded.
+    EventsOmitted {
+        /// How many.
+        count: u64,
+    },
+}
+
+impl ClusterEvent {
+    /// Its `kind`, as tagged in JSON and named in the event stream's `event:` lines.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ClusterEvent::LeaderElected { .. } => "leader_elected",
+            ClusterEvent::AgentRegistered { .. } => "agent_registered",
+            ClusterEvent::AgentReregistered { .. } => "agent_reregistered",
+            ClusterEvent::AgentReachable { .. } => "agent_reachable",
+            ClusterEvent::AgentUnreachable { .. } => "agent_unreachable",
+            ClusterEvent::AgentLost { .. } => "agent_lost",
+            ClusterEvent::AgentDraining { .. } => "agent_draining",
+            ClusterEvent::AgentDrained { .. } => "agent_drained",
+            ClusterEvent::AgentUndrained { .. } => "agent_undrained",
+            ClusterEvent::FrameworkSubscribed { .. } => "framework_subscribed",
+            ClusterEvent::FrameworkReconnected { .. } => "framework_reconnected",
+            ClusterEvent::FrameworkDisconnected { .. } => "framework_disconnected",
+            ClusterEvent::FrameworkTornDown { .. } => "framework_torn_down",
+            ClusterEvent::TaskStateChanged { .. } => "task_state_changed",
+            ClusterEvent::MasterAdded { .. } => "master_added",
+            ClusterEvent::MasterRemoved { .. } => "master_removed",
+            ClusterEvent::GroupWeightChanged { .. } => "group_weight_changed",
+            ClusterEvent::EventsOmitted { .. } => "events_omitted",
+        }
+    }
+}
+
+/// `GET /events` without following: this master's recent events. With `?since=SEQ`, the
+/// first `limit` events after `SEQ`; without, the last `limit`.
+///
+/// Each master keeps its events in a bounded ring (`--events-kept`, 10,000 by default). A
+/// client asking for events older than the ring holds is told so (`missed`), never silently
+/// handed a gap: it has lost events between `since` and `floor` and should re-read the state.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EventsDocument {
+    /// The master that answered (the leader).
+    pub master: MasterId,
+    /// Every event numbered above this is in this master's ring (or still to come); those at
+    /// or below it are gone from it (or were never seen by it: before its start, or covered by
+    /// a snapshot it installed).
+    pub floor: u64,
+    /// The number of the newest event in the ring (its floor when the ring is empty).
+    pub last: u64,
+    /// The `since` asked for.
+    pub since: Option<u64>,
+    /// Set when `since` is below `floor`: events between them are gone from this master.
+    pub missed: bool,
+    /// The events, oldest first.
+    pub events: Vec<EventRecord>,
+    /// Set when `limit` cut the answer short: ask again with `since` the last event's `seq`.
+    pub more: bool,
+}
+
+/// What the event stream sends (as `event: lagged`) when the client asked to resume from
+/// before this master's [`EventsDocument::floor`], or fell so far behind that the ring moved
+/// past it: the events between `since` and `floor` are gone; the stream goes on after `floor`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EventsLagged {
+    /// Where the client was.
+    pub since: u64,
+    /// Where the stream goes on from.
+    pub floor: u64,
+}
+
 /// The body of `POST /agents/{agent}/drain` (may be `{}`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -345,6 +613,8 @@ mod tests {
             build: 9,
             tasks_total: 0,
             tasks_omitted: 0,
+            finished_tasks: Vec::new(),
+            finished_total: 0,
             view: ClusterView {
                 leader: MasterId(2),
                 applied: 41,
@@ -362,6 +632,49 @@ mod tests {
         assert_eq!(view, document.view);
         assert_eq!(back.stamp().applied, 41);
         assert_eq!(back.stamp().leader, MasterId(2));
+    }
+
+    #[test]
+    fn an_event_is_one_json_object_tagged_by_its_kind() {
+        let record = EventRecord {
+            seq: 812_000_001,
+            index: 812,
+            at_ms: Some(1_764_190_000_123),
+            event: ClusterEvent::TaskStateChanged {
+                framework: FrameworkId::from("fw-3"),
+                task: TaskId::from("t7"),
+                agent: AgentId::from("agent-2"),
+                from: Some(TaskState::Running),
+                to: TaskState::Finished,
+                reason: Some(StatusReason::Exited { code: 0 }),
+                message: String::new(),
+            },
+        };
+        let json: serde_json::Value = serde_json::to_value(&record).expect("encode");
+        assert_eq!(json["kind"], "task_state_changed");
+        assert_eq!(json["kind"], record.event.kind());
+        assert_eq!(json["seq"], 812_000_001);
+        assert_eq!(json["from"], "Running");
+        assert_eq!(json["reason"]["Exited"]["code"], 0);
+        assert!(
+            json.get("message").is_none(),
+            "an empty message is left out"
+        );
+        let back: EventRecord = serde_json::from_value(json).expect("decode");
+        assert_eq!(back, record);
+        let torn: EventRecord = serde_json::from_str(
+            r#"{"seq": 5, "index": 0, "at_ms": null, "kind": "framework_torn_down",
+                "framework": "f", "cause": "failover_timeout", "tasks_killed": 2}"#,
+        )
+        .expect("a teardown");
+        assert_eq!(
+            torn.event,
+            ClusterEvent::FrameworkTornDown {
+                framework: FrameworkId::from("f"),
+                cause: TeardownCause::FailoverTimeout,
+                tasks_killed: 2
+            }
+        );
     }
 
     #[test]

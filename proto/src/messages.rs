@@ -378,6 +378,38 @@ impl TaskInfo {
     }
 }
 
+/// A task that ended and whose end its framework acknowledged (or whose framework was torn
+/// down): what the master keeps of it so that operators see what ran and how it ended. Kept
+/// bounded in the replicated state (the last N per framework within a time window, see the
+/// master's `ClusterSettings::history`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+pub struct FinishedTaskInfo {
+    /// Its framework.
+    pub framework_id: FrameworkId,
+    /// The task.
+    pub task_id: TaskId,
+    /// Its human-readable name.
+    pub name: String,
+    /// The job and stage it belonged to, when its framework runs DAG jobs.
+    pub origin: Option<TaskOrigin>,
+    /// The agent it ran on.
+    pub agent_id: AgentId,
+    /// How it ended (a terminal state).
+    pub state: TaskState,
+    /// Why, when known.
+    pub reason: Option<StatusReason>,
+    /// When it was launched (leader's time, milliseconds since the Unix epoch).
+    pub launched_at_ms: UnixMillis,
+    /// When it reached its final state (leader's time).
+    pub ended_at_ms: UnixMillis,
+    /// The resources it was charged while it ran.
+    pub resources: Resources,
+    /// Its place in the history of finished tasks (increasing in the order they were
+    /// recorded, the same on every master): the cursor of [`OperatorRequest::ListFinishedTasks`].
+    pub ordinal: u64,
+}
+
 /// What an agent says of one of its tasks when it registers: enough for the master to
 /// reconcile (which tasks still run, which ended unacknowledged), not the whole task, which the
 /// master already holds. Small and bounded ([`crate::limits::MAX_TASKS_PER_AGENT`]), so that
@@ -801,6 +833,26 @@ pub enum OperatorRequest {
         /// The framework.
         framework_id: FrameworkId,
     },
+    /// A page of finished tasks (optionally of one framework), oldest first, starting after
+    /// the one whose [`FinishedTaskInfo::ordinal`] is `after` (a linearizable read).
+    ListFinishedTasks {
+        /// Only this framework's finished tasks.
+        framework_id: Option<FrameworkId>,
+        /// The ordinal of the last task of the previous page.
+        after: Option<u64>,
+    },
+    /// The cluster's events after sequence number `since` (the most recent ones when
+    /// `None`), at most `limit` (and at most [`crate::limits::MAX_PAGE_ITEMS`]), from the
+    /// leader's ring. When none is newer than `since`, the leader waits up to `wait_ms` for
+    /// one (long polling: `fullerene events --follow`), at most half the request timeout.
+    Events {
+        /// The sequence number of the last event the client has.
+        since: Option<u64>,
+        /// The most events to answer with.
+        limit: u32,
+        /// How long to wait for a new event when there is none, in milliseconds.
+        wait_ms: u64,
+    },
 }
 
 impl OperatorRequest {
@@ -1064,6 +1116,19 @@ pub enum OperatorResponse {
     Quotas(Quotas),
     /// For [`OperatorRequest::State`].
     State(ClusterView),
+    /// For [`OperatorRequest::ListFinishedTasks`]: a page, and the ordinal to ask after when
+    /// more follow.
+    FinishedTasks {
+        /// This page, oldest first.
+        tasks: Vec<FinishedTaskInfo>,
+        /// Set when more finished tasks follow.
+        next: Option<u64>,
+    },
+    /// For [`OperatorRequest::Events`]: a [`crate::http::EventsDocument`] as JSON text. The
+    /// events are self-describing JSON objects (tagged by `kind`, the shape the HTTP API and
+    /// the web UI read), which the binary codec cannot carry field by field, so they travel
+    /// as the same JSON the HTTP API serves.
+    Events(String),
     /// A change was committed.
     Done,
     /// This master is not the leader.

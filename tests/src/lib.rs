@@ -119,6 +119,19 @@ impl MasterCluster {
     pub fn logs(&self) -> String {
         self.0.logs(40)
     }
+
+    /// `fullerene <args> --masters <every master> --certs <dir>`: an operator's command.
+    pub fn operator_command(&self, args: &[&str]) -> Command {
+        let masters: Vec<String> = self.0.addrs.values().map(ToString::to_string).collect();
+        let mut command = Command::new(fullerene_binary());
+        command
+            .args(args)
+            .arg("--masters")
+            .arg(masters.join(","))
+            .arg("--certs")
+            .arg(self.0.certs_dir());
+        command
+    }
 }
 
 /// The group's status from the leader, or `None` if no leader answered.
@@ -219,14 +232,8 @@ impl MasterCluster {
     /// and returns its JSON answer; fails the test, with its stderr and the cluster's logs,
     /// if the command fails.
     pub fn operator_cli(&self, args: &[&str]) -> serde_json::Value {
-        let masters: Vec<String> = self.addrs.values().map(ToString::to_string).collect();
-        let output = Command::new(fullerene_binary())
-            .arg("--json")
-            .args(args)
-            .arg("--masters")
-            .arg(masters.join(","))
-            .arg("--certs")
-            .arg(self.certs_dir())
+        let output = self
+            .operator_command(&[&["--json"], args].concat())
             .output()
             .expect("run fullerene");
         assert!(

@@ -604,11 +604,8 @@ fn a_job_killed_from_the_cli_stops_its_run_and_is_recorded_killed() {
     let listed = cluster.operator_cli(&["job", "status"]);
     assert_eq!(listed[0]["state"], "killed", "{listed:#}");
     // Killing it again names what is wrong.
-    let masters: Vec<String> = cluster.addrs.values().map(ToString::to_string).collect();
-    let again = Command::new(fullerene_tests::fullerene_binary())
-        .args(["job", "kill", "tpch-q1-2g", "--masters", &masters.join(",")])
-        .arg("--certs")
-        .arg(cluster.certs_dir())
+    let again = cluster
+        .operator_command(&["job", "kill", "tpch-q1-2g"])
         .output()
         .expect("run fullerene");
     assert!(!again.status.success());

@@ -154,6 +154,19 @@ pub(crate) struct MasterArgs {
     /// How long an operator request waits for a commit or a read confirmation, in milliseconds.
     #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub request_timeout_ms: u64,
+    /// How many recent events this master keeps for `GET /events` and `fullerene events`
+    /// (a few hundred bytes each); a client asking for older ones is told they are gone.
+    #[arg(long, env = "FULLERENE_MASTER_EVENTS_KEPT", default_value_t = fullerene_master::state::events::DEFAULT_EVENTS_KEPT as u64, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub events_kept: u64,
+    /// Finished tasks the cluster keeps per framework (`fullerene tasks --all`, `/tasks?all=true`);
+    /// 0 keeps none. Part of the replicated settings: used when `--bootstrap` creates the
+    /// group, ignored afterwards.
+    #[arg(long, env = "FULLERENE_HISTORY_TASKS_PER_FRAMEWORK", default_value_t = fullerene_master::state::HistoryLimits::DEFAULT.tasks_per_framework)]
+    pub history_tasks_per_framework: u32,
+    /// How long the cluster keeps a finished task after it ended, in milliseconds (default 24
+    /// hours). Part of the replicated settings, like `--history-tasks-per-framework`.
+    #[arg(long, env = "FULLERENE_HISTORY_WINDOW_MS", default_value_t = fullerene_master::state::HistoryLimits::DEFAULT.window_ms, value_parser = clap::value_parser!(u64).range(1..))]
+    pub history_window_ms: u64,
     /// Never fsync the Raft log (etcd's flag of the same name; for benchmarks compared with
     /// systems run the same way). Writes still reach the operating system in order, so a
     /// master process that crashes loses nothing, but a machine that crashes can lose
@@ -299,6 +312,10 @@ pub(crate) fn run(args: MasterArgs) -> Result<()> {
         let settings = ClusterSettings {
             master_addresses: members.clone(),
             overbooking_allowance: args.overbooking_allowance,
+            history: fullerene_master::state::HistoryLimits {
+                tasks_per_framework: args.history_tasks_per_framework,
+                window_ms: args.history_window_ms,
+            },
             ..ClusterSettings::default()
         };
         RaftNode::bootstrap(node_config, store, &voters, settings)
@@ -328,6 +345,7 @@ pub(crate) fn run(args: MasterArgs) -> Result<()> {
     }
     let mut shell = ShellConfig::new(members);
     shell.request_timeout = Duration::from_millis(args.request_timeout_ms);
+    shell.events_kept = usize::try_from(args.events_kept)?;
     shell.transport = args.quic.config()?;
     shell.core.http_addr = args.http_listen;
     shell.http = HttpConfig {

@@ -9,6 +9,7 @@ pub(crate) mod chaos;
 pub(crate) mod cluster;
 pub(crate) mod control;
 pub(crate) mod dev;
+pub(crate) mod events;
 pub(crate) mod groups;
 pub(crate) mod job;
 pub(crate) mod master;

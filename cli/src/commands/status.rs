@@ -7,7 +7,8 @@ use anyhow::Result;
 use clap::Args;
 use fullerene_client::{OperatorClient, OperatorClientError};
 use fullerene_proto::messages::{
-    AgentInfo, AgentState, Enforcement, FrameworkInfo, TaskInfo, TaskIsolation, TaskState,
+    AgentInfo, AgentState, Enforcement, FinishedTaskInfo, FrameworkInfo, TaskInfo, TaskIsolation,
+    TaskState,
 };
 use fullerene_proto::{FrameworkId, ResourceKind, Resources};
 
@@ -23,6 +24,20 @@ pub(crate) struct TasksArgs {
     /// Only this framework's tasks.
     #[arg(long, value_name = "ID")]
     pub framework: Option<String>,
+    /// Also the finished tasks the cluster keeps (the last ones of each framework within a
+    /// time window, see `fullerene master --history-tasks-per-framework`), with how and when
+    /// they ended.
+    #[arg(long)]
+    pub all: bool,
+}
+
+/// What `fullerene tasks --all --json` prints.
+#[derive(Debug, serde::Serialize)]
+struct AllTasks {
+    /// The tasks the masters track.
+    tasks: Vec<TaskInfo>,
+    /// The finished tasks kept, oldest first.
+    finished: Vec<FinishedTaskInfo>,
 }
 
 /// Runs `list` with an operator client for `args`' masters.
@@ -54,10 +69,63 @@ pub(crate) fn frameworks(args: ClusterArgs, json: &JsonOutput) -> Result<()> {
 /// `fullerene tasks`.
 pub(crate) fn tasks(args: TasksArgs, json: &JsonOutput) -> Result<()> {
     let framework = args.framework.map(FrameworkId);
+    if args.all {
+        let all = with_client(&args.cluster, async |client| {
+            Ok(AllTasks {
+                tasks: client.list_tasks(framework.clone()).await?,
+                finished: client.list_finished_tasks(framework).await?,
+            })
+        })?;
+        return json.emit(&all, || {
+            format!(
+                "{}\n{}",
+                render_tasks(&all.tasks),
+                render_finished(&all.finished)
+            )
+        });
+    }
     let tasks = with_client(&args.cluster, async |client| {
         client.list_tasks(framework).await
     })?;
     json.emit(&tasks, || render_tasks(&tasks))
+}
+
+fn render_finished(tasks: &[FinishedTaskInfo]) -> String {
+    if tasks.is_empty() {
+        return "no finished tasks kept".to_string();
+    }
+    let mut out = table(&[
+        "finished task",
+        "framework",
+        "agent",
+        "end",
+        "reason",
+        "ended (UTC)",
+        "ran",
+        "job/stage",
+    ]);
+    for task in tasks {
+        let origin = task
+            .origin
+            .as_ref()
+            .map_or_else(|| "-".to_string(), |o| format!("{}/{}", o.job, o.stage));
+        out.add_row(vec![
+            task.task_id.to_string(),
+            task.framework_id.to_string(),
+            task.agent_id.to_string(),
+            format!("{:?}", task.state).to_uppercase(),
+            task.reason
+                .as_ref()
+                .map_or_else(|| "-".to_string(), |reason| format!("{reason:?}")),
+            crate::commands::events::utc_time(task.ended_at_ms),
+            format!(
+                "{:.1} s",
+                task.ended_at_ms.saturating_sub(task.launched_at_ms) as f64 / 1000.0
+            ),
+            origin,
+        ]);
+    }
+    out.to_string()
 }
 
 /// One job in `fullerene job status`: a DAG job its framework described, or a framework that

@@ -484,7 +484,7 @@ impl<S: RaftStore> MasterCore<S> {
                 let command = Command::TeardownFramework {
                     framework_id: framework_id.clone(),
                     principal: Some(principal),
-                    cause: TeardownCause::Framework,
+                    cause: TeardownCause::OwnRequest,
                     at_ms,
                 };
                 self.propose_for_framework(

@@ -72,7 +72,7 @@ use crate::offers::OfferManager;
 use crate::raft_node::{
     NodeError, NodeOutput, ProposeError, RaftNode, StoreJob, StoreReport, Token,
 };
-use crate::state::{Command, CommandError, CommandOutcome, TeardownCause};
+use crate::state::{teardown_notice, Command, CommandError, CommandOutcome, TeardownCause};
 use crate::storage::RaftStore;
 use fullerene_scheduling::allocator::{CycleSnapshot, CycleStats};
 
@@ -506,6 +506,12 @@ impl<S: RaftStore> MasterCore<S> {
         &self.node
     }
 
+    /// The events derived from what was applied since the last call (see
+    /// [`crate::state::events`]), for the shell's ring.
+    pub fn take_events(&mut self) -> crate::state::events::EventBatch {
+        self.node.take_events()
+    }
+
     /// The entries applied since the last call (see
     /// [`RaftNode::take_apply_trace`]): empty unless the node traces them.
     pub fn take_apply_trace(&mut self) -> Vec<crate::raft_node::AppliedTrace> {
@@ -788,7 +794,7 @@ impl<S: RaftStore> MasterCore<S> {
                 self.frameworks.teardown_settled(
                     &framework_id,
                     applied,
-                    TeardownCause::Operator.notice(),
+                    teardown_notice(TeardownCause::Operator),
                     &mut self.out,
                 );
                 let response = self.write_response(&settled);
@@ -819,7 +825,7 @@ impl<S: RaftStore> MasterCore<S> {
                     self.frameworks.teardown_settled(
                         framework_id,
                         applied,
-                        cause.notice(),
+                        teardown_notice(*cause),
                         &mut self.out,
                     );
                 }

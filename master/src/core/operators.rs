@@ -8,8 +8,8 @@ use std::ops::Bound;
 
 use fullerene_proto::limits::take_page;
 use fullerene_proto::messages::{
-    AgentInfo, ClusterStatus, ClusterView, ErrorCode, GroupInfo, MemberStatus, OperatorRequest,
-    OperatorResponse, Redirect, WireError,
+    AgentInfo, ClusterStatus, ClusterView, ErrorCode, FinishedTaskInfo, GroupInfo, MemberStatus,
+    OperatorRequest, OperatorResponse, Redirect, WireError,
 };
 use fullerene_proto::time::Now;
 use fullerene_proto::{AgentId, FrameworkId, MasterId, TaskId, TaskKey};
@@ -37,6 +37,13 @@ pub struct BoundedView {
     pub cluster: ClusterStatus,
     /// The group weights operators set.
     pub weights: BTreeMap<String, f64>,
+    /// The most recently recorded finished tasks, at most the view's bound of tasks, oldest
+    /// first.
+    pub finished: Vec<FinishedTaskInfo>,
+    /// Finished tasks kept in all.
+    pub finished_total: u64,
+    /// Finished tasks left out of `finished` by the bound, per framework.
+    pub finished_omitted_by_framework: BTreeMap<FrameworkId, u64>,
 }
 
 /// A read waiting for its ReadIndex confirmation.
@@ -46,6 +53,7 @@ pub(super) enum ReadQuery {
     ListAgents(Option<AgentId>),
     ListFrameworks(Option<FrameworkId>),
     ListTasks(Option<FrameworkId>, Option<TaskKey>),
+    ListFinishedTasks(Option<FrameworkId>, Option<u64>),
     GroupWeights,
     ListGroups,
     Quotas,
@@ -113,6 +121,19 @@ impl<S: RaftStore> MasterCore<S> {
                 framework_id,
                 after,
             } => ReadQuery::ListTasks(framework_id, after),
+            OperatorRequest::ListFinishedTasks {
+                framework_id,
+                after,
+            } => ReadQuery::ListFinishedTasks(framework_id, after),
+            OperatorRequest::Events { .. } => {
+                // The shell answers it from its ring of events (`server::sessions`), off the
+                // node loop; the core keeps no ring.
+                self.answer(
+                    request_id,
+                    invalid("events are served by the master's shell".to_string()),
+                );
+                return;
+            }
             OperatorRequest::GroupWeights => ReadQuery::GroupWeights,
             OperatorRequest::ListGroups => ReadQuery::ListGroups,
             OperatorRequest::Quotas => ReadQuery::Quotas,
@@ -287,6 +308,14 @@ impl<S: RaftStore> MasterCore<S> {
                 );
                 OperatorResponse::Tasks { tasks, next }
             }
+            ReadQuery::ListFinishedTasks(framework, after) => {
+                let (tasks, next) = take_page(
+                    state
+                        .finished_tasks_after(framework.as_ref(), after)
+                        .map(|task| (task.ordinal, task.clone())),
+                );
+                OperatorResponse::FinishedTasks { tasks, next }
+            }
             ReadQuery::GroupWeights => {
                 OperatorResponse::GroupWeights(state.settings().group_weights.clone())
             }
@@ -311,7 +340,22 @@ impl<S: RaftStore> MasterCore<S> {
         }
         let (view, omitted_by_framework) = self.cluster_view(max_tasks);
         let state = self.node.state();
+        let finished_total = state.finished_count();
+        let finished_omitted = finished_total.saturating_sub(max_tasks);
+        let mut finished_omitted_by_framework: BTreeMap<FrameworkId, u64> = BTreeMap::new();
+        for task in state.finished_tasks().take(finished_omitted) {
+            *finished_omitted_by_framework
+                .entry(task.framework_id.clone())
+                .or_default() += 1;
+        }
         Some(BoundedView {
+            finished: state
+                .finished_tasks()
+                .skip(finished_omitted)
+                .cloned()
+                .collect(),
+            finished_total: finished_total as u64,
+            finished_omitted_by_framework,
             view: view.redacted(),
             term: self.node.term(),
             tasks_total: state.tasks().len() as u64,

@@ -67,8 +67,10 @@ pub use config::NodeConfig;
 pub use logger::{raft_logger, TracingDrain};
 pub use persistence::{run_store_jobs, JobOutcome, Persistence, StoreJob, StoreReport, StoreWork};
 
+use crate::state::events::{self, EventBatch, EventProbe};
 use crate::state::{ClusterSettings, ClusterState, Command, CommandError, CommandOutcome};
 use crate::storage::{Durability, RaftStore, ReadyWrite, StorageError};
+use fullerene_proto::http::{ClusterEvent, EventRecord};
 use metrics::NodeMetrics;
 
 /// A caller's handle on a proposal or a read, echoed in the [`NodeOutput`] that answers it.
@@ -323,6 +325,16 @@ enum Queued {
 /// nothing it wanted).
 pub const MAX_UNTAKEN_FLUSH_TIMES: usize = 4_096;
 
+/// Events kept for a caller that does not take them (a simulation, an in-process benchmark):
+/// past this many, the oldest are dropped and the batch's floor raised past them, so a ring
+/// fed late says so. As many as a ring keeps by default; the master's shell takes them after
+/// every step, so only one entry with more events than this (a teardown of that many tasks)
+/// loses some, and its readers are told.
+pub const MAX_UNTAKEN_EVENTS: usize = crate::state::events::DEFAULT_EVENTS_KEPT;
+
+/// Leaders remembered by term, to name the leader of a term when its first entry is applied.
+const LEADERS_REMEMBERED: usize = 16;
+
 /// What kind of entry a tracked proposal is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ProposalKind {
@@ -421,6 +433,12 @@ pub struct RaftNode<S: RaftStore> {
     /// Set when raft-rs gave up or the store failed a read: nothing reaches raft-rs any more,
     /// and [`RaftNode::advance`] returns it.
     halted: Option<NodeError>,
+    /// The events derived from what was applied since the last [`RaftNode::take_events`].
+    events: EventBatch,
+    /// The term of the last applied entry: an entry of a later term starts a new leader's.
+    applied_term: u64,
+    /// The leader of each recent term, as this node learnt it from Raft's soft state.
+    leaders_by_term: BTreeMap<u64, u64>,
     /// Runs the store jobs under [`Persistence::Inline`].
     writer: S::Writer,
     /// Jobs not yet taken (offloaded) or run (inline), in order.
@@ -520,6 +538,7 @@ impl<S: RaftStore> RaftNode<S> {
     pub fn open(config: NodeConfig, store: S) -> Result<RaftNode<S>, NodeError> {
         let snapshot = store.latest_snapshot();
         let snapshot_index = snapshot.get_metadata().index;
+        let snapshot_term = snapshot.get_metadata().term;
         let hard_state = store.hard_state();
         if snapshot_index > hard_state.commit {
             return Err(StorageError::Corrupt {
@@ -575,6 +594,9 @@ impl<S: RaftStore> RaftNode<S> {
             metrics,
             trace: Vec::new(),
             halted: None,
+            events: EventBatch::default(),
+            applied_term: snapshot_term,
+            leaders_by_term: BTreeMap::new(),
             writer,
             jobs: Vec::new(),
             next_job: 1,
@@ -1006,6 +1028,12 @@ impl<S: RaftStore> RaftNode<S> {
                 0 => None,
                 id => Some(id),
             };
+            if let Some(leader) = leader {
+                self.leaders_by_term.insert(self.raw.raft.term, leader);
+                while self.leaders_by_term.len() > LEADERS_REMEMBERED {
+                    self.leaders_by_term.pop_first();
+                }
+            }
             if leader != self.leader {
                 self.leader = leader;
                 self.metrics.leader_changes.increment(1);
@@ -1260,8 +1288,12 @@ impl<S: RaftStore> RaftNode<S> {
     ) {
         self.state = state;
         self.applied = index;
+        self.applied_term = snapshot.get_metadata().term;
         self.snapshot_index = index;
         out.snapshot_installed = Some(index);
+        // What the snapshot covers happened without this node seeing it.
+        self.events.events.clear();
+        self.events.floor = Some(events::last_seq(index));
         self.metrics.snapshots_installed.increment(1);
         self.metrics.snapshot_bytes.set(snapshot.data.len() as f64);
         // Our proposals up to `index` were decided without us seeing how.
@@ -1296,6 +1328,17 @@ impl<S: RaftStore> RaftNode<S> {
                     data: entry.data.to_vec(),
                 });
             }
+            let mut entry_events = Vec::new();
+            if entry.term > self.applied_term {
+                // A new term's first entry is its leader's: everyone applies it at the same
+                // index, so the election is numbered alike on every master.
+                entry_events.push(ClusterEvent::LeaderElected {
+                    term: entry.term,
+                    leader: self.leaders_by_term.get(&entry.term).copied(),
+                });
+                self.applied_term = entry.term;
+            }
+            let mut entry_time = None;
             let mine = match self.in_flight.remove(&entry.index) {
                 Some(p) if p.term == entry.term => Some(p),
                 Some(p) => {
@@ -1325,7 +1368,10 @@ impl<S: RaftStore> RaftNode<S> {
                             source,
                         }
                     })?;
+                    let probe = EventProbe::before(&self.state, &command);
                     let result = self.state.apply(&command);
+                    entry_events.extend(probe.events(&self.state, &command, &result));
+                    entry_time = command.at_ms();
                     match &result {
                         Ok(_) => self.metrics.applied_ok.increment(1),
                         Err(e) => {
@@ -1360,7 +1406,9 @@ impl<S: RaftStore> RaftNode<S> {
                         .map_err(|e| e.to_string());
                     if let Ok(cs) = &result {
                         self.force_snapshot = true;
-                        record_membership_change(&mut self.state, &change);
+                        let (added, removed) = membership_of(&change);
+                        entry_events.extend(events::membership_events(&added, &removed));
+                        self.state.record_membership(&added, &removed);
                         let id = self.config.id;
                         let member = cs.voters.contains(&id)
                             || cs.learners.contains(&id)
@@ -1384,8 +1432,29 @@ impl<S: RaftStore> RaftNode<S> {
                 }
             }
             self.applied = entry.index;
+            if !entry_events.is_empty() {
+                self.push_events(events::number_events(entry.index, entry_time, entry_events));
+            }
         }
         Ok(())
+    }
+
+    /// Keeps derived events for [`RaftNode::take_events`], at most [`MAX_UNTAKEN_EVENTS`].
+    fn push_events(&mut self, records: Vec<EventRecord>) {
+        self.events.events.extend(records);
+        let excess = self.events.events.len().saturating_sub(MAX_UNTAKEN_EVENTS);
+        if excess > 0 {
+            let dropped: Vec<EventRecord> = self.events.events.drain(..excess).collect();
+            if let Some(last) = dropped.last() {
+                self.events.floor = Some(self.events.floor.unwrap_or(0).max(last.seq));
+            }
+        }
+    }
+
+    /// The events derived from the entries applied since the last call (see
+    /// [`crate::state::events`]), for the shell's ring.
+    pub fn take_events(&mut self) -> EventBatch {
+        std::mem::take(&mut self.events)
     }
 
     /// A master that lost leadership answers its proposals that are no longer in its log
@@ -1547,6 +1616,13 @@ fn conf_change_v1_to_v2(v1: ConfChange) -> ConfChangeV2 {
 /// of the committed log outside a node (the deterministic cluster simulation's oracle) reaches
 /// the same state.
 pub fn record_membership_change(state: &mut ClusterState, change: &ConfChangeV2) {
+    let (added, removed) = membership_of(change);
+    state.record_membership(&added, &removed);
+}
+
+/// The masters a membership change adds (with the address its context carries) and removes.
+#[allow(clippy::type_complexity)]
+fn membership_of(change: &ConfChangeV2) -> (Vec<(u64, Option<std::net::SocketAddr>)>, Vec<u64>) {
     let addr = std::str::from_utf8(&change.context)
         .ok()
         .and_then(|text| text.parse::<std::net::SocketAddr>().ok());
@@ -1559,5 +1635,5 @@ pub fn record_membership_change(state: &mut ClusterState, change: &ConfChangeV2)
             raft::eraftpb::ConfChangeType::RemoveNode => removed.push(single.node_id),
         }
     }
-    state.record_membership(&added, &removed);
+    (added, removed)
 }

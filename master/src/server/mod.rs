@@ -40,6 +40,7 @@
 //! (Raft thesis §6.4) and fail after a timeout (ReadIndex requests are not queued while there
 //! is no leader).
 
+pub(crate) mod event_hub;
 pub mod http;
 pub mod metrics;
 mod node_loop;
@@ -88,6 +89,9 @@ pub struct ShellConfig {
     pub http: http::HttpConfig,
     /// Call rates and connections one framework or agent may use.
     pub client_limits: crate::core::session_rules::ClientLimits,
+    /// How many recent events this master keeps for `/events` and `fullerene events`
+    /// (`--events-kept`); older ones are gone from it, and a client asking for them is told.
+    pub events_kept: usize,
 }
 
 impl ShellConfig {
@@ -108,6 +112,7 @@ impl ShellConfig {
             metrics: None,
             http: http::HttpConfig::default(),
             client_limits: Default::default(),
+            events_kept: crate::state::events::DEFAULT_EVENTS_KEPT,
         }
     }
 }
@@ -177,7 +182,13 @@ where
     let (peer_events_tx, peer_events_rx) = mpsc::channel(node_loop::PEER_EVENT_QUEUE);
     let (leader_tx, leader_rx) = watch::channel(LeaderView::default());
     let (membership_tx, membership_rx) = watch::channel(MembershipView::default());
+    let event_hub = Arc::new(event_hub::EventHub::new(
+        id,
+        config.events_kept,
+        node.applied_index(),
+    ));
     let context = Arc::new(sessions::SessionContext {
+        event_hub: Arc::clone(&event_hub),
         this: id,
         events: events_tx.clone(),
         peer_events: peer_events_tx,
@@ -263,6 +274,7 @@ where
             leader: leader_tx,
             membership: membership_tx,
             publisher,
+            event_hub,
         },
         node_loop::Workers { store, planner },
     );

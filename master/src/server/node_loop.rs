@@ -20,6 +20,7 @@ use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::MissedTickBehavior;
 
+use super::event_hub::EventHub;
 use super::http::board::ViewPublisher;
 use super::metrics::{self as metrics_names, ClusterGauges};
 use super::peer::{self, PeerBatch, PeerHandle};
@@ -130,6 +131,8 @@ pub(crate) struct Shell<S: RaftStore> {
     warned_no_address: std::collections::BTreeSet<u64>,
     /// Builds the HTTP API's view when it is wanted.
     publisher: ViewPublisher,
+    /// The ring of recent events the HTTP API and operator sessions read.
+    event_hub: Arc<EventHub>,
     /// The store's writer thread, which runs the node's store jobs.
     store: StoreWriterThread<S::Staged>,
     /// The allocation cycles' shard planners.
@@ -146,6 +149,8 @@ pub(crate) struct Views {
     pub(crate) membership: watch::Sender<MembershipView>,
     /// The HTTP API's view, built when it is wanted.
     pub(crate) publisher: ViewPublisher,
+    /// The ring of recent events.
+    pub(crate) event_hub: Arc<EventHub>,
 }
 
 /// The threads the node loop hands work to, so that it never waits on it.
@@ -295,6 +300,7 @@ impl<S: RaftStore> Shell<S> {
             leader: leader_view,
             membership: membership_view,
             publisher,
+            event_hub,
         } = views;
         Shell {
             core,
@@ -310,6 +316,7 @@ impl<S: RaftStore> Shell<S> {
             next_request: 1,
             warned_no_address: Default::default(),
             publisher,
+            event_hub,
             store: workers.store,
             planner: workers.planner,
             metrics: ShellMetrics::new(node_id),
@@ -331,6 +338,7 @@ impl<S: RaftStore> Shell<S> {
         let started = self.core.start(self.clock.now());
         self.carry_outputs();
         self.publisher.after_step(&self.core);
+        self.event_hub.publish(self.core.take_events());
         if let Some(exit) = started {
             return Ok(exit);
         }
@@ -393,6 +401,8 @@ impl<S: RaftStore> Shell<S> {
             self.carry_outputs();
             // At most one bounded build per interval, and only when an HTTP reader asked.
             self.publisher.after_step(&self.core);
+            // Readers copy from the ring on their own tasks: this never waits on them.
+            self.event_hub.publish(self.core.take_events());
             self.metrics.publish_core(&mut self.core, advanced_at);
             self.metrics
                 .step_done(woken_by, handled, advanced, started.elapsed());

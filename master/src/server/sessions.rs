@@ -15,6 +15,7 @@ use protobuf::Message as _;
 use raft::eraftpb::Message;
 use tokio::sync::{mpsc, oneshot, watch};
 
+use super::event_hub::EventHub;
 use super::node_loop::Event;
 use super::{LeaderView, MembershipView};
 use crate::core::session_rules::{
@@ -29,6 +30,8 @@ use crate::core::{AgentRegistration, Input, SessionId};
 pub(crate) struct SessionContext {
     /// This master's Raft id.
     pub this: u64,
+    /// Its ring of recent events (answers `Events` without the node loop).
+    pub event_hub: Arc<EventHub>,
     /// The node loop's inbox for clients' events.
     pub events: mpsc::Sender<Event>,
     /// The node loop's inbox for peers' Raft messages, taken before the clients' events.
@@ -302,6 +305,19 @@ async fn serve_operator(mut session: Session, context: &SessionContext) {
         } else {
             ErrorCode::OutcomeUnknown
         };
+        if let OperatorRequest::Events {
+            since,
+            limit,
+            wait_ms,
+        } = request
+        {
+            let response = events_page(context, since, limit, wait_ms).await;
+            if let Err(error) = session.tx.send(&within_frame(response)).await {
+                tracing::debug!(peer = %session.peer, %error, "cannot answer the operator");
+                return;
+            }
+            continue;
+        }
         let (reply_tx, reply_rx) = oneshot::channel();
         let response = if context
             .events
@@ -333,6 +349,38 @@ async fn serve_operator(mut session: Session, context: &SessionContext) {
         }
     }
     let _ = session.tx.finish().await;
+}
+
+/// The answer to an operator's `Events` request, from this master's ring, off the node loop:
+/// a redirect on a follower (as every read), else the events after `since`, waiting up to
+/// `wait_ms` (at most half the request timeout) when there is none yet.
+async fn events_page(
+    context: &SessionContext,
+    since: Option<u64>,
+    limit: u32,
+    wait_ms: u64,
+) -> OperatorResponse {
+    let leader = context.leader.borrow().clone();
+    if !leader.is_self {
+        return OperatorResponse::Redirect(fullerene_proto::messages::Redirect {
+            leader: leader.leader,
+        });
+    }
+    let limit = (limit as usize).clamp(1, fullerene_proto::limits::MAX_PAGE_ITEMS);
+    let mut document = context.event_hub.read(since, limit);
+    if let (Some(since), true) = (since, document.events.is_empty() && !document.missed) {
+        let patience = Duration::from_millis(wait_ms).min(context.request_timeout / 2);
+        if context.event_hub.wait_after(since, patience).await {
+            document = context.event_hub.read(Some(since), limit);
+        }
+    }
+    match serde_json::to_string(&document) {
+        Ok(json) => OperatorResponse::Events(json),
+        Err(error) => OperatorResponse::Error(WireError::new(
+            ErrorCode::Internal,
+            format!("the events cannot be encoded: {error}"),
+        )),
+    }
 }
 
 /// `response`, or an error saying why it cannot be sent when it is over the frame limit: the

@@ -194,7 +194,7 @@ pub enum Command {
         at_ms: UnixMillis,
     },
     /// A framework acknowledged a task's updates up to `seq`. A terminal task whose last
-    /// update is acknowledged is forgotten.
+    /// update is acknowledged leaves the task table for the history of finished tasks.
     AcknowledgeStatus {
         /// The framework.
         framework_id: FrameworkId,
@@ -261,6 +261,37 @@ pub enum Command {
 }
 
 impl Command {
+    /// The leader's time stamped in the command, for those that carry one.
+    pub fn at_ms(&self) -> Option<UnixMillis> {
+        match self {
+            Command::RegisterAgent { at_ms, .. }
+            | Command::ReregisterAgent { at_ms, .. }
+            | Command::UpdateAgentResources { at_ms, .. }
+            | Command::AgentHeartbeat { at_ms, .. }
+            | Command::MarkAgentUnreachable { at_ms, .. }
+            | Command::MarkAgentLost { at_ms, .. }
+            | Command::SubscribeFramework { at_ms, .. }
+            | Command::FailoverFramework { at_ms, .. }
+            | Command::DisconnectFramework { at_ms, .. }
+            | Command::TeardownFramework { at_ms, .. }
+            | Command::DescribeJob { at_ms, .. }
+            | Command::EndJob { at_ms, .. }
+            | Command::LaunchTasks { at_ms, .. }
+            | Command::UpdateStatus { at_ms, .. }
+            | Command::KillTask { at_ms, .. }
+            | Command::DrainAgent { at_ms, .. }
+            | Command::KillTasks { at_ms, .. } => Some(*at_ms),
+            Command::AcknowledgeStatus { .. }
+            | Command::SetGroupWeight { .. }
+            | Command::SetGroup(_)
+            | Command::RemoveGroup(_)
+            | Command::SetQuotas(_)
+            | Command::SetOverbookingAllowance { .. }
+            | Command::AnnounceMasterHttp { .. }
+            | Command::UndrainAgent { .. } => None,
+        }
+    }
+
     /// A short name for logs and metrics.
     pub fn kind(&self) -> &'static str {
         match self {

@@ -12,6 +12,7 @@
 //! bytes for the shared workloads' jobs), the history costs at most 1,000 × 16 jobs, and
 //! in practice a few MB.
 
+use fullerene_proto::http::TeardownCause;
 use fullerene_proto::jobs::{JobDescription, JobEnd, JobInfo, StageEnds, MAX_JOBS_PER_FRAMEWORK};
 use fullerene_proto::messages::TaskState;
 use fullerene_proto::{FrameworkId, TaskKey};
@@ -21,41 +22,28 @@ use super::{ClusterState, CommandError, CommandOutcome, UnixMillis};
 /// Torn-down frameworks whose jobs are kept (see the module documentation).
 pub const MAX_TORN_DOWN_WITH_JOBS: usize = 1_000;
 
-/// Why a framework was torn down: what its unended jobs are marked with.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum TeardownCause {
-    /// The framework asked (its own `Teardown`).
-    Framework,
-    /// An operator asked (`fullerene job kill`, `framework teardown`, the HTTP API).
-    Operator,
-    /// It stayed disconnected past its failover timeout.
-    FailoverTimeout,
+/// How a job that had not ended when its framework was torn down for `cause` ends.
+fn job_end_at_teardown(cause: TeardownCause) -> JobEnd {
+    match cause {
+        TeardownCause::OwnRequest => JobEnd::Failed {
+            reason: "its framework tore itself down before the job ended".to_string(),
+        },
+        TeardownCause::Operator => JobEnd::Killed {
+            reason: "killed by an operator (its framework was torn down)".to_string(),
+        },
+        TeardownCause::FailoverTimeout => JobEnd::Failed {
+            reason: "its framework did not reconnect within its failover timeout".to_string(),
+        },
+    }
 }
 
-impl TeardownCause {
-    /// How a job that had not ended when its framework was torn down for this cause ends.
-    fn job_end(&self) -> JobEnd {
-        match self {
-            TeardownCause::Framework => JobEnd::Failed {
-                reason: "its framework tore itself down before the job ended".to_string(),
-            },
-            TeardownCause::Operator => JobEnd::Killed {
-                reason: "killed by an operator (its framework was torn down)".to_string(),
-            },
-            TeardownCause::FailoverTimeout => JobEnd::Failed {
-                reason: "its framework did not reconnect within its failover timeout".to_string(),
-            },
-        }
-    }
-
-    /// What the framework is told when the masters tore it down, if it did not ask.
-    pub fn notice(&self) -> Option<String> {
-        match self {
-            TeardownCause::Framework => None,
-            TeardownCause::Operator => Some("torn down by an operator".to_string()),
-            TeardownCause::FailoverTimeout => {
-                Some("torn down: it stayed disconnected past its failover timeout".to_string())
-            }
+/// What a framework is told when the masters tore it down for `cause`, if it did not ask.
+pub fn teardown_notice(cause: TeardownCause) -> Option<String> {
+    match cause {
+        TeardownCause::OwnRequest => None,
+        TeardownCause::Operator => Some("torn down by an operator".to_string()),
+        TeardownCause::FailoverTimeout => {
+            Some("torn down: it stayed disconnected past its failover timeout".to_string())
         }
     }
 }
@@ -197,7 +185,7 @@ impl ClusterState {
     pub(super) fn end_jobs_at_teardown(
         &mut self,
         framework_id: &FrameworkId,
-        cause: &TeardownCause,
+        cause: TeardownCause,
         at_ms: UnixMillis,
     ) {
         let Some(entry) = self.frameworks.get_mut(framework_id) else {
@@ -207,7 +195,7 @@ impl ClusterState {
             return;
         }
         for job in entry.jobs.iter_mut().filter(|j| j.end.is_none()) {
-            job.end = Some(cause.job_end());
+            job.end = Some(job_end_at_teardown(cause));
             job.ended_at_ms = Some(at_ms);
         }
         self.torn_down_with_jobs

@@ -14,6 +14,8 @@
 
 mod command;
 mod error;
+pub mod events;
+mod history;
 mod jobs;
 mod records;
 mod snapshot;
@@ -25,8 +27,8 @@ use std::sync::Arc;
 
 use fullerene_proto::limits::{self, MAX_TASKS_PER_AGENT};
 use fullerene_proto::messages::{
-    AgentInfo, AgentState, DrainStatus, Executor, FrameworkInfo, GroupPlacement, GroupRemoval,
-    StatusReason, StatusUpdate, TaskInfo, TaskSpec, TaskState, UnixMillis,
+    AgentInfo, AgentState, DrainStatus, Executor, FinishedTaskInfo, FrameworkInfo, GroupPlacement,
+    GroupRemoval, StatusReason, StatusUpdate, TaskInfo, TaskSpec, TaskState, UnixMillis,
 };
 use fullerene_proto::{AgentId, FrameworkId, ResourceKind, ResourceVec, Resources, TaskId, Time};
 use fullerene_scheduling::allocator::state::{AllocationState, StateError};
@@ -35,10 +37,12 @@ use fullerene_scheduling::Overbooking;
 
 pub use command::{Command, CommandOutcome, TaskKey, TaskKill};
 pub use error::CommandError;
-pub use jobs::{TeardownCause, MAX_TORN_DOWN_WITH_JOBS};
+pub use fullerene_proto::http::TeardownCause;
+use history::FinishedTasks;
+pub use jobs::{teardown_notice, MAX_TORN_DOWN_WITH_JOBS};
 pub use records::{
-    AgentEntry, ClusterSettings, Drain, FrameworkEntry, TaskRecord, DEFAULT_GROUP, MAX_GROUPS,
-    MAX_MAPPED_PRINCIPALS,
+    AgentEntry, ClusterSettings, Drain, FrameworkEntry, HistoryLimits, TaskRecord, DEFAULT_GROUP,
+    FINISHED_TASK_BYTES, MAX_GROUPS, MAX_MAPPED_PRINCIPALS,
 };
 pub use snapshot::{SnapshotError, FRAME_BYTES, STATE_FORMAT_VERSION};
 
@@ -75,6 +79,8 @@ pub struct ClusterState {
     /// The torn-down frameworks that keep their jobs, by (teardown time, id): the oldest lose
     /// them first (see [`jobs`]). An index over `frameworks`, rebuilt when a snapshot is read.
     torn_down_with_jobs: BTreeSet<(UnixMillis, FrameworkId)>,
+    /// The history of finished tasks, bounded by [`ClusterSettings::history`].
+    finished: FinishedTasks,
 }
 
 /// The name of the executor a task needs, as agents declare them.
@@ -98,6 +104,7 @@ impl ClusterState {
             allocation,
             live_frameworks_by_principal: BTreeMap::new(),
             torn_down_with_jobs: BTreeSet::new(),
+            finished: FinishedTasks::default(),
         }
     }
 
@@ -182,6 +189,47 @@ impl ClusterState {
             .range((start, Bound::Unbounded))
             .take_while(move |(key, _)| &key.framework_id == framework_id)
             .map(|(key, record)| (key, &**record))
+    }
+
+    /// The finished tasks kept (the history), oldest recorded first.
+    pub fn finished_tasks(&self) -> impl DoubleEndedIterator<Item = &FinishedTaskInfo> + '_ {
+        self.finished.iter()
+    }
+
+    /// How many finished tasks are kept.
+    pub fn finished_count(&self) -> usize {
+        self.finished.len()
+    }
+
+    /// The finished tasks kept, of `framework` when given, recorded after the one whose
+    /// ordinal is `after` (from the oldest when `None`), oldest first.
+    pub fn finished_tasks_after<'a>(
+        &'a self,
+        framework: Option<&'a FrameworkId>,
+        after: Option<u64>,
+    ) -> impl Iterator<Item = &'a FinishedTaskInfo> + 'a {
+        self.finished.after(framework, after)
+    }
+
+    /// Moves a terminal task from the task table to the history of finished tasks.
+    fn retire_task(&mut self, key: &TaskKey) {
+        let Some(record) = self.tasks.remove(key) else {
+            return;
+        };
+        let finished = FinishedTaskInfo {
+            framework_id: key.framework_id.clone(),
+            task_id: key.task_id.clone(),
+            name: record.spec.name.clone(),
+            origin: record.spec.origin.clone(),
+            agent_id: record.agent_id.clone(),
+            state: record.state,
+            reason: record.reason.clone(),
+            launched_at_ms: record.launched_at_ms,
+            ended_at_ms: record.updated_at_ms,
+            resources: record.demand.into(),
+            ordinal: 0,
+        };
+        self.finished.record(finished, &self.settings.history);
     }
 
     /// The status updates a framework has not acknowledged, in order per task.
@@ -308,6 +356,17 @@ impl ClusterState {
 
     /// Applies one committed command. On error nothing has changed.
     pub fn apply(&mut self, command: &Command) -> Result<CommandOutcome, CommandError> {
+        let outcome = self.apply_command(command)?;
+        // The history's window moves with the commands' own time, never a clock, so every
+        // master prunes alike; only a command that changed something moves it (a refused or
+        // repeated one changes nothing at all).
+        if let (Some(at_ms), false) = (command.at_ms(), outcome == CommandOutcome::Unchanged) {
+            self.finished.prune(at_ms, &self.settings.history);
+        }
+        Ok(outcome)
+    }
+
+    fn apply_command(&mut self, command: &Command) -> Result<CommandOutcome, CommandError> {
         match command {
             Command::RegisterAgent {
                 agent_id,
@@ -371,7 +430,7 @@ impl ClusterState {
                 principal,
                 cause,
                 at_ms,
-            } => self.teardown_framework(framework_id, principal.as_deref(), cause, *at_ms),
+            } => self.teardown_framework(framework_id, principal.as_deref(), *cause, *at_ms),
             Command::DescribeJob {
                 framework_id,
                 principal,
@@ -907,7 +966,7 @@ impl ClusterState {
         &mut self,
         framework_id: &FrameworkId,
         principal: Option<&str>,
-        cause: &TeardownCause,
+        cause: TeardownCause,
         at_ms: UnixMillis,
     ) -> Result<CommandOutcome, CommandError> {
         let entry = self.owned_framework(framework_id, principal)?;
@@ -937,8 +996,9 @@ impl ClusterState {
                 grace_ms,
             });
         }
-        // Nobody will acknowledge the final updates of a framework that is gone: forget all
-        // its tasks now. The framework stays as a tombstone so that its id is never reused.
+        // Nobody will acknowledge the final updates of a framework that is gone: its tasks
+        // leave the task table now, for the history. The framework stays as a tombstone so
+        // that its id is never reused.
         let forget: Vec<TaskKey> = self
             .tasks
             .range(TaskKey::new(framework_id.clone(), TaskId(String::new()))..)
@@ -946,7 +1006,7 @@ impl ClusterState {
             .map(|(k, _)| k.clone())
             .collect();
         for key in forget {
-            self.tasks.remove(&key);
+            self.retire_task(&key);
         }
         if let Some(entry) = self.frameworks.get_mut(framework_id) {
             entry.torn_down_at_ms = Some(at_ms);
@@ -1251,7 +1311,7 @@ impl ClusterState {
         record.acked_seq = seq;
         record.unacked.retain(|update| update.seq > seq);
         if record.state.is_terminal() && record.acked_seq == record.seq {
-            self.tasks.remove(&key);
+            self.retire_task(&key);
         }
         Ok(CommandOutcome::Applied)
     }

@@ -42,7 +42,47 @@ pub struct ClusterSettings {
     pub master_addresses: BTreeMap<u64, std::net::SocketAddr>,
     /// Where each master's HTTP API listens, as each announced it on becoming leader.
     pub master_http_addresses: BTreeMap<u64, std::net::SocketAddr>,
+    /// How many finished tasks are kept, and for how long (see [`HistoryLimits`]).
+    pub history: HistoryLimits,
 }
+
+/// How much of the history of finished tasks the replicated state keeps: at most
+/// `tasks_per_framework` per framework (the most recently recorded), none that ended more
+/// than `window_ms` before the latest command's time. Fixed when the cluster is created
+/// (`fullerene master --history-tasks-per-framework`, `--history-window`), like the fairness
+/// factor: every master must prune alike.
+///
+/// A kept task costs about [`FINISHED_TASK_BYTES`] bytes plus its ids', name's and job's
+/// lengths, so the defaults bound the history to about 1,000 × 700 B = 700 KB per framework
+/// that ran in the last day.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryLimits {
+    /// Finished tasks kept per framework (0 keeps none).
+    pub tasks_per_framework: u32,
+    /// How long a finished task is kept after it ended, in milliseconds.
+    pub window_ms: u64,
+}
+
+impl HistoryLimits {
+    /// 1,000 tasks per framework, 24 hours.
+    pub const DEFAULT: HistoryLimits = HistoryLimits {
+        tasks_per_framework: 1_000,
+        window_ms: 24 * 60 * 60 * 1000,
+    };
+}
+
+impl Default for HistoryLimits {
+    fn default() -> HistoryLimits {
+        HistoryLimits::DEFAULT
+    }
+}
+
+/// What one kept finished task costs in memory, estimated (not measured) beyond the bytes of
+/// its strings: the record (`FinishedTaskInfo`, about 230 bytes inline), the heap blocks of its
+/// five strings and its `Resources` list (about 300 bytes with the allocator's overhead, for
+/// short ids and two resources), its `Arc`, and its entries in the three persistent maps that
+/// index it (by ordinal, by framework, by end time; their nodes sit about half full).
+pub const FINISHED_TASK_BYTES: usize = 700;
 
 impl Default for ClusterSettings {
     /// DRF (the factor DESIGN.md describes first for multi-resource clusters), a one-CPU slot,
@@ -59,6 +99,7 @@ impl Default for ClusterSettings {
             quotas: Quotas::DEFAULT,
             master_addresses: BTreeMap::new(),
             master_http_addresses: BTreeMap::new(),
+            history: HistoryLimits::DEFAULT,
         }
     }
 }

@@ -4,9 +4,9 @@
 //! byte, bincode, strict decoding), written in the order
 //!
 //! ```text
-//! Header { format, agents, frameworks, tasks }
+//! Header { format, agents, frameworks, tasks, finished, next_finished }
 //! Core (the settings and the allocation accounting)
-//! Agent × agents, Framework × frameworks, Task × tasks
+//! Agent × agents, Framework × frameworks, Task × tasks, Finished × finished
 //! End
 //! ```
 //!
@@ -28,17 +28,22 @@
 use std::sync::Arc;
 
 use fullerene_proto::codec::{self, CodecError};
+use fullerene_proto::messages::FinishedTaskInfo;
 use fullerene_proto::FrameworkId;
 use fullerene_scheduling::allocator::state::AllocationState;
 use serde::{Deserialize, Serialize};
 
+use super::history::FinishedTasks;
 use super::records::{AgentEntry, ClusterSettings, FrameworkEntry, TaskRecord};
 use super::{ClusterState, TaskKey};
 
 /// Version of the snapshot layout (independent of the codec's wire version). Bumped whenever
 /// a record type changes. Version 4 cut every record into frames and stopped writing the
 /// derived task sets of agents and frameworks; version 5 added the operator's principal-to-group
-/// mapping and quotas to the settings; version 6 the operator's drain of each agent.
+/// mapping and quotas to the settings; version 6 the operator's drain of each agent; version 7
+/// the history of finished tasks and its limits in the settings, and the DAG jobs frameworks
+/// describe. A snapshot of another version is refused ([`SnapshotError::FormatVersion`]):
+/// masters of one cluster run one version.
 pub const STATE_FORMAT_VERSION: u32 = 7;
 
 /// The largest payload of one frame (1 MiB): a record longer than this spans several frames.
@@ -109,11 +114,14 @@ enum RecordRef<'a> {
         agents: u64,
         frameworks: u64,
         tasks: u64,
+        finished: u64,
+        next_finished: u64,
     },
     Core(&'a ClusterSettings, &'a AllocationState),
     Agent(&'a AgentEntry),
     Framework(&'a FrameworkEntry),
     Task(&'a FrameworkId, &'a TaskRecord),
+    Finished(&'a FinishedTaskInfo),
     End,
 }
 
@@ -125,6 +133,8 @@ enum Record {
         agents: u64,
         frameworks: u64,
         tasks: u64,
+        finished: u64,
+        next_finished: u64,
     },
     /// Boxed (the same bytes as unboxed): the settings and the accounting are far larger
     /// than the other records.
@@ -132,6 +142,7 @@ enum Record {
     Agent(AgentEntry),
     Framework(FrameworkEntry),
     Task(FrameworkId, TaskRecord),
+    Finished(FinishedTaskInfo),
     End,
 }
 
@@ -143,6 +154,7 @@ impl Record {
             Record::Agent(_) => "agent",
             Record::Framework(_) => "framework",
             Record::Task(..) => "task",
+            Record::Finished(_) => "finished task",
             Record::End => "end",
         }
     }
@@ -260,6 +272,8 @@ impl ClusterState {
                 agents: self.agents.len() as u64,
                 frameworks: self.frameworks.len() as u64,
                 tasks: self.tasks.len() as u64,
+                finished: self.finished.len() as u64,
+                next_finished: self.finished.next_ordinal(),
             },
             "header",
         )?;
@@ -277,6 +291,9 @@ impl ClusterState {
         for (key, task) in &self.tasks {
             push_record(&mut out, &RecordRef::Task(&key.framework_id, task), "task")?;
         }
+        for finished in self.finished.iter() {
+            push_record(&mut out, &RecordRef::Finished(finished), "finished task")?;
+        }
         push_record(&mut out, &RecordRef::End, "end")?;
         Ok(out)
     }
@@ -287,15 +304,18 @@ impl ClusterState {
     /// sets of agents and frameworks are rebuilt from the task records.
     pub fn decode_snapshot(data: &[u8]) -> Result<ClusterState, SnapshotError> {
         let mut reader = RecordReader { data, offset: 0 };
-        let (format, agents, frameworks, tasks) = reader.expect("header", |r| match r {
-            Record::Header {
-                format,
-                agents,
-                frameworks,
-                tasks,
-            } => Some((format, agents, frameworks, tasks)),
-            _ => None,
-        })?;
+        let (format, agents, frameworks, tasks, finished, next_finished) =
+            reader.expect("header", |r| match r {
+                Record::Header {
+                    format,
+                    agents,
+                    frameworks,
+                    tasks,
+                    finished,
+                    next_finished,
+                } => Some((format, agents, frameworks, tasks, finished, next_finished)),
+                _ => None,
+            })?;
         if format != STATE_FORMAT_VERSION {
             return Err(SnapshotError::FormatVersion {
                 found: format,
@@ -314,6 +334,7 @@ impl ClusterState {
             tasks: Default::default(),
             live_frameworks_by_principal: Default::default(),
             torn_down_with_jobs: Default::default(),
+            finished: FinishedTasks::starting_at(next_finished),
         };
         for _ in 0..agents {
             let agent = reader.expect("agent", |r| match r {
@@ -354,6 +375,18 @@ impl ClusterState {
                 _ => None,
             })?;
             state.insert_snapshot_task(framework_id, task)?;
+        }
+        for _ in 0..finished {
+            let task = reader.expect("finished task", |r| match r {
+                Record::Finished(t) => Some(t),
+                _ => None,
+            })?;
+            let ordinal = task.ordinal;
+            if !state.finished.insert(task) {
+                return Err(SnapshotError::Inconsistent(format!(
+                    "finished task {ordinal} appears twice"
+                )));
+            }
         }
         reader.expect("end", |r| match r {
             Record::End => Some(()),

@@ -846,7 +846,7 @@ fn frameworks_fail_over_only_with_their_principal_and_teardown_kills_their_tasks
         &Command::TeardownFramework {
             framework_id: "f1".into(),
             principal: Some("bob".into()),
-            cause: TeardownCause::Framework,
+            cause: TeardownCause::OwnRequest,
             at_ms: 7_000,
         },
     );
@@ -1465,11 +1465,27 @@ proptest! {
             check_accounting(&st);
             results.push(result);
         }
+        // A second replica, restored from a snapshot halfway, applies the rest alike and
+        // derives the same events from it.
         let mut replay = grouped_state();
-        for (cmd, result) in commands.iter().zip(&results) {
-            prop_assert_eq!(&replay.apply(cmd), result);
+        let half = commands.len() / 2;
+        let mut events_here = Vec::new();
+        let mut events_there = Vec::new();
+        let mut here = grouped_state();
+        for (i, (cmd, result)) in commands.iter().zip(&results).enumerate() {
+            if i == half {
+                replay = ClusterState::decode_snapshot(&replay.encode_snapshot().unwrap()).unwrap();
+            }
+            let probe = events::EventProbe::before(&replay, cmd);
+            let applied = replay.apply(cmd);
+            events_there.push(probe.events(&replay, cmd, &applied));
+            prop_assert_eq!(&applied, result);
+            let probe = events::EventProbe::before(&here, cmd);
+            let applied = here.apply(cmd);
+            events_here.push(probe.events(&here, cmd, &applied));
         }
         prop_assert_eq!(&replay, &st);
+        prop_assert_eq!(events_here, events_there);
         let decoded = ClusterState::decode_snapshot(&st.encode_snapshot().unwrap()).unwrap();
         prop_assert_eq!(decoded, st);
     }
@@ -1721,4 +1737,368 @@ fn jobs_are_bounded_per_framework_and_across_torn_down_frameworks() {
     assert_eq!(jobs_of(&st, &format!("fw{:05}", total - 1)).len(), 1);
     let restored = ClusterState::decode_snapshot(&st.encode_snapshot().unwrap()).unwrap();
     assert_eq!(restored, st);
+}
+
+// -------------------------------------------------------------------------------------------
+// The history of finished tasks and the events
+// -------------------------------------------------------------------------------------------
+
+/// Runs `task` of f1 on a1 to `end` and has alice acknowledge it, at `at_ms`.
+fn finish_on_a1(st: &mut ClusterState, task: &str, end: TaskState, at_ms: u64) {
+    st.apply(&launch("f1", "alice", "a1", vec![spec(task, "cpus=1")]))
+        .expect("launch");
+    st.apply(&Command::UpdateStatus {
+        agent_id: "a1".into(),
+        update: fullerene_proto::testkit::status_update(task, "f1", "a1", end, 1),
+        at_ms,
+    })
+    .expect("the end");
+    st.apply(&ack("f1", "alice", task, 1)).expect("the ack");
+}
+
+fn finished_ids(st: &ClusterState) -> Vec<String> {
+    st.finished_tasks().map(|t| t.task_id.to_string()).collect()
+}
+
+#[test]
+fn a_finished_task_is_kept_with_how_it_ended_once_acknowledged() {
+    let mut st = cluster();
+    launch_on_a1(&mut st, &[("t1", "cpus=2")]);
+    st.apply(&status("a1", "f1", "t1", TaskState::Failed, 1))
+        .unwrap();
+    assert_eq!(st.finished_count(), 0, "not acknowledged yet");
+    st.apply(&ack("f1", "alice", "t1", 1)).unwrap();
+    assert!(st.task(&key("f1", "t1")).is_none());
+    let kept: Vec<&FinishedTaskInfo> = st.finished_tasks().collect();
+    assert_eq!(kept.len(), 1);
+    let task = kept[0];
+    assert_eq!(task.task_id, "t1".into());
+    assert_eq!(task.agent_id, "a1".into());
+    assert_eq!(task.state, TaskState::Failed);
+    assert_eq!(task.launched_at_ms, 3_000);
+    assert_eq!(task.ended_at_ms, 4_000);
+    assert_eq!(task.resources.get("cpus"), Some(2.0));
+    // Its id may be used again; both runs are kept.
+    launch_on_a1(&mut st, &[("t1", "cpus=2")]);
+    st.apply(&status("a1", "f1", "t1", TaskState::Finished, 1))
+        .unwrap();
+    st.apply(&ack("f1", "alice", "t1", 1)).unwrap();
+    let states: Vec<TaskState> = st.finished_tasks().map(|t| t.state).collect();
+    assert_eq!(states, [TaskState::Failed, TaskState::Finished]);
+}
+
+#[test]
+fn the_history_keeps_the_last_n_per_framework() {
+    let mut settings = grouped_state().settings().clone();
+    settings.history = HistoryLimits {
+        tasks_per_framework: 3,
+        window_ms: u64::MAX,
+    };
+    let mut st = ClusterState::new(settings);
+    for cmd in [
+        register("a1", "cpus=8,mem_mib=8192"),
+        subscribe("f1", "alice", "g1"),
+        subscribe("f2", "bob", "g2"),
+    ] {
+        st.apply(&cmd).unwrap();
+    }
+    for (i, task) in ["t1", "t2", "t3", "t4", "t5"].into_iter().enumerate() {
+        finish_on_a1(&mut st, task, TaskState::Finished, 10_000 + i as u64);
+    }
+    assert_eq!(finished_ids(&st), ["t3", "t4", "t5"]);
+    // Another framework's tasks count apart.
+    st.apply(&launch("f2", "bob", "a1", vec![spec("u1", "cpus=1")]))
+        .unwrap();
+    st.apply(&status("a1", "f2", "u1", TaskState::Killed, 1))
+        .unwrap();
+    st.apply(&ack("f2", "bob", "u1", 1)).unwrap();
+    assert_eq!(finished_ids(&st), ["t3", "t4", "t5", "u1"]);
+    let f2 = FrameworkId::from("f2");
+    let of_f2: Vec<String> = st
+        .finished_tasks_after(Some(&f2), None)
+        .map(|t| t.task_id.to_string())
+        .collect();
+    assert_eq!(of_f2, ["u1"]);
+    // Pages resume after an ordinal.
+    let t4 = st.finished_tasks().nth(1).unwrap().ordinal;
+    let after: Vec<String> = st
+        .finished_tasks_after(None, Some(t4))
+        .map(|t| t.task_id.to_string())
+        .collect();
+    assert_eq!(after, ["t5", "u1"]);
+}
+
+#[test]
+fn the_history_forgets_what_ended_before_the_window_by_the_commands_time() {
+    let mut settings = grouped_state().settings().clone();
+    settings.history = HistoryLimits {
+        tasks_per_framework: 100,
+        window_ms: 60_000,
+    };
+    let mut st = ClusterState::new(settings);
+    for cmd in [register("a1", "cpus=8"), subscribe("f1", "alice", "g1")] {
+        st.apply(&cmd).unwrap();
+    }
+    finish_on_a1(&mut st, "old", TaskState::Finished, 10_000);
+    finish_on_a1(&mut st, "new", TaskState::Finished, 50_000);
+    assert_eq!(finished_ids(&st), ["old", "new"]);
+    // A command without a time, or one that changes nothing, moves nothing.
+    st.apply(&Command::SetGroupWeight {
+        group: "g1".into(),
+        weight: 2.0,
+    })
+    .unwrap();
+    st.apply(&unreachable("a1", 20_000)).unwrap();
+    unchanged(&mut st, &unreachable("a1", 1_000_000));
+    assert_eq!(finished_ids(&st), ["old", "new"]);
+    // The next command stamped 70.001 s puts "old" (ended at 10 s) out of the 60 s window.
+    st.apply(&Command::AgentHeartbeat {
+        agent_id: "a1".into(),
+        at_ms: 70_001,
+    })
+    .unwrap();
+    assert_eq!(finished_ids(&st), ["new"]);
+    // The history and its pruning survive a snapshot.
+    let mut restored = ClusterState::decode_snapshot(&st.encode_snapshot().unwrap()).unwrap();
+    assert_eq!(restored, st);
+    for state in [&mut st, &mut restored] {
+        finish_on_a1(state, "newer", TaskState::Lost, 80_000);
+        state
+            .apply(&Command::AgentHeartbeat {
+                agent_id: "a1".into(),
+                at_ms: 110_001,
+            })
+            .unwrap();
+    }
+    assert_eq!(finished_ids(&st), ["newer"]);
+    assert_eq!(restored, st, "the ordinals go on alike after a restore");
+}
+
+#[test]
+fn a_torn_down_frameworks_tasks_go_to_the_history() {
+    let mut st = cluster();
+    launch_on_a1(&mut st, &[("t1", "cpus=1"), ("t2", "cpus=1")]);
+    st.apply(&status("a1", "f1", "t2", TaskState::Finished, 1))
+        .unwrap();
+    st.apply(&Command::TeardownFramework {
+        framework_id: "f1".into(),
+        principal: None,
+        cause: TeardownCause::Operator,
+        at_ms: 5_000,
+    })
+    .unwrap();
+    let ended: Vec<(String, TaskState)> = st
+        .finished_tasks()
+        .map(|t| (t.task_id.to_string(), t.state))
+        .collect();
+    assert_eq!(
+        ended,
+        [
+            ("t1".to_string(), TaskState::Killed),
+            ("t2".to_string(), TaskState::Finished)
+        ]
+    );
+}
+
+/// Applies `cmd` and returns its events, as the Raft driver derives them.
+fn events_of(st: &mut ClusterState, cmd: &Command) -> Vec<fullerene_proto::http::ClusterEvent> {
+    let probe = events::EventProbe::before(st, cmd);
+    let result = st.apply(cmd);
+    probe.events(st, cmd, &result)
+}
+
+#[test]
+fn events_say_what_each_command_did() {
+    use fullerene_proto::http::{ClusterEvent as E, TeardownCause};
+    let mut st = grouped_state();
+    assert_eq!(
+        events_of(&mut st, &register("a1", "cpus=8")),
+        [E::AgentRegistered {
+            agent: "a1".into(),
+            hostname: "a1.example".into()
+        }]
+    );
+    assert!(
+        events_of(&mut st, &register("a1", "cpus=8")).is_empty(),
+        "a refused command has no events"
+    );
+    assert_eq!(
+        events_of(&mut st, &subscribe("f1", "alice", "g1")),
+        [E::FrameworkSubscribed {
+            framework: "f1".into(),
+            name: "f1".into(),
+            principal: "alice".into(),
+            group: "g1".into()
+        }]
+    );
+    let launched = events_of(
+        &mut st,
+        &launch("f1", "alice", "a1", vec![spec("t1", "cpus=1")]),
+    );
+    assert_eq!(
+        launched,
+        [E::TaskStateChanged {
+            framework: "f1".into(),
+            task: "t1".into(),
+            agent: "a1".into(),
+            from: None,
+            to: TaskState::Staging,
+            reason: None,
+            message: String::new()
+        }]
+    );
+    let running = events_of(&mut st, &status("a1", "f1", "t1", TaskState::Running, 1));
+    assert!(matches!(
+        running.as_slice(),
+        [E::TaskStateChanged {
+            from: Some(TaskState::Staging),
+            to: TaskState::Running,
+            ..
+        }]
+    ));
+    assert!(
+        events_of(&mut st, &status("a1", "f1", "t1", TaskState::Running, 1)).is_empty(),
+        "a repeated update has none"
+    );
+    assert_eq!(
+        events_of(&mut st, &drain("a1", None, 4_500)),
+        [E::AgentDraining {
+            agent: "a1".into(),
+            deadline_ms: None
+        }]
+    );
+    assert_eq!(
+        events_of(&mut st, &unreachable("a1", 5_000)),
+        [E::AgentUnreachable { agent: "a1".into() }]
+    );
+    assert!(events_of(&mut st, &unreachable("a1", 5_001)).is_empty());
+    assert_eq!(
+        events_of(
+            &mut st,
+            &Command::AgentHeartbeat {
+                agent_id: "a1".into(),
+                at_ms: 5_500
+            }
+        ),
+        [E::AgentReachable { agent: "a1".into() }]
+    );
+    // The last task of a draining agent ends: the drain is done.
+    let ended = events_of(&mut st, &status("a1", "f1", "t1", TaskState::Finished, 2));
+    assert!(
+        matches!(
+            ended.as_slice(),
+            [
+                E::TaskStateChanged {
+                    from: Some(TaskState::Running),
+                    to: TaskState::Finished,
+                    ..
+                },
+                E::AgentDrained { .. }
+            ]
+        ),
+        "{ended:?}"
+    );
+    assert_eq!(
+        events_of(
+            &mut st,
+            &Command::UndrainAgent {
+                agent_id: "a1".into()
+            }
+        ),
+        [E::AgentUndrained { agent: "a1".into() }]
+    );
+    st.apply(&launch("f1", "alice", "a1", vec![spec("t2", "cpus=1")]))
+        .unwrap();
+    let lost_events = events_of(&mut st, &lost("a1", 6_000));
+    assert!(
+        matches!(
+            lost_events.as_slice(),
+            [
+                E::AgentLost { tasks_lost: 1, .. },
+                E::TaskStateChanged {
+                    from: Some(TaskState::Staging),
+                    to: TaskState::Lost,
+                    ..
+                }
+            ]
+        ),
+        "{lost_events:?}"
+    );
+    let back = events_of(&mut st, &reregister("a1", "cpus=8", Vec::new()));
+    assert!(matches!(
+        back.as_slice(),
+        [E::AgentReregistered { was_lost: true, .. }]
+    ));
+    // Teardowns say why: a disconnected framework past its failover timeout, an operator, or
+    // the framework itself.
+    st.apply(&Command::DisconnectFramework {
+        framework_id: "f1".into(),
+        at_ms: 7_000,
+    })
+    .unwrap();
+    let timed_out = events_of(
+        &mut st.clone(),
+        &Command::TeardownFramework {
+            framework_id: "f1".into(),
+            principal: None,
+            cause: TeardownCause::FailoverTimeout,
+            at_ms: 7_000 + 60_000,
+        },
+    );
+    assert!(
+        matches!(
+            timed_out.as_slice(),
+            [E::FrameworkTornDown {
+                cause: TeardownCause::FailoverTimeout,
+                tasks_killed: 0,
+                ..
+            }]
+        ),
+        "{timed_out:?}"
+    );
+    let by_operator = events_of(
+        &mut st.clone(),
+        &Command::TeardownFramework {
+            framework_id: "f1".into(),
+            principal: None,
+            cause: TeardownCause::Operator,
+            at_ms: 8_000,
+        },
+    );
+    assert!(matches!(
+        by_operator.as_slice(),
+        [E::FrameworkTornDown {
+            cause: TeardownCause::Operator,
+            ..
+        }]
+    ));
+    let own = events_of(
+        &mut st,
+        &Command::TeardownFramework {
+            framework_id: "f1".into(),
+            principal: Some("alice".into()),
+            cause: TeardownCause::OwnRequest,
+            at_ms: 8_000,
+        },
+    );
+    assert!(matches!(
+        own.as_slice(),
+        [E::FrameworkTornDown {
+            cause: TeardownCause::OwnRequest,
+            ..
+        }]
+    ));
+    assert_eq!(
+        events_of(
+            &mut st,
+            &Command::SetGroupWeight {
+                group: "g1".into(),
+                weight: 3.0
+            }
+        ),
+        [E::GroupWeightChanged {
+            group: "g1".into(),
+            weight: 3.0
+        }]
+    );
 }

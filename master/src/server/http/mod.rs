@@ -1,5 +1,6 @@
 //! The HTTP API every master serves: the cluster's state for operators and dashboards
-//! (`GET /state`, `/agents`, `/frameworks`, `/tasks`, `/groups`, `/cluster`), Prometheus
+//! (`GET /state`, `/agents`, `/frameworks`, `/tasks`, `/groups`, `/cluster`), its events
+//! (`GET /events`, a document or a stream of server-sent events, see [`events`]), Prometheus
 //! metrics (`GET /metrics`), liveness and readiness probes (`GET /health`, `/ready`, see
 //! [`probes`]), and the operator writes that change state (`PUT
 //! /groups/{group}/weight`, `POST /masters`, `DELETE /masters/{id}`, agent drains, task kills
@@ -33,13 +34,15 @@
 //! The API runs on its own tasks. Reads are answered from a view the node loop publishes at
 //! most once per [`HttpConfig::view_interval`] and only when a reader asked since the last one
 //! ([`board`]), bounded to [`HttpConfig::max_view_tasks`] tasks: no client, however slow or
-//! numerous, costs the leader more than that. Writes are commands: they go through the node
+//! numerous, costs the leader more than that. Events are copied out of the master's ring
+//! (`server::event_hub`), which the node loop fills without waiting on any reader. Writes are commands: they go through the node
 //! loop's queue as the QUIC operator session's do, and are answered after commit. A follower
 //! redirects (307) to the same path on the leader's API, whose address the leader announces
 //! in the replicated state.
 
 pub mod auth;
 pub(crate) mod board;
+mod events;
 mod probes;
 mod routes;
 
@@ -47,6 +50,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -62,7 +66,7 @@ use tokio_rustls::TlsAcceptor;
 
 use self::auth::TokenStore;
 use self::board::StateBoard;
-use self::routes::Body;
+use self::routes::ResponseBody;
 use super::sessions::SessionContext;
 
 /// Installs a Prometheus recorder as the process's `metrics` recorder and returns the handle
@@ -141,6 +145,10 @@ pub struct HttpLimits {
     pub max_body: usize,
     /// A connection's whole life, keep-alive included (a scraper simply reconnects).
     pub connection_lifetime: Duration,
+    /// An event stream's (`GET /events` following) whole life: its connection may outlive
+    /// `connection_lifetime` by this much, and the stream ends by itself this long after it
+    /// began (the client reconnects and resumes after the last event it has).
+    pub stream_lifetime: Duration,
     /// Bytes buffered per connection, headers included (at least 8 KiB).
     pub max_buffer: usize,
     /// Connections served at once; more are closed as soon as they are accepted.
@@ -149,7 +157,8 @@ pub struct HttpLimits {
 
 impl Default for HttpLimits {
     /// 10 s for the handshake, the headers and a body each; bodies of at most 16 KiB (the
-    /// writes take a few fields); a minute per connection, 64 KiB of buffer, 64 connections.
+    /// writes take a few fields); a minute per connection, ten minutes per event stream (each
+    /// holds one of the connections), 64 KiB of buffer, 64 connections.
     fn default() -> HttpLimits {
         HttpLimits {
             handshake_timeout: Duration::from_secs(10),
@@ -157,6 +166,7 @@ impl Default for HttpLimits {
             body_timeout: Duration::from_secs(10),
             max_body: 16 * 1024,
             connection_lifetime: Duration::from_secs(60),
+            stream_lifetime: Duration::from_secs(600),
             max_buffer: 64 * 1024,
             max_connections: 64,
         }
@@ -189,6 +199,9 @@ pub(crate) struct ConnectionPeer {
     /// The identity of the certificate it presented (verified against the cluster CA in the
     /// handshake), if it presented one.
     pub identity: Option<PeerIdentity>,
+    /// Raised when a request on it became an event stream: the connection then gets
+    /// [`HttpLimits::stream_lifetime`] more past its ordinary lifetime.
+    pub streaming: Arc<AtomicBool>,
 }
 
 /// Serves the HTTP API on `listener` (over TLS with `tls`) until `stop` fires.
@@ -215,7 +228,7 @@ async fn serve_limited<H, F>(
     mut stop: watch::Receiver<bool>,
 ) where
     H: Fn(Request<Incoming>, Arc<ConnectionPeer>) -> F + Clone + Send + Sync + 'static,
-    F: Future<Output = Response<Body>> + Send + 'static,
+    F: Future<Output = Response<ResponseBody>> + Send + 'static,
 {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     loop {
@@ -235,9 +248,12 @@ async fn serve_limited<H, F>(
                 };
                 let handler = handler.clone();
                 let tls = tls.clone();
+                let streaming = Arc::new(AtomicBool::new(false));
                 tokio::spawn(async move {
                     let _slot = slot;
-                    let connection = async {
+                    let flag = Arc::clone(&streaming);
+                    let connection = async move {
+                        let streaming = flag;
                         match tls {
                             Some(acceptor) => {
                                 let stream = match tokio::time::timeout(
@@ -262,17 +278,31 @@ async fn serve_limited<H, F>(
                                     .peer_certificates()
                                     .and_then(|chain| chain.first())
                                     .and_then(|leaf| PeerIdentity::from_certificate(leaf).ok());
-                                let peer = Arc::new(ConnectionPeer { addr, identity });
+                                let peer = Arc::new(ConnectionPeer { addr, identity, streaming });
                                 serve_io(stream, peer, handler, limits).await;
                             }
                             None => {
-                                let peer = Arc::new(ConnectionPeer { addr, identity: None });
+                                let peer = Arc::new(ConnectionPeer { addr, identity: None, streaming });
                                 serve_io(stream, peer, handler, limits).await;
                             }
                         }
                     };
-                    if tokio::time::timeout(limits.connection_lifetime, connection).await.is_err() {
+                    tokio::pin!(connection);
+                    let mut lifetime = limits.connection_lifetime;
+                    let mut extended = false;
+                    loop {
+                        if tokio::time::timeout(lifetime, &mut connection).await.is_ok() {
+                            break;
+                        }
+                        // An event stream ends by itself within its own lifetime; its
+                        // connection is given that much more, once.
+                        if !extended && streaming.load(Ordering::SeqCst) {
+                            extended = true;
+                            lifetime = limits.stream_lifetime;
+                            continue;
+                        }
                         tracing::debug!(peer = %addr, "HTTP connection closed at the end of its lifetime");
+                        break;
                     }
                 });
             }
@@ -285,7 +315,7 @@ async fn serve_io<IO, H, F>(io: IO, peer: Arc<ConnectionPeer>, handler: H, limit
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     H: Fn(Request<Incoming>, Arc<ConnectionPeer>) -> F + Clone + Send + Sync + 'static,
-    F: Future<Output = Response<Body>> + Send + 'static,
+    F: Future<Output = Response<ResponseBody>> + Send + 'static,
 {
     let addr = peer.addr;
     let service = hyper::service::service_fn(move |request| {
@@ -340,7 +370,9 @@ mod tests {
             ..HttpLimits::default()
         };
         let handler = |_request: Request<Incoming>, _peer: Arc<ConnectionPeer>| async {
-            Response::new(Body::new(bytes::Bytes::from_static(b"ok\n")))
+            Response::new(ResponseBody::Left(http_body_util::Full::new(
+                bytes::Bytes::from_static(b"ok\n"),
+            )))
         };
         let server = tokio::spawn(serve_limited(listener, None, handler, limits, stopped));
 

@@ -5,8 +5,8 @@
 //! # Reads and writes
 //!
 //! `GET`s never change anything and never reach the node loop: they are served from the
-//! leader's published view ([`super::board`]) or, for `/metrics`, from this process's
-//! registry. Writes (`PUT`, `POST`, `DELETE`) need the `write` scope, carry strict JSON bodies
+//! leader's published view ([`super::board`]), for `/events` from the master's ring of events
+//! ([`super::events`]), or, for `/metrics`, from this process's registry. Writes (`PUT`, `POST`, `DELETE`) need the `write` scope, carry strict JSON bodies
 //! (`Content-Type: application/json`, at most [`HttpLimits::max_body`] bytes, arriving within
 //! [`HttpLimits::body_timeout`]), and become the same replicated operator requests as the QUIC
 //! operator session's: they are answered once committed and applied, or with the reason they
@@ -54,6 +54,7 @@ use tokio::sync::oneshot;
 
 use super::auth::{authenticate, AuthFailure, Caller, Scope};
 use super::board::{Document, PublishedView};
+use super::events::{self, EventStreamBody};
 use super::probes::{self, Probe};
 use super::{Api, ConnectionPeer, HttpLimits};
 use crate::server::node_loop::Event;
@@ -61,6 +62,9 @@ use crate::server::LeaderView;
 
 /// A response's body.
 pub(crate) type Body = Full<Bytes>;
+
+/// What a connection answers with: a whole document, or an event stream.
+pub(crate) type ResponseBody = http_body_util::Either<Body, EventStreamBody>;
 
 /// What a route needs of its caller.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,6 +98,8 @@ enum Action {
     Document(Document),
     /// Serves the view's tasks, all or one framework's.
     Tasks,
+    /// Serves this master's recent events, or streams them.
+    Events,
     /// Renders this process's metrics.
     Metrics,
     /// Answers a liveness or readiness probe.
@@ -114,7 +120,7 @@ struct Route {
 }
 
 /// Every endpoint of the API.
-static ROUTES: [Route; 17] = [
+static ROUTES: [Route; 18] = [
     Route {
         method: Method::GET,
         path: "/state",
@@ -140,7 +146,7 @@ static ROUTES: [Route; 17] = [
         method: Method::GET,
         path: "/tasks",
         access: Access::Read,
-        query: &["framework"],
+        query: &["framework", "all"],
         action: Action::Tasks,
     },
     Route {
@@ -149,6 +155,13 @@ static ROUTES: [Route; 17] = [
         access: Access::Read,
         query: &[],
         action: Action::Document(Document::Jobs),
+    },
+    Route {
+        method: Method::GET,
+        path: "/events",
+        access: Access::Read,
+        query: &["since", "limit", "follow"],
+        action: Action::Events,
     },
     Route {
         method: Method::GET,
@@ -384,17 +397,42 @@ pub(crate) async fn handle(
     api: &Api,
     peer: &ConnectionPeer,
     request: Request<Incoming>,
-) -> Response<Body> {
+) -> Response<ResponseBody> {
     let response = match respond(api, peer, request).await {
-        Ok(response) => response,
-        Err(error) => error.into_response(),
+        Ok(Answer::Whole(response)) => response.map(ResponseBody::Left),
+        Ok(Answer::Stream(response)) => response.map(ResponseBody::Right),
+        Err(error) => error.into_response().map(ResponseBody::Left),
     };
     metrics::counter!("fullerene_http_responses_total", "status" => response.status().as_u16().to_string())
         .increment(1);
     response
 }
 
+/// A route's answer: a whole document, or an event stream.
+enum Answer {
+    Whole(Response<Body>),
+    Stream(Response<EventStreamBody>),
+}
+
 async fn respond(
+    api: &Api,
+    peer: &ConnectionPeer,
+    request: Request<Incoming>,
+) -> Result<Answer, ApiError> {
+    if let Some(route) = ROUTES
+        .iter()
+        .find(|route| matches!(route.action, Action::Events) && route.path == request.uri().path())
+    {
+        if request.method() == route.method {
+            authorize(api, peer, route, &request)?;
+            let query = query_params(request.uri().query(), route.query)?;
+            return serve_events(api, peer, &request, &query);
+        }
+    }
+    respond_whole(api, peer, request).await.map(Answer::Whole)
+}
+
+async fn respond_whole(
     api: &Api,
     peer: &ConnectionPeer,
     request: Request<Incoming>,
@@ -444,16 +482,33 @@ async fn respond(
             ))
         }
         Action::Tasks => {
+            let all = match query.get("all").map(String::as_str) {
+                None | Some("false") => false,
+                Some("true") => true,
+                Some(other) => {
+                    return Err(ApiError::bad_request(format!(
+                        "`all={other}`: the query parameter `all` is `true` or `false`"
+                    )))
+                }
+            };
             let view = leader_view(api, &request).await?;
-            match query.get("framework") {
-                None => {
+            match (query.get("framework"), all) {
+                (None, false) => {
                     Ok(json_bytes(view.encoded(Document::Tasks, |view| {
                         encode(view, Document::Tasks)
                     })))
                 }
-                Some(framework) => Ok(json(StatusCode::OK, &tasks_of(&view, framework))),
+                (framework, _) => Ok(json(
+                    StatusCode::OK,
+                    &tasks_of(&view, framework.map(String::as_str), all),
+                )),
             }
         }
+        // Answered by `respond` before the view is looked at.
+        Action::Events => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the events route was not dispatched",
+        )),
         Action::Write(payload, parse) => {
             let leader = api.sessions.leader.borrow().clone();
             if !leader.is_self {
@@ -726,6 +781,8 @@ fn encode(view: &PublishedView, document: Document) -> Bytes {
             build: view.build,
             tasks_total: bounded.tasks_total,
             tasks_omitted: bounded.tasks_omitted,
+            finished_tasks: bounded.finished.clone(),
+            finished_total: bounded.finished_total,
             view: bounded.view.clone(),
         }),
         Document::Agents => to_json(&AgentsDocument {
@@ -741,6 +798,8 @@ fn encode(view: &PublishedView, document: Document) -> Bytes {
             framework: None,
             tasks: bounded.view.tasks.clone(),
             tasks_omitted: bounded.tasks_omitted,
+            finished: Vec::new(),
+            finished_omitted: 0,
         }),
         Document::Groups => to_json(&GroupsDocument {
             stamp: stamp(view),
@@ -760,26 +819,126 @@ fn encode(view: &PublishedView, document: Document) -> Bytes {
     Bytes::from(encoded)
 }
 
-/// One framework's tasks in `view`.
-fn tasks_of(view: &PublishedView, framework: &str) -> TasksDocument {
-    let framework = FrameworkId::from(framework);
+/// One framework's tasks in `view` (all frameworks' when `None`), with the finished ones
+/// when `all`.
+fn tasks_of(view: &PublishedView, framework: Option<&str>, all: bool) -> TasksDocument {
+    let framework = framework.map(FrameworkId::from);
+    let wanted = |id: &FrameworkId| framework.as_ref().is_none_or(|f| f == id);
     let bounded = &view.bounded;
+    let omitted = |counts: &BTreeMap<FrameworkId, u64>| match &framework {
+        Some(framework) => counts.get(framework).copied().unwrap_or(0),
+        None => counts.values().sum(),
+    };
     TasksDocument {
         stamp: stamp(view),
         tasks: bounded
             .view
             .tasks
             .iter()
-            .filter(|task| task.framework_id == framework)
+            .filter(|task| wanted(&task.framework_id))
             .cloned()
             .collect(),
-        tasks_omitted: bounded
-            .omitted_by_framework
-            .get(&framework)
-            .copied()
-            .unwrap_or(0),
-        framework: Some(framework),
+        tasks_omitted: omitted(&bounded.omitted_by_framework),
+        finished: if all {
+            bounded
+                .finished
+                .iter()
+                .filter(|task| wanted(&task.framework_id))
+                .cloned()
+                .collect()
+        } else {
+            Vec::new()
+        },
+        finished_omitted: if all {
+            omitted(&bounded.finished_omitted_by_framework)
+        } else {
+            0
+        },
+        framework,
     }
+}
+
+/// Events answered by `GET /events` without `limit`, and sent first by a stream without
+/// `since`.
+const DEFAULT_EVENTS_LIMIT: usize = 100;
+
+/// `GET /events`: this master's recent events as a document, or as a stream of server-sent
+/// events (`Accept: text/event-stream`, or `?follow=true`), resuming after `?since=` or the
+/// `Last-Event-ID` header. Served from the ring without the node loop; a follower redirects.
+fn serve_events(
+    api: &Api,
+    peer: &ConnectionPeer,
+    request: &Request<Incoming>,
+    query: &BTreeMap<String, String>,
+) -> Result<Answer, ApiError> {
+    let leader = api.sessions.leader.borrow().clone();
+    if !leader.is_self {
+        return Err(redirect(&leader, api.scheme, request.uri()));
+    }
+    let number = |name: &str, text: &str| {
+        text.parse::<u64>().map_err(|_| {
+            ApiError::bad_request(format!("`{name}={text}`: `{name}` is an event number"))
+        })
+    };
+    let last_event_id = request
+        .headers()
+        .get("last-event-id")
+        .and_then(|value| value.to_str().ok())
+        .filter(|value| !value.trim().is_empty());
+    let since = match (query.get("since"), last_event_id) {
+        (Some(since), _) => Some(number("since", since)?),
+        (None, Some(id)) => Some(number("Last-Event-ID", id.trim())?),
+        (None, None) => None,
+    };
+    let limit = match query.get("limit") {
+        Some(limit) => {
+            let limit = number("limit", limit)? as usize;
+            if limit == 0 || limit > fullerene_proto::limits::MAX_PAGE_ITEMS {
+                return Err(ApiError::bad_request(format!(
+                    "`limit={limit}`: `limit` is between 1 and {}",
+                    fullerene_proto::limits::MAX_PAGE_ITEMS
+                )));
+            }
+            limit
+        }
+        None => DEFAULT_EVENTS_LIMIT,
+    };
+    let wants_stream = request
+        .headers()
+        .get(hyper::header::ACCEPT)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|accept| accept.contains("text/event-stream"));
+    let follow = match query.get("follow").map(String::as_str) {
+        None => wants_stream,
+        Some("true") => true,
+        Some("false") => false,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "`follow={other}`: the query parameter `follow` is `true` or `false`"
+            )))
+        }
+    };
+    let hub = &api.sessions.event_hub;
+    if !follow {
+        return Ok(Answer::Whole(json(StatusCode::OK, &hub.read(since, limit))));
+    }
+    peer.streaming
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let body = events::start(
+        std::sync::Arc::clone(hub),
+        api.sessions.leader.clone(),
+        since,
+        limit,
+        api.limits.stream_lifetime,
+    );
+    let mut response = Response::new(body);
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    headers.insert(
+        hyper::header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache"),
+    );
+    Ok(Answer::Stream(response))
 }
 
 /// A write's body, within the limits; refused when it is not what `payload` takes.
