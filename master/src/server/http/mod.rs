@@ -5,7 +5,8 @@
 //! /groups/{group}/weight`, `POST /masters`, `DELETE /masters/{id}`, agent drains, task kills
 //! and framework teardowns). The routes, their
 //! answers and their errors are in [`routes`]'s table; the documents are
-//! [`fullerene_proto::http`]'s.
+//! [`fullerene_proto::http`]'s. The web UI ([`ui`]) is served at `/` from the same listener,
+//! behind the same authentication (with a session cookie for browsers).
 //!
 //! # Security
 //!
@@ -42,6 +43,7 @@ pub mod auth;
 pub(crate) mod board;
 mod probes;
 mod routes;
+pub(crate) mod ui;
 
 use std::convert::Infallible;
 use std::future::Future;
