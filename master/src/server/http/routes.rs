@@ -11,7 +11,9 @@
 //! [`HttpLimits::body_timeout`]), and become the same replicated operator requests as the QUIC
 //! operator session's: they are answered once committed and applied, or with the reason they
 //! were refused. Requiring `application/json` also keeps browsers from sending a write as a
-//! cross-site form post with an operator's client certificate.
+//! cross-site form post with an operator's client certificate, and a browser's write (one with
+//! the web UI's session cookie or an `Origin` header) must carry `X-Fullerene-CSRF: 1` (see
+//! [`super::ui`]).
 //!
 //! # Answers
 //!
@@ -21,7 +23,7 @@
 //! | 307 | this master does not lead: `Location` is the same path on the leader's API |
 //! | 400 | a bad query, path parameter or body (the message names what is wrong), or a write the cluster refused |
 //! | 401 | no credentials, or a token that is unknown or expired (`WWW-Authenticate: Bearer`) |
-//! | 403 | a certificate of a role other than `operator`, or a `read` token on a write |
+//! | 403 | a certificate of a role other than `operator`, a `read` token on a write, or a browser's write without `X-Fullerene-CSRF: 1` |
 //! | 404 | no such path |
 //! | 405 | the path does not take this method (`Allow` lists those it takes) |
 //! | 408 | the body did not arrive in time |

@@ -45,8 +45,8 @@
 //!
 //! # What the page reads
 //!
-//! `/state`, `/agents`, `/frameworks`, `/tasks`, `/groups`, `/cluster` and `/metrics`, and,
-//! where the master serves them, `/events` (server-sent events, else polling), `/jobs` and
+//! `/state` (agents, frameworks, tasks, groups) and `/cluster` (the Raft group), and, where
+//! the master serves them, `/events` (server-sent events, else polling), `/jobs` and
 //! task logs (`/frameworks/{framework}/tasks/{task}/files/stdout`): a view whose endpoint
 //! answers 404 says "not available on this master" instead of failing.
 
