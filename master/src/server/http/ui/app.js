@@ -756,7 +756,14 @@ async function start() {
     await fetch('/ui/session', { method: 'DELETE', credentials: 'same-origin' }).catch(() => {});
     showLogin('Logged out.');
   });
-  window.addEventListener('hashchange', () => { ui.taskQuery = undefined; render(); $('main').focus(); });
+  // A new page: its content gets the focus (screen readers announce it) and the view starts at
+  // the top.
+  window.addEventListener('hashchange', () => {
+    ui.taskQuery = undefined;
+    render();
+    $('main').focus({ preventScroll: true });
+    window.scrollTo(0, 0);
+  });
   await begin();
 }
 
