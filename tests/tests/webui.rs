@@ -328,7 +328,6 @@ async fn in_chromium_the_ui_shows_the_cluster_drains_follows_a_job_and_kills() {
         !url.contains("token"),
         "the token must leave the address bar: {url}"
     );
-    browser.screenshot("overview");
 
     // Drain agent-2 with its button: the master records the drain.
     browser.goto(http, "#/agents");
@@ -341,6 +340,7 @@ async fn in_chromium_the_ui_shows_the_cluster_drains_follows_a_job_and_kills() {
         .and_then(|agents| agents.iter().find(|a| a["id"] == "agent-2").cloned())
         .expect("agent-2");
     assert!(!drained["drain"].is_null(), "{drained}");
+    browser.screenshot("agents-drained");
 
     // A job runs; its page shows its DAG and changes as its tasks finish; nothing lands on the
     // drained agent meanwhile.
@@ -352,7 +352,6 @@ async fn in_chromium_the_ui_shows_the_cluster_drains_follows_a_job_and_kills() {
         .chromium
         .text("#dag g[data-stage]")
         .expect("the DAG is drawn");
-    browser.screenshot("job");
     let started = Instant::now();
     let mut seen = vec![first.clone()];
     let status = loop {
@@ -389,6 +388,13 @@ async fn in_chromium_the_ui_shows_the_cluster_drains_follows_a_job_and_kills() {
     browser.wait_text("tr[data-agent='agent-2'] .state", |text| text == "Active");
     let (mut slow_run, _) = start_job_run(&cluster, "slow.jsonl", "tpch-q6-2g", 20.0);
     let victim = framework_of(&cluster, "tpch-q6-2g");
+    // The screenshots of a busy cluster: the overview and the running job's page.
+    browser.goto(http, "#/overview");
+    browser.wait_text("#counts", |text| text.contains("Running"));
+    browser.screenshot("overview");
+    browser.goto(http, &format!("#/jobs/{victim}/tpch-q6-2g"));
+    browser.wait_text("#job-tasks", |text| text.to_lowercase().contains("running"));
+    browser.screenshot("job");
     browser.goto(http, "#/frameworks");
     browser.wait_text(&format!("tr[data-framework='{victim}']"), |text| {
         text.contains("connected")
