@@ -104,6 +104,11 @@ function bar(used, total, label) {
     h('em', { text: `${fmt(used)} / ${fmt(total)}` }));
 }
 
+// A table's head; the `narrow` columns hide on a phone (their cells carry `hide-narrow` too).
+function headRow(names, narrow = []) {
+  return h('thead', {}, h('tr', {}, names.map((t) => h('th', { text: t, class: narrow.includes(t) ? 'hide-narrow' : null }))));
+}
+
 function unavailable(what) {
   return h('p', { class: 'unavailable', text: `${what}: not available on this master.` });
 }
@@ -277,7 +282,7 @@ function pageOverview() {
     const leader = cl.leader ? cl.leader.id : null;
     out.push(h('h2', { text: `Masters (term ${cl.term}, commit ${cl.commit})` }),
       h('div', { class: 'scroll' }, h('table', { id: 'masters' },
-        h('thead', {}, h('tr', {}, ['Master', 'Address', 'Role', 'Matched', 'Lag'].map((t) => h('th', { text: t })))),
+        headRow(['Master', 'Address', 'Role', 'Matched', 'Lag']),
         h('tbody', {}, cl.members.map((m) => h('tr', {},
           h('td', { text: m.id }), h('td', { text: m.addr }),
           h('td', {}, m.id === leader ? stateBadge('leader') : (m.voter ? 'follower' : 'learner')),
@@ -338,7 +343,7 @@ function agentTable(withControls) {
   const heads = ['Agent', 'State', 'Resources (used / total)', 'Attributes', 'Last heartbeat', 'Isolation'];
   if (withControls && canWrite()) heads.push('Maintenance');
   return h('div', { class: 'scroll' }, h('table', { class: 'agents' },
-    h('thead', {}, h('tr', {}, heads.map((t) => h('th', { text: t })))),
+    headRow(heads, ['Attributes', 'Isolation']),
     h('tbody', {}, agents.map((a) => h('tr', { 'data-agent': a.id },
       h('td', {}, h('strong', { text: a.id }), h('br'), h('span', { class: 'muted', text: a.hostname })),
       h('td', {}, stateBadge(agentState(a)),
@@ -388,7 +393,7 @@ function pageFrameworks() {
   const jobs = jobList();
   const out = [h('h1', { text: 'Frameworks and jobs' }), h('h2', { text: 'Frameworks' })];
   out.push(frameworks.length ? h('div', { class: 'scroll' }, h('table', { id: 'frameworks' },
-    h('thead', {}, h('tr', {}, ['Framework', 'Name', 'Principal / group', 'State', 'Active tasks', 'Using', ''].map((t) => h('th', { text: t })))),
+    headRow(['Framework', 'Name', 'Principal / group', 'State', 'Active tasks', 'Using', ''], ['Using']),
     h('tbody', {}, frameworks.map((f) => h('tr', { 'data-framework': f.id },
       h('td', {}, h('a', { href: `#/tasks?framework=${enc(f.id)}`, text: f.id })),
       h('td', { text: f.name }), h('td', { text: `${f.principal} / ${f.group}` }),
@@ -401,7 +406,7 @@ function pageFrameworks() {
   out.push(h('h2', { text: 'Jobs' }));
   if (!ui.jobs) out.push(unavailable('Job documents (/jobs: stages, edges, JCT, policy)'), h('p', { class: 'muted', text: 'Jobs below are gathered from the tasks in view.' }));
   out.push(jobs.length ? h('div', { class: 'scroll' }, h('table', { id: 'jobs' },
-    h('thead', {}, h('tr', {}, ['Job', 'Framework', 'Policy', 'Outcome', 'Tasks', 'JCT'].map((t) => h('th', { text: t })))),
+    headRow(['Job', 'Framework', 'Policy', 'Outcome', 'Tasks', 'JCT']),
     h('tbody', {}, jobs.map((j) => h('tr', { 'data-job': j.job },
       h('td', {}, h('a', { href: `#/jobs/${enc(j.framework_id)}/${enc(j.job)}`, text: j.job })),
       h('td', { text: j.framework_id }), h('td', { text: j.policy || '–' }),
@@ -437,7 +442,7 @@ function pageJob(framework, name) {
   if (job.derived) out.push(unavailable('Stage edges (/jobs)'));
   out.push(h('div', { class: 'scroll' }, dagSvg(job)));
   out.push(h('h2', { text: 'Stages' }), h('div', { class: 'scroll' }, h('table', { id: 'stages' },
-    h('thead', {}, h('tr', {}, ['Stage', 'Name', 'Parents', 'Tasks by state', 'Done'].map((t) => h('th', { text: t })))),
+    headRow(['Stage', 'Name', 'Parents', 'Tasks by state', 'Done']),
     h('tbody', {}, job.stages.map((st) => {
       const total = Object.values(st.tasks).reduce((a, b) => a + b, 0);
       return h('tr', { 'data-stage': st.stage },
@@ -510,7 +515,7 @@ function pageTasks(params) {
     st.tasks_omitted ? h('p', { class: 'muted', text: `${st.tasks_omitted} running tasks are beyond the view's bound.` }) : null,
     st.finished_tasks === undefined ? unavailable('Finished-task history') : null];
   out.push(h('div', { class: 'scroll' }, h('table', { id: 'tasks' },
-    h('thead', {}, h('tr', {}, ['Task', 'Name', 'Framework', 'Agent', 'State'].map((t) => h('th', { text: t })))),
+    headRow(['Task', 'Name', 'Framework', 'Agent', 'State'], ['Name']),
     h('tbody', {}, shown.map((t) => h('tr', { 'data-task': t.id, 'data-state': t.state },
       h('td', {}, h('a', { href: `#/task/${enc(t.framework)}/${enc(t.id)}`, text: t.id })),
       h('td', { class: 'hide-narrow', text: t.name }), h('td', { text: t.framework }),
@@ -605,7 +610,7 @@ function pageFairness() {
   const out = [h('h1', { text: 'Fairness' }),
     h('p', { class: 'muted', text: 'Each group\'s fair share (by weight), the share it holds, and the deficit counter the allocator keeps for it (how far it is behind its share).' })];
   out.push(groups.length ? h('div', { class: 'scroll' }, h('table', { id: 'groups' },
-    h('thead', {}, h('tr', {}, ['Group', 'Weight', 'Frameworks', 'Fair share', 'Held', 'Deficit'].map((t) => h('th', { text: t })))),
+    headRow(['Group', 'Weight', 'Frameworks', 'Fair share', 'Held', 'Deficit']),
     h('tbody', {}, groups.map((g) => h('tr', { 'data-group': g.name },
       h('td', { text: g.name }), h('td', { class: 'num', text: fmt(g.weight, 2) }), h('td', { class: 'num', text: g.frameworks }),
       h('td', { class: 'num', text: fmt(g.share, 3) }), h('td', { class: 'num', text: fmt(g.held, 3) }), h('td', { class: 'num', text: fmt(g.deficit, 3) }))))))
