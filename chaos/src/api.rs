@@ -162,6 +162,30 @@ impl ApiClient {
         Ok(parse_answer(&raw))
     }
 
+    /// `method path` to the master at `addr` with `headers` (`Name: value` lines, without this
+    /// client's token): for what [`ApiClient::request`] does not send, such as a browser's
+    /// cookie, `Origin` and custom headers.
+    pub fn request_with_headers(
+        &self,
+        method: &str,
+        addr: SocketAddr,
+        path: &str,
+        headers: &[&str],
+    ) -> std::io::Result<ApiAnswer> {
+        let mut request =
+            format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+        for header in headers {
+            request.push_str(header);
+            request.push_str("\r\n");
+        }
+        if method != "GET" {
+            request.push_str("Content-Length: 0\r\n");
+        }
+        request.push_str("\r\n");
+        let raw = self.exchange(addr, request.as_bytes())?;
+        Ok(parse_answer(&raw))
+    }
+
     /// Sends `request` raw and reads until the server closes the connection.
     fn exchange(&self, addr: SocketAddr, request: &[u8]) -> std::io::Result<Vec<u8>> {
         let stream = TcpStream::connect_timeout(&addr, self.timeout)?;

@@ -574,6 +574,19 @@ pub struct WriteDone {
     pub committed: bool,
 }
 
+/// What `GET /ui/session` answers, and `POST /ui/session` (the web UI's login) once it set
+/// the session cookie: who the caller is and what it may do, so the page shows write buttons
+/// only to callers that may use them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SessionDocument {
+    /// The caller as the audit log names it: `operator operator-1`, `token deploy`.
+    pub who: String,
+    /// `read` or `write`.
+    pub scope: Option<String>,
+    /// Whether the caller is known by the session cookie (else by a certificate or a header).
+    pub cookie: bool,
+}
+
 /// What `GET /health` and `GET /ready` answer: 200 with `ok: true`, or 503 with `ok: false`,
 /// and `reason` saying why either way. Only this master's own Raft position, never cluster
 /// data: the probes are served without credentials (load balancers and Kubernetes send none).

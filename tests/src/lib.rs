@@ -5,6 +5,8 @@
 //! directories in a temporary directory, every process killed on drop), with the panicking
 //! conveniences tests want.
 
+pub mod webdriver;
+
 use std::net::SocketAddr;
 use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
@@ -308,6 +310,46 @@ impl MasterCluster {
     pub fn test_framework(&self, n: usize, name: &str) -> TestFramework {
         let masters = self.0.addrs.values().copied().collect();
         TestFramework::start(masters, &self.framework_tls(n), name)
+    }
+}
+
+impl MasterCluster {
+    /// Writes the jobs named `names` of the shared `tpch-decima.jsonl` (beside the checkout)
+    /// to `file` in the cluster's directory; its path.
+    pub fn tpch_workload(&self, file: &str, names: &[&str]) -> PathBuf {
+        let source =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/workloads/tpch-decima.jsonl");
+        let text = std::fs::read_to_string(&source)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", source.display()));
+        let mut picked = Vec::new();
+        for name in names {
+            let needle = format!("\"name\":\"{name}\"");
+            let line = text
+                .lines()
+                .find(|line| line.contains(&needle))
+                .unwrap_or_else(|| panic!("{name} is not in {}", source.display()));
+            picked.push(line);
+        }
+        let path = self.0.dir().join(file);
+        std::fs::write(&path, picked.join("\n") + "\n").expect("write the workload");
+        path
+    }
+
+    /// `fullerene job run FILE` against every master, as framework certificate 1, at
+    /// `time_scale` real seconds per workload second; global flags and standard streams are
+    /// the caller's to add.
+    pub fn job_run_command(&self, file: &Path, time_scale: f64) -> Command {
+        let masters: Vec<String> = self.0.addrs.values().map(ToString::to_string).collect();
+        let mut command = Command::new(fullerene_binary());
+        command
+            .args(["job", "run"])
+            .arg(file)
+            .arg("--masters")
+            .arg(masters.join(","))
+            .arg("--certs")
+            .arg(self.0.certs_dir())
+            .args(["--framework", "1", "--time-scale", &time_scale.to_string()]);
+        command
     }
 }
 

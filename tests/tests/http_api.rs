@@ -97,6 +97,11 @@ async fn the_leader_serves_its_view_over_https_and_followers_redirect_to_it() {
         format!("https://{leader_http}/tasks?framework=f-1"),
         "the query goes along"
     );
+    assert_eq!(
+        redirect_of(&api, &cluster, follower, "/"),
+        format!("https://{leader_http}/"),
+        "the web UI is the leader's, so that it reads the leader's API from its own origin"
+    );
     let followed = api
         .get_following(cluster.http_addrs[&follower], "/state")
         .expect("GET /state, redirect followed");

@@ -42,22 +42,7 @@ const JOB_TIMEOUT: Duration = Duration::from_secs(50);
 
 /// Writes the named jobs of `tpch-decima.jsonl` to a workload file in the cluster's directory.
 fn workload(cluster: &MasterCluster, names: &[&str]) -> PathBuf {
-    let source =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/workloads/tpch-decima.jsonl");
-    let text = std::fs::read_to_string(&source)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", source.display()));
-    let mut picked = Vec::new();
-    for name in names {
-        let needle = format!("\"name\":\"{name}\"");
-        let line = text
-            .lines()
-            .find(|line| line.contains(&needle))
-            .unwrap_or_else(|| panic!("{name} is not in {}", source.display()));
-        picked.push(line);
-    }
-    let path = cluster.dir().join("jobs.jsonl");
-    std::fs::write(&path, picked.join("\n") + "\n").expect("write the workload");
-    path
+    cluster.tpch_workload("jobs.jsonl", names)
 }
 
 /// Starts `fullerene --json job run` on `file` against every master; its JSON goes to
@@ -68,24 +53,12 @@ fn start_job_run(cluster: &MasterCluster, file: &Path) -> Child {
 
 /// [`start_job_run`] at `time_scale`.
 fn start_job_run_scaled(cluster: &MasterCluster, file: &Path, time_scale: f64) -> Child {
-    let masters: Vec<String> = cluster.addrs.values().map(ToString::to_string).collect();
     let stdout = File::create(cluster.dir().join("job-run.json")).expect("create job-run.json");
     let stderr = File::create(cluster.dir().join("job-run.log")).expect("create job-run.log");
-    Command::new(fullerene_tests::fullerene_binary())
+    cluster
+        .job_run_command(file, time_scale)
         // The SDK's debug lines name every refused call, which is what a stalled job shows.
-        .args([
-            "--log-level",
-            "info,fullerene_sdk=debug",
-            "--json",
-            "job",
-            "run",
-        ])
-        .arg(file)
-        .arg("--masters")
-        .arg(masters.join(","))
-        .arg("--certs")
-        .arg(cluster.certs_dir())
-        .args(["--framework", "1", "--time-scale", &time_scale.to_string()])
+        .args(["--log-level", "info,fullerene_sdk=debug", "--json"])
         .stdin(Stdio::null())
         .stdout(stdout)
         .stderr(stderr)

@@ -557,6 +557,14 @@ fn print_banner(cluster: &LocalMasters, args: &DevArgs, sample: &Sample, took: D
         };
         let certs = cluster.certs_dir();
         let operator = CertPaths::of_member(&certs, Role::Operator, 1);
+        // The token rides in the fragment, which the browser never sends to a server; the page
+        // exchanges it for a session cookie and drops it from the address bar.
+        eprintln!(
+            "  web UI: https://{first}/#token={} (a one-time login link with the write token; the \
+             certificate is signed by the cluster's CA, {}: trust it or accept the warning)",
+            cluster.http_tokens.write,
+            certs.join("ca.pem").display()
+        );
         eprintln!(
             "  HTTP API: https://{first}/state, /agents, /tasks, /groups, /cluster, /metrics{others}"
         );

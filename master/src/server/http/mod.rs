@@ -6,7 +6,8 @@
 //! /groups/{group}/weight`, `POST /masters`, `DELETE /masters/{id}`, agent drains, task kills
 //! and framework teardowns). The routes, their
 //! answers and their errors are in [`routes`]'s table; the documents are
-//! [`fullerene_proto::http`]'s.
+//! [`fullerene_proto::http`]'s. The web UI ([`ui`]) is served at `/` from the same listener,
+//! behind the same authentication (with a session cookie for browsers).
 //!
 //! # Security
 //!
@@ -45,6 +46,7 @@ pub(crate) mod board;
 mod events;
 mod probes;
 mod routes;
+pub(crate) mod ui;
 
 use std::convert::Infallible;
 use std::future::Future;

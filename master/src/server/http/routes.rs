@@ -11,7 +11,9 @@
 //! [`HttpLimits::body_timeout`]), and become the same replicated operator requests as the QUIC
 //! operator session's: they are answered once committed and applied, or with the reason they
 //! were refused. Requiring `application/json` also keeps browsers from sending a write as a
-//! cross-site form post with an operator's client certificate.
+//! cross-site form post with an operator's client certificate, and a browser's write (one with
+//! the web UI's session cookie or an `Origin` header) must carry `X-Fullerene-CSRF: 1` (see
+//! [`super::ui`]).
 //!
 //! # Answers
 //!
@@ -21,7 +23,7 @@
 //! | 307 | this master does not lead: `Location` is the same path on the leader's API |
 //! | 400 | a bad query, path parameter or body (the message names what is wrong), or a write the cluster refused |
 //! | 401 | no credentials, or a token that is unknown or expired (`WWW-Authenticate: Bearer`) |
-//! | 403 | a certificate of a role other than `operator`, or a `read` token on a write |
+//! | 403 | a certificate of a role other than `operator`, a `read` token on a write, or a browser's write without `X-Fullerene-CSRF: 1` |
 //! | 404 | no such path |
 //! | 405 | the path does not take this method (`Allow` lists those it takes) |
 //! | 408 | the body did not arrive in time |
@@ -38,8 +40,8 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use fullerene_proto::http::{
     job_views, AddMasterBody, AgentsDocument, ClusterDocument, DrainBody, ErrorDocument,
-    FrameworksDocument, GroupWeightBody, GroupsDocument, JobsDocument, StateDocument,
-    TasksDocument, ViewStamp, WriteDone,
+    FrameworksDocument, GroupWeightBody, GroupsDocument, JobsDocument, SessionDocument,
+    StateDocument, TasksDocument, ViewStamp, WriteDone,
 };
 use fullerene_proto::ids::{AgentId, FrameworkId, MasterId, TaskId};
 use fullerene_proto::messages::{ErrorCode, OperatorRequest, OperatorResponse};
@@ -56,6 +58,7 @@ use super::auth::{authenticate, AuthFailure, Caller, Scope};
 use super::board::{Document, PublishedView};
 use super::events::{self, EventStreamBody};
 use super::probes::{self, Probe};
+use super::ui::{self, Asset};
 use super::{Api, ConnectionPeer, HttpLimits};
 use crate::server::node_loop::Event;
 use crate::server::LeaderView;
@@ -106,6 +109,14 @@ enum Action {
     Probe(Probe),
     /// Proposes an operator request, answered once committed.
     Write(Payload, WriteFn),
+    /// Serves a file of the web UI (see [`super::ui`]).
+    Ui(Asset),
+    /// Exchanges the bearer token for a session cookie (see [`super::ui`]).
+    Login,
+    /// Says who the caller is and what it may do.
+    Session,
+    /// Clears the session cookie.
+    Logout,
 }
 
 /// One endpoint.
@@ -120,7 +131,49 @@ struct Route {
 }
 
 /// Every endpoint of the API.
-static ROUTES: [Route; 18] = [
+static ROUTES: [Route; 24] = [
+    Route {
+        method: Method::GET,
+        path: "/",
+        access: Access::Open,
+        query: &[],
+        action: Action::Ui(Asset::Index),
+    },
+    Route {
+        method: Method::GET,
+        path: "/ui/app.js",
+        access: Access::Open,
+        query: &[],
+        action: Action::Ui(Asset::Script),
+    },
+    Route {
+        method: Method::GET,
+        path: "/ui/app.css",
+        access: Access::Open,
+        query: &[],
+        action: Action::Ui(Asset::Style),
+    },
+    Route {
+        method: Method::POST,
+        path: "/ui/session",
+        access: Access::Read,
+        query: &[],
+        action: Action::Login,
+    },
+    Route {
+        method: Method::GET,
+        path: "/ui/session",
+        access: Access::Read,
+        query: &[],
+        action: Action::Session,
+    },
+    Route {
+        method: Method::DELETE,
+        path: "/ui/session",
+        access: Access::Open,
+        query: &[],
+        action: Action::Logout,
+    },
     Route {
         method: Method::GET,
         path: "/state",
@@ -470,9 +523,58 @@ async fn respond_whole(
         return Err(error);
     };
 
-    let caller = authorize(api, peer, route, &request)?;
+    let (caller, by_cookie) = authorize(api, peer, route, &request)?;
     let query = query_params(request.uri().query(), route.query)?;
+    let changes_state = matches!(route.action, Action::Write(..) | Action::Login);
+    if changes_state && !ui::cross_site_safe(request.headers(), by_cookie) {
+        metrics::counter!("fullerene_http_auth_refusals_total").increment(1);
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            format!(
+                "a browser's {} {} must carry `X-Fullerene-CSRF: 1` (cross-site requests are \
+                 refused)",
+                request.method(),
+                route.path
+            ),
+        ));
+    }
+    let secure = api.scheme == "https";
     match route.action {
+        Action::Ui(asset) => {
+            let leader = api.sessions.leader.borrow().clone();
+            match (leader.is_self, leader.leader_http) {
+                // The page reads the leader's API: served from the leader, it is same-origin.
+                (false, Some(_)) => Err(redirect(&leader, api.scheme, request.uri())),
+                // No leader known: the page still loads, and says so when it reads.
+                _ => Ok(ui::asset(asset)),
+            }
+        }
+        Action::Session => Ok(json(StatusCode::OK, &session_document(&caller, by_cookie))),
+        Action::Logout => Ok(ui::with_cookie(
+            json(StatusCode::OK, &WriteDone { committed: true }),
+            ui::cleared_cookie(secure),
+        )),
+        Action::Login => {
+            let presented = request
+                .headers()
+                .get(hyper::header::AUTHORIZATION)
+                .and_then(|value| value.to_str().ok())
+                .and_then(|value| value.split_once(' '))
+                .map(|(_, token)| token.trim());
+            match presented {
+                // A certificate (or an existing cookie) needs no new cookie.
+                None => Ok(json(StatusCode::OK, &session_document(&caller, by_cookie))),
+                Some(token) => match ui::session_cookie(token, secure) {
+                    Some(cookie) => Ok(ui::with_cookie(
+                        json(StatusCode::OK, &session_document(&caller, true)),
+                        cookie,
+                    )),
+                    None => Err(ApiError::bad_request(
+                        "this token cannot be stored in a cookie",
+                    )),
+                },
+            }
+        }
         Action::Metrics => Ok(metrics(api)),
         Action::Probe(probe) => Ok(probes::answer(api, probe).await),
         Action::Document(document) => {
@@ -522,34 +624,50 @@ async fn respond_whole(
     }
 }
 
-/// Who the caller is, if the route lets it in.
+/// The session document of `caller`.
+fn session_document(caller: &Caller, by_cookie: bool) -> SessionDocument {
+    SessionDocument {
+        who: caller.who.clone(),
+        scope: caller.scope.map(|scope| scope.to_string()),
+        cookie: by_cookie,
+    }
+}
+
+/// Who the caller is, if the route lets it in, and whether it was known by the web UI's
+/// session cookie (a token in a cookie, used only when no `Authorization` header comes).
 fn authorize(
     api: &Api,
     peer: &ConnectionPeer,
     route: &Route,
     request: &Request<Incoming>,
-) -> Result<Caller, ApiError> {
+) -> Result<(Caller, bool), ApiError> {
     let anonymous = || Caller {
         who: "anonymous".to_string(),
         scope: None,
     };
     if route.access == Access::Open {
-        return Ok(anonymous());
+        return Ok((anonymous(), false));
     }
     let tokens = api.tokens.as_ref().map(|store| store.current());
+    let header = request.headers().get(hyper::header::AUTHORIZATION);
+    let cookie = match header {
+        Some(_) => None,
+        None if peer.identity.is_some() => None,
+        None => ui::session_token(request.headers()).map(|token| format!("Bearer {token}")),
+    };
+    let by_cookie = cookie.is_some();
     let authenticated = authenticate(
         peer.identity.as_ref(),
-        request
-            .headers()
-            .get(hyper::header::AUTHORIZATION)
-            .map(HeaderValue::as_bytes),
+        header
+            .map(HeaderValue::as_bytes)
+            .or(cookie.as_deref().map(str::as_bytes)),
         tokens.as_deref(),
         unix_now(),
     );
     let open = route.access == Access::Metrics && api.metrics_open;
     let caller = match authenticated {
         Ok(caller) => caller,
-        Err(_) if open => return Ok(anonymous()),
+        Err(_) if open => return Ok((anonymous(), false)),
         Err(failure) => {
             metrics::counter!("fullerene_http_auth_refusals_total").increment(1);
             tracing::debug!(peer = %peer.addr, ?failure, path = route.path, "HTTP request refused");
@@ -580,7 +698,7 @@ fn authorize(
     let needed = match route.access {
         Access::Read | Access::Metrics => Scope::Read,
         Access::Write => Scope::Write,
-        Access::Open => return Ok(caller),
+        Access::Open => return Ok((caller, by_cookie)),
     };
     if caller.scope.is_none_or(|scope| scope < needed) {
         metrics::counter!("fullerene_http_auth_refusals_total").increment(1);
@@ -597,7 +715,7 @@ fn authorize(
             "{REALM}, error=\"insufficient_scope\", scope=\"{needed}\""
         )));
     }
-    Ok(caller)
+    Ok((caller, by_cookie))
 }
 
 fn unix_now() -> i64 {
