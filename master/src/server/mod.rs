@@ -40,6 +40,7 @@
 //! (Raft thesis §6.4) and fail after a timeout (ReadIndex requests are not queued while there
 //! is no leader).
 
+mod files;
 pub mod http;
 pub mod metrics;
 mod node_loop;
@@ -188,6 +189,7 @@ where
         clock: fullerene_proto::time::SystemClock::new(),
         budgets: Default::default(),
         connections: Default::default(),
+        agent_files: Default::default(),
     });
     let local_addr = server.local_addr();
     let (stop_http, http_stopped) = watch::channel(false);

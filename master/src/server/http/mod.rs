@@ -340,7 +340,7 @@ mod tests {
             ..HttpLimits::default()
         };
         let handler = |_request: Request<Incoming>, _peer: Arc<ConnectionPeer>| async {
-            Response::new(Body::new(bytes::Bytes::from_static(b"ok\n")))
+            Response::new(routes::full_body(bytes::Bytes::from_static(b"ok\n")))
         };
         let server = tokio::spawn(serve_limited(listener, None, handler, limits, stopped));
 
