@@ -88,17 +88,17 @@ pub enum GcReason {
 pub struct GcPolicy {
     /// How long a sandbox is kept after its task's last write.
     pub retention: Duration,
-    /// Below this fraction of the disk free (0 to 1), the oldest sandboxes go first, whatever
-    /// their age, until it is free again.
-    pub min_free_fraction: f64,
+    /// Below this percentage of the disk free (0 to 100), the oldest ended sandboxes go first,
+    /// whatever their age, until it is free again.
+    pub min_free_percent: f64,
     /// A sandbox modified this recently is never removed, even when the disk is low.
     pub min_idle: Duration,
 }
 
 /// [`GcPolicy::retention`] by default: a day, time enough to read a failed task's logs.
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 3600);
-/// [`GcPolicy::min_free_fraction`] by default: 10% of the disk.
-pub const DEFAULT_MIN_FREE_FRACTION: f64 = 0.10;
+/// [`GcPolicy::min_free_percent`] by default: 10% of the disk.
+pub const DEFAULT_MIN_FREE_PERCENT: f64 = 10.0;
 /// How often the agent runs the collection by default.
 pub const DEFAULT_GC_INTERVAL: Duration = Duration::from_secs(60);
 
@@ -107,7 +107,7 @@ impl Default for GcPolicy {
     fn default() -> GcPolicy {
         GcPolicy {
             retention: DEFAULT_RETENTION,
-            min_free_fraction: DEFAULT_MIN_FREE_FRACTION,
+            min_free_percent: DEFAULT_MIN_FREE_PERCENT,
             min_idle: DEFAULT_GC_INTERVAL,
         }
     }
@@ -131,8 +131,8 @@ impl GcPolicy {
             .filter(|sandbox| !sandbox.running && age(sandbox) >= self.min_idle)
             .collect();
         candidates.sort_by_key(|sandbox| sandbox.modified_ms);
-        // The fraction is clamped so that a bad value cannot ask for more than the disk.
-        let wanted = (disk.total as f64 * self.min_free_fraction.clamp(0.0, 1.0)) as u64;
+        // Clamped so that a bad value cannot ask for more than the disk.
+        let wanted = (disk.total as f64 * self.min_free_percent.clamp(0.0, 100.0) / 100.0) as u64;
         let mut free = disk.free;
         let mut chosen = Vec::new();
         for sandbox in candidates {
@@ -220,7 +220,7 @@ mod tests {
     fn policy() -> GcPolicy {
         GcPolicy {
             retention: Duration::from_secs(24 * 3600),
-            min_free_fraction: 0.10,
+            min_free_percent: 10.0,
             min_idle: Duration::from_secs(60),
         }
     }

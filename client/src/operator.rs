@@ -5,8 +5,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use fullerene_proto::messages::{
-    AgentInfo, ErrorCode, FrameworkInfo, OperatorRequest, OperatorResponse, SessionOpen, TaskInfo,
-    WireError,
+    AgentInfo, ErrorCode, FileChunk, FrameworkInfo, OperatorRequest, OperatorResponse, SessionOpen,
+    TaskFileRead, TaskInfo, WireError,
 };
 use fullerene_proto::time::SystemClock;
 use fullerene_proto::FrameworkId;
@@ -309,6 +309,20 @@ impl OperatorClient {
                 }
                 other => return Err(unexpected("ListTasks", &other)),
             }
+        }
+    }
+}
+
+impl OperatorClient {
+    /// Part of a task's sandbox file, read from its agent through the leader
+    /// ([`OperatorRequest::ReadTaskFile`]).
+    pub async fn read_task_file(
+        &mut self,
+        read: TaskFileRead,
+    ) -> Result<FileChunk, OperatorClientError> {
+        match self.request(&OperatorRequest::ReadTaskFile(read)).await? {
+            OperatorResponse::File(chunk) => Ok(chunk),
+            other => Err(unexpected("ReadTaskFile", &other)),
         }
     }
 }

@@ -291,7 +291,7 @@ mod tests {
         let running = HashSet::new();
         let policy = GcPolicy {
             retention: std::time::Duration::ZERO,
-            min_free_fraction: 0.0,
+            min_free_percent: 0.0,
             min_idle: std::time::Duration::ZERO,
         };
         let gone = collected();
@@ -317,7 +317,7 @@ mod tests {
         let running: HashSet<PathBuf> = [sandbox.clone()].into();
         let policy = GcPolicy {
             retention: std::time::Duration::ZERO,
-            min_free_fraction: 1.0,
+            min_free_percent: 100.0,
             min_idle: std::time::Duration::ZERO,
         };
         assert_eq!(
