@@ -206,13 +206,25 @@ async fn task_logs(args: TaskLogsArgs) -> Result<()> {
     };
     let name = if args.stderr { "stderr" } else { "stdout" };
     let mut client = operator_client(&args.cluster)?;
+    // The task's agent, named in every read, so that a follow goes on reading after the task
+    // ended and the masters forgot it.
+    let agent = match args.agent.as_deref() {
+        Some(agent) => Some(agent_id(agent)),
+        None => client
+            .list_tasks(Some(framework_id.clone()))
+            .await
+            .context("cannot list the tasks to find the task's agent")?
+            .into_iter()
+            .find(|task| task.spec.id == task_id)
+            .map(|task| task.agent_id),
+    };
     let mut read = TaskFileRead {
         framework_id,
         task_id,
         name: name.to_string(),
         offset: 0,
         length: MAX_FILE_READ_BYTES,
-        agent_id: args.agent.as_deref().map(agent_id),
+        agent_id: agent,
     };
     let what = |read: &TaskFileRead| {
         format!(

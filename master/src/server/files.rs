@@ -145,12 +145,14 @@ pub(crate) enum FileError {
     ShuttingDown,
 }
 
-/// Reads part of a task's sandbox file from its agent, for `reader`.
+/// Reads part of a task's sandbox file from its agent, for `reader`; the bytes, and the
+/// agent they came from (a follower names it in its next reads, which then work after the
+/// master forgot the ended task).
 pub(crate) async fn read_task_file(
     context: &SessionContext,
     reader: &Reader,
     request: TaskFileRead,
-) -> Result<FileChunk, FileError> {
+) -> Result<(AgentId, FileChunk), FileError> {
     let key = TaskKey::new(request.framework_id.clone(), request.task_id.clone());
     let (reply, answer) = oneshot::channel();
     context
@@ -203,7 +205,7 @@ pub(crate) async fn read_task_file(
         Err(_) => Err(FileError::Timeout(agent)),
         // The session ended before the agent answered.
         Ok(Err(_)) => Err(FileError::AgentGone(agent)),
-        Ok(Ok(FileReadOutcome::Chunk(chunk))) => Ok(chunk),
+        Ok(Ok(FileReadOutcome::Chunk(chunk))) => Ok((agent, chunk)),
         Ok(Ok(FileReadOutcome::Refused(FileRefusal::Busy))) => Err(FileError::Busy(agent)),
         Ok(Ok(FileReadOutcome::Refused(refusal))) => Err(FileError::Refused(refusal)),
     }

@@ -355,7 +355,7 @@ async fn read_for_operator(
     read: fullerene_proto::messages::TaskFileRead,
 ) -> OperatorResponse {
     match read_task_file(context, &Reader::Operator, read).await {
-        Ok(chunk) => OperatorResponse::File(chunk),
+        Ok((_, chunk)) => OperatorResponse::File(chunk),
         Err(FileError::NotLeader) => {
             OperatorResponse::Redirect(fullerene_proto::messages::Redirect {
                 leader: context.leader.borrow().leader.clone(),

@@ -1041,10 +1041,14 @@ async fn task_file(
         length: number("length", MAX_FILE_READ_BYTES)?,
         agent_id: query.get("agent").map(|agent| AgentId(agent.clone())),
     };
-    let first = read_task_file(&api.sessions, reader, read.clone())
+    let (agent, first) = read_task_file(&api.sessions, reader, read.clone())
         .await
         .map_err(|error| file_error(api, error, uri))?;
     let mut response = if follow {
+        let read = TaskFileRead {
+            agent_id: Some(agent),
+            ..read
+        };
         Response::new(follow_body(
             Arc::clone(&api.sessions),
             reader.clone(),
@@ -1095,9 +1099,9 @@ fn follow_body(
                 tokio::time::sleep(FOLLOW_POLL).await;
             }
             chunk = match read_task_file(&sessions, &reader, read.clone()).await {
-                Ok(chunk) => chunk,
+                Ok((_, chunk)) => chunk,
                 Err(error) => {
-                    tracing::debug!(%error, "a followed task file ended early");
+                    tracing::warn!(%error, "a followed task file ended early");
                     return;
                 }
             };
