@@ -178,9 +178,9 @@ pub(crate) async fn read_task_file(
     if location.sleeps {
         return Err(FileError::NoSandbox(key));
     }
-    let agent = match (location.task, request.agent_id) {
-        (Some((agent, _)), _) | (None, Some(agent)) => agent,
-        (None, None) => return Err(FileError::UnknownTask(key)),
+    // The agent the master knows wins over the one the caller named.
+    let Some(agent) = location.task.map(|(agent, _)| agent).or(request.agent_id) else {
+        return Err(FileError::UnknownTask(key));
     };
     let reads = context
         .agent_files

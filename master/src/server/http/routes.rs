@@ -497,7 +497,7 @@ async fn respond(
                 return Err(redirect(&leader, api.scheme, request.uri()));
             }
             tracing::debug!(who = %caller.who, path = %path, "task file read");
-            task_file(api, &reader, &params, &query, request.uri()).await
+            task_file(api, &reader, params, &query, request.uri()).await
         }
         Action::Metrics => Ok(metrics(api)),
         Action::Probe(probe) => Ok(probes::answer(api, probe).await),
