@@ -26,8 +26,8 @@ use std::time::Duration;
 use fullerene_proto::codec;
 use fullerene_proto::ids::{AgentId, FrameworkId, TaskId, TaskKey};
 use fullerene_proto::messages::{
-    CommandSpec, Executor, MasterToAgent, Redirect, StatusAck, StatusReason, StatusUpdate,
-    TaskReport, TaskSpec, TaskState, UnixMillis, WireError,
+    CommandSpec, Executor, FileRead, FileRefusal, MasterToAgent, Redirect, StatusAck, StatusReason,
+    StatusUpdate, TaskReport, TaskSpec, TaskState, UnixMillis, WireError,
 };
 use fullerene_proto::resources::ResourceVec;
 use fullerene_proto::time::{whole_millis, Now};
@@ -303,6 +303,21 @@ pub enum FromMaster {
     Redirect(Redirect),
     /// A request failed on the master; nothing to do but say so.
     Error(WireError),
+    /// Read a sandbox file (see [`AgentCore::plan_file_read`]) and answer the master, off the
+    /// shell's event loop.
+    ReadFile(FileRead),
+}
+
+/// A file read the core allowed: what the shell opens, and what the answer says of the task.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FilePlan {
+    /// The task whose sandbox holds the file.
+    pub task: TaskKey,
+    /// The file's name in the sandbox, checked to be a plain name.
+    pub name: String,
+    /// Whether the task has ended (or the agent forgot it, which it does once its end is
+    /// acknowledged): a follower that reached the end of the file may stop.
+    pub task_ended: bool,
 }
 
 /// The task table and its status streams. Deterministic: no clock, no disk, no sockets.
@@ -786,9 +801,28 @@ impl AgentCore {
             }
             MasterToAgent::Registered { kill, .. } => act(self.registered(&kill)),
             MasterToAgent::HeartbeatAck { .. } => act(Vec::new()),
+            MasterToAgent::ReadFile(read) => FromMaster::ReadFile(read),
             MasterToAgent::Redirect(redirect) => FromMaster::Redirect(redirect),
             MasterToAgent::Error(error) => FromMaster::Error(error),
         }
+    }
+
+    /// Whether the read may go ahead, and what its answer says of the task; the refusal
+    /// otherwise (a name that is not a plain file name, see
+    /// [`crate::sandboxes::check_file_name`]). The range is clamped by the shell once it knows
+    /// the file's size ([`crate::sandboxes::clamp_range`]).
+    pub fn plan_file_read(&self, read: &FileRead) -> Result<FilePlan, FileRefusal> {
+        let name = crate::sandboxes::check_file_name(&read.name)?.to_string();
+        let task = TaskKey::new(read.framework_id.clone(), read.task_id.clone());
+        let task_ended = self
+            .tasks
+            .get(&task)
+            .is_none_or(|entry| entry.state.is_terminal());
+        Ok(FilePlan {
+            task,
+            name,
+            task_ended,
+        })
     }
 
     /// Registration answered: kill the listed tasks (the master declared this agent lost and

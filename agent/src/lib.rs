@@ -7,6 +7,8 @@
 //! - [`executor`] and [`cgroups`]: processes in sandboxes and process groups, limits, kills,
 //!   re-attachment after a restart, and the built-in `sleep` executor;
 //! - [`isolation`]: each task as a user of its own, in a sandbox only it can read;
+//! - [`sandboxes`]: sans-IO decisions on sandboxes of ended tasks: which log reads are safe
+//!   and which sandboxes the garbage collection removes;
 //! - [`machine`]: resource detection and the `--resources` / `--attributes` syntax;
 //! - [`shell`]: the tokio shell (connection, registration, redirects, heartbeats, retries);
 //! - [`metrics`]: the Prometheus metrics it publishes.
@@ -18,6 +20,7 @@ pub mod executor;
 pub mod isolation;
 pub mod machine;
 pub mod metrics;
+pub mod sandboxes;
 pub mod shell;
 
 pub use shell::{run, AgentConfig, AgentError};

@@ -20,6 +20,15 @@
 //! (at least 10 s) is given up like a lost one. Frames are written by a task of their own, so the
 //! agent keeps reading while the master is slow to read.
 //!
+//! # Sandbox files and garbage collection
+//!
+//! A `ReadFile` from the master (an operator or a framework reading a task's logs) is checked
+//! by the core ([`AgentCore::plan_file_read`]) and read on tokio's blocking threads, at most
+//! [`MAX_FILE_READS_IN_FLIGHT`] at once (more are answered `Busy` at once), each at most
+//! [`MAX_FILE_READ_BYTES`](fullerene_proto::messages::MAX_FILE_READ_BYTES): the loop that
+//! delivers status updates never waits on a disk. Every `sandbox_gc_interval` the sandboxes of
+//! ended tasks are measured and removed as [`GcPolicy`] says, on a blocking thread too.
+//!
 //! Stopping the agent (the `shutdown` future) leaves its tasks running: a restarted agent
 //! re-attaches to them from the checkpoint.
 
@@ -37,7 +46,9 @@ use fullerene_client::{
     SessionEvent,
 };
 use fullerene_proto::ids::{AgentId, TaskKey};
-use fullerene_proto::messages::{AgentToMaster, MasterToAgent};
+use fullerene_proto::messages::{
+    AgentToMaster, FileRead, FileReadAnswer, FileReadOutcome, FileRefusal, MasterToAgent,
+};
 use fullerene_proto::resources::{ResourceKind, ResourceVec};
 use fullerene_proto::time::SystemClock;
 use fullerene_transport::{Client, PeerIdentity, TlsMaterial, TransportConfig, TransportError};
@@ -53,6 +64,13 @@ use crate::core::{
 use crate::executor::{prepare_work_dir, ExecEvent, Executors};
 use crate::isolation::{Isolation, IsolationConfig};
 use crate::metrics as m;
+use crate::sandboxes::{Collected, GcPolicy, DEFAULT_GC_INTERVAL};
+
+mod sandbox_io;
+
+/// Sandbox file reads the agent carries out at once; more are refused as busy (the master
+/// bounds its own reads per agent too, so this is only reached by many readers at once).
+pub const MAX_FILE_READS_IN_FLIGHT: usize = 4;
 
 /// Everything the agent is configured with.
 #[derive(Clone, Debug)]
@@ -95,6 +113,10 @@ pub struct AgentConfig {
     /// Where registrations, task starts and status updates sent are logged, one JSON line
     /// each (`fullerene chaos run` reads it into its history).
     pub event_log: Option<Arc<EventLog>>,
+    /// When the sandboxes of ended tasks are removed.
+    pub sandbox_gc: GcPolicy,
+    /// How often the garbage collection looks at the sandboxes.
+    pub sandbox_gc_interval: Duration,
 }
 
 /// How the agent notices that the machine's capacity changed (hot-plugged memory or CPUs).
@@ -141,6 +163,8 @@ impl AgentConfig {
             require_isolation: false,
             resource_check: None,
             event_log: None,
+            sandbox_gc: GcPolicy::default(),
+            sandbox_gc_interval: DEFAULT_GC_INTERVAL,
         }
     }
 }
@@ -322,6 +346,10 @@ where
         interval.set_missed_tick_behavior(MissedTickBehavior::Delay);
         interval
     });
+    let (file_answers_tx, file_answers) = mpsc::unbounded_channel();
+    let gc_every = config.sandbox_gc_interval.max(Duration::from_secs(1));
+    let mut sandbox_gc = tokio::time::interval_at(Instant::now() + gc_every, gc_every);
+    sandbox_gc.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut shell = Shell {
         agent_id,
         config,
@@ -338,6 +366,14 @@ where
         retry: tokio::time::interval(status_retry),
         acked_since_retry: true,
         resource_check,
+        file_reads: Arc::new(tokio::sync::Semaphore::new(MAX_FILE_READS_IN_FLIGHT)),
+        file_answers_tx,
+        file_answers,
+        collected: Arc::new(std::sync::Mutex::new(Collected::new(
+            sandbox_io::COLLECTED_REMEMBERED,
+        ))),
+        sandbox_gc,
+        sandbox_gc_run: None,
     };
     shell
         .retry
@@ -370,6 +406,8 @@ enum Event {
     Heartbeat,
     Retry,
     CheckResources,
+    FileAnswered(FileReadAnswer),
+    CollectSandboxes,
 }
 
 struct Shell {
@@ -391,6 +429,16 @@ struct Shell {
     retry: Interval,
     acked_since_retry: bool,
     resource_check: Option<Interval>,
+    /// Slots for sandbox file reads in flight ([`MAX_FILE_READS_IN_FLIGHT`]).
+    file_reads: Arc<tokio::sync::Semaphore>,
+    /// Where the blocking reads leave their answers for the loop to send.
+    file_answers_tx: mpsc::UnboundedSender<FileReadAnswer>,
+    file_answers: mpsc::UnboundedReceiver<FileReadAnswer>,
+    /// The sandboxes the garbage collection removed lately.
+    collected: sandbox_io::CollectedSandboxes,
+    sandbox_gc: Interval,
+    /// The collection's pass under way, if one is: passes never overlap.
+    sandbox_gc_run: Option<tokio::task::JoinHandle<usize>>,
 }
 
 impl Shell {
@@ -456,6 +504,8 @@ impl Shell {
                     self.acked_since_retry = false;
                 }
                 Event::CheckResources => self.check_resources(),
+                Event::FileAnswered(answer) => self.send(AgentToMaster::FileRead(answer)),
+                Event::CollectSandboxes => self.collect_sandboxes(),
             }
             self.publish();
         }
@@ -471,6 +521,8 @@ impl Shell {
             liveness,
             retry,
             resource_check,
+            file_answers,
+            sandbox_gc,
             ..
         } = self;
         let joined = session.is_joined();
@@ -488,6 +540,8 @@ impl Shell {
             event = session.next() => Event::Session(event),
             () = heartbeat => Event::Heartbeat,
             _ = retry.tick() => Event::Retry,
+            Some(answer) = file_answers.recv() => Event::FileAnswered(answer),
+            _ = sandbox_gc.tick() => Event::CollectSandboxes,
             () = async {
                 match resource_check.as_mut() {
                     Some(interval) => {
@@ -522,6 +576,10 @@ impl Shell {
                         // The core validated the launch's resources before asking for a start.
                         resources: spec.resources.to_vec().unwrap_or(ResourceVec::ZERO),
                     });
+                    self.collected
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .remove(&self.executors.sandbox(&framework_id, &spec.id));
                     let more = match self.executors.start(&framework_id, &spec, now) {
                         Ok(started) => {
                             tracing::info!(task = %key, "task started");
@@ -708,8 +766,71 @@ impl Shell {
             FromMaster::Error(error) => {
                 tracing::warn!(%error, "the master reported an error");
             }
+            FromMaster::ReadFile(read) => self.read_file(read),
         }
         Ok(())
+    }
+
+    /// Starts a sandbox file read on a blocking thread, or refuses it at once (a bad name, or
+    /// too many reads in flight). The answer comes back as [`Event::FileAnswered`].
+    fn read_file(&mut self, read: FileRead) {
+        let request = read.request;
+        let refuse = |shell: &mut Shell, refusal: FileRefusal| {
+            shell.send(AgentToMaster::FileRead(FileReadAnswer {
+                request,
+                outcome: FileReadOutcome::Refused(refusal),
+            }));
+        };
+        let plan = match self.core.plan_file_read(&read) {
+            Ok(plan) => plan,
+            Err(refusal) => return refuse(self, refusal),
+        };
+        let Ok(slot) = Arc::clone(&self.file_reads).try_acquire_owned() else {
+            return refuse(self, FileRefusal::Busy);
+        };
+        let sandbox = self
+            .executors
+            .sandbox(&plan.task.framework_id, &plan.task.task_id);
+        let collected = Arc::clone(&self.collected);
+        let answers = self.file_answers_tx.clone();
+        tokio::task::spawn_blocking(move || {
+            let outcome = sandbox_io::read_sandbox_file(
+                &sandbox,
+                &plan.name,
+                read.offset,
+                read.length,
+                plan.task_ended,
+                &collected,
+            );
+            drop(slot);
+            // The loop is gone only when the agent stops.
+            let _ = answers.send(FileReadAnswer { request, outcome });
+        });
+    }
+
+    /// Starts a pass of the sandbox garbage collection on a blocking thread, unless one is
+    /// still under way; the sandboxes of tasks that have not ended are kept.
+    fn collect_sandboxes(&mut self) {
+        if self
+            .sandbox_gc_run
+            .as_ref()
+            .is_some_and(|run| !run.is_finished())
+        {
+            return;
+        }
+        let running: std::collections::HashSet<PathBuf> = self
+            .core
+            .tasks()
+            .filter(|entry| !entry.state.is_terminal())
+            .map(|entry| self.executors.sandbox(&entry.framework_id, &entry.spec.id))
+            .collect();
+        let root = self.config.work_dir.join("sandboxes");
+        let policy = self.config.sandbox_gc;
+        let now_ms = self.clock.now().wall_ms();
+        let collected = Arc::clone(&self.collected);
+        self.sandbox_gc_run = Some(tokio::task::spawn_blocking(move || {
+            sandbox_io::collect_sandboxes(&root, &running, policy, now_ms, &collected)
+        }));
     }
 
     /// Measures the machine; new totals go to the core and, if registered, to the master (a

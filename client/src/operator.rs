@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use fullerene_proto::http::EventsDocument;
 use fullerene_proto::messages::{
-    AgentInfo, ErrorCode, FinishedTaskInfo, FrameworkInfo, OperatorRequest, OperatorResponse,
-    SessionOpen, TaskInfo, WireError,
+    AgentInfo, ErrorCode, FileChunk, FinishedTaskInfo, FrameworkInfo, OperatorRequest,
+    OperatorResponse, SessionOpen, TaskFileRead, TaskInfo, WireError,
 };
 use fullerene_proto::time::SystemClock;
 use fullerene_proto::FrameworkId;
@@ -362,6 +362,18 @@ impl OperatorClient {
                 })
             }
             other => Err(unexpected("Events", &other)),
+        }
+    }
+
+    /// Part of a task's sandbox file, read from its agent through the leader
+    /// ([`OperatorRequest::ReadTaskFile`]).
+    pub async fn read_task_file(
+        &mut self,
+        read: TaskFileRead,
+    ) -> Result<FileChunk, OperatorClientError> {
+        match self.request(&OperatorRequest::ReadTaskFile(read)).await? {
+            OperatorResponse::File(chunk) => Ok(chunk),
+            other => Err(unexpected("ReadTaskFile", &other)),
         }
     }
 }

@@ -614,6 +614,19 @@ pub struct ErrorDocument {
     pub error: String,
 }
 
+/// The response header of `GET /frameworks/{framework}/tasks/{task}/files/{name}` holding the
+/// file's whole size in bytes when it was read (a log viewer pages and tails with it).
+pub const FILE_SIZE_HEADER: &str = "x-fullerene-file-size";
+
+/// The response header of the same route holding the offset the body starts at: the one
+/// asked for, clamped to the file's size.
+pub const FILE_OFFSET_HEADER: &str = "x-fullerene-file-offset";
+
+/// The response header of the same route saying (`true` or `false`) whether the task had
+/// ended when the file was read: once it has and the reader has reached the size, nothing
+/// more will come.
+pub const TASK_ENDED_HEADER: &str = "x-fullerene-task-ended";
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -32,6 +32,12 @@ pub struct JobDescription {
     /// The policy that orders its tasks (e.g. "graphene+carbyne"), as the framework names it.
     pub policy: String,
     /// Its stages, each once, parents before children not required.
+    #[cfg_attr(
+        test,
+        proptest(
+            strategy = "proptest::collection::vec(proptest::prelude::any::<StageDescription>(), 0..5)"
+        )
+    )]
     pub stages: Vec<StageDescription>,
 }
 
@@ -46,6 +52,10 @@ pub struct StageDescription {
     /// How many tasks it has.
     pub tasks: u32,
     /// The stages that must finish before it starts (its parents in the DAG).
+    #[cfg_attr(
+        test,
+        proptest(strategy = "proptest::collection::vec(proptest::prelude::any::<u32>(), 0..4)")
+    )]
     pub parents: Vec<u32>,
 }
 
@@ -132,6 +142,12 @@ pub struct JobInfo {
     /// How it ended, once it did.
     pub end: Option<JobEnd>,
     /// Per stage (in the description's order), its attempts that ended, by how.
+    #[cfg_attr(
+        test,
+        proptest(
+            strategy = "proptest::collection::vec(proptest::prelude::any::<StageEnds>(), 0..5)"
+        )
+    )]
     pub stage_ends: Vec<StageEnds>,
 }
 

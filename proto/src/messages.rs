@@ -509,6 +509,8 @@ pub enum AgentToMaster {
     },
     /// A task's status changed. Retried until acknowledged.
     Status(StatusUpdate),
+    /// The answer to a [`MasterToAgent::ReadFile`]: bytes of a sandbox file, or why not.
+    FileRead(FileReadAnswer),
 }
 
 /// What the master sends an agent.
@@ -550,10 +552,99 @@ pub enum MasterToAgent {
     },
     /// The update is committed; the agent may forget it.
     StatusAck(StatusAck),
+    /// Read part of a file in a task's sandbox (its logs). The agent answers with
+    /// [`AgentToMaster::FileRead`] carrying the same `request`; it reads off its event loop
+    /// and refuses reads beyond a few in flight.
+    ReadFile(FileRead),
     /// This master is not the leader.
     Redirect(Redirect),
     /// A request failed.
     Error(WireError),
+}
+
+/// The largest number of bytes one [`FileRead`] returns (64 KiB): a chunk stays far below
+/// the message limit and costs the agent little to read; larger reads are several chunks.
+pub const MAX_FILE_READ_BYTES: u64 = 64 * 1024;
+
+/// A read of part of a file in a task's sandbox ([`MasterToAgent::ReadFile`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+pub struct FileRead {
+    /// Pairs the answer with the read (chosen by the master, unique per agent session).
+    pub request: u64,
+    /// The task's framework.
+    pub framework_id: FrameworkId,
+    /// The task.
+    pub task_id: TaskId,
+    /// The file's name in the sandbox (`stdout`, `stderr`): one path component, never a path.
+    pub name: String,
+    /// The first byte wanted.
+    pub offset: u64,
+    /// How many bytes at most (the agent caps it at [`MAX_FILE_READ_BYTES`]).
+    pub length: u64,
+}
+
+/// The agent's answer to a [`FileRead`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+pub struct FileReadAnswer {
+    /// The read answered.
+    pub request: u64,
+    /// What was read, or why nothing was.
+    pub outcome: FileReadOutcome,
+}
+
+/// What came of a [`FileRead`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+pub enum FileReadOutcome {
+    /// Bytes of the file.
+    Chunk(FileChunk),
+    /// The read was refused or failed.
+    Refused(FileRefusal),
+}
+
+/// Bytes of a sandbox file, and what a reader following it needs to know.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+pub struct FileChunk {
+    /// Where `data` starts in the file: the offset asked for, clamped to the file's size.
+    pub offset: u64,
+    /// The bytes, at most the length asked for and [`MAX_FILE_READ_BYTES`].
+    pub data: Vec<u8>,
+    /// The file's size when it was read.
+    pub size: u64,
+    /// Whether the task had ended when the file was read: a follower that has read to
+    /// `size` has then read everything the task will ever write.
+    pub task_ended: bool,
+}
+
+/// Why a sandbox file could not be read.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+pub enum FileRefusal {
+    /// The name is not a plain file name (a path, `..`, a hidden file, empty or too long).
+    #[error("`{0}` is not the name of a file in a sandbox (use stdout or stderr)")]
+    BadName(String),
+    /// The agent has no sandbox for the task (never ran here, or ran without one, as a
+    /// `sleep` task does).
+    #[error("the agent has no sandbox for this task")]
+    NoSandbox,
+    /// The sandbox was removed by the agent's garbage collection.
+    #[error("sandbox removed by garbage collection")]
+    Collected,
+    /// The sandbox holds no such file.
+    #[error("the task's sandbox has no file `{0}`")]
+    NoSuchFile(String),
+    /// The name is there but not a regular file (a directory, a link, a pipe).
+    #[error("`{0}` in the task's sandbox is not a regular file")]
+    NotAFile(String),
+    /// The agent is already answering as many reads as it takes at once.
+    #[error("the agent is busy with other file reads; retry")]
+    Busy,
+    /// Reading failed.
+    #[error("the agent could not read the file: {0}")]
+    Io(String),
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -853,6 +944,29 @@ pub enum OperatorRequest {
         /// How long to wait for a new event when there is none, in milliseconds.
         wait_ms: u64,
     },
+    /// Read part of a file in a task's sandbox (its stdout or stderr), from the agent that
+    /// ran it, through the leader: answered with [`OperatorResponse::File`]. Never reaches
+    /// the node loop's decisions and changes nothing.
+    ReadTaskFile(TaskFileRead),
+}
+
+/// An operator's (or the HTTP API's) read of a task's sandbox file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+pub struct TaskFileRead {
+    /// The task's framework.
+    pub framework_id: FrameworkId,
+    /// The task.
+    pub task_id: TaskId,
+    /// The file (`stdout`, `stderr`).
+    pub name: String,
+    /// The first byte wanted.
+    pub offset: u64,
+    /// How many bytes at most (capped at [`MAX_FILE_READ_BYTES`]).
+    pub length: u64,
+    /// The agent the task ran on, for a task the master has forgotten (ended and
+    /// acknowledged); ignored while the master knows the task.
+    pub agent_id: Option<AgentId>,
 }
 
 impl OperatorRequest {
@@ -1072,6 +1186,13 @@ pub struct FrameworkInfo {
     /// Tasks not yet terminal.
     pub active_tasks: u64,
     /// The DAG jobs it described (see [`crate::jobs`]), oldest first.
+    // Nested vectors of proptest's default size make listings of hundreds of MB.
+    #[cfg_attr(
+        test,
+        proptest(
+            strategy = "proptest::collection::vec(proptest::prelude::any::<crate::jobs::JobInfo>(), 0..3)"
+        )
+    )]
     pub jobs: Vec<crate::jobs::JobInfo>,
 }
 
@@ -1129,6 +1250,8 @@ pub enum OperatorResponse {
     /// the web UI read), which the binary codec cannot carry field by field, so they travel
     /// as the same JSON the HTTP API serves.
     Events(String),
+    /// For [`OperatorRequest::ReadTaskFile`].
+    File(FileChunk),
     /// A change was committed.
     Done,
     /// This master is not the leader.

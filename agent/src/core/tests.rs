@@ -498,3 +498,38 @@ fn messages_of_the_master_are_dispatched_in_one_place() {
         FromMaster::Redirect(_)
     ));
 }
+
+#[test]
+fn file_reads_are_planned_for_plain_names_and_say_whether_the_task_ended() {
+    let mut core = AgentCore::new(config());
+    core.launch(&fw("f"), vec![spec("t1", "cpus=1")], at(1_000));
+    let read = |name: &str, task: &str| FileRead {
+        request: 7,
+        framework_id: fw("f"),
+        task_id: TaskId::from(task),
+        name: name.to_string(),
+        offset: 0,
+        length: 10,
+    };
+    let plan = core
+        .plan_file_read(&read("stdout", "t1"))
+        .expect("a plain name");
+    assert_eq!(plan.task, key("t1"));
+    assert_eq!(plan.name, "stdout");
+    assert!(!plan.task_ended, "a launched task has not ended");
+    assert_eq!(
+        core.plan_file_read(&read("../t2/stdout", "t1")),
+        Err(FileRefusal::BadName("../t2/stdout".into()))
+    );
+    // A task the agent no longer holds (ended and acknowledged, or never here) has ended.
+    let forgotten = core
+        .plan_file_read(&read("stderr", "t9"))
+        .expect("a plain name");
+    assert!(forgotten.task_ended);
+    core.finished(&key("t1"), Outcome::Exited(0), String::new(), at(2_000));
+    assert!(
+        core.plan_file_read(&read("stdout", "t1"))
+            .expect("plain")
+            .task_ended
+    );
+}

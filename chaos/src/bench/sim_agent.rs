@@ -173,7 +173,8 @@ impl SimAgent {
                             session.redirected(redirect.leader);
                             continue;
                         }
-                        FromMaster::Error(_) => continue,
+                        // The bench's agents run no sandboxes and are never asked for logs.
+                        FromMaster::Error(_) | FromMaster::ReadFile(_) => continue,
                     }
                 }
                 Some(SessionEvent::Lost { .. }) => {

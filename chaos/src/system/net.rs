@@ -332,6 +332,8 @@ impl World {
                         self.end_master_side(conn);
                         return;
                     }
+                    // The simulated masters never ask for files.
+                    AgentToMaster::FileRead(_) => return,
                 };
                 self.master_input(c.master, input);
             }

@@ -775,7 +775,8 @@ impl World {
                 }
                 actions
             }
-            FromMaster::Error(_) => Vec::new(),
+            // Simulated agents have no sandboxes; nothing here reads logs.
+            FromMaster::Error(_) | FromMaster::ReadFile(_) => Vec::new(),
             FromMaster::Redirect(redirect) => {
                 self.client_closes(conn);
                 let next = self.agents[i]

@@ -11,6 +11,7 @@ use clap::Args;
 use fullerene_agent::core::{EXECUTOR_COMMAND, EXECUTOR_SLEEP};
 use fullerene_agent::isolation::IdRange;
 use fullerene_agent::machine::{self, MachineError};
+use fullerene_agent::sandboxes::{self, GcPolicy};
 use fullerene_agent::shell::{install_prometheus, AgentConfig, ResourceCheck};
 use fullerene_client::event_log::EventLog;
 use fullerene_proto::resources::ResourceKind;
@@ -128,6 +129,19 @@ pub(crate) struct AgentArgs {
     /// Status updates unacknowledged this long within a session are sent again, in milliseconds.
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub status_retry_ms: u64,
+    /// How long the sandbox of an ended task (its stdout, stderr and other files) is kept after
+    /// the task's last write, in seconds; then the garbage collection removes it.
+    #[arg(long, env = "FULLERENE_AGENT_SANDBOX_RETENTION_SECS", value_name = "SECS", default_value_t = sandboxes::DEFAULT_RETENTION.as_secs())]
+    pub sandbox_retention_secs: u64,
+    /// Keep at least this percentage of the disk under --work-dir free: below it, the
+    /// sandboxes of ended tasks are removed, oldest first, whatever their age (a running
+    /// task's sandbox never is).
+    #[arg(long, env = "FULLERENE_AGENT_SANDBOX_MIN_FREE_PERCENT", value_name = "PERCENT", default_value_t = sandboxes::DEFAULT_MIN_FREE_PERCENT, value_parser = parse_percent)]
+    pub sandbox_min_free_percent: f64,
+    /// How often the sandbox garbage collection runs, in seconds; a sandbox written to more
+    /// recently than that is never removed.
+    #[arg(long, env = "FULLERENE_AGENT_SANDBOX_GC_INTERVAL_SECS", value_name = "SECS", default_value_t = sandboxes::DEFAULT_GC_INTERVAL.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
+    pub sandbox_gc_interval_secs: u64,
     /// Append what the agent does (registrations, task starts, status updates sent) to FILE,
     /// one JSON object per line, for `fullerene chaos run` and audits.
     #[arg(long, env = "FULLERENE_AGENT_EVENT_LOG", value_name = "FILE")]
@@ -148,6 +162,13 @@ fn parse_resources(text: &str) -> Result<ResourceOverrides, String> {
     machine::parse_resources(text)
         .map(ResourceOverrides)
         .map_err(|e: MachineError| e.to_string())
+}
+
+fn parse_percent(text: &str) -> Result<f64, String> {
+    match text.trim_end_matches('%').parse::<f64>() {
+        Ok(percent) if (0.0..=100.0).contains(&percent) => Ok(percent),
+        _ => Err(format!("`{text}` is not a percentage from 0 to 100")),
+    }
 }
 
 fn parse_attributes(text: &str) -> Result<Attributes, String> {
@@ -193,6 +214,12 @@ impl AgentArgs {
         config.backoff_min = config.backoff_min.min(config.backoff_max);
         config.status_retry = Duration::from_millis(self.status_retry_ms);
         config.transport = self.quic.config()?;
+        config.sandbox_gc_interval = Duration::from_secs(self.sandbox_gc_interval_secs);
+        config.sandbox_gc = GcPolicy {
+            retention: Duration::from_secs(self.sandbox_retention_secs),
+            min_free_percent: self.sandbox_min_free_percent,
+            min_idle: config.sandbox_gc_interval,
+        };
         if let Some(path) = &self.event_log {
             config.event_log = Some(Arc::new(
                 EventLog::open(path).context("cannot open --event-log")?,

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
-use fullerene_proto::messages::{FrameworkInfo, OperatorRequest};
+use fullerene_proto::messages::{
+    FrameworkInfo, OperatorRequest, TaskFileRead, MAX_FILE_READ_BYTES,
+};
 use fullerene_proto::{AgentId, FrameworkId, TaskId};
 
 use crate::commands::cluster::{change, operator_client, ClusterArgs};
@@ -55,6 +57,10 @@ pub(crate) struct UndrainArgs {
 /// `fullerene task ...`.
 #[derive(Subcommand, Debug)]
 pub(crate) enum TaskCommand {
+    /// Print a task's stdout (or `--stderr`) as the task wrote it, read from its agent
+    /// through the leader: all of it, the last `--tail` bytes, or, with `--follow`, what it
+    /// writes next too, until it ends.
+    Logs(TaskLogsArgs),
     /// Kill a task, as its framework could: the agent stops it (its grace period first) and
     /// the framework learns of it through the task's KILLED status (a DAG job retries the
     /// task, as after any failure; kill the job's framework to stop the job).
@@ -75,6 +81,36 @@ pub(crate) struct TaskKillArgs {
 }
 
 /// `fullerene framework ...`.
+/// Flags of `fullerene task logs`.
+#[derive(Args, Debug)]
+pub(crate) struct TaskLogsArgs {
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// The task's id.
+    #[arg(value_name = "TASK")]
+    pub task: String,
+    /// The task's framework (default: the one framework the masters know with such a task).
+    #[arg(long, value_name = "ID")]
+    pub framework: Option<String>,
+    /// The agent the task ran on, for a task the masters no longer track (it ended and its
+    /// framework acknowledged it).
+    #[arg(long, value_name = "AGENT")]
+    pub agent: Option<String>,
+    /// Print its stderr instead of its stdout.
+    #[arg(long)]
+    pub stderr: bool,
+    /// Keep printing what the task writes, until it ends.
+    #[arg(short, long)]
+    pub follow: bool,
+    /// Start this many bytes before the end of the file.
+    #[arg(long, value_name = "BYTES")]
+    pub tail: Option<u64>,
+}
+
+/// How long `task logs --follow` waits before asking again when nothing new came (as the HTTP
+/// API's follow does).
+const FOLLOW_POLL: Duration = Duration::from_millis(500);
+
 #[derive(Subcommand, Debug)]
 pub(crate) enum FrameworkCommand {
     /// Tear a framework down: its tasks are killed and its id can never be used again; its
@@ -210,7 +246,10 @@ pub(crate) fn run_agent_action(action: AgentAction, json: &JsonOutput) -> Result
 
 /// Runs `fullerene task kill`.
 pub(crate) fn run_task(command: TaskCommand, json: &JsonOutput) -> Result<()> {
-    let TaskCommand::Kill(args) = command;
+    let args = match command {
+        TaskCommand::Kill(args) => args,
+        TaskCommand::Logs(args) => return runtime()?.block_on(task_logs(args)),
+    };
     runtime()?.block_on(async {
         let task_id = TaskId(args.task.clone());
         let framework_id = match args.framework {
@@ -239,6 +278,71 @@ pub(crate) fn run_framework(command: FrameworkCommand, json: &JsonOutput) -> Res
 }
 
 /// The framework of the one live task named `task_id`.
+/// `fullerene task logs`: the file's bytes, raw, to stdout.
+async fn task_logs(args: TaskLogsArgs) -> Result<()> {
+    use std::io::Write;
+    let task_id = TaskId(args.task.clone());
+    let framework_id = match args.framework {
+        Some(framework) => FrameworkId(framework),
+        None => framework_of(&args.cluster, &task_id).await?,
+    };
+    let name = if args.stderr { "stderr" } else { "stdout" };
+    let mut client = operator_client(&args.cluster)?;
+    // The task's agent, named in every read, so that a follow goes on reading after the task
+    // ended and the masters forgot it.
+    let agent = match args.agent.as_deref() {
+        Some(agent) => Some(agent_id(agent)),
+        None => client
+            .list_tasks(Some(framework_id.clone()))
+            .await
+            .context("cannot list the tasks to find the task's agent")?
+            .into_iter()
+            .find(|task| task.spec.id == task_id)
+            .map(|task| task.agent_id),
+    };
+    let mut read = TaskFileRead {
+        framework_id,
+        task_id,
+        name: name.to_string(),
+        offset: 0,
+        length: MAX_FILE_READ_BYTES,
+        agent_id: agent,
+    };
+    let what = |read: &TaskFileRead| {
+        format!(
+            "cannot read the {} of task {} (framework {})",
+            read.name, read.task_id, read.framework_id
+        )
+    };
+    if let Some(tail) = args.tail {
+        let size = client
+            .read_task_file(TaskFileRead {
+                length: 0,
+                ..read.clone()
+            })
+            .await
+            .with_context(|| what(&read))?
+            .size;
+        read.offset = size.saturating_sub(tail);
+    }
+    let mut stdout = std::io::stdout().lock();
+    loop {
+        let chunk = client
+            .read_task_file(read.clone())
+            .await
+            .with_context(|| what(&read))?;
+        stdout.write_all(&chunk.data)?;
+        stdout.flush()?;
+        read.offset = chunk.offset + chunk.data.len() as u64;
+        if read.offset >= chunk.size {
+            if !args.follow || chunk.task_ended {
+                return Ok(());
+            }
+            tokio::time::sleep(FOLLOW_POLL).await;
+        }
+    }
+}
+
 async fn framework_of(cluster: &ClusterArgs, task_id: &TaskId) -> Result<FrameworkId> {
     let mut client = operator_client(cluster)?;
     let tasks = client

@@ -138,6 +138,14 @@ impl<S: RaftStore> MasterCore<S> {
             OperatorRequest::ListGroups => ReadQuery::ListGroups,
             OperatorRequest::Quotas => ReadQuery::Quotas,
             OperatorRequest::State => ReadQuery::State,
+            OperatorRequest::ReadTaskFile(_) => {
+                // The operator session serves it beside the node loop (server::files).
+                self.answer(
+                    request_id,
+                    invalid("file reads are served by the operator session".to_string()),
+                );
+                return;
+            }
             OperatorRequest::SetGroupWeight { group, weight } => {
                 let command = Command::SetGroupWeight { group, weight };
                 return self.propose_write(&command, token, request_id);

@@ -41,6 +41,7 @@
 //! is no leader).
 
 pub(crate) mod event_hub;
+mod files;
 pub mod http;
 pub mod metrics;
 mod node_loop;
@@ -199,6 +200,7 @@ where
         clock: fullerene_proto::time::SystemClock::new(),
         budgets: Default::default(),
         connections: Default::default(),
+        agent_files: Default::default(),
     });
     let local_addr = server.local_addr();
     let (stop_http, http_stopped) = watch::channel(false);

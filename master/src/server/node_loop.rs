@@ -7,7 +7,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fullerene_proto::ids::AgentId;
+use fullerene_proto::ids::{AgentId, TaskKey};
 use fullerene_proto::messages::{
     MasterToAgent, MasterToFramework, OperatorRequest, OperatorResponse,
 };
@@ -21,6 +21,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::MissedTickBehavior;
 
 use super::event_hub::EventHub;
+use super::files::TaskLocation;
 use super::http::board::ViewPublisher;
 use super::metrics::{self as metrics_names, ClusterGauges};
 use super::peer::{self, PeerBatch, PeerHandle};
@@ -90,6 +91,9 @@ pub(crate) enum Event {
     /// The HTTP API's `/health` and `/ready` ask where this node's Raft stands; that the loop
     /// answers at all is the liveness the probes report.
     Probe(oneshot::Sender<NodeProbe>),
+    /// A read of a task's files asks where the task runs and who owns it (one lookup; the
+    /// read itself never passes through the loop, see [`super::files`]).
+    LocateTask(TaskKey, oneshot::Sender<TaskLocation>),
 }
 
 /// Where this node's Raft stands, as the node loop answered a probe.
@@ -506,6 +510,26 @@ impl<S: RaftStore> Shell<S> {
                     term: node.term(),
                     commit: node.commit_index(),
                     applied: node.applied_index(),
+                });
+                return;
+            }
+            Event::LocateTask(key, reply) => {
+                let node = self.core.node();
+                let state = node.state();
+                let task = state.task(&key);
+                let _ = reply.send(TaskLocation {
+                    leads: node.is_leader(),
+                    principal: state
+                        .frameworks()
+                        .get(&key.framework_id)
+                        .map(|framework| framework.principal.clone()),
+                    task: task.map(|task| (task.agent_id.clone(), task.state)),
+                    sleeps: task.is_some_and(|task| {
+                        matches!(
+                            task.spec.executor,
+                            fullerene_proto::messages::Executor::Sleep { .. }
+                        )
+                    }),
                 });
                 return;
             }

@@ -16,6 +16,9 @@ use raft::eraftpb::Message;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::event_hub::EventHub;
+use super::files::{
+    read_task_file, AgentFiles, FileError, Reader, ReadsInFlight, MAX_READS_PER_AGENT,
+};
 use super::node_loop::Event;
 use super::{LeaderView, MembershipView};
 use crate::core::session_rules::{
@@ -50,6 +53,8 @@ pub(crate) struct SessionContext {
     pub budgets: Mutex<HashMap<String, CallBudget>>,
     /// Open connections per certificate.
     pub connections: Mutex<ConnectionCounts>,
+    /// The agents' sessions, for reads of their tasks' sandbox files.
+    pub agent_files: AgentFiles,
 }
 
 impl SessionContext {
@@ -318,6 +323,14 @@ async fn serve_operator(mut session: Session, context: &SessionContext) {
             }
             continue;
         }
+        if let OperatorRequest::ReadTaskFile(read) = request {
+            let response = read_for_operator(context, read).await;
+            if let Err(error) = session.tx.send(&response).await {
+                tracing::debug!(peer = %session.peer, %error, "cannot answer the operator");
+                return;
+            }
+            continue;
+        }
         let (reply_tx, reply_rx) = oneshot::channel();
         let response = if context
             .events
@@ -380,6 +393,36 @@ async fn events_page(
             ErrorCode::Internal,
             format!("the events cannot be encoded: {error}"),
         )),
+    }
+}
+
+/// A sandbox file read for an operator's session, with the QUIC session's answers: a
+/// redirect from a follower, a typed error otherwise.
+async fn read_for_operator(
+    context: &SessionContext,
+    read: fullerene_proto::messages::TaskFileRead,
+) -> OperatorResponse {
+    match read_task_file(context, &Reader::Operator, read).await {
+        Ok((_, chunk)) => OperatorResponse::File(chunk),
+        Err(FileError::NotLeader) => {
+            OperatorResponse::Redirect(fullerene_proto::messages::Redirect {
+                leader: context.leader.borrow().leader.clone(),
+            })
+        }
+        Err(error) => {
+            let code = match &error {
+                FileError::UnknownFramework(_) => ErrorCode::UnknownFramework,
+                FileError::UnknownTask(_) => ErrorCode::UnknownTask,
+                FileError::NotOwner(..) => ErrorCode::Unauthorized,
+                FileError::NoSandbox(_) | FileError::Refused(_) => ErrorCode::InvalidRequest,
+                FileError::AgentGone(_)
+                | FileError::Busy(_)
+                | FileError::Timeout(_)
+                | FileError::ShuttingDown
+                | FileError::NotLeader => ErrorCode::Unavailable,
+            };
+            OperatorResponse::Error(WireError::new(code, error.to_string()))
+        }
     }
 }
 
@@ -476,6 +519,11 @@ async fn serve_agent(mut session: Session, remote: std::net::SocketAddr, context
     let id = new_session();
     let budget_key = session.peer.to_string();
     let (outbound, mut queue) = mpsc::channel(AGENT_QUEUE);
+    // Reads of the agent's sandbox files come straight to this task, not through the node
+    // loop (see `super::files`).
+    let (reads_tx, mut reads) = mpsc::channel(MAX_READS_PER_AGENT);
+    let mut in_flight = ReadsInFlight::default();
+    context.agent_files.opened(agent_id.clone(), id, reads_tx);
     let registered = context
         .events
         .send(Event::AgentRegister {
@@ -487,10 +535,18 @@ async fn serve_agent(mut session: Session, remote: std::net::SocketAddr, context
         })
         .await;
     if registered.is_err() {
+        context.agent_files.closed(&agent_id, id);
         return;
     }
     loop {
         tokio::select! {
+            Some(pending) = reads.recv() => {
+                if let Some(message) = in_flight.start(pending) {
+                    if !sent_in_time(&mut session, &message).await {
+                        break;
+                    }
+                }
+            }
             pushed = queue.recv() => {
                 let Some(message) = pushed else { break };
                 let ends = ends_agent_session(&message);
@@ -523,6 +579,10 @@ async fn serve_agent(mut session: Session, remote: std::net::SocketAddr, context
                     Ok(Some(AgentToMaster::UpdateResources { resources })) => {
                         Input::AgentResources(agent_id.clone(), resources)
                     }
+                    Ok(Some(AgentToMaster::FileRead(answer))) => {
+                        in_flight.answered(answer.request, answer.outcome);
+                        continue;
+                    }
                     Ok(Some(AgentToMaster::Register { .. })) => {
                         tracing::warn!(agent = %agent_id, "a second Register on one session; closing it");
                         session.rx.stop(StreamErrorCode::SessionRefused);
@@ -540,6 +600,7 @@ async fn serve_agent(mut session: Session, remote: std::net::SocketAddr, context
             }
         }
     }
+    context.agent_files.closed(&agent_id, id);
     let _ = session.tx.finish().await;
     let _ = context
         .events

@@ -372,7 +372,7 @@ mod tests {
             ..HttpLimits::default()
         };
         let handler = |_request: Request<Incoming>, _peer: Arc<ConnectionPeer>| async {
-            Response::new(ResponseBody::Left(http_body_util::Full::new(
+            Response::new(ResponseBody::Left(routes::full_body(
                 bytes::Bytes::from_static(b"ok\n"),
             )))
         };

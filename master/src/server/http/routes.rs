@@ -23,28 +23,54 @@
 //! | 307 | this master does not lead: `Location` is the same path on the leader's API |
 //! | 400 | a bad query, path parameter or body (the message names what is wrong), or a write the cluster refused |
 //! | 401 | no credentials, or a token that is unknown or expired (`WWW-Authenticate: Bearer`) |
-//! | 403 | a certificate of a role other than `operator`, a `read` token on a write, or a browser's write without `X-Fullerene-CSRF: 1` |
-//! | 404 | no such path |
+//! | 403 | a certificate of a role other than `operator` (a framework's on its own tasks' files excepted), a `read` token on a write, or a browser's write without `X-Fullerene-CSRF: 1` |
+//! | 404 | no such path; a task, framework, sandbox or file that is not there |
 //! | 405 | the path does not take this method (`Allow` lists those it takes) |
+//! | 410 | a task's sandbox file was removed by the agent's garbage collection |
 //! | 408 | the body did not arrive in time |
 //! | 413 | the body is too large |
 //! | 415 | a write's body is not `application/json` |
 //! | 503 | no leader, no view or no commit in time, or the outcome is unknown; retry; a probe failed |
 //!
+//! # Task files
+//!
+//! `GET /frameworks/{framework}/tasks/{task}/files/{name}?offset=N&length=N&follow=true&agent=ID`
+//! serves a file of the task's sandbox (`name`: `stdout` or `stderr`, or any other plain file
+//! name in it) as `application/octet-stream`, read from the task's agent through the leader
+//! (see [`crate::server::files`] for why and how it stays off the node loop). `offset` (0)
+//! and `length` (65536, also the most one read returns) choose the bytes; the answer's
+//! headers give the file's size ([`FILE_SIZE_HEADER`], `X-Fullerene-File-Size`), where the
+//! body starts ([`FILE_OFFSET_HEADER`], the offset clamped to the size) and whether the task
+//! had ended ([`TASK_ENDED_HEADER`]). With `follow=true` the body is streamed (chunked): the
+//! bytes from `offset` on, then new ones as they appear, asking the agent every
+//! [`FOLLOW_POLL`] (500 ms) while nothing new came, until the task has ended and the file is
+//! read to its end, the client goes away, or the connection's lifetime is up (a client then
+//! asks again from where it got to). `agent` names the agent for a task the master no longer
+//! tracks (ended and acknowledged). Operators with the `read` scope may read any task's
+//! files, and a framework's certificate its own frameworks' tasks' files.
+//!
 //! Every error is a JSON object `{"error": "..."}`, except a failed probe's answer, which is the
 //! same [`ProbeDocument`](fullerene_proto::http::ProbeDocument) as a passed one's.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use bytes::Bytes;
 use fullerene_proto::http::{
     job_views, AddMasterBody, AgentsDocument, ClusterDocument, DrainBody, ErrorDocument,
     FrameworksDocument, GroupWeightBody, GroupsDocument, JobsDocument, SessionDocument,
-    StateDocument, TasksDocument, ViewStamp, WriteDone,
+    StateDocument, TasksDocument, ViewStamp, WriteDone, FILE_OFFSET_HEADER, FILE_SIZE_HEADER,
+    TASK_ENDED_HEADER,
 };
 use fullerene_proto::ids::{AgentId, FrameworkId, MasterId, TaskId};
-use fullerene_proto::messages::{ErrorCode, OperatorRequest, OperatorResponse};
+use fullerene_proto::messages::{
+    ErrorCode, FileChunk, FileRefusal, OperatorRequest, OperatorResponse, TaskFileRead,
+    MAX_FILE_READ_BYTES,
+};
+use fullerene_transport::Role;
+use http_body_util::channel::Channel;
+use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::Incoming;
 use hyper::header::{
@@ -60,11 +86,22 @@ use super::events::{self, EventStreamBody};
 use super::probes::{self, Probe};
 use super::ui::{self, Asset};
 use super::{Api, ConnectionPeer, HttpLimits};
+use crate::server::files::{read_task_file, FileError, Reader};
 use crate::server::node_loop::Event;
 use crate::server::LeaderView;
 
-/// A response's body.
-pub(crate) type Body = Full<Bytes>;
+/// A response's body: whole, or streamed (a followed task file).
+pub(crate) type Body = UnsyncBoxBody<Bytes, std::convert::Infallible>;
+
+/// A whole body of `bytes`.
+pub(crate) fn full_body(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into()).boxed_unsync()
+}
+
+/// How long a followed task file waits before asking the agent again when nothing new came:
+/// a reader sees new lines within half a second, and a follower costs the agent at most two
+/// small reads a second.
+pub(crate) const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// What a connection answers with: a whole document, or an event stream.
 pub(crate) type ResponseBody = http_body_util::Either<Body, EventStreamBody>;
@@ -78,6 +115,9 @@ enum Access {
     Write,
     /// A `read` token or better, or nothing when `/metrics` is opened to scrapers.
     Metrics,
+    /// A `read` token or better, or a framework's certificate (whose principal must own the
+    /// framework named in the path, which the handler checks).
+    ReadOrOwner,
     /// Nothing: the liveness and readiness probes (see [`super::probes`] for why).
     Open,
 }
@@ -117,6 +157,8 @@ enum Action {
     Session,
     /// Clears the session cookie.
     Logout,
+    /// Serves a file of a task's sandbox, read from its agent.
+    TaskFile,
 }
 
 /// One endpoint.
@@ -131,7 +173,7 @@ struct Route {
 }
 
 /// Every endpoint of the API.
-static ROUTES: [Route; 24] = [
+static ROUTES: [Route; 25] = [
     Route {
         method: Method::GET,
         path: "/",
@@ -305,6 +347,13 @@ static ROUTES: [Route; 24] = [
         access: Access::Write,
         query: &[],
         action: Action::Write(Payload::Empty, teardown_framework),
+    },
+    Route {
+        method: Method::GET,
+        path: "/frameworks/{framework}/tasks/{task}/files/{name}",
+        access: Access::ReadOrOwner,
+        query: &["offset", "length", "follow", "agent"],
+        action: Action::TaskFile,
     },
 ];
 
@@ -523,7 +572,26 @@ async fn respond_whole(
         return Err(error);
     };
 
-    let (caller, by_cookie) = authorize(api, peer, route, &request)?;
+    let framework_reader = peer
+        .identity
+        .as_ref()
+        .filter(|identity| route.access == Access::ReadOrOwner && identity.role == Role::Framework);
+    // A framework's certificate may read its own tasks' files only: the handler checks the
+    // task's owner, everything else refuses it as authorize does.
+    let (reader, caller, by_cookie) = match framework_reader {
+        Some(identity) => (
+            Reader::Framework(identity.id.clone()),
+            Caller {
+                who: identity.to_string(),
+                scope: None,
+            },
+            false,
+        ),
+        None => {
+            let (caller, by_cookie) = authorize(api, peer, route, &request)?;
+            (Reader::Operator, caller, by_cookie)
+        }
+    };
     let query = query_params(request.uri().query(), route.query)?;
     let changes_state = matches!(route.action, Action::Write(..) | Action::Login);
     if changes_state && !ui::cross_site_safe(request.headers(), by_cookie) {
@@ -574,6 +642,14 @@ async fn respond_whole(
                     )),
                 },
             }
+        }
+        Action::TaskFile => {
+            let leader = api.sessions.leader.borrow().clone();
+            if !leader.is_self {
+                return Err(redirect(&leader, api.scheme, request.uri()));
+            }
+            tracing::debug!(who = %caller.who, path = %path, "task file read");
+            task_file(api, &reader, params, &query, request.uri()).await
         }
         Action::Metrics => Ok(metrics(api)),
         Action::Probe(probe) => Ok(probes::answer(api, probe).await),
@@ -696,7 +772,7 @@ fn authorize(
         }
     };
     let needed = match route.access {
-        Access::Read | Access::Metrics => Scope::Read,
+        Access::Read | Access::Metrics | Access::ReadOrOwner => Scope::Read,
         Access::Write => Scope::Write,
         Access::Open => return Ok((caller, by_cookie)),
     };
@@ -864,7 +940,7 @@ fn redirect(view: &LeaderView, scheme: &str, uri: &hyper::Uri) -> ApiError {
 fn metrics(api: &Api) -> Response<Body> {
     match &api.metrics {
         Some(handle) => {
-            let mut response = Response::new(Full::new(Bytes::from(handle.render())));
+            let mut response = Response::new(full_body(handle.render()));
             response.headers_mut().insert(
                 CONTENT_TYPE,
                 HeaderValue::from_static("text/plain; version=0.0.4"),
@@ -1210,7 +1286,7 @@ fn to_json<T: Serialize>(value: &T) -> Vec<u8> {
 }
 
 fn json_bytes(body: Bytes) -> Response<Body> {
-    let mut response = Response::new(Full::new(body));
+    let mut response = Response::new(full_body(body));
     response
         .headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -1222,4 +1298,135 @@ pub(super) fn json<T: Serialize>(status: StatusCode, value: &T) -> Response<Body
     let mut response = json_bytes(Bytes::from(to_json(value)));
     *response.status_mut() = status;
     response
+}
+
+/// `GET /frameworks/{framework}/tasks/{task}/files/{name}`: one chunk, or with `follow=true`
+/// a stream until the task has ended and the file is read to its end.
+async fn task_file(
+    api: &Api,
+    reader: &Reader,
+    params: &[&str],
+    query: &BTreeMap<String, String>,
+    uri: &hyper::Uri,
+) -> Result<Response<Body>, ApiError> {
+    let number = |name: &str, default: u64| -> Result<u64, ApiError> {
+        query.get(name).map_or(Ok(default), |text| {
+            text.parse().map_err(|_| {
+                ApiError::bad_request(format!(
+                    "`{name}` must be a whole number of bytes, not `{text}`"
+                ))
+            })
+        })
+    };
+    let follow = match query.get("follow").map(String::as_str) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "`follow` is `true` or `false`, not `{other}`"
+            )))
+        }
+    };
+    let read = TaskFileRead {
+        framework_id: FrameworkId(path_param(params, 0, "framework")?),
+        task_id: TaskId(path_param(params, 1, "task")?),
+        name: path_param(params, 2, "name")?,
+        offset: number("offset", 0)?,
+        length: number("length", MAX_FILE_READ_BYTES)?,
+        agent_id: query.get("agent").map(|agent| AgentId(agent.clone())),
+    };
+    let (agent, first) = read_task_file(&api.sessions, reader, read.clone())
+        .await
+        .map_err(|error| file_error(api, error, uri))?;
+    let mut response = if follow {
+        let read = TaskFileRead {
+            agent_id: Some(agent),
+            ..read
+        };
+        Response::new(follow_body(
+            Arc::clone(&api.sessions),
+            reader.clone(),
+            read,
+            first.clone(),
+        ))
+    } else {
+        Response::new(full_body(first.data.clone()))
+    };
+    let headers = response.headers_mut();
+    headers.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    headers.insert(FILE_SIZE_HEADER, HeaderValue::from(first.size));
+    headers.insert(FILE_OFFSET_HEADER, HeaderValue::from(first.offset));
+    headers.insert(
+        TASK_ENDED_HEADER,
+        HeaderValue::from_static(if first.task_ended { "true" } else { "false" }),
+    );
+    Ok(response)
+}
+
+/// The streamed body of a followed file: `first`'s bytes, then what the agent reads from
+/// where they end, every [`FOLLOW_POLL`] while nothing new comes, until the task has ended and
+/// the end is reached, a read fails, or the client goes away (the body is dropped).
+fn follow_body(
+    sessions: Arc<crate::server::sessions::SessionContext>,
+    reader: Reader,
+    mut read: TaskFileRead,
+    first: FileChunk,
+) -> Body {
+    let (mut sender, body) = Channel::<Bytes, std::convert::Infallible>::new(4);
+    tokio::spawn(async move {
+        let mut chunk = first;
+        read.length = MAX_FILE_READ_BYTES;
+        loop {
+            let got = chunk.data.len() as u64;
+            read.offset = chunk.offset + got;
+            let done = chunk.task_ended && read.offset >= chunk.size;
+            if got > 0 && sender.send_data(Bytes::from(chunk.data)).await.is_err() {
+                return;
+            }
+            if done {
+                return;
+            }
+            if got == 0 {
+                tokio::time::sleep(FOLLOW_POLL).await;
+            }
+            chunk = match read_task_file(&sessions, &reader, read.clone()).await {
+                Ok((_, chunk)) => chunk,
+                Err(error) => {
+                    tracing::warn!(%error, "a followed task file ended early");
+                    return;
+                }
+            };
+        }
+    });
+    body.boxed_unsync()
+}
+
+/// The HTTP answer to a failed task file read.
+fn file_error(api: &Api, error: FileError, uri: &hyper::Uri) -> ApiError {
+    let status = match &error {
+        FileError::NotLeader => {
+            let leader = api.sessions.leader.borrow().clone();
+            return redirect(&leader, api.scheme, uri);
+        }
+        FileError::NotOwner(..) => StatusCode::FORBIDDEN,
+        FileError::UnknownFramework(_) | FileError::UnknownTask(_) | FileError::NoSandbox(_) => {
+            StatusCode::NOT_FOUND
+        }
+        FileError::Refused(refusal) => match refusal {
+            FileRefusal::BadName(_) => StatusCode::BAD_REQUEST,
+            FileRefusal::NoSandbox | FileRefusal::NoSuchFile(_) | FileRefusal::NotAFile(_) => {
+                StatusCode::NOT_FOUND
+            }
+            FileRefusal::Collected => StatusCode::GONE,
+            FileRefusal::Busy | FileRefusal::Io(_) => StatusCode::SERVICE_UNAVAILABLE,
+        },
+        FileError::AgentGone(_)
+        | FileError::Busy(_)
+        | FileError::Timeout(_)
+        | FileError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    ApiError::new(status, error.to_string())
 }

@@ -51,7 +51,6 @@
 //! answers 404 says "not available on this master" instead of failing.
 
 use bytes::Bytes;
-use http_body_util::Full;
 use hyper::header::{
     HeaderValue, CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, COOKIE, REFERRER_POLICY,
     SET_COOKIE, X_CONTENT_TYPE_OPTIONS, X_FRAME_OPTIONS,
@@ -99,7 +98,9 @@ const CONTENT_POLICY: &str = "default-src 'none'; script-src 'self'; style-src '
 /// Serves `asset`, with headers that keep it from being framed, sniffed or cached stale.
 pub(crate) fn asset(asset: Asset) -> Response<Body> {
     let (text, content_type) = asset.content();
-    let mut response = Response::new(Full::new(Bytes::from_static(text.as_bytes())));
+    let mut response = Response::new(super::routes::full_body(Bytes::from_static(
+        text.as_bytes(),
+    )));
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
     // Revalidated every time: a new master binary serves a new page at once.
