@@ -486,10 +486,12 @@ function dagSvg(job) {
   }
   for (const st of job.stages) {
     const p = pos.get(st.stage);
-    const total = Object.values(st.tasks).reduce((a, b) => a + b, 0);
-    const done = st.tasks.Finished || st.tasks.finished || 0;
-    const failed = (st.tasks.Failed || 0) + (st.tasks.Lost || 0) + (st.tasks.Killed || 0);
-    const running = (st.tasks.Running || 0) + (st.tasks.Staging || 0);
+    // /jobs names states in lower case, tasks in view capitalised; /jobs also gives the size.
+    const n = (state) => (st.tasks[state] || 0) + (st.tasks[state.toLowerCase()] || 0);
+    const total = st.total || Object.values(st.tasks).reduce((a, b) => a + b, 0);
+    const done = n('Finished');
+    const failed = n('Failed') + n('Lost') + n('Killed');
+    const running = n('Running') + n('Staging');
     const cls = failed ? 'failed' : total && done === total ? 'done' : running ? 'running' : 'waiting';
     svg.append(s('g', { 'data-stage': st.stage },
       s('title', { text: `${st.name}: ${Object.entries(st.tasks).map(([k, n]) => `${n} ${k}`).join(', ')}` }),
