@@ -234,17 +234,22 @@ impl MasterCluster {
     /// and returns its JSON answer; fails the test, with its stderr and the cluster's logs,
     /// if the command fails.
     pub fn operator_cli(&self, args: &[&str]) -> serde_json::Value {
-        let output = self
-            .operator_command(&[&["--json"], args].concat())
-            .output()
-            .expect("run fullerene");
+        let output = self.operator_output(&[&["--json"], args].concat());
+        serde_json::from_str(&output).expect("JSON")
+    }
+
+    /// Runs an operator command (see [`MasterCluster::operator_command`]) to its end and
+    /// returns its standard output; fails the test, with its stderr and the cluster's logs, if
+    /// the command fails.
+    pub fn operator_output(&self, args: &[&str]) -> String {
+        let output = self.operator_command(args).output().expect("run fullerene");
         assert!(
             output.status.success(),
             "fullerene {args:?}: {}\n{}",
             String::from_utf8_lossy(&output.stderr),
             self.logs()
         );
-        serde_json::from_slice(&output.stdout).expect("JSON")
+        String::from_utf8_lossy(&output.stdout).into_owned()
     }
 
     /// The leader's document at `path` (HTTPS, operator certificate), asked of every running

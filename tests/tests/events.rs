@@ -17,21 +17,6 @@ use fullerene_tests::{demand, resources, sleep_task, MasterCluster, KILL_GRACE_M
 /// Generous: only a hang fails a test on a loaded machine.
 const WAIT: Duration = Duration::from_secs(30);
 
-/// Runs an operator command to its end; its standard output.
-fn operator_output(cluster: &MasterCluster, args: &[&str]) -> String {
-    let output = cluster
-        .operator_command(args)
-        .output()
-        .expect("run fullerene");
-    assert!(
-        output.status.success(),
-        "fullerene {args:?}: {}\n{}",
-        String::from_utf8_lossy(&output.stderr),
-        cluster.logs()
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
 /// A running `fullerene --json events --follow`, its lines read on a thread of their own.
 struct Follower {
     child: Child,
@@ -136,7 +121,7 @@ async fn events_are_followed_across_a_leader_kill_without_a_gap_and_finished_tas
     let started = Instant::now();
     let finished = loop {
         let listed: serde_json::Value =
-            serde_json::from_str(&operator_output(&cluster, &["--json", "tasks", "--all"]))
+            serde_json::from_str(&cluster.operator_output(&["--json", "tasks", "--all"]))
                 .expect("JSON");
         if let Some(task) = listed["finished"]
             .as_array()
@@ -157,7 +142,7 @@ async fn events_are_followed_across_a_leader_kill_without_a_gap_and_finished_tas
         finished["ended_at_ms"].as_u64() >= finished["launched_at_ms"].as_u64(),
         "{finished}"
     );
-    let table = operator_output(&cluster, &["tasks", "--all"]);
+    let table = cluster.operator_output(&["tasks", "--all"]);
     assert!(
         table.contains("short") && table.contains("FINISHED"),
         "{table}"
@@ -178,7 +163,7 @@ async fn events_are_followed_across_a_leader_kill_without_a_gap_and_finished_tas
     cluster.kill(leader);
     let new_leader = cluster.wait_for_leader(WAIT).expect("a new leader");
     assert_ne!(new_leader, leader, "only running masters are asked");
-    let answer = operator_output(&cluster, &["--json", "agent", "drain", "1"]);
+    let answer = cluster.operator_output(&["--json", "agent", "drain", "1"]);
     assert!(answer.contains("true"), "{answer}");
     follower.until(
         &cluster,
@@ -202,17 +187,14 @@ async fn events_are_followed_across_a_leader_kill_without_a_gap_and_finished_tas
     );
     let first = seqs[0];
     let last = *seqs.last().expect("events");
-    let text = operator_output(
-        &cluster,
-        &[
-            "--json",
-            "events",
-            "--since",
-            &(first - 1).to_string(),
-            "--limit",
-            "1000",
-        ],
-    );
+    let text = cluster.operator_output(&[
+        "--json",
+        "events",
+        "--since",
+        &(first - 1).to_string(),
+        "--limit",
+        "1000",
+    ]);
     let recorded: Vec<u64> = text
         .lines()
         .map(|line| serde_json::from_str::<EventRecord>(line).expect("an event line"))
