@@ -361,11 +361,13 @@ pub enum MasterExit {
 /// A request waiting for the node's answer.
 #[derive(Debug)]
 enum Pending {
-    /// A command or a membership change: answered `Done` once applied.
-    Write(RequestId),
-    /// An operator's teardown of a framework: answered like a write, and the framework's
-    /// session closed once applied.
-    Teardown(RequestId, FrameworkId),
+    /// An operator's command or membership change: answered `Done` once applied.
+    Write {
+        /// The request to answer.
+        request: RequestId,
+        /// For an operator's teardown, the framework whose session closes once it applies.
+        closes: Option<FrameworkId>,
+    },
     /// A linearizable read.
     Read(ReadQuery, RequestId),
     /// A command proposed for an agent (registration, status update).
@@ -759,9 +761,7 @@ impl<S: RaftStore> MasterCore<S> {
     /// Answers what waits on `token` with an operator response.
     fn answer_token(&mut self, token: Token, response: OperatorResponse) {
         match self.pending.remove(&token) {
-            Some(
-                Pending::Write(request) | Pending::Read(_, request) | Pending::Teardown(request, _),
-            ) => {
+            Some(Pending::Write { request, .. } | Pending::Read(_, request)) => {
                 self.answer(request, response);
             }
             Some(Pending::Promotion(learner)) => {
@@ -782,21 +782,23 @@ impl<S: RaftStore> MasterCore<S> {
             return;
         };
         match pending {
-            Pending::Write(request) | Pending::Read(_, request) => {
+            Pending::Write { request, closes } => {
+                if let Some(framework_id) = closes {
+                    let applied = matches!(settled, Settled::Applied(_));
+                    if applied {
+                        tracing::info!(framework = %framework_id, "framework torn down by an operator");
+                    }
+                    self.frameworks.teardown_settled(
+                        &framework_id,
+                        applied,
+                        teardown_notice(TeardownCause::Operator),
+                        &mut self.out,
+                    );
+                }
                 let response = self.write_response(&settled);
                 self.answer(request, response);
             }
-            Pending::Teardown(request, framework_id) => {
-                let applied = matches!(settled, Settled::Applied(_));
-                if applied {
-                    tracing::info!(framework = %framework_id, "framework torn down by an operator");
-                }
-                self.frameworks.teardown_settled(
-                    &framework_id,
-                    applied,
-                    teardown_notice(TeardownCause::Operator),
-                    &mut self.out,
-                );
+            Pending::Read(_, request) => {
                 let response = self.write_response(&settled);
                 self.answer(request, response);
             }
@@ -974,7 +976,7 @@ impl<S: RaftStore> MasterCore<S> {
         pending.sort_by_key(|(token, _)| token.0);
         for (_, pending) in pending {
             match pending {
-                Pending::Write(request) | Pending::Teardown(request, _) => self.answer(
+                Pending::Write { request, .. } => self.answer(
                     request,
                     OperatorResponse::Error(WireError::new(ErrorCode::OutcomeUnknown, why)),
                 ),

@@ -62,41 +62,23 @@ pub(super) enum ReadQuery {
 
 impl<S: RaftStore> MasterCore<S> {
     /// Proposes an operator's write, answered `Done` once applied (or with the reason it
-    /// could not be proposed).
+    /// could not be proposed). With `closes`, an operator's teardown: once applied, that
+    /// framework's session here is closed too, as for a teardown the leader decides itself.
     fn propose_write(
         &mut self,
         command: &Command,
         token: crate::raft_node::Token,
-        request_id: RequestId,
-    ) {
-        match self.node.propose(command, token) {
-            Ok(()) => {
-                self.pending.insert(token, Pending::Write(request_id));
-            }
-            Err(error) => {
-                let response = self.propose_error_response(&error);
-                self.answer(request_id, response);
-            }
-        }
-    }
-
-    /// Proposes an operator's teardown of `framework_id`: once applied, the framework's
-    /// session here is closed too, as for a teardown the leader decides itself.
-    fn propose_teardown(
-        &mut self,
-        command: &Command,
-        framework_id: FrameworkId,
-        token: crate::raft_node::Token,
-        request_id: RequestId,
+        request: RequestId,
+        closes: Option<FrameworkId>,
     ) {
         match self.node.propose(command, token) {
             Ok(()) => {
                 self.pending
-                    .insert(token, Pending::Teardown(request_id, framework_id));
+                    .insert(token, Pending::Write { request, closes });
             }
             Err(error) => {
                 let response = self.propose_error_response(&error);
-                self.answer(request_id, response);
+                self.answer(request, response);
             }
         }
     }
@@ -148,16 +130,16 @@ impl<S: RaftStore> MasterCore<S> {
             }
             OperatorRequest::SetGroupWeight { group, weight } => {
                 let command = Command::SetGroupWeight { group, weight };
-                return self.propose_write(&command, token, request_id);
+                return self.propose_write(&command, token, request_id, None);
             }
             OperatorRequest::SetGroup(placement) => {
-                return self.propose_write(&Command::SetGroup(placement), token, request_id);
+                return self.propose_write(&Command::SetGroup(placement), token, request_id, None);
             }
             OperatorRequest::RemoveGroup(removal) => {
-                return self.propose_write(&Command::RemoveGroup(removal), token, request_id);
+                return self.propose_write(&Command::RemoveGroup(removal), token, request_id, None);
             }
             OperatorRequest::SetQuotas(quotas) => {
-                return self.propose_write(&Command::SetQuotas(quotas), token, request_id);
+                return self.propose_write(&Command::SetQuotas(quotas), token, request_id, None);
             }
             OperatorRequest::AddMaster { id, addr } => {
                 if id.0 == 0 {
@@ -195,10 +177,15 @@ impl<S: RaftStore> MasterCore<S> {
                     deadline_ms: deadline_after_ms.map(|after| at_ms.saturating_add(after)),
                     at_ms,
                 };
-                return self.propose_write(&command, token, request_id);
+                return self.propose_write(&command, token, request_id, None);
             }
             OperatorRequest::UndrainAgent { agent_id } => {
-                return self.propose_write(&Command::UndrainAgent { agent_id }, token, request_id);
+                return self.propose_write(
+                    &Command::UndrainAgent { agent_id },
+                    token,
+                    request_id,
+                    None,
+                );
             }
             OperatorRequest::KillTask {
                 framework_id,
@@ -208,7 +195,7 @@ impl<S: RaftStore> MasterCore<S> {
                     tasks: vec![TaskKey::new(framework_id, task_id)],
                     at_ms: now.wall_ms(),
                 };
-                return self.propose_write(&command, token, request_id);
+                return self.propose_write(&command, token, request_id, None);
             }
             OperatorRequest::TeardownFramework { framework_id } => {
                 let command = Command::TeardownFramework {
@@ -217,7 +204,7 @@ impl<S: RaftStore> MasterCore<S> {
                     cause: TeardownCause::Operator,
                     at_ms: now.wall_ms(),
                 };
-                return self.propose_teardown(&command, framework_id, token, request_id);
+                return self.propose_write(&command, token, request_id, Some(framework_id));
             }
             OperatorRequest::RemoveMaster { id } => {
                 let membership = self.node.membership();
@@ -246,7 +233,13 @@ impl<S: RaftStore> MasterCore<S> {
         let token = self.token();
         match self.node.propose_conf_change(change, token) {
             Ok(()) => {
-                self.pending.insert(token, Pending::Write(request_id));
+                self.pending.insert(
+                    token,
+                    Pending::Write {
+                        request: request_id,
+                        closes: None,
+                    },
+                );
             }
             Err(error) => {
                 let response = self.propose_error_response(&error);
