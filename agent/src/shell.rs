@@ -173,7 +173,7 @@ impl AgentConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
     /// No master address was given.
-    #[error("no master addresses: pass --masters ADDR,...")]
+    #[error("no master addresses: pass --master-addrs ADDR,...")]
     NoMasters,
     /// The certificate is not an agent's.
     #[error("the certificate names {0}, not an agent (role `agent`); use an agent-<n> certificate from `fullerene certs init`")]

@@ -306,7 +306,7 @@ impl LocalMasters {
             .arg(peers.join(","))
             .arg("--data-dir")
             .arg(self.data_dir(id))
-            .arg("--certs")
+            .arg("--certs-dir")
             .arg(self.certs_dir());
         if let Some(http) = self.http_addrs.get(&id) {
             command
@@ -463,11 +463,11 @@ impl LocalMasters {
             .arg("agent")
             .arg("--id")
             .arg(n.to_string())
-            .arg("--masters")
+            .arg("--master-addrs")
             .arg(masters.join(","))
             .arg("--work-dir")
             .arg(self.agent_work_dir(n))
-            .arg("--certs")
+            .arg("--certs-dir")
             .arg(self.certs_dir())
             .args(extra);
         command

@@ -2,6 +2,7 @@
 
 mod commands;
 mod config;
+mod naming;
 mod output;
 
 use std::ffi::OsString;
@@ -79,8 +80,8 @@ enum Commands {
     /// re-attaches to processes still running and re-registers with the same id (the one in its
     /// certificate). Stopping the agent (SIGTERM, ctrl-c) leaves its tasks running.
     ///
-    /// Example: `fullerene agent --masters 127.0.0.1:5051,127.0.0.1:5052 --work-dir data/a1
-    /// --certs certs --id 1 --resources disk_mbps=1000,net_mbps=10000 --attributes rack=r1`
+    /// Example: `fullerene agent --master-addrs 127.0.0.1:5051,127.0.0.1:5052 --work-dir data/a1
+    /// --certs-dir certs --id 1 --resources disk_mbps=1000,net_mbps=10000 --attributes rack=r1`
     ///
     /// Operators drain an agent for maintenance with `fullerene agent drain` (and `undrain`).
     Agent(commands::agent::AgentCommand),
@@ -438,7 +439,7 @@ mod tests {
                 good,
                 "certs",
                 "init",
-                "--dir",
+                "--certs-dir",
                 "d",
             ]);
             assert_eq!(cli.log_level, good);
@@ -456,7 +457,7 @@ mod tests {
 
     #[test]
     fn json_flag_takes_a_file_only_when_one_is_given() {
-        let cli = parse(&["fullerene", "--json", "certs", "init", "--dir", "d"]);
+        let cli = parse(&["fullerene", "--json", "certs", "init", "--certs-dir", "d"]);
         assert!(matches!(
             JsonOutput::from_flag(cli.json),
             JsonOutput::Stdout
@@ -465,7 +466,7 @@ mod tests {
             "fullerene",
             "certs",
             "init",
-            "--dir",
+            "--certs-dir",
             "d",
             "--json",
             "out.json",

@@ -31,7 +31,7 @@ fn certs_init_writes_certificates_the_transport_loads() {
     let out = run(&[
         "certs",
         "init",
-        "--dir",
+        "--certs-dir",
         d,
         "--masters",
         "3",
@@ -58,7 +58,7 @@ fn certs_init_writes_certificates_the_transport_loads() {
     assert_eq!(master.identity().role, Role::Master);
 
     // A second init refuses to replace the CA, and says how to.
-    let again = run(&["certs", "init", "--dir", d]);
+    let again = run(&["certs", "init", "--certs-dir", d]);
     assert!(!again.status.success());
     assert!(
         stderr(&again).contains("already exists"),
@@ -78,8 +78,9 @@ fn a_negative_time_scale_and_a_level_that_is_no_level_are_refused_by_name() {
     let out = run(&[
         "job",
         "run",
+        "--workload",
         "w.jsonl",
-        "--masters",
+        "--master-addrs",
         "127.0.0.1:1",
         "--time-scale",
         "-1",
@@ -117,7 +118,7 @@ fn bad_flags_and_inputs_get_clear_errors() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("--machines"), "{}", stderr(&out));
 
-    let out = run(&["sim", "--machine", "cpus=4,fpgas=1"]);
+    let out = run(&["sim", "--machine-resources", "cpus=4,fpgas=1"]);
     assert!(!out.status.success());
     assert!(stderr(&out).contains("fpgas"), "{}", stderr(&out));
 
@@ -169,7 +170,7 @@ fn config_file_supplies_flags_and_rejects_unknown_keys() {
     std::fs::write(
         &config,
         format!(
-            "[certs.init]\ndir = {:?}\nmasters = 1\nagents = 0\nframeworks = 0\noperators = 0\n",
+            "[certs.init]\ncerts_dir = {:?}\nmasters = 1\nagents = 0\nframeworks = 0\noperators = 0\n",
             certs
         ),
     )
@@ -192,7 +193,7 @@ fn config_file_supplies_flags_and_rejects_unknown_keys() {
         config.to_str().unwrap(),
         "certs",
         "init",
-        "--dir",
+        "--certs-dir",
         "y",
     ]);
     assert!(!out.status.success());
@@ -286,7 +287,7 @@ fn sim_compares_policies_on_identical_arrivals() {
 #[test]
 fn masters_and_agents_refuse_the_same_bad_allowances_with_the_same_words() {
     for bad in ["-0.5", "inf", "lots"] {
-        let master = run(&["master", &format!("--overbooking-allowance={bad}")]);
+        let master = run(&["master", &format!("--overbook-allowance={bad}")]);
         let agent = run(&["agent", &format!("--overbook-allowance={bad}")]);
         assert!(
             !master.status.success() && !agent.status.success(),
@@ -371,7 +372,7 @@ fn a_master_logs_its_start_at_the_default_level_without_colors() {
     let certs = dir.path().join("certs");
     let data = dir.path().join("data");
     let (certs, data) = (certs.to_str().unwrap(), data.to_str().unwrap());
-    let init = run(&["certs", "init", "--dir", certs]);
+    let init = run(&["certs", "init", "--certs-dir", certs]);
     assert!(init.status.success(), "{}", stderr(&init));
     let out = run(&[
         "master",
@@ -383,7 +384,7 @@ fn a_master_logs_its_start_at_the_default_level_without_colors() {
         "1=127.0.0.1:0",
         "--data-dir",
         data,
-        "--certs",
+        "--certs-dir",
         certs,
     ]);
     assert!(!out.status.success());

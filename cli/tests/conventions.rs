@@ -171,8 +171,12 @@ fn job_run_refuses_arrivals_it_cannot_replay() {
     )
     .expect("write the workload");
     let file = file.to_str().expect("UTF-8");
-    let masters = ["--masters", "127.0.0.1:9"];
-    let out = run(&[&["job", "run", file, "--arrivals", "trace"], &masters[..]].concat());
+    let masters = ["--master-addrs", "127.0.0.1:9"];
+    let out = run(&[
+        &["job", "run", "--workload", file, "--arrivals", "trace"],
+        &masters[..],
+    ]
+    .concat());
     assert!(!out.status.success());
     assert!(
         stderr(&out).contains("--arrivals trace")
@@ -181,7 +185,7 @@ fn job_run_refuses_arrivals_it_cannot_replay() {
         stderr(&out)
     );
     let out = run(&[
-        &["job", "run", file, "--arrivals", "poisson:-3"],
+        &["job", "run", "--workload", file, "--arrivals", "poisson:-3"],
         &masters[..],
     ]
     .concat());
@@ -190,7 +194,7 @@ fn job_run_refuses_arrivals_it_cannot_replay() {
     let state_dir = dir.path().join("state");
     let state_dir = state_dir.to_str().expect("UTF-8");
     let out = run(&[
-        &["job", "run", file, "--arrivals", "poisson:5"],
+        &["job", "run", "--workload", file, "--arrivals", "poisson:5"],
         &masters[..],
         &["--state-dir", state_dir],
     ]

@@ -275,7 +275,7 @@ impl fmt::Debug for ResourceVec {
 }
 
 impl fmt::Display for ResourceVec {
-    /// `cpus=16,mem_mib=65536,...`, the same syntax `--resources` and `--machine` accept.
+    /// `cpus=16,mem_mib=65536,...`, the same syntax `--resources` and `--machine-resources` accept.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut first = true;
         for kind in ResourceKind::ALL {

@@ -11,7 +11,7 @@ use crate::resources::{ResourceKind, ResourceVec, Resources};
 /// 1,000 MB/s of disk and 10,000 Mbit/s of network.
 pub const REFERENCE_MACHINE: &str = "cpus=16,mem_mib=65536,disk_mbps=1000,net_mbps=10000";
 
-/// A resource vector from `kind=amount` text, as in `--machine` (panics on invalid text: a
+/// A resource vector from `kind=amount` text, as in `--machine-resources` (panics on invalid text: a
 /// test's input is a constant).
 ///
 /// # Panics

@@ -79,7 +79,9 @@ fn parse_args() -> Result<Args, String> {
         match flag.as_str() {
             "--workload" => args.workload = PathBuf::from(value),
             "--machines" => args.config.machines = number(&value)? as usize,
-            "--machine" => args.config.machine = value.parse().map_err(|e| format!("{e}"))?,
+            "--machine-resources" => {
+                args.config.machine = value.parse().map_err(|e| format!("{e}"))?;
+            }
             "--jobs" => args.config.jobs = Some(number(&value)? as usize),
             "--job-order" => args.config.job_order = value.parse().map_err(|e| format!("{e}"))?,
             "--groups" => args.config.groups = Some(number(&value)? as usize),

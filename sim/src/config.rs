@@ -20,7 +20,7 @@ pub const REFERENCE_MACHINE: &str = "cpus=16,mem_mib=65536,disk_mbps=1000,net_mb
 pub struct SimConfig {
     /// Number of machines (`--machines`).
     pub machines: usize,
-    /// Every machine's capacity (`--machine`).
+    /// Every machine's capacity (`--machine-resources`).
     pub machine: ResourceVec,
     /// How jobs arrive (`--arrivals`).
     pub arrivals: ArrivalSpec,

@@ -40,9 +40,9 @@ pub enum SimError {
         stage: u32,
         /// The stage's name.
         stage_name: String,
-        /// One task's demand, in `--machine` syntax.
+        /// One task's demand, in `--machine-resources` syntax.
         demand: String,
-        /// The machines' capacities, in `--machine` syntax (several separated by `; `).
+        /// The machines' capacities, in `--machine-resources` syntax (several separated by `; `).
         machine: String,
     },
     /// Graphene's offline planner failed on a job.

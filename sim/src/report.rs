@@ -50,7 +50,7 @@ pub struct Ratios {
 pub struct Scenario {
     /// Number of machines.
     pub machines: usize,
-    /// One machine's capacity, in `--machine` syntax.
+    /// One machine's capacity, in `--machine-resources` syntax.
     pub machine: String,
     /// The arrival spec, in `--arrivals` syntax.
     pub arrivals: String,

@@ -446,7 +446,7 @@ pub fn render_seed_table(study: &SeedStudy) -> String {
 /// `fullerene sim --sweep-machines`): fewer machines, more load.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LoadSweep {
-    /// One machine's capacity, in `--machine` syntax.
+    /// One machine's capacity, in `--machine-resources` syntax.
     pub machine: String,
     /// The seeds every point ran.
     pub seeds: Vec<u64>,

@@ -122,15 +122,15 @@ impl MasterCluster {
         self.0.logs(40)
     }
 
-    /// `fullerene <args> --masters <every master> --certs <dir>`: an operator's command.
+    /// `fullerene <args> --master-addrs <every master> --certs-dir <dir>`: an operator's command.
     pub fn operator_command(&self, args: &[&str]) -> Command {
         let masters: Vec<String> = self.0.addrs.values().map(ToString::to_string).collect();
         let mut command = Command::new(fullerene_binary());
         command
             .args(args)
-            .arg("--masters")
+            .arg("--master-addrs")
             .arg(masters.join(","))
-            .arg("--certs")
+            .arg("--certs-dir")
             .arg(self.0.certs_dir());
         command
     }
@@ -230,7 +230,7 @@ impl MasterCluster {
         self.http_get("/state")
     }
 
-    /// Runs `fullerene --json ARGS --masters (all) --certs (the cluster's)` as the operator
+    /// Runs `fullerene --json ARGS --master-addrs (all) --certs-dir (the cluster's)` as the operator
     /// and returns its JSON answer; fails the test, with its stderr and the cluster's logs,
     /// if the command fails.
     pub fn operator_cli(&self, args: &[&str]) -> serde_json::Value {
@@ -347,13 +347,18 @@ impl MasterCluster {
         let masters: Vec<String> = self.0.addrs.values().map(ToString::to_string).collect();
         let mut command = Command::new(fullerene_binary());
         command
-            .args(["job", "run"])
+            .args(["job", "run", "--workload"])
             .arg(file)
-            .arg("--masters")
+            .arg("--master-addrs")
             .arg(masters.join(","))
-            .arg("--certs")
+            .arg("--certs-dir")
             .arg(self.0.certs_dir())
-            .args(["--framework", "1", "--time-scale", &time_scale.to_string()]);
+            .args([
+                "--framework-cert",
+                "1",
+                "--time-scale",
+                &time_scale.to_string(),
+            ]);
         command
     }
 }

@@ -70,9 +70,9 @@ async fn an_agent_registers_is_declared_lost_when_silent_and_comes_back_with_its
 
     // The operator's view: `fullerene agents --json`.
     let output = std::process::Command::new(fullerene_tests::fullerene_binary())
-        .args(["--json", "agents", "--masters"])
+        .args(["--json", "agents", "--master-addrs"])
         .arg(cluster.addrs[&1].to_string())
-        .arg("--certs")
+        .arg("--certs-dir")
         .arg(cluster.certs_dir())
         .output()
         .expect("run fullerene agents");
@@ -146,11 +146,18 @@ async fn an_agent_with_a_foreign_certificate_is_refused() {
     .expect("a second CA");
     let mut command = std::process::Command::new(fullerene_tests::fullerene_binary());
     command
-        .args(["--log-level", "info", "agent", "--id", "1", "--masters"])
+        .args([
+            "--log-level",
+            "info",
+            "agent",
+            "--id",
+            "1",
+            "--master-addrs",
+        ])
         .arg(cluster.addrs[&1].to_string())
         .arg("--work-dir")
         .arg(cluster.dir().join("foreign-agent-work"))
-        .arg("--certs")
+        .arg("--certs-dir")
         .arg(&foreign)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())

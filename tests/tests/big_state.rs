@@ -181,9 +181,9 @@ async fn a_state_past_64_mib_is_snapshotted_sent_to_a_new_master_and_restored() 
         4,
         AGENTS,
         &[
-            "--snapshot-interval",
+            "--snapshot-interval-entries",
             "200",
-            "--log-retention",
+            "--log-retention-entries",
             "100",
             "--election-ticks",
             "40",

@@ -19,7 +19,7 @@ use fullerene_transport::{Client, Connection, Session, TransportConfig};
 
 const WAIT: Duration = Duration::from_secs(20);
 
-/// Runs `fullerene <args> --masters <leader> --certs <dir>` and returns its output.
+/// Runs `fullerene <args> --master-addrs <leader> --certs-dir <dir>` and returns its output.
 fn cli(cluster: &MasterCluster, args: &[&str]) -> Output {
     let masters = cluster
         .addrs
@@ -29,9 +29,9 @@ fn cli(cluster: &MasterCluster, args: &[&str]) -> Output {
         .join(",");
     std::process::Command::new(fullerene_binary())
         .args(args)
-        .arg("--masters")
+        .arg("--master-addrs")
         .arg(masters)
-        .arg("--certs")
+        .arg("--certs-dir")
         .arg(cluster.certs_dir())
         .output()
         .expect("run fullerene")

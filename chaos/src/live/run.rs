@@ -476,13 +476,14 @@ impl<'a> Live<'a> {
                 "--json",
                 "job",
                 "run",
+                "--workload",
             ])
             .arg(&file)
-            .arg("--masters")
+            .arg("--master-addrs")
             .arg(masters.join(","))
-            .arg("--certs")
+            .arg("--certs-dir")
             .arg(self.cluster.certs_dir())
-            .arg("--framework")
+            .arg("--framework-cert")
             .arg(certificate.to_string())
             .arg("--command")
             .arg("sleep {duration_s}")

@@ -40,13 +40,15 @@ pub(crate) struct AgentCommand {
 /// Flags of `fullerene agent` (all of them also under `[agent]` in the config file).
 #[derive(Args, Debug)]
 pub(crate) struct AgentArgs {
-    /// The masters, any of them (followers redirect to the leader): `ADDR,ADDR,...`. The agent
+    /// The masters, any of them (followers redirect to the leader): `HOST:PORT,...` (names or addresses). The agent
     /// tries them in turn, with exponential backoff and jitter, until one registers it.
     #[arg(
-        long,
-        env = "FULLERENE_AGENT_MASTERS",
-        value_name = "ADDR,...",
+        long = "master-addrs",
+        short = 'm',
+        env = "FULLERENE_MASTER_ADDRS",
+        value_name = "HOST:PORT,...",
         value_delimiter = ',',
+        value_parser = crate::commands::parse_host_port,
         required = true
     )]
     pub masters: Vec<SocketAddr>,
@@ -61,13 +63,13 @@ pub(crate) struct AgentArgs {
         required = true
     )]
     pub work_dir: Option<PathBuf>,
-    /// This agent's number: with `--certs`, its certificate is `agent-<ID>.pem`. The agent's id
+    /// This agent's number: with `--certs-dir`, its certificate is `agent-<ID>.pem`. The agent's id
     /// (`agent-<ID>`) comes from the certificate, so it stays the same across restarts.
     #[arg(long, env = "FULLERENE_AGENT_ID", value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub id: Option<u64>,
     /// Directory laid out by `fullerene certs init`: `ca.pem`, `agent-<ID>.pem`,
     /// `agent-<ID>-key.pem`. Overridden file by file by `--ca`, `--cert`, `--key`.
-    #[arg(long, env = "FULLERENE_CERTS_DIR", value_name = "DIR")]
+    #[arg(long = "certs-dir", env = "FULLERENE_CERTS_DIR", value_name = "DIR")]
     pub certs: Option<PathBuf>,
     /// The cluster CA certificate.
     #[arg(long, value_name = "FILE")]
@@ -81,7 +83,7 @@ pub(crate) struct AgentArgs {
     /// Resources to offer, overriding what is detected (cores and memory are detected; disk and
     /// network bandwidth and GPUs are 0 unless given):
     /// `cpus=16,mem_mib=65536,disk_mbps=1000,net_mbps=10000,gpus=0`.
-    #[arg(long, env = "FULLERENE_AGENT_RESOURCES", value_name = "NAME=AMOUNT,...", value_parser = parse_resources)]
+    #[arg(long, env = "FULLERENE_AGENT_RESOURCES", value_name = "KIND=AMOUNT,...", value_parser = parse_resources)]
     pub resources: Option<ResourceOverrides>,
     /// Placement attributes reported to the master: `rack=r1,zone=z1`.
     #[arg(long, env = "FULLERENE_AGENT_ATTRIBUTES", value_name = "KEY=VALUE,...", value_parser = parse_attributes)]
@@ -98,7 +100,7 @@ pub(crate) struct AgentArgs {
     pub listen: Option<SocketAddr>,
     /// Serve Prometheus metrics (`GET /metrics`) on this address: tasks running, launches,
     /// status-update backlog, reconnects, whether limits are enforced.
-    #[arg(long, env = "FULLERENE_METRICS_LISTEN", value_name = "ADDR")]
+    #[arg(long, env = "FULLERENE_AGENT_METRICS_LISTEN", value_name = "ADDR")]
     pub metrics_listen: Option<SocketAddr>,
     /// Where to look for a cgroup v2 hierarchy to enforce task limits (cpu.max, memory.max).
     /// Without a writable one with the cpu and memory controllers, limits are not enforced and
@@ -121,13 +123,13 @@ pub(crate) struct AgentArgs {
     pub require_isolation: bool,
     /// How far disk and network bandwidth may be overbooked, as a fraction of the total (keep
     /// it equal to the masters' allowance).
-    #[arg(long, default_value_t = fullerene_scheduling::DEFAULT_OVERBOOK_ALLOWANCE, value_parser = parse_allowance)]
+    #[arg(long, value_name = "FRACTION", default_value_t = fullerene_scheduling::DEFAULT_OVERBOOK_ALLOWANCE, value_parser = parse_allowance)]
     pub overbook_allowance: f64,
     /// The longest delay between two attempts to reach a master, in milliseconds.
-    #[arg(long, default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub backoff_max_ms: u64,
     /// Status updates unacknowledged this long within a session are sent again, in milliseconds.
-    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub status_retry_ms: u64,
     /// How long the sandbox of an ended task (its stdout, stderr and other files) is kept after
     /// the task's last write, in seconds; then the garbage collection removes it.
@@ -239,7 +241,7 @@ impl AgentArgs {
             // Explicit files: the number only names layout files, which are not used.
             (None, Some(_), Some(_)) => 0,
             (None, _, _) => bail!(
-                "pass --id N to use agent-<N>.pem from --certs, or --cert FILE and --key FILE"
+                "pass --id N to use agent-<N>.pem from --certs-dir, or --cert FILE and --key FILE"
             ),
         };
         let (ca, cert, key) = tls_paths(
@@ -368,7 +370,7 @@ mod tests {
     #[test]
     fn flags_give_the_agent_its_configuration() {
         let args = parse(&[
-            "--masters",
+            "--master-addrs",
             "127.0.0.1:5051,127.0.0.1:5052",
             "--work-dir",
             "/var/lib/fullerene",
@@ -405,7 +407,7 @@ mod tests {
 
     #[test]
     fn bad_values_are_refused_naming_them() {
-        let base = ["--masters", "127.0.0.1:5051", "--work-dir", "w"];
+        let base = ["--master-addrs", "127.0.0.1:5051", "--work-dir", "w"];
         let with = |extra: &[&str]| {
             let mut words = base.to_vec();
             words.extend_from_slice(extra);
@@ -423,10 +425,28 @@ mod tests {
             .expect_err("bad attr")
             .to_string();
         assert!(error.contains("`rack` is not KEY=VALUE"), "{error}");
-        let error = parse(&["--masters", "nowhere", "--work-dir", "w"])
+        let error = parse(&["--master-addrs", "nowhere", "--work-dir", "w"])
             .expect_err("bad address")
             .to_string();
-        assert!(error.contains("nowhere"), "{error}");
+        assert!(
+            error.contains("nowhere") && error.contains("HOST:PORT"),
+            "{error}"
+        );
+        // Host names resolve (once, at start), as addresses do.
+        let named = parse(&["-m", "localhost:5051,127.0.0.2:5052", "--work-dir", "w"])
+            .expect("a host name parses");
+        assert_eq!(named.masters[0].port(), 5051);
+        assert!(named.masters[0].ip().is_loopback(), "{:?}", named.masters);
+        assert_eq!(named.masters[1], "127.0.0.2:5052".parse().expect("addr"));
+        let error = parse(&[
+            "--master-addrs",
+            "no-such-host.invalid:5051",
+            "--work-dir",
+            "w",
+        ])
+        .expect_err("an unknown name")
+        .to_string();
+        assert!(error.contains("no-such-host.invalid:5051"), "{error}");
         let args = with(&["--executors", "docker"]).expect("parses");
         let error = args.config().expect_err("unknown executor").to_string();
         assert!(error.contains("unknown executor `docker`"), "{error}");
@@ -441,7 +461,7 @@ mod tests {
         let file = tempfile::NamedTempFile::new().expect("file");
         std::fs::write(
             file.path(),
-            "[agent]\nmasters = [\"127.0.0.1:5051\", \"127.0.0.1:5052\"]\nwork_dir = \"/tmp/w\"\nresources = \"cpus=3\"\nattributes = \"rack=r9\"\n",
+            "[agent]\nmaster_addrs = [\"127.0.0.1:5051\", \"127.0.0.1:5052\"]\nwork_dir = \"/tmp/w\"\nresources = \"cpus=3\"\nattributes = \"rack=r9\"\n",
         )
         .expect("write");
         let argv: Vec<OsString> = ["fullerene", "agent", "--resources", "cpus=5"]

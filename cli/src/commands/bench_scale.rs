@@ -21,10 +21,10 @@ use crate::output::{table, JsonOutput};
 pub(crate) struct AgentQuicArgs {
     /// The agents' QUIC keep-alive, in milliseconds (the transport's default is 100: ten
     /// packets a second each way per idle agent).
-    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "MS", default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub agent_keep_alive_ms: u64,
     /// The agents' QUIC idle timeout, in milliseconds (default 500 in the transport).
-    #[arg(long, default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(2..))]
+    #[arg(long, value_name = "MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(2..))]
     pub agent_idle_timeout_ms: u64,
 }
 
@@ -46,44 +46,44 @@ impl AgentQuicArgs {
 #[derive(Args, Debug)]
 pub(crate) struct LaunchBenchArgs {
     /// Masters in the group.
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=7))]
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=7))]
     pub masters: u64,
     /// Agent shells, all in this process (each with its certificate, checkpoint and QUIC
     /// connection).
-    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    #[arg(long, value_name = "N", default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub agents: u64,
     /// What each agent offers.
     #[arg(
         long,
         default_value = "cpus=8,mem_mib=8192",
-        value_name = "NAME=AMOUNT,..."
+        value_name = "KIND=AMOUNT,..."
     )]
     pub agent_resources: ResourceVec,
     /// Worker threads of the agents' runtime (a checkpoint fsync blocks one).
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=256))]
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=256))]
     pub agent_threads: u64,
     /// Where the agents' work directories (checkpoints) go; a tmpfs such as /dev/shm takes
     /// their fsyncs out of the figure (default: the cluster's directory).
     #[arg(long, value_name = "DIR")]
     pub agent_work_root: Option<PathBuf>,
     /// Frameworks (SDK drivers, a certificate each), all in this process.
-    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    #[arg(long, value_name = "N", default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub frameworks: u64,
     /// What each task needs.
     #[arg(
         long,
         default_value = "cpus=0.1,mem_mib=32",
-        value_name = "NAME=AMOUNT,..."
+        value_name = "KIND=AMOUNT,..."
     )]
-    pub task: ResourceVec,
+    pub task_resources: ResourceVec,
     /// How long each task sleeps, in milliseconds.
-    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "MS", default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub task_ms: u64,
     /// Seconds of load before measuring.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, value_name = "SECS", default_value_t = 10)]
     pub warmup_secs: u64,
     /// Seconds measured.
-    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     pub duration_secs: u64,
     #[command(flatten)]
     pub quic: AgentQuicArgs,
@@ -115,51 +115,51 @@ pub(crate) struct ScaleBenchArgs {
     #[arg(long, value_enum, default_value_t = ScaleModeArg::Quic)]
     pub mode: ScaleModeArg,
     /// Masters in the group (QUIC mode).
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=7))]
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=7))]
     pub masters: u64,
     /// Agents: simulated ones with a QUIC session and certificate each (QUIC mode), inputs
     /// of the core (core mode).
-    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    #[arg(long, value_name = "N", default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub agents: u64,
     /// Frameworks.
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub frameworks: u64,
     /// What each agent offers.
     #[arg(
         long,
         default_value = "cpus=16,mem_mib=65536",
-        value_name = "NAME=AMOUNT,..."
+        value_name = "KIND=AMOUNT,..."
     )]
     pub agent_resources: ResourceVec,
     /// Tasks launched and kept running (memory per tracked task).
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
     pub tasks: u64,
     /// What each task needs.
     #[arg(
         long,
         default_value = "cpus=0.1,mem_mib=32",
-        value_name = "NAME=AMOUNT,..."
+        value_name = "KIND=AMOUNT,..."
     )]
-    pub task: ResourceVec,
+    pub task_resources: ResourceVec,
     /// How long a framework declining an offer refuses that agent, in milliseconds (QUIC
     /// mode; the frameworks decline every offer once their tasks run).
-    #[arg(long, default_value_t = 1_000)]
+    #[arg(long, value_name = "MS", default_value_t = 1_000)]
     pub refuse_ms: u64,
     /// Seconds offers are counted (QUIC mode).
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
     pub offer_secs: u64,
     /// Leader kills to time (QUIC mode; 0 skips them).
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, value_name = "N", default_value_t = 5)]
     pub kills: u64,
     /// Allocation cycles timed (core mode).
-    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "N", default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..))]
     pub cycles: u64,
     /// Agent shards of the allocator (core mode; for the QUIC mode pass
     /// `--master-arg=--allocator-shards=N`).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub allocator_shards: u64,
     /// Worker threads of the simulated agents' runtime.
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=256))]
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=256))]
     pub agent_threads: u64,
     #[command(flatten)]
     pub quic: AgentQuicArgs,
@@ -210,7 +210,7 @@ pub(crate) fn launch(args: LaunchBenchArgs, json: &JsonOutput) -> Result<()> {
         agent_resources: args.agent_resources,
         agent_threads: usize::try_from(args.agent_threads).context("--agent-threads")?,
         frameworks: args.frameworks,
-        task: args.task,
+        task: args.task_resources,
         task_ms: args.task_ms,
         warmup: Duration::from_secs(args.warmup_secs),
         duration: Duration::from_secs(args.duration_secs),
@@ -243,7 +243,7 @@ pub(crate) fn scale(args: ScaleBenchArgs, json: &JsonOutput) -> Result<()> {
         frameworks: args.frameworks,
         agent_resources: args.agent_resources,
         tasks: args.tasks,
-        task: args.task,
+        task: args.task_resources,
         refuse_ms: args.refuse_ms,
         offer_window: Duration::from_secs(args.offer_secs),
         kills: args.kills,

@@ -25,19 +25,19 @@ pub(crate) enum CertsCommand {
 #[derive(Args, Debug)]
 pub(crate) struct CertsInitArgs {
     /// Directory to write `ca.pem`, `ca-key.pem` and `<role>-<n>.pem` / `<role>-<n>-key.pem` to.
-    #[arg(long, env = "FULLERENE_CERTS_DIR", value_name = "DIR")]
+    #[arg(long = "certs-dir", env = "FULLERENE_CERTS_DIR", value_name = "DIR")]
     dir: PathBuf,
     /// Number of master certificates (`master-1` ... `master-N`; the number is the Raft id).
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=1000))]
     masters: u16,
     /// Number of agent certificates.
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(0..=10000))]
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u16).range(0..=10000))]
     agents: u16,
     /// Number of framework certificates.
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(0..=10000))]
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u16).range(0..=10000))]
     frameworks: u16,
     /// Number of operator certificates.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(0..=1000))]
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(0..=1000))]
     operators: u16,
     /// Replace existing files (a new CA invalidates every certificate of the old one).
     #[arg(long)]

@@ -40,7 +40,7 @@ pub(crate) enum ChaosCommand {
     Sim(ChaosSimArgs),
     /// Real processes on loopback: masters, agents running real task processes, and DAG-job
     /// frameworks (`job run`) on jobs from the workload, under faults drawn from `--seed`
-    /// for `--duration` seconds: SIGKILL and restart of the leader, a follower, an agent and
+    /// for `--duration-secs` seconds: SIGKILL and restart of the leader, a follower, an agent and
     /// a framework; SIGSTOP pauses past the election and agent timeouts; partitions, one-way
     /// cuts, loss, delay and duplication through a UDP fault proxy every master is reached
     /// by; with root, a master's data directory filling up. Faults stop, everything heals,
@@ -49,14 +49,14 @@ pub(crate) enum ChaosCommand {
     ///
     /// Prints the faults injected, the time until offers flow again after each leader kill
     /// (from the kill, or from when work was next waiting if none was; p50, p99, max), status updates sent, resent, delivered and lost (must be 0), tasks
-    /// that ran twice (must be 0), jobs completed and their average JCT (with `--baseline`,
+    /// that ran twice (must be 0), jobs completed and their average JCT (with `--fault-free-baseline`,
     /// against the same seed without faults), and the verdicts. Exits non-zero on a
     /// violation, naming the seed and the file (`violations.txt` under `--dir`) with the
     /// history that shows it. Everything it started is stopped at the end, on error and on
     /// ctrl-c; the directory keeps every log.
     ///
-    /// Example: `fullerene chaos run --seed 7 --duration 60 --dir /tmp/chaos`; `--runs 10
-    /// --duration 120` for ten runs (seeds 7 to 16).
+    /// Example: `fullerene chaos run --seed 7 --duration-secs 60 --dir /tmp/chaos`; `--runs 10
+    /// --duration-secs 120` for ten runs (seeds 7 to 16).
     Run(ChaosRunArgs),
 }
 
@@ -64,35 +64,35 @@ pub(crate) enum ChaosCommand {
 #[derive(Args, Debug)]
 pub(crate) struct ChaosRunArgs {
     /// The seed of the first run (jobs, faults and their victims).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, short, value_name = "N", default_value_t = 1)]
     pub seed: u64,
     /// Runs, with seeds from `--seed` on.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1000))]
     pub runs: u64,
     /// Seconds of faults per run.
-    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(5..=86_400))]
-    pub duration: u64,
+    #[arg(long, value_name = "SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(5..=86_400))]
+    pub duration_secs: u64,
     /// Where runs keep their clusters, logs, histories and reports (`run-<seed>` each);
     /// default: a new directory under the system's temporary directory.
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
     /// Masters.
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=9))]
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=9))]
     pub masters: u64,
     /// Agents (each with the `command` executor).
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=64))]
+    #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=64))]
     pub agents: u64,
     /// Framework processes (`fullerene job run`), started through the first half of a run.
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=64))]
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=64))]
     pub frameworks: u64,
     /// Jobs per framework process, drawn from the workload's smaller jobs.
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]
     pub jobs_per_framework: u64,
     /// Workload file (JSON Lines, `shared/workloads/FORMAT.md`). Default: the shared TPC-H file.
-    #[arg(long, env = "FULLERENE_WORKLOAD", value_name = "FILE")]
+    #[arg(long, short, env = "FULLERENE_WORKLOAD", value_name = "FILE")]
     pub workload: Option<PathBuf>,
     /// Real seconds per second of the workload's task durations.
-    #[arg(long, default_value_t = 1.0, value_parser = parse_positive, allow_negative_numbers = true)]
+    #[arg(long, env = "FULLERENE_TIME_SCALE", value_name = "FACTOR", default_value_t = 1.0, value_parser = parse_positive, allow_negative_numbers = true)]
     pub time_scale: f64,
     /// Each agent's resources.
     #[arg(
@@ -105,14 +105,14 @@ pub(crate) struct ChaosRunArgs {
     /// kill-leader, kill-follower, kill-agent, kill-framework, pause-leader, pause-agent,
     /// isolate-leader, split-masters, agent-cut-from-leader, asymmetric, loss, delay,
     /// duplicate, disk-full.
-    #[arg(long, default_value = "all", value_parser = parse_live_faults)]
+    #[arg(long, value_name = "KIND,...", default_value = "all", value_parser = parse_live_faults)]
     pub faults: LiveFaults,
     /// Seconds the jobs have to complete once faults stop.
-    #[arg(long, default_value_t = 180, value_parser = clap::value_parser!(u64).range(1..=86_400))]
-    pub settle: u64,
+    #[arg(long, value_name = "SECS", default_value_t = 180, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub settle_secs: u64,
     /// Also run each seed without faults and compare the average JCT.
     #[arg(long)]
-    pub baseline: bool,
+    pub fault_free_baseline: bool,
 }
 
 /// The faults of `chaos run --faults`.
@@ -136,42 +136,42 @@ fn parse_live_faults(text: &str) -> Result<LiveFaults, String> {
 #[derive(Args, Debug)]
 pub(crate) struct ChaosSimArgs {
     /// Seeds to run (from `--start`).
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
     pub seeds: u64,
     /// The first seed.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, value_name = "N", default_value_t = 1)]
     pub start: u64,
     /// Run this one seed only (see `--trace`).
-    #[arg(long, conflicts_with_all = ["seeds", "start"])]
+    #[arg(long, short, value_name = "N", conflicts_with_all = ["seeds", "start"])]
     pub seed: Option<u64>,
     /// With `--seed`: write the run's full trace (every recorded step, every frame the
     /// frameworks sent and received) to FILE.
     #[arg(long, value_name = "FILE", requires = "seed")]
     pub trace: Option<PathBuf>,
     /// Masters (Raft voters).
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=9))]
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=9))]
     pub masters: u64,
     /// Agents.
-    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=200))]
+    #[arg(long, value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=200))]
     pub agents: u64,
     /// DAG jobs, each its own framework, submitted during the first half of the fault phase.
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=200))]
+    #[arg(long, short, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=200))]
     pub jobs: u64,
     /// Faults to inject: `all`, `none`, or a comma-separated list of loss, delay,
     /// duplication, partition, asymmetric-partition, leader-isolation,
     /// agents-cut-from-leader, master-crash, master-crash-before-send, agent-crash,
     /// agent-crash-before-sync, torn-write, framework-crash, pause, clock-jump,
     /// storage-write-error, bad-peer.
-    #[arg(long, default_value = "all", value_parser = parse_faults)]
+    #[arg(long, value_name = "KIND,...", default_value = "all", value_parser = parse_faults)]
     pub faults: FaultSet,
     /// Seconds of virtual time with faults.
-    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3_600))]
+    #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3_600))]
     pub fault_secs: u64,
     /// Seconds of virtual time every job has, once faults stop, to complete.
-    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=36_000))]
+    #[arg(long, value_name = "SECS", default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=36_000))]
     pub liveness_secs: u64,
     /// Worker threads (default: one per core).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=256))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=256))]
     pub threads: Option<u64>,
 }
 
@@ -261,7 +261,7 @@ fn sim(args: ChaosSimArgs, json: &JsonOutput) -> Result<()> {
     if let Some(first) = summary.violations.first() {
         bail!(
             "{} violation(s); the first: seed {}, {}. Replay it with `fullerene chaos sim --seed {} \
-             --masters {} --agents {} --jobs {} --trace trace.txt`",
+             --master-addrs {} --agents {} --jobs {} --trace trace.txt`",
             summary.violations.len(),
             first.seed,
             first.invariant,
@@ -457,7 +457,7 @@ fn live_runs(args: ChaosRunArgs, json: &JsonOutput) -> Result<()> {
         let options = LiveOptions {
             binary: binary.clone(),
             seed,
-            duration: Duration::from_secs(args.duration),
+            duration: Duration::from_secs(args.duration_secs),
             dir: root.join(format!("run-{seed}")),
             masters: args.masters,
             agents: args.agents,
@@ -467,11 +467,11 @@ fn live_runs(args: ChaosRunArgs, json: &JsonOutput) -> Result<()> {
             time_scale: args.time_scale,
             agent_resources: args.agent_resources.clone(),
             faults: args.faults.0.clone(),
-            settle: Duration::from_secs(args.settle),
+            settle: Duration::from_secs(args.settle_secs),
             interrupted: Arc::clone(&interrupted),
         };
         let report = one_live_run(&options, quiet)?;
-        let baseline_avg_jct_s = if args.baseline {
+        let baseline_avg_jct_s = if args.fault_free_baseline {
             let baseline = LiveOptions {
                 dir: root.join(format!("run-{seed}-baseline")),
                 faults: BTreeSet::new(),

@@ -30,21 +30,23 @@ pub(crate) enum ClusterCommand {
 /// How to reach the masters as an operator.
 #[derive(Args, Debug)]
 pub(crate) struct ClusterArgs {
-    /// Any of the masters (redirects lead to the leader): `127.0.0.1:5050,127.0.0.1:5051`.
+    /// Any of the masters (redirects lead to the leader): `127.0.0.1:5050,m2.example:5051` (names or addresses).
     #[arg(
-        long,
-        env = "FULLERENE_MASTERS",
-        value_name = "ADDR,...",
+        long = "master-addrs",
+        short = 'm',
+        env = "FULLERENE_MASTER_ADDRS",
+        value_name = "HOST:PORT,...",
         value_delimiter = ',',
+        value_parser = crate::commands::parse_host_port,
         required = true
     )]
     pub masters: Vec<SocketAddr>,
-    /// Directory laid out by `fullerene certs init` (uses `operator-<N>`, see `--operator`).
-    #[arg(long, env = "FULLERENE_CERTS_DIR", value_name = "DIR")]
+    /// Directory laid out by `fullerene certs init` (uses `operator-<N>`, see `--operator-cert`).
+    #[arg(long = "certs-dir", env = "FULLERENE_CERTS_DIR", value_name = "DIR")]
     pub certs: Option<PathBuf>,
-    /// Which operator certificate of `--certs` to use.
-    #[arg(long, default_value_t = 1)]
-    pub operator: usize,
+    /// Which operator certificate of `--certs-dir` to use (`operator-<N>.pem`).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub operator_cert: usize,
     /// The cluster CA certificate.
     #[arg(long, value_name = "FILE")]
     pub ca: Option<PathBuf>,
@@ -55,7 +57,7 @@ pub(crate) struct ClusterArgs {
     #[arg(long, value_name = "FILE")]
     pub key: Option<PathBuf>,
     /// Give up after this many seconds without an answer from a leader.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, value_name = "SECS", default_value_t = 10)]
     pub timeout_secs: u64,
 }
 
@@ -65,7 +67,7 @@ pub(crate) struct AddMasterArgs {
     #[command(flatten)]
     pub cluster: ClusterArgs,
     /// The new master's Raft id (its certificate is `master-<ID>`).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub id: u64,
     /// The new master's `--listen` address.
     #[arg(long, value_name = "ADDR")]
@@ -78,7 +80,7 @@ pub(crate) struct RemoveMasterArgs {
     #[command(flatten)]
     pub cluster: ClusterArgs,
     /// The Raft id of the master to remove.
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub id: u64,
 }
 
@@ -128,7 +130,7 @@ pub(crate) fn operator_client(args: &ClusterArgs) -> Result<OperatorClient> {
         args.cert.clone(),
         args.key.clone(),
         Role::Operator,
-        args.operator,
+        args.operator_cert,
     )?;
     let tls = TlsMaterial::load(&ca, &cert, &key).context("cannot load the TLS material")?;
     let client = Client::new(&tls, TransportConfig::default())?;

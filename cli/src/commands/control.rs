@@ -24,7 +24,7 @@ pub(crate) enum AgentAction {
     /// already draining moves its deadline. It stays out of offers, across restarts and
     /// failovers, until `fullerene agent undrain`.
     ///
-    /// Example: `fullerene agent drain agent-3 --deadline 10m --masters 127.0.0.1:5050`.
+    /// Example: `fullerene agent drain agent-3 --deadline 10m --master-addrs 127.0.0.1:5050`.
     Drain(DrainArgs),
     /// End an agent's drain: it is offered again.
     Undrain(UndrainArgs),
@@ -67,31 +67,45 @@ pub(crate) enum TaskCommand {
     Kill(TaskKillArgs),
 }
 
-/// Flags of `fullerene task kill`.
+/// The task a `fullerene task` subcommand acts on, and how to reach the masters.
 #[derive(Args, Debug)]
-pub(crate) struct TaskKillArgs {
+pub(crate) struct TaskTarget {
     #[command(flatten)]
     pub cluster: ClusterArgs,
     /// The task's id.
     #[arg(value_name = "TASK")]
     pub task: String,
-    /// The task's framework; needed only when several frameworks have a task of that id.
+    /// The task's framework; needed only when several frameworks have a task of that id
+    /// (default: the one framework the masters know with such a task).
     #[arg(long, value_name = "ID")]
     pub framework: Option<String>,
 }
 
-/// `fullerene framework ...`.
+impl TaskTarget {
+    /// The task's id and its framework's, asking the masters for the framework when none was
+    /// given.
+    async fn resolve(&self) -> Result<(TaskId, FrameworkId)> {
+        let task_id = TaskId(self.task.clone());
+        let framework_id = match &self.framework {
+            Some(framework) => FrameworkId(framework.clone()),
+            None => framework_of(&self.cluster, &task_id).await?,
+        };
+        Ok((task_id, framework_id))
+    }
+}
+
+/// Flags of `fullerene task kill`.
+#[derive(Args, Debug)]
+pub(crate) struct TaskKillArgs {
+    #[command(flatten)]
+    pub target: TaskTarget,
+}
+
 /// Flags of `fullerene task logs`.
 #[derive(Args, Debug)]
 pub(crate) struct TaskLogsArgs {
     #[command(flatten)]
-    pub cluster: ClusterArgs,
-    /// The task's id.
-    #[arg(value_name = "TASK")]
-    pub task: String,
-    /// The task's framework (default: the one framework the masters know with such a task).
-    #[arg(long, value_name = "ID")]
-    pub framework: Option<String>,
+    pub target: TaskTarget,
     /// The agent the task ran on, for a task the masters no longer track (it ended and its
     /// framework acknowledged it).
     #[arg(long, value_name = "AGENT")]
@@ -111,6 +125,7 @@ pub(crate) struct TaskLogsArgs {
 /// API's follow does).
 const FOLLOW_POLL: Duration = Duration::from_millis(500);
 
+/// `fullerene framework ...`.
 #[derive(Subcommand, Debug)]
 pub(crate) enum FrameworkCommand {
     /// Tear a framework down: its tasks are killed and its id can never be used again; its
@@ -251,11 +266,7 @@ pub(crate) fn run_task(command: TaskCommand, json: &JsonOutput) -> Result<()> {
         TaskCommand::Logs(args) => return runtime()?.block_on(task_logs(args)),
     };
     runtime()?.block_on(async {
-        let task_id = TaskId(args.task.clone());
-        let framework_id = match args.framework {
-            Some(framework) => FrameworkId(framework),
-            None => framework_of(&args.cluster, &task_id).await?,
-        };
+        let (task_id, framework_id) = args.target.resolve().await?;
         let message = format!(
             "kill of task {} (framework {}) recorded: the agent stops it",
             task_id, framework_id
@@ -264,7 +275,7 @@ pub(crate) fn run_task(command: TaskCommand, json: &JsonOutput) -> Result<()> {
             framework_id,
             task_id,
         };
-        change(&args.cluster, request, json, message).await
+        change(&args.target.cluster, request, json, message).await
     })
 }
 
@@ -281,13 +292,9 @@ pub(crate) fn run_framework(command: FrameworkCommand, json: &JsonOutput) -> Res
 /// `fullerene task logs`: the file's bytes, raw, to stdout.
 async fn task_logs(args: TaskLogsArgs) -> Result<()> {
     use std::io::Write;
-    let task_id = TaskId(args.task.clone());
-    let framework_id = match args.framework {
-        Some(framework) => FrameworkId(framework),
-        None => framework_of(&args.cluster, &task_id).await?,
-    };
+    let (task_id, framework_id) = args.target.resolve().await?;
     let name = if args.stderr { "stderr" } else { "stdout" };
-    let mut client = operator_client(&args.cluster)?;
+    let mut client = operator_client(&args.target.cluster)?;
     // The task's agent, named in every read, so that a follow goes on reading after the task
     // ended and the masters forgot it.
     let agent = match args.agent.as_deref() {

@@ -49,26 +49,26 @@ const LOG_LINES: usize = 20;
 #[derive(Args, Debug)]
 pub(crate) struct DevArgs {
     /// Masters in the Raft group (3 or 5 for a replicated one).
-    #[arg(long, env = "FULLERENE_DEV_MASTERS", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=7))]
+    #[arg(long, value_name = "N", env = "FULLERENE_DEV_MASTERS", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=7))]
     pub masters: u64,
     /// Agents, each with the `sleep` executor (tasks sleep for their scaled duration) and
     /// `--agent-resources`.
-    #[arg(long, env = "FULLERENE_DEV_AGENTS", default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=256))]
+    #[arg(long, value_name = "N", env = "FULLERENE_DEV_AGENTS", default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=256))]
     pub agents: u64,
     /// What each agent offers (default: the workloads' reference machine).
     #[arg(
         long,
         env = "FULLERENE_DEV_AGENT_RESOURCES",
-        value_name = "NAME=AMOUNT,...",
+        value_name = "KIND=AMOUNT,...",
         default_value = REFERENCE_MACHINE
     )]
     pub agent_resources: ResourceVec,
     /// The workload file (JSON Lines, `shared/workloads/FORMAT.md`); default
     /// `../shared/workloads/tpch-decima.jsonl`, else `shared/workloads/tpch-decima.jsonl`.
-    #[arg(long, env = "FULLERENE_WORKLOAD", value_name = "FILE")]
+    #[arg(long, short, env = "FULLERENE_WORKLOAD", value_name = "FILE")]
     pub workload: Option<PathBuf>,
     /// Jobs to run, all submitted at once.
-    #[arg(long, env = "FULLERENE_DEV_JOBS", default_value_t = 6, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    #[arg(long, short, value_name = "N", env = "FULLERENE_DEV_JOBS", default_value_t = 6, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub jobs: u64,
     /// Which jobs: `random` (drawn by a permutation seeded with --seed: a mix of sizes from a
     /// file sorted by size) or `file` (the file's first N).
@@ -80,18 +80,30 @@ pub(crate) struct DevArgs {
     )]
     pub job_order: JobOrder,
     /// Seed of the random sample.
-    #[arg(long, env = "FULLERENE_DEV_SEED", default_value_t = 1)]
+    #[arg(
+        long,
+        short,
+        value_name = "N",
+        env = "FULLERENE_DEV_SEED",
+        default_value_t = 1
+    )]
     pub seed: u64,
     /// The intra-job policy: graphene+carbyne, graphene, carbyne, drf, tetris, cp, bfs, fifo,
     /// sjf.
-    #[arg(long, env = "FULLERENE_POLICY", default_value = "graphene+carbyne")]
+    #[arg(
+        long,
+        short,
+        env = "FULLERENE_POLICY",
+        value_name = "POLICY",
+        default_value = "graphene+carbyne"
+    )]
     pub policy: String,
     /// Real seconds per second of the workload's task durations (default: chosen from the
     /// sample's work and the cluster's capacity to take about --target-secs).
-    #[arg(long, env = "FULLERENE_TIME_SCALE", value_name = "X", value_parser = parse_positive, allow_negative_numbers = true)]
+    #[arg(long, env = "FULLERENE_TIME_SCALE", value_name = "FACTOR", value_parser = parse_positive, allow_negative_numbers = true)]
     pub time_scale: Option<f64>,
     /// About how long the run should take when --time-scale is not given, in seconds.
-    #[arg(long, env = "FULLERENE_DEV_TARGET_SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    #[arg(long, value_name = "SECS", env = "FULLERENE_DEV_TARGET_SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub target_secs: u64,
     /// Lay the cluster out in this directory (new or empty; kept at the end) instead of a
     /// temporary one (removed at the end unless --keep).
@@ -101,7 +113,7 @@ pub(crate) struct DevArgs {
     #[arg(long)]
     pub keep: bool,
     /// How long the masters get to elect a leader, and the agents to register, in seconds.
-    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3_600))]
+    #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3_600))]
     pub start_timeout_secs: u64,
 }
 
@@ -336,10 +348,10 @@ async fn drive(
     print_banner(cluster, args, sample, started.elapsed());
 
     let run_args = JobRunArgs {
-        file: jobs_file,
+        workload: Some(jobs_file),
         masters: cluster.addrs.values().copied().collect(),
         certs: Some(cluster.certs_dir()),
-        framework: 1,
+        framework_cert: 1,
         ca: None,
         cert: None,
         key: None,
@@ -582,7 +594,7 @@ fn print_banner(cluster: &LocalMasters, args: &DevArgs, sample: &Sample, took: D
     }
     let masters_flag: Vec<String> = cluster.addrs.values().map(ToString::to_string).collect();
     eprintln!(
-        "  operator commands: fullerene agents --masters {} --certs {}",
+        "  operator commands: fullerene agents --master-addrs {} --certs-dir {}",
         masters_flag.join(","),
         cluster.certs_dir().display()
     );

@@ -21,7 +21,7 @@ pub(crate) struct EventsArgs {
     #[command(flatten)]
     pub cluster: ClusterArgs,
     /// Keep printing events as they happen (across leader changes) until interrupted.
-    #[arg(long)]
+    #[arg(long, short)]
     pub follow: bool,
     /// Only events numbered after SEQ (the `seq` of the last event you have).
     #[arg(long, value_name = "SEQ")]

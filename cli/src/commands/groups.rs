@@ -73,13 +73,13 @@ pub(crate) enum QuotasCommand {
 #[derive(Args, Debug)]
 pub(crate) struct SetQuotasArgs {
     /// Frameworks one principal may have registered at once.
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub frameworks_per_principal: Option<u32>,
     /// Live tasks one framework may have at once.
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub tasks_per_framework: Option<u32>,
     /// Offers one framework may hold unanswered at once.
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub pending_offers_per_framework: Option<u32>,
     #[command(flatten)]
     pub cluster: ClusterArgs,

@@ -26,7 +26,7 @@ use serde::Serialize;
 
 use crate::commands::cluster::{operator_client, ClusterArgs};
 use crate::commands::master::tls_paths;
-use crate::commands::{parse_positive, Caught, Signals};
+use crate::commands::{parse_positive, resolve_workload, Caught, Signals};
 use crate::output::{table, JsonOutput};
 
 /// Job commands.
@@ -43,8 +43,8 @@ pub(crate) enum JobCommand {
     /// scaled by `--time-scale`; a job's JCT runs from its arrival to its last task's FINISHED. A job whose task fails or is lost
     /// `--max-attempts` times fails with the reason; the command then exits non-zero.
     ///
-    /// Example: `fullerene job run ../shared/workloads/tpch-decima.jsonl --masters
-    /// 127.0.0.1:5051 --certs certs --jobs 5 --time-scale 0.05`. Config file table: `[job.run]`.
+    /// Example: `fullerene job run --workload ../shared/workloads/tpch-decima.jsonl --master-addrs
+    /// 127.0.0.1:5051 --certs-dir certs --jobs 5 --time-scale 0.05`. Config file table: `[job.run]`.
     Run(JobRunArgs),
     /// The jobs the masters know, running and ended (the last ones of each framework, and of
     /// the last 1,000 frameworks torn down): each with how it ended (finished, failed or
@@ -54,31 +54,34 @@ pub(crate) enum JobCommand {
     /// Kill a running job: its framework is torn down, so its tasks are killed, the job is
     /// recorded as killed, and the `fullerene job run` running it stops and says so.
     ///
-    /// Example: `fullerene job kill q17 --masters 127.0.0.1:5050`.
+    /// Example: `fullerene job kill q17 --master-addrs 127.0.0.1:5050`.
     Kill(crate::commands::control::JobKillArgs),
 }
 
 /// Flags of `fullerene job run`.
 #[derive(Args, Debug)]
 pub(crate) struct JobRunArgs {
-    /// The workload file (JSON Lines, `shared/workloads/FORMAT.md`).
-    #[arg(value_name = "FILE")]
-    pub file: PathBuf,
-    /// Any of the masters (the framework follows redirects to the leader).
+    /// The workload file (JSON Lines, `shared/workloads/FORMAT.md`). Default: the shared
+    /// TPC-H file, as for `sim` and `dev`.
+    #[arg(long, short, env = "FULLERENE_WORKLOAD", value_name = "FILE")]
+    pub workload: Option<PathBuf>,
+    /// Any of the masters, names or addresses (the framework follows redirects to the leader).
     #[arg(
-        long,
-        env = "FULLERENE_MASTERS",
-        value_name = "ADDR,...",
+        long = "master-addrs",
+        short = 'm',
+        env = "FULLERENE_MASTER_ADDRS",
+        value_name = "HOST:PORT,...",
         value_delimiter = ',',
+        value_parser = crate::commands::parse_host_port,
         required = true
     )]
     pub masters: Vec<SocketAddr>,
-    /// Directory laid out by `fullerene certs init` (uses `framework-<N>`, see `--framework`).
-    #[arg(long, env = "FULLERENE_CERTS_DIR", value_name = "DIR")]
+    /// Directory laid out by `fullerene certs init` (uses `framework-<N>`, see `--framework-cert`).
+    #[arg(long = "certs-dir", env = "FULLERENE_CERTS_DIR", value_name = "DIR")]
     pub certs: Option<PathBuf>,
-    /// Which framework certificate of `--certs` to use.
+    /// Which framework certificate of `--certs-dir` to use (`framework-<N>.pem`).
     #[arg(long, default_value_t = 1, value_name = "N")]
-    pub framework: usize,
+    pub framework_cert: usize,
     /// The cluster CA certificate.
     #[arg(long, value_name = "FILE")]
     pub ca: Option<PathBuf>,
@@ -90,20 +93,26 @@ pub(crate) struct JobRunArgs {
     pub key: Option<PathBuf>,
     /// The intra-job policy: graphene+carbyne, graphene, carbyne, drf, tetris, cp, bfs, fifo,
     /// sjf.
-    #[arg(long, env = "FULLERENE_POLICY", default_value = "graphene+carbyne")]
+    #[arg(
+        long,
+        short,
+        env = "FULLERENE_POLICY",
+        value_name = "POLICY",
+        default_value = "graphene+carbyne"
+    )]
     pub policy: String,
     /// Real seconds per second of the workload's task durations (0.05 runs 20 times faster).
     #[arg(
         long,
         env = "FULLERENE_TIME_SCALE",
         default_value_t = 1.0,
-        value_name = "X",
+        value_name = "FACTOR",
         value_parser = parse_positive,
         allow_negative_numbers = true
     )]
     pub time_scale: f64,
     /// Run only the first N jobs of the file.
-    #[arg(long, value_name = "N")]
+    #[arg(long, short, value_name = "N")]
     pub jobs: Option<usize>,
     /// Job arrivals, replayed as the simulator times them: `zero` (all at once),
     /// `poisson:MEAN_GAP_S` (a Poisson process seeded with --seed), or `trace` (the file's
@@ -111,7 +120,7 @@ pub(crate) struct JobRunArgs {
     #[arg(long, value_name = "SPEC", default_value = "zero")]
     pub arrivals: ArrivalSpec,
     /// Seed of the Poisson arrivals (the same seed gives the simulator's arrivals).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, short, value_name = "N", default_value_t = 1)]
     pub seed: u64,
     /// The fairness group every job expects to be in: the master refuses the jobs if the
     /// framework certificate's principal is in another (an operator places principals in
@@ -165,12 +174,13 @@ pub(crate) fn run_jobs_command(
     if args.max_attempts == 0 {
         bail!("invalid --max-attempts 0: a task needs at least one attempt");
     }
-    let mut jobs = read_workload(&args.file)?;
+    let workload = resolve_workload(args.workload.clone())?;
+    let mut jobs = read_workload(&workload)?;
     if let Some(n) = args.jobs {
         jobs.truncate(n);
     }
     if jobs.is_empty() {
-        bail!("{} holds no job to run", args.file.display());
+        bail!("{} holds no job to run", workload.display());
     }
     if args.arrivals != ArrivalSpec::Zero && args.state_dir.is_some() {
         bail!(
@@ -188,7 +198,7 @@ pub(crate) fn run_jobs_command(
         args.cert.clone(),
         args.key.clone(),
         Role::Framework,
-        args.framework,
+        args.framework_cert,
     )?;
     let tls = TlsMaterial::load(&ca, &cert, &key).context("cannot load the TLS material")?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -275,7 +285,7 @@ pub(crate) fn run_jobs_command(
     runtime.shutdown_timeout(Duration::from_secs(1));
     bars.finish();
 
-    let summary = Summary::of(&args.file, policy, args.time_scale, reports);
+    let summary = Summary::of(&workload, policy, args.time_scale, reports);
     json.emit(&summary, || summary.render())?;
     if let Some(caught) = caught {
         std::process::exit(128 + caught.number);
@@ -292,7 +302,7 @@ pub(crate) fn run_jobs_command(
 
 /// Refuses, before anything is submitted, a job with a task larger than every agent the masters
 /// know: no offer could ever hold it, and the job would wait for one forever. A framework may
-/// not list the agents, so this asks as the operator of `--certs` when that directory holds
+/// not list the agents, so this asks as the operator of `--certs-dir` when that directory holds
 /// an operator certificate (a `fullerene certs init` directory does); without one, or when the
 /// masters do not answer, it says so and runs the jobs unchecked.
 async fn check_agents_fit(jobs: &[fullerene_sdk::Job], args: &JobRunArgs) -> Result<()> {
@@ -312,7 +322,7 @@ async fn check_agents_fit(jobs: &[fullerene_sdk::Job], args: &JobRunArgs) -> Res
     let cluster = ClusterArgs {
         masters: args.masters.clone(),
         certs: Some(certs.clone()),
-        operator: 1,
+        operator_cert: 1,
         ca: None,
         cert: None,
         key: None,
@@ -586,13 +596,21 @@ mod tests {
         let file = tempfile::NamedTempFile::new().expect("temp file");
         std::fs::write(
             file.path(),
-            "[job.run]\npolicy = \"drf\"\ntime_scale = 0.1\nmasters = [\"127.0.0.1:7\"]\n",
+            "[job.run]\npolicy = \"drf\"\ntime_scale = 0.1\nmaster_addrs = [\"127.0.0.1:7\"]\n",
         )
         .expect("write");
-        let args = ["fullerene", "job", "run", "w.jsonl", "--policy", "fifo"]
-            .iter()
-            .map(std::ffi::OsString::from)
-            .collect();
+        let args = [
+            "fullerene",
+            "job",
+            "run",
+            "-w",
+            "w.jsonl",
+            "--policy",
+            "fifo",
+        ]
+        .iter()
+        .map(std::ffi::OsString::from)
+        .collect();
         let args = crate::config::apply_config_file(&crate::Cli::command(), args, file.path())
             .expect("config applies");
         let matches = crate::Cli::command().get_matches_from(args);
@@ -606,7 +624,7 @@ mod tests {
             run.masters,
             vec!["127.0.0.1:7".parse::<SocketAddr>().unwrap()]
         );
-        assert_eq!(run.file, PathBuf::from("w.jsonl"));
+        assert_eq!(run.workload, Some(PathBuf::from("w.jsonl")));
     }
 
     #[test]

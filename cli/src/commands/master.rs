@@ -23,14 +23,14 @@ use super::parse_allowance;
 #[derive(Args, Debug)]
 pub(crate) struct MasterArgs {
     /// This master's Raft id (its certificate must be `master-<ID>`).
-    #[arg(long, env = "FULLERENE_MASTER_ID", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "N", env = "FULLERENE_MASTER_ID", value_parser = clap::value_parser!(u64).range(1..))]
     pub id: u64,
     /// Address to serve peers, agents, frameworks and operators on (QUIC over UDP).
     #[arg(long, env = "FULLERENE_MASTER_LISTEN", value_name = "ADDR")]
     pub listen: SocketAddr,
     /// The masters of the group, this one included: `1=127.0.0.1:5050,2=...`. With
     /// `--bootstrap` on a fresh data directory, the new group's voters are exactly these.
-    #[arg(long, env = "FULLERENE_MASTER_PEERS", value_name = "ID=ADDR,...", value_delimiter = ',', value_parser = parse_peer)]
+    #[arg(long, env = "FULLERENE_MASTER_PEERS", value_name = "ID=HOST:PORT,...", value_delimiter = ',', value_parser = parse_peer)]
     pub peers: Vec<(u64, SocketAddr)>,
     /// The RocksDB directory of this master's Raft log and state.
     #[arg(long, env = "FULLERENE_MASTER_DATA_DIR", value_name = "DIR")]
@@ -48,7 +48,7 @@ pub(crate) struct MasterArgs {
     pub bootstrap: bool,
     /// Directory laid out by `fullerene certs init`: `ca.pem`, `master-<ID>.pem`,
     /// `master-<ID>-key.pem`. Overridden file by file by `--ca`, `--cert`, `--key`.
-    #[arg(long, env = "FULLERENE_CERTS_DIR", value_name = "DIR")]
+    #[arg(long = "certs-dir", env = "FULLERENE_CERTS_DIR", value_name = "DIR")]
     pub certs: Option<PathBuf>,
     /// The cluster CA certificate.
     #[arg(long, value_name = "FILE")]
@@ -75,7 +75,7 @@ pub(crate) struct MasterArgs {
     /// The HTTP API's token file: one token a line, `NAME read|write sha256:HASH
     /// [expires=RFC3339]` (`fullerene token new` makes them). Reloaded on SIGHUP and when it
     /// changes. Without it, only operators' client certificates authenticate.
-    #[arg(long, env = "FULLERENE_MASTER_HTTP_TOKENS", value_name = "FILE")]
+    #[arg(long, env = "FULLERENE_HTTP_TOKENS", value_name = "FILE")]
     pub http_tokens: Option<PathBuf>,
     /// Let unauthenticated clients read `/metrics` (counts and timings only; every other
     /// endpoint still needs credentials).
@@ -88,84 +88,84 @@ pub(crate) struct MasterArgs {
     /// The least time between two builds of the leader's view that HTTP reads are served
     /// from, in milliseconds; a read sees the state at most this old (and every operator
     /// write answered before it).
-    #[arg(long, env = "FULLERENE_MASTER_HTTP_VIEW_INTERVAL_MS", default_value_t = fullerene_master::server::http::DEFAULT_VIEW_INTERVAL.as_millis() as u64, value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    #[arg(long, value_name = "MS", env = "FULLERENE_MASTER_HTTP_VIEW_INTERVAL_MS", default_value_t = fullerene_master::server::http::DEFAULT_VIEW_INTERVAL.as_millis() as u64, value_parser = clap::value_parser!(u64).range(1..=60_000))]
     pub http_view_interval_ms: u64,
     /// The most tasks the HTTP view holds (the first by framework and task id; documents say
     /// how many were left out).
-    #[arg(long, env = "FULLERENE_MASTER_HTTP_VIEW_MAX_TASKS", default_value_t = fullerene_master::server::http::DEFAULT_MAX_VIEW_TASKS as u64, value_parser = clap::value_parser!(u64).range(0..=10_000_000))]
+    #[arg(long, value_name = "N", env = "FULLERENE_MASTER_HTTP_VIEW_MAX_TASKS", default_value_t = fullerene_master::server::http::DEFAULT_MAX_VIEW_TASKS as u64, value_parser = clap::value_parser!(u64).range(0..=10_000_000))]
     pub http_view_max_tasks: u64,
     /// Raft tick interval in milliseconds (25 ms suits a LAN: failover in about half a
     /// second; raise it on slower networks).
-    #[arg(long, env = "FULLERENE_MASTER_TICK_MS", default_value_t = 25, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "MS", env = "FULLERENE_MASTER_TICK_MS", default_value_t = 25, value_parser = clap::value_parser!(u64).range(1..))]
     pub tick_ms: u64,
     /// Ticks between the leader's heartbeats.
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..))]
     pub heartbeat_ticks: u64,
     /// Ticks without a heartbeat before a follower campaigns (randomised in [N, 2N)).
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(2..))]
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u64).range(2..))]
     pub election_ticks: u64,
     /// Applied entries between state snapshots (and log compactions).
-    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
-    pub snapshot_interval: u64,
+    #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub snapshot_interval_entries: u64,
     /// Entries kept in the log behind the latest snapshot, so that a follower only a little
     /// behind catches up from the log rather than with a whole snapshot.
-    #[arg(long, default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..))]
-    pub log_retention: u64,
+    #[arg(long, value_name = "N", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub log_retention_entries: u64,
     /// How often agents heartbeat, in milliseconds.
-    #[arg(long, env = "FULLERENE_AGENT_HEARTBEAT_MS", default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(10..))]
+    #[arg(long, value_name = "MS", env = "FULLERENE_MASTER_AGENT_HEARTBEAT_MS", default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(10..))]
     pub agent_heartbeat_ms: u64,
     /// Silence after which an agent is marked unreachable (no new launches on it), in ms.
-    #[arg(long, env = "FULLERENE_AGENT_UNREACHABLE_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(10..))]
+    #[arg(long, value_name = "MS", env = "FULLERENE_MASTER_AGENT_UNREACHABLE_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(10..))]
     pub agent_unreachable_ms: u64,
     /// Silence after which an agent is marked lost (its tasks LOST, its resources leave the
     /// pool), in ms; counted from the last heartbeat, so it must exceed the unreachable one.
-    #[arg(long, env = "FULLERENE_AGENT_LOST_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(10..))]
+    #[arg(long, value_name = "MS", env = "FULLERENE_MASTER_AGENT_LOST_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(10..))]
     pub agent_lost_ms: u64,
     /// How often the leader runs an allocation cycle, in milliseconds.
-    #[arg(long, env = "FULLERENE_ALLOCATION_INTERVAL_MS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "MS", env = "FULLERENE_MASTER_ALLOCATION_INTERVAL_MS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
     pub allocation_interval_ms: u64,
     /// How long an offer stays valid before it is rescinded and offered again, in milliseconds
     /// (at most a day: resources held longer by an idle framework are lost to everyone else).
-    #[arg(long, env = "FULLERENE_OFFER_TTL_MS", default_value_t = fullerene_master::offers::DEFAULT_OFFER_TTL_MS, value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
+    #[arg(long, value_name = "MS", env = "FULLERENE_MASTER_OFFER_TTL_MS", default_value_t = fullerene_master::offers::DEFAULT_OFFER_TTL_MS, value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
     pub offer_ttl_ms: u64,
     /// Calls per second one framework principal (or frames one agent) may send this master,
     /// on average; a framework's calls past it are refused (RateLimited, saying when to
     /// retry), an agent's are slowed down. Counted per certificate across its connections.
-    #[arg(long, env = "FULLERENE_MASTER_CALLS_PER_SECOND", default_value_t = ClientLimits::default().calls_per_second, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_name = "N", env = "FULLERENE_MASTER_CALLS_PER_SECOND", default_value_t = ClientLimits::default().calls_per_second, value_parser = clap::value_parser!(u32).range(1..))]
     pub calls_per_second: u32,
     /// Calls one principal may send at once above `--calls-per-second`.
-    #[arg(long, env = "FULLERENE_MASTER_CALL_BURST", default_value_t = ClientLimits::default().call_burst, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_name = "N", env = "FULLERENE_MASTER_CALL_BURST", default_value_t = ClientLimits::default().call_burst, value_parser = clap::value_parser!(u32).range(1..))]
     pub call_burst: u32,
     /// Connections one framework's or agent's certificate may hold open to this master; more
     /// are closed at once with the reason.
-    #[arg(long, env = "FULLERENE_MASTER_CONNECTIONS_PER_CERTIFICATE", default_value_t = ClientLimits::default().connections_per_certificate, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_name = "N", env = "FULLERENE_MASTER_CONNECTIONS_PER_CERTIFICATE", default_value_t = ClientLimits::default().connections_per_certificate, value_parser = clap::value_parser!(u32).range(1..))]
     pub connections_per_certificate: u32,
     /// Agent shards: each allocation cycle plans them concurrently (on up to as many threads
     /// as the machine has cores, off the node loop) from one snapshot and commits them in
     /// order. One shard plans the cycle exactly as one sequential pass would; more use more
     /// cores on large clusters (see the README's "Performance").
-    #[arg(long, env = "FULLERENE_MASTER_ALLOCATOR_SHARDS", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    #[arg(long, value_name = "N", env = "FULLERENE_MASTER_ALLOCATOR_SHARDS", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub allocator_shards: u64,
     /// How far launches may overbook an agent's disk and network bandwidth, as a fraction of
     /// its total (Graphene §5). Part of the replicated settings: used when `--bootstrap`
     /// creates the group, ignored afterwards. Keep the agents' `--overbook-allowance` equal.
-    #[arg(long, default_value_t = fullerene_scheduling::DEFAULT_OVERBOOK_ALLOWANCE, value_parser = parse_allowance)]
-    pub overbooking_allowance: f64,
+    #[arg(long, value_name = "FRACTION", default_value_t = fullerene_scheduling::DEFAULT_OVERBOOK_ALLOWANCE, value_parser = parse_allowance)]
+    pub overbook_allowance: f64,
     /// How long an operator request waits for a commit or a read confirmation, in milliseconds.
-    #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "MS", default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub request_timeout_ms: u64,
     /// How many recent events this master keeps for `GET /events` and `fullerene events`
     /// (a few hundred bytes each); a client asking for older ones is told they are gone.
-    #[arg(long, env = "FULLERENE_MASTER_EVENTS_KEPT", default_value_t = fullerene_master::state::events::DEFAULT_EVENTS_KEPT as u64, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    #[arg(long, value_name = "N", env = "FULLERENE_MASTER_EVENTS_KEPT", default_value_t = fullerene_master::state::events::DEFAULT_EVENTS_KEPT as u64, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub events_kept: u64,
     /// Finished tasks the cluster keeps per framework (`fullerene tasks --all`, `/tasks?all=true`);
     /// 0 keeps none. Part of the replicated settings: used when `--bootstrap` creates the
     /// group, ignored afterwards.
-    #[arg(long, env = "FULLERENE_HISTORY_TASKS_PER_FRAMEWORK", default_value_t = fullerene_master::state::HistoryLimits::DEFAULT.tasks_per_framework)]
+    #[arg(long, value_name = "N", env = "FULLERENE_MASTER_HISTORY_TASKS_PER_FRAMEWORK", default_value_t = fullerene_master::state::HistoryLimits::DEFAULT.tasks_per_framework)]
     pub history_tasks_per_framework: u32,
     /// How long the cluster keeps a finished task after it ended, in milliseconds (default 24
     /// hours). Part of the replicated settings, like `--history-tasks-per-framework`.
-    #[arg(long, env = "FULLERENE_HISTORY_WINDOW_MS", default_value_t = fullerene_master::state::HistoryLimits::DEFAULT.window_ms, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "MS", env = "FULLERENE_MASTER_HISTORY_WINDOW_MS", default_value_t = fullerene_master::state::HistoryLimits::DEFAULT.window_ms, value_parser = clap::value_parser!(u64).range(1..))]
     pub history_window_ms: u64,
     /// Never fsync the Raft log (etcd's flag of the same name; for benchmarks compared with
     /// systems run the same way). Writes still reach the operating system in order, so a
@@ -180,7 +180,7 @@ pub(crate) struct MasterArgs {
 fn parse_peer(text: &str) -> Result<(u64, SocketAddr), String> {
     let (id, addr) = text
         .split_once('=')
-        .ok_or_else(|| format!("`{text}` is not ID=ADDR"))?;
+        .ok_or_else(|| format!("`{text}` is not ID=HOST:PORT"))?;
     let id: u64 = id
         .trim()
         .parse()
@@ -188,14 +188,10 @@ fn parse_peer(text: &str) -> Result<(u64, SocketAddr), String> {
     if id == 0 {
         return Err("master ids start at 1".to_string());
     }
-    let addr: SocketAddr = addr
-        .trim()
-        .parse()
-        .map_err(|e| format!("`{addr}` is not an address: {e}"))?;
-    Ok((id, addr))
+    Ok((id, super::parse_host_port(addr)?))
 }
 
-/// The CA, certificate and key paths: explicit flags, else the `--certs` layout.
+/// The CA, certificate and key paths: explicit flags, else the `--certs-dir` layout.
 pub(crate) fn tls_paths(
     certs: Option<&Path>,
     ca: Option<PathBuf>,
@@ -207,7 +203,7 @@ pub(crate) fn tls_paths(
     let layout = certs.map(|dir| (dir.join("ca.pem"), CertPaths::of_member(dir, role, n)));
     let pick = |given: Option<PathBuf>, from_layout: Option<PathBuf>, what: &str| {
         given.or(from_layout).with_context(|| {
-            format!("no {what} given: pass --certs DIR (a `fullerene certs init` directory) or --{what} FILE")
+            format!("no {what} given: pass --certs-dir DIR (a `fullerene certs init` directory) or --{what} FILE")
         })
     };
     Ok((
@@ -248,8 +244,8 @@ pub(crate) fn run(args: MasterArgs) -> Result<()> {
     node_config.tick_interval = Duration::from_millis(args.tick_ms);
     node_config.heartbeat_ticks = usize::try_from(args.heartbeat_ticks)?;
     node_config.election_ticks = usize::try_from(args.election_ticks)?;
-    node_config.snapshot_interval = args.snapshot_interval;
-    node_config.log_retention = args.log_retention;
+    node_config.snapshot_interval = args.snapshot_interval_entries;
+    node_config.log_retention = args.log_retention_entries;
     // The shell's writer thread makes the log durable: the node loop never waits for an fsync.
     node_config.persistence = Persistence::Offloaded;
     // A read waits as long as an operator request may (rounded up to whole ticks).
@@ -311,7 +307,7 @@ pub(crate) fn run(args: MasterArgs) -> Result<()> {
         tracing::info!(master = args.id, ?voters, dir = %args.data_dir.display(), "bootstrapping a new group");
         let settings = ClusterSettings {
             master_addresses: members.clone(),
-            overbooking_allowance: args.overbooking_allowance,
+            overbooking_allowance: args.overbook_allowance,
             history: fullerene_master::state::HistoryLimits {
                 tasks_per_framework: args.history_tasks_per_framework,
                 window_ms: args.history_window_ms,
@@ -437,7 +433,13 @@ mod tests {
         assert!(parse_peer("0=127.0.0.1:5051").is_err());
         assert!(parse_peer("127.0.0.1:5051").is_err());
         assert!(parse_peer("x=127.0.0.1:5051").is_err());
-        assert!(parse_peer("1=localhost").is_err());
+        assert!(
+            parse_peer("1=localhost").is_err(),
+            "a host name needs its port"
+        );
+        let (id, addr) = parse_peer("3=localhost:5053").expect("a host name");
+        assert_eq!((id, addr.port()), (3, 5053));
+        assert!(addr.ip().is_loopback());
     }
 
     #[test]

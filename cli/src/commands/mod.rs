@@ -20,6 +20,7 @@ pub(crate) mod status;
 pub(crate) mod token;
 pub(crate) mod version;
 
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -41,12 +42,12 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
 #[derive(Args, Clone, Debug)]
 pub(crate) struct QuicArgs {
     /// A silent connection sends a keep-alive this often, in milliseconds.
-    #[arg(long, env = "FULLERENE_QUIC_KEEP_ALIVE_MS", default_value_t = DEFAULT_KEEP_ALIVE.as_millis() as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "MS", env = "FULLERENE_QUIC_KEEP_ALIVE_MS", default_value_t = DEFAULT_KEEP_ALIVE.as_millis() as u64, value_parser = clap::value_parser!(u64).range(1..))]
     pub quic_keep_alive_ms: u64,
     /// A peer heard nothing from (keep-alives included) for this long, in milliseconds, is
     /// dead: a client moves to another master. The default (500 ms) matches the masters' own
     /// election timeout on a LAN; raise both on slower or lossier networks.
-    #[arg(long, env = "FULLERENE_QUIC_IDLE_TIMEOUT_MS", default_value_t = DEFAULT_IDLE_TIMEOUT.as_millis() as u64, value_parser = clap::value_parser!(u64).range(2..))]
+    #[arg(long, value_name = "MS", env = "FULLERENE_QUIC_IDLE_TIMEOUT_MS", default_value_t = DEFAULT_IDLE_TIMEOUT.as_millis() as u64, value_parser = clap::value_parser!(u64).range(2..))]
     pub quic_idle_timeout_ms: u64,
 }
 
@@ -81,6 +82,29 @@ impl QuicArgs {
 pub(crate) fn parse_allowance(text: &str) -> Result<f64, fullerene_scheduling::AllowanceError> {
     text.parse::<fullerene_scheduling::Overbooking>()
         .map(|allowance| allowance.0)
+}
+
+/// Parses `HOST:PORT`, a name or an IP address, into the address it resolves to now (the first
+/// IPv4 one the resolver gives, else the first): `--master-addrs` and `--peers` take host names
+/// as well as addresses. A name is resolved once, when the command starts.
+pub(crate) fn parse_host_port(text: &str) -> Result<SocketAddr, String> {
+    let text = text.trim();
+    if let Ok(addr) = text.parse() {
+        return Ok(addr);
+    }
+    if !text.contains(':') {
+        return Err(format!("`{text}` is not HOST:PORT (the port is missing)"));
+    }
+    let resolved: Vec<SocketAddr> = text
+        .to_socket_addrs()
+        .map_err(|e| format!("`{text}` is not HOST:PORT or cannot be resolved: {e}"))?
+        .collect();
+    resolved
+        .iter()
+        .find(|addr| addr.is_ipv4())
+        .or(resolved.first())
+        .copied()
+        .ok_or_else(|| format!("`{text}` resolves to no address"))
 }
 
 /// Parses a flag that must be a finite number > 0 (a time scale): clap reports the flag and

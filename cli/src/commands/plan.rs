@@ -21,7 +21,7 @@ use crate::output::{table, JsonOutput};
 #[command(group(clap::ArgGroup::new("which").required(true).args(["job", "all"])))]
 pub(crate) struct PlanArgs {
     /// Workload file (JSON Lines, `shared/workloads/FORMAT.md`). Default: the shared TPC-H file.
-    #[arg(long, env = "FULLERENE_WORKLOAD", value_name = "FILE")]
+    #[arg(long, short, env = "FULLERENE_WORKLOAD", value_name = "FILE")]
     workload: Option<PathBuf>,
     /// The job to plan, by name.
     #[arg(long, value_name = "NAME")]
@@ -30,15 +30,15 @@ pub(crate) struct PlanArgs {
     #[arg(long)]
     all: bool,
     /// Machines the job is planned on (Graphene plans against the share a job expects).
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=100000))]
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=100000))]
     machines: u32,
     /// Capacity of each machine.
     #[arg(
         long,
-        value_name = "RESOURCES",
+        value_name = "KIND=AMOUNT,...",
         default_value = "cpus=16,mem_mib=65536,disk_mbps=1000,net_mbps=10000"
     )]
-    machine: ResourceVec,
+    machine_resources: ResourceVec,
     /// Explore candidate troublesome sets on one thread instead of all cores.
     #[arg(long)]
     sequential: bool,
@@ -80,7 +80,7 @@ struct AllPlansReport {
 pub(crate) fn run(args: PlanArgs, json: &JsonOutput) -> Result<()> {
     let workload = resolve_workload(args.workload.clone())?;
     let jobs = read_workload(&workload)?;
-    let cluster = PlanCluster::new(args.machines as usize, args.machine);
+    let cluster = PlanCluster::new(args.machines as usize, args.machine_resources);
     let config = PlannerConfig {
         parallel: !args.sequential,
         ..PlannerConfig::default()
@@ -152,7 +152,7 @@ fn summarize(workload: PathBuf, args: &PlanArgs, per_job: Vec<JobPlanReport>) ->
     AllPlansReport {
         workload,
         machines: args.machines,
-        machine: args.machine.to_string(),
+        machine: args.machine_resources.to_string(),
         jobs: per_job.len(),
         ratio_median: quantile(&ratios, 0.5),
         ratio_p75: quantile(&ratios, 0.75),

@@ -24,10 +24,16 @@ use crate::output::JsonOutput;
 #[derive(Args, Debug)]
 pub(crate) struct SimArgs {
     /// Workload file (JSON Lines, `shared/workloads/FORMAT.md`). Default: the shared TPC-H file.
-    #[arg(long, env = "FULLERENE_WORKLOAD", value_name = "FILE")]
+    #[arg(long, short, env = "FULLERENE_WORKLOAD", value_name = "FILE")]
     workload: Option<PathBuf>,
     /// The policy to run: graphene+carbyne, graphene, carbyne, drf, tetris, cp, bfs, fifo, sjf.
-    #[arg(long, default_value = "graphene+carbyne", conflicts_with = "compare")]
+    #[arg(
+        long,
+        short,
+        value_name = "POLICY",
+        default_value = "graphene+carbyne",
+        conflicts_with = "compare"
+    )]
     policy: String,
     /// Several policies, comma-separated, run on identical arrivals.
     #[arg(long, value_name = "LIST")]
@@ -36,17 +42,17 @@ pub(crate) struct SimArgs {
     #[arg(long, value_name = "NAME")]
     baseline: Option<String>,
     /// Number of machines.
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     machines: u32,
     /// Capacity of each machine.
-    #[arg(long, value_name = "RESOURCES", default_value = fullerene_sim::REFERENCE_MACHINE)]
-    machine: ResourceVec,
+    #[arg(long, value_name = "KIND=AMOUNT,...", default_value = fullerene_sim::REFERENCE_MACHINE)]
+    machine_resources: ResourceVec,
     /// Job arrivals: `zero` (all at 0), `poisson:MEAN_GAP_S`, or `trace` (the file's arrival_s).
     #[arg(long, value_name = "SPEC", default_value = "poisson:25")]
     arrivals: ArrivalSpec,
     /// Number of jobs: the first N in --job-order, going through the file again when N is
     /// larger. Default: all.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
+    #[arg(long, short, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
     jobs: Option<u32>,
     /// Which jobs --jobs takes: `file` (the file's first N) or `random` (N drawn without
     /// replacement by a permutation seeded with --seed, a representative mix of a sorted file).
@@ -56,7 +62,7 @@ pub(crate) struct SimArgs {
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..=100_000))]
     groups: Option<u32>,
     /// Seed of every random choice.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, short, value_name = "N", default_value_t = 1)]
     seed: u64,
     /// Run the comparison on N seeds, --seed, --seed+1, …, --seed+N-1 (each draws other
     /// arrivals, another job sample with --job-order random and other Carbyne draws, as --seed
@@ -85,11 +91,11 @@ pub(crate) struct SimArgs {
     plot_gain: Option<PathBuf>,
     /// κ of the deficit counters: only the most deprived group is served while its deficit is
     /// at least κ·C (Graphene §5).
-    #[arg(long, default_value_t = SimConfig::default().kappa)]
+    #[arg(long, value_name = "FRACTION", default_value_t = SimConfig::default().kappa)]
     kappa: f64,
     /// Virtual seconds between allocation cycles (0: after every batch of events).
-    #[arg(long, default_value_t = 0.0, value_name = "SECONDS")]
-    offer_interval: f64,
+    #[arg(long, default_value_t = 0.0, value_name = "SECS")]
+    offer_interval_secs: f64,
     /// Draw the JCT CDFs of every policy to this SVG file (with --seeds, the JCTs of all seeds
     /// pooled).
     #[arg(long, value_name = "FILE.svg")]
@@ -121,20 +127,20 @@ pub(crate) fn run(args: SimArgs, json: &JsonOutput) -> Result<()> {
     if !(args.kappa.is_finite() && args.kappa >= 0.0) {
         bail!("--kappa must be a finite number >= 0, not {}", args.kappa);
     }
-    if !(args.offer_interval.is_finite() && args.offer_interval >= 0.0) {
-        bail!("--offer-interval must be a finite number of seconds >= 0");
+    if !(args.offer_interval_secs.is_finite() && args.offer_interval_secs >= 0.0) {
+        bail!("--offer-interval-secs must be a finite number of seconds >= 0");
     }
     let workload = resolve_workload(args.workload.clone())?;
     let jobs = read_workload(&workload)?;
     let config = SimConfig {
         machines: args.machines as usize,
-        machine: args.machine,
+        machine: args.machine_resources,
         arrivals: args.arrivals,
         jobs: args.jobs.map(|n| n as usize),
         job_order: args.job_order,
         groups: args.groups.map(|k| k as usize),
         seed: args.seed,
-        offer_interval_s: args.offer_interval,
+        offer_interval_s: args.offer_interval_secs,
         kappa: args.kappa,
         ..SimConfig::default()
     };

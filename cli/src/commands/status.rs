@@ -27,7 +27,7 @@ pub(crate) struct TasksArgs {
     /// Also the finished tasks the cluster keeps (the last ones of each framework within a
     /// time window, see `fullerene master --history-tasks-per-framework`), with how and when
     /// they ended.
-    #[arg(long)]
+    #[arg(long, short)]
     pub all: bool,
 }
 

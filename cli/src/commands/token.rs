@@ -20,8 +20,8 @@ pub(crate) enum TokenCommand {
     /// the token) goes into the token file the masters read with `--http-tokens`, which they
     /// reload by themselves within seconds (or on SIGHUP).
     ///
-    /// Example: `fullerene token new --name grafana --scope read --valid-days 90 --file
-    /// /etc/fullerene/http-tokens`, then `curl --cacert ca.pem -H "Authorization: Bearer
+    /// Example: `fullerene token new --name grafana --scope read --valid-days 90
+    /// --http-tokens /etc/fullerene/http-tokens`, then `curl --cacert ca.pem -H "Authorization: Bearer
     /// $TOKEN" https://master-1:8081/state`.
     New(TokenNewArgs),
 }
@@ -44,8 +44,8 @@ pub(crate) struct TokenNewArgs {
     valid_days: Option<u64>,
     /// Add the token to this file (created, readable by its owner only, if missing); without
     /// it, the line to add is printed on standard error.
-    #[arg(long, env = "FULLERENE_MASTER_HTTP_TOKENS", value_name = "FILE")]
-    file: Option<PathBuf>,
+    #[arg(long, env = "FULLERENE_HTTP_TOKENS", value_name = "FILE")]
+    http_tokens: Option<PathBuf>,
 }
 
 #[derive(Serialize)]
@@ -80,7 +80,7 @@ fn new(args: TokenNewArgs, json: &JsonOutput) -> Result<()> {
     let token =
         generate_token().map_err(|_| anyhow!("the system has no random numbers to give"))?;
     let line = token_line(&args.name, args.scope, &token, expires).map_err(|e| anyhow!(e))?;
-    if let Some(file) = &args.file {
+    if let Some(file) = &args.http_tokens {
         add_line(file, &line)?;
     }
     let made = NewToken {
@@ -88,7 +88,7 @@ fn new(args: TokenNewArgs, json: &JsonOutput) -> Result<()> {
         scope: args.scope.to_string(),
         token,
         line,
-        file: args.file.clone(),
+        file: args.http_tokens.clone(),
     };
     json.emit(&made, || {
         match &made.file {

@@ -11,7 +11,7 @@ pub(crate) fn fullerene() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_fullerene"));
     cmd.env_remove("FULLERENE_CONFIG")
         .env_remove("FULLERENE_WORKLOAD")
-        .env_remove("FULLERENE_MASTERS")
+        .env_remove("FULLERENE_MASTER_ADDRS")
         .env_remove("FULLERENE_LOG");
     cmd
 }

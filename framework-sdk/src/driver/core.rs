@@ -78,7 +78,7 @@ impl DriverConfig {
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum DriverError {
     /// The configuration lists no master.
-    #[error("no master address given: pass at least one with --masters")]
+    #[error("no master address given: pass at least one with --master-addrs")]
     NoMasters,
     /// The master refused the subscription for good (e.g. the framework id is unknown because
     /// its failover timeout passed, or the certificate is not a framework's).

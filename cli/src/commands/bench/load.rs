@@ -17,45 +17,45 @@ use crate::output::{table, JsonOutput};
 #[derive(Args, Debug)]
 pub(crate) struct LoadBenchArgs {
     /// Masters in the group.
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=7))]
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=7))]
     pub masters: u64,
     /// Agent processes (sleep executor).
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=64))]
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=64))]
     pub agents: u64,
     /// What each agent offers.
     #[arg(
         long,
         default_value = "cpus=8,mem_mib=8192",
-        value_name = "NAME=AMOUNT,..."
+        value_name = "KIND=AMOUNT,..."
     )]
     pub agent_resources: String,
     /// Well-behaved frameworks.
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=256))]
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=256))]
     pub frameworks: u64,
     /// What each well-behaved task needs.
     #[arg(
         long,
         default_value = "cpus=0.5,mem_mib=64",
-        value_name = "NAME=AMOUNT,..."
+        value_name = "KIND=AMOUNT,..."
     )]
-    pub task: fullerene_proto::ResourceVec,
+    pub task_resources: fullerene_proto::ResourceVec,
     /// How long each well-behaved task sleeps, in milliseconds.
-    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "MS", default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..))]
     pub task_ms: u64,
     /// Seconds the well-behaved frameworks run alone (the baseline).
-    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "SECS", default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..))]
     pub idle_secs: u64,
     /// Seconds they run beside the hostile clients.
-    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     pub load_secs: u64,
     /// Hostile clients of each kind.
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(0..=64))]
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u64).range(0..=64))]
     pub hostile: u64,
     /// Only these kinds of hostile client (default: every kind), to tell which one hurts.
     #[arg(long, value_delimiter = ',', value_name = "KIND,...")]
     pub kinds: Vec<fullerene_chaos::load::HostileKind>,
     /// Connections each connection-flooding client opens.
-    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    #[arg(long, value_name = "N", default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub connections: u64,
     /// Keep the cluster's certificates, data and logs in this directory (default: a temporary
     /// one, removed at the end).
@@ -69,10 +69,10 @@ pub(crate) fn run(args: LoadBenchArgs, json: &JsonOutput) -> Result<()> {
         .agent_resources
         .parse()
         .with_context(|| format!("--agent-resources {:?}", args.agent_resources))?;
-    if !args.task.fits_in(&resources) {
+    if !args.task_resources.fits_in(&resources) {
         bail!(
-            "--task {} does not fit in --agent-resources {resources}",
-            args.task
+            "--task-resources {} does not fit in --agent-resources {resources}",
+            args.task_resources
         );
     }
     let config = LoadConfig {
@@ -80,7 +80,7 @@ pub(crate) fn run(args: LoadBenchArgs, json: &JsonOutput) -> Result<()> {
         agents: args.agents,
         agent_resources: args.agent_resources,
         frameworks: args.frameworks,
-        task: args.task,
+        task: args.task_resources,
         task_ms: args.task_ms,
         idle: Duration::from_secs(args.idle_secs),
         loaded: Duration::from_secs(args.load_secs),

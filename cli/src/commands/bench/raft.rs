@@ -94,7 +94,7 @@ use crate::output::{table, JsonOutput};
 #[derive(Args, Debug)]
 pub(crate) struct RaftBenchArgs {
     /// Members in each group (the masters, and etcd's with --compare-etcd).
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=7))]
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=7))]
     pub masters: u64,
     /// Client counts to measure, one after the other: concurrent clients, each with its own
     /// connection, sending one command at a time.
@@ -107,30 +107,30 @@ pub(crate) struct RaftBenchArgs {
     )]
     pub clients: Vec<u64>,
     /// Seconds of measured load per client count (after the warm-up).
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
     pub duration_secs: u64,
     /// Seconds of load before measuring, per client count.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, value_name = "SECS", default_value_t = 2)]
     pub warmup_secs: u64,
     /// Leader kills to time (0 skips the failover part).
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, value_name = "N", default_value_t = 20)]
     pub kills: u64,
     /// Size of each replicated command in bytes (see the module documentation: the masters'
     /// encoded command, etcd's encoded PutRequest).
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, value_name = "BYTES", default_value_t = 64)]
     pub payload_bytes: usize,
     /// Whether the log is synced before a write counts: `never` passes --unsafe-no-fsync to
     /// the masters and to etcd.
     #[arg(long, value_enum, default_value_t = Fsync::Always)]
     pub fsync: Fsync,
     /// Raft tick of the masters, in milliseconds.
-    #[arg(long, default_value_t = 25, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "MS", default_value_t = 25, value_parser = clap::value_parser!(u64).range(1..))]
     pub tick_ms: u64,
     /// Ticks between the leader's heartbeats.
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..))]
     pub heartbeat_ticks: u64,
     /// Election timeout of the masters, in ticks (randomised in [N, 2N)).
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(2..))]
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u64).range(2..))]
     pub election_ticks: u64,
     /// Measure a 3-member etcd (the `etcd` on the PATH) the same way, and print both side by
     /// side with their ratio.
