@@ -51,6 +51,19 @@ pub(crate) struct RunSplit {
     pub(crate) high_len: u64,
 }
 
+impl RunSplit {
+    /// The rectangles as `(offset from the run's start, length, bundles)`.
+    pub(crate) fn rectangles(&self) -> impl Iterator<Item = (u64, u64, u64)> {
+        let low_len = self.len - self.high_len;
+        [
+            (0, low_len, self.low),
+            (low_len, self.high_len, self.low + 1),
+        ]
+        .into_iter()
+        .filter(|&(_, len, bundles)| len > 0 && bundles > 0)
+    }
+}
+
 /// How `work` lies on a run of `len` quanta where at most `max_height` bundles fit at every
 /// quantum, under `shape`'s gang and lease; `None` when it cannot.
 pub(crate) fn split_run(
@@ -127,14 +140,9 @@ mod tests {
         // 10 on four quanta is 2, 2, 3, 3: both rectangles two long.
         let s = shape(2, 3, 2, 10);
         let split = split_run(10, 4, 3, &s).expect("fits");
-        assert_eq!(
-            split,
-            RunSplit {
-                len: 4,
-                low: 2,
-                high_len: 2
-            }
-        );
+        let rects: Vec<_> = split.rectangles().collect();
+        assert_eq!(rects, vec![(0, 2, 2), (2, 2, 3)]);
+        assert_eq!(rects.iter().map(|(_, l, b)| l * b).sum::<u64>(), 10);
     }
 
     #[test]
