@@ -77,9 +77,50 @@ fn overloaded_runs(plan: &Plan, from: u64) -> Vec<(u64, u64)> {
 
 #[cfg(test)]
 mod tests {
-    use crate::placement::tests::{check_plan, config, pieces, request};
+    use crate::placement::tests::{
+        check_plan, check_satisfied, config, pieces, policy, request, small_expr, small_plan,
+    };
     use crate::{CapacityChange, Plan, PolicyKind, ReservationId};
     use fullerene_scheduling::testkit::res;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(100))]
+
+        #[test]
+        fn after_a_loss_everything_fits_and_what_moved_still_satisfies_its_request(
+            policy in policy(),
+            cpus in 4u32..24,
+            earlier in prop::collection::vec(small_expr(), 1..10),
+            lost in 1u32..24,
+            at_s in 0u64..300,
+        ) {
+            let mut plan = small_plan(policy, cpus);
+            for (i, text) in earlier.iter().enumerate() {
+                let _ = plan.admit(request(i as u64 + 1, "u", text), 0);
+            }
+            let before = plan.clone();
+            let now_ms = at_s * 1_000;
+            let loss = CapacityChange::Loss(res(&format!("cpus={}", lost.min(cpus))));
+            let replanned = plan.change_capacity(now_ms, loss, now_ms);
+            prop_assert_eq!(check_plan(&plan), Ok(()));
+            for id in &replanned.moved {
+                prop_assert_eq!(check_satisfied(&plan, *id, now_ms), Ok(()), "{}", id);
+            }
+            let rejected: Vec<ReservationId> = replanned.rejected.iter().map(|(r, _)| r.id).collect();
+            for old in before.reservations() {
+                if rejected.contains(&old.id) {
+                    prop_assert!(plan.reservation(old.id).is_none());
+                } else if !replanned.moved.contains(&old.id) {
+                    prop_assert_eq!(plan.reservation(old.id), Some(old), "untouched");
+                }
+            }
+            prop_assert_eq!(
+                plan.reservations().count() + rejected.len(),
+                before.reservations().count()
+            );
+        }
+    }
 
     #[test]
     fn a_loss_moves_the_oldest_and_rejects_the_youngest_that_no_longer_fit() {

@@ -492,6 +492,32 @@ impl Plan {
         }
     }
 
+    /// Forgets the past before `now_ms`, so that the plan in the replicated state does not grow
+    /// with time: reservations whose pieces all ended are removed and returned (their time is
+    /// over: fulfilled, as far as the plan knows), the others lose their pieces' past quanta,
+    /// and capacity and use keep no run before now's quantum.
+    pub fn forget_before(&mut self, now_ms: u64) -> Vec<Reservation> {
+        let now = self.quanta().containing(now_ms);
+        let ended: Vec<ReservationId> = self
+            .reservations
+            .values()
+            .filter(|r| r.span().is_none_or(|(_, end)| end <= now))
+            .map(|r| r.id)
+            .collect();
+        let forgotten = ended.into_iter().filter_map(|id| self.remove(id)).collect();
+        for reservation in self.reservations.values_mut() {
+            for allocation in &mut reservation.allocations {
+                allocation.pieces.retain(|p| p.end > now);
+                for piece in &mut allocation.pieces {
+                    piece.start = piece.start.max(now);
+                }
+            }
+        }
+        self.capacity.forget_before(now);
+        self.used.forget_before(now);
+        forgotten
+    }
+
     /// Adds a reservation's pieces to what is used and keeps it.
     pub(crate) fn insert(&mut self, reservation: Reservation) {
         for (start, end, amount) in held_runs(&reservation.allocations) {

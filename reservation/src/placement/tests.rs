@@ -8,8 +8,8 @@ use fullerene_scheduling::{fits, ResourceVec};
 use proptest::prelude::*;
 
 use crate::plan::{
-    AtomAllocation, AtomRef, Plan, PlanConfig, Quanta, Refusal, ReservationId, ReservationRequest,
-    Shortfall,
+    AtomAllocation, AtomRef, CapacityChange, Plan, PlanConfig, Quanta, Refusal, ReservationId,
+    ReservationRequest, Shortfall,
 };
 use crate::rdl::{parse, Expr, Limits};
 use crate::steps::StepFunction;
@@ -242,13 +242,62 @@ fn the_plan_round_trips_through_bincode_and_rebuilds_what_is_used() {
     assert!(!back.used().at(700).is_zero());
 }
 
+#[test]
+fn forgetting_the_past_drops_ended_reservations_and_past_runs_only() {
+    let mut plan = Plan::new(config(PolicyKind::Gree), res("cpus=10"));
+    plan.admit(
+        request(
+            1,
+            "a",
+            "window(atom(cpus=1; g=1, h=2, l=10s, w=20), s=0, f=30s)",
+        ),
+        0,
+    )
+    .expect("fits");
+    plan.admit(
+        request(
+            2,
+            "a",
+            "window(atom(cpus=1; g=1, h=1, l=40s, w=40), s=0, f=100s)",
+        ),
+        0,
+    )
+    .expect("fits");
+    assert_eq!(pieces(&plan, 1), vec![(0, 20, 30, 2)]);
+    assert_eq!(pieces(&plan, 2), vec![(0, 60, 100, 1)]);
+    plan.change_capacity(40_000, CapacityChange::Gain(res("cpus=2")), 0);
+
+    let forgotten = plan.forget_before(70_500);
+    assert_eq!(
+        forgotten.iter().map(|r| r.id).collect::<Vec<_>>(),
+        vec![ReservationId(1)]
+    );
+    assert_eq!(pieces(&plan, 2), vec![(0, 70, 100, 1)]);
+    assert_eq!(
+        plan.used().change_points().collect::<Vec<_>>(),
+        vec![70, 100]
+    );
+    assert_eq!(
+        plan.capacity().change_points().collect::<Vec<_>>(),
+        vec![70]
+    );
+    assert_eq!(plan.capacity().at(70), res("cpus=12"));
+    assert_eq!(check_plan(&plan), Ok(()));
+    // What is kept rebuilds to the same plan.
+    let config = bincode::config::standard();
+    let bytes = bincode::serde::encode_to_vec(&plan, config).expect("encodes");
+    let (back, _): (Plan, usize) =
+        bincode::serde::decode_from_slice(&bytes, config).expect("decodes");
+    assert_eq!(back, plan);
+}
+
 // ---- The property test: any accepted placement satisfies its expression. ----
 
 /// Checks an accepted reservation against the semantics of Rayon §3.1, independently of the
 /// placement code: every atom's pieces within its windows and after `now`, each piece at least
 /// `l` long with at least `g` bundles, at most `h` at any quantum, summing to `w`; `any` with
 /// exactly one alternative placed; `order`'s children strictly in sequence.
-fn check_satisfied(plan: &Plan, id: ReservationId, now_ms: u64) -> Result<(), String> {
+pub(crate) fn check_satisfied(plan: &Plan, id: ReservationId, now_ms: u64) -> Result<(), String> {
     let reservation = plan.reservation(id).ok_or("not accepted")?;
     let allocations: HashMap<AtomRef, &AtomAllocation> = reservation
         .allocations
@@ -487,7 +536,7 @@ fn small_atom() -> impl Strategy<Value = String> {
         })
 }
 
-fn small_expr() -> impl Strategy<Value = String> {
+pub(crate) fn small_expr() -> impl Strategy<Value = String> {
     small_atom().prop_recursive(3, 12, 3, |inner| {
         prop_oneof![
             prop::collection::vec(inner.clone(), 1..4)
@@ -507,7 +556,22 @@ fn small_expr() -> impl Strategy<Value = String> {
     })
 }
 
-fn policy() -> impl Strategy<Value = PolicyKind> {
+/// A plan of `cpus` cpus (and ample memory) over 600 one-second quanta.
+pub(crate) fn small_plan(policy: PolicyKind, cpus: u32) -> Plan {
+    let limits = Limits {
+        horizon_ms: 600_000,
+        ..config(policy).limits
+    };
+    Plan::new(
+        PlanConfig {
+            limits,
+            ..config(policy)
+        },
+        res(&format!("cpus={cpus},mem_mib=16384")),
+    )
+}
+
+pub(crate) fn policy() -> impl Strategy<Value = PolicyKind> {
     prop_oneof![Just(PolicyKind::Gree), Just(PolicyKind::GreeL)]
 }
 
@@ -522,8 +586,7 @@ proptest! {
         request_text in small_expr(),
         now_s in 0u64..60,
     ) {
-        let limits = Limits { horizon_ms: 600_000, ..config(policy).limits };
-        let mut plan = Plan::new(PlanConfig { limits, ..config(policy) }, res(&format!("cpus={cpus},mem_mib=16384")));
+        let mut plan = small_plan(policy, cpus);
         let mut accepted = Vec::new();
         for (i, (text, at_s)) in earlier.iter().enumerate() {
             let id = i as u64 + 1;
