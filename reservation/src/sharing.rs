@@ -196,9 +196,10 @@ fn over(held: &ResourceVec, capacity: &ResourceVec, cap: f64) -> Option<(Resourc
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::placement::tests::{config, request};
+    use crate::placement::tests::{config, policy, request, small_expr, small_plan};
     use crate::PolicyKind;
     use fullerene_scheduling::testkit::res;
+    use proptest::prelude::*;
 
     fn plan() -> Plan {
         let mut config = config(PolicyKind::Gree);
@@ -283,6 +284,48 @@ mod tests {
                 ..
             }))
         ));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(100))]
+
+        /// Whatever is accepted, no user ever holds more than its caps allow, checked quantum
+        /// by quantum and window by window from the reservations' pieces.
+        #[test]
+        fn accepted_reservations_respect_every_users_caps(
+            policy in policy(),
+            caps in prop::collection::vec((prop_oneof![Just(0.3), Just(0.5), Just(1.0)], prop_oneof![Just(0.2), Just(0.4), Just(1.0)]), 3),
+            requests in prop::collection::vec((small_expr(), 0usize..3), 1..12),
+        ) {
+            let mut plan = small_plan(policy, 12);
+            let mut sharing = SharingPolicy::default();
+            for (user, (instantaneous, integral)) in caps.iter().enumerate() {
+                sharing.users.insert(format!("u{user}"), UserCaps { instantaneous: *instantaneous, integral: *integral, window_ms: 60_000 });
+            }
+            plan.reconfigure(policy, sharing);
+            for (id, (text, user)) in requests.iter().enumerate() {
+                let _ = plan.admit(request(id as u64 + 1, &format!("u{user}"), text), 0);
+            }
+            for (user, (instantaneous, integral)) in caps.iter().enumerate() {
+                let name = format!("u{user}");
+                let held: Vec<ResourceVec> = (0..660)
+                    .map(|t| {
+                        plan.reservations()
+                            .filter(|r| r.user == name)
+                            .fold(ResourceVec::ZERO, |sum, r| sum + r.held_at(t))
+                    })
+                    .collect();
+                for (t, h) in held.iter().enumerate() {
+                    let cap = plan.capacity().at(t as u64).scale(*instantaneous);
+                    prop_assert!(fullerene_scheduling::fits(h, &cap), "{} at {}: {} over {}", name, t, h, cap);
+                }
+                for window in held.windows(60) {
+                    let sum = window.iter().fold(ResourceVec::ZERO, |s, h| s + *h);
+                    let cap = plan.capacity().at(0).scale(60.0 * integral);
+                    prop_assert!(fullerene_scheduling::fits(&sum, &cap), "{}: {} over {}", name, sum, cap);
+                }
+            }
+        }
     }
 
     #[test]

@@ -66,6 +66,15 @@ fn gree_places_each_stage_as_late_and_tall_as_it_can() {
         pieces(&plan, 1),
         vec![(0, 320, 560, 10), (1, 560, 680, 20), (2, 680, 800, 15)]
     );
+    // What the plan follower reads: the reservation's guarantee at a time.
+    let guaranteed = |ms| plan.guaranteed_at(ReservationId(1), ms);
+    assert_eq!(guaranteed(700_500), res("cpus=15"));
+    assert_eq!(guaranteed(559_999), res("cpus=10"));
+    assert_eq!(guaranteed(800_000), ResourceVec::ZERO);
+    assert_eq!(
+        plan.guaranteed_at(ReservationId(2), 700_500),
+        ResourceVec::ZERO
+    );
 }
 
 #[test]
