@@ -587,6 +587,20 @@ mod tests {
     }
 
     #[test]
+    fn on_a_long_line_the_excerpt_is_cut_around_the_caret() {
+        let atom = "atom(cpus=1; g=1, h=1, l=1s, w=1)";
+        let text = format!("all({}) ?", [atom; 6].join(", "));
+        let e = parse(&text).expect_err("trailing");
+        assert_eq!(e.column, text.len());
+        let shown = e.to_string();
+        let lines: Vec<&str> = shown.lines().collect();
+        assert!(lines[1].starts_with("  …"), "{shown}");
+        let caret = lines[2].chars().position(|c| c == '^').expect("a caret");
+        assert_eq!(lines[1].chars().nth(caret), Some('?'), "{shown}");
+        assert!(lines[1].chars().count() <= 2 + 1 + 70 + 1, "{shown}");
+    }
+
+    #[test]
     fn each_kind_of_mistake_is_named_where_it_is() {
         let cases: [(&str, usize, ParseErrorKind); 9] = [
             (
