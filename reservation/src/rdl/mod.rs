@@ -49,11 +49,13 @@ pub struct Atom {
 
 /// An RDL expression (Rayon §3.1), the request of one reservation.
 ///
-/// Its serde form is the tree flattened in post-order (children before their parent, see
-/// [`FlatNode`]), so that decoding a request from the wire never recurses: a deeply nested
-/// request is refused with [`FlatError::TooDeep`] instead of exhausting the decoder's stack.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(into = "Vec<FlatNode>", try_from = "Vec<FlatNode>")]
+/// Its serde form depends on the format. In a human-readable one (JSON: the HTTP API's
+/// documents, `--json`) it is the text syntax, one string that operators can read and paste
+/// back. In a binary one (bincode: the wire and the replicated state) it is the tree flattened
+/// in post-order (children before their parent, see [`FlatNode`]), so that decoding never
+/// recurses: a deeply nested request is refused with [`FlatError::TooDeep`] instead of
+/// exhausting the decoder's stack (the parser stops at the same depth).
+#[derive(Clone, Debug, PartialEq)]
 pub enum Expr {
     /// `atom(b, g, h, l, w)`.
     Atom(Atom),
@@ -189,6 +191,28 @@ impl fmt::Display for Expr {
                 "repeat({expr}, every={}, count={count})",
                 format_duration_ms(*period_ms)
             ),
+        }
+    }
+}
+
+impl Serialize for Expr {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        if serializer.is_human_readable() {
+            serializer.collect_str(self)
+        } else {
+            Vec::<FlatNode>::from(self.clone()).serialize(serializer)
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Expr {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Expr, D::Error> {
+        if deserializer.is_human_readable() {
+            let text = String::deserialize(deserializer)?;
+            parse(&text).map_err(serde::de::Error::custom)
+        } else {
+            let nodes = Vec::<FlatNode>::deserialize(deserializer)?;
+            Expr::try_from(nodes).map_err(serde::de::Error::custom)
         }
     }
 }

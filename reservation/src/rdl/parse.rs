@@ -697,6 +697,25 @@ mod tests {
         }
     }
 
+    proptest! {
+        #[test]
+        fn json_holds_the_text_syntax(e in expr()) {
+            let json = serde_json::to_string(&e).expect("json");
+            prop_assert_eq!(&json, &serde_json::to_string(&e.to_string()).expect("a string"));
+            prop_assert_eq!(serde_json::from_str::<Expr>(&json).expect("json decodes"), e);
+        }
+    }
+
+    #[test]
+    fn json_with_a_mistake_says_where() {
+        let refused = serde_json::from_str::<Expr>(r#""atom(cpus=1; g=1, h=2, l=1s)""#);
+        let message = refused.expect_err("no w").to_string();
+        assert!(
+            message.starts_with("1:28: atom is missing parameter `w`"),
+            "{message}"
+        );
+    }
+
     #[test]
     fn a_deeply_nested_encoding_is_refused_not_recursed() {
         use crate::rdl::{FlatError, FlatNode};
