@@ -79,6 +79,11 @@ fn gree_places_each_stage_as_late_and_tall_as_it_can() {
 
 #[test]
 fn gree_l_spreads_each_stage_flat_over_its_share_of_the_window() {
+    assert_eq!(PolicyKind::from_name("gree-l"), Some(PolicyKind::GreeL));
+    assert_eq!(
+        PolicyKind::from_name(PolicyKind::Gree.name()),
+        Some(PolicyKind::Gree)
+    );
     let mut plan = Plan::new(config(PolicyKind::GreeL), res("cpus=100"));
     plan.admit(request(1, "etl", THREE_STAGES), 0)
         .expect("fits");

@@ -525,7 +525,12 @@ mod tests {
             start_ms: 0,
             end_ms: 6 * 3_600_000,
         };
-        assert_eq!(parse(text), Ok(expected));
+        let parsed = parse(text).expect("parses");
+        assert_eq!(parsed, expected);
+        // Atoms are numbered in pre-order, as allocations and refusals name them.
+        let gangs: Vec<u32> = parsed.atoms().iter().map(|a| a.gang).collect();
+        assert_eq!(gangs, vec![1, 1, 8]);
+        assert_eq!(parsed.atoms()[1].max_parallel, 20);
     }
 
     #[test]
