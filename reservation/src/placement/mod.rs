@@ -321,8 +321,12 @@ impl Placer<'_> {
                 let spans: Vec<u64> = children.iter().map(Node::min_span).collect();
                 let mut before = end;
                 for (i, child) in children.iter().enumerate().rev() {
+                    // The policy divides only the time the child's own windows leave it.
+                    let reach_end = child.reach(before);
+                    let reach_start = child.earliest(start).min(reach_end);
                     let (child_start, child_end) =
-                        self.policy.order_interval(&spans[..=i], start, before);
+                        self.policy
+                            .order_interval(&spans[..=i], reach_start, reach_end);
                     before = self.place(child, child_start, child_end)?;
                 }
                 Ok(before)

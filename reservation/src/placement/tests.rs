@@ -96,6 +96,17 @@ fn gree_l_spreads_each_stage_flat_over_its_share_of_the_window() {
 }
 
 #[test]
+fn gree_l_guesses_within_the_windows_of_an_orders_children() {
+    // The last stage may only run in the first 200 s: its share of the order is taken from
+    // there, not from the end of the outer window.
+    let mut plan = Plan::new(config(PolicyKind::GreeL), res("cpus=10"));
+    let early = "window(order(atom(cpus=1; g=1, h=1, l=10s, w=50), window(atom(cpus=1; g=1, h=1, l=10s, w=50), s=0, f=200s)), s=0, f=1000s)";
+    plan.admit(request(1, "a", early), 0).expect("fits");
+    assert_eq!(pieces(&plan, 1), vec![(0, 100, 150, 1), (1, 150, 200, 1)]);
+    assert_eq!(check_satisfied(&plan, ReservationId(1), 0), Ok(()));
+}
+
+#[test]
 fn gree_ends_right_before_a_busy_stretch_and_gree_l_lies_flat_before_it() {
     let busy = "window(atom(cpus=10; g=1, h=1, l=100s, w=100), s=200s, f=300s)";
     let job = "window(atom(cpus=1; g=1, h=5, l=10s, w=100), s=0, f=300s)";
