@@ -88,16 +88,8 @@ pub(crate) struct DevArgs {
         default_value_t = 1
     )]
     pub seed: u64,
-    /// The intra-job policy: graphene+carbyne, graphene, carbyne, drf, tetris, cp, bfs, fifo,
-    /// sjf.
-    #[arg(
-        long,
-        short,
-        env = "FULLERENE_POLICY",
-        value_name = "POLICY",
-        default_value = "graphene+carbyne"
-    )]
-    pub policy: String,
+    #[command(flatten)]
+    pub policy: super::JobPolicyArg,
     /// Real seconds per second of the workload's task durations (default: chosen from the
     /// sample's work and the cluster's capacity to take about --target-secs).
     #[arg(long, env = "FULLERENE_TIME_SCALE", value_name = "FACTOR", value_parser = parse_positive, allow_negative_numbers = true)]
@@ -217,7 +209,7 @@ fn default_time_scale(lower_bound_s: f64, target_s: f64) -> f64 {
 
 /// Runs `fullerene dev`.
 pub(crate) fn run(args: DevArgs, json: &JsonOutput) -> Result<()> {
-    let policy: PolicyKind = args.policy.parse().context("invalid --policy")?;
+    let policy = args.policy.kind()?;
     let workload = resolve_workload(args.workload.clone()).map_err(|error| {
         let cwd =
             std::env::current_dir().map_or_else(|_| "?".to_string(), |d| d.display().to_string());
@@ -355,7 +347,9 @@ async fn drive(
         ca: None,
         cert: None,
         key: None,
-        policy: policy.name().to_string(),
+        policy: super::JobPolicyArg {
+            policy: policy.name().to_string(),
+        },
         time_scale: sample.time_scale,
         jobs: None,
         arrivals: fullerene_sim::ArrivalSpec::Zero,

@@ -91,16 +91,8 @@ pub(crate) struct JobRunArgs {
     /// The framework's private key.
     #[arg(long, value_name = "FILE")]
     pub key: Option<PathBuf>,
-    /// The intra-job policy: graphene+carbyne, graphene, carbyne, drf, tetris, cp, bfs, fifo,
-    /// sjf.
-    #[arg(
-        long,
-        short,
-        env = "FULLERENE_POLICY",
-        value_name = "POLICY",
-        default_value = "graphene+carbyne"
-    )]
-    pub policy: String,
+    #[command(flatten)]
+    pub policy: super::JobPolicyArg,
     /// Real seconds per second of the workload's task durations (0.05 runs 20 times faster).
     #[arg(
         long,
@@ -170,7 +162,7 @@ pub(crate) fn run_jobs_command(
     json: &JsonOutput,
     handle_signals: bool,
 ) -> Result<()> {
-    let policy: PolicyKind = args.policy.parse().context("invalid --policy")?;
+    let policy = args.policy.kind()?;
     if args.max_attempts == 0 {
         bail!("invalid --max-attempts 0: a task needs at least one attempt");
     }
@@ -618,7 +610,7 @@ mod tests {
         let crate::Commands::Job(JobCommand::Run(run)) = cli.command else {
             panic!("not `job run`");
         };
-        assert_eq!(run.policy, "fifo", "the flag beats the file");
+        assert_eq!(run.policy.policy, "fifo", "the flag beats the file");
         assert_eq!(run.time_scale, 0.1);
         assert_eq!(
             run.masters,

@@ -84,6 +84,28 @@ pub(crate) fn parse_allowance(text: &str) -> Result<f64, fullerene_scheduling::A
         .map(|allowance| allowance.0)
 }
 
+/// `--policy` of the commands that run DAG jobs on a cluster (`job run`, `dev`).
+#[derive(Args, Debug)]
+pub(crate) struct JobPolicyArg {
+    /// The intra-job policy: graphene+carbyne, graphene, carbyne, drf, tetris, cp, bfs, fifo,
+    /// sjf.
+    #[arg(
+        long,
+        short,
+        env = "FULLERENE_POLICY",
+        value_name = "POLICY",
+        default_value = "graphene+carbyne"
+    )]
+    pub policy: String,
+}
+
+impl JobPolicyArg {
+    /// The policy named, or an error naming the flag.
+    pub(crate) fn kind(&self) -> Result<fullerene_sdk::policy::PolicyKind> {
+        self.policy.parse().context("invalid --policy")
+    }
+}
+
 /// Parses `HOST:PORT`, a name or an IP address, into the address it resolves to now (the first
 /// IPv4 one the resolver gives, else the first): `--master-addrs` and `--peers` take host names
 /// as well as addresses. A name is resolved once, when the command starts.
