@@ -363,7 +363,7 @@ mod tests {
                     assert!(master.bootstrap && !master.join);
                 }
                 Commands::Agent(agent) => {
-                    assert_eq!((agent.run.id, agent.run.masters.len()), (Some(1), 3));
+                    assert_eq!((agent.run.id, agent.run.masters.addrs.len()), (Some(1), 3));
                 }
                 other => panic!("parsed as {other:?}"),
             }

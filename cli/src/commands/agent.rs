@@ -40,18 +40,8 @@ pub(crate) struct AgentCommand {
 /// Flags of `fullerene agent` (all of them also under `[agent]` in the config file).
 #[derive(Args, Debug)]
 pub(crate) struct AgentArgs {
-    /// The masters, any of them (followers redirect to the leader): `HOST:PORT,...` (names or addresses). The agent
-    /// tries them in turn, with exponential backoff and jitter, until one registers it.
-    #[arg(
-        long = "master-addrs",
-        short = 'm',
-        env = "FULLERENE_MASTER_ADDRS",
-        value_name = "HOST:PORT,...",
-        value_delimiter = ',',
-        value_parser = crate::commands::parse_host_port,
-        required = true
-    )]
-    pub masters: Vec<SocketAddr>,
+    #[command(flatten)]
+    pub masters: crate::commands::MasterAddrs,
     /// The agent's directory: its checkpoint (`checkpoint.log`, every status update is written
     /// there before it is sent) and the task sandboxes (`sandboxes/<framework>/<task>`, with
     /// each task's `stdout` and `stderr`). Keep it across restarts: a restarted agent recovers
@@ -198,7 +188,7 @@ impl AgentArgs {
         let resources = machine::with_overrides(detected, overrides);
         let kept = overrides.to_vec();
         let work_dir = self.work_dir.clone().context("--work-dir is required")?;
-        let mut config = AgentConfig::new(self.masters.clone(), work_dir, resources);
+        let mut config = AgentConfig::new(self.masters.addrs.clone(), work_dir, resources);
         if let Some(hostname) = &self.hostname {
             config.hostname = hostname.clone();
         }
@@ -435,9 +425,16 @@ mod tests {
         // Host names resolve (once, at start), as addresses do.
         let named = parse(&["-m", "localhost:5051,127.0.0.2:5052", "--work-dir", "w"])
             .expect("a host name parses");
-        assert_eq!(named.masters[0].port(), 5051);
-        assert!(named.masters[0].ip().is_loopback(), "{:?}", named.masters);
-        assert_eq!(named.masters[1], "127.0.0.2:5052".parse().expect("addr"));
+        assert_eq!(named.masters.addrs[0].port(), 5051);
+        assert!(
+            named.masters.addrs[0].ip().is_loopback(),
+            "{:?}",
+            named.masters.addrs
+        );
+        assert_eq!(
+            named.masters.addrs[1],
+            "127.0.0.2:5052".parse().expect("addr")
+        );
         let error = parse(&[
             "--master-addrs",
             "no-such-host.invalid:5051",
@@ -472,7 +469,7 @@ mod tests {
             .expect("config applies");
         let cli = Cli::try_parse_from(argv).expect("parses");
         let Sub::Agent(args) = cli.command;
-        assert_eq!(args.masters.len(), 2);
+        assert_eq!(args.masters.addrs.len(), 2);
         assert_eq!(args.work_dir, Some(PathBuf::from("/tmp/w")));
         // The flag beats the file.
         assert_eq!(

@@ -30,17 +30,8 @@ pub(crate) enum ClusterCommand {
 /// How to reach the masters as an operator.
 #[derive(Args, Debug)]
 pub(crate) struct ClusterArgs {
-    /// Any of the masters (redirects lead to the leader): `127.0.0.1:5050,m2.example:5051` (names or addresses).
-    #[arg(
-        long = "master-addrs",
-        short = 'm',
-        env = "FULLERENE_MASTER_ADDRS",
-        value_name = "HOST:PORT,...",
-        value_delimiter = ',',
-        value_parser = crate::commands::parse_host_port,
-        required = true
-    )]
-    pub masters: Vec<SocketAddr>,
+    #[command(flatten)]
+    pub masters: crate::commands::MasterAddrs,
     /// Directory laid out by `fullerene certs init` (uses `operator-<N>`, see `--operator-cert`).
     #[arg(long = "certs-dir", env = "FULLERENE_CERTS_DIR", value_name = "DIR")]
     pub certs: Option<PathBuf>,
@@ -136,7 +127,7 @@ pub(crate) fn operator_client(args: &ClusterArgs) -> Result<OperatorClient> {
     let client = Client::new(&tls, TransportConfig::default())?;
     Ok(OperatorClient::new(
         client,
-        args.masters.clone(),
+        args.masters.addrs.clone(),
         Duration::from_secs(args.timeout_secs),
     ))
 }

@@ -341,7 +341,9 @@ async fn drive(
 
     let run_args = JobRunArgs {
         workload: Some(jobs_file),
-        masters: cluster.addrs.values().copied().collect(),
+        masters: super::MasterAddrs {
+            addrs: cluster.addrs.values().copied().collect(),
+        },
         certs: Some(cluster.certs_dir()),
         framework_cert: 1,
         ca: None,

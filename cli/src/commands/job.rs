@@ -1,7 +1,6 @@
 //! `fullerene job`: submit DAG jobs to a running cluster with the SDK's DAG-job framework.
 
 use std::io::{IsTerminal as _, Write as _};
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -65,17 +64,8 @@ pub(crate) struct JobRunArgs {
     /// TPC-H file, as for `sim` and `dev`.
     #[arg(long, short, env = "FULLERENE_WORKLOAD", value_name = "FILE")]
     pub workload: Option<PathBuf>,
-    /// Any of the masters, names or addresses (the framework follows redirects to the leader).
-    #[arg(
-        long = "master-addrs",
-        short = 'm',
-        env = "FULLERENE_MASTER_ADDRS",
-        value_name = "HOST:PORT,...",
-        value_delimiter = ',',
-        value_parser = crate::commands::parse_host_port,
-        required = true
-    )]
-    pub masters: Vec<SocketAddr>,
+    #[command(flatten)]
+    pub masters: crate::commands::MasterAddrs,
     /// Directory laid out by `fullerene certs init` (uses `framework-<N>`, see `--framework-cert`).
     #[arg(long = "certs-dir", env = "FULLERENE_CERTS_DIR", value_name = "DIR")]
     pub certs: Option<PathBuf>,
@@ -195,7 +185,7 @@ pub(crate) fn run_jobs_command(
     let tls = TlsMaterial::load(&ca, &cert, &key).context("cannot load the TLS material")?;
     let stop = Arc::new(AtomicBool::new(false));
     let options = RunJobsOptions {
-        masters: args.masters.clone(),
+        masters: args.masters.addrs.clone(),
         dag: DagConfig {
             policy,
             time_scale: args.time_scale,
@@ -613,8 +603,8 @@ mod tests {
         assert_eq!(run.policy.policy, "fifo", "the flag beats the file");
         assert_eq!(run.time_scale, 0.1);
         assert_eq!(
-            run.masters,
-            vec!["127.0.0.1:7".parse::<SocketAddr>().unwrap()]
+            run.masters.addrs,
+            vec!["127.0.0.1:7".parse::<std::net::SocketAddr>().unwrap()]
         );
         assert_eq!(run.workload, Some(PathBuf::from("w.jsonl")));
     }

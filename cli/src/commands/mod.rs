@@ -84,6 +84,25 @@ pub(crate) fn parse_allowance(text: &str) -> Result<f64, fullerene_scheduling::A
         .map(|allowance| allowance.0)
 }
 
+/// `--master-addrs` of every command that talks to a cluster (operators' commands, agents,
+/// `job run`).
+#[derive(Args, Debug, Clone)]
+pub(crate) struct MasterAddrs {
+    /// Any of the masters, by name or address: `10.0.0.1:5050,m2.example:5050`. Followers
+    /// redirect to the leader; they are tried in turn, with exponential backoff and jitter,
+    /// until one answers. Names are resolved once, at start.
+    #[arg(
+        long = "master-addrs",
+        short = 'm',
+        env = "FULLERENE_MASTER_ADDRS",
+        value_name = "HOST:PORT,...",
+        value_delimiter = ',',
+        value_parser = parse_host_port,
+        required = true
+    )]
+    pub addrs: Vec<SocketAddr>,
+}
+
 /// `--policy` of the commands that run DAG jobs on a cluster (`job run`, `dev`).
 #[derive(Args, Debug)]
 pub(crate) struct JobPolicyArg {
