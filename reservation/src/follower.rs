@@ -8,8 +8,11 @@
 //!   first ([`ReservationShare::offer_first`]), before best-effort frameworks get anything;
 //! - reclaiming is naming best-effort tasks to kill ([`FollowerDecision::preempt`]), newest first
 //!   (they have the least work to lose), and only after the shortfall has lasted a grace period
-//!   (rescinding outstanding best-effort offers is tried first by the allocator, and tasks that
-//!   finish within the grace period free the capacity without a kill).
+//!   (tasks that finish within it free the capacity without a kill; the caller should rescind
+//!   outstanding best-effort offers before killing).
+//!
+//! The follower decides; it is not yet wired into the allocator's cycle (the master and the
+//! simulator are to call it each cycle and apply its shares, lending and kills).
 //!
 //! Reserved capacity a reservation's jobs do not ask for is lent to best-effort work
 //! ([`FollowerDecision::lendable`]); among best-effort frameworks the allocator keeps its
