@@ -13,6 +13,8 @@
 //!   [`PolicyKind`]. The MILP of §4.1 is not implemented (see the module).
 //! - [`sharing`]: the sharing policy (§5.2), instantaneous and integral caps per user.
 //! - [`adapter`]: re-planning after a loss of capacity (§5.2's adapter), greedy.
+//! - [`follower`]: the plan follower (§5.2), the plan's current slice as what the allocator
+//!   offers each reservation's jobs first, lends to best-effort work, and preempts.
 //!
 //! ```
 //! use fullerene_reservation::{parse, Piece, Plan, PlanConfig, PolicyKind};
@@ -37,6 +39,7 @@
 //! SDK and the CLI parse and validate requests; the simulator plans with the same code.
 
 pub mod adapter;
+pub mod follower;
 pub mod placement;
 pub mod plan;
 pub mod rdl;
@@ -44,6 +47,7 @@ pub mod sharing;
 mod split;
 pub mod steps;
 
+pub use follower::{BestEffortTask, FollowerDecision, PlanFollower, ReservationShare, TaggedJob};
 pub use placement::PolicyKind;
 pub use plan::{
     AtomAllocation, AtomRef, CapacityChange, Piece, Plan, PlanConfig, Quanta, Refusal, Replanned,

@@ -16,6 +16,8 @@
 //! - [`engine`]: the event loop, with `framework` (private): one simulated framework.
 //! - [`study`]: [`compare_seeds`] runs a comparison over several seeds and aggregates it,
 //!   [`sweep_machines`] does so at several cluster sizes (load levels).
+//! - [`sla`]: SLA jobs' deadlines and reservations derived from their DAGs, admitted into a
+//!   Rayon plan (issue 17).
 //! - [`metrics`], [`report`], [`plot`]: JCTs, makespan, Jain's index, utilisation, jobs in the
 //!   system; the JSON report, the tables, the SVG plots.
 
@@ -31,6 +33,7 @@ pub mod plot;
 pub mod policies;
 pub mod report;
 pub mod runner;
+pub mod sla;
 pub mod study;
 pub mod workload;
 

@@ -1,0 +1,246 @@
+//! SLA jobs for the reservation comparison (issue 17, point 7; Rayon §6): a job with a deadline
+//! reserves capacity for its DAG at arrival, and the plan (GREE or GREE-L) accepts or refuses it.
+//!
+//! Rayon §6 sets deadlines from each job's runtime measured alone on the cluster. Here the
+//! runtime is the job's NewLB lower bound on the cluster ([`lower_bounds`], tech report Fig. 9):
+//! no schedule finishes sooner, it needs no extra simulation run, and it makes the deadline
+//! `arrival + NewLB × (1 + slack)` at least as tight as Rayon's.
+//!
+//! The reservation is one atom inside the window `[arrival, deadline)`: the bundle is the
+//! largest task demand of the job (per resource), `h` its widest stage, `l` its longest task and
+//! `w` the sum of its task durations in bundle-time (each task fits one bundle).
+
+use fullerene_reservation::{
+    Atom, Expr, Plan, PlanConfig, PolicyKind, Refusal, ReservationId, ReservationRequest,
+};
+use fullerene_scheduling::ResourceVec;
+use fullerene_sdk::job::Job;
+use fullerene_sdk::lower_bound::lower_bounds;
+use fullerene_sdk::planner::PlanCluster;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use crate::{SimConfig, SimJob};
+
+/// One SLA job's request: its deadline and the reservation derived from its DAG.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SlaRequest {
+    /// Arrival, wall-clock milliseconds of the simulation.
+    pub arrival_ms: u64,
+    /// Deadline, wall-clock milliseconds of the simulation.
+    pub deadline_ms: u64,
+    /// `window(atom(...), s=0, f=deadline − arrival)`, anchored at the arrival.
+    pub expr: Expr,
+}
+
+/// The SLA request of `job` arriving at `arrival_s` on `cluster`, with deadline
+/// `arrival + NewLB × (1 + slack)`. The plan counts time in quanta of `quantum_ms`, so the
+/// window, the lease and the work are rounded up to whole quanta (the plan refuses others).
+pub fn sla_request(
+    job: &Job,
+    arrival_s: f64,
+    slack: f64,
+    cluster: &PlanCluster,
+    quantum_ms: u64,
+) -> SlaRequest {
+    let quantum_ms = quantum_ms.max(1);
+    let whole = |ms: u64| ms.max(1).div_ceil(quantum_ms) * quantum_ms;
+    let runtime_s = lower_bounds(job, cluster).new_lb;
+    let arrival_ms = seconds_to_ms(arrival_s);
+    let window_ms = whole(seconds_to_ms(runtime_s * (1.0 + slack)));
+    let mut bundle = ResourceVec::ZERO;
+    let mut widest = 1;
+    let mut longest_s: f64 = 0.0;
+    let mut work_s = 0.0;
+    for stage in &job.stages {
+        bundle = bundle.max(&stage.demand);
+        widest = widest.max(stage.num_tasks());
+        if !stage.durations.is_empty() {
+            longest_s = longest_s.max(stage.max_duration());
+        }
+        work_s += stage.total_duration();
+    }
+    let atom = Atom {
+        bundle,
+        gang: 1,
+        max_parallel: u32::try_from(widest).unwrap_or(u32::MAX),
+        min_lease_ms: whole(seconds_to_ms(longest_s)).min(window_ms),
+        work_ms: whole(seconds_to_ms(work_s)),
+    };
+    SlaRequest {
+        arrival_ms,
+        deadline_ms: arrival_ms + window_ms,
+        expr: Expr::Window {
+            expr: Box::new(Expr::Atom(atom)),
+            start_ms: 0,
+            end_ms: window_ms,
+        },
+    }
+}
+
+/// Admits `requests` (in arrival order) one by one into a fresh plan of `capacity` with
+/// `policy`, each at its arrival, as Rayon's planner does: `Ok` for accepted, the refusal
+/// otherwise. The plan's quantum is `quantum_ms`.
+pub fn admit_in_order(
+    requests: &[SlaRequest],
+    policy: PolicyKind,
+    capacity: ResourceVec,
+    quantum_ms: u64,
+) -> Vec<Result<(), Refusal>> {
+    let mut config = PlanConfig::new(0, policy);
+    config.limits.quantum_ms = quantum_ms;
+    let mut plan = Plan::new(config, capacity);
+    requests
+        .iter()
+        .zip(0..)
+        .map(|(request, k)| {
+            let asked = ReservationRequest {
+                id: ReservationId(k),
+                user: "sla".into(),
+                expr: request.expr.clone(),
+            };
+            plan.admit(asked, request.arrival_ms).map(|_| ())
+        })
+        .collect()
+}
+
+/// Which of `count` jobs get a deadline: `round(fraction × count)` of them (`fraction` clamped
+/// to [0, 1]), chosen by a shuffle seeded with `seed`.
+pub fn choose_sla_jobs(count: usize, fraction: f64, seed: u64) -> Vec<bool> {
+    let wanted = (fraction.clamp(0.0, 1.0) * count as f64).round() as usize;
+    let mut order: Vec<usize> = (0..count).collect();
+    order.shuffle(&mut ChaCha8Rng::seed_from_u64(seed));
+    let mut marked = vec![false; count];
+    for &k in &order[..wanted.min(count)] {
+        marked[k] = true;
+    }
+    marked
+}
+
+/// The SLA requests of an experiment's `jobs` (from [`prepare_jobs`](crate::prepare_jobs))
+/// that `marked` selects, each with its index in `jobs`, in arrival order (ties by index), on
+/// the cluster `config` describes, in quanta of `quantum_ms`.
+pub fn sla_requests(
+    file_jobs: &[Job],
+    jobs: &[SimJob],
+    marked: &[bool],
+    slack: f64,
+    config: &SimConfig,
+    quantum_ms: u64,
+) -> Vec<(usize, SlaRequest)> {
+    let cluster = PlanCluster::new(config.machines, config.machine);
+    let mut requests: Vec<(usize, SlaRequest)> = jobs
+        .iter()
+        .enumerate()
+        .filter(|(k, _)| marked.get(*k).copied().unwrap_or(false))
+        .filter_map(|(k, job)| {
+            let dag = file_jobs.get(job.source)?;
+            Some((
+                k,
+                sla_request(dag, job.arrival_s, slack, &cluster, quantum_ms),
+            ))
+        })
+        .collect();
+    requests.sort_by_key(|(k, request)| (request.arrival_ms, *k));
+    requests
+}
+
+fn seconds_to_ms(s: f64) -> u64 {
+    // Durations in workloads are finite and non-negative; `as` saturates anything else.
+    (s * 1000.0).ceil() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use fullerene_sdk::job::StageSpec;
+
+    use super::*;
+
+    fn cpus(n: f64) -> ResourceVec {
+        format!("cpus={n},mem_mib=1024").parse().expect("vec")
+    }
+
+    /// `n` cpus with memory to spare, so that cpus bound every figure.
+    fn machine(n: f64) -> ResourceVec {
+        format!("cpus={n},mem_mib=65536").parse().expect("vec")
+    }
+
+    fn stage(id: u32, parents: Vec<u32>, durations: Vec<f64>) -> StageSpec {
+        StageSpec {
+            id,
+            name: format!("s{id}"),
+            parents,
+            durations,
+            demand: cpus(1.0),
+        }
+    }
+
+    /// Two stages in a chain: 4 tasks of 10 s, then 2 tasks of 20 s, 1 cpu each.
+    fn chain() -> Job {
+        let stages = vec![
+            stage(0, vec![], vec![10.0; 4]),
+            stage(1, vec![0], vec![20.0; 2]),
+        ];
+        Job::new("chain", "default", None, stages).expect("job")
+    }
+
+    #[test]
+    fn the_request_follows_the_dag_and_the_deadline_its_lower_bound() {
+        let cluster = PlanCluster::new(1, machine(8.0));
+        let job = chain();
+        let request = sla_request(&job, 100.0, 0.5, &cluster, 1_000);
+        // NewLB of the chain on 8 cpus is its critical path, 10 + 20 = 30 s.
+        assert_eq!(request.arrival_ms, 100_000);
+        assert_eq!(request.deadline_ms, 100_000 + 45_000);
+        let Expr::Window { expr, end_ms, .. } = &request.expr else {
+            panic!("a window: {:?}", request.expr);
+        };
+        assert_eq!(*end_ms, 45_000);
+        let Expr::Atom(atom) = expr.as_ref() else {
+            panic!("an atom: {expr:?}");
+        };
+        assert_eq!(atom.bundle, cpus(1.0));
+        assert_eq!(atom.max_parallel, 4);
+        assert_eq!(atom.min_lease_ms, 20_000);
+        assert_eq!(atom.work_ms, 80_000);
+        // In one-minute quanta everything rounds up to whole minutes.
+        let coarse = sla_request(&job, 100.0, 0.5, &cluster, 60_000);
+        assert_eq!(coarse.deadline_ms, 100_000 + 60_000);
+        let Expr::Window { expr, .. } = &coarse.expr else {
+            panic!("a window: {:?}", coarse.expr);
+        };
+        let Expr::Atom(atom) = expr.as_ref() else {
+            panic!("an atom: {expr:?}");
+        };
+        assert_eq!((atom.min_lease_ms, atom.work_ms), (60_000, 120_000));
+    }
+
+    #[test]
+    fn the_chosen_fraction_is_marked_the_same_for_a_seed() {
+        let marked = choose_sla_jobs(200, 0.1, 7);
+        assert_eq!(marked.iter().filter(|m| **m).count(), 20);
+        assert_eq!(marked, choose_sla_jobs(200, 0.1, 7));
+        assert_ne!(marked, choose_sla_jobs(200, 0.1, 8));
+        assert!(choose_sla_jobs(10, 0.0, 7).iter().all(|m| !m));
+    }
+
+    #[test]
+    fn requests_beyond_the_capacity_are_refused_and_the_rest_accepted() {
+        let cluster = PlanCluster::new(1, machine(4.0));
+        let job = chain();
+        // Four copies arriving together, on 4 cpus: each needs 80 cpu-seconds within 60 s, four
+        // need 320 of the window's 240, so the first fits and some later one is refused.
+        let requests: Vec<SlaRequest> = (0..4)
+            .map(|_| sla_request(&job, 0.0, 1.0, &cluster, 1_000))
+            .collect();
+        for policy in [PolicyKind::Gree, PolicyKind::GreeL] {
+            let answers = admit_in_order(&requests, policy, machine(4.0), 1_000);
+            assert!(answers[0].is_ok(), "{policy:?}: {:?}", answers[0]);
+            assert!(
+                answers.iter().any(Result::is_err),
+                "{policy:?}: {answers:?}"
+            );
+        }
+    }
+}
