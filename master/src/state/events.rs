@@ -238,7 +238,10 @@ impl EventProbe {
             | Command::AcknowledgeStatus { .. }
             | Command::SetQuotas(_)
             | Command::SetOverbookingAllowance { .. }
-            | Command::AnnounceMasterHttp { .. } => {}
+            | Command::AnnounceMasterHttp { .. }
+            | Command::CreateReservation { .. }
+            | Command::UpdateReservation { .. }
+            | Command::DeleteReservation { .. } => {}
         }
         // Tasks that changed state with the command, in the order the outcome lists them.
         let updates: &[StatusUpdate] = match outcome {
