@@ -50,6 +50,9 @@ pub struct Reservations {
     followed_capacity: ResourceVec,
     /// Rejected by the adapter, oldest first by their order of rejection.
     rejected: Vec<RejectedReservation>,
+    /// How many the adapter rejected in all (`rejected` keeps the last
+    /// [`MAX_REJECTED_KEPT`]).
+    rejected_total: u64,
 }
 
 impl Default for Reservations {
@@ -63,6 +66,7 @@ impl Default for Reservations {
             next_id: 1,
             followed_capacity: ResourceVec::ZERO,
             rejected: Vec::new(),
+            rejected_total: 0,
         }
     }
 }
@@ -92,6 +96,11 @@ impl Reservations {
     /// The reservations the adapter rejected, oldest first.
     pub fn rejected(&self) -> &[RejectedReservation] {
         &self.rejected
+    }
+
+    /// How many reservations the adapter rejected since the cluster began.
+    pub fn rejected_total(&self) -> u64 {
+        self.rejected_total
     }
 
     /// The capacity the plan follows (the live agents' totals).
@@ -188,6 +197,7 @@ impl Reservations {
             };
             self.names.remove(&name);
             names.push(name.clone());
+            self.rejected_total += 1;
             self.rejected.push(RejectedReservation {
                 name,
                 reservation,

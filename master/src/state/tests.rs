@@ -2261,7 +2261,18 @@ fn the_reservation_plan_survives_a_snapshot_and_follows_agents_lost() {
     assert!(restored.reservations().get("young").is_some());
     // Losing an agent halves the capacity: the adapter moves the oldest within its slack and
     // rejects the youngest, which stays visible with its reason.
-    st.apply(&lost("a2", 180_000)).unwrap();
+    let lose_a2 = lost("a2", 180_000);
+    let probe = events::EventProbe::before(&st, &lose_a2);
+    let result = st.apply(&lose_a2);
+    let reported = probe.events(&st, &lose_a2, &result);
+    assert!(
+        reported.contains(&fullerene_proto::http::ClusterEvent::ReservationRejected {
+            reservation: "young".into(),
+            principal: "bob".into(),
+            reason: st.reservations().rejected()[0].reason.clone(),
+        }),
+        "{reported:?}"
+    );
     assert!(st.reservations().get("old").is_some());
     assert!(st.reservations().get("young").is_none());
     let rejected = st.reservations().rejected();
