@@ -465,8 +465,30 @@ pub enum ClusterEvent {
         /// Its weight now.
         weight: f64,
     },
-    // Reservations (issue 19, point 5: "reservations accepted/rejected") do not exist yet;
-    // their events go here when they do.
+    /// The plan accepted a reservation, new or updated (issue 17).
+    ReservationAccepted {
+        /// Its name.
+        reservation: String,
+        /// Its owner.
+        principal: String,
+        /// Whether it replaced the owner's earlier request.
+        updated: bool,
+    },
+    /// Its owner deleted a reservation.
+    ReservationDeleted {
+        /// Its name.
+        reservation: String,
+    },
+    /// After a loss of capacity, the adapter could no longer fit an accepted reservation and
+    /// removed it from the plan (Rayon §5.2), telling its owner why.
+    ReservationRejected {
+        /// Its name.
+        reservation: String,
+        /// Its owner.
+        principal: String,
+        /// The plan's reason (which atom and window no longer fit).
+        reason: String,
+    },
     /// One Raft entry gave more events than its sequence numbers hold
     /// ([`EVENT_SEQ_STRIDE`]): this many after the last one were not recorded.
     EventsOmitted {
@@ -496,6 +518,9 @@ impl ClusterEvent {
             ClusterEvent::MasterAdded { .. } => "master_added",
             ClusterEvent::MasterRemoved { .. } => "master_removed",
             ClusterEvent::GroupWeightChanged { .. } => "group_weight_changed",
+            ClusterEvent::ReservationAccepted { .. } => "reservation_accepted",
+            ClusterEvent::ReservationDeleted { .. } => "reservation_deleted",
+            ClusterEvent::ReservationRejected { .. } => "reservation_rejected",
             ClusterEvent::EventsOmitted { .. } => "events_omitted",
         }
     }

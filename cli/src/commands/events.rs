@@ -241,6 +241,28 @@ pub(crate) fn describe(event: &ClusterEvent) -> (String, String) {
         ClusterEvent::GroupWeightChanged { group, weight } => {
             (format!("group {group}"), format!("weight {weight}"))
         }
+        ClusterEvent::ReservationAccepted {
+            reservation,
+            principal,
+            updated,
+        } => (
+            format!("reservation {reservation}"),
+            format!(
+                "{} for {principal}",
+                if *updated { "updated" } else { "accepted" }
+            ),
+        ),
+        ClusterEvent::ReservationDeleted { reservation } => {
+            (format!("reservation {reservation}"), "deleted".to_string())
+        }
+        ClusterEvent::ReservationRejected {
+            reservation,
+            principal,
+            reason,
+        } => (
+            format!("reservation {reservation}"),
+            format!("rejected for {principal}: {reason}"),
+        ),
         ClusterEvent::EventsOmitted { count } => {
             (String::new(), format!("{count} more events of this entry"))
         }

@@ -1629,3 +1629,30 @@ fn a_framework_describes_its_job_and_says_how_it_ended_through_its_session() {
     assert_eq!(jobs[0].description, description);
     assert_eq!(jobs[0].end, Some(JobEnd::Finished));
 }
+
+/// Issue 17: an accepted reservation is in the replicated state, so the plan the master had
+/// before it stopped is the one it has after (from its log and snapshot, as a new leader
+/// would have it from the others').
+#[test]
+fn an_accepted_reservation_survives_a_restart_of_the_master() {
+    let mut h = Harness::leader();
+    h.register_agent("agent-1", "cpus=8,mem_mib=8192");
+    let reserve = crate::state::Command::CreateReservation {
+        name: "etl".into(),
+        principal: "alice".into(),
+        expr: fullerene_reservation::parse(
+            "window(atom(cpus=4,mem_mib=1024; g=1, h=2, l=1m, w=1h), s=0, f=1h)",
+        )
+        .expect("valid RDL"),
+        at_ms: h.now.wall_ms(),
+    };
+    let token = h.core.token();
+    h.core.node.propose(&reserve, token).expect("proposed");
+    h.run();
+    let before = h.core.node().state().reservations().clone();
+    assert!(before.get("etl").is_some(), "accepted");
+    h.restart_after(Duration::from_secs(30));
+    let after = h.core.node().state().reservations();
+    assert_eq!(*after, before);
+    assert_eq!(after.get("etl").map(|r| r.user.as_str()), Some("alice"));
+}

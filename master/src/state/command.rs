@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use fullerene_proto::messages::{GroupPlacement, GroupRemoval, StatusUpdate, TaskSpec, UnixMillis};
 pub use fullerene_proto::TaskKey;
 use fullerene_proto::{AgentId, FrameworkId, Resources, TaskId};
+use fullerene_reservation::Expr;
 use serde::{Deserialize, Serialize};
 
 /// One change to the cluster state (DESIGN.md, "a task's life").
@@ -258,6 +259,38 @@ pub enum Command {
         /// Leader's time.
         at_ms: UnixMillis,
     },
+    /// A principal reserves capacity ahead (Rayon §5.2's `createRes`): accepted only if the
+    /// plan places it in full, as of `at_ms`.
+    CreateReservation {
+        /// Its name, unique among accepted reservations.
+        name: String,
+        /// The principal asking: it owns the reservation.
+        principal: String,
+        /// The request.
+        expr: Expr,
+        /// Leader's time: the request is placed from then on.
+        at_ms: UnixMillis,
+    },
+    /// The owner replaces a reservation's request (`updateRes`); refused, the old one stays.
+    UpdateReservation {
+        /// The reservation.
+        name: String,
+        /// The principal asking; must own it.
+        principal: String,
+        /// The new request.
+        expr: Expr,
+        /// Leader's time.
+        at_ms: UnixMillis,
+    },
+    /// The owner removes a reservation (`deleteRes`).
+    DeleteReservation {
+        /// The reservation.
+        name: String,
+        /// The principal asking; must own it.
+        principal: String,
+        /// Leader's time.
+        at_ms: UnixMillis,
+    },
 }
 
 impl Command {
@@ -280,7 +313,10 @@ impl Command {
             | Command::UpdateStatus { at_ms, .. }
             | Command::KillTask { at_ms, .. }
             | Command::DrainAgent { at_ms, .. }
-            | Command::KillTasks { at_ms, .. } => Some(*at_ms),
+            | Command::KillTasks { at_ms, .. }
+            | Command::CreateReservation { at_ms, .. }
+            | Command::UpdateReservation { at_ms, .. }
+            | Command::DeleteReservation { at_ms, .. } => Some(*at_ms),
             Command::AcknowledgeStatus { .. }
             | Command::SetGroupWeight { .. }
             | Command::SetGroup(_)
@@ -320,6 +356,9 @@ impl Command {
             Command::DrainAgent { .. } => "drain_agent",
             Command::UndrainAgent { .. } => "undrain_agent",
             Command::KillTasks { .. } => "kill_tasks",
+            Command::CreateReservation { .. } => "create_reservation",
+            Command::UpdateReservation { .. } => "update_reservation",
+            Command::DeleteReservation { .. } => "delete_reservation",
         }
     }
 }

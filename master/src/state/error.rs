@@ -202,6 +202,33 @@ pub enum CommandError {
     /// names what).
     #[error("{0}")]
     BadJob(String),
+    /// A reservation name that is empty, too long, or not made of letters, digits, `-`, `_`
+    /// and `.`.
+    #[error("invalid reservation name `{0}`: 1 to 128 of letters, digits, `-`, `_` and `.`")]
+    InvalidReservationName(String),
+    /// A reservation with this name exists already.
+    #[error("reservation `{0}` exists already")]
+    ReservationExists(String),
+    /// No accepted reservation has this name.
+    #[error("unknown reservation `{0}`")]
+    UnknownReservation(String),
+    /// A principal changing a reservation it does not own.
+    #[error("principal `{principal}` does not own reservation `{name}`")]
+    NotReservationOwner {
+        /// The reservation.
+        name: String,
+        /// The principal that tried.
+        principal: String,
+    },
+    /// The plan refused the reservation (Rayon §5.1): invalid, no room (naming the atom and
+    /// window that did not fit) or past the user's caps.
+    #[error("reservation `{name}` refused: {refusal}")]
+    ReservationRefused {
+        /// The reservation.
+        name: String,
+        /// The plan's reason.
+        refusal: fullerene_reservation::Refusal,
+    },
     /// The allocation accounting refused a change the state machine had validated: a bug,
     /// reported rather than hidden. The state is left as it was.
     #[error("allocation accounting refused the change: {0}")]
@@ -255,6 +282,11 @@ impl CommandError {
                 ErrorCode::InvalidRequest
             }
             CommandError::UnknownExecutor { .. } => ErrorCode::UnknownExecutor,
+            CommandError::InvalidReservationName(_)
+            | CommandError::ReservationExists(_)
+            | CommandError::UnknownReservation(_)
+            | CommandError::ReservationRefused { .. } => ErrorCode::InvalidRequest,
+            CommandError::NotReservationOwner { .. } => ErrorCode::Unauthorized,
             CommandError::Accounting(_) => ErrorCode::Internal,
         }
     }

@@ -42,12 +42,17 @@ pub struct EventProbe {
     agent_state: Option<AgentState>,
     /// For group changes: the group's weight before.
     weight: Option<f64>,
+    /// How many reservations the adapter had rejected before.
+    reservations_rejected: u64,
 }
 
 impl EventProbe {
     /// Notes what [`EventProbe::events`] will need of `state` before `command` is applied.
     pub fn before(state: &ClusterState, command: &Command) -> EventProbe {
-        let mut probe = EventProbe::default();
+        let mut probe = EventProbe {
+            reservations_rejected: state.reservations().rejected_total(),
+            ..EventProbe::default()
+        };
         match command {
             Command::ReregisterAgent { agent_id, .. }
             | Command::UpdateAgentResources { agent_id, .. }
@@ -239,6 +244,21 @@ impl EventProbe {
             | Command::SetQuotas(_)
             | Command::SetOverbookingAllowance { .. }
             | Command::AnnounceMasterHttp { .. } => {}
+            Command::CreateReservation {
+                name, principal, ..
+            }
+            | Command::UpdateReservation {
+                name, principal, ..
+            } => events.push(ClusterEvent::ReservationAccepted {
+                reservation: name.clone(),
+                principal: principal.clone(),
+                updated: matches!(command, Command::UpdateReservation { .. }),
+            }),
+            Command::DeleteReservation { name, .. } => {
+                events.push(ClusterEvent::ReservationDeleted {
+                    reservation: name.clone(),
+                });
+            }
         }
         // Tasks that changed state with the command, in the order the outcome lists them.
         let updates: &[StatusUpdate] = match outcome {
@@ -261,6 +281,23 @@ impl EventProbe {
                 to: update.state,
                 reason: update.reason.clone(),
                 message: clipped(&update.message),
+            });
+        }
+        // Reservations the adapter rejected with this command's loss of capacity, after the
+        // agent's own events.
+        let rejected = state
+            .reservations()
+            .rejected_total()
+            .saturating_sub(self.reservations_rejected);
+        let kept = state.reservations().rejected();
+        let rejected = usize::try_from(rejected)
+            .unwrap_or(usize::MAX)
+            .min(kept.len());
+        for gone in &kept[kept.len() - rejected..] {
+            events.push(ClusterEvent::ReservationRejected {
+                reservation: gone.name.clone(),
+                principal: gone.reservation.user.clone(),
+                reason: gone.reason.clone(),
             });
         }
         if let Command::TeardownFramework {

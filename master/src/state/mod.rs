@@ -18,6 +18,7 @@ pub mod events;
 mod history;
 mod jobs;
 mod records;
+mod reservations;
 mod snapshot;
 #[cfg(test)]
 mod tests;
@@ -43,6 +44,9 @@ pub use jobs::{teardown_notice, MAX_TORN_DOWN_WITH_JOBS};
 pub use records::{
     AgentEntry, ClusterSettings, Drain, FrameworkEntry, HistoryLimits, TaskRecord, DEFAULT_GROUP,
     FINISHED_TASK_BYTES, MAX_GROUPS, MAX_MAPPED_PRINCIPALS,
+};
+pub use reservations::{
+    RejectedReservation, Reservations, MAX_REJECTED_KEPT, MAX_RESERVATION_NAME,
 };
 pub use snapshot::{SnapshotError, FRAME_BYTES, STATE_FORMAT_VERSION};
 
@@ -81,6 +85,9 @@ pub struct ClusterState {
     torn_down_with_jobs: BTreeSet<(UnixMillis, FrameworkId)>,
     /// The history of finished tasks, bounded by [`ClusterSettings::history`].
     finished: FinishedTasks,
+    /// The reservations' plan (issue 17), behind an `Arc` so that copying the state for a
+    /// snapshot shares it; changed through `Arc::make_mut`.
+    reservations: Arc<Reservations>,
 }
 
 /// The name of the executor a task needs, as agents declare them.
@@ -105,7 +112,14 @@ impl ClusterState {
             live_frameworks_by_principal: BTreeMap::new(),
             torn_down_with_jobs: BTreeSet::new(),
             finished: FinishedTasks::default(),
+            reservations: Arc::default(),
         }
+    }
+
+    /// The reservations: the plan, accepted reservations by name, and those the adapter
+    /// rejected.
+    pub fn reservations(&self) -> &Reservations {
+        &self.reservations
     }
 
     /// The cluster-wide settings.
@@ -362,8 +376,30 @@ impl ClusterState {
         // repeated one changes nothing at all).
         if let (Some(at_ms), false) = (command.at_ms(), outcome == CommandOutcome::Unchanged) {
             self.finished.prune(at_ms, &self.settings.history);
+            if matches!(
+                command,
+                Command::RegisterAgent { .. }
+                    | Command::ReregisterAgent { .. }
+                    | Command::UpdateAgentResources { .. }
+                    | Command::MarkAgentLost { .. }
+            ) {
+                self.follow_capacity(at_ms);
+            }
         }
         Ok(outcome)
+    }
+
+    /// Tells the reservations' plan the live agents' capacity after an agent came, changed or
+    /// was lost (Rayon §5.2: a loss makes the adapter re-plan, and reject what no longer fits).
+    fn follow_capacity(&mut self, at_ms: UnixMillis) {
+        let capacity = self
+            .agents
+            .values()
+            .filter(|agent| agent.state != AgentState::Lost)
+            .fold(ResourceVec::ZERO, |sum, agent| sum + agent.total);
+        if capacity != self.reservations.followed_capacity() {
+            Arc::make_mut(&mut self.reservations).follow_capacity(capacity, at_ms);
+        }
     }
 
     fn apply_command(&mut self, command: &Command) -> Result<CommandOutcome, CommandError> {
@@ -500,7 +536,39 @@ impl ClusterState {
             } => self.drain_agent(agent_id, *deadline_ms, *at_ms),
             Command::UndrainAgent { agent_id } => self.undrain_agent(agent_id),
             Command::KillTasks { tasks, at_ms } => self.kill_tasks(tasks, *at_ms),
+            Command::CreateReservation {
+                name,
+                principal,
+                expr,
+                at_ms,
+            } => {
+                self.reservations_mut()
+                    .create(name, principal, expr, *at_ms)?;
+                Ok(CommandOutcome::Applied)
+            }
+            Command::UpdateReservation {
+                name,
+                principal,
+                expr,
+                at_ms,
+            } => {
+                self.reservations_mut()
+                    .update(name, principal, expr, *at_ms)?;
+                Ok(CommandOutcome::Applied)
+            }
+            Command::DeleteReservation {
+                name, principal, ..
+            } => {
+                self.reservations_mut().delete(name, principal)?;
+                Ok(CommandOutcome::Applied)
+            }
         }
+    }
+
+    /// The reservations to change: copied first if a copy of the state shares them. A refused
+    /// command may copy them and change nothing, which costs a copy but no difference.
+    fn reservations_mut(&mut self) -> &mut Reservations {
+        Arc::make_mut(&mut self.reservations)
     }
 
     // -----------------------------------------------------------------------------------------

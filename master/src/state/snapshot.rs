@@ -7,6 +7,7 @@
 //! Header { format, agents, frameworks, tasks, finished, next_finished }
 //! Core (the settings and the allocation accounting)
 //! Agent × agents, Framework × frameworks, Task × tasks, Finished × finished
+//! Reservations (the plan, the names, the rejected)
 //! End
 //! ```
 //!
@@ -35,6 +36,7 @@ use serde::{Deserialize, Serialize};
 
 use super::history::FinishedTasks;
 use super::records::{AgentEntry, ClusterSettings, FrameworkEntry, TaskRecord};
+use super::reservations::Reservations;
 use super::{ClusterState, TaskKey};
 
 /// Version of the snapshot layout (independent of the codec's wire version). Bumped whenever
@@ -42,9 +44,9 @@ use super::{ClusterState, TaskKey};
 /// derived task sets of agents and frameworks; version 5 added the operator's principal-to-group
 /// mapping and quotas to the settings; version 6 the operator's drain of each agent; version 7
 /// the history of finished tasks and its limits in the settings, and the DAG jobs frameworks
-/// describe. A snapshot of another version is refused ([`SnapshotError::FormatVersion`]):
+/// describe; version 8 the reservations' plan (issue 17). A snapshot of another version is refused ([`SnapshotError::FormatVersion`]):
 /// masters of one cluster run one version.
-pub const STATE_FORMAT_VERSION: u32 = 7;
+pub const STATE_FORMAT_VERSION: u32 = 8;
 
 /// The largest payload of one frame (1 MiB): a record longer than this spans several frames.
 pub const FRAME_BYTES: usize = 1 << 20;
@@ -122,6 +124,7 @@ enum RecordRef<'a> {
     Framework(&'a FrameworkEntry),
     Task(&'a FrameworkId, &'a TaskRecord),
     Finished(&'a FinishedTaskInfo),
+    Reservations(&'a Reservations),
     End,
 }
 
@@ -143,6 +146,7 @@ enum Record {
     Framework(FrameworkEntry),
     Task(FrameworkId, TaskRecord),
     Finished(FinishedTaskInfo),
+    Reservations(Box<Reservations>),
     End,
 }
 
@@ -155,6 +159,7 @@ impl Record {
             Record::Framework(_) => "framework",
             Record::Task(..) => "task",
             Record::Finished(_) => "finished task",
+            Record::Reservations(_) => "reservations",
             Record::End => "end",
         }
     }
@@ -294,6 +299,11 @@ impl ClusterState {
         for finished in self.finished.iter() {
             push_record(&mut out, &RecordRef::Finished(finished), "finished task")?;
         }
+        push_record(
+            &mut out,
+            &RecordRef::Reservations(&self.reservations),
+            "reservations",
+        )?;
         push_record(&mut out, &RecordRef::End, "end")?;
         Ok(out)
     }
@@ -335,6 +345,7 @@ impl ClusterState {
             live_frameworks_by_principal: Default::default(),
             torn_down_with_jobs: Default::default(),
             finished: FinishedTasks::starting_at(next_finished),
+            reservations: Default::default(),
         };
         for _ in 0..agents {
             let agent = reader.expect("agent", |r| match r {
@@ -388,6 +399,11 @@ impl ClusterState {
                 )));
             }
         }
+        let reservations = reader.expect("reservations", |r| match r {
+            Record::Reservations(reservations) => Some(reservations),
+            _ => None,
+        })?;
+        state.reservations = Arc::new(*reservations);
         reader.expect("end", |r| match r {
             Record::End => Some(()),
             _ => None,

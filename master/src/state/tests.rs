@@ -2102,3 +2102,188 @@ fn events_say_what_each_command_did() {
         }]
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Reservations (issue 17)
+// ---------------------------------------------------------------------------------------------
+
+/// Two bundle-hours of 4-cpu bundles, at most 2 at once, within the hour from when asked.
+const TWO_BUNDLE_HOURS: &str = "window(atom(cpus=4,mem_mib=1024; g=1, h=2, l=1m, w=2h), s=0, f=1h)";
+
+fn create_reservation(name: &str, principal: &str, rdl: &str, at_ms: u64) -> Command {
+    Command::CreateReservation {
+        name: name.into(),
+        principal: principal.into(),
+        expr: fullerene_reservation::parse(rdl).unwrap(),
+        at_ms,
+    }
+}
+
+/// A cluster of one 8-cpu agent, registered at 1 s: the plan has its capacity from the
+/// first whole minute on.
+fn cluster_with_plan() -> ClusterState {
+    let mut st = ClusterState::new(ClusterSettings::default());
+    st.apply(&register("a1", "cpus=8,mem_mib=8192")).unwrap();
+    st
+}
+
+/// [`cluster_with_plan`] in which alice reserved [`TWO_BUNDLE_HOURS`] as `etl` at one minute.
+fn cluster_with_etl() -> ClusterState {
+    let mut st = cluster_with_plan();
+    st.apply(&create_reservation(
+        "etl",
+        "alice",
+        TWO_BUNDLE_HOURS,
+        60_000,
+    ))
+    .unwrap();
+    st
+}
+
+#[test]
+fn a_reservation_that_fits_is_accepted_and_held_in_the_plan() {
+    let st = cluster_with_etl();
+    let accepted = st.reservations().get("etl").expect("accepted");
+    assert_eq!(accepted.user, "alice");
+    // GREE procrastinates: two bundles over the window's last hour, 8 cpus in all.
+    let id = accepted.id;
+    let last_minute = 60_000 + 59 * 60_000;
+    assert_eq!(
+        st.reservations()
+            .plan()
+            .guaranteed_at(id, last_minute)
+            .get(fullerene_proto::ResourceKind::Cpus),
+        8.0
+    );
+    assert_eq!(
+        st.reservations()
+            .accepted()
+            .map(|(name, _)| name)
+            .collect::<Vec<_>>(),
+        vec!["etl"]
+    );
+}
+
+#[test]
+fn a_refused_reservation_leaves_the_plan_unchanged() {
+    let mut st = cluster_with_etl();
+    let before = st.clone();
+    // The hour is full: another two bundle-hours cannot fit.
+    let err = refused(
+        &mut st,
+        &create_reservation("etl2", "bob", TWO_BUNDLE_HOURS, 60_000),
+    );
+    assert!(
+        matches!(&err, CommandError::ReservationRefused { name, refusal: fullerene_reservation::Refusal::NoRoom(_) } if name == "etl2"),
+        "{err}"
+    );
+    assert_eq!(
+        err.code(),
+        fullerene_proto::messages::ErrorCode::InvalidRequest
+    );
+    // A name taken, a bad name, and another's reservation are refused alike.
+    assert_eq!(
+        refused(
+            &mut st,
+            &create_reservation("etl", "alice", "atom(cpus=1; g=1, h=1, l=1m, w=1m)", 60_000)
+        ),
+        CommandError::ReservationExists("etl".into())
+    );
+    assert!(matches!(
+        refused(
+            &mut st,
+            &create_reservation(
+                "no space",
+                "alice",
+                "atom(cpus=1; g=1, h=1, l=1m, w=1m)",
+                60_000
+            )
+        ),
+        CommandError::InvalidReservationName(_)
+    ));
+    assert!(matches!(
+        refused(
+            &mut st,
+            &Command::DeleteReservation {
+                name: "etl".into(),
+                principal: "bob".into(),
+                at_ms: 60_000
+            }
+        ),
+        CommandError::NotReservationOwner { .. }
+    ));
+    assert_eq!(st, before);
+}
+
+#[test]
+fn deleting_a_reservation_frees_its_room_and_update_replaces_it() {
+    let mut st = cluster_with_etl();
+    // Halved, the first leaves room for a one-bundle-hour second.
+    let smaller = "window(atom(cpus=4,mem_mib=1024; g=1, h=1, l=1m, w=1h), s=0, f=1h)";
+    st.apply(&Command::UpdateReservation {
+        name: "etl".into(),
+        principal: "alice".into(),
+        expr: fullerene_reservation::parse(smaller).unwrap(),
+        at_ms: 60_000,
+    })
+    .unwrap();
+    st.apply(&create_reservation("etl2", "bob", smaller, 60_000))
+        .unwrap();
+    refused(&mut st, &create_reservation("etl3", "bob", smaller, 60_000));
+    st.apply(&Command::DeleteReservation {
+        name: "etl".into(),
+        principal: "alice".into(),
+        at_ms: 60_000,
+    })
+    .unwrap();
+    assert!(st.reservations().get("etl").is_none());
+    st.apply(&create_reservation("etl3", "bob", smaller, 60_000))
+        .unwrap();
+}
+
+#[test]
+fn the_reservation_plan_survives_a_snapshot_and_follows_agents_lost() {
+    let mut st = cluster_with_plan();
+    st.apply(&register("a2", "cpus=8,mem_mib=8192")).unwrap();
+    // 16 cpus: a reservation with an hour of slack, then one with none.
+    let slack = "window(atom(cpus=4,mem_mib=1024; g=1, h=2, l=1m, w=2h), s=0, f=2h)";
+    st.apply(&create_reservation("old", "alice", slack, 60_000))
+        .unwrap();
+    st.apply(&create_reservation(
+        "young",
+        "bob",
+        TWO_BUNDLE_HOURS,
+        120_000,
+    ))
+    .unwrap();
+    let restored = ClusterState::decode_snapshot(&st.encode_snapshot().unwrap()).unwrap();
+    assert_eq!(restored, st);
+    assert!(restored.reservations().get("young").is_some());
+    // Losing an agent halves the capacity: the adapter moves the oldest within its slack and
+    // rejects the youngest, which stays visible with its reason.
+    let lose_a2 = lost("a2", 180_000);
+    let probe = events::EventProbe::before(&st, &lose_a2);
+    let result = st.apply(&lose_a2);
+    let reported = probe.events(&st, &lose_a2, &result);
+    assert!(
+        reported.contains(&fullerene_proto::http::ClusterEvent::ReservationRejected {
+            reservation: "young".into(),
+            principal: "bob".into(),
+            reason: st.reservations().rejected()[0].reason.clone(),
+        }),
+        "{reported:?}"
+    );
+    assert!(st.reservations().get("old").is_some());
+    assert!(st.reservations().get("young").is_none());
+    let rejected = st.reservations().rejected();
+    assert_eq!(rejected.len(), 1);
+    assert_eq!(rejected[0].name, "young");
+    assert_eq!(rejected[0].rejected_at_ms, 180_000);
+    assert!(
+        rejected[0].reason.contains("no room"),
+        "{}",
+        rejected[0].reason
+    );
+    let restored = ClusterState::decode_snapshot(&st.encode_snapshot().unwrap()).unwrap();
+    assert_eq!(restored, st);
+}

@@ -1,0 +1,240 @@
+//! Reservations in the replicated state (issue 17; Rayon §5.2): the plan of future capacity
+//! that every master holds alike, so that what was accepted survives a failover and a
+//! restart.
+//!
+//! The plan's decisions are `fullerene_reservation`'s; this module names reservations (an
+//! operator's name maps to the plan's numeric id), follows the cluster's capacity as agents come
+//! and go, and keeps the reservations the adapter had to reject, with the reason, so that their
+//! owners can see why.
+
+use std::collections::BTreeMap;
+
+use fullerene_proto::messages::UnixMillis;
+use fullerene_proto::ResourceVec;
+use fullerene_reservation::{
+    CapacityChange, Expr, Plan, PlanConfig, PolicyKind, Refusal, Reservation, ReservationId,
+    ReservationRequest,
+};
+use serde::{Deserialize, Serialize};
+
+use super::CommandError;
+
+/// The longest reservation name: names are shown in tables and carried in every command.
+pub const MAX_RESERVATION_NAME: usize = 128;
+
+/// How many rejected reservations are kept for their owners to read; the oldest go first.
+pub const MAX_REJECTED_KEPT: usize = 1024;
+
+/// A reservation the adapter removed from the plan after a loss of capacity.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RejectedReservation {
+    /// Its name.
+    pub name: String,
+    /// The reservation as it was accepted.
+    pub reservation: Reservation,
+    /// Why it no longer fits (the plan's refusal, as text).
+    pub reason: String,
+    /// When it was rejected (leader's time).
+    pub rejected_at_ms: UnixMillis,
+}
+
+/// The cluster's reservations: the plan, the names, and the rejected.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Reservations {
+    plan: Plan,
+    /// Names to the plan's ids.
+    names: BTreeMap<String, ReservationId>,
+    /// The next id to give.
+    next_id: u64,
+    /// The capacity the plan was last told about: the sum of live agents' totals.
+    followed_capacity: ResourceVec,
+    /// Rejected by the adapter, oldest first by their order of rejection.
+    rejected: Vec<RejectedReservation>,
+    /// How many the adapter rejected in all (`rejected` keeps the last
+    /// [`MAX_REJECTED_KEPT`]).
+    rejected_total: u64,
+}
+
+impl Default for Reservations {
+    /// The bootstrap plan: GREE, the default limits (one-minute quanta, 30 days ahead), no
+    /// sharing caps, origin at wall-clock 0 (quanta are run-length encoded, so the years
+    /// before now cost one run) and no capacity until agents register.
+    fn default() -> Reservations {
+        Reservations {
+            plan: Plan::new(PlanConfig::new(0, PolicyKind::Gree), ResourceVec::ZERO),
+            names: BTreeMap::new(),
+            next_id: 1,
+            followed_capacity: ResourceVec::ZERO,
+            rejected: Vec::new(),
+            rejected_total: 0,
+        }
+    }
+}
+
+impl Reservations {
+    /// The plan.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// The accepted reservations by name.
+    pub fn accepted(&self) -> impl Iterator<Item = (&str, &Reservation)> + '_ {
+        self.names.iter().filter_map(|(name, id)| {
+            self.plan
+                .reservation(*id)
+                .map(|reservation| (name.as_str(), reservation))
+        })
+    }
+
+    /// One accepted reservation.
+    pub fn get(&self, name: &str) -> Option<&Reservation> {
+        self.names
+            .get(name)
+            .and_then(|id| self.plan.reservation(*id))
+    }
+
+    /// The reservations the adapter rejected, oldest first.
+    pub fn rejected(&self) -> &[RejectedReservation] {
+        &self.rejected
+    }
+
+    /// How many reservations the adapter rejected since the cluster began.
+    pub fn rejected_total(&self) -> u64 {
+        self.rejected_total
+    }
+
+    /// The capacity the plan follows (the live agents' totals).
+    pub fn followed_capacity(&self) -> ResourceVec {
+        self.followed_capacity
+    }
+
+    /// Admits a new reservation; on refusal nothing changes.
+    pub(super) fn create(
+        &mut self,
+        name: &str,
+        principal: &str,
+        expr: &Expr,
+        at_ms: UnixMillis,
+    ) -> Result<(), CommandError> {
+        check_name(name)?;
+        if self.names.contains_key(name) {
+            return Err(CommandError::ReservationExists(name.to_string()));
+        }
+        let id = ReservationId(self.next_id);
+        let request = ReservationRequest {
+            id,
+            user: principal.to_string(),
+            expr: expr.clone(),
+        };
+        self.plan.admit(request, at_ms).map_err(refused(name))?;
+        self.next_id += 1;
+        self.names.insert(name.to_string(), id);
+        Ok(())
+    }
+
+    /// Replaces a reservation's request; on refusal the old one stays as it was.
+    pub(super) fn update(
+        &mut self,
+        name: &str,
+        principal: &str,
+        expr: &Expr,
+        at_ms: UnixMillis,
+    ) -> Result<(), CommandError> {
+        let id = self.owned(name, principal)?;
+        self.plan
+            .update(id, expr.clone(), at_ms)
+            .map_err(refused(name))?;
+        Ok(())
+    }
+
+    /// Removes a reservation.
+    pub(super) fn delete(&mut self, name: &str, principal: &str) -> Result<(), CommandError> {
+        let id = self.owned(name, principal)?;
+        self.plan.delete(id);
+        self.names.remove(name);
+        Ok(())
+    }
+
+    /// The id of `name`, if `principal` owns it.
+    fn owned(&self, name: &str, principal: &str) -> Result<ReservationId, CommandError> {
+        let reservation = self
+            .get(name)
+            .ok_or_else(|| CommandError::UnknownReservation(name.to_string()))?;
+        if reservation.user != principal {
+            return Err(CommandError::NotReservationOwner {
+                name: name.to_string(),
+                principal: principal.to_string(),
+            });
+        }
+        Ok(reservation.id)
+    }
+
+    /// Tells the plan that the live agents' capacity is now `capacity` from `at_ms` on: a
+    /// gain counts from the next quantum, a loss re-plans what no longer fits (Rayon §5.2's
+    /// adapter) and records what it rejected. Returns the names rejected.
+    pub(super) fn follow_capacity(
+        &mut self,
+        capacity: ResourceVec,
+        at_ms: UnixMillis,
+    ) -> Vec<String> {
+        let gain = capacity.saturating_sub(&self.followed_capacity);
+        let loss = self.followed_capacity.saturating_sub(&capacity);
+        self.followed_capacity = capacity;
+        if !gain.is_zero() {
+            self.plan
+                .change_capacity(at_ms, CapacityChange::Gain(gain), at_ms);
+        }
+        if loss.is_zero() {
+            return Vec::new();
+        }
+        let replanned = self
+            .plan
+            .change_capacity(at_ms, CapacityChange::Loss(loss), at_ms);
+        let mut names = Vec::with_capacity(replanned.rejected.len());
+        for (reservation, refusal) in replanned.rejected {
+            let Some(name) = self.name_of(reservation.id) else {
+                continue;
+            };
+            self.names.remove(&name);
+            names.push(name.clone());
+            self.rejected_total += 1;
+            self.rejected.push(RejectedReservation {
+                name,
+                reservation,
+                reason: refusal.to_string(),
+                rejected_at_ms: at_ms,
+            });
+        }
+        let excess = self.rejected.len().saturating_sub(MAX_REJECTED_KEPT);
+        self.rejected.drain(..excess);
+        names
+    }
+
+    fn name_of(&self, id: ReservationId) -> Option<String> {
+        self.names
+            .iter()
+            .find(|(_, named)| **named == id)
+            .map(|(name, _)| name.clone())
+    }
+}
+
+/// Turns the plan's refusal of `name` into the command's error.
+fn refused(name: &str) -> impl FnOnce(Refusal) -> CommandError + '_ {
+    move |refusal| CommandError::ReservationRefused {
+        name: name.to_string(),
+        refusal,
+    }
+}
+
+fn check_name(name: &str) -> Result<(), CommandError> {
+    let valid = !name.is_empty()
+        && name.len() <= MAX_RESERVATION_NAME
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if valid {
+        Ok(())
+    } else {
+        Err(CommandError::InvalidReservationName(name.to_string()))
+    }
+}
