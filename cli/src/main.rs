@@ -115,6 +115,10 @@ enum Commands {
     /// The cluster's quotas: frameworks per principal, tasks per framework, pending offers.
     #[command(subcommand)]
     Quotas(commands::groups::QuotasCommand),
+    /// Reservations (Rayon): capacity reserved ahead for production jobs with deadlines,
+    /// placed in the masters' replicated plan; create, update, delete, list, show.
+    #[command(subcommand)]
+    Reservation(commands::reservation::ReservationCommand),
     /// Fault injection: the whole-system deterministic simulation under seeded faults, with
     /// the invariant checker's verdict.
     #[command(subcommand)]
@@ -217,6 +221,7 @@ fn run() -> Result<()> {
         Commands::Agents(args) => commands::status::agents(args, &json),
         Commands::Groups(cmd) => commands::groups::run_groups(cmd, &json),
         Commands::Quotas(cmd) => commands::groups::run_quotas(cmd, &json),
+        Commands::Reservation(cmd) => commands::reservation::run_reservation(cmd, &json),
         Commands::Frameworks(args) => commands::status::frameworks(args, &json),
         Commands::Tasks(args) => commands::status::tasks(args, &json),
         Commands::Events(args) => commands::events::run(args, &json),

@@ -573,6 +573,41 @@ pub struct DrainBody {
     pub deadline_after_ms: Option<u64>,
 }
 
+/// `GET /reservations`: the accepted reservations (Rayon §5.2), by name, without their
+/// allocations, and the last ones the adapter rejected after a loss of capacity.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReservationsDocument {
+    /// The view it comes from.
+    #[serde(flatten)]
+    pub stamp: ViewStamp,
+    /// The accepted reservations, by name; their phases and guarantees are those of the view's
+    /// `built_at_ms`.
+    pub accepted: Vec<crate::reservations::ReservationInfo>,
+    /// The last reservations the adapter rejected, oldest first.
+    pub rejected: Vec<crate::reservations::RejectedReservationInfo>,
+    /// How many the adapter rejected since the cluster began.
+    pub rejected_total: u64,
+}
+
+/// The body of `POST /reservations`: a reservation to create, owned by the caller (its
+/// certificate's id, or `token:NAME`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateReservationBody {
+    /// Its name.
+    pub name: String,
+    /// Its request, in RDL's text syntax.
+    pub rdl: String,
+}
+
+/// The body of `PUT /reservations/{name}`: the reservation's new request.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateReservationBody {
+    /// The new request, in RDL's text syntax.
+    pub rdl: String,
+}
+
 /// The body of `PUT /groups/{group}/weight`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -674,6 +709,7 @@ mod tests {
                 offers: Vec::new(),
                 tasks: Vec::new(),
                 groups: Vec::new(),
+                reservations: Vec::new(),
             },
         };
         let json = serde_json::to_string(&document).expect("encode");

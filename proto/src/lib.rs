@@ -24,6 +24,7 @@ pub mod ids;
 pub mod jobs;
 pub mod limits;
 pub mod messages;
+pub mod reservations;
 pub mod resources;
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;

@@ -17,6 +17,7 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{AgentId, FrameworkId, MasterId, OfferId, TaskId, TaskKey};
+use crate::reservations::{RejectedReservationInfo, ReservationCall, ReservationInfo};
 use crate::resources::Resources;
 
 /// The demand summary a framework sends and the kind of an offer, shared with the allocator,
@@ -122,6 +123,9 @@ pub enum ErrorCode {
     /// (frameworks per principal, tasks per framework, connections per certificate); the
     /// message names the quota.
     QuotaExceeded,
+    /// No accepted reservation has the name (it was never created, was deleted, ended and
+    /// was forgotten, or was rejected after a loss of capacity).
+    UnknownReservation,
 }
 
 /// A typed error that travels on the wire.
@@ -751,6 +755,15 @@ pub enum FrameworkRequest {
         /// How it ended.
         end: crate::jobs::JobEnd,
     },
+    /// Create, update or delete a reservation (Rayon §5.2), owned by the framework's
+    /// principal; answered `Done` once committed, or with the plan's refusal.
+    Reservation(ReservationCall),
+    /// A page of the accepted reservations of the framework's principal (`listRes`), in name
+    /// order, starting after `after`, answered with [`CallOk::Reservations`].
+    ListReservations {
+        /// The last reservation of the previous page.
+        after: Option<String>,
+    },
 }
 
 /// What the master sends a framework.
@@ -799,6 +812,14 @@ pub enum CallOk {
     },
     /// Done.
     Done,
+    /// For [`FrameworkRequest::ListReservations`]: a page of the principal's accepted
+    /// reservations, by name, without their allocations.
+    Reservations {
+        /// This page.
+        reservations: Vec<ReservationInfo>,
+        /// Set when more follow.
+        next: Option<String>,
+    },
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -948,6 +969,21 @@ pub enum OperatorRequest {
     /// ran it, through the leader: answered with [`OperatorResponse::File`]. Never reaches
     /// the node loop's decisions and changes nothing.
     ReadTaskFile(TaskFileRead),
+    /// Create, update or delete a reservation (Rayon §5.2; a replicated command, `Done` once
+    /// committed, or refused with the plan's reason). The operator's principal owns what it
+    /// creates.
+    Reservation(ReservationCall),
+    /// A page of accepted reservations, in name order, starting after `after`, and the
+    /// reservations the adapter rejected (a linearizable read; `listRes`).
+    ListReservations {
+        /// The last reservation of the previous page.
+        after: Option<String>,
+    },
+    /// One accepted reservation with its allocation over time (a linearizable read).
+    ShowReservation {
+        /// The reservation.
+        name: String,
+    },
 }
 
 /// An operator's (or the HTTP API's) read of a task's sandbox file.
@@ -981,6 +1017,7 @@ impl OperatorRequest {
                 | OperatorRequest::RemoveMaster { .. }
                 | OperatorRequest::KillTask { .. }
                 | OperatorRequest::TeardownFramework { .. }
+                | OperatorRequest::Reservation(_)
         )
     }
 }
@@ -1003,6 +1040,9 @@ pub struct ClusterView {
     pub tasks: Vec<TaskInfo>,
     /// The fairness groups with their deficit counters (Graphene §5).
     pub groups: Vec<GroupInfo>,
+    /// The accepted reservations (Rayon §5.2), by name, without their allocations.
+    #[serde(default)]
+    pub reservations: Vec<ReservationInfo>,
 }
 
 /// What a [`ClusterView::redacted`] shows instead of each task environment variable's value.
@@ -1252,6 +1292,18 @@ pub enum OperatorResponse {
     Events(String),
     /// For [`OperatorRequest::ReadTaskFile`].
     File(FileChunk),
+    /// For [`OperatorRequest::ListReservations`]: a page of the accepted, where the next one
+    /// starts, and the rejected.
+    Reservations {
+        /// This page of accepted reservations, by name.
+        accepted: Vec<ReservationInfo>,
+        /// Set when more accepted reservations follow.
+        next: Option<String>,
+        /// The last reservations the adapter rejected, oldest first (on the first page only).
+        rejected: Vec<RejectedReservationInfo>,
+    },
+    /// For [`OperatorRequest::ShowReservation`].
+    Reservation(ReservationInfo),
     /// A change was committed.
     Done,
     /// This master is not the leader.
@@ -1314,6 +1366,7 @@ mod tests {
                 seq: 1,
             }],
             groups: Vec::new(),
+            reservations: Vec::new(),
         };
         let redacted = view.clone().redacted();
         match &redacted.tasks[0].spec.executor {

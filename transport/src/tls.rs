@@ -34,14 +34,16 @@ use rustls::{
 use crate::identity::{IdentityError, PeerIdentity, Role};
 use crate::TransportError;
 
-/// The ALPN protocol of Fullerene's transport, version 3. A peer that does not offer it fails
+/// The ALPN protocol of Fullerene's transport, version 5. A peer that does not offer it fails
 /// the handshake, so an incompatible version is refused before any frame is read.
 ///
 /// Version 2 named tasks by framework and id in status acknowledgements and in the kill list
 /// of `Registered` (version 1 named them by id alone). Version 3 bounds every message that
 /// grows with the cluster: an agent reports its tasks as compact `TaskReport`s when it
-/// registers, and operator listings come in pages (`fullerene_proto::limits`).
-pub const ALPN_PROTOCOL: &[u8] = b"fullerene/4";
+/// registers, and operator listings come in pages (`fullerene_proto::limits`). Version 5 adds
+/// reservations (`fullerene_proto::reservations`): operators' and frameworks' calls, their
+/// answers and the cluster view's list, whose binary encoding older peers cannot read.
+pub const ALPN_PROTOCOL: &[u8] = b"fullerene/5";
 
 /// The DNS name every master certificate carries and every client asks for.
 ///

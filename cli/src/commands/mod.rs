@@ -14,6 +14,7 @@ pub(crate) mod groups;
 pub(crate) mod job;
 pub(crate) mod master;
 pub(crate) mod plan;
+pub(crate) mod reservation;
 pub(crate) mod shell_docs;
 pub(crate) mod sim;
 pub(crate) mod status;

@@ -18,6 +18,7 @@ use fullerene_proto::messages::{
     CallOk, DemandSummary, ErrorCode, FrameworkCall, FrameworkRequest, MasterToFramework, Offer,
     Redirect, StatusAck, StatusUpdate, WireError,
 };
+use fullerene_proto::reservations::{ReservationCall, ReservationInfo};
 use fullerene_proto::time::Time;
 use fullerene_proto::{FrameworkId, OfferId};
 
@@ -136,6 +137,17 @@ pub enum DriverEvent {
         request: FrameworkRequest,
         /// Why.
         error: WireError,
+    },
+    /// A reservation call the scheduler made (Rayon §5.2: create, update, delete) was
+    /// committed; a refusal comes as [`DriverEvent::CallFailed`] with the plan's reason.
+    ReservationDone(ReservationCall),
+    /// The answer to [`FrameworkRequest::ListReservations`]: a page of the principal's
+    /// accepted reservations.
+    Reservations {
+        /// This page, by name.
+        reservations: Vec<ReservationInfo>,
+        /// Set when more follow (ask again with `after` set to it).
+        next: Option<String>,
     },
     /// The driver stops: nothing more will happen.
     Fatal(DriverError),
@@ -467,6 +479,8 @@ impl DriverCore {
             | FrameworkRequest::Reconcile { .. }
             | FrameworkRequest::DescribeJob(_)
             | FrameworkRequest::EndJob { .. }
+            | FrameworkRequest::Reservation(_)
+            | FrameworkRequest::ListReservations { .. }
             | FrameworkRequest::Teardown => {
                 self.queued.push_back(request);
                 Vec::new()
@@ -530,7 +544,18 @@ impl DriverCore {
             return self.subscribe_result(result, now);
         }
         match result {
-            Ok(_) => Vec::new(),
+            Ok(CallOk::Reservations { reservations, next }) => {
+                vec![Action::Deliver(DriverEvent::Reservations {
+                    reservations,
+                    next,
+                })]
+            }
+            Ok(_) => match call.request {
+                FrameworkRequest::Reservation(reservation) => {
+                    vec![Action::Deliver(DriverEvent::ReservationDone(reservation))]
+                }
+                _ => Vec::new(),
+            },
             Err(error) if call.from_scheduler => vec![Action::Deliver(DriverEvent::CallFailed {
                 request: call.request,
                 error,
@@ -580,7 +605,7 @@ impl DriverCore {
                 }
                 actions
             }
-            Ok(CallOk::Done) => {
+            Ok(CallOk::Done | CallOk::Reservations { .. }) => {
                 // Not an answer to Subscribe: the master is confused; try elsewhere.
                 self.try_elsewhere(now)
             }

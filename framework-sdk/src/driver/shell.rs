@@ -10,6 +10,7 @@ use fullerene_proto::messages::{
     DemandSummary, FrameworkRequest, Leftover, MasterToFramework, Offer, SessionOpen, StatusUpdate,
     TaskSpec, WireError,
 };
+use fullerene_proto::reservations::{ReservationCall, ReservationInfo};
 use fullerene_proto::time::{SystemClock, Time};
 use fullerene_proto::{FrameworkId, OfferId, TaskId};
 use fullerene_transport::{
@@ -47,6 +48,21 @@ pub trait Scheduler: Send {
         _driver: &mut DriverHandle,
         _request: &FrameworkRequest,
         _error: &WireError,
+    ) {
+    }
+
+    /// A reservation call ([`DriverHandle::reservation`]) was committed: the reservation was
+    /// created, updated or deleted. A refusal comes to [`Scheduler::call_failed`] with the
+    /// plan's reason.
+    fn reservation_done(&mut self, _driver: &mut DriverHandle, _call: &ReservationCall) {}
+
+    /// A page of the principal's accepted reservations ([`DriverHandle::list_reservations`]);
+    /// `next` is set when more follow.
+    fn reservations(
+        &mut self,
+        _driver: &mut DriverHandle,
+        _reservations: &[ReservationInfo],
+        _next: Option<&str>,
     ) {
     }
 
@@ -138,6 +154,18 @@ impl DriverHandle {
         self.stop = true;
     }
 
+    /// Creates, updates or deletes a reservation owned by the framework's principal (Rayon
+    /// §5.2); answered by [`Scheduler::reservation_done`] or [`Scheduler::call_failed`].
+    pub fn reservation(&mut self, call: ReservationCall) {
+        self.call(FrameworkRequest::Reservation(call));
+    }
+
+    /// Asks for a page of the principal's accepted reservations after `after` (Rayon's
+    /// `listRes`), answered by [`Scheduler::reservations`].
+    pub fn list_reservations(&mut self, after: Option<String>) {
+        self.call(FrameworkRequest::ListReservations { after });
+    }
+
     /// Unregisters the framework (its tasks are killed) and stops the driver.
     pub fn teardown(&mut self) {
         self.call(FrameworkRequest::Teardown);
@@ -162,6 +190,10 @@ pub fn deliver<S: Scheduler + ?Sized>(
         DriverEvent::Update(update) => scheduler.status_update(handle, &update),
         DriverEvent::CallFailed { request, error } => {
             scheduler.call_failed(handle, &request, &error);
+        }
+        DriverEvent::ReservationDone(call) => scheduler.reservation_done(handle, &call),
+        DriverEvent::Reservations { reservations, next } => {
+            scheduler.reservations(handle, &reservations, next.as_deref());
         }
         DriverEvent::Fatal(error) => {
             scheduler.fatal(&error);

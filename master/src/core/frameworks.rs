@@ -23,6 +23,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use fullerene_proto::ids::{AgentId, FrameworkId, TaskId};
+use fullerene_proto::limits::take_page;
 use fullerene_proto::messages::{
     CallOk, ErrorCode, FrameworkCall, FrameworkRequest, Leftover, MasterToFramework, Offer,
     OperatorResponse, Redirect, StatusReason, StatusUpdate, TaskState, WireError,
@@ -32,12 +33,15 @@ use fullerene_proto::time::whole_millis;
 use fullerene_proto::Time;
 use fullerene_proto::{Now, OfferId, ResourceVec};
 
+use super::reservations::reservation_command;
 use super::{
     AllocationJob, AllocationPlanning, FrameworkPending, MasterCore, Outbox, Pending, SessionId,
     Settled, Subscription, PLANNING_TIMEOUT,
 };
 use crate::raft_node::ProposeError;
-use crate::state::{ClusterState, Command, CommandOutcome, TaskKey, TaskRecord, TeardownCause};
+use crate::state::{
+    ClusterState, Command, CommandOutcome, Requester, TaskKey, TaskRecord, TeardownCause,
+};
 use crate::storage::RaftStore;
 use fullerene_scheduling::allocator::{CycleStats, ShardPlan};
 
@@ -449,6 +453,33 @@ impl<S: RaftStore> MasterCore<S> {
                 };
                 self.propose_for_framework(command, call_id, link, FrameworkPending::Answer);
                 return;
+            }
+            FrameworkRequest::Reservation(call) => {
+                let by = Requester::Principal(principal);
+                let limits = &self.node.state().reservations().plan().config().limits;
+                match reservation_command(call, by, limits, at_ms) {
+                    Ok(command) => {
+                        self.propose_for_framework(
+                            command,
+                            call_id,
+                            link,
+                            FrameworkPending::Answer,
+                        );
+                        return;
+                    }
+                    Err(error) => Err(error),
+                }
+            }
+            FrameworkRequest::ListReservations { after } => {
+                // The leader's applied state, not a ReadIndex read: what this framework's own
+                // committed calls did is in it, which is what a framework reads for.
+                let reservations = self.node.state().reservations();
+                let (reservations, next) = take_page(
+                    reservations
+                        .infos_after(after.as_deref(), at_ms)
+                        .filter(|(_, info)| info.owner == principal),
+                );
+                Ok(CallOk::Reservations { reservations, next })
             }
             FrameworkRequest::Kill { task_id } => {
                 let command = Command::KillTask {
@@ -906,6 +937,12 @@ impl<S: RaftStore> MasterCore<S> {
     /// What frameworks did with this master's offers so far (while it led).
     pub fn offer_tally(&self) -> super::OfferTally {
         self.offer_tally
+    }
+
+    /// How many reservation requests this master proposed were refused by the plan (no room,
+    /// invalid for the plan, past the user's caps), since it started.
+    pub fn reservations_refused(&self) -> u64 {
+        self.reservations_refused
     }
 
     /// The resources of the offers open now, summed (zero unless leading).

@@ -45,6 +45,7 @@ mod drains;
 mod frameworks;
 mod membership;
 mod operators;
+mod reservations;
 pub mod session_rules;
 #[cfg(test)]
 mod tests;
@@ -217,7 +218,15 @@ pub enum Input {
     Raft(Message),
     /// An operator request (from the QUIC operator session, or a write of the HTTP API),
     /// answered with [`Output::Answer`].
-    Operator(RequestId, OperatorRequest),
+    Operator {
+        /// The id its answer carries.
+        request_id: RequestId,
+        /// Who asks: the operator certificate's principal, or `token:NAME` for a bearer token
+        /// of the HTTP API. It owns the reservations it creates.
+        principal: String,
+        /// The request.
+        request: OperatorRequest,
+    },
     /// Messages to this peer could not be delivered.
     PeerUnreachable(u64),
     /// A `MsgSnapshot` to this peer was delivered (`true`) or not.
@@ -459,6 +468,9 @@ pub struct MasterCore<S: RaftStore> {
     allocation_stats: CycleStats,
     /// What frameworks did with this master's offers, since it started.
     offer_tally: OfferTally,
+    /// Reservation requests this master proposed that the plan refused (Rayon §5.1's
+    /// admission), for the shell's metrics.
+    reservations_refused: u64,
     /// Accept-to-RUNNING times of the tasks that started since the shell last took them.
     launch_latencies: Vec<Duration>,
     /// Frameworks subscribed by this leader (new ids are `fw-<term>-<n>`).
@@ -489,6 +501,7 @@ impl<S: RaftStore> MasterCore<S> {
             allocation_jobs: 0,
             allocation_stats: CycleStats::default(),
             offer_tally: OfferTally::default(),
+            reservations_refused: 0,
             launch_latencies: Vec::new(),
             next_framework: 1,
             removed_notice: false,
@@ -600,8 +613,12 @@ impl<S: RaftStore> MasterCore<S> {
                     tracing::debug!(master = self.node.id(), from, %error, "raft message not stepped");
                 }
             }
-            Input::Operator(request_id, request) => {
-                self.handle_operator(request_id, request, now);
+            Input::Operator {
+                request_id,
+                principal,
+                request,
+            } => {
+                self.handle_operator(request_id, &principal, request, now);
             }
             Input::PeerUnreachable(peer) => self.node.report_unreachable(peer),
             Input::SnapshotReport(peer, delivered) => self.node.report_snapshot(peer, delivered),
@@ -893,7 +910,12 @@ impl<S: RaftStore> MasterCore<S> {
                     }
                     Settled::Applied(outcome)
                 }
-                Err(error) => Settled::Refused(error),
+                Err(error) => {
+                    if matches!(error, CommandError::ReservationRefused { .. }) {
+                        self.reservations_refused += 1;
+                    }
+                    Settled::Refused(error)
+                }
             };
             self.settle(token, settled, now);
         }

@@ -9,14 +9,16 @@ use std::ops::Bound;
 use fullerene_proto::limits::take_page;
 use fullerene_proto::messages::{
     AgentInfo, ClusterStatus, ClusterView, ErrorCode, FinishedTaskInfo, GroupInfo, MemberStatus,
-    OperatorRequest, OperatorResponse, Redirect, WireError,
+    OperatorRequest, OperatorResponse, Redirect, UnixMillis, WireError,
 };
+use fullerene_proto::reservations::RejectedReservationInfo;
 use fullerene_proto::time::Now;
 use fullerene_proto::{AgentId, FrameworkId, MasterId, TaskId, TaskKey};
 
+use super::reservations::reservation_command;
 use super::{MasterCore, Pending, RequestId};
 use crate::raft_node::{MembershipChange, ProposeError, ReadError};
-use crate::state::{Command, CommandError, TeardownCause};
+use crate::state::{Command, CommandError, Requester, TeardownCause};
 use crate::storage::RaftStore;
 
 /// The leader's view of the cluster for the HTTP API's reads ([`MasterCore::bounded_view`]):
@@ -44,6 +46,10 @@ pub struct BoundedView {
     pub finished_total: u64,
     /// Finished tasks left out of `finished` by the bound, per framework.
     pub finished_omitted_by_framework: BTreeMap<FrameworkId, u64>,
+    /// The reservations the adapter rejected, oldest first (the accepted are in `view`).
+    pub rejected_reservations: Vec<RejectedReservationInfo>,
+    /// How many the adapter rejected since the cluster began.
+    pub rejected_reservations_total: u64,
 }
 
 /// A read waiting for its ReadIndex confirmation.
@@ -57,7 +63,12 @@ pub(super) enum ReadQuery {
     GroupWeights,
     ListGroups,
     Quotas,
-    State,
+    /// The whole view, with reservations as of a wall-clock time.
+    State(UnixMillis),
+    /// Accepted reservations after a name, read as of a wall-clock time.
+    Reservations(Option<String>, UnixMillis),
+    /// One reservation with its allocation, read as of a wall-clock time.
+    Reservation(String, UnixMillis),
 }
 
 impl<S: RaftStore> MasterCore<S> {
@@ -86,6 +97,7 @@ impl<S: RaftStore> MasterCore<S> {
     pub(super) fn handle_operator(
         &mut self,
         request_id: RequestId,
+        principal: &str,
         request: OperatorRequest,
         now: Now,
     ) {
@@ -119,7 +131,22 @@ impl<S: RaftStore> MasterCore<S> {
             OperatorRequest::GroupWeights => ReadQuery::GroupWeights,
             OperatorRequest::ListGroups => ReadQuery::ListGroups,
             OperatorRequest::Quotas => ReadQuery::Quotas,
-            OperatorRequest::State => ReadQuery::State,
+            OperatorRequest::State => ReadQuery::State(now.wall_ms()),
+            OperatorRequest::ListReservations { after } => {
+                ReadQuery::Reservations(after, now.wall_ms())
+            }
+            OperatorRequest::ShowReservation { name } => {
+                ReadQuery::Reservation(name, now.wall_ms())
+            }
+            OperatorRequest::Reservation(call) => {
+                let by = Requester::Operator(principal.to_string());
+                let limits = &self.node.state().reservations().plan().config().limits;
+                match reservation_command(call, by, limits, now.wall_ms()) {
+                    Ok(command) => self.propose_write(&command, token, request_id, None),
+                    Err(error) => self.answer(request_id, OperatorResponse::Error(error)),
+                }
+                return;
+            }
             OperatorRequest::ReadTaskFile(_) => {
                 // The operator session serves it beside the node loop (server::files).
                 self.answer(
@@ -325,7 +352,33 @@ impl<S: RaftStore> MasterCore<S> {
                 default_group: crate::state::DEFAULT_GROUP.to_string(),
             },
             ReadQuery::Quotas => OperatorResponse::Quotas(state.settings().quotas),
-            ReadQuery::State => OperatorResponse::State(self.cluster_view(usize::MAX).0),
+            ReadQuery::State(now_ms) => {
+                OperatorResponse::State(self.cluster_view(usize::MAX, now_ms).0)
+            }
+            ReadQuery::Reservations(after, now_ms) => {
+                let reservations = state.reservations();
+                let (accepted, next) =
+                    take_page(reservations.infos_after(after.as_deref(), now_ms));
+                OperatorResponse::Reservations {
+                    accepted,
+                    next,
+                    // With the first page only: a client paging through has them once.
+                    rejected: if after.is_none() {
+                        reservations.rejected_infos()
+                    } else {
+                        Vec::new()
+                    },
+                }
+            }
+            ReadQuery::Reservation(name, now_ms) => {
+                match state.reservations().info(&name, now_ms, true) {
+                    Some(info) => OperatorResponse::Reservation(info),
+                    None => OperatorResponse::Error(WireError::new(
+                        ErrorCode::UnknownReservation,
+                        format!("no accepted reservation `{name}`"),
+                    )),
+                }
+            }
         }
     }
 
@@ -334,12 +387,13 @@ impl<S: RaftStore> MasterCore<S> {
     /// at most `max_tasks` tasks, the first by framework and task id, so that building and
     /// serving it costs a bounded amount whatever the cluster holds; what it leaves out is
     /// counted, per framework. Everything in it is read at one step, so it is exact for its
-    /// applied index.
-    pub fn bounded_view(&self, max_tasks: usize) -> Option<BoundedView> {
+    /// applied index; its reservations' phases and guarantees are those of wall-clock time
+    /// `now_ms`.
+    pub fn bounded_view(&self, max_tasks: usize, now_ms: UnixMillis) -> Option<BoundedView> {
         if !self.node.is_leader() {
             return None;
         }
-        let (view, omitted_by_framework) = self.cluster_view(max_tasks);
+        let (view, omitted_by_framework) = self.cluster_view(max_tasks, now_ms);
         let state = self.node.state();
         let finished_total = state.finished_count();
         let finished_omitted = finished_total.saturating_sub(max_tasks);
@@ -364,12 +418,19 @@ impl<S: RaftStore> MasterCore<S> {
             omitted_by_framework,
             cluster: self.cluster_status(),
             weights: state.settings().group_weights.clone(),
+            rejected_reservations: state.reservations().rejected_infos(),
+            rejected_reservations_total: state.reservations().rejected_total(),
         })
     }
 
     /// The cluster state as operators see it, with at most `max_tasks` tasks (the first by
-    /// key); the tasks left out, counted per framework (only their keys are read).
-    fn cluster_view(&self, max_tasks: usize) -> (ClusterView, BTreeMap<FrameworkId, u64>) {
+    /// key) and the reservations as of `now_ms`; the tasks left out, counted per framework
+    /// (only their keys are read).
+    fn cluster_view(
+        &self,
+        max_tasks: usize,
+        now_ms: UnixMillis,
+    ) -> (ClusterView, BTreeMap<FrameworkId, u64>) {
         let state = self.node.state();
         let mut omitted: BTreeMap<FrameworkId, u64> = BTreeMap::new();
         for key in state.tasks().keys().skip(max_tasks) {
@@ -392,6 +453,11 @@ impl<S: RaftStore> MasterCore<S> {
                 .filter_map(|key| state.task_info(key))
                 .collect(),
             groups: group_infos(state),
+            reservations: state
+                .reservations()
+                .infos_after(None, now_ms)
+                .map(|(_, info)| info)
+                .collect(),
         };
         (view, omitted)
     }
@@ -471,7 +537,7 @@ pub(super) fn read_error_response(error: &ReadError) -> OperatorResponse {
 
 /// What an operator is told when the state machine refused its command.
 pub(super) fn command_error_response(error: &CommandError) -> OperatorResponse {
-    invalid(error.to_string())
+    OperatorResponse::Error(error.to_wire())
 }
 
 /// Every fairness group with its counters and the principals an operator placed in it, by

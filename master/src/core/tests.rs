@@ -296,12 +296,22 @@ impl Harness {
 
     fn operator(&mut self, request: OperatorRequest) -> OperatorResponse {
         let id = RequestId(self.call_id());
-        let outputs = self.input(Operator(id, request));
+        let outputs = self.input(operator_input(id, request));
         answer_to(&outputs, id).unwrap_or_else(|| panic!("no answer in {outputs:?}"))
     }
 }
 
-use Input::Operator;
+/// An operator request from the test operator's principal.
+fn operator_input(request_id: RequestId, request: OperatorRequest) -> Input {
+    Input::Operator {
+        request_id,
+        principal: TEST_OPERATOR.to_string(),
+        request,
+    }
+}
+
+/// The principal of the tests' operator.
+const TEST_OPERATOR: &str = "operator-1";
 
 fn answer_to(outputs: &[Output], id: RequestId) -> Option<OperatorResponse> {
     outputs.iter().find_map(|output| match output {
@@ -1002,7 +1012,7 @@ fn a_follower_redirects_agents_frameworks_and_operators() {
         now,
     );
     core.handle(
-        Operator(RequestId(7), OperatorRequest::ListAgents { after: None }),
+        operator_input(RequestId(7), OperatorRequest::ListAgents { after: None }),
         now,
     );
     let outputs = core.drain_outputs();
@@ -1094,7 +1104,10 @@ fn the_bounded_view_is_redacted_counts_what_it_leaves_out_and_is_the_leaders_onl
     let (answer, _) = h.accept(&framework, session, &offer, tasks);
     assert_eq!(answer, Some(Ok(CallOk::Done)));
 
-    let bounded = h.core.bounded_view(2).expect("the leader's view");
+    let bounded = h
+        .core
+        .bounded_view(2, h.now.wall_ms())
+        .expect("the leader's view");
     assert_eq!(bounded.view.applied, h.core.node().applied_index());
     assert_eq!(bounded.term, h.core.node().term());
     assert_eq!(bounded.tasks_total, 3);
@@ -1118,7 +1131,10 @@ fn the_bounded_view_is_redacted_counts_what_it_leaves_out_and_is_the_leaders_onl
         "{shown}"
     );
     assert_eq!(bounded.cluster.members.len(), 1);
-    let whole = h.core.bounded_view(usize::MAX).expect("the leader's view");
+    let whole = h
+        .core
+        .bounded_view(usize::MAX, h.now.wall_ms())
+        .expect("the leader's view");
     assert_eq!((whole.view.tasks.len(), whole.tasks_omitted), (3, 0));
     // The operator's own read (an operator certificate) still shows the value.
     match h.operator(OperatorRequest::State) {
@@ -1137,7 +1153,7 @@ fn the_bounded_view_is_redacted_counts_what_it_leaves_out_and_is_the_leaders_onl
     )
     .expect("bootstrap");
     let follower = MasterCore::new(node, CoreConfig::default());
-    assert!(follower.bounded_view(10).is_none());
+    assert!(follower.bounded_view(10, 0).is_none());
 }
 
 #[test]
@@ -1145,7 +1161,7 @@ fn shutdown_answers_what_waits_with_outcome_unknown() {
     let mut h = Harness::leader();
     // Proposed but not yet advanced: waiting for its commit.
     h.core.handle(
-        Operator(
+        operator_input(
             RequestId(1),
             OperatorRequest::SetGroupWeight {
                 group: "g".to_string(),
@@ -1552,7 +1568,7 @@ fn operators_kill_a_task_and_tear_a_framework_down() {
     let (mut h, agent_session, framework, session) = cluster_with_demand();
     h.launch_t1(&framework, session);
     let id = RequestId(h.call_id());
-    let outputs = h.input(Operator(
+    let outputs = h.input(operator_input(
         id,
         OperatorRequest::KillTask {
             framework_id: framework.clone(),
@@ -1571,7 +1587,7 @@ fn operators_kill_a_task_and_tear_a_framework_down() {
     );
 
     let id = RequestId(h.call_id());
-    let outputs = h.input(Operator(
+    let outputs = h.input(operator_input(
         id,
         OperatorRequest::TeardownFramework {
             framework_id: framework.clone(),
@@ -1655,4 +1671,125 @@ fn an_accepted_reservation_survives_a_restart_of_the_master() {
     let after = h.core.node().state().reservations();
     assert_eq!(*after, before);
     assert_eq!(after.get("etl").map(|r| r.user.as_str()), Some("alice"));
+}
+
+/// Issue 17, Rayon §5.2's calls: an operator and a framework reserve through the core, each
+/// owning what it creates; a framework may not change another's reservation, an operator may
+/// change any; a request with a syntax error is refused before anything is proposed, with its
+/// column; and the reads show what the plan holds.
+#[test]
+fn operators_and_frameworks_reserve_and_only_owners_or_operators_change_reservations() {
+    use fullerene_proto::reservations::{ReservationCall, ReservationPhase};
+
+    let mut h = Harness::leader();
+    h.register_agent("agent-1", "cpus=8,mem_mib=8192");
+    // Windows count from when the masters accept: a minute from now, for an hour.
+    let hour = "window(atom(cpus=4,mem_mib=1024; g=1, h=1, l=1m, w=1h), s=1m, f=62m)";
+    let created = h.operator(OperatorRequest::Reservation(ReservationCall::Create {
+        name: "nightly".into(),
+        rdl: hour.into(),
+    }));
+    assert_eq!(created, OperatorResponse::Done);
+
+    let (session, framework) = h.subscribe("etl", None);
+    let reserve = |h: &mut Harness, name: &str, rdl: &str| {
+        let call = ReservationCall::Create {
+            name: name.into(),
+            rdl: rdl.into(),
+        };
+        h.call(&framework, session, FrameworkRequest::Reservation(call))
+            .0
+    };
+    let answer = reserve(&mut h, "etl-q1", hour);
+    assert_eq!(answer, Some(Ok(CallOk::Done)));
+    // The cluster's 8 cpus are taken for that hour: a third is refused with the plan's reason.
+    let answer = reserve(&mut h, "etl-q2", hour);
+    let refused = answer.expect("answered").expect_err("no room");
+    assert!(refused.message.contains("no room"), "{refused:?}");
+    // A syntax error is refused at once, pointing at its column.
+    let (answer, outputs) = h.call(
+        &framework,
+        session,
+        FrameworkRequest::Reservation(ReservationCall::Create {
+            name: "typo".into(),
+            rdl: "atom(cpus=1; g=1, h=1, l=1m, w=1h".into(),
+        }),
+    );
+    let typo = answer
+        .expect("answered at once")
+        .expect_err("a syntax error");
+    assert!(typo.message.contains("1:34"), "{typo:?} in {outputs:?}");
+
+    // The framework's principal may not delete the operator's reservation; the operator
+    // may delete the framework's.
+    let (answer, _) = h.call(
+        &framework,
+        session,
+        FrameworkRequest::Reservation(ReservationCall::Delete {
+            name: "nightly".into(),
+        }),
+    );
+    let not_owner = answer.expect("answered").expect_err("not the owner");
+    assert_eq!(not_owner.code, ErrorCode::Unauthorized, "{not_owner:?}");
+
+    let (answer, _) = h.call(
+        &framework,
+        session,
+        FrameworkRequest::ListReservations { after: None },
+    );
+    match answer {
+        Some(Ok(CallOk::Reservations { reservations, next })) => {
+            let names: Vec<&str> = reservations.iter().map(|r| r.name.as_str()).collect();
+            assert_eq!(names, ["etl-q1"], "only the principal's own");
+            assert_eq!(next, None);
+        }
+        other => panic!("{other:?}"),
+    }
+    match h.operator(OperatorRequest::ListReservations { after: None }) {
+        OperatorResponse::Reservations {
+            accepted,
+            next: None,
+            rejected,
+        } => {
+            let owners: Vec<(&str, &str)> = accepted
+                .iter()
+                .map(|r| (r.name.as_str(), r.owner.as_str()))
+                .collect();
+            assert_eq!(owners, [("etl-q1", "etl"), ("nightly", TEST_OPERATOR)]);
+            assert!(accepted
+                .iter()
+                .all(|r| r.phase == ReservationPhase::Planned));
+            assert!(accepted.iter().all(|r| r.allocation.is_empty()));
+            assert!(rejected.is_empty());
+        }
+        other => panic!("{other:?}"),
+    }
+    let shown = match h.operator(OperatorRequest::ShowReservation {
+        name: "etl-q1".into(),
+    }) {
+        OperatorResponse::Reservation(info) => info,
+        other => panic!("{other:?}"),
+    };
+    // One bundle for an hour, within the window: one step of 4 cpus lasting an hour.
+    assert_eq!(shown.allocation.len(), 1, "{shown:?}");
+    let step = &shown.allocation[0];
+    assert_eq!(step.end_ms - step.start_ms, 3_600_000);
+    assert_eq!(step.resources.get(fullerene_proto::ResourceKind::Cpus), 4.0);
+    assert!(step.start_ms >= shown.anchor_ms + 60_000);
+
+    let deleted = h.operator(OperatorRequest::Reservation(ReservationCall::Delete {
+        name: "etl-q1".into(),
+    }));
+    assert_eq!(deleted, OperatorResponse::Done);
+    match h.operator(OperatorRequest::ShowReservation {
+        name: "etl-q1".into(),
+    }) {
+        OperatorResponse::Error(error) => {
+            assert_eq!(error.code, ErrorCode::UnknownReservation);
+        }
+        other => panic!("{other:?}"),
+    }
+    // With its room free, the refused request now fits.
+    let answer = reserve(&mut h, "etl-q2", hour);
+    assert_eq!(answer, Some(Ok(CallOk::Done)));
 }

@@ -9,9 +9,10 @@
 //! plain numbers and published by the shell; a follower shows zeros for it.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use fullerene_proto::messages::{AgentState, TaskState};
+use fullerene_proto::reservations::ReservationPhase;
 use fullerene_proto::{ResourceKind, ResourceVec};
 use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, Unit};
 
@@ -44,6 +45,12 @@ pub const STATUS_UPDATE_BACKLOG: &str = "fullerene_master_status_update_backlog"
 pub const OFFERS_ACCEPTED: &str = "fullerene_master_offers_accepted_total";
 /// Offers declined (leader only).
 pub const OFFERS_DECLINED: &str = "fullerene_master_offers_declined_total";
+/// Accepted reservations, by `phase` (planned, active, ended).
+pub const RESERVATIONS: &str = "fullerene_master_reservations";
+/// Reservations the adapter rejected after a loss of capacity, since the cluster began.
+pub const RESERVATIONS_REJECTED: &str = "fullerene_master_reservations_rejected_total";
+/// Reservation requests the plan refused at admission (leader only).
+pub const RESERVATIONS_REFUSED: &str = "fullerene_master_reservations_refused_total";
 /// Accept to RUNNING (leader only).
 pub const LAUNCH_LATENCY: &str = "fullerene_master_launch_latency_seconds";
 
@@ -223,6 +230,15 @@ fn describe_shell() {
         Unit::Seconds,
         "Time of one turn of the node loop"
     );
+    describe_gauge!(RESERVATIONS, "Accepted reservations, by phase");
+    describe_counter!(
+        RESERVATIONS_REJECTED,
+        "Reservations the adapter rejected after a loss of capacity"
+    );
+    describe_counter!(
+        RESERVATIONS_REFUSED,
+        "Reservation requests the plan refused at admission (leader only)"
+    );
     describe_counter!(
         "fullerene_master_offers_made_total",
         "Offers sent to frameworks (leader only)"
@@ -279,6 +295,7 @@ fn describe_shell() {
         "fullerene_master_sessions_ended_not_reading_total",
         "fullerene_http_view_builds_total",
         "fullerene_http_auth_refusals_total",
+        RESERVATIONS_REFUSED,
     ] {
         counter!(name).increment(0);
     }
@@ -375,5 +392,27 @@ impl ClusterGauges {
             gauge!(GROUP_SHARE, "group" => gone.clone()).set(0.0);
         }
         self.groups = groups;
+
+        let reservations = state.reservations();
+        let now_ms = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |since| {
+                u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+            });
+        let mut phases: BTreeMap<&str, u64> = [
+            ReservationPhase::Planned,
+            ReservationPhase::Active,
+            ReservationPhase::Ended,
+        ]
+        .iter()
+        .map(|phase| (phase.as_str(), 0))
+        .collect();
+        for phase in reservations.phases(now_ms) {
+            *phases.entry(phase.as_str()).or_default() += 1;
+        }
+        for (phase, count) in phases {
+            gauge!(RESERVATIONS, "phase" => phase).set(count as f64);
+        }
+        counter!(RESERVATIONS_REJECTED).absolute(reservations.rejected_total());
     }
 }

@@ -61,8 +61,15 @@ const SLOW_STEP: Duration = Duration::from_millis(100);
 pub(crate) enum Event {
     /// An input that needs no channel.
     Input(Input),
-    /// An operator request and where to answer it.
-    Operator(OperatorRequest, oneshot::Sender<OperatorResponse>),
+    /// An operator request, who asks (see [`Input::Operator`]) and where to answer it.
+    Operator {
+        /// The caller's principal.
+        principal: String,
+        /// The request.
+        request: OperatorRequest,
+        /// Where the answer goes.
+        reply: oneshot::Sender<OperatorResponse>,
+    },
     /// An agent's session opened with a registration.
     AgentRegister {
         /// The agent, from its certificate.
@@ -179,6 +186,9 @@ struct ShellMetrics {
     tasks_launched: metrics::Counter,
     offers_accepted: metrics::Counter,
     offers_declined: metrics::Counter,
+    reservations_refused: metrics::Counter,
+    /// The count of refused reservations already published.
+    published_reservations_refused: u64,
     launch_latency: metrics::Histogram,
     /// This master's proposals' flush into the log to their apply (the node hands out the
     /// flush times; the latency is measured here, against the clock read after the step).
@@ -209,6 +219,8 @@ impl ShellMetrics {
             tasks_launched: metrics::counter!("fullerene_master_tasks_launched_total"),
             offers_accepted: metrics::counter!(metrics_names::OFFERS_ACCEPTED),
             offers_declined: metrics::counter!(metrics_names::OFFERS_DECLINED),
+            reservations_refused: metrics::counter!(metrics_names::RESERVATIONS_REFUSED),
+            published_reservations_refused: 0,
             launch_latency: metrics::histogram!(metrics_names::LAUNCH_LATENCY),
             published_offers: OfferTally::default(),
             gauges: ClusterGauges::new(),
@@ -256,6 +268,10 @@ impl ShellMetrics {
                 .saturating_sub(self.published_offers.declined),
         );
         self.published_offers = tally;
+        let refused = core.reservations_refused();
+        self.reservations_refused
+            .increment(refused.saturating_sub(self.published_reservations_refused));
+        self.published_reservations_refused = refused;
         for latency in core.take_launch_latencies() {
             self.launch_latency.record(latency.as_secs_f64());
         }
@@ -467,11 +483,19 @@ impl<S: RaftStore> Shell<S> {
     fn handle_event(&mut self, event: Event) {
         let input = match event {
             Event::Input(input) => input,
-            Event::Operator(request, reply) => {
-                let id = RequestId(self.next_request);
+            Event::Operator {
+                principal,
+                request,
+                reply,
+            } => {
+                let request_id = RequestId(self.next_request);
                 self.next_request += 1;
-                self.replies.insert(id, reply);
-                Input::Operator(id, request)
+                self.replies.insert(request_id, reply);
+                Input::Operator {
+                    request_id,
+                    principal,
+                    request,
+                }
             }
             Event::AgentRegister {
                 agent_id,

@@ -334,7 +334,11 @@ async fn serve_operator(mut session: Session, context: &SessionContext) {
         let (reply_tx, reply_rx) = oneshot::channel();
         let response = if context
             .events
-            .send(Event::Operator(request, reply_tx))
+            .send(Event::Operator {
+                principal: session.peer.id.clone(),
+                request,
+                reply: reply_tx,
+            })
             .await
             .is_err()
         {

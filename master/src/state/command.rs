@@ -271,23 +271,24 @@ pub enum Command {
         /// Leader's time: the request is placed from then on.
         at_ms: UnixMillis,
     },
-    /// The owner replaces a reservation's request (`updateRes`); refused, the old one stays.
+    /// The owner (or an operator) replaces a reservation's request (`updateRes`); refused, the
+    /// old one stays.
     UpdateReservation {
         /// The reservation.
         name: String,
-        /// The principal asking; must own it.
-        principal: String,
+        /// Who asks: its owner, or an operator.
+        by: Requester,
         /// The new request.
         expr: Expr,
         /// Leader's time.
         at_ms: UnixMillis,
     },
-    /// The owner removes a reservation (`deleteRes`).
+    /// The owner (or an operator) removes a reservation (`deleteRes`).
     DeleteReservation {
         /// The reservation.
         name: String,
-        /// The principal asking; must own it.
-        principal: String,
+        /// Who asks: its owner, or an operator.
+        by: Requester,
         /// Leader's time.
         at_ms: UnixMillis,
     },
@@ -415,4 +416,23 @@ pub enum CommandOutcome {
         /// Kills to send.
         kill: Vec<TaskKill>,
     },
+}
+
+/// Who changes a reservation: the plan is the cluster's, so an operator may change any
+/// reservation; a framework's principal only its own.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Requester {
+    /// An operator (its certificate's principal, or `token:NAME`).
+    Operator(String),
+    /// A framework's principal.
+    Principal(String),
+}
+
+impl Requester {
+    /// The principal's name.
+    pub fn name(&self) -> &str {
+        match self {
+            Requester::Operator(name) | Requester::Principal(name) => name,
+        }
+    }
 }

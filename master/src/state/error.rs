@@ -284,8 +284,8 @@ impl CommandError {
             CommandError::UnknownExecutor { .. } => ErrorCode::UnknownExecutor,
             CommandError::InvalidReservationName(_)
             | CommandError::ReservationExists(_)
-            | CommandError::UnknownReservation(_)
             | CommandError::ReservationRefused { .. } => ErrorCode::InvalidRequest,
+            CommandError::UnknownReservation(_) => ErrorCode::UnknownReservation,
             CommandError::NotReservationOwner { .. } => ErrorCode::Unauthorized,
             CommandError::Accounting(_) => ErrorCode::Internal,
         }

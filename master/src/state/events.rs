@@ -246,14 +246,18 @@ impl EventProbe {
             | Command::AnnounceMasterHttp { .. } => {}
             Command::CreateReservation {
                 name, principal, ..
-            }
-            | Command::UpdateReservation {
-                name, principal, ..
             } => events.push(ClusterEvent::ReservationAccepted {
                 reservation: name.clone(),
                 principal: principal.clone(),
-                updated: matches!(command, Command::UpdateReservation { .. }),
+                updated: false,
             }),
+            Command::UpdateReservation { name, by, .. } => {
+                events.push(ClusterEvent::ReservationAccepted {
+                    reservation: name.clone(),
+                    principal: by.name().to_string(),
+                    updated: true,
+                });
+            }
             Command::DeleteReservation { name, .. } => {
                 events.push(ClusterEvent::ReservationDeleted {
                     reservation: name.clone(),

@@ -36,7 +36,7 @@ use fullerene_scheduling::allocator::state::{AllocationState, StateError};
 use fullerene_scheduling::fairness::{FairnessError, FairnessFactor};
 use fullerene_scheduling::Overbooking;
 
-pub use command::{Command, CommandOutcome, TaskKey, TaskKill};
+pub use command::{Command, CommandOutcome, Requester, TaskKey, TaskKill};
 pub use error::CommandError;
 pub use fullerene_proto::http::TeardownCause;
 use history::FinishedTasks;
@@ -46,7 +46,7 @@ pub use records::{
     FINISHED_TASK_BYTES, MAX_GROUPS, MAX_MAPPED_PRINCIPALS,
 };
 pub use reservations::{
-    RejectedReservation, Reservations, MAX_REJECTED_KEPT, MAX_RESERVATION_NAME,
+    RejectedReservation, Reservations, MAX_ACCEPTED_RESERVATIONS, MAX_REJECTED_KEPT,
 };
 pub use snapshot::{SnapshotError, FRAME_BYTES, STATE_FORMAT_VERSION};
 
@@ -548,18 +548,15 @@ impl ClusterState {
             }
             Command::UpdateReservation {
                 name,
-                principal,
+                by,
                 expr,
                 at_ms,
             } => {
-                self.reservations_mut()
-                    .update(name, principal, expr, *at_ms)?;
+                self.reservations_mut().update(name, by, expr, *at_ms)?;
                 Ok(CommandOutcome::Applied)
             }
-            Command::DeleteReservation {
-                name, principal, ..
-            } => {
-                self.reservations_mut().delete(name, principal)?;
+            Command::DeleteReservation { name, by, .. } => {
+                self.reservations_mut().delete(name, by)?;
                 Ok(CommandOutcome::Applied)
             }
         }

@@ -10,6 +10,10 @@
 use std::collections::BTreeMap;
 
 use fullerene_proto::messages::UnixMillis;
+use fullerene_proto::reservations::{
+    AllocationStep, RejectedReservationInfo, ReservationInfo, ReservationPhase,
+    MAX_RESERVATION_NAME_BYTES,
+};
 use fullerene_proto::ResourceVec;
 use fullerene_reservation::{
     CapacityChange, Expr, Plan, PlanConfig, PolicyKind, Refusal, Reservation, ReservationId,
@@ -17,10 +21,12 @@ use fullerene_reservation::{
 };
 use serde::{Deserialize, Serialize};
 
-use super::CommandError;
+use super::{CommandError, Requester};
 
-/// The longest reservation name: names are shown in tables and carried in every command.
-pub const MAX_RESERVATION_NAME: usize = 128;
+/// The most reservations accepted at once: each costs a placement's work on every later
+/// admission and capacity change, and a line in every view. Rayon's production clusters hold
+/// hundreds; the placement benchmark measures 1,000.
+pub const MAX_ACCEPTED_RESERVATIONS: usize = 4_096;
 
 /// How many rejected reservations are kept for their owners to read; the oldest go first.
 pub const MAX_REJECTED_KEPT: usize = 1024;
@@ -120,6 +126,12 @@ impl Reservations {
         if self.names.contains_key(name) {
             return Err(CommandError::ReservationExists(name.to_string()));
         }
+        if self.names.len() >= MAX_ACCEPTED_RESERVATIONS {
+            return Err(CommandError::QuotaExceeded(format!(
+                "the plan holds {MAX_ACCEPTED_RESERVATIONS} reservations, its most: delete one \
+                 first"
+            )));
+        }
         let id = ReservationId(self.next_id);
         let request = ReservationRequest {
             id,
@@ -136,11 +148,11 @@ impl Reservations {
     pub(super) fn update(
         &mut self,
         name: &str,
-        principal: &str,
+        by: &Requester,
         expr: &Expr,
         at_ms: UnixMillis,
     ) -> Result<(), CommandError> {
-        let id = self.owned(name, principal)?;
+        let id = self.changeable(name, by)?;
         self.plan
             .update(id, expr.clone(), at_ms)
             .map_err(refused(name))?;
@@ -148,25 +160,104 @@ impl Reservations {
     }
 
     /// Removes a reservation.
-    pub(super) fn delete(&mut self, name: &str, principal: &str) -> Result<(), CommandError> {
-        let id = self.owned(name, principal)?;
+    pub(super) fn delete(&mut self, name: &str, by: &Requester) -> Result<(), CommandError> {
+        let id = self.changeable(name, by)?;
         self.plan.delete(id);
         self.names.remove(name);
         Ok(())
     }
 
-    /// The id of `name`, if `principal` owns it.
-    fn owned(&self, name: &str, principal: &str) -> Result<ReservationId, CommandError> {
+    /// The id of `name`, if `by` may change it: an operator, or its owner.
+    fn changeable(&self, name: &str, by: &Requester) -> Result<ReservationId, CommandError> {
         let reservation = self
             .get(name)
             .ok_or_else(|| CommandError::UnknownReservation(name.to_string()))?;
-        if reservation.user != principal {
-            return Err(CommandError::NotReservationOwner {
-                name: name.to_string(),
-                principal: principal.to_string(),
-            });
+        match by {
+            Requester::Principal(principal) if reservation.user != *principal => {
+                Err(CommandError::NotReservationOwner {
+                    name: name.to_string(),
+                    principal: principal.clone(),
+                })
+            }
+            _ => Ok(reservation.id),
         }
-        Ok(reservation.id)
+    }
+
+    /// How many reservations are accepted now.
+    pub fn accepted_count(&self) -> usize {
+        self.names.len()
+    }
+
+    /// `name`'s reservation as clients read it at `now_ms`, with its allocation over time when
+    /// `with_allocation`.
+    pub fn info(
+        &self,
+        name: &str,
+        now_ms: UnixMillis,
+        with_allocation: bool,
+    ) -> Option<ReservationInfo> {
+        let reservation = self.get(name)?;
+        let quanta = self.plan.quanta();
+        let span = self.span_ms(reservation);
+        let phase = phase_at(span, now_ms);
+        Some(ReservationInfo {
+            name: name.to_string(),
+            owner: reservation.user.clone(),
+            rdl: reservation.expr.to_string(),
+            admitted_at_ms: reservation.admitted_ms,
+            anchor_ms: reservation.anchor_ms,
+            start_ms: span.map(|(start, _)| start),
+            end_ms: span.map(|(_, end)| end),
+            phase,
+            guaranteed_now: self.plan.guaranteed_at(reservation.id, now_ms),
+            allocation: if with_allocation {
+                allocation_steps(reservation, |q| quanta.start_ms(q))
+            } else {
+                Vec::new()
+            },
+        })
+    }
+
+    /// Where each accepted reservation is in its life at `now_ms`.
+    pub fn phases(&self, now_ms: UnixMillis) -> impl Iterator<Item = ReservationPhase> + '_ {
+        self.plan
+            .reservations()
+            .map(move |reservation| phase_at(self.span_ms(reservation), now_ms))
+    }
+
+    /// The wall-clock span of `reservation`'s allocations.
+    fn span_ms(&self, reservation: &Reservation) -> Option<(UnixMillis, UnixMillis)> {
+        let quanta = self.plan.quanta();
+        reservation
+            .span()
+            .map(|(start, end)| (quanta.start_ms(start), quanta.start_ms(end)))
+    }
+
+    /// Every accepted reservation whose name comes after `after` (all when `None`), by name,
+    /// without allocations, as read at `now_ms`.
+    pub fn infos_after<'a>(
+        &'a self,
+        after: Option<&'a str>,
+        now_ms: UnixMillis,
+    ) -> impl Iterator<Item = (String, ReservationInfo)> + 'a {
+        let start = after.map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded);
+        self.names
+            .range::<str, _>((start, std::ops::Bound::Unbounded))
+            .filter_map(move |(name, _)| Some((name.clone(), self.info(name, now_ms, false)?)))
+    }
+
+    /// The rejected reservations as clients read them, oldest first.
+    pub fn rejected_infos(&self) -> Vec<RejectedReservationInfo> {
+        self.rejected
+            .iter()
+            .map(|rejected| RejectedReservationInfo {
+                name: rejected.name.clone(),
+                owner: rejected.reservation.user.clone(),
+                rdl: rejected.reservation.expr.to_string(),
+                reason: rejected.reason.clone(),
+                rejected_at_ms: rejected.rejected_at_ms,
+            })
+            .collect()
     }
 
     /// Tells the plan that the live agents' capacity is now `capacity` from `at_ms` on: a
@@ -228,7 +319,7 @@ fn refused(name: &str) -> impl FnOnce(Refusal) -> CommandError + '_ {
 
 fn check_name(name: &str) -> Result<(), CommandError> {
     let valid = !name.is_empty()
-        && name.len() <= MAX_RESERVATION_NAME
+        && name.len() <= MAX_RESERVATION_NAME_BYTES
         && name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
@@ -237,4 +328,41 @@ fn check_name(name: &str) -> Result<(), CommandError> {
     } else {
         Err(CommandError::InvalidReservationName(name.to_string()))
     }
+}
+
+/// Where a reservation whose allocations span `span` is in its life at `now_ms`.
+fn phase_at(span: Option<(UnixMillis, UnixMillis)>, now_ms: UnixMillis) -> ReservationPhase {
+    match span {
+        Some((start, _)) if now_ms < start => ReservationPhase::Planned,
+        Some((_, end)) if now_ms < end => ReservationPhase::Active,
+        _ => ReservationPhase::Ended,
+    }
+}
+
+/// What `reservation` holds over time, as maximal spans of one amount, in time order; `at_ms`
+/// turns a quantum into wall-clock milliseconds.
+fn allocation_steps(reservation: &Reservation, at_ms: impl Fn(u64) -> u64) -> Vec<AllocationStep> {
+    let pieces = reservation.allocations.iter().flat_map(|a| &a.pieces);
+    let mut bounds: Vec<u64> = pieces.flat_map(|p| [p.start, p.end]).collect();
+    bounds.sort_unstable();
+    bounds.dedup();
+    let mut steps: Vec<AllocationStep> = Vec::new();
+    for pair in bounds.windows(2) {
+        let (start, end) = (pair[0], pair[1]);
+        let held = reservation.held_at(start);
+        if held.is_zero() {
+            continue;
+        }
+        match steps.last_mut() {
+            Some(last) if last.end_ms == at_ms(start) && last.resources == held => {
+                last.end_ms = at_ms(end);
+            }
+            _ => steps.push(AllocationStep {
+                start_ms: at_ms(start),
+                end_ms: at_ms(end),
+                resources: held,
+            }),
+        }
+    }
+    steps
 }

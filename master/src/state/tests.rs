@@ -2206,7 +2206,7 @@ fn a_refused_reservation_leaves_the_plan_unchanged() {
             &mut st,
             &Command::DeleteReservation {
                 name: "etl".into(),
-                principal: "bob".into(),
+                by: Requester::Principal("bob".into()),
                 at_ms: 60_000
             }
         ),
@@ -2222,7 +2222,7 @@ fn deleting_a_reservation_frees_its_room_and_update_replaces_it() {
     let smaller = "window(atom(cpus=4,mem_mib=1024; g=1, h=1, l=1m, w=1h), s=0, f=1h)";
     st.apply(&Command::UpdateReservation {
         name: "etl".into(),
-        principal: "alice".into(),
+        by: Requester::Principal("alice".into()),
         expr: fullerene_reservation::parse(smaller).unwrap(),
         at_ms: 60_000,
     })
@@ -2232,7 +2232,7 @@ fn deleting_a_reservation_frees_its_room_and_update_replaces_it() {
     refused(&mut st, &create_reservation("etl3", "bob", smaller, 60_000));
     st.apply(&Command::DeleteReservation {
         name: "etl".into(),
-        principal: "alice".into(),
+        by: Requester::Principal("alice".into()),
         at_ms: 60_000,
     })
     .unwrap();

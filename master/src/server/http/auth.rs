@@ -356,6 +356,9 @@ impl TokenSet {
 pub(crate) struct Caller {
     /// For the audit log: `operator operator-1`, `token deploy`, `anonymous`.
     pub who: String,
+    /// The principal its writes are made as (the owner of the reservations it creates): the
+    /// certificate's id (`operator-1`), or `token:NAME` for a bearer token.
+    pub principal: String,
     /// What it may do; `None` for an anonymous caller (open `/metrics` only).
     pub scope: Option<Scope>,
 }
@@ -385,6 +388,7 @@ pub(crate) fn authenticate(
         }
         return Ok(Caller {
             who: identity.to_string(),
+            principal: identity.id.clone(),
             scope: Some(Scope::Write),
         });
     }
@@ -412,6 +416,7 @@ pub(crate) fn authenticate(
         .map_err(|refusal| AuthFailure::Invalid(refusal.to_string()))?;
     Ok(Caller {
         who: format!("token {}", grant.name),
+        principal: format!("token:{}", grant.name),
         scope: Some(grant.scope),
     })
 }
@@ -665,6 +670,7 @@ mod tests {
             by_token,
             Ok(Caller {
                 who: "token r".into(),
+                principal: "token:r".into(),
                 scope: Some(Scope::Read)
             })
         );

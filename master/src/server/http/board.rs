@@ -79,10 +79,11 @@ pub(crate) enum Document {
     Groups,
     Cluster,
     Jobs,
+    Reservations,
 }
 
 impl Document {
-    const COUNT: usize = 7;
+    const COUNT: usize = 8;
 
     fn index(self) -> usize {
         self as usize
@@ -218,17 +219,17 @@ impl ViewPublisher {
         // build or asks for the next.
         self.board.wanted.store(false, Ordering::SeqCst);
         let writes = self.board.writes.load(Ordering::SeqCst);
-        let Some(bounded) = core.bounded_view(self.max_tasks) else {
-            return;
-        };
-        self.last_build = Some(now);
-        self.builds += 1;
-        metrics::counter!("fullerene_http_view_builds_total").increment(1);
         let built_at_ms = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |since| {
                 u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
             });
+        let Some(bounded) = core.bounded_view(self.max_tasks, built_at_ms) else {
+            return;
+        };
+        self.last_build = Some(now);
+        self.builds += 1;
+        metrics::counter!("fullerene_http_view_builds_total").increment(1);
         let view = PublishedView {
             bounded,
             built: now,
@@ -277,6 +278,7 @@ mod tests {
                     offers: Vec::new(),
                     tasks: Vec::new(),
                     groups: Vec::new(),
+                    reservations: Vec::new(),
                 },
                 term: 1,
                 tasks_total: 0,
@@ -294,6 +296,8 @@ mod tests {
                 finished: Vec::new(),
                 finished_total: 0,
                 finished_omitted_by_framework: Default::default(),
+                rejected_reservations: Vec::new(),
+                rejected_reservations_total: 0,
             },
             built,
             built_at_ms: 0,

@@ -58,16 +58,17 @@ use std::time::SystemTime;
 
 use bytes::Bytes;
 use fullerene_proto::http::{
-    job_views, AddMasterBody, AgentsDocument, ClusterDocument, DrainBody, ErrorDocument,
-    FrameworksDocument, GroupWeightBody, GroupsDocument, JobsDocument, SessionDocument,
-    StateDocument, TasksDocument, ViewStamp, WriteDone, FILE_OFFSET_HEADER, FILE_SIZE_HEADER,
-    TASK_ENDED_HEADER,
+    job_views, AddMasterBody, AgentsDocument, ClusterDocument, CreateReservationBody, DrainBody,
+    ErrorDocument, FrameworksDocument, GroupWeightBody, GroupsDocument, JobsDocument,
+    ReservationsDocument, SessionDocument, StateDocument, TasksDocument, UpdateReservationBody,
+    ViewStamp, WriteDone, FILE_OFFSET_HEADER, FILE_SIZE_HEADER, TASK_ENDED_HEADER,
 };
 use fullerene_proto::ids::{AgentId, FrameworkId, MasterId, TaskId};
 use fullerene_proto::messages::{
     ErrorCode, FileChunk, FileRefusal, OperatorRequest, OperatorResponse, TaskFileRead,
     MAX_FILE_READ_BYTES,
 };
+use fullerene_proto::reservations::ReservationCall;
 use fullerene_transport::Role;
 use http_body_util::channel::Channel;
 use http_body_util::combinators::UnsyncBoxBody;
@@ -173,7 +174,7 @@ struct Route {
 }
 
 /// Every endpoint of the API.
-static ROUTES: [Route; 25] = [
+static ROUTES: [Route; 29] = [
     Route {
         method: Method::GET,
         path: "/",
@@ -250,6 +251,13 @@ static ROUTES: [Route; 25] = [
         access: Access::Read,
         query: &[],
         action: Action::Document(Document::Jobs),
+    },
+    Route {
+        method: Method::GET,
+        path: "/reservations",
+        access: Access::Read,
+        query: &[],
+        action: Action::Document(Document::Reservations),
     },
     Route {
         method: Method::GET,
@@ -349,6 +357,33 @@ static ROUTES: [Route; 25] = [
         action: Action::Write(Payload::Empty, teardown_framework),
     },
     Route {
+        method: Method::POST,
+        path: "/reservations",
+        access: Access::Write,
+        query: &[],
+        action: Action::Write(
+            Payload::Json(CREATE_RESERVATION_EXAMPLE),
+            create_reservation,
+        ),
+    },
+    Route {
+        method: Method::PUT,
+        path: "/reservations/{name}",
+        access: Access::Write,
+        query: &[],
+        action: Action::Write(
+            Payload::Json(UPDATE_RESERVATION_EXAMPLE),
+            update_reservation,
+        ),
+    },
+    Route {
+        method: Method::DELETE,
+        path: "/reservations/{name}",
+        access: Access::Write,
+        query: &[],
+        action: Action::Write(Payload::Empty, delete_reservation),
+    },
+    Route {
         method: Method::GET,
         path: "/frameworks/{framework}/tasks/{task}/files/{name}",
         access: Access::ReadOrOwner,
@@ -407,6 +442,37 @@ fn teardown_framework(params: &[&str], _body: &[u8]) -> Result<OperatorRequest, 
     Ok(OperatorRequest::TeardownFramework {
         framework_id: FrameworkId(path_param(params, 0, "framework")?),
     })
+}
+
+/// The example body of `POST /reservations`: two bundle-hours of 4-cpu bundles, at most two at
+/// once, within the next six hours.
+const CREATE_RESERVATION_EXAMPLE: &str = r#"{"name": "etl-nightly", "rdl": "window(atom(cpus=4,mem_mib=8192; g=1, h=2, l=10m, w=2h), s=0, f=6h)"}"#;
+
+/// The example body of `PUT /reservations/{name}`.
+const UPDATE_RESERVATION_EXAMPLE: &str =
+    r#"{"rdl": "window(atom(cpus=4,mem_mib=8192; g=1, h=2, l=10m, w=3h), s=0, f=6h)"}"#;
+
+fn create_reservation(_params: &[&str], body: &[u8]) -> Result<OperatorRequest, ApiError> {
+    let body: CreateReservationBody = json_body(body, CREATE_RESERVATION_EXAMPLE)?;
+    Ok(OperatorRequest::Reservation(ReservationCall::Create {
+        name: body.name,
+        rdl: body.rdl,
+    }))
+}
+
+fn update_reservation(params: &[&str], body: &[u8]) -> Result<OperatorRequest, ApiError> {
+    let name = path_param(params, 0, "name")?;
+    let body: UpdateReservationBody = json_body(body, UPDATE_RESERVATION_EXAMPLE)?;
+    Ok(OperatorRequest::Reservation(ReservationCall::Update {
+        name,
+        rdl: body.rdl,
+    }))
+}
+
+fn delete_reservation(params: &[&str], _body: &[u8]) -> Result<OperatorRequest, ApiError> {
+    Ok(OperatorRequest::Reservation(ReservationCall::Delete {
+        name: path_param(params, 0, "name")?,
+    }))
 }
 
 /// A refusal or failure, answered as `{"error": ...}` with its status.
@@ -583,6 +649,7 @@ async fn respond_whole(
             Reader::Framework(identity.id.clone()),
             Caller {
                 who: identity.to_string(),
+                principal: identity.id.clone(),
                 scope: None,
             },
             false,
@@ -719,6 +786,7 @@ fn authorize(
 ) -> Result<(Caller, bool), ApiError> {
     let anonymous = || Caller {
         who: "anonymous".to_string(),
+        principal: "anonymous".to_string(),
         scope: None,
     };
     if route.access == Access::Open {
@@ -1009,6 +1077,12 @@ fn encode(view: &PublishedView, document: Document) -> Bytes {
             jobs: job_views(&bounded.view.frameworks, &bounded.view.tasks),
             tasks_omitted: bounded.tasks_omitted,
         }),
+        Document::Reservations => to_json(&ReservationsDocument {
+            stamp: stamp(view),
+            accepted: bounded.view.reservations.clone(),
+            rejected: bounded.rejected_reservations.clone(),
+            rejected_total: bounded.rejected_reservations_total,
+        }),
     };
     Bytes::from(encoded)
 }
@@ -1236,7 +1310,11 @@ async fn write(
     let asked = async {
         api.sessions
             .events
-            .send(Event::Operator(request, reply))
+            .send(Event::Operator {
+                principal: caller.principal.clone(),
+                request,
+                reply,
+            })
             .await
             .map_err(|_| shutting_down())?;
         answer.await.map_err(|_| shutting_down())
@@ -1257,10 +1335,21 @@ async fn write(
         }
         OperatorResponse::Error(error) => {
             let status = match error.code {
-                ErrorCode::InvalidRequest => StatusCode::BAD_REQUEST,
+                ErrorCode::InvalidRequest
+                | ErrorCode::Malformed
+                | ErrorCode::UnknownExecutor
+                | ErrorCode::UnknownOffer
+                | ErrorCode::OfferNotYours
+                | ErrorCode::MixedAgents => StatusCode::BAD_REQUEST,
                 ErrorCode::Unauthorized => StatusCode::FORBIDDEN,
                 ErrorCode::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-                ErrorCode::QuotaExceeded => StatusCode::CONFLICT,
+                ErrorCode::QuotaExceeded
+                | ErrorCode::DuplicateTask
+                | ErrorCode::InsufficientResources => StatusCode::CONFLICT,
+                ErrorCode::UnknownTask
+                | ErrorCode::UnknownAgent
+                | ErrorCode::UnknownFramework
+                | ErrorCode::UnknownReservation => StatusCode::NOT_FOUND,
                 ErrorCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
                 ErrorCode::Unavailable | ErrorCode::OutcomeUnknown => {
                     StatusCode::SERVICE_UNAVAILABLE
