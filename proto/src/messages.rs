@@ -17,7 +17,9 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{AgentId, FrameworkId, MasterId, OfferId, TaskId, TaskKey};
-use crate::reservations::{RejectedReservationInfo, ReservationCall, ReservationInfo};
+use crate::reservations::{
+    RejectedReservationInfo, ReservationCall, ReservationInfo, ReservationPolicy,
+};
 use crate::resources::Resources;
 
 /// The demand summary a framework sends and the kind of an offer, shared with the allocator,
@@ -984,6 +986,11 @@ pub enum OperatorRequest {
         /// The reservation.
         name: String,
     },
+    /// Set how reservations are planned: placement policy and sharing caps (a replicated
+    /// command, `Done` once committed; for admissions from then on).
+    SetReservationPolicy(ReservationPolicy),
+    /// How reservations are planned (a linearizable read).
+    ReservationPolicy,
 }
 
 /// An operator's (or the HTTP API's) read of a task's sandbox file.
@@ -1304,6 +1311,8 @@ pub enum OperatorResponse {
     },
     /// For [`OperatorRequest::ShowReservation`].
     Reservation(ReservationInfo),
+    /// For [`OperatorRequest::ReservationPolicy`].
+    ReservationPolicy(ReservationPolicy),
     /// A change was committed.
     Done,
     /// This master is not the leader.

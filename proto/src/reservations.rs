@@ -145,3 +145,30 @@ pub struct RejectedReservationInfo {
     /// When it was rejected, milliseconds since the Unix epoch.
     pub rejected_at_ms: u64,
 }
+
+/// One principal's caps in the sharing policy (Rayon §5.2): what its reservations may hold, as
+/// fractions of the cluster's capacity, each resource kind on its own.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+pub struct ReservationCaps {
+    /// The largest fraction held at any instant, in (0, 1] (1: no cap).
+    pub instantaneous: f64,
+    /// The largest average fraction held over any window of `window_ms`, in (0, 1].
+    pub integral: f64,
+    /// The integral cap's sliding window, in milliseconds.
+    pub window_ms: u64,
+}
+
+/// How the cluster plans reservations, set by an operator: the placement policy and the
+/// sharing caps, for admissions from then on (what is accepted stays).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+pub struct ReservationPolicy {
+    /// The placement policy (Rayon §4.2): `gree` (as late as fits) or `gree-l` (as flat as
+    /// fits, fewer preemptions).
+    pub placement: String,
+    /// The caps of principals without their own.
+    pub default_caps: ReservationCaps,
+    /// Caps by principal.
+    pub principals: std::collections::BTreeMap<String, ReservationCaps>,
+}

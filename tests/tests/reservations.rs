@@ -133,4 +133,25 @@ fn operators_and_tokens_reserve_and_every_view_shows_the_plan() {
         table.contains("adhoc") && table.contains("planned"),
         "{table}"
     );
+    // The operator's policy: GREE-L and a quarter of the cluster at most per principal. The
+    // plan has room for another 4 cpus, but that is half the cluster: the cap refuses it.
+    cluster.operator_cli(&[
+        "reservation",
+        "policy",
+        "set",
+        "--placement",
+        "gree-l",
+        "--instantaneous-percent",
+        "25",
+    ]);
+    let policy = cluster.operator_cli(&["reservation", "policy", "show"]);
+    assert_eq!(policy["placement"], "gree-l", "{policy}");
+    assert_eq!(policy["default_caps"]["instantaneous"], 0.25, "{policy}");
+    let capped = cluster
+        .operator_command(&["reservation", "create", "capped", "--rdl", ONE_HOUR])
+        .output()
+        .expect("run fullerene");
+    let stderr = String::from_utf8_lossy(&capped.stderr);
+    assert!(!capped.status.success());
+    assert!(stderr.contains("sharing policy"), "{stderr}");
 }

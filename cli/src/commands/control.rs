@@ -386,7 +386,7 @@ fn agent_id(given: &str) -> AgentId {
 }
 
 /// A span of time as `90s`, `10m`, `2h`, `1d`, or bare seconds.
-fn parse_span(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_span(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let split = text
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))

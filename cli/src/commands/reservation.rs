@@ -12,11 +12,13 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use fullerene_proto::messages::{OperatorRequest, OperatorResponse};
 use fullerene_proto::reservations::{
-    RejectedReservationInfo, ReservationCall, ReservationInfo, MAX_RDL_BYTES,
+    RejectedReservationInfo, ReservationCall, ReservationCaps, ReservationInfo, ReservationPolicy,
+    MAX_RDL_BYTES,
 };
 use serde::Serialize;
 
 use crate::commands::cluster::{change, operator_client, ClusterArgs};
+use crate::commands::control::parse_span;
 use crate::commands::events::utc_time;
 use crate::commands::runtime;
 use crate::output::{table, JsonOutput};
@@ -42,6 +44,60 @@ pub(crate) enum ReservationCommand {
     List(ClusterArgs),
     /// One reservation: its request and what the plan guarantees it over time.
     Show(NamedReservationArgs),
+    /// How the cluster plans reservations: the placement policy and the sharing caps.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
+}
+
+/// `fullerene reservation policy` subcommands.
+#[derive(Subcommand, Debug)]
+pub(crate) enum PolicyCommand {
+    /// The placement policy and every principal's caps.
+    Show(ClusterArgs),
+    /// Change the placement policy or a principal's caps (the rest keep their values), for
+    /// admissions from now on: what is accepted stays.
+    ///
+    /// Example: no principal may hold more than 20% of the cluster at once, nor 5% on average
+    /// over a day: `fullerene reservation policy set --instantaneous-percent 20
+    /// --integral-percent 5 --integral-window 24h`
+    Set(SetPolicyArgs),
+}
+
+/// Flags of `fullerene reservation policy set`.
+#[derive(Args, Debug)]
+pub(crate) struct SetPolicyArgs {
+    /// The placement policy (Rayon §4.2): `gree` places each request as late as it fits,
+    /// `gree-l` as flat as it fits (fewer preemptions, a little less accepted).
+    #[arg(long, value_name = "POLICY", value_parser = ["gree", "gree-l"])]
+    pub placement: Option<String>,
+    /// Set this principal's own caps; without it, the caps of every principal without its own.
+    #[arg(long, value_name = "PRINCIPAL", conflicts_with = "clear_principal")]
+    pub principal: Option<String>,
+    /// Remove this principal's own caps: the default caps hold for it again.
+    #[arg(long, value_name = "PRINCIPAL")]
+    pub clear_principal: Option<String>,
+    /// The most of the cluster (each resource kind on its own) the principal's reservations
+    /// may hold at any instant, in percent.
+    #[arg(long, value_name = "PERCENT", value_parser = parse_percent)]
+    pub instantaneous_percent: Option<f64>,
+    /// The most they may hold on average over any integral window, in percent.
+    #[arg(long, value_name = "PERCENT", value_parser = parse_percent)]
+    pub integral_percent: Option<f64>,
+    /// The sliding window of the integral cap: `12h`, `1d`.
+    #[arg(long, value_name = "SPAN", value_parser = parse_span)]
+    pub integral_window: Option<std::time::Duration>,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+fn parse_percent(text: &str) -> Result<f64, String> {
+    let percent: f64 = text
+        .parse()
+        .map_err(|_| format!("`{text}` is not a number"))?;
+    if !(percent.is_finite() && percent > 0.0 && percent <= 100.0) {
+        return Err(format!("a cap is a percentage in (0, 100], not {text}"));
+    }
+    Ok(percent)
 }
 
 /// Flags of `fullerene reservation create` and `update`.
@@ -116,6 +172,11 @@ pub(crate) fn run_reservation(command: ReservationCommand, json: &JsonOutput) ->
             let list = list_all(&cluster)?;
             json.emit(&list, || render_list(&list))
         }
+        ReservationCommand::Policy(PolicyCommand::Show(cluster)) => {
+            let policy = current_policy(&cluster)?;
+            json.emit(&policy, || render_policy(&policy))
+        }
+        ReservationCommand::Policy(PolicyCommand::Set(args)) => set_policy(args, json),
         ReservationCommand::Show(args) => {
             let request = OperatorRequest::ShowReservation { name: args.name };
             let info = match ask(&args.cluster, request)? {
@@ -125,6 +186,79 @@ pub(crate) fn run_reservation(command: ReservationCommand, json: &JsonOutput) ->
             json.emit(&info, || render_one(&info))
         }
     }
+}
+
+/// Changes the policy by read, change, write (it is one replicated value: two operators
+/// changing it at once may lose one change; `policy show` tells).
+fn set_policy(args: SetPolicyArgs, json: &JsonOutput) -> Result<()> {
+    let caps_given = args.instantaneous_percent.is_some()
+        || args.integral_percent.is_some()
+        || args.integral_window.is_some();
+    if args.placement.is_none() && !caps_given && args.clear_principal.is_none() {
+        bail!(
+            "nothing to set: give --placement, a cap or --clear-principal (see `fullerene \
+             reservation policy set --help`)"
+        );
+    }
+    let mut policy = current_policy(&args.cluster)?;
+    if let Some(placement) = &args.placement {
+        policy.placement = placement.clone();
+    }
+    if let Some(principal) = &args.clear_principal {
+        if policy.principals.remove(principal).is_none() {
+            bail!("principal {principal} has no caps of its own");
+        }
+    }
+    if caps_given {
+        let default = policy.default_caps;
+        let caps = match &args.principal {
+            Some(principal) => policy
+                .principals
+                .entry(principal.clone())
+                .or_insert(default),
+            None => &mut policy.default_caps,
+        };
+        if let Some(percent) = args.instantaneous_percent {
+            caps.instantaneous = percent / 100.0;
+        }
+        if let Some(percent) = args.integral_percent {
+            caps.integral = percent / 100.0;
+        }
+        if let Some(window) = args.integral_window {
+            caps.window_ms = u64::try_from(window.as_millis()).unwrap_or(u64::MAX);
+        }
+    }
+    let message = format!("reservation policy set:\n{}", render_policy(&policy));
+    runtime()?.block_on(change(
+        &args.cluster,
+        OperatorRequest::SetReservationPolicy(policy),
+        json,
+        message,
+    ))
+}
+
+fn current_policy(cluster: &ClusterArgs) -> Result<ReservationPolicy> {
+    match ask(cluster, OperatorRequest::ReservationPolicy)? {
+        OperatorResponse::ReservationPolicy(policy) => Ok(policy),
+        other => bail!("unexpected answer to a reservation policy read: {other:?}"),
+    }
+}
+
+fn render_policy(policy: &ReservationPolicy) -> String {
+    let mut out = table(&["principal", "instantaneous", "integral", "over"]);
+    let row = |who: String, caps: &ReservationCaps| {
+        vec![
+            who,
+            format!("{:.1}%", caps.instantaneous * 100.0),
+            format!("{:.1}%", caps.integral * 100.0),
+            fullerene_reservation::rdl::format_duration_ms(caps.window_ms),
+        ]
+    };
+    out.add_row(row("(default)".to_string(), &policy.default_caps));
+    for (principal, caps) in &policy.principals {
+        out.add_row(row(principal.clone(), caps));
+    }
+    format!("placement: {}\n{out}", policy.placement)
 }
 
 /// The request's RDL text, from `--rdl` or `--rdl-file`, checked by the masters' parser.

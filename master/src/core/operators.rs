@@ -15,7 +15,7 @@ use fullerene_proto::reservations::RejectedReservationInfo;
 use fullerene_proto::time::Now;
 use fullerene_proto::{AgentId, FrameworkId, MasterId, TaskId, TaskKey};
 
-use super::reservations::reservation_command;
+use super::reservations::{policy_command, policy_view, reservation_command};
 use super::{MasterCore, Pending, RequestId};
 use crate::raft_node::{MembershipChange, ProposeError, ReadError};
 use crate::state::{Command, CommandError, Requester, TeardownCause};
@@ -69,6 +69,8 @@ pub(super) enum ReadQuery {
     Reservations(Option<String>, UnixMillis),
     /// One reservation with its allocation, read as of a wall-clock time.
     Reservation(String, UnixMillis),
+    /// The placement policy and the sharing caps.
+    ReservationPolicy,
 }
 
 impl<S: RaftStore> MasterCore<S> {
@@ -137,6 +139,14 @@ impl<S: RaftStore> MasterCore<S> {
             }
             OperatorRequest::ShowReservation { name } => {
                 ReadQuery::Reservation(name, now.wall_ms())
+            }
+            OperatorRequest::ReservationPolicy => ReadQuery::ReservationPolicy,
+            OperatorRequest::SetReservationPolicy(policy) => {
+                match policy_command(policy) {
+                    Ok(command) => self.propose_write(&command, token, request_id, None),
+                    Err(error) => self.answer(request_id, OperatorResponse::Error(error)),
+                }
+                return;
             }
             OperatorRequest::Reservation(call) => {
                 let by = Requester::Operator(principal.to_string());
@@ -370,6 +380,9 @@ impl<S: RaftStore> MasterCore<S> {
                     },
                 }
             }
+            ReadQuery::ReservationPolicy => OperatorResponse::ReservationPolicy(policy_view(
+                state.reservations().plan().config(),
+            )),
             ReadQuery::Reservation(name, now_ms) => {
                 match state.reservations().info(&name, now_ms, true) {
                     Some(info) => OperatorResponse::Reservation(info),

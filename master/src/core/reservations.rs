@@ -4,8 +4,12 @@
 //! column. The plan decides admission when the command applies, on every master alike.
 
 use fullerene_proto::messages::{ErrorCode, UnixMillis, WireError};
-use fullerene_proto::reservations::{ReservationCall, MAX_RDL_BYTES};
-use fullerene_reservation::{parse, validate, Expr, Limits};
+use fullerene_proto::reservations::{
+    ReservationCall, ReservationCaps, ReservationPolicy, MAX_RDL_BYTES,
+};
+use fullerene_reservation::{
+    parse, validate, Expr, Limits, PlanConfig, PolicyKind, SharingPolicy, UserCaps,
+};
 
 use crate::state::{Command, Requester};
 
@@ -48,4 +52,53 @@ fn checked_rdl(name: &str, rdl: &str, limits: &Limits) -> Result<Expr, WireError
     validate(&expr, limits)
         .map_err(|error| refuse(format!("reservation `{name}` is invalid: {error}")))?;
     Ok(expr)
+}
+
+/// The command that sets `policy`, or why its placement policy is unknown (the caps' ranges are
+/// checked when it applies, on every master alike).
+pub(super) fn policy_command(policy: ReservationPolicy) -> Result<Command, WireError> {
+    let placement = PolicyKind::from_name(&policy.placement).ok_or_else(|| {
+        WireError::new(
+            ErrorCode::InvalidRequest,
+            format!(
+                "unknown placement policy `{}`: `gree` or `gree-l`",
+                policy.placement
+            ),
+        )
+    })?;
+    let caps = |caps: ReservationCaps| UserCaps {
+        instantaneous: caps.instantaneous,
+        integral: caps.integral,
+        window_ms: caps.window_ms,
+    };
+    Ok(Command::SetReservationPolicy {
+        placement,
+        sharing: SharingPolicy {
+            default_caps: caps(policy.default_caps),
+            users: policy
+                .principals
+                .into_iter()
+                .map(|(principal, principal_caps)| (principal, caps(principal_caps)))
+                .collect(),
+        },
+    })
+}
+
+/// The plan's placement policy and caps as clients read them.
+pub(super) fn policy_view(config: &PlanConfig) -> ReservationPolicy {
+    let caps = |caps: &UserCaps| ReservationCaps {
+        instantaneous: caps.instantaneous,
+        integral: caps.integral,
+        window_ms: caps.window_ms,
+    };
+    ReservationPolicy {
+        placement: config.policy.name().to_string(),
+        default_caps: caps(&config.sharing.default_caps),
+        principals: config
+            .sharing
+            .users
+            .iter()
+            .map(|(principal, principal_caps)| (principal.clone(), caps(principal_caps)))
+            .collect(),
+    }
 }

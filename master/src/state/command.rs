@@ -283,6 +283,13 @@ pub enum Command {
         /// Leader's time.
         at_ms: UnixMillis,
     },
+    /// An operator sets how reservations are planned, for admissions from then on.
+    SetReservationPolicy {
+        /// The placement policy (Rayon §4.2).
+        placement: fullerene_reservation::PolicyKind,
+        /// The per-principal caps (Rayon §5.2).
+        sharing: fullerene_reservation::SharingPolicy,
+    },
     /// The owner (or an operator) removes a reservation (`deleteRes`).
     DeleteReservation {
         /// The reservation.
@@ -323,6 +330,7 @@ impl Command {
             | Command::SetGroup(_)
             | Command::RemoveGroup(_)
             | Command::SetQuotas(_)
+            | Command::SetReservationPolicy { .. }
             | Command::SetOverbookingAllowance { .. }
             | Command::AnnounceMasterHttp { .. }
             | Command::UndrainAgent { .. } => None,
@@ -360,6 +368,7 @@ impl Command {
             Command::CreateReservation { .. } => "create_reservation",
             Command::UpdateReservation { .. } => "update_reservation",
             Command::DeleteReservation { .. } => "delete_reservation",
+            Command::SetReservationPolicy { .. } => "set_reservation_policy",
         }
     }
 }

@@ -206,6 +206,9 @@ pub enum CommandError {
     /// and `.`.
     #[error("invalid reservation name `{0}`: 1 to 128 of letters, digits, `-`, `_` and `.`")]
     InvalidReservationName(String),
+    /// A reservation policy out of range (the message names what).
+    #[error("invalid reservation policy: {0}")]
+    InvalidReservationPolicy(String),
     /// A reservation with this name exists already.
     #[error("reservation `{0}` exists already")]
     ReservationExists(String),
@@ -283,6 +286,7 @@ impl CommandError {
             }
             CommandError::UnknownExecutor { .. } => ErrorCode::UnknownExecutor,
             CommandError::InvalidReservationName(_)
+            | CommandError::InvalidReservationPolicy(_)
             | CommandError::ReservationExists(_)
             | CommandError::ReservationRefused { .. } => ErrorCode::InvalidRequest,
             CommandError::UnknownReservation(_) => ErrorCode::UnknownReservation,

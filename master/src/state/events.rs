@@ -242,6 +242,7 @@ impl EventProbe {
             | Command::KillTasks { .. }
             | Command::AcknowledgeStatus { .. }
             | Command::SetQuotas(_)
+            | Command::SetReservationPolicy { .. }
             | Command::SetOverbookingAllowance { .. }
             | Command::AnnounceMasterHttp { .. } => {}
             Command::CreateReservation {

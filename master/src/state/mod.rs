@@ -555,6 +555,10 @@ impl ClusterState {
                 self.reservations_mut().update(name, by, expr, *at_ms)?;
                 Ok(CommandOutcome::Applied)
             }
+            Command::SetReservationPolicy { placement, sharing } => {
+                self.reservations_mut().set_policy(*placement, sharing)?;
+                Ok(CommandOutcome::Applied)
+            }
             Command::DeleteReservation { name, by, .. } => {
                 self.reservations_mut().delete(name, by)?;
                 Ok(CommandOutcome::Applied)

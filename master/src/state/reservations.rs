@@ -17,11 +17,11 @@ use fullerene_proto::reservations::{
 use fullerene_proto::ResourceVec;
 use fullerene_reservation::{
     CapacityChange, Expr, Plan, PlanConfig, PolicyKind, Refusal, Reservation, ReservationId,
-    ReservationRequest,
+    ReservationRequest, SharingPolicy,
 };
 use serde::{Deserialize, Serialize};
 
-use super::{CommandError, Requester};
+use super::{CommandError, Requester, MAX_MAPPED_PRINCIPALS};
 
 /// The most reservations accepted at once: each costs a placement's work on every later
 /// admission and capacity change, and a line in every view. Rayon's production clusters hold
@@ -156,6 +156,47 @@ impl Reservations {
         self.plan
             .update(id, expr.clone(), at_ms)
             .map_err(refused(name))?;
+        Ok(())
+    }
+
+    /// Sets the placement policy and the sharing caps for later admissions (what is accepted
+    /// stays): each cap a fraction in (0, 1], each integral window at least one quantum and at
+    /// most the plan's horizon, at most [`MAX_MAPPED_PRINCIPALS`] principals with their own.
+    pub(super) fn set_policy(
+        &mut self,
+        placement: PolicyKind,
+        sharing: &SharingPolicy,
+    ) -> Result<(), CommandError> {
+        if sharing.users.len() > MAX_MAPPED_PRINCIPALS {
+            return Err(CommandError::InvalidReservationPolicy(format!(
+                "{} principals with their own caps, more than {MAX_MAPPED_PRINCIPALS}",
+                sharing.users.len()
+            )));
+        }
+        let limits = &self.plan.config().limits;
+        let named = std::iter::once(("the default", &sharing.default_caps)).chain(
+            sharing
+                .users
+                .iter()
+                .map(|(user, caps)| (user.as_str(), caps)),
+        );
+        for (who, caps) in named {
+            let fraction = |x: f64| x.is_finite() && x > 0.0 && x <= 1.0;
+            if !fraction(caps.instantaneous) || !fraction(caps.integral) {
+                return Err(CommandError::InvalidReservationPolicy(format!(
+                    "{who}'s caps must be fractions in (0, 1], not {} and {}",
+                    caps.instantaneous, caps.integral
+                )));
+            }
+            if caps.window_ms < limits.quantum_ms || caps.window_ms > limits.horizon_ms {
+                return Err(CommandError::InvalidReservationPolicy(format!(
+                    "{who}'s integral window is {} ms: it must be between the plan's quantum \
+                     ({} ms) and its horizon ({} ms)",
+                    caps.window_ms, limits.quantum_ms, limits.horizon_ms
+                )));
+            }
+        }
+        self.plan.reconfigure(placement, sharing.clone());
         Ok(())
     }
 

@@ -2287,3 +2287,46 @@ fn the_reservation_plan_survives_a_snapshot_and_follows_agents_lost() {
     let restored = ClusterState::decode_snapshot(&st.encode_snapshot().unwrap()).unwrap();
     assert_eq!(restored, st);
 }
+
+#[test]
+fn the_reservation_policy_is_checked_and_applies_to_later_admissions() {
+    use fullerene_reservation::{PolicyKind, SharingPolicy, UserCaps};
+    let mut st = cluster_with_etl();
+    let caps = |instantaneous: f64, window_ms: u64| SharingPolicy {
+        default_caps: UserCaps {
+            instantaneous,
+            integral: 1.0,
+            window_ms,
+        },
+        users: Default::default(),
+    };
+    let set = |sharing: SharingPolicy| Command::SetReservationPolicy {
+        placement: PolicyKind::GreeL,
+        sharing,
+    };
+    // Out of range: a cap above 1, a window shorter than a quantum. Nothing changes.
+    for bad in [caps(1.5, 86_400_000), caps(0.5, 10)] {
+        assert!(matches!(
+            refused(&mut st, &set(bad)),
+            CommandError::InvalidReservationPolicy(_)
+        ));
+    }
+    // Half the cluster at most: etl (8 of 8 cpus) stays, a new 8-cpu hour is refused by the cap.
+    st.apply(&set(caps(0.5, 86_400_000))).unwrap();
+    assert_eq!(st.reservations().plan().config().policy, PolicyKind::GreeL);
+    assert!(st.reservations().get("etl").is_some());
+    let err = refused(
+        &mut st,
+        &create_reservation("later", "bob", TWO_BUNDLE_HOURS, 3 * 3_600_000),
+    );
+    assert!(
+        matches!(
+            &err,
+            CommandError::ReservationRefused {
+                refusal: fullerene_reservation::Refusal::Sharing(_),
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
