@@ -978,8 +978,8 @@ impl<'a> Engine<'a> {
         Ok(())
     }
 
-    /// While a reserved job runs, a cycle at every quantum of the plan: the guarantees change
-    /// at quantum boundaries and a shortfall's grace period runs out between events.
+    /// While a reserved job runs, a cycle at every follower tick: the guarantees change at the
+    /// plan's quantum starts and a shortfall's grace period runs out between events.
     fn queue_follow_tick(&mut self) {
         let Some(following) = &self.following else {
             return;
@@ -992,7 +992,7 @@ impl<'a> Engine<'a> {
         {
             return;
         }
-        let at = following.next_quantum_s(self.now_s);
+        let at = following.next_tick_s(self.now_s);
         self.push(at, EventKind::AllocationTick);
         self.follow_tick_at = Some(at);
     }

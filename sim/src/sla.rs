@@ -32,6 +32,12 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::{SimConfig, SimJob};
 
+/// How much more work than the stage's task durations add up to an atom asks for: Rayon §6's
+/// "10% slack (over-estimation) over the actual job resource requirements". The plan treats
+/// work as fluid bundle-time, tasks are not: a bundle held 16 s runs one 10 s task and 60% of
+/// another, so an exact figure leaves the last wave of tasks short.
+pub const WORK_OVERESTIMATE: f64 = 0.1;
+
 /// One SLA job's request: its deadline and the reservation derived from its DAG.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SlaRequest {
@@ -81,7 +87,9 @@ pub fn sla_request(
             gang: 1,
             max_parallel: u32::try_from(stage.num_tasks()).unwrap_or(u32::MAX),
             min_lease_ms: whole(seconds_to_ms(stage.max_duration())).min(window_ms),
-            work_ms: whole(seconds_to_ms(stage.total_duration())),
+            work_ms: whole(seconds_to_ms(
+                stage.total_duration() * (1.0 + WORK_OVERESTIMATE),
+            )),
         };
         levels[level].push(Expr::Atom(atom));
     }
@@ -262,8 +270,9 @@ pub(crate) mod tests {
         let atoms = levels(&request);
         let shape = |a: &Atom| (a.bundle, a.max_parallel, a.min_lease_ms, a.work_ms);
         assert_eq!(atoms.len(), 2);
-        assert_eq!(shape(&atoms[0][0]), (cpus(1.0), 4, 10_000, 40_000));
-        assert_eq!(shape(&atoms[1][0]), (cpus(1.0), 2, 20_000, 40_000));
+        // Work 40 task-seconds each, asked 10% over.
+        assert_eq!(shape(&atoms[0][0]), (cpus(1.0), 4, 10_000, 44_000));
+        assert_eq!(shape(&atoms[1][0]), (cpus(1.0), 2, 20_000, 44_000));
         // In one-minute quanta everything rounds up to whole minutes.
         let coarse = sla_request(&job, 100.0, 0.5, &cluster, 60_000, 0);
         assert_eq!(coarse.deadline_ms, 100_000 + 60_000);
