@@ -259,6 +259,8 @@ pub(crate) struct Engine<'a> {
     following: Option<Following>,
     /// When the next tick queued for the plan follower is due.
     follow_tick_at: Option<f64>,
+    /// When the follower last killed best-effort tasks.
+    killed_at: Option<f64>,
 }
 
 impl<'a> Engine<'a> {
@@ -373,6 +375,7 @@ impl<'a> Engine<'a> {
             stats: RunStats::default(),
             following,
             follow_tick_at: None,
+            killed_at: None,
         };
         for (i, job) in jobs.iter().enumerate() {
             engine.push(job.arrival_s, EventKind::Arrival { job: i });
@@ -912,11 +915,47 @@ impl<'a> Engine<'a> {
         let free = self.cluster_capacity.saturating_sub(&used);
         let decision = following.follow(self.now_s, now_ms, &tagged, free, &best_effort)?;
         self.stats.reservation_checks += 1;
-        for key in &decision.preempt {
-            let slot = key.task_id.as_str().parse::<usize>().map_err(|_| {
-                SimError::Internal(format!("the follower named an unknown task {key:?}"))
-            })?;
-            self.preempt(slot)?;
+        // The follower counts capacity cluster-wide; a kill frees one machine. A victim is
+        // killed only where what it frees (with the victims before it there) holds a runnable
+        // task of a job the plan owes, which the guarantee tier then offers it first: a kill
+        // elsewhere would only hand the machine back to the victim's job, cycle after cycle.
+        // And at most one round of kills per instant, so that a cycle of kills and relaunches
+        // at one instant cannot go on for ever.
+        if self.killed_at.is_none_or(|at| at < self.now_s) {
+            let owed_shapes: Vec<ResourceVec> = tagged
+                .iter()
+                .zip(&tagged_jobs)
+                .filter(|(job, _)| {
+                    decision
+                        .shares
+                        .iter()
+                        .any(|s| s.id == job.reservation && !s.offer_first.is_zero())
+                })
+                .filter_map(|(_, &j)| self.frameworks[j].as_ref())
+                .flat_map(|fw| {
+                    fw.state
+                        .runnable_stages()
+                        .map(|stage| fw.job.stages[stage].demand)
+                })
+                .collect();
+            let mut freed = vec![ResourceVec::ZERO; self.machines.len()];
+            for key in &decision.preempt {
+                let slot = key.task_id.as_str().parse::<usize>().map_err(|_| {
+                    SimError::Internal(format!("the follower named an unknown task {key:?}"))
+                })?;
+                let Some(task) = self.tasks.get(slot).and_then(Option::as_ref) else {
+                    continue;
+                };
+                let m = task.machine;
+                let machine = &self.machines[m];
+                let room =
+                    machine.capacity.saturating_sub(&machine.allocated) + freed[m] + task.demand;
+                if owed_shapes.iter().any(|shape| fits(shape, &room)) {
+                    freed[m] += task.demand;
+                    self.preempt(slot)?;
+                    self.killed_at = Some(self.now_s);
+                }
+            }
         }
         let mut owed = Vec::new();
         let mut expected = Vec::new();
