@@ -212,6 +212,14 @@ struct RunningTask {
     trace: Option<usize>,
 }
 
+/// A reserved job the follower found owed resources, with the machines where one of its
+/// runnable tasks fits (what the cycle must offer it, [`Engine::check_guarantees_offered`]).
+struct OwedJob {
+    reservation: ReservationId,
+    job: usize,
+    machines: Vec<usize>,
+}
+
 /// One simulation run of one policy.
 pub(crate) struct Engine<'a> {
     config: &'a SimConfig,
@@ -858,7 +866,7 @@ impl<'a> Engine<'a> {
     /// allocator's guarantees and whose preemptions kill best-effort tasks here. Returns the
     /// reserved jobs (with their reservations) the coming cycle must offer to: owed resources
     /// with a runnable task that fits some machine now.
-    fn follow_plan(&mut self) -> Result<Vec<(ReservationId, usize)>, SimError> {
+    fn follow_plan(&mut self) -> Result<Vec<OwedJob>, SimError> {
         let Some(following) = self.following.as_mut() else {
             return Ok(Vec::new());
         };
@@ -967,42 +975,62 @@ impl<'a> Engine<'a> {
                 continue;
             }
             owed.push((self.framework_ids[j].clone(), share.offer_first));
-            if self.runnable_fits_somewhere(j) {
-                expected.push((job.reservation, j));
+            let machines = self.machines_holding_runnable(j);
+            if !machines.is_empty() {
+                expected.push(OwedJob {
+                    reservation: job.reservation,
+                    job: j,
+                    machines,
+                });
             }
         }
         self.allocator.set_guarantees(&owed);
         Ok(expected)
     }
 
-    /// Whether some runnable task of job `j` fits what some machine has free now.
-    fn runnable_fits_somewhere(&self, j: usize) -> bool {
+    /// The machines where some runnable task of job `j` fits what they have free now.
+    fn machines_holding_runnable(&self, j: usize) -> Vec<usize> {
         let Some(fw) = self.frameworks[j].as_ref() else {
-            return false;
+            return Vec::new();
         };
-        fw.state.runnable_stages().any(|stage| {
-            let demand = fw.job.stages[stage].demand;
-            self.machines
-                .iter()
-                .any(|m| fits(&demand, &m.capacity.saturating_sub(&m.allocated)))
-        })
+        (0..self.machines.len())
+            .filter(|&m| {
+                let machine = &self.machines[m];
+                let free = machine.capacity.saturating_sub(&machine.allocated);
+                fw.state
+                    .runnable_stages()
+                    .any(|stage| fits(&fw.job.stages[stage].demand, &free))
+            })
+            .collect()
     }
 
     /// The simulation checker's invariant for a followed plan: every reserved job owed
     /// resources, with a runnable task that fits some machine, is offered something by the
-    /// cycle (the guarantee tier offers it first). Decline filters may refuse it an agent
+    /// cycle, unless each such machine went to reserved jobs owed resources too (the
+    /// guarantee tier serves them in order). Decline filters may refuse it an agent
     /// legitimately, so the check runs only without them.
     fn check_guarantees_offered(
         &mut self,
-        expected: &[(ReservationId, usize)],
+        expected: &[OwedJob],
         offers: &[AllocatorOffer],
     ) -> Result<(), SimError> {
         if self.config.decline_filter_s > 0.0 {
             return Ok(());
         }
-        for &(reservation, j) in expected {
+        let owed = |framework: &FrameworkId| {
+            expected
+                .iter()
+                .any(|o| &self.framework_ids[o.job] == framework)
+        };
+        for owed_job in expected {
+            let (reservation, j) = (owed_job.reservation, owed_job.job);
             let id = &self.framework_ids[j];
-            if !offers.iter().any(|o| &o.framework == id) {
+            let taken_by_owed = owed_job.machines.iter().all(|&m| {
+                offers
+                    .iter()
+                    .any(|o| o.agent == self.agent_ids[m] && owed(&o.framework))
+            });
+            if !offers.iter().any(|o| &o.framework == id) && !taken_by_owed {
                 return Err(SimError::ReservationBroken {
                     now_s: self.now_s,
                     reservation: reservation.0,
