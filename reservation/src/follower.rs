@@ -83,6 +83,7 @@ pub struct FollowerDecision {
 #[derive(Clone, Debug)]
 pub struct PlanFollower {
     grace_ms: u64,
+    lookahead_ms: u64,
     short_since: BTreeMap<ReservationId, u64>,
 }
 
@@ -91,8 +92,20 @@ impl PlanFollower {
     pub fn new(grace_ms: u64) -> PlanFollower {
         PlanFollower {
             grace_ms,
+            lookahead_ms: 0,
             short_since: BTreeMap::new(),
         }
+    }
+
+    /// The same follower, guaranteeing each reservation now the most the plan guarantees it
+    /// at any quantum start in `[now, now + lookahead_ms]`. GREE places a reservation as late
+    /// as its window allows, so a guarantee that the follower starts to reclaim only when it
+    /// begins comes a grace period (and a cycle) late, and the job misses a deadline the plan
+    /// met exactly; looking ahead by the grace period frees the capacity by the time the plan
+    /// says it is the reservation's. The jobs may then start early, which only helps them.
+    pub fn with_lookahead(mut self, lookahead_ms: u64) -> PlanFollower {
+        self.lookahead_ms = lookahead_ms;
+        self
     }
 
     /// The grace period in milliseconds.
@@ -124,7 +137,7 @@ impl PlanFollower {
         let mut overdue = ResourceVec::ZERO;
         let mut owed_total = ResourceVec::ZERO;
         for (id, (held, wanted)) in loads {
-            let guaranteed = plan.guaranteed_at(id, now_ms);
+            let guaranteed = self.guaranteed_ahead(plan, id, now_ms);
             let owed = guaranteed.saturating_sub(&held);
             let offer_first = owed.min(&wanted);
             decision.lendable += owed.saturating_sub(&offer_first);
@@ -153,6 +166,25 @@ impl PlanFollower {
         }
         decision.preempt = newest_covering(overdue.saturating_sub(&free), best_effort);
         decision
+    }
+}
+
+impl PlanFollower {
+    /// The most `plan` guarantees `id` at `now_ms` and at every quantum start up to
+    /// `now_ms + lookahead_ms` (allocations change only at quantum starts).
+    fn guaranteed_ahead(&self, plan: &Plan, id: ReservationId, now_ms: u64) -> ResourceVec {
+        let mut guaranteed = plan.guaranteed_at(id, now_ms);
+        if self.lookahead_ms == 0 {
+            return guaranteed;
+        }
+        let quanta = plan.quanta();
+        let end_ms = now_ms.saturating_add(self.lookahead_ms);
+        let mut q = quanta.first_at_or_after(now_ms.saturating_add(1));
+        while quanta.start_ms(q) <= end_ms {
+            guaranteed = guaranteed.max(&plan.guaranteed_at(id, quanta.start_ms(q)));
+            q += 1;
+        }
+        guaranteed
     }
 }
 
@@ -194,8 +226,14 @@ mod tests {
 
     /// A 10-cpu plan with r1 guaranteed 4 cpus over its whole first hour (g = h = 4, one hour).
     fn plan_with_r1() -> Plan {
+        plan_with_r1_in("s=0, f=1h")
+    }
+
+    /// A 10-cpu plan with r1 asking 4 cpus for an hour (g = h = 4) in the window `bounds`.
+    fn plan_with_r1_in(bounds: &str) -> Plan {
         let mut plan = Plan::new(PlanConfig::new(0, PolicyKind::Gree), cpus(10.0));
-        let expr = parse("window(atom(cpus=1; g=4, h=4, l=1m, w=4h), s=0, f=1h)").expect("rdl");
+        let text = format!("window(atom(cpus=1; g=4, h=4, l=1m, w=4h), {bounds})");
+        let expr = parse(&text).expect("rdl");
         let request = ReservationRequest {
             id: ReservationId(1),
             user: "etl".into(),
@@ -283,6 +321,23 @@ mod tests {
         let full = follower.follow(&plan, 5 * MINUTE, &[job(4.0, 9.0)], cpus(0.0), &tasks);
         assert!(full.preempt.is_empty());
         assert_eq!(full.shares[0].offer_first, ResourceVec::ZERO);
+    }
+
+    #[test]
+    fn a_lookahead_reclaims_a_guarantee_before_it_begins() {
+        // r1's hour fills its window exactly: its guarantee begins at 10 minutes; ask at 8.
+        let plan = plan_with_r1_in("s=10m, f=70m");
+        let early = 8 * MINUTE;
+        let plain =
+            PlanFollower::new(MINUTE).follow(&plan, early, &[job(0.0, 4.0)], cpus(0.0), &[]);
+        assert!(plain.shares.is_empty(), "nothing guaranteed yet: {plain:?}");
+        let mut ahead = PlanFollower::new(MINUTE).with_lookahead(2 * MINUTE);
+        let decision = ahead.follow(&plan, early, &[job(0.0, 4.0)], cpus(0.0), &[]);
+        assert_eq!(decision.shares[0].offer_first, cpus(4.0));
+        // One minute short of the look-ahead, the guarantee is not seen yet.
+        let mut short = PlanFollower::new(MINUTE).with_lookahead(MINUTE);
+        let decision = short.follow(&plan, early, &[job(0.0, 4.0)], cpus(0.0), &[]);
+        assert!(decision.shares.is_empty(), "{decision:?}");
     }
 
     #[test]

@@ -14,6 +14,10 @@
 //!     [--json FILE] [--plot FILE.svg] [--utilization-plot FILE.svg]
 //! ```
 //!
+//! With `--deadlines FRACTION` that fraction of the jobs gets deadlines (NewLB × (1 + `--slack`,
+//! default 1)) and `--compare` takes the SLA policies (`rayon-gree,rayon-gree-l,capacity`, the
+//! default): the SLA table of `fullerene_sim::reserved` instead.
+//!
 //! With `--seeds N` (N > 1) the comparison runs on seeds `--seed`, `--seed`+1, … and prints
 //! the seed table; `--sweep-machines` runs that at each machine count and `--plot-gain` draws
 //! the speedup over the baseline against the load. Wall-clock times of planning and of each run
@@ -26,10 +30,11 @@ use std::time::Instant;
 
 use fullerene_sdk::read_workload;
 use fullerene_sim::{
-    compare, compare_seeds, consecutive_seeds, parse_policy_list, plan_jobs, plot_gain_vs_load,
-    plot_jct_cdf, plot_seed_jct_cdf, plot_utilization, render_seed_table, render_sweep,
-    render_table, simulate, sweep_machines, workload_name, JobOrder, PolicyKind, Progress,
-    SimConfig,
+    compare, compare_seeds, compare_sla, consecutive_seeds, parse_policy_list,
+    parse_sla_policy_list, plan_jobs, plot_gain_vs_load, plot_jct_cdf, plot_seed_jct_cdf,
+    plot_utilization, render_seed_table, render_sla_table, render_sweep, render_table, simulate,
+    sweep_machines, workload_name, JobOrder, PolicyKind, Progress, SimConfig, SlaOptions,
+    SlaPolicy,
 };
 
 struct Args {
@@ -44,6 +49,9 @@ struct Args {
     seeds: usize,
     sweep: Option<Vec<usize>>,
     plot_gain: Option<PathBuf>,
+    /// `--compare` as given, parsed once `--deadlines` is known.
+    compare: Option<String>,
+    sla: Option<SlaOptions>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -67,6 +75,8 @@ fn parse_args() -> Result<Args, String> {
         seeds: 1,
         sweep: None,
         plot_gain: None,
+        compare: None,
+        sla: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -91,7 +101,15 @@ fn parse_args() -> Result<Args, String> {
             }
             "--kappa" => args.config.kappa = value.parse().map_err(|e| format!("{e}"))?,
             "--arrivals" => args.config.arrivals = value.parse().map_err(|e| format!("{e}"))?,
-            "--compare" => args.policies = parse_policy_list(&value).map_err(|e| e.to_string())?,
+            "--compare" => args.compare = Some(value),
+            "--deadlines" => {
+                args.sla.get_or_insert_with(SlaOptions::default).fraction =
+                    value.parse().map_err(|e| format!("{flag} {value}: {e}"))?;
+            }
+            "--slack" => {
+                args.sla.get_or_insert_with(SlaOptions::default).slack =
+                    value.parse().map_err(|e| format!("{flag} {value}: {e}"))?;
+            }
             "--baseline" => {
                 args.baseline = match value.as_str() {
                     "none" => None,
@@ -113,6 +131,9 @@ fn parse_args() -> Result<Args, String> {
             "--plot-gain" => args.plot_gain = Some(PathBuf::from(value)),
             other => return Err(format!("unknown flag {other}")),
         }
+    }
+    if let (Some(list), None) = (&args.compare, &args.sla) {
+        args.policies = parse_policy_list(list).map_err(|e| e.to_string())?;
     }
     Ok(args)
 }
@@ -178,6 +199,27 @@ fn real_main() -> Result<(), Box<dyn std::error::Error>> {
                 outcome.stats.allocation_cycles,
                 outcome.report.avg_jct_s
             );
+        }
+        return Ok(());
+    }
+
+    if let Some(options) = &args.sla {
+        let policies = match &args.compare {
+            Some(list) => parse_sla_policy_list(list)?,
+            None => SlaPolicy::ALL.to_vec(),
+        };
+        let start = Instant::now();
+        let comparison = compare_sla(
+            &file_jobs,
+            &args.config,
+            &policies,
+            options,
+            Some(&progress),
+        )?;
+        eprintln!("SLA comparison: {:.2}s wall", start.elapsed().as_secs_f64());
+        print!("{}", render_sla_table(&comparison));
+        if let Some(path) = &args.json {
+            std::fs::write(path, serde_json::to_vec_pretty(&comparison)?)?;
         }
         return Ok(());
     }

@@ -53,10 +53,12 @@
 use std::collections::VecDeque;
 
 use fullerene_proto::{AgentId, FrameworkId, ResourceKind, ResourceVec};
+use fullerene_reservation::{BestEffortTask, ReservationId, TaggedJob};
 use fullerene_scheduling::allocator::{
     AllocatorConfig, AllocatorError, OfferDecision as AllocatorOffer, StandaloneAllocator,
 };
-use fullerene_scheduling::fit::within;
+use fullerene_scheduling::fit::{fits, within};
+use fullerene_scheduling::{TaskId, TaskKey};
 use fullerene_sdk::planner::Plan;
 use fullerene_sdk::policy::{build, LeftoverAction, OfferContext, PolicyKind, PolicyParams};
 use fullerene_sdk::timed_queue::TimedQueue;
@@ -67,7 +69,9 @@ use crate::error::SimError;
 use crate::framework::SimFramework;
 use crate::metrics::UsageRecorder;
 use crate::policies::allocator_policy;
+use crate::reserved::{Following, QueueSetup};
 use crate::runner::{Progress, ProgressFn};
+use crate::sla::seconds_to_ms;
 use crate::workload::SimJob;
 
 /// How many retry ticks in a row may launch nothing before a run is declared stalled.
@@ -104,8 +108,11 @@ pub struct TaskRecord {
     pub demand: ResourceVec,
     /// Launch time, seconds.
     pub start_s: f64,
-    /// Completion time, seconds (its duration after it, longer if it was slowed down).
+    /// Completion time, seconds (its duration after it, longer if it was slowed down), or
+    /// when it was killed.
     pub finish_s: f64,
+    /// Killed for a reservation ([`RunStats::preemptions`]): the task ran again later.
+    pub preempted: bool,
 }
 
 /// Counters of what the engine did, for performance reports.
@@ -122,6 +129,16 @@ pub struct RunStats {
     pub tasks: u64,
     /// Task completions rescheduled because a machine's overbooking changed.
     pub reschedules: u64,
+    /// Best-effort tasks killed so that reservations got their guarantees (runs under a plan,
+    /// [`crate::reserved`]); they went back to pending and ran again.
+    #[serde(default)]
+    pub preemptions: u64,
+    /// Seconds of work the killed tasks had done and lost.
+    #[serde(default)]
+    pub preempted_work_s: f64,
+    /// Checks of the reservation invariants passed (runs under a plan).
+    #[serde(default)]
+    pub reservation_checks: u64,
 }
 
 /// What a run produced, before it is summarised into a report.
@@ -195,6 +212,14 @@ struct RunningTask {
     trace: Option<usize>,
 }
 
+/// A reserved job the follower found owed resources, with the machines where one of its
+/// runnable tasks fits (what the cycle must offer it, [`Engine::check_guarantees_offered`]).
+struct OwedJob {
+    reservation: ReservationId,
+    job: usize,
+    machines: Vec<usize>,
+}
+
 /// One simulation run of one policy.
 pub(crate) struct Engine<'a> {
     config: &'a SimConfig,
@@ -238,21 +263,37 @@ pub(crate) struct Engine<'a> {
     finish_s: Vec<f64>,
     finished: usize,
     stats: RunStats,
+    /// The plan this run follows, if any ([`crate::reserved`]).
+    following: Option<Following>,
+    /// When the next tick queued for the plan follower is due.
+    follow_tick_at: Option<f64>,
+    /// When the follower last killed best-effort tasks.
+    killed_at: Option<f64>,
 }
 
 impl<'a> Engine<'a> {
     /// Sets up the cluster and queues the arrivals. `plans` is indexed by the job's source in
     /// `file_jobs` and must hold a plan for every source the Graphene kinds use.
-    pub(crate) fn new(
+    /// Sets up the cluster and queues the arrivals. `plans` is indexed by the job's source in
+    /// `file_jobs` and must hold a plan for every source the Graphene kinds use. `queues` sets
+    /// the allocator's policy and queue weights and, for Rayon, the plan to follow
+    /// ([`crate::reserved`]); `None`: the allocator policy `kind` pairs with, every group at
+    /// weight 1.
+    pub(crate) fn with_queues(
         config: &'a SimConfig,
         kind: PolicyKind,
         file_jobs: &'a [Job],
         jobs: &'a [SimJob],
         plans: &'a [Option<Plan>],
         progress: Option<&'a ProgressFn<'a>>,
+        queues: Option<QueueSetup>,
     ) -> Result<Engine<'a>, SimError> {
+        let (policy, weights, following) = match queues {
+            Some(queues) => (queues.policy, queues.weights, queues.following),
+            None => (allocator_policy(kind, config.kappa), Vec::new(), None),
+        };
         let allocator_config = AllocatorConfig {
-            policy: allocator_policy(kind, config.kappa),
+            policy,
             overbook_allowance: config.overbook_allowance,
             decline_filter_s: config.decline_filter_s,
             matching: config.matching,
@@ -262,6 +303,9 @@ impl<'a> Engine<'a> {
             ..AllocatorConfig::default()
         };
         let mut allocator = StandaloneAllocator::new(allocator_config)?;
+        for (group, weight) in &weights {
+            allocator.set_group_weight(group, *weight)?;
+        }
         let mut machines = Vec::with_capacity(config.machines);
         let mut agent_ids = Vec::with_capacity(config.machines);
         for m in 0..config.machines {
@@ -337,6 +381,9 @@ impl<'a> Engine<'a> {
             finish_s: vec![f64::NAN; jobs.len()],
             finished: 0,
             stats: RunStats::default(),
+            following,
+            follow_tick_at: None,
+            killed_at: None,
         };
         for (i, job) in jobs.iter().enumerate() {
             engine.push(job.arrival_s, EventKind::Arrival { job: i });
@@ -386,6 +433,7 @@ impl<'a> Engine<'a> {
             } else if changed || tick {
                 self.allocate()?;
             }
+            self.queue_follow_tick();
             if self.queue.is_empty() && self.finished < self.jobs.len() {
                 self.schedule_retry()?;
             }
@@ -548,8 +596,10 @@ impl<'a> Engine<'a> {
 
     fn allocation_rounds(&mut self) -> Result<(), SimError> {
         loop {
+            let owed = self.follow_plan()?;
             self.flush_demands()?;
             let offers = self.allocator.allocate_all(self.now_s);
+            self.check_guarantees_offered(&owed, &offers)?;
             if offers.is_empty() {
                 return Ok(());
             }
@@ -700,6 +750,7 @@ impl<'a> Engine<'a> {
                     demand,
                     start_s: now,
                     finish_s: f64::NAN,
+                    preempted: false,
                 });
                 self.trace.len() - 1
             });
@@ -780,36 +831,15 @@ impl<'a> Engine<'a> {
             Some(Some(task)) if task.completion_seq == seq => {}
             _ => return Ok(false),
         }
-        let Some(task) = self.tasks[slot].take() else {
+        let Some((task, was_overloaded)) = self.unload(slot)? else {
             return Ok(false);
         };
-        self.free_slots.push(slot);
         let now = self.now_s;
         let m = task.machine;
-        let machine = &mut self.machines[m];
-        let was_overloaded = machine.overloaded();
-        let old_used = machine.used();
-        if let Some(pos) = machine.running.iter().position(|&s| s == slot) {
-            machine.running.swap_remove(pos);
-        }
-        machine.allocated = if machine.running.is_empty() {
-            // Drop the rounding residue of many additions and subtractions.
-            ResourceVec::ZERO
-        } else {
-            machine.allocated.saturating_sub(&task.demand)
-        };
-        let new_used = machine.used();
-        self.recorder.used_changed(&old_used, &new_used);
-        if let Some(index) = task.trace {
-            self.trace[index].finish_s = now;
-        }
         let f = task.framework;
         let fw = self.frameworks[f].as_mut().ok_or_else(|| {
             SimError::Internal(format!("completion for job {f}, which is not running"))
         })?;
-        self.recorder.release(fw.group, &task.demand);
-        self.allocator
-            .release(&self.agent_ids[m], &fw.id, task.demand)?;
         let runnable_before = fw.state.num_runnable();
         fw.state.mark_finished(fw.job, task.task, now);
         let complete = fw.state.is_complete();
@@ -828,6 +858,273 @@ impl<'a> Engine<'a> {
             self.mark_dirty(f);
         }
         Ok(true)
+    }
+
+    /// One round of Rayon's plan follower (§5.2), when the run follows a plan
+    /// ([`crate::reserved`]): the reserved jobs' loads and the running best-effort tasks go to
+    /// the [`PlanFollower`](fullerene_reservation::PlanFollower), whose shares become the
+    /// allocator's guarantees and whose preemptions kill best-effort tasks here. Returns the
+    /// reserved jobs (with their reservations) the coming cycle must offer to: owed resources
+    /// with a runnable task that fits some machine now.
+    fn follow_plan(&mut self) -> Result<Vec<OwedJob>, SimError> {
+        let Some(following) = self.following.as_mut() else {
+            return Ok(Vec::new());
+        };
+        let now_ms = seconds_to_ms(self.now_s);
+        let mut tagged = Vec::new();
+        let mut tagged_jobs = Vec::new();
+        for &j in &self.live {
+            let (Some(reservation), Some(fw)) =
+                (following.reservation_of(j), self.frameworks[j].as_ref())
+            else {
+                continue;
+            };
+            let held = fw
+                .state
+                .running_tasks()
+                .fold(ResourceVec::ZERO, |sum, (t, _, _)| sum + fw.job.demand(t));
+            let wanted = fw
+                .state
+                .runnable()
+                .fold(ResourceVec::ZERO, |sum, t| sum + fw.job.demand(t));
+            tagged.push(TaggedJob {
+                reservation,
+                held,
+                wanted,
+            });
+            tagged_jobs.push(j);
+        }
+        let mut best_effort = Vec::new();
+        for (slot, task) in self.tasks.iter().enumerate() {
+            let Some(task) = task else {
+                continue;
+            };
+            if following.reservation_of(task.framework).is_some() {
+                continue;
+            }
+            let started_s = self.frameworks[task.framework]
+                .as_ref()
+                .and_then(|fw| fw.state.launched_at(task.task))
+                .unwrap_or(self.now_s);
+            best_effort.push(BestEffortTask {
+                // The slot names the task: a kill finds it without a map.
+                key: TaskKey::new(
+                    self.framework_ids[task.framework].clone(),
+                    TaskId(slot.to_string()),
+                ),
+                started_ms: seconds_to_ms(started_s),
+                resources: task.demand,
+            });
+        }
+        let used = self
+            .machines
+            .iter()
+            .fold(ResourceVec::ZERO, |sum, m| sum + m.allocated);
+        let free = self.cluster_capacity.saturating_sub(&used);
+        let decision = following.follow(self.now_s, now_ms, &tagged, free, &best_effort)?;
+        self.stats.reservation_checks += 1;
+        // The follower counts capacity cluster-wide; a kill frees one machine. A victim is
+        // killed only where what it frees (with the victims before it there) holds a runnable
+        // task of a job the plan owes, which the guarantee tier then offers it first: a kill
+        // elsewhere would only hand the machine back to the victim's job, cycle after cycle.
+        // And at most one round of kills per instant, so that a cycle of kills and relaunches
+        // at one instant cannot go on for ever.
+        if self.killed_at.is_none_or(|at| at < self.now_s) {
+            let owed_shapes: Vec<ResourceVec> = tagged
+                .iter()
+                .zip(&tagged_jobs)
+                .filter(|(job, _)| {
+                    decision
+                        .shares
+                        .iter()
+                        .any(|s| s.id == job.reservation && !s.offer_first.is_zero())
+                })
+                .filter_map(|(_, &j)| self.frameworks[j].as_ref())
+                .flat_map(|fw| {
+                    fw.state
+                        .runnable_stages()
+                        .map(|stage| fw.job.stages[stage].demand)
+                })
+                .collect();
+            let mut freed = vec![ResourceVec::ZERO; self.machines.len()];
+            for key in &decision.preempt {
+                let slot = key.task_id.as_str().parse::<usize>().map_err(|_| {
+                    SimError::Internal(format!("the follower named an unknown task {key:?}"))
+                })?;
+                let Some(task) = self.tasks.get(slot).and_then(Option::as_ref) else {
+                    continue;
+                };
+                let m = task.machine;
+                let machine = &self.machines[m];
+                let room =
+                    machine.capacity.saturating_sub(&machine.allocated) + freed[m] + task.demand;
+                if owed_shapes.iter().any(|shape| fits(shape, &room)) {
+                    freed[m] += task.demand;
+                    self.preempt(slot)?;
+                    self.killed_at = Some(self.now_s);
+                }
+            }
+        }
+        let mut owed = Vec::new();
+        let mut expected = Vec::new();
+        for (job, &j) in tagged.iter().zip(&tagged_jobs) {
+            let Some(share) = decision.shares.iter().find(|s| s.id == job.reservation) else {
+                continue;
+            };
+            if share.offer_first.is_zero() {
+                continue;
+            }
+            owed.push((self.framework_ids[j].clone(), share.offer_first));
+            let machines = self.machines_holding_runnable(j);
+            if !machines.is_empty() {
+                expected.push(OwedJob {
+                    reservation: job.reservation,
+                    job: j,
+                    machines,
+                });
+            }
+        }
+        self.allocator.set_guarantees(&owed);
+        Ok(expected)
+    }
+
+    /// The machines where some runnable task of job `j` fits what they have free now.
+    fn machines_holding_runnable(&self, j: usize) -> Vec<usize> {
+        let Some(fw) = self.frameworks[j].as_ref() else {
+            return Vec::new();
+        };
+        (0..self.machines.len())
+            .filter(|&m| {
+                let machine = &self.machines[m];
+                let free = machine.capacity.saturating_sub(&machine.allocated);
+                fw.state
+                    .runnable_stages()
+                    .any(|stage| fits(&fw.job.stages[stage].demand, &free))
+            })
+            .collect()
+    }
+
+    /// The simulation checker's invariant for a followed plan: every reserved job owed
+    /// resources, with a runnable task that fits some machine, is offered something by the
+    /// cycle, unless each such machine went to reserved jobs owed resources too (the
+    /// guarantee tier serves them in order). Decline filters may refuse it an agent
+    /// legitimately, so the check runs only without them.
+    fn check_guarantees_offered(
+        &mut self,
+        expected: &[OwedJob],
+        offers: &[AllocatorOffer],
+    ) -> Result<(), SimError> {
+        if self.config.decline_filter_s > 0.0 {
+            return Ok(());
+        }
+        let owed = |framework: &FrameworkId| {
+            expected
+                .iter()
+                .any(|o| &self.framework_ids[o.job] == framework)
+        };
+        for owed_job in expected {
+            let (reservation, j) = (owed_job.reservation, owed_job.job);
+            let id = &self.framework_ids[j];
+            let taken_by_owed = owed_job.machines.iter().all(|&m| {
+                offers
+                    .iter()
+                    .any(|o| o.agent == self.agent_ids[m] && owed(&o.framework))
+            });
+            if !offers.iter().any(|o| &o.framework == id) && !taken_by_owed {
+                return Err(SimError::ReservationBroken {
+                    now_s: self.now_s,
+                    reservation: reservation.0,
+                    what: format!(
+                        "job `{}` is owed resources and has a runnable task that fits a machine, but the cycle offered it nothing",
+                        self.jobs[j].name
+                    ),
+                });
+            }
+            self.stats.reservation_checks += 1;
+        }
+        Ok(())
+    }
+
+    /// While a reserved job runs, a cycle at every follower tick: the guarantees change at the
+    /// plan's quantum starts and a shortfall's grace period runs out between events.
+    fn queue_follow_tick(&mut self) {
+        let Some(following) = &self.following else {
+            return;
+        };
+        if self.follow_tick_at.is_some_and(|at| at > self.now_s)
+            || !self
+                .live
+                .iter()
+                .any(|&j| following.reservation_of(j).is_some())
+        {
+            return;
+        }
+        let at = following.next_tick_s(self.now_s);
+        self.push(at, EventKind::AllocationTick);
+        self.follow_tick_at = Some(at);
+    }
+
+    /// Kills the best-effort task in `slot` for a reservation: it goes back to pending and its
+    /// work so far is lost.
+    fn preempt(&mut self, slot: usize) -> Result<(), SimError> {
+        let Some((task, was_overloaded)) = self.unload(slot)? else {
+            return Ok(());
+        };
+        let now = self.now_s;
+        if let Some(index) = task.trace {
+            self.trace[index].preempted = true;
+        }
+        let f = task.framework;
+        let fw = self.frameworks[f].as_mut().ok_or_else(|| {
+            SimError::Internal(format!("preemption for job {f}, which is not running"))
+        })?;
+        let started_s = fw.state.launched_at(task.task).unwrap_or(now);
+        fw.state
+            .try_mark_lost(task.task)
+            .map_err(|e| SimError::Internal(format!("preempting job {f}'s task: {e}")))?;
+        self.stats.preemptions += 1;
+        self.stats.preempted_work_s += now - started_s;
+        if was_overloaded {
+            self.rerate(task.machine, 0);
+        }
+        self.mark_dirty(f);
+        Ok(())
+    }
+
+    /// Takes the task in `slot` off its machine (it finished or was killed): frees its slot,
+    /// its machine's charge and the usage records, and releases it in the allocator. Returns
+    /// it, with whether its machine was overbooked before, or `None` for an empty slot.
+    fn unload(&mut self, slot: usize) -> Result<Option<(RunningTask, bool)>, SimError> {
+        let Some(task) = self.tasks.get_mut(slot).and_then(Option::take) else {
+            return Ok(None);
+        };
+        self.free_slots.push(slot);
+        let m = task.machine;
+        let machine = &mut self.machines[m];
+        let was_overloaded = machine.overloaded();
+        let old_used = machine.used();
+        if let Some(pos) = machine.running.iter().position(|&s| s == slot) {
+            machine.running.swap_remove(pos);
+        }
+        machine.allocated = if machine.running.is_empty() {
+            // Drop the rounding residue of many additions and subtractions.
+            ResourceVec::ZERO
+        } else {
+            machine.allocated.saturating_sub(&task.demand)
+        };
+        let new_used = machine.used();
+        self.recorder.used_changed(&old_used, &new_used);
+        if let Some(index) = task.trace {
+            self.trace[index].finish_s = self.now_s;
+        }
+        let f = task.framework;
+        let fw = self.frameworks[f]
+            .as_ref()
+            .ok_or_else(|| SimError::Internal(format!("task of job {f}, which is not running")))?;
+        self.recorder.release(fw.group, &task.demand);
+        self.allocator
+            .release(&self.agent_ids[m], &fw.id, task.demand)?;
+        Ok(Some((task, was_overloaded)))
     }
 
     /// The job's last task finished: its framework unregisters.

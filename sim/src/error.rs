@@ -74,6 +74,18 @@ pub enum SimError {
     /// An inconsistency inside the simulator (a defect, reported rather than panicking).
     #[error("simulator invariant broken: {0}")]
     Internal(String),
+    /// The simulation checker found a followed plan's promise broken (Rayon §5.2): the
+    /// reservations' guarantees exceed the plan's capacity, or a reserved job owed resources
+    /// was not offered any.
+    #[error("reservation {reservation} at t={now_s}s: {what}")]
+    ReservationBroken {
+        /// Virtual time.
+        now_s: f64,
+        /// The reservation's id.
+        reservation: u64,
+        /// What was broken.
+        what: String,
+    },
     /// A framework policy answered an offer with a bundle the simulator cannot apply (a task
     /// that is not runnable, or more than the machine holds): a defect in that policy.
     #[error("policy `{policy}` gave job `{job}` an invalid bundle at t={now_s}s on machine {machine}: {reason}")]

@@ -17,7 +17,8 @@
 //! - [`study`]: [`compare_seeds`] runs a comparison over several seeds and aggregates it,
 //!   [`sweep_machines`] does so at several cluster sizes (load levels).
 //! - [`sla`]: SLA jobs' deadlines and reservations derived from their DAGs, admitted into a
-//!   Rayon plan (issue 17).
+//!   Rayon plan (issue 17); [`reserved`]: running them under the plan (Rayon's follower and
+//!   preemption) against a capacity-queue baseline, [`compare_sla`].
 //! - [`metrics`], [`report`], [`plot`]: JCTs, makespan, Jain's index, utilisation, jobs in the
 //!   system; the JSON report, the tables, the SVG plots.
 
@@ -32,6 +33,7 @@ pub mod metrics;
 pub mod plot;
 pub mod policies;
 pub mod report;
+pub mod reserved;
 pub mod runner;
 pub mod sla;
 pub mod study;
@@ -48,6 +50,10 @@ pub use plot::{
 };
 pub use policies::{allocator_policy, parse_policy_list};
 pub use report::{attach_ratios, render_table, JobResult, Ratios, Scenario, SimReport, SimSpeed};
+pub use reserved::{
+    compare_sla, parse_sla_policy_list, render_sla_table, SlaComparison, SlaOptions, SlaPolicy,
+    SlaPolicyReport,
+};
 pub use runner::{compare, plan_jobs, run, simulate, PlanSet, Progress, ProgressFn, SimOutcome};
 pub use study::{
     compare_seeds, consecutive_seeds, render_seed_table, render_sweep, sweep_machines, LoadSweep,

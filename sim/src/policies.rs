@@ -39,11 +39,19 @@ pub fn allocator_policy(kind: PolicyKind, kappa: f64) -> InterJobPolicy {
 /// Parses a `--compare` list (`graphene+carbyne,drf,...`), keeping its order and dropping
 /// repeats and empty entries.
 pub fn parse_policy_list(list: &str) -> Result<Vec<PolicyKind>, PolicyError> {
+    parse_name_list(list)
+}
+
+/// A comma-separated list of names parsed as `T`, in order, without repeats or empty entries
+/// (the `--compare` lists).
+pub(crate) fn parse_name_list<T: std::str::FromStr + PartialEq>(
+    list: &str,
+) -> Result<Vec<T>, T::Err> {
     let mut out = Vec::new();
     for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-        let kind: PolicyKind = name.parse()?;
-        if !out.contains(&kind) {
-            out.push(kind);
+        let item: T = name.parse()?;
+        if !out.contains(&item) {
+            out.push(item);
         }
     }
     Ok(out)

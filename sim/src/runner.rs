@@ -13,6 +13,7 @@ use crate::engine::{Engine, RunStats, TaskRecord};
 use crate::error::SimError;
 use crate::metrics::{JctStats, JAIN_WINDOWS_S};
 use crate::report::{attach_ratios, JobResult, Scenario, SimReport, SimSpeed};
+use crate::reserved::QueueSetup;
 use crate::workload::{prepare_jobs, SimJob};
 
 /// What a run reports while it goes, for a progress bar.
@@ -204,8 +205,42 @@ fn simulate_prepared(
     plans: &[Option<Plan>],
     progress: Option<&ProgressFn<'_>>,
 ) -> Result<SimOutcome, SimError> {
+    run_engine(file_jobs, jobs, config, policy, plans, None, progress)
+}
+
+/// [`simulate`] of jobs already prepared, with the allocator's queues (and, for Rayon, the
+/// plan to follow) set by `queues` ([`crate::reserved`]).
+pub(crate) fn simulate_queued(
+    file_jobs: &[Job],
+    jobs: &[SimJob],
+    config: &SimConfig,
+    policy: PolicyKind,
+    plans: &[Option<Plan>],
+    queues: QueueSetup,
+    progress: Option<&ProgressFn<'_>>,
+) -> Result<SimOutcome, SimError> {
+    run_engine(
+        file_jobs,
+        jobs,
+        config,
+        policy,
+        plans,
+        Some(queues),
+        progress,
+    )
+}
+
+fn run_engine(
+    file_jobs: &[Job],
+    jobs: &[SimJob],
+    config: &SimConfig,
+    policy: PolicyKind,
+    plans: &[Option<Plan>],
+    queues: Option<QueueSetup>,
+    progress: Option<&ProgressFn<'_>>,
+) -> Result<SimOutcome, SimError> {
     let started = Instant::now();
-    let engine = Engine::new(config, policy, file_jobs, jobs, plans, progress)?;
+    let engine = Engine::with_queues(config, policy, file_jobs, jobs, plans, progress, queues)?;
     let output = engine.run()?;
     let speed = SimSpeed::new(
         started.elapsed().as_secs_f64(),

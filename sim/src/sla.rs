@@ -6,9 +6,18 @@
 //! no schedule finishes sooner, it needs no extra simulation run, and it makes the deadline
 //! `arrival + NewLB × (1 + slack)` at least as tight as Rayon's.
 //!
-//! The reservation is one atom inside the window `[arrival, deadline)`: the bundle is the
-//! largest task demand of the job (per resource), `h` its widest stage, `l` its longest task and
-//! `w` the sum of its task durations in bundle-time (each task fits one bundle).
+//! The reservation is the RDL Rayon's tools derive from a DAG (§3.1, "RDL from the job's
+//! plan"): one atom per stage, whose bundle is the stage's task demand, `h` its width (tasks),
+//! `l` its longest task and `w` its work (the sum of its task durations, in bundle-time: each
+//! task holds one bundle), combined along the DAG and put inside `window(arrival, deadline)`.
+//! The DAG is combined by topological level: `order(level 0, level 1, …)`, each level an
+//! `all` of its stages. RDL is a tree (series-parallel), a DAG in general is not; levels are
+//! the series-parallel form that keeps every edge: a stage's level is one past its deepest
+//! parent's, so every parent's atom is ordered before its child's, as the barrier edges
+//! demand (a child's tasks start only once its parents have finished). The price is
+//! conservatism: a stage also waits for the stages of the previous level that are not its
+//! parents, so a job whose levels mix one long and one short branch reserves more span than
+//! its critical path, and a tight deadline may be refused where a finer expression would fit.
 
 use fullerene_reservation::{
     Atom, Expr, Plan, PlanConfig, PolicyKind, Refusal, ReservationId, ReservationRequest,
@@ -22,6 +31,12 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use crate::{SimConfig, SimJob};
+
+/// How much more work than the stage's task durations add up to an atom asks for: Rayon §6's
+/// "10% slack (over-estimation) over the actual job resource requirements". The plan treats
+/// work as fluid bundle-time, tasks are not: a bundle held 16 s runs one 10 s task and 60% of
+/// another, so an exact figure leaves the last wave of tasks short.
+pub const WORK_OVERESTIMATE: f64 = 0.1;
 
 /// One SLA job's request: its deadline and the reservation derived from its DAG.
 #[derive(Clone, Debug, PartialEq)]
@@ -37,43 +52,68 @@ pub struct SlaRequest {
 /// The SLA request of `job` arriving at `arrival_s` on `cluster`, with deadline
 /// `arrival + NewLB × (1 + slack)`. The plan counts time in quanta of `quantum_ms`, so the
 /// window, the lease and the work are rounded up to whole quanta (the plan refuses others).
+/// The window opens `lead_ms` after the arrival (rounded up to quanta): the time the plan
+/// follower needs to free reserved capacity on a full cluster (its grace period and a cycle),
+/// so that no allocation is planned before it can be delivered.
 pub fn sla_request(
     job: &Job,
     arrival_s: f64,
     slack: f64,
     cluster: &PlanCluster,
     quantum_ms: u64,
+    lead_ms: u64,
 ) -> SlaRequest {
     let quantum_ms = quantum_ms.max(1);
     let whole = |ms: u64| ms.max(1).div_ceil(quantum_ms) * quantum_ms;
     let runtime_s = lower_bounds(job, cluster).new_lb;
     let arrival_ms = seconds_to_ms(arrival_s);
     let window_ms = whole(seconds_to_ms(runtime_s * (1.0 + slack)));
-    let mut bundle = ResourceVec::ZERO;
-    let mut widest = 1;
-    let mut longest_s: f64 = 0.0;
-    let mut work_s = 0.0;
-    for stage in &job.stages {
-        bundle = bundle.max(&stage.demand);
-        widest = widest.max(stage.num_tasks());
-        if !stage.durations.is_empty() {
-            longest_s = longest_s.max(stage.max_duration());
+    let mut level_of = vec![0usize; job.stages.len()];
+    let mut levels: Vec<Vec<Expr>> = Vec::new();
+    // Stages are in a topological order: every parent's level is known before its child's.
+    for (s, stage) in job.stages.iter().enumerate() {
+        let level = stage
+            .parents
+            .iter()
+            .map(|&p| level_of[p] + 1)
+            .max()
+            .unwrap_or(0);
+        level_of[s] = level;
+        if levels.len() <= level {
+            levels.resize_with(level + 1, Vec::new);
         }
-        work_s += stage.total_duration();
+        let atom = Atom {
+            bundle: stage.demand,
+            gang: 1,
+            max_parallel: u32::try_from(stage.num_tasks()).unwrap_or(u32::MAX),
+            min_lease_ms: whole(seconds_to_ms(stage.max_duration())).min(window_ms),
+            work_ms: whole(seconds_to_ms(
+                stage.total_duration() * (1.0 + WORK_OVERESTIMATE),
+            )),
+        };
+        levels[level].push(Expr::Atom(atom));
     }
-    let atom = Atom {
-        bundle,
-        gang: 1,
-        max_parallel: u32::try_from(widest).unwrap_or(u32::MAX),
-        min_lease_ms: whole(seconds_to_ms(longest_s)).min(window_ms),
-        work_ms: whole(seconds_to_ms(work_s)),
+    let mut levels: Vec<Expr> = levels
+        .into_iter()
+        .map(|mut stages| {
+            if stages.len() == 1 {
+                stages.remove(0)
+            } else {
+                Expr::All(stages)
+            }
+        })
+        .collect();
+    let body = if levels.len() == 1 {
+        levels.remove(0)
+    } else {
+        Expr::Order(levels)
     };
     SlaRequest {
         arrival_ms,
         deadline_ms: arrival_ms + window_ms,
         expr: Expr::Window {
-            expr: Box::new(Expr::Atom(atom)),
-            start_ms: 0,
+            expr: Box::new(body),
+            start_ms: lead_ms.div_ceil(quantum_ms) * quantum_ms,
             end_ms: window_ms,
         },
     }
@@ -88,10 +128,21 @@ pub fn admit_in_order(
     capacity: ResourceVec,
     quantum_ms: u64,
 ) -> Vec<Result<(), Refusal>> {
+    plan_in_order(requests, policy, capacity, quantum_ms).1
+}
+
+/// [`admit_in_order`], with the plan the accepted requests are in: request `k` (0-based) is
+/// reservation `ReservationId(k)`.
+pub fn plan_in_order(
+    requests: &[SlaRequest],
+    policy: PolicyKind,
+    capacity: ResourceVec,
+    quantum_ms: u64,
+) -> (Plan, Vec<Result<(), Refusal>>) {
     let mut config = PlanConfig::new(0, policy);
     config.limits.quantum_ms = quantum_ms;
     let mut plan = Plan::new(config, capacity);
-    requests
+    let answers = requests
         .iter()
         .zip(0..)
         .map(|(request, k)| {
@@ -102,7 +153,8 @@ pub fn admit_in_order(
             };
             plan.admit(asked, request.arrival_ms).map(|_| ())
         })
-        .collect()
+        .collect();
+    (plan, answers)
 }
 
 /// Which of `count` jobs get a deadline: `round(fraction × count)` of them (`fraction` clamped
@@ -120,7 +172,8 @@ pub fn choose_sla_jobs(count: usize, fraction: f64, seed: u64) -> Vec<bool> {
 
 /// The SLA requests of an experiment's `jobs` (from [`prepare_jobs`](crate::prepare_jobs))
 /// that `marked` selects, each with its index in `jobs`, in arrival order (ties by index), on
-/// the cluster `config` describes, in quanta of `quantum_ms`.
+/// the cluster `config` describes, in quanta of `quantum_ms`, each window opening `lead_ms`
+/// after its arrival ([`sla_request`]).
 pub fn sla_requests(
     file_jobs: &[Job],
     jobs: &[SimJob],
@@ -128,6 +181,7 @@ pub fn sla_requests(
     slack: f64,
     config: &SimConfig,
     quantum_ms: u64,
+    lead_ms: u64,
 ) -> Vec<(usize, SlaRequest)> {
     let cluster = PlanCluster::new(config.machines, config.machine);
     let mut requests: Vec<(usize, SlaRequest)> = jobs
@@ -138,7 +192,7 @@ pub fn sla_requests(
             let dag = file_jobs.get(job.source)?;
             Some((
                 k,
-                sla_request(dag, job.arrival_s, slack, &cluster, quantum_ms),
+                sla_request(dag, job.arrival_s, slack, &cluster, quantum_ms, lead_ms),
             ))
         })
         .collect();
@@ -146,13 +200,13 @@ pub fn sla_requests(
     requests
 }
 
-fn seconds_to_ms(s: f64) -> u64 {
+pub(crate) fn seconds_to_ms(s: f64) -> u64 {
     // Durations in workloads are finite and non-negative; `as` saturates anything else.
     (s * 1000.0).ceil() as u64
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use fullerene_sdk::job::StageSpec;
 
     use super::*;
@@ -166,7 +220,8 @@ mod tests {
         format!("cpus={n},mem_mib=65536").parse().expect("vec")
     }
 
-    fn stage(id: u32, parents: Vec<u32>, durations: Vec<f64>) -> StageSpec {
+    /// A stage of one-cpu tasks of `durations`.
+    pub(crate) fn stage(id: u32, parents: Vec<u32>, durations: Vec<f64>) -> StageSpec {
         StageSpec {
             id,
             name: format!("s{id}"),
@@ -185,35 +240,67 @@ mod tests {
         Job::new("chain", "default", None, stages).expect("job")
     }
 
+    /// The atoms of an `order` of levels inside the request's window, level by level.
+    fn levels(request: &SlaRequest) -> Vec<Vec<Atom>> {
+        let Expr::Window { expr, .. } = &request.expr else {
+            panic!("a window: {:?}", request.expr);
+        };
+        let Expr::Order(levels) = expr.as_ref() else {
+            panic!("an order: {expr:?}");
+        };
+        levels
+            .iter()
+            .map(|level| level.atoms().into_iter().cloned().collect())
+            .collect()
+    }
+
     #[test]
     fn the_request_follows_the_dag_and_the_deadline_its_lower_bound() {
         let cluster = PlanCluster::new(1, machine(8.0));
         let job = chain();
-        let request = sla_request(&job, 100.0, 0.5, &cluster, 1_000);
+        let request = sla_request(&job, 100.0, 0.5, &cluster, 1_000, 0);
         // NewLB of the chain on 8 cpus is its critical path, 10 + 20 = 30 s.
         assert_eq!(request.arrival_ms, 100_000);
         assert_eq!(request.deadline_ms, 100_000 + 45_000);
-        let Expr::Window { expr, end_ms, .. } = &request.expr else {
+        let Expr::Window { end_ms, .. } = &request.expr else {
             panic!("a window: {:?}", request.expr);
         };
         assert_eq!(*end_ms, 45_000);
-        let Expr::Atom(atom) = expr.as_ref() else {
-            panic!("an atom: {expr:?}");
-        };
-        assert_eq!(atom.bundle, cpus(1.0));
-        assert_eq!(atom.max_parallel, 4);
-        assert_eq!(atom.min_lease_ms, 20_000);
-        assert_eq!(atom.work_ms, 80_000);
+        // One atom per stage, in DAG order: width, longest task and work of each.
+        let atoms = levels(&request);
+        let shape = |a: &Atom| (a.bundle, a.max_parallel, a.min_lease_ms, a.work_ms);
+        assert_eq!(atoms.len(), 2);
+        // Work 40 task-seconds each, asked 10% over.
+        assert_eq!(shape(&atoms[0][0]), (cpus(1.0), 4, 10_000, 44_000));
+        assert_eq!(shape(&atoms[1][0]), (cpus(1.0), 2, 20_000, 44_000));
         // In one-minute quanta everything rounds up to whole minutes.
-        let coarse = sla_request(&job, 100.0, 0.5, &cluster, 60_000);
+        let coarse = sla_request(&job, 100.0, 0.5, &cluster, 60_000, 0);
         assert_eq!(coarse.deadline_ms, 100_000 + 60_000);
-        let Expr::Window { expr, .. } = &coarse.expr else {
-            panic!("a window: {:?}", coarse.expr);
-        };
-        let Expr::Atom(atom) = expr.as_ref() else {
-            panic!("an atom: {expr:?}");
-        };
-        assert_eq!((atom.min_lease_ms, atom.work_ms), (60_000, 120_000));
+        let coarse = levels(&coarse);
+        assert_eq!(
+            (coarse[1][0].min_lease_ms, coarse[1][0].work_ms),
+            (60_000, 60_000)
+        );
+    }
+
+    #[test]
+    fn stages_of_one_level_are_reserved_together_after_all_their_parents() {
+        // A diamond with a tail: 0 → {1, 2} → 3, and 4 alone (a root, level 0).
+        let stages = vec![
+            stage(0, vec![], vec![5.0; 2]),
+            stage(1, vec![0], vec![5.0; 3]),
+            stage(2, vec![0], vec![7.0]),
+            stage(3, vec![1, 2], vec![5.0]),
+            stage(4, vec![], vec![9.0; 5]),
+        ];
+        let job = Job::new("diamond", "default", None, stages).expect("job");
+        let cluster = PlanCluster::new(1, machine(8.0));
+        let request = sla_request(&job, 0.0, 1.0, &cluster, 1_000, 0);
+        let widths: Vec<Vec<u32>> = levels(&request)
+            .iter()
+            .map(|level| level.iter().map(|a| a.max_parallel).collect())
+            .collect();
+        assert_eq!(widths, vec![vec![2, 5], vec![3, 1], vec![1]]);
     }
 
     #[test]
@@ -232,7 +319,7 @@ mod tests {
         // Four copies arriving together, on 4 cpus: each needs 80 cpu-seconds within 60 s, four
         // need 320 of the window's 240, so the first fits and some later one is refused.
         let requests: Vec<SlaRequest> = (0..4)
-            .map(|_| sla_request(&job, 0.0, 1.0, &cluster, 1_000))
+            .map(|_| sla_request(&job, 0.0, 1.0, &cluster, 1_000, 0))
             .collect();
         for policy in [PolicyKind::Gree, PolicyKind::GreeL] {
             let answers = admit_in_order(&requests, policy, machine(4.0), 1_000);

@@ -111,6 +111,10 @@ struct Pick {
     overbook: bool,
     /// Under whole-agent matching: the policy's choice and what may be offered.
     whole_agent: Option<(Choice, ResourceVec)>,
+    /// Picked by the reservation-guarantee tier (module `guarantees`): committed ahead of the
+    /// κ·C gate and a capacity queue's maximum while the framework is still owed something,
+    /// dropped once it is not (every shard plans from the whole amount owed).
+    guaranteed: bool,
 }
 
 /// What a commit did: the offers made and how many planned picks were committed or dropped,
@@ -143,15 +147,24 @@ pub struct CycleStats {
     /// Dropped: the framework was removed (its slot possibly reused), suppressed, left without
     /// demand, or now refuses the agent.
     pub framework_changed: u64,
-    /// Tasks picked at commit for agents whose planned picks were dropped while the κ·C gate
-    /// was closed (matched again at once against the live projection).
+    /// Dropped: a pick of the reservation-guarantee tier for a framework that earlier picks of
+    /// the commit had already given all it was owed (each shard plans from the whole amount).
+    pub guarantee_spent: u64,
+    /// Tasks (offers, under whole-agent matching) picked at commit for agents whose planned
+    /// picks were dropped while the κ·C gate was closed, or whose reservation-guarantee picks
+    /// came after the framework had been given its amount (matched again at once against the
+    /// live projection).
     pub rematched: u64,
 }
 
 impl CycleStats {
     /// Picks dropped, for any reason.
     pub fn dropped(&self) -> u64 {
-        self.task_taken + self.fairness_bound + self.agent_changed + self.framework_changed
+        self.task_taken
+            + self.fairness_bound
+            + self.agent_changed
+            + self.framework_changed
+            + self.guarantee_spent
     }
 
     /// Adds another cycle's counts.
@@ -162,6 +175,7 @@ impl CycleStats {
         self.fairness_bound += other.fairness_bound;
         self.agent_changed += other.agent_changed;
         self.framework_changed += other.framework_changed;
+        self.guarantee_spent += other.guarantee_spent;
         self.rematched += other.rematched;
     }
 }
@@ -220,8 +234,13 @@ impl CycleSnapshot {
                     planner.settle_parts(agent.free, parts);
                     picks
                         .into_iter()
-                        .filter_map(|(f, shape, overbook)| {
-                            planner.pick(&self.state, f, shape, overbook, None)
+                        .filter_map(|p| {
+                            planner
+                                .pick(&self.state, p.framework, p.shape, p.overbook, None)
+                                .map(|pick| Pick {
+                                    guaranteed: p.guaranteed,
+                                    ..pick
+                                })
                         })
                         .collect()
                 }
@@ -231,13 +250,18 @@ impl CycleSnapshot {
                         .plan_whole_agent(&self.state, &view, exclusions, &mut index)
                         .and_then(|chosen| {
                             let choice = chosen.choice;
-                            planner.pick(
-                                &self.state,
-                                choice.framework,
-                                choice.shape,
-                                choice.overbook,
-                                Some((choice, chosen.limit)),
-                            )
+                            planner
+                                .pick(
+                                    &self.state,
+                                    choice.framework,
+                                    choice.shape,
+                                    choice.overbook,
+                                    Some((choice, chosen.limit)),
+                                )
+                                .map(|pick| Pick {
+                                    guaranteed: chosen.guaranteed,
+                                    ..pick
+                                })
                         })
                         .into_iter()
                         .collect()
@@ -344,6 +368,7 @@ impl Allocator {
     ) -> CycleSnapshot {
         self.sync(state);
         self.begin_cycle();
+        self.begin_guarantees(state);
         let index = self.build_index(state);
         let overbook = matches!(self.config.policy, InterJobPolicy::DeficitCounters { .. });
         self.wake_idle_agents(&index, overbook, false);
@@ -524,6 +549,8 @@ impl Allocator {
             cycle_srpt_weight: self.cycle_srpt_weight,
             demand_epoch: self.demand_epoch,
             shares: None,
+            guarantees: self.guarantees.clone(),
+            guarantee_active: self.guarantee_active,
         }
     }
 
@@ -569,6 +596,7 @@ impl Allocator {
             demand,
             overbook,
             whole_agent,
+            guaranteed: false,
         })
     }
 
@@ -617,6 +645,7 @@ impl Allocator {
         let mut available = free;
         let mut parts = Parts::default();
         let dropped_before = outcome.stats.dropped();
+        let spent_before = outcome.stats.guarantee_spent;
         for pick in plan.picks {
             let f = pick.framework;
             let Some(group) = state
@@ -628,12 +657,16 @@ impl Allocator {
                 outcome.stats.framework_changed += 1;
                 continue;
             };
-            if self.gate_closed(state, group, runnable, exclusions.refusing()) {
+            if pick.guaranteed && !self.still_owed(f) {
+                outcome.stats.guarantee_spent += 1;
+                continue;
+            }
+            if !pick.guaranteed && self.gate_closed(state, group, runnable, exclusions.refusing()) {
                 outcome.stats.fairness_bound += 1;
                 continue;
             }
             let mut room = available.max(&ResourceVec::ZERO);
-            if let Some(queue) = self.queue_room(state, group) {
+            if let Some(queue) = self.queue_room(state, group).filter(|_| !pick.guaranteed) {
                 room = room.min(&queue);
             }
             let overbook = pick.overbook;
@@ -675,7 +708,11 @@ impl Allocator {
                     }
                 }
                 Some((choice, limit)) => {
-                    let headroom = self.offer_headroom(state, f, runnable);
+                    let headroom = if pick.guaranteed {
+                        f64::INFINITY
+                    } else {
+                        self.offer_headroom(state, f, runnable)
+                    };
                     let choice = Choice { shape, ..choice };
                     let offer = self.make_offer(
                         state,
@@ -684,15 +721,48 @@ impl Allocator {
                         limit,
                         headroom,
                         OfferKind::Regular,
-                        None,
+                        live_index.as_mut(),
                     );
                     outcome.offers.push(offer);
                 }
             }
         }
+        let guarantee_dropped = outcome.stats.guarantee_spent > spent_before;
         let rematch = outcome.stats.dropped() > dropped_before
             && self.config.matching == AgentMatching::TaskAtATime
-            && self.gate_closed_somewhere(state, runnable, exclusions.refusing());
+            && (guarantee_dropped
+                || self.gate_closed_somewhere(state, runnable, exclusions.refusing()));
+        if guarantee_dropped && self.config.matching == AgentMatching::WholeAgent {
+            // Every shard planned from the whole amount owed, so an agent whose guaranteed
+            // pick came after the amount was given goes to the policy's choice now rather
+            // than idling a cycle.
+            let index = live_index.get_or_insert_with(|| {
+                self.index_with(state, self.cycle_srpt_weight, runnable.to_vec())
+            });
+            let view = AgentView::new(free, total);
+            if let Some(chosen) = self.choose_whole_agent(state, &view, &exclusions, index) {
+                let f = chosen.choice.framework;
+                let headroom = if chosen.guaranteed {
+                    f64::INFINITY
+                } else {
+                    self.offer_headroom(state, f, runnable)
+                };
+                let offer = self.make_offer(
+                    state,
+                    a,
+                    chosen.choice,
+                    chosen.limit,
+                    headroom,
+                    OfferKind::Regular,
+                    Some(index),
+                );
+                outcome.offers.push(offer);
+                outcome.stats.rematched += 1;
+            }
+            for observation in std::mem::take(&mut self.observations) {
+                self.observe(observation);
+            }
+        }
         if rematch {
             // The most deprived group is at κ·C, and this agent's planned picks for others were
             // dropped: as in a sequential cycle, what is left of it goes to that group now
@@ -840,6 +910,7 @@ impl Allocator {
     ) -> Vec<OfferDecision> {
         self.sync(state);
         self.begin_cycle();
+        self.begin_guarantees(state);
         let mut index = self.build_index(state);
         let overbook = matches!(self.config.policy, InterJobPolicy::DeficitCounters { .. });
         self.wake_idle_agents(&index, overbook, true);
@@ -869,7 +940,11 @@ impl Allocator {
                             self.choose_whole_agent(state, &view, &exclusions, &mut index)
                         {
                             let f = chosen.choice.framework;
-                            let headroom = self.offer_headroom(state, f, &index.runnable);
+                            let headroom = if chosen.guaranteed {
+                                f64::INFINITY
+                            } else {
+                                self.offer_headroom(state, f, &index.runnable)
+                            };
                             out.push(self.make_offer(
                                 state,
                                 a,

@@ -31,6 +31,18 @@ pub(super) struct Part {
     charge: f64,
 }
 
+/// One task picked for an agent ([`Allocator::plan_agent`]).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct PlannedPick {
+    pub(super) framework: FrameworkIdx,
+    /// The shape's index in the framework's summary.
+    pub(super) shape: usize,
+    /// Whether it fits only by overbooking fungible resources.
+    pub(super) overbook: bool,
+    /// Whether the reservation-guarantee tier picked it (module `guarantees`).
+    pub(super) guaranteed: bool,
+}
+
 /// The parts of one agent, in the order frameworks were first picked.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Parts(Vec<Part>);
@@ -38,8 +50,7 @@ pub(super) struct Parts(Vec<Part>);
 impl Allocator {
     /// Fills an agent (with `free` unoffered, below zero on a fungible kind an earlier pick
     /// overbooked, of `total`) task at a time under the configured policy, charging each pick
-    /// to the cycle's projection and adding it to `parts`: returns the picks in order, as
-    /// (framework, shape index, whether it overbooks).
+    /// to the cycle's projection and adding it to `parts`: returns the picks in order.
     pub(super) fn plan_agent(
         &mut self,
         state: &AllocationState,
@@ -48,7 +59,7 @@ impl Allocator {
         exclusions: &Exclusions,
         index: &mut CycleIndex,
         parts: &mut Parts,
-    ) -> Vec<(FrameworkIdx, usize, bool)> {
+    ) -> Vec<PlannedPick> {
         let overbook = matches!(self.config.policy, InterJobPolicy::DeficitCounters { .. });
         let allowance = Overbooking(self.config.overbook_allowance);
         let mut memo = index
@@ -61,6 +72,24 @@ impl Allocator {
             let floor = available.max(&ResourceVec::ZERO);
             if !self.could_fit_any(index, &floor, &total, overbook) {
                 break;
+            }
+            // The reservation-guarantee tier first (module `guarantees`): ahead of the policy
+            // and of the κ·C gate, without overbooking.
+            if let Some((f, shape)) = self.choose_guaranteed(&floor, exclusions) {
+                let demand = self.frameworks[f.get()].demand.shapes[shape].demand;
+                memo.advance(Some(&demand));
+                let exhausted = self.take_one(state, f, shape, parts);
+                picks.push(PlannedPick {
+                    framework: f,
+                    shape,
+                    overbook: false,
+                    guaranteed: true,
+                });
+                available -= demand;
+                if exhausted || matches!(self.config.policy, InterJobPolicy::Drf) {
+                    self.relist(state, index, f);
+                }
+                continue;
             }
             let view = AgentView::new(floor, total).overbooking_against(available);
             let Some(chosen) = self.choose(state, &view, exclusions, index, &mut memo) else {
@@ -100,7 +129,12 @@ impl Allocator {
             }
             memo.advance(Some(&demand));
             let exhausted = self.take_one(state, f, shape, parts);
-            picks.push((f, shape, choice.overbook));
+            picks.push(PlannedPick {
+                framework: f,
+                shape,
+                overbook: choice.overbook,
+                guaranteed: false,
+            });
             available -= demand;
             // A framework's key moves when a shape runs out (its score bound, or it leaves the
             // set), and under DRF with every pick (its share).
@@ -159,6 +193,7 @@ impl Allocator {
         }
         let exhausted = exhausted || soft.cycle_pending == 0;
         soft.offered += demand;
+        self.spend_guarantee(f, &demand);
         let charge = factor_kind.of(&demand, &capacity);
         if let Some(group_soft) = self.groups.get_mut(group.get()) {
             group_soft.offered += demand;

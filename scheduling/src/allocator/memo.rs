@@ -304,6 +304,7 @@ impl Allocator {
     /// switched off.
     pub(super) fn memoizes(&self) -> bool {
         !self.plain_scan
+            && !self.guarantee_active
             && matches!(
                 self.config.policy,
                 InterJobPolicy::DeficitCounters { .. } | InterJobPolicy::Tetris

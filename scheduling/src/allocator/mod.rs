@@ -60,6 +60,16 @@
 //! the same instant). A framework that launches other tasks than its summary announced can
 //! overshoot by the difference; the counters record what was really launched.
 //!
+//! # Reservation guarantees
+//!
+//! Above the policy sits one more tier (module `guarantees`, Rayon §5.2's plan follower in
+//! two-level form): [`Allocator::set_guarantees`] names frameworks that a reservation owes
+//! resources, and in every cycle, on every agent, they are picked first (in the order given,
+//! ahead of the policy and of the κ·C gate, under both matching rules and with any number of
+//! shards) while they are still owed something and a pending shape of theirs fits. What they do
+//! not take goes to everyone under the policy, which is how idle reserved capacity is lent.
+//! Their picks are charged to the deficit counters like any other.
+//!
 //! # Shards
 //!
 //! Agents are assigned to [`AllocatorConfig::shards`] shards by a stable hash of their id
@@ -117,6 +127,7 @@
 
 mod cycle;
 mod fair_share;
+mod guarantees;
 mod idle;
 mod leftover;
 mod matching;
@@ -536,6 +547,9 @@ struct FrameworkSoft {
     /// The largest priScore of the shapes with projected work: with `cycle_envelope_plain`,
     /// a bound that holds bit for bit (policies' `exact_bound`).
     cycle_pri_max: f64,
+    /// What it is still owed this cycle under a reservation guarantee (module `guarantees`);
+    /// zero for frameworks without one.
+    cycle_owed: ResourceVec,
     /// Whether it is counted in its group's `demanding` (pending work, not suppressed).
     counted: bool,
 }
@@ -653,6 +667,11 @@ pub struct Allocator {
     /// The progressive-filling shares, per framework slot, with the (cycle, demand epoch) they
     /// were computed at.
     shares: Option<((u64, u64), Vec<ResourceVec>)>,
+    /// The reservation guarantees set last ([`Allocator::set_guarantees`]), in priority order.
+    guarantees: Vec<guarantees::Guarantee>,
+    /// Whether some guaranteed framework is still owed something this cycle (the memo of
+    /// picks, which replays one agent's picks on another, is off while one is).
+    guarantee_active: bool,
 }
 
 /// The shape of the state's structure at a sync.
@@ -737,6 +756,8 @@ impl Allocator {
             cycle_srpt_weight: 0.0,
             demand_epoch: 0,
             shares: None,
+            guarantees: Vec::new(),
+            guarantee_active: false,
         })
     }
 

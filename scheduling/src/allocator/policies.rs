@@ -38,6 +38,23 @@ pub(super) struct Choice {
     pub(super) score: PerfScore,
 }
 
+impl Choice {
+    /// A fitting choice made by order rather than by score (FIFO, SJF, the capacity
+    /// scheduler, DRF, the reservation-guarantee tier).
+    pub(super) fn unscored(framework: FrameworkIdx, shape: usize) -> Choice {
+        Choice {
+            framework,
+            shape,
+            overbook: false,
+            p_score: 0.0,
+            score: PerfScore {
+                fits: true,
+                value: 0.0,
+            },
+        }
+    }
+}
+
 // The unrolled kernel `dot` below assumes five resource kinds.
 const _: () = assert!(NUM_RESOURCES == 5);
 
@@ -46,6 +63,9 @@ pub(super) struct Chosen {
     pub(super) choice: Choice,
     /// What may be offered at most.
     pub(super) limit: ResourceVec,
+    /// Chosen by the reservation-guarantee tier (module `guarantees`): not held to the κ·C
+    /// gate's headroom.
+    pub(super) guaranteed: bool,
 }
 
 /// A candidate in a cycle's ordered set: ascending, so the first is the best.
@@ -423,13 +443,17 @@ impl Allocator {
         index: &mut CycleIndex,
     ) -> Option<Chosen> {
         let chosen = self.choose_whole_agent(state, view, exclusions, index)?;
-        let headroom = self.offer_headroom(state, chosen.choice.framework, &index.runnable);
+        let headroom = if chosen.guaranteed {
+            f64::INFINITY
+        } else {
+            self.offer_headroom(state, chosen.choice.framework, &index.runnable)
+        };
         self.project_offer(state, chosen.choice, chosen.limit, headroom, Some(index));
         Some(chosen)
     }
 
-    /// [`Allocator::choose`] for a whole agent: its one pick, replayed from (or recorded in)
-    /// the trace of its starting state.
+    /// [`Allocator::choose`] for a whole agent, after the reservation-guarantee tier: its one
+    /// pick, replayed from (or recorded in) the trace of its starting state.
     pub(super) fn choose_whole_agent(
         &mut self,
         state: &AllocationState,
@@ -437,6 +461,9 @@ impl Allocator {
         exclusions: &Exclusions,
         index: &mut CycleIndex,
     ) -> Option<Chosen> {
+        if let Some(chosen) = self.choose_guaranteed_agent(view, exclusions) {
+            return Some(chosen);
+        }
         let mut memo = index
             .memo
             .cursor(self.memoizes(), &view.free, &view.total, exclusions);
@@ -482,7 +509,11 @@ impl Allocator {
         memo: &mut MemoCursor,
     ) -> Option<Chosen> {
         let free = view.free;
-        let unbounded = |choice: Choice, limit: ResourceVec| Chosen { choice, limit };
+        let unbounded = |choice: Choice, limit: ResourceVec| Chosen {
+            choice,
+            limit,
+            guaranteed: false,
+        };
         match self.config.policy {
             InterJobPolicy::DeficitCounters { kappa, .. } => {
                 let threshold = kappa * state.capacity_units();
@@ -984,16 +1015,7 @@ impl Allocator {
             return None;
         }
         let shape = self.first_fitting_shape(f, free)?;
-        Some(Choice {
-            framework: f,
-            shape,
-            overbook: false,
-            p_score: 0.0,
-            score: PerfScore {
-                fits: true,
-                value: 0.0,
-            },
-        })
+        Some(Choice::unscored(f, shape))
     }
 
     /// YARN capacity scheduler: queues (groups) by used / guaranteed, lowest first, skipping
@@ -1188,6 +1210,7 @@ impl Allocator {
             limit
         };
         soft.offered += resources;
+        self.spend_guarantee(f, &resources);
         let group = state.framework(f).map(|r| r.group).unwrap_or(GroupIdx(0));
         if let Some(group_soft) = self.groups.get_mut(group.get()) {
             group_soft.offered += resources;

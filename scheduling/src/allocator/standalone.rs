@@ -162,6 +162,11 @@ impl StandaloneAllocator {
         self.allocator.revive(&self.state, id)
     }
 
+    /// See [`Allocator::set_guarantees`].
+    pub fn set_guarantees(&mut self, owed: &[(FrameworkId, ResourceVec)]) {
+        self.allocator.set_guarantees(&self.state, owed);
+    }
+
     /// See [`Allocator::shard_count`].
     pub fn shard_count(&self) -> usize {
         self.allocator.shard_count()
