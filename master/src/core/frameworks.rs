@@ -861,6 +861,7 @@ impl<S: RaftStore> MasterCore<S> {
         if !due || self.planning.is_some() {
             return None;
         }
+        self.follow_plan(now);
         let offers = self.offers.as_mut()?;
         let frameworks = &self.frameworks;
         let (rescinded, snapshot) = offers.begin_cycle(
@@ -938,7 +939,7 @@ impl<S: RaftStore> MasterCore<S> {
     }
 
     /// Sends each framework the rescinds of its offers, in frames.
-    fn send_rescinds(&mut self, rescinded: Vec<Offer>) {
+    pub(super) fn send_rescinds(&mut self, rescinded: Vec<Offer>) {
         let mut rescinds: BTreeMap<FrameworkId, Vec<OfferId>> = BTreeMap::new();
         for offer in rescinded {
             rescinds
