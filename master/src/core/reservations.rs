@@ -153,7 +153,7 @@ fn gather(state: &ClusterState, offers: &OfferManager, in_flight: &BTreeSet<Task
         let takes_tasks = state
             .agents()
             .get(&agent.id)
-            .is_some_and(|entry| entry.takes_new_tasks());
+            .is_some_and(crate::state::AgentEntry::takes_new_tasks);
         if takes_tasks {
             free += agent.free();
         }
