@@ -550,3 +550,62 @@ fn membership_add_a_learner_promote_it_and_remove_a_master() {
     assert_eq!(cs.learners, vec![9, 10]);
     sim.heal_and_check().unwrap();
 }
+
+/// Issue 17: a leader failover in the middle of a plan loses no reservation. The plan is in
+/// the replicated state: the new leader holds the same reservations with the same pieces (it
+/// refuses what they leave no room for), and the reservations' closing is judged alike on
+/// every master, the crashed one included once it is back.
+#[test]
+fn a_leader_failover_in_the_middle_of_a_plan_loses_no_reservation() {
+    let reserve = |name: &str, at_ms: u64| Command::CreateReservation {
+        name: name.to_string(),
+        principal: "alice".to_string(),
+        // 8 cpus for the hour from when asked: the whole of one agent.
+        expr: fullerene_reservation::parse("window(atom(cpus=4; g=1, h=2, l=1m, w=2h), s=0, f=1h)")
+            .unwrap(),
+        at_ms,
+    };
+    let mut sim = Sim::new(17, SimConfig::with_voters(3)).unwrap();
+    sim.run_until(500, |s| s.leader().is_some()).unwrap();
+    let applied = |sim: &mut Sim, command: &Command| {
+        let token = sim.propose_command(command).unwrap();
+        sim.run_until(2_000, |s| s.answer(token).is_some() && s.converged())
+            .unwrap();
+        sim.answer(token)
+            .map(|answer| answer.cloned().map_err(ToString::to_string))
+    };
+    // One 8-cpu agent; `etl` takes all of it for an hour, from minute 1 to 61.
+    assert!(matches!(applied(&mut sim, &register(1)), Some(Ok(Ok(_)))));
+    assert!(matches!(
+        applied(&mut sim, &reserve("etl", 60_000)),
+        Some(Ok(Ok(_)))
+    ));
+    let old = sim.leader().unwrap();
+    let before = sim.node(old).unwrap().state().reservations().clone();
+    assert!(before.get("etl").is_some());
+
+    sim.crash(old);
+    sim.run_until(1_000, |s| s.leader().is_some_and(|l| l != old))
+        .unwrap();
+    let new = sim.leader().unwrap();
+    assert_eq!(*sim.node(new).unwrap().state().reservations(), before);
+    // The new leader's plan holds etl's pieces: another hour of the same is refused.
+    let refused = applied(&mut sim, &reserve("etl2", 120_000));
+    assert!(
+        matches!(
+            refused,
+            Some(Ok(Err(CommandError::ReservationRefused { .. })))
+        ),
+        "{refused:?}"
+    );
+    // Its time over, etl is judged (unused: no job ran in it) and forgotten on every master.
+    let close = Command::CloseReservations { at_ms: 62 * 60_000 };
+    assert!(matches!(applied(&mut sim, &close), Some(Ok(Ok(_)))));
+    sim.heal_and_check().unwrap();
+    for id in sim.ids() {
+        let reservations = sim.node(id).unwrap().state().reservations();
+        assert!(reservations.get("etl").is_none(), "master {id}");
+        assert_eq!(reservations.closed().len(), 1, "master {id}");
+        assert_eq!(reservations.closed()[0].name, "etl");
+    }
+}

@@ -347,3 +347,54 @@ fn a_job_that_never_completes_is_reported() {
     // The clean history itself holds.
     assert!(check(&clean_history().history).violations.is_empty());
 }
+
+#[test]
+fn a_plan_allocating_beyond_its_capacity_is_reported() {
+    let clean = clean_history().history;
+    let (at, mut accounting) = accounting_after(&clean);
+    let cpus = |n: f64| ResourceVec::from_pairs(&[(fullerene_proto::ResourceKind::Cpus, n)]);
+    accounting.plan_excess = Some((7, cpus(9.0), cpus(8.0)));
+    let history = with_accounting(&clean, at, accounting);
+    assert!(broken(&history, Invariant::PlanWithinCapacity));
+}
+
+#[test]
+fn a_reservation_owed_past_its_grace_under_one_leader_is_reported() {
+    let clean = clean_history().history;
+    let (at, mut accounting) = accounting_after(&clean);
+    let cpus = ResourceVec::from_pairs(&[(fullerene_proto::ResourceKind::Cpus, 2.0)]);
+    accounting.reservations_owed = vec![("etl".to_string(), cpus)];
+    accounting.reservation_grace_ms = 30_000;
+    let owed_at = |history: &mut Vec<Step>, after: usize, ms: u64, accounting: &Accounting| {
+        let mut step = history[after].clone();
+        step.at = history[at].at + std::time::Duration::from_millis(ms);
+        step.fact = Fact::Accounting(accounting.clone());
+        history.insert(after + 1, step);
+    };
+    // Owed for the grace plus the slack: still within the bound.
+    let mut history = clean.clone();
+    owed_at(&mut history, at, 0, &accounting);
+    owed_at(&mut history, at + 1, 45_000, &accounting);
+    assert!(!broken(&history, Invariant::GuaranteeOffered));
+    // A moment longer under the same leader: broken.
+    let mut history = clean.clone();
+    owed_at(&mut history, at, 0, &accounting);
+    owed_at(&mut history, at + 1, 45_001, &accounting);
+    assert!(broken(&history, Invariant::GuaranteeOffered));
+    // Made whole in between (a sample owing nothing), the clock starts again.
+    let mut history = clean.clone();
+    let mut whole = accounting.clone();
+    whole.reservations_owed.clear();
+    owed_at(&mut history, at, 0, &accounting);
+    owed_at(&mut history, at + 1, 20_000, &whole);
+    owed_at(&mut history, at + 2, 45_001, &accounting);
+    assert!(!broken(&history, Invariant::GuaranteeOffered));
+    // A new leader's follower starts its grace afresh.
+    let mut history = clean;
+    let mut next_term = accounting.clone();
+    next_term.term += 1;
+    owed_at(&mut history, at, 0, &accounting);
+    owed_at(&mut history, at + 1, 20_000, &next_term);
+    owed_at(&mut history, at + 2, 45_001, &next_term);
+    assert!(!broken(&history, Invariant::GuaranteeOffered));
+}

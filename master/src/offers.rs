@@ -314,6 +314,12 @@ pub struct OfferManager {
     /// not count (under the κ·C gate a deprived group of absent frameworks would otherwise
     /// hold every agent for them until their failover timeout).
     absent: BTreeSet<FrameworkId>,
+    /// Each framework's pending demand, summed over its last summary's shapes (what the plan
+    /// follower counts as a reserved job's `wanted`).
+    wanted: BTreeMap<FrameworkId, ResourceVec>,
+    /// What the plan follower last said each reserved job's framework is owed (the
+    /// allocator's guarantees, as set).
+    guarantees: Vec<(FrameworkId, ResourceVec)>,
 }
 
 impl OfferManager {
@@ -341,6 +347,8 @@ impl OfferManager {
             book: OfferBook::new(term),
             offer_ttl_ms,
             absent: BTreeSet::new(),
+            wanted: BTreeMap::new(),
+            guarantees: Vec::new(),
         })
     }
 
@@ -418,6 +426,7 @@ impl OfferManager {
         for (framework_id, entry) in state.frameworks() {
             if entry.torn_down_at_ms.is_some() {
                 self.absent.remove(framework_id);
+                self.wanted.remove(framework_id);
                 continue;
             }
             let here = connected(framework_id);
@@ -476,7 +485,54 @@ impl OfferManager {
     ) -> Result<(), WireError> {
         self.allocator
             .update_demand(state.allocation(), framework, summary)
-            .map_err(|e| WireError::new(ErrorCode::InvalidRequest, e.to_string()))
+            .map_err(|e| WireError::new(ErrorCode::InvalidRequest, e.to_string()))?;
+        // The allocator checked every shape's resources: none fails to convert here.
+        let wanted = summary
+            .pending
+            .iter()
+            .filter_map(|shape| Some(shape.resources.to_vec().ok()?.scale(f64::from(shape.count))))
+            .fold(ResourceVec::ZERO, |sum, demand| sum + demand);
+        self.wanted.insert(framework.clone(), wanted);
+        Ok(())
+    }
+
+    /// A framework's pending demand, summed over its last demand summary (zero before one).
+    pub fn wanted(&self, framework: &FrameworkId) -> ResourceVec {
+        self.wanted
+            .get(framework)
+            .copied()
+            .unwrap_or(ResourceVec::ZERO)
+    }
+
+    /// Sets what each reserved job's framework is owed now (the plan follower's shares, issue
+    /// 17): from the next cycle on, each is offered up to its amount, less what it receives
+    /// from now on, before anyone else, until the next call replaces the list
+    /// ([`Allocator::set_guarantees`]).
+    pub fn set_guarantees(&mut self, state: &ClusterState, owed: Vec<(FrameworkId, ResourceVec)>) {
+        if owed.is_empty() && self.guarantees.is_empty() {
+            return;
+        }
+        self.allocator.set_guarantees(state.allocation(), &owed);
+        self.guarantees = owed;
+    }
+
+    /// What [`OfferManager::set_guarantees`] last set.
+    pub fn guarantees(&self) -> &[(FrameworkId, ResourceVec)] {
+        &self.guarantees
+    }
+
+    /// Withdraws every open offer to `framework` (before the plan follower kills its tasks:
+    /// it must not launch on what is being reclaimed). Returns them, to rescind.
+    pub fn rescind_framework(
+        &mut self,
+        state: &ClusterState,
+        framework: &FrameworkId,
+    ) -> Vec<Offer> {
+        let open = self.book.of_framework(framework);
+        for offer in &open {
+            self.forget(state, offer);
+        }
+        open.into_iter().map(|open| open.offer).collect()
     }
 
     /// Stops or resumes offers to a framework.

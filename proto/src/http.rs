@@ -163,6 +163,9 @@ pub struct JobView {
     pub jct_ms: Option<u64>,
     /// Its stages, in the order the framework described them.
     pub stages: Vec<StageView>,
+    /// The reservation it runs in, if any (`None`: best effort).
+    #[serde(default)]
+    pub reservation: Option<String>,
 }
 
 /// One stage of a [`JobView`].
@@ -256,6 +259,7 @@ pub fn job_views(frameworks: &[FrameworkInfo], tasks: &[TaskInfo]) -> Vec<JobVie
                     .map(str::to_string),
                 jct_ms: job.jct_ms(),
                 stages,
+                reservation: job.description.reservation.clone(),
             });
         }
     }

@@ -39,6 +39,13 @@ pub struct JobDescription {
         )
     )]
     pub stages: Vec<StageDescription>,
+    /// The reservation the job runs in (issue 17; Rayon §5.2: jobs are tagged with their
+    /// reservation, and several jobs may share one), by the name it was created with; `None`
+    /// for best-effort work. The masters refuse a job that names a reservation they have not
+    /// accepted (a typo would otherwise run a production job as best effort, unnoticed).
+    /// Last, with a serde default, so that a JSON document without it still reads.
+    #[serde(default)]
+    pub reservation: Option<String>,
 }
 
 /// One stage of a [`JobDescription`].
@@ -170,6 +177,12 @@ pub enum JobDescriptionError {
     /// A name over [`MAX_ID_BYTES`], or the whole over [`MAX_JOB_DESCRIPTION_BYTES`].
     #[error(transparent)]
     TooLarge(#[from] LimitError),
+    /// The job names an empty reservation (leave it out for best-effort work).
+    #[error("job `{job}` names an empty reservation; leave it out to run as best effort")]
+    EmptyReservation {
+        /// The job.
+        job: String,
+    },
     /// The job has no stage.
     #[error("job `{job}` has no stage")]
     NoStages {
@@ -205,8 +218,9 @@ pub enum JobDescriptionError {
 }
 
 impl JobDescription {
-    /// Checks the description: names and size within the limits, at least one stage, stage ids
-    /// unique, every parent a stage of the job, and no cycle.
+    /// Checks the description: names and size within the limits, a reservation's name not
+    /// empty, at least one stage, stage ids unique, every parent a stage of the job, and no
+    /// cycle. Whether the reservation exists is the masters' check.
     pub fn validate(&self) -> Result<(), JobDescriptionError> {
         check_bytes(|| "a job's name".to_string(), &self.job, MAX_ID_BYTES)?;
         check_bytes(
@@ -214,6 +228,18 @@ impl JobDescription {
             &self.policy,
             MAX_ID_BYTES,
         )?;
+        if let Some(reservation) = &self.reservation {
+            if reservation.is_empty() {
+                return Err(JobDescriptionError::EmptyReservation {
+                    job: self.job.clone(),
+                });
+            }
+            check_bytes(
+                || format!("job `{}`'s reservation name", self.job),
+                reservation,
+                MAX_ID_BYTES,
+            )?;
+        }
         let size = codec::encoded_size(self).unwrap_or(usize::MAX);
         if size > MAX_JOB_DESCRIPTION_BYTES {
             return Err(LimitError {
@@ -305,6 +331,7 @@ mod tests {
             job: "q1".to_string(),
             policy: "graphene".to_string(),
             stages,
+            reservation: None,
         }
     }
 
@@ -337,6 +364,12 @@ mod tests {
                 "job `q1` is not a DAG: stage 1 depends on itself through its parents",
             ),
         ];
+        let mut empty_reservation = job(vec![stage(0, &[])]);
+        empty_reservation.reservation = Some(String::new());
+        let cases = cases.into_iter().chain([(
+            empty_reservation,
+            "job `q1` names an empty reservation; leave it out to run as best effort",
+        )]);
         for (description, message) in cases {
             let error = description.validate().expect_err(message);
             assert_eq!(error.to_string(), message);

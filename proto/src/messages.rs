@@ -282,6 +282,12 @@ pub enum StatusReason {
     /// The agent came back, or reported, with less capacity than its tasks were charged: the
     /// master ended its newest tasks until the rest fit.
     AgentShrunk,
+    /// A best-effort task the master killed to give a reservation's jobs what the plan
+    /// guarantees them (issue 17; Rayon §5.2), after the shortfall outlasted the grace period.
+    Preempted {
+        /// The reservation it made room for.
+        reservation: String,
+    },
 }
 
 /// One step in a task's ordered status stream.

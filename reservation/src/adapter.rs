@@ -175,5 +175,15 @@ mod tests {
         assert_eq!(gained, crate::Replanned::default());
         assert_eq!(plan.capacity().at(150), res("cpus=4"));
         assert_eq!(plan.capacity().at(151), res("cpus=10"));
+        // Lost within the quantum it came in: taken back from where it counted, never below
+        // what the plan had before it came.
+        plan.change_capacity(150_800, CapacityChange::Loss(res("cpus=8")), 0);
+        assert_eq!(plan.capacity().at(150), res("cpus=2"));
+        assert_eq!(plan.capacity().at(151), res("cpus=2"));
+        let mut empty = Plan::new(config(PolicyKind::Gree), res("cpus=0"));
+        empty.change_capacity(10_200, CapacityChange::Gain(res("cpus=4")), 0);
+        empty.change_capacity(10_700, CapacityChange::Loss(res("cpus=4")), 0);
+        assert_eq!(empty.capacity().at(10), res("cpus=0"));
+        assert_eq!(empty.capacity().at(11), res("cpus=0"));
     }
 }

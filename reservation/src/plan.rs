@@ -484,9 +484,19 @@ impl Plan {
                 Replanned::default()
             }
             CapacityChange::Loss(less) => {
-                // A loss counts from the quantum it happens in.
+                // A loss counts from the quantum it happens in, but first takes back what was
+                // gained in that quantum and counts only from the next: capacity the plan never
+                // had there cannot be lost there (it went below zero when an agent came and
+                // went within one quantum, found by the chaos runs' plan invariant).
                 let from = quanta.containing(from_ms);
-                self.capacity.sub(from, None, less);
+                let pending = self
+                    .capacity
+                    .at(from + 1)
+                    .saturating_sub(&self.capacity.at(from));
+                let of_pending = less.min(&pending);
+                self.capacity.sub(from + 1, None, of_pending);
+                self.capacity
+                    .sub(from, None, less.saturating_sub(&of_pending));
                 crate::adapter::replan(self, from, now_ms)
             }
         }

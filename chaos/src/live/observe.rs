@@ -290,6 +290,10 @@ impl Poller {
                 .map(|g| (g.name.clone(), g.deficit))
                 .collect(),
             deficit_bound: deficit_bound(),
+            // The live view has no plan and no follower's decision: its runs check neither.
+            plan_excess: None,
+            reservations_owed: Vec::new(),
+            reservation_grace_ms: 0,
         }));
     }
 }

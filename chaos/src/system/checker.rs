@@ -41,11 +41,22 @@ pub enum Invariant {
     DeficitBound,
     /// Every job completes once faults stop, within the run's bound of virtual time.
     JobsComplete,
+    /// What the reservation plan allocates never exceeds its capacity, at any quantum
+    /// (issue 17).
+    PlanWithinCapacity,
+    /// A reservation whose jobs have work and hold less than its guarantee is made whole (its
+    /// share offered and taken) within the grace period plus [`GUARANTEE_SLACK_MS`], under
+    /// one leader (issue 17; a new leader's follower starts its grace afresh).
+    GuaranteeOffered,
 }
+
+/// How long past the grace period a reservation may stay owed: the follower's interval, a
+/// kill's grace on the agent, an offer's round trip and the next cycle.
+pub const GUARANTEE_SLACK_MS: u64 = 15_000;
 
 impl Invariant {
     /// Every invariant, in report order.
-    pub const ALL: [Invariant; 9] = [
+    pub const ALL: [Invariant; 11] = [
         Invariant::OneLeaderPerTerm,
         Invariant::NoCommittedChangeLost,
         Invariant::UpdatesInOrder,
@@ -55,6 +66,8 @@ impl Invariant {
         Invariant::NoDoubleOffer,
         Invariant::DeficitBound,
         Invariant::JobsComplete,
+        Invariant::PlanWithinCapacity,
+        Invariant::GuaranteeOffered,
     ];
 
     /// Its name in reports.
@@ -69,6 +82,8 @@ impl Invariant {
             Invariant::NoDoubleOffer => "no-double-offer",
             Invariant::DeficitBound => "deficit-bound",
             Invariant::JobsComplete => "jobs-complete",
+            Invariant::PlanWithinCapacity => "plan-within-capacity",
+            Invariant::GuaranteeOffered => "guarantee-offered",
         }
     }
 }
@@ -121,6 +136,8 @@ struct Model {
     completed_frameworks: BTreeSet<FrameworkId>,
     submitted: BTreeSet<String>,
     completed: BTreeSet<String>,
+    /// Since when (leader's term, virtual ms) each reservation has been owed continuously.
+    owed_since: BTreeMap<String, (u64, u64)>,
 }
 
 impl Model {
@@ -280,6 +297,54 @@ impl Model {
         self.delivered.insert(key, (seq, state));
     }
 
+    fn reservations(&mut self, step: usize, at_ms: u64, accounting: &Accounting) {
+        self.check(Invariant::PlanWithinCapacity);
+        if let Some((quantum, used, capacity)) = &accounting.plan_excess {
+            self.violate(
+                Invariant::PlanWithinCapacity,
+                step,
+                format!(
+                    "leader {}'s plan allocates {used} at quantum {quantum}, more than its \
+                     capacity {capacity}",
+                    accounting.master
+                ),
+            );
+        }
+        // One check a sample: no reservation in it has been owed past the bound (the clocks of
+        // the shortfalls it ends are dropped, those of a previous leader's term too).
+        self.check(Invariant::GuaranteeOffered);
+        let owed: BTreeSet<&String> = accounting
+            .reservations_owed
+            .iter()
+            .map(|(r, _)| r)
+            .collect();
+        self.owed_since
+            .retain(|name, (term, _)| owed.contains(name) && *term == accounting.term);
+        for (name, amount) in &accounting.reservations_owed {
+            let (_, since) = *self
+                .owed_since
+                .entry(name.clone())
+                .or_insert((accounting.term, at_ms));
+            let bound = accounting.reservation_grace_ms + GUARANTEE_SLACK_MS;
+            if at_ms.saturating_sub(since) > bound {
+                self.violate(
+                    Invariant::GuaranteeOffered,
+                    step,
+                    format!(
+                        "reservation {name} is still owed {amount} after {} ms under leader {} \
+                         (grace {} ms)",
+                        at_ms - since,
+                        accounting.master,
+                        accounting.reservation_grace_ms
+                    ),
+                );
+                // Reported once per shortfall.
+                self.owed_since
+                    .insert(name.clone(), (accounting.term, at_ms));
+            }
+        }
+    }
+
     fn accounting(&mut self, step: usize, accounting: &Accounting) {
         for account in &accounting.agents {
             self.check(Invariant::UsedWithinTotal);
@@ -384,7 +449,7 @@ impl Model {
 /// Checks every invariant over `history`.
 pub fn check(history: &[Step]) -> CheckReport {
     let mut model = Model::default();
-    for (step, Step { fact, .. }) in history.iter().enumerate() {
+    for (step, Step { fact, at }) in history.iter().enumerate() {
         match fact {
             Fact::Fault { .. }
             | Fact::Shell { .. }
@@ -472,7 +537,10 @@ pub fn check(history: &[Step]) -> CheckReport {
                 model.completed.insert(job.clone());
                 model.completed_frameworks.insert(framework_id.clone());
             }
-            Fact::Accounting(accounting) => model.accounting(step, accounting),
+            Fact::Accounting(accounting) => {
+                model.accounting(step, accounting);
+                model.reservations(step, at.as_millis(), accounting);
+            }
             Fact::End {
                 applied,
                 live_frameworks,

@@ -208,6 +208,14 @@ pub struct Accounting {
     pub deficits: Vec<(String, f64)>,
     /// The bound of DESIGN.md: κ·C plus the largest factor one task can add.
     pub deficit_bound: f64,
+    /// The first quantum of the replicated reservation plan at which what the plan allocates
+    /// exceeds its capacity, with both (`None`: the plan fits everywhere).
+    pub plan_excess: Option<(u64, ResourceVec, ResourceVec)>,
+    /// The reservations the leader's plan follower found owed now (their jobs want work and
+    /// hold less than the plan guarantees them), with what is owed.
+    pub reservations_owed: Vec<(String, ResourceVec)>,
+    /// How long the leader lets a shortfall last before it preempts best effort, in ms.
+    pub reservation_grace_ms: u64,
 }
 
 /// One agent's line of [`Accounting`].

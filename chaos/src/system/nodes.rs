@@ -1,7 +1,7 @@
 //! The simulated processes: masters, agents (with their executors and checkpoint) and
 //! frameworks, each a real core in a model of its shell.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -481,6 +481,26 @@ impl World {
                 .collect();
             // One task's factor is at most 1 (a slot; or a whole cluster's dominant share).
             let deficit_bound = DEFAULT_KAPPA * allocation.capacity_units() + 1.0;
+            let plan = state.reservations().plan();
+            let points: BTreeSet<u64> = plan
+                .used()
+                .change_points()
+                .chain(plan.capacity().change_points())
+                .collect();
+            let plan_excess = points.iter().find_map(|&q| {
+                let (used, capacity) = (plan.used().at(q), plan.capacity().at(q));
+                (!used.fits_in(&capacity)).then_some((q, used, capacity))
+            });
+            let reservations_owed = core
+                .follower_decision()
+                .shares
+                .iter()
+                .filter(|share| !share.offer_first.is_zero())
+                .map(|share| {
+                    let name = state.reservations().name_of(share.id).unwrap_or("?");
+                    (name.to_string(), share.offer_first)
+                })
+                .collect();
             samples.push(Accounting {
                 master: id,
                 term: core.node().term(),
@@ -488,6 +508,11 @@ impl World {
                 allowance: state.settings().overbooking_allowance,
                 deficits,
                 deficit_bound,
+                plan_excess,
+                reservations_owed,
+                reservation_grace_ms: fullerene_proto::time::whole_millis(
+                    core.config().reservation_grace,
+                ),
             });
         }
         for sample in samples {

@@ -128,6 +128,11 @@ pub(crate) struct MasterArgs {
     /// (at most a day: resources held longer by an idle framework are lost to everyone else).
     #[arg(long, value_name = "MS", env = "FULLERENE_MASTER_OFFER_TTL_MS", default_value_t = fullerene_master::offers::DEFAULT_OFFER_TTL_MS, value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
     pub offer_ttl_ms: u64,
+    /// How long a reservation's jobs must be short of what the plan guarantees them, with no
+    /// free capacity to cover it, before the leader kills best-effort tasks (newest first) for
+    /// them, in seconds. Tasks that end within it free the capacity without a kill.
+    #[arg(long, value_name = "SECS", env = "FULLERENE_MASTER_RESERVATION_GRACE_SECS", default_value_t = fullerene_master::core::DEFAULT_RESERVATION_GRACE.as_secs(), value_parser = clap::value_parser!(u64).range(0..=86_400))]
+    pub reservation_grace_secs: u64,
     /// Calls per second one framework principal (or frames one agent) may send this master,
     /// on average; a framework's calls past it are refused (RateLimited, saying when to
     /// retry), an agent's are slowed down. Counted per certificate across its connections.
@@ -366,6 +371,7 @@ pub(crate) fn run(args: MasterArgs) -> Result<()> {
     };
     shell.core.allocation_interval = Duration::from_millis(args.allocation_interval_ms);
     shell.core.offer_ttl = Duration::from_millis(args.offer_ttl_ms);
+    shell.core.reservation_grace = Duration::from_secs(args.reservation_grace_secs);
     shell.core.allocator_shards = usize::try_from(args.allocator_shards)?;
     // The shards are planned on the shell's planner threads, off the node loop.
     shell.core.allocation_planning = AllocationPlanning::Offloaded;

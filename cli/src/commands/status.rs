@@ -138,6 +138,8 @@ pub(crate) struct JobStatus {
     pub framework: String,
     /// Its framework's fairness group.
     pub group: String,
+    /// The reservation it runs in (`None`: best effort, or a framework that described no job).
+    pub reservation: Option<String>,
     /// `running`, `finished`, `failed` or `killed` for a described job; for a framework that
     /// described none, `connected`, `disconnected` or `torn down`.
     pub state: String,
@@ -180,6 +182,7 @@ fn job_statuses(frameworks: &[FrameworkInfo], tasks: &[TaskInfo]) -> Vec<JobStat
                 job: framework.name.clone(),
                 framework: framework.id.to_string(),
                 group: framework.group.clone(),
+                reservation: None,
                 state: if framework.torn_down {
                     "torn down"
                 } else if framework.connected {
@@ -209,6 +212,7 @@ fn job_statuses(frameworks: &[FrameworkInfo], tasks: &[TaskInfo]) -> Vec<JobStat
                 job: job.job,
                 framework: framework.id.to_string(),
                 group: framework.group.clone(),
+                reservation: job.reservation,
                 state: job.outcome.unwrap_or_else(|| "running".to_string()),
                 reason: job.reason,
                 policy: Some(job.policy),
@@ -229,6 +233,7 @@ fn render_jobs(jobs: &[JobStatus]) -> String {
         "job",
         "framework",
         "group",
+        "reservation",
         "state",
         "JCT",
         "stages done",
@@ -252,6 +257,7 @@ fn render_jobs(jobs: &[JobStatus]) -> String {
             job.job.clone(),
             job.framework.clone(),
             job.group.clone(),
+            job.reservation.clone().unwrap_or_else(|| "-".to_string()),
             state,
             job.jct_s.map_or("-".to_string(), |s| format!("{s:.1} s")),
             job.stages_done
@@ -520,6 +526,7 @@ mod tests {
                 job: name.to_string(),
                 policy: "graphene".to_string(),
                 stages: vec![stage(0, vec![]), stage(1, vec![0])],
+                reservation: None,
             },
             submitted_at_ms: 1_000,
             ended_at_ms: end.as_ref().map(|_| 3_500),

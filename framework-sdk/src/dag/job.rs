@@ -198,6 +198,8 @@ pub struct DagJob {
     /// the next session (the driver holds calls made while disconnected): the next
     /// subscription does not ask again.
     reconcile_queued: BTreeSet<TaskId>,
+    /// The reservation the job runs in, told to the masters in its description.
+    reservation: Option<String>,
 }
 
 /// Accepts refused in a row (with no task of the job making progress in between) after which
@@ -248,6 +250,7 @@ impl DagJob {
             had_runnable: true,
             unconfirmed: BTreeSet::new(),
             reconcile_queued: BTreeSet::new(),
+            reservation: None,
         };
         if !dag.config.policy.needs_pri_scores() || dag.config.plan_cluster.is_some() {
             dag.ensure_policy()?;
@@ -270,8 +273,24 @@ impl DagJob {
         self.outcome != JobOutcome::Running
     }
 
+    /// Runs the job inside the reservation `name` (one an operator or the job's owner created
+    /// with `fullerene reservation create`; several jobs may share one), or as best effort
+    /// (`None`, the default). The masters refuse the job's description if they have accepted
+    /// no reservation of that name, and the job then fails (its framework torn down) rather
+    /// than run as best effort.
+    pub fn with_reservation(mut self, name: Option<String>) -> DagJob {
+        self.reservation = name;
+        self
+    }
+
+    /// The reservation the job runs in, if any.
+    pub fn reservation(&self) -> Option<&str> {
+        self.reservation.as_deref()
+    }
+
     /// The job as the masters are told of it (`FrameworkRequest::DescribeJob`): its stages
-    /// with their ids (the `stage` of its tasks' origins), sizes and parents, and the policy.
+    /// with their ids (the `stage` of its tasks' origins), sizes and parents, the policy, and
+    /// the reservation it runs in.
     pub fn description(&self) -> JobDescription {
         let stages = &self.job.stages;
         JobDescription {
@@ -286,6 +305,7 @@ impl DagJob {
                     parents: stage.parents.iter().map(|&p| stages[p].id).collect(),
                 })
                 .collect(),
+            reservation: self.reservation.clone(),
         }
     }
 

@@ -256,10 +256,23 @@ impl Scheduler for DagScheduler {
         request: &FrameworkRequest,
         error: &WireError,
     ) {
+        let refused = error.code != ErrorCode::OutcomeUnknown;
+        if let (FrameworkRequest::DescribeJob(_), Some(reservation), true) =
+            (request, self.dag.reservation(), refused)
+        {
+            // A job meant to run in a reservation does not run as best effort unnoticed.
+            let reason = format!(
+                "the masters refused the job's description in reservation `{reservation}`: {}",
+                error.message
+            );
+            self.dag.fail(reason);
+            self.apply(driver, Vec::new());
+            return;
+        }
         if matches!(
             request,
             FrameworkRequest::DescribeJob(_) | FrameworkRequest::EndJob { .. }
-        ) && error.code != ErrorCode::OutcomeUnknown
+        ) && refused
         {
             // The job runs on; only what operators see of it is missing.
             tracing::warn!(job = %self.dag.job().name, %error, "the masters refused the job's description or end");

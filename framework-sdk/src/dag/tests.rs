@@ -455,3 +455,19 @@ fn a_launch_the_master_never_saw_is_launched_again_under_a_new_id() {
     assert!(ids.contains(&"q1/10.0/1".to_string()), "{ids:?}");
     assert!(ids.contains(&"q1/10.1/0".to_string()), "{ids:?}");
 }
+
+#[test]
+fn the_description_names_the_reservation_the_job_runs_in() {
+    let dag = DagJob::new(two_stage_job(), config(PolicyKind::Graphene), t(0)).expect("dag");
+    let best_effort = dag.description();
+    assert_eq!(best_effort.reservation, None);
+    let reserved = dag.with_reservation(Some("etl".to_string()));
+    assert_eq!(reserved.reservation(), Some("etl"));
+    let description = reserved.description();
+    assert_eq!(description.reservation.as_deref(), Some("etl"));
+    // The rest of the description is the best-effort one's.
+    assert_eq!(
+        (description.job, description.stages),
+        (best_effort.job, best_effort.stages)
+    );
+}

@@ -33,7 +33,7 @@ use fullerene_proto::time::whole_millis;
 use fullerene_proto::Time;
 use fullerene_proto::{Now, OfferId, ResourceVec};
 
-use super::reservations::reservation_command;
+use super::reservation_calls::reservation_command;
 use super::{
     AllocationJob, AllocationPlanning, FrameworkPending, MasterCore, Outbox, Pending, SessionId,
     Settled, Subscription, PLANNING_TIMEOUT,
@@ -892,6 +892,7 @@ impl<S: RaftStore> MasterCore<S> {
         if !due || self.planning.is_some() {
             return None;
         }
+        self.follow_plan(now);
         let offers = self.offers.as_mut()?;
         let frameworks = &self.frameworks;
         let (rescinded, snapshot) = offers.begin_cycle(
@@ -975,7 +976,7 @@ impl<S: RaftStore> MasterCore<S> {
     }
 
     /// Sends each framework the rescinds of its offers, in frames.
-    fn send_rescinds(&mut self, rescinded: Vec<Offer>) {
+    pub(super) fn send_rescinds(&mut self, rescinded: Vec<Offer>) {
         let mut rescinds: BTreeMap<FrameworkId, Vec<OfferId>> = BTreeMap::new();
         for offer in rescinded {
             rescinds

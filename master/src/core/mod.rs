@@ -45,6 +45,7 @@ mod drains;
 mod frameworks;
 mod membership;
 mod operators;
+mod reservation_calls;
 mod reservations;
 pub mod session_rules;
 #[cfg(test)]
@@ -68,6 +69,7 @@ use agents::{AgentLink, AgentPending, AgentSessions};
 use frameworks::{FrameworkLink, FrameworkSessions};
 pub use operators::BoundedView;
 use operators::ReadQuery;
+pub use reservations::{CLOSE_INTERVAL, DEFAULT_RESERVATION_GRACE, FOLLOW_INTERVAL};
 
 use crate::offers::OfferManager;
 use crate::raft_node::{
@@ -118,6 +120,9 @@ pub struct CoreConfig {
     /// acknowledged (an update pushed into a full queue, or lost with its session, is sent
     /// again; the framework ignores what it has seen and acknowledges it again).
     pub status_resend_interval: Duration,
+    /// How long a reservation's jobs must be short of what the plan guarantees them (with
+    /// no free capacity to cover it) before best-effort tasks are preempted for them.
+    pub reservation_grace: Duration,
 }
 
 /// Where an allocation cycle's shards are planned.
@@ -161,7 +166,8 @@ pub const DEFAULT_STATUS_RESEND_INTERVAL: Duration = Duration::from_secs(5);
 
 impl Default for CoreConfig {
     /// No addresses, default agent timeouts, an allocation cycle every 100 ms, offers valid for
-    /// the offer book's default, one shard, unacknowledged updates sent again every 5 s.
+    /// the offer book's default, one shard, unacknowledged updates sent again every 5 s,
+    /// best-effort tasks preempted for a reservation after 30 s.
     fn default() -> CoreConfig {
         CoreConfig {
             members: BTreeMap::new(),
@@ -173,6 +179,7 @@ impl Default for CoreConfig {
             allocator_shards: 1,
             allocation_planning: AllocationPlanning::Inline,
             status_resend_interval: DEFAULT_STATUS_RESEND_INTERVAL,
+            reservation_grace: DEFAULT_RESERVATION_GRACE,
         }
     }
 }
@@ -448,6 +455,7 @@ pub struct MasterCore<S: RaftStore> {
     next_token: u64,
     agents: AgentSessions,
     drains: drains::DrainDeadlines,
+    following: reservations::Following,
     frameworks: FrameworkSessions,
     /// Whether a learner's promotion is proposed and not yet applied.
     promotion_in_flight: bool,
@@ -491,6 +499,7 @@ impl<S: RaftStore> MasterCore<S> {
         MasterCore {
             agents: AgentSessions::new(config.agent_timeouts),
             drains: drains::DrainDeadlines::default(),
+            following: reservations::Following::new(config.reservation_grace),
             frameworks: FrameworkSessions::new(config.status_resend_interval),
             promotion_in_flight: false,
             offers: None,
@@ -598,6 +607,7 @@ impl<S: RaftStore> MasterCore<S> {
         self.node.tick();
         self.propose_agent_marks(now);
         self.propose_drain_kills(now);
+        self.propose_reservation_close(now);
         self.propose_framework_teardowns(now);
         self.resend_status_updates(now);
         self.promote_learners();
@@ -826,6 +836,7 @@ impl<S: RaftStore> MasterCore<S> {
                 }
                 self.agents.mark_settled(&command);
                 self.drains.settled(&command);
+                self.following.settled(&command);
                 if let (Command::MarkAgentLost { agent_id, .. }, Settled::Applied(_)) =
                     (&command, &settled)
                 {
@@ -877,6 +888,7 @@ impl<S: RaftStore> MasterCore<S> {
                 tracing::debug!(command = command.kind(), %error, "the leader could not propose");
                 self.agents.mark_settled(&command);
                 self.drains.settled(&command);
+                self.following.settled(&command);
             }
         }
     }

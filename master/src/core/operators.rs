@@ -15,7 +15,7 @@ use fullerene_proto::reservations::RejectedReservationInfo;
 use fullerene_proto::time::Now;
 use fullerene_proto::{AgentId, FrameworkId, MasterId, TaskId, TaskKey};
 
-use super::reservations::{policy_command, policy_view, reservation_command};
+use super::reservation_calls::{policy_command, policy_view, reservation_command};
 use super::{MasterCore, Pending, RequestId};
 use crate::raft_node::{MembershipChange, ProposeError, ReadError};
 use crate::state::{Command, CommandError, Requester, TeardownCause};

@@ -1,104 +1,315 @@
-//! Reservation calls (Rayon §5.2's `createRes`, `updateRes`, `deleteRes`), from operators and
-//! frameworks alike: the RDL text is parsed and checked against the plan's limits here, before
-//! anything is proposed, so a bad request costs no log entry and its error points at the
-//! column. The plan decides admission when the command applies, on every master alike.
+//! The leader's plan follower (issue 17; Rayon §5.2): what the replicated plan guarantees each
+//! reservation now becomes offers to the frameworks running its jobs, made before anyone
+//! else's, and best-effort tasks that sit in the way too long are killed.
+//!
+//! Every [`FOLLOW_INTERVAL`], when an allocation cycle starts, the leader reads the plan's
+//! current slice through [`PlanFollower::follow`] with:
+//! - the reserved jobs: each live framework with an unended job tagged with an accepted
+//!   reservation (`JobDescription::reservation`) counts for the first such job's reservation;
+//!   it holds what its running tasks hold and wants its last demand summary's pending tasks;
+//! - the free capacity: the agents' unused resources, plus what tasks being killed still hold
+//!   (they free it within their kill grace, and must not be preempted twice over);
+//! - the best-effort tasks: the live tasks of every other framework, with their launch times.
+//!
+//! Each reservation's `offer_first` is split over its frameworks by what each wants and handed
+//! to the allocator as guarantees (`OfferManager::set_guarantees`). Preemptions become a
+//! replicated [`Command::PreemptTasks`] (the kill path of operators and drains, with the
+//! reservation as the KILLED update's reason), once the victims' frameworks' open offers are
+//! rescinded, so that nothing launches on what is being reclaimed.
+//!
+//! The follower's state (when each shortfall began, the kills in flight) is soft: a new leader
+//! starts it afresh, so a failover restarts the grace period of a shortfall under way (it delays
+//! a preemption, never hastens one). The plan itself, the tags and the reservations' outcomes
+//! are replicated. On its own timer ([`CLOSE_INTERVAL`]) the leader proposes
+//! [`Command::CloseReservations`], which makes every master forget the plan's past alike and
+//! judge the reservations whose time is over.
 
-use fullerene_proto::messages::{ErrorCode, UnixMillis, WireError};
-use fullerene_proto::reservations::{
-    ReservationCall, ReservationCaps, ReservationPolicy, MAX_RDL_BYTES,
-};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use fullerene_proto::{FrameworkId, Now, ResourceVec, TaskKey, Time};
 use fullerene_reservation::{
-    parse, validate, Expr, Limits, PlanConfig, PolicyKind, SharingPolicy, UserCaps,
+    BestEffortTask, FollowerDecision, PlanFollower, ReservationId, TaggedJob,
 };
 
-use crate::state::{Command, Requester};
+use super::MasterCore;
+use crate::offers::OfferManager;
+use crate::state::{ClusterState, Command};
+use crate::storage::RaftStore;
 
-/// The command that carries out `call` for `by` at the leader's time `at_ms`, or why the call is
-/// malformed: RDL text over [`MAX_RDL_BYTES`], a syntax error (line, column and a caret under
-/// it), or a request that breaks the plan's `limits`.
-pub(super) fn reservation_command(
-    call: ReservationCall,
-    by: Requester,
-    limits: &Limits,
-    at_ms: UnixMillis,
-) -> Result<Command, WireError> {
-    Ok(match call {
-        ReservationCall::Create { name, rdl } => Command::CreateReservation {
-            expr: checked_rdl(&name, &rdl, limits)?,
-            name,
-            principal: by.name().to_string(),
-            at_ms,
-        },
-        ReservationCall::Update { name, rdl } => Command::UpdateReservation {
-            expr: checked_rdl(&name, &rdl, limits)?,
-            name,
-            by,
-            at_ms,
-        },
-        ReservationCall::Delete { name } => Command::DeleteReservation { name, by, at_ms },
-    })
+/// How often the follower runs: it walks every live task for the best-effort candidates, so
+/// not on each of the allocator's cycles (one every 25-100 ms); shares stay with the
+/// allocator in between.
+pub const FOLLOW_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How often the leader looks for reservations whose time is over: the plan's quantum (one
+/// minute by default), so that a reservation is judged within a quantum of its end.
+pub const CLOSE_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Without any reservation to close, the plan's past is still forgotten this often (capacity
+/// changes add runs to it).
+const IDLE_CLOSE_INTERVAL: Duration = Duration::from_secs(600);
+
+/// The default grace period before best-effort tasks are preempted for a reservation
+/// (`--reservation-grace-secs`): long enough for short tasks to end on their own.
+pub const DEFAULT_RESERVATION_GRACE: Duration = Duration::from_secs(30);
+
+/// The leader's soft state for following the plan.
+#[derive(Debug)]
+pub(crate) struct Following {
+    follower: PlanFollower,
+    /// Tasks in a preemption proposed and not yet applied.
+    preempts_in_flight: BTreeSet<TaskKey>,
+    /// No follow before this time (`None`: at the next cycle).
+    next_follow: Option<Time>,
+    /// No close before this time (`None`: at the next tick).
+    next_close: Option<Time>,
+    /// When the past was last forgotten.
+    last_close: Option<Time>,
+    /// What the follower decided last, for tests and the operator's views.
+    last: FollowerDecision,
 }
 
-/// `rdl` parsed and validated against `limits`.
-fn checked_rdl(name: &str, rdl: &str, limits: &Limits) -> Result<Expr, WireError> {
-    let refuse = |message: String| WireError::new(ErrorCode::InvalidRequest, message);
-    if rdl.len() > MAX_RDL_BYTES {
-        return Err(refuse(format!(
-            "reservation `{name}`: the request is {} bytes of RDL, more than {MAX_RDL_BYTES}",
-            rdl.len()
-        )));
+impl Following {
+    pub(crate) fn new(grace: Duration) -> Following {
+        Following {
+            follower: PlanFollower::new(u64::try_from(grace.as_millis()).unwrap_or(u64::MAX)),
+            preempts_in_flight: BTreeSet::new(),
+            next_follow: None,
+            next_close: None,
+            last_close: None,
+            last: FollowerDecision::default(),
+        }
     }
-    let expr = parse(rdl).map_err(|error| refuse(format!("reservation `{name}`: {error}")))?;
-    validate(&expr, limits)
-        .map_err(|error| refuse(format!("reservation `{name}` is invalid: {error}")))?;
-    Ok(expr)
+
+    /// This master became leader: the follower starts afresh (see the module documentation).
+    pub(crate) fn on_leadership(&mut self) {
+        *self = Following::new(Duration::from_millis(self.follower.grace_ms()));
+    }
+
+    /// A preemption this leader proposed settled: its tasks may be named again.
+    pub(crate) fn settled(&mut self, command: &Command) {
+        if let Command::PreemptTasks { tasks, .. } = command {
+            for key in tasks {
+                self.preempts_in_flight.remove(key);
+            }
+        }
+    }
+
+    /// The follower's last decision.
+    pub(crate) fn last(&self) -> &FollowerDecision {
+        &self.last
+    }
 }
 
-/// The command that sets `policy`, or why its placement policy is unknown (the caps' ranges are
-/// checked when it applies, on every master alike).
-pub(super) fn policy_command(policy: ReservationPolicy) -> Result<Command, WireError> {
-    let placement = PolicyKind::from_name(&policy.placement).ok_or_else(|| {
-        WireError::new(
-            ErrorCode::InvalidRequest,
-            format!(
-                "unknown placement policy `{}`: `gree` or `gree-l`",
-                policy.placement
-            ),
-        )
-    })?;
-    let caps = |caps: ReservationCaps| UserCaps {
-        instantaneous: caps.instantaneous,
-        integral: caps.integral,
-        window_ms: caps.window_ms,
-    };
-    Ok(Command::SetReservationPolicy {
-        placement,
-        sharing: SharingPolicy {
-            default_caps: caps(policy.default_caps),
-            users: policy
-                .principals
-                .into_iter()
-                .map(|(principal, principal_caps)| (principal, caps(principal_caps)))
-                .collect(),
-        },
-    })
+/// What one follow gathered from the state: the reserved jobs' loads with the frameworks
+/// behind them, the free capacity and the best-effort tasks.
+struct Loads {
+    jobs: Vec<TaggedJob>,
+    /// The framework of each of `jobs`, in the same order.
+    frameworks: Vec<FrameworkId>,
+    free: ResourceVec,
+    best_effort: Vec<BestEffortTask>,
 }
 
-/// The plan's placement policy and caps as clients read them.
-pub(super) fn policy_view(config: &PlanConfig) -> ReservationPolicy {
-    let caps = |caps: &UserCaps| ReservationCaps {
-        instantaneous: caps.instantaneous,
-        integral: caps.integral,
-        window_ms: caps.window_ms,
-    };
-    ReservationPolicy {
-        placement: config.policy.name().to_string(),
-        default_caps: caps(&config.sharing.default_caps),
-        principals: config
-            .sharing
-            .users
+/// The reservation a live framework's jobs run in: its first unended job's that names an
+/// accepted reservation.
+fn reservation_of(state: &ClusterState, framework: &FrameworkId) -> Option<ReservationId> {
+    let entry = state.frameworks().get(framework)?;
+    if entry.torn_down_at_ms.is_some() {
+        return None;
+    }
+    entry
+        .jobs
+        .iter()
+        .filter(|job| job.end.is_none())
+        .filter_map(|job| job.description.reservation.as_deref())
+        .find_map(|name| state.reservations().id_of(name))
+}
+
+fn gather(state: &ClusterState, offers: &OfferManager, in_flight: &BTreeSet<TaskKey>) -> Loads {
+    let accounting = state.allocation();
+    let mut tagged: BTreeMap<FrameworkId, ReservationId> = BTreeMap::new();
+    for framework in state.frameworks().keys() {
+        if let Some(id) = reservation_of(state, framework) {
+            tagged.insert(framework.clone(), id);
+        }
+    }
+    let mut jobs = Vec::with_capacity(tagged.len());
+    let mut frameworks = Vec::with_capacity(tagged.len());
+    for (framework, id) in &tagged {
+        let held = accounting
+            .framework_by_id(framework)
+            .map_or(ResourceVec::ZERO, |record| record.held);
+        jobs.push(TaggedJob {
+            reservation: *id,
+            held,
+            wanted: offers.wanted(framework),
+        });
+        frameworks.push(framework.clone());
+    }
+    let mut free = ResourceVec::ZERO;
+    for (_, agent) in accounting.agents() {
+        let takes_tasks = state
+            .agents()
+            .get(&agent.id)
+            .is_some_and(crate::state::AgentEntry::takes_new_tasks);
+        if takes_tasks {
+            free += agent.free();
+        }
+    }
+    let mut best_effort = Vec::new();
+    for (key, record) in state.tasks() {
+        if record.state.is_terminal() || tagged.contains_key(&key.framework_id) {
+            continue;
+        }
+        if record.kill_requested || in_flight.contains(key) {
+            // Being killed: what it holds comes free within its grace.
+            free += record.demand;
+            continue;
+        }
+        best_effort.push(BestEffortTask {
+            key: key.clone(),
+            started_ms: record.launched_at_ms,
+            resources: record.demand,
+        });
+    }
+    Loads {
+        jobs,
+        frameworks,
+        free,
+        best_effort,
+    }
+}
+
+/// Splits each reservation's `offer_first` over the frameworks running its jobs, kind by kind
+/// in proportion to what each wants.
+fn split_guarantees(decision: &FollowerDecision, loads: &Loads) -> Vec<(FrameworkId, ResourceVec)> {
+    let mut owed = Vec::new();
+    for share in decision.shares.iter().filter(|s| !s.offer_first.is_zero()) {
+        let members: Vec<(&FrameworkId, &TaggedJob)> = loads
+            .frameworks
             .iter()
-            .map(|(principal, principal_caps)| (principal.clone(), caps(principal_caps)))
-            .collect(),
+            .zip(&loads.jobs)
+            .filter(|(_, job)| job.reservation == share.id)
+            .collect();
+        let wanted = members
+            .iter()
+            .fold(ResourceVec::ZERO, |sum, (_, job)| sum + job.wanted);
+        for (framework, job) in members {
+            let mut part = ResourceVec::ZERO;
+            for (k, amount) in part.0.iter_mut().enumerate() {
+                if wanted.0[k] > 0.0 {
+                    *amount = share.offer_first.0[k] * job.wanted.0[k] / wanted.0[k];
+                }
+            }
+            if !part.is_zero() {
+                owed.push((framework.clone(), part));
+            }
+        }
+    }
+    owed
+}
+
+impl<S: RaftStore> MasterCore<S> {
+    /// On the leader, when an allocation cycle starts (at most once per [`FOLLOW_INTERVAL`]):
+    /// follows the plan, sets the allocator's guarantees, and preempts (see the module
+    /// documentation).
+    pub(super) fn follow_plan(&mut self, now: Now) {
+        if self
+            .following
+            .next_follow
+            .is_some_and(|next| now.monotonic < next)
+        {
+            return;
+        }
+        self.following.next_follow = Some(now.monotonic.saturating_add(FOLLOW_INTERVAL));
+        let Some(offers) = self.offers.as_mut() else {
+            return;
+        };
+        let state = self.node.state();
+        let plan = state.reservations().plan();
+        if plan.reservations().next().is_none() {
+            offers.set_guarantees(state, Vec::new());
+            self.following.last = FollowerDecision::default();
+            return;
+        }
+        let loads = gather(state, offers, &self.following.preempts_in_flight);
+        let decision = self.following.follower.follow(
+            plan,
+            now.wall_ms(),
+            &loads.jobs,
+            loads.free,
+            &loads.best_effort,
+        );
+        offers.set_guarantees(state, split_guarantees(&decision, &loads));
+        if !decision.preempt.is_empty() {
+            // Named for the first reservation still owed (by id: the oldest accepted).
+            let reservation = decision
+                .shares
+                .iter()
+                .find(|share| !share.offer_first.is_zero())
+                .and_then(|share| state.reservations().name_of(share.id))
+                .unwrap_or_default()
+                .to_string();
+            let victims: BTreeSet<FrameworkId> = decision
+                .preempt
+                .iter()
+                .map(|key| key.framework_id.clone())
+                .collect();
+            let mut rescinded = Vec::new();
+            for framework in &victims {
+                rescinded.extend(offers.rescind_framework(state, framework));
+            }
+            self.send_rescinds(rescinded);
+            tracing::info!(
+                reservation,
+                tasks = decision.preempt.len(),
+                "a reservation's shortfall outlasted the grace period: preempting best-effort tasks"
+            );
+            self.following
+                .preempts_in_flight
+                .extend(decision.preempt.iter().cloned());
+            self.propose_internal(Command::PreemptTasks {
+                reservation,
+                tasks: decision.preempt.clone(),
+                at_ms: now.wall_ms(),
+            });
+        }
+        self.following.last = decision;
+    }
+
+    /// On the leader's tick: proposes [`Command::CloseReservations`] every [`CLOSE_INTERVAL`]
+    /// when a reservation's time is over, and every ten minutes anyway.
+    pub(super) fn propose_reservation_close(&mut self, now: Now) {
+        if !self.node.is_leader()
+            || self
+                .following
+                .next_close
+                .is_some_and(|next| now.monotonic < next)
+        {
+            return;
+        }
+        self.following.next_close = Some(now.monotonic.saturating_add(CLOSE_INTERVAL));
+        let plan = self.node.state().reservations().plan();
+        let quanta = plan.quanta();
+        let now_quantum = quanta.containing(now.wall_ms());
+        let something_over = plan
+            .reservations()
+            .any(|r| r.span().is_none_or(|(_, end)| end <= now_quantum));
+        // The first idle close comes a whole interval after this master began to lead.
+        let last = *self.following.last_close.get_or_insert(now.monotonic);
+        let idle_due = now.monotonic.saturating_duration_since(last) >= IDLE_CLOSE_INTERVAL;
+        if something_over || idle_due {
+            self.following.last_close = Some(now.monotonic);
+            self.propose_internal(Command::CloseReservations {
+                at_ms: now.wall_ms(),
+            });
+        }
+    }
+
+    /// What the plan follower decided last (empty unless leading with reservations).
+    pub fn follower_decision(&self) -> &FollowerDecision {
+        self.following.last()
     }
 }

@@ -177,7 +177,17 @@ impl Harness {
         principal: &str,
         framework_id: Option<FrameworkId>,
     ) -> (SessionId, FrameworkId) {
-        let (session, outputs) = self.subscribe_in(principal, framework_id, "default");
+        self.subscribe_to(principal, framework_id, "default")
+    }
+
+    /// [`Harness::subscribe`] asking for `group` (empty: the principal's).
+    fn subscribe_to(
+        &mut self,
+        principal: &str,
+        framework_id: Option<FrameworkId>,
+        group: &str,
+    ) -> (SessionId, FrameworkId) {
+        let (session, outputs) = self.subscribe_in(principal, framework_id, group);
         let call_id = self.next_call - 1;
         let id = outputs
             .iter()
@@ -287,6 +297,22 @@ impl Harness {
         let (answer, outputs) = self.accept_t1(framework_id, session, &offer);
         assert_eq!(answer, Some(Ok(CallOk::Done)));
         outputs
+    }
+
+    /// Proposes alice's reservation `name` of `rdl` as of now, as an operator's would be (the
+    /// operator request for it is not this module's), and checks that it is accepted.
+    fn reserve(&mut self, name: &str, rdl: &str) {
+        let reserve = crate::state::Command::CreateReservation {
+            name: name.into(),
+            principal: "alice".into(),
+            expr: fullerene_reservation::parse(rdl).expect("valid RDL"),
+            at_ms: self.now.wall_ms(),
+        };
+        let token = self.core.token();
+        self.core.node.propose(&reserve, token).expect("proposed");
+        self.run();
+        let reservations = self.core.node().state().reservations();
+        assert!(reservations.get(name).is_some(), "{name} accepted");
     }
 
     /// The agent's state in the replicated state.
@@ -1625,6 +1651,7 @@ fn a_framework_describes_its_job_and_says_how_it_ended_through_its_session() {
             tasks: 1,
             parents: vec![],
         }],
+        reservation: None,
     };
     let (answer, _) = h.call(
         &framework,
@@ -1653,18 +1680,10 @@ fn a_framework_describes_its_job_and_says_how_it_ended_through_its_session() {
 fn an_accepted_reservation_survives_a_restart_of_the_master() {
     let mut h = Harness::leader();
     h.register_agent("agent-1", "cpus=8,mem_mib=8192");
-    let reserve = crate::state::Command::CreateReservation {
-        name: "etl".into(),
-        principal: "alice".into(),
-        expr: fullerene_reservation::parse(
-            "window(atom(cpus=4,mem_mib=1024; g=1, h=2, l=1m, w=1h), s=0, f=1h)",
-        )
-        .expect("valid RDL"),
-        at_ms: h.now.wall_ms(),
-    };
-    let token = h.core.token();
-    h.core.node.propose(&reserve, token).expect("proposed");
-    h.run();
+    h.reserve(
+        "etl",
+        "window(atom(cpus=4,mem_mib=1024; g=1, h=2, l=1m, w=1h), s=0, f=1h)",
+    );
     let before = h.core.node().state().reservations().clone();
     assert!(before.get("etl").is_some(), "accepted");
     h.restart_after(Duration::from_secs(30));
@@ -1792,4 +1811,160 @@ fn operators_and_frameworks_reserve_and_only_owners_or_operators_change_reservat
     // With its room free, the refused request now fits.
     let answer = reserve(&mut h, "etl-q2", hour);
     assert_eq!(answer, Some(Ok(CallOk::Done)));
+
+/// A job description of one stage of `tasks` tasks, running in `reservation`.
+fn reserved_job(job: &str, tasks: u32, reservation: &str) -> fullerene_proto::jobs::JobDescription {
+    use fullerene_proto::jobs::{JobDescription, StageDescription};
+    JobDescription {
+        job: job.to_string(),
+        policy: "graphene".to_string(),
+        stages: vec![StageDescription {
+            stage: 0,
+            name: "scan".to_string(),
+            tasks,
+            parents: vec![],
+        }],
+        reservation: Some(reservation.to_string()),
+    }
+}
+
+/// Issue 17, point 4: the plan follower. A best-effort framework fills a 4-cpu agent; then a
+/// reservation guarantees 2 cpus and a framework runs a job in it, in a group whose weight
+/// gives it almost no fair share (so that without the guarantee the allocator would hand freed
+/// cpus to the best-effort framework, which wants more). Nothing is killed within the grace
+/// period; after it, the two newest best-effort tasks are, named as preempted for the
+/// reservation, and what they free is offered to the reserved job's framework first.
+#[test]
+fn a_reservations_jobs_are_offered_their_guarantee_first_and_best_effort_is_preempted_after_the_grace(
+) {
+    let mut h = Harness::leader();
+    let (agent_session, _) = h.register_agent("agent-1", "cpus=4,mem_mib=4096");
+    h.heartbeating.push(AgentId::from("agent-1"));
+    let (be_session, best_effort) = h.subscribe("framework-1", None);
+    h.want(&best_effort, be_session, 4);
+    let offer = h.offers_for(be_session).remove(0);
+    let tasks: Vec<TaskSpec> = (1..=4)
+        .map(|i| task(&format!("be-{i}"), ONE_TASK))
+        .collect();
+    let (answer, _) = h.accept(&best_effort, be_session, &offer, tasks);
+    assert_eq!(answer, Some(Ok(CallOk::Done)));
+    // It wants as much again: it would take whatever frees up.
+    h.want(&best_effort, be_session, 4);
+
+    // At a whole minute (the plan's quanta), 2 cpus for the next ten minutes.
+    let wall = h.now.wall_ms();
+    h.now = h.now.after(Duration::from_millis(120_000 - wall));
+    h.reserve(
+        "etl",
+        "window(atom(cpus=1,mem_mib=512; g=2, h=2, l=1m, w=20m), s=0, f=10m)",
+    );
+
+    let placed = h.operator(OperatorRequest::SetGroup(GroupPlacement {
+        group: "prod".to_string(),
+        weight: Some(0.01),
+        principals: vec!["framework-2".to_string()],
+    }));
+    assert_eq!(placed, OperatorResponse::Done);
+    let (prod_session, prod) = h.subscribe_to("framework-2", None, "");
+    let (answer, _) = h.call(
+        &prod,
+        prod_session,
+        FrameworkRequest::DescribeJob(reserved_job("q0", 2, "nightly")),
+    );
+    match answer {
+        Some(Err(error)) => assert!(error.message.contains("`nightly`"), "{error:?}"),
+        other => panic!("a job in an unknown reservation is refused, got {other:?}"),
+    }
+    let (answer, _) = h.call(
+        &prod,
+        prod_session,
+        FrameworkRequest::DescribeJob(reserved_job("q1", 2, "etl")),
+    );
+    assert_eq!(answer, Some(Ok(CallOk::Done)));
+    h.want(&prod, prod_session, 2);
+
+    let killed = |outputs: &[Output]| -> Vec<TaskId> {
+        to_agent(outputs, agent_session)
+            .into_iter()
+            .filter_map(|message| match message {
+                MasterToAgent::Kill { task_id, .. } => Some(task_id.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    // Short of 2 cpus with none free: nothing is killed within the grace period.
+    let within = h.pass(DEFAULT_RESERVATION_GRACE - Duration::from_secs(2));
+    assert!(killed(&within).is_empty(), "killed within the grace period");
+    assert!(offers_in(&within, prod_session).is_empty());
+    let decision = h.core.follower_decision();
+    assert_eq!(decision.shares.len(), 1);
+    assert_eq!(
+        decision.shares[0].offer_first.to_string(),
+        "cpus=2,mem_mib=1024"
+    );
+
+    // After it: the two newest tasks (all started together: the highest ids) go.
+    let after = h.pass(Duration::from_secs(4));
+    let mut victims = killed(&after);
+    victims.sort();
+    assert_eq!(victims, [TaskId::from("be-3"), TaskId::from("be-4")]);
+    // What follows the kills is offered as soon as they end (the cycle an ended task wants).
+    let mut after_kills = Vec::new();
+    for (seq, victim) in victims.iter().enumerate() {
+        let ended = update(
+            victim.as_str(),
+            &best_effort,
+            "agent-1",
+            TaskState::Killed,
+            seq as u64 + 1,
+        );
+        let outputs = h.input(Input::AgentStatus(AgentId::from("agent-1"), ended));
+        after_kills.extend(outputs);
+        let told = to_framework(&after_kills, be_session)
+            .into_iter()
+            .find_map(|message| match message {
+                MasterToFramework::Update(update) if update.task_id == *victim => {
+                    Some(update.clone())
+                }
+                _ => None,
+            })
+            .expect("the best-effort framework is told");
+        assert_eq!(
+            told.reason,
+            Some(StatusReason::Preempted {
+                reservation: "etl".into()
+            })
+        );
+    }
+    // The 2 freed cpus go to the reserved job's framework, which launches its two tasks on
+    // them; the best-effort one, which wants more, is offered none of them.
+    let cpus = |offer: &Offer| {
+        offer.resources.to_vec().expect("valid offer")[fullerene_proto::ResourceKind::Cpus]
+    };
+    let mut outputs = after_kills;
+    let mut launched = 0;
+    for _ in 0..40 {
+        for offer in offers_in(&outputs, prod_session) {
+            let fit = (cpus(&offer) as usize).min(2 - launched);
+            if fit == 0 {
+                continue;
+            }
+            let tasks = (0..fit)
+                .map(|i| task(&format!("q1-{}", launched + i), ONE_TASK))
+                .collect();
+            let (answer, _) = h.accept(&prod, prod_session, &offer, tasks);
+            assert_eq!(answer, Some(Ok(CallOk::Done)));
+            launched += fit;
+        }
+        let be_cpus: f64 = offers_in(&outputs, be_session).iter().map(cpus).sum();
+        assert_eq!(be_cpus, 0.0, "best effort offered reserved cpus");
+        if launched == 2 {
+            break;
+        }
+        outputs = h.tick();
+    }
+    assert_eq!(launched, 2);
+    // No more preemption once the shortfall is covered by what is free.
+    let later = h.pass(Duration::from_secs(5));
+    assert!(killed(&later).is_empty());
 }

@@ -53,6 +53,10 @@ pub const RESERVATIONS_REJECTED: &str = "fullerene_master_reservations_rejected_
 pub const RESERVATIONS_REFUSED: &str = "fullerene_master_reservations_refused_total";
 /// Accept to RUNNING (leader only).
 pub const LAUNCH_LATENCY: &str = "fullerene_master_launch_latency_seconds";
+/// Reservations whose tagged jobs all ended by their end (issue 17), read off the state.
+pub const RESERVATIONS_FULFILLED: &str = "fullerene_master_reservations_fulfilled_total";
+/// Reservations with a tagged job still running at their end, read off the state.
+pub const RESERVATIONS_LATE: &str = "fullerene_master_reservations_late_total";
 
 /// The `state` label of an agent.
 fn agent_state_label(state: AgentState) -> &'static str {
@@ -200,8 +204,18 @@ fn describe_cluster() {
         Unit::Seconds,
         "Time from a task's accept to its RUNNING update, by the leader's wall clock (leader only)"
     );
+    describe_counter!(
+        RESERVATIONS_FULFILLED,
+        "Reservations whose time is over with every job tagged with them ended by their end"
+    );
+    describe_counter!(
+        RESERVATIONS_LATE,
+        "Reservations whose time is over with a job tagged with them still running at their end"
+    );
     counter!(OFFERS_ACCEPTED).increment(0);
     counter!(OFFERS_DECLINED).increment(0);
+    counter!(RESERVATIONS_FULFILLED).increment(0);
+    counter!(RESERVATIONS_LATE).increment(0);
 }
 
 fn describe_shell() {
@@ -364,6 +378,10 @@ impl ClusterGauges {
             gauge!(TASKS, "state" => label).set(count as f64);
         }
         gauge!(STATUS_UPDATE_BACKLOG).set(backlog as f64);
+        // Replicated totals: every master shows the same, and a new leader goes on counting.
+        let reservations = state.reservations();
+        counter!(RESERVATIONS_FULFILLED).absolute(reservations.fulfilled_total());
+        counter!(RESERVATIONS_LATE).absolute(reservations.late_total());
 
         let mut used = ResourceVec::ZERO;
         let mut idle = ResourceVec::ZERO;

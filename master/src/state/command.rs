@@ -299,6 +299,25 @@ pub enum Command {
         /// Leader's time.
         at_ms: UnixMillis,
     },
+    /// The leader's plan follower kills best-effort tasks so that a reservation's jobs get
+    /// what the plan guarantees them (Rayon §5.2): each live one is asked to die like an
+    /// operator's kill, and its KILLED update is recorded as preempted for `reservation`.
+    /// Tasks that ended meanwhile are skipped.
+    PreemptTasks {
+        /// The reservation they make room for.
+        reservation: String,
+        /// The tasks (at least one).
+        tasks: Vec<TaskKey>,
+        /// Leader's time.
+        at_ms: UnixMillis,
+    },
+    /// The leader's timer: the plan forgets its past before `at_ms`, so that it does not grow
+    /// with time, and each reservation whose time is over is judged fulfilled, late or unused
+    /// from the jobs tagged with it (the same on every master: it depends on the log only).
+    CloseReservations {
+        /// Leader's time.
+        at_ms: UnixMillis,
+    },
 }
 
 impl Command {
@@ -324,7 +343,9 @@ impl Command {
             | Command::KillTasks { at_ms, .. }
             | Command::CreateReservation { at_ms, .. }
             | Command::UpdateReservation { at_ms, .. }
-            | Command::DeleteReservation { at_ms, .. } => Some(*at_ms),
+            | Command::DeleteReservation { at_ms, .. }
+            | Command::PreemptTasks { at_ms, .. }
+            | Command::CloseReservations { at_ms } => Some(*at_ms),
             Command::AcknowledgeStatus { .. }
             | Command::SetGroupWeight { .. }
             | Command::SetGroup(_)
@@ -369,6 +390,8 @@ impl Command {
             Command::UpdateReservation { .. } => "update_reservation",
             Command::DeleteReservation { .. } => "delete_reservation",
             Command::SetReservationPolicy { .. } => "set_reservation_policy",
+            Command::PreemptTasks { .. } => "preempt_tasks",
+            Command::CloseReservations { .. } => "close_reservations",
         }
     }
 }

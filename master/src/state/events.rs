@@ -240,6 +240,8 @@ impl EventProbe {
             | Command::TeardownFramework { .. }
             | Command::KillTask { .. }
             | Command::KillTasks { .. }
+            | Command::PreemptTasks { .. }
+            | Command::CloseReservations { .. }
             | Command::AcknowledgeStatus { .. }
             | Command::SetQuotas(_)
             | Command::SetReservationPolicy { .. }

@@ -81,6 +81,19 @@ impl ClusterState {
                  have not ended, the most one framework may describe"
             )));
         }
+        // Refused rather than run untagged: a production job whose reservation name has a
+        // typo would otherwise compete as best effort and miss its deadline unnoticed. An
+        // unchanged description is accepted above even if its reservation has since ended.
+        if let Some(reservation) = &description.reservation {
+            if self.reservations.get(reservation).is_none() {
+                return Err(CommandError::BadJob(format!(
+                    "job `{}` names reservation `{reservation}`, which the masters have not \
+                     accepted (or whose time is over): create it first, or leave it out to run \
+                     as best effort",
+                    description.job
+                )));
+            }
+        }
         let Some(entry) = self.frameworks.get_mut(framework_id) else {
             return Err(CommandError::UnknownFramework(framework_id.clone()));
         };

@@ -46,7 +46,8 @@ pub use records::{
     FINISHED_TASK_BYTES, MAX_GROUPS, MAX_MAPPED_PRINCIPALS,
 };
 pub use reservations::{
-    RejectedReservation, Reservations, MAX_ACCEPTED_RESERVATIONS, MAX_REJECTED_KEPT,
+    ClosedReservation, RejectedReservation, ReservationOutcome, Reservations,
+    MAX_ACCEPTED_RESERVATIONS, MAX_CLOSED_KEPT, MAX_REJECTED_KEPT,
 };
 pub use snapshot::{SnapshotError, FRAME_BYTES, STATE_FORMAT_VERSION};
 
@@ -563,6 +564,10 @@ impl ClusterState {
                 self.reservations_mut().delete(name, by)?;
                 Ok(CommandOutcome::Applied)
             }
+            Command::PreemptTasks {
+                reservation, tasks, ..
+            } => self.preempt_tasks(reservation, tasks),
+            Command::CloseReservations { at_ms } => Ok(self.close_reservations(*at_ms)),
         }
     }
 
@@ -1205,6 +1210,7 @@ impl ClusterState {
                     updated_at_ms: at_ms,
                     kill_requested: false,
                     unacked: Vec::new(),
+                    preempted_for: None,
                 }),
             );
             if let Some(agent) = self.agents.get_mut(agent_id) {
@@ -1292,12 +1298,26 @@ impl ClusterState {
         let record = self
             .task_mut(&key)
             .ok_or_else(|| CommandError::UnknownTask(key.clone()))?;
+        let mut update = update.clone();
+        if let (TaskState::Killed, Some(reservation)) = (update.state, &record.preempted_for) {
+            update.reason = Some(StatusReason::Preempted {
+                reservation: reservation.clone(),
+            });
+            update.message = if update.message.is_empty() {
+                format!("preempted for reservation `{reservation}`")
+            } else {
+                format!(
+                    "preempted for reservation `{reservation}`: {}",
+                    update.message
+                )
+            };
+        }
         record.state = update.state;
         record.seq = update.seq;
         record.reason = update.reason.clone();
         record.updated_at_ms = at_ms;
         record.push_unacked(update.clone());
-        Ok(CommandOutcome::StatusRecorded(update.clone()))
+        Ok(CommandOutcome::StatusRecorded(update))
     }
 
     fn kill_task(
@@ -1357,6 +1377,85 @@ impl ClusterState {
             }
         }
         Ok(CommandOutcome::KillsRequested(kills))
+    }
+
+    /// Asks the live ones of `tasks` to die for `reservation` (`Command::PreemptTasks`).
+    fn preempt_tasks(
+        &mut self,
+        reservation: &str,
+        tasks: &[TaskKey],
+    ) -> Result<CommandOutcome, CommandError> {
+        if tasks.is_empty() {
+            return Err(CommandError::EmptyBundle);
+        }
+        let mut kills = Vec::with_capacity(tasks.len());
+        for key in tasks {
+            let live = self.tasks.get(key).is_some_and(|t| !t.state.is_terminal());
+            if !live {
+                continue;
+            }
+            if let Some(record) = self.task_mut(key) {
+                record.kill_requested = true;
+                record.preempted_for = Some(reservation.to_string());
+                kills.push(TaskKill {
+                    agent_id: record.agent_id.clone(),
+                    task: key.clone(),
+                    grace_ms: record.spec.kill_grace_ms,
+                });
+            }
+        }
+        Ok(if kills.is_empty() {
+            CommandOutcome::Unchanged
+        } else {
+            CommandOutcome::KillsRequested(kills)
+        })
+    }
+
+    /// Forgets the plan's past before `at_ms` and judges each reservation whose time is over
+    /// by the jobs tagged with it that were described before its end: fulfilled if every one
+    /// ended by then, late if one did not, unused without any (`Command::CloseReservations`).
+    /// A name reused by a later reservation is judged with the jobs of its own time only.
+    fn close_reservations(&mut self, at_ms: UnixMillis) -> CommandOutcome {
+        let over = self.reservations_mut().forget_before(at_ms);
+        if over.is_empty() {
+            return CommandOutcome::Applied;
+        }
+        for (name, reservation, end_ms) in over {
+            let (mut jobs, mut late_jobs) = (0_u32, 0_u32);
+            let tagged = self
+                .frameworks
+                .values()
+                .flat_map(|framework| &framework.jobs)
+                .filter(|job| {
+                    job.description.reservation.as_deref() == Some(name.as_str())
+                        && job.submitted_at_ms < end_ms
+                        && job
+                            .ended_at_ms
+                            .is_none_or(|ended| ended >= reservation.anchor_ms)
+                });
+            for job in tagged {
+                jobs = jobs.saturating_add(1);
+                if job.ended_at_ms.is_none_or(|ended| ended > end_ms) {
+                    late_jobs = late_jobs.saturating_add(1);
+                }
+            }
+            let outcome = if jobs == 0 {
+                ReservationOutcome::Unused
+            } else if late_jobs > 0 {
+                ReservationOutcome::Late
+            } else {
+                ReservationOutcome::Fulfilled
+            };
+            self.reservations_mut().close(ClosedReservation {
+                name,
+                principal: reservation.user,
+                end_ms,
+                jobs,
+                late_jobs,
+                outcome,
+            });
+        }
+        CommandOutcome::Applied
     }
 
     fn acknowledge_status(

@@ -237,6 +237,9 @@ pub struct TaskRecord {
     /// again until it does, whichever master leads (DESIGN.md: every status update reaches its
     /// framework at least once, in order per task). See [`TaskRecord::push_unacked`].
     pub unacked: Vec<StatusUpdate>,
+    /// The reservation the leader preempted it for (`Command::PreemptTasks`): its KILLED
+    /// update is recorded with that reason.
+    pub preempted_for: Option<String>,
 }
 
 impl TaskRecord {

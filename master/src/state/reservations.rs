@@ -31,6 +31,52 @@ pub const MAX_ACCEPTED_RESERVATIONS: usize = 4_096;
 /// How many rejected reservations are kept for their owners to read; the oldest go first.
 pub const MAX_REJECTED_KEPT: usize = 1024;
 
+/// How many closed reservations (time over, judged fulfilled, late or unused) are kept; the
+/// oldest go first.
+pub const MAX_CLOSED_KEPT: usize = 1024;
+
+/// How a reservation whose time is over went, judged when the plan forgets it (Rayon §6's SLA
+/// fulfilment: the reserved jobs done by the reservation's end).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReservationOutcome {
+    /// Every job tagged with it ended by its end.
+    Fulfilled,
+    /// A job tagged with it was still running at its end (or ended after it).
+    Late,
+    /// No job ran in it.
+    Unused,
+}
+
+impl ReservationOutcome {
+    /// `fulfilled`, `late` or `unused`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReservationOutcome::Fulfilled => "fulfilled",
+            ReservationOutcome::Late => "late",
+            ReservationOutcome::Unused => "unused",
+        }
+    }
+}
+
+/// A reservation whose time is over, with how it went.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClosedReservation {
+    /// Its name.
+    pub name: String,
+    /// Its owner.
+    pub principal: String,
+    /// Its end: the end of the last quantum the plan held for it (GREE places as late as the
+    /// windows allow, so this is its deadline as planned).
+    pub end_ms: UnixMillis,
+    /// The jobs tagged with it that were described before its end.
+    pub jobs: u32,
+    /// Of those, the ones still running at its end or ended after it.
+    pub late_jobs: u32,
+    /// The verdict.
+    pub outcome: ReservationOutcome,
+}
+
 /// A reservation the adapter removed from the plan after a loss of capacity.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RejectedReservation {
@@ -59,6 +105,12 @@ pub struct Reservations {
     /// How many the adapter rejected in all (`rejected` keeps the last
     /// [`MAX_REJECTED_KEPT`]).
     rejected_total: u64,
+    /// Reservations whose time is over, oldest first by their closing.
+    closed: Vec<ClosedReservation>,
+    /// How many closed fulfilled, and late, in all (`closed` keeps the last
+    /// [`MAX_CLOSED_KEPT`]).
+    fulfilled_total: u64,
+    late_total: u64,
 }
 
 impl Default for Reservations {
@@ -73,6 +125,9 @@ impl Default for Reservations {
             followed_capacity: ResourceVec::ZERO,
             rejected: Vec::new(),
             rejected_total: 0,
+            closed: Vec::new(),
+            fulfilled_total: 0,
+            late_total: 0,
         }
     }
 }
@@ -107,6 +162,35 @@ impl Reservations {
     /// How many reservations the adapter rejected since the cluster began.
     pub fn rejected_total(&self) -> u64 {
         self.rejected_total
+    }
+
+    /// The reservations whose time is over, with how each went, oldest first (the last
+    /// [`MAX_CLOSED_KEPT`]).
+    pub fn closed(&self) -> &[ClosedReservation] {
+        &self.closed
+    }
+
+    /// How many reservations were fulfilled since the cluster began.
+    pub fn fulfilled_total(&self) -> u64 {
+        self.fulfilled_total
+    }
+
+    /// How many reservations were late since the cluster began.
+    pub fn late_total(&self) -> u64 {
+        self.late_total
+    }
+
+    /// The id of an accepted reservation.
+    pub fn id_of(&self, name: &str) -> Option<ReservationId> {
+        self.names.get(name).copied()
+    }
+
+    /// The name of an accepted reservation's id.
+    pub fn name_of(&self, id: ReservationId) -> Option<&str> {
+        self.names
+            .iter()
+            .find(|(_, named)| **named == id)
+            .map(|(name, _)| name.as_str())
     }
 
     /// The capacity the plan follows (the live agents' totals).
@@ -324,7 +408,7 @@ impl Reservations {
             .change_capacity(at_ms, CapacityChange::Loss(loss), at_ms);
         let mut names = Vec::with_capacity(replanned.rejected.len());
         for (reservation, refusal) in replanned.rejected {
-            let Some(name) = self.name_of(reservation.id) else {
+            let Some(name) = self.name_of(reservation.id).map(str::to_string) else {
                 continue;
             };
             self.names.remove(&name);
@@ -342,11 +426,35 @@ impl Reservations {
         names
     }
 
-    fn name_of(&self, id: ReservationId) -> Option<String> {
-        self.names
-            .iter()
-            .find(|(_, named)| **named == id)
-            .map(|(name, _)| name.clone())
+    /// Forgets the plan's past before `at_ms` (so that it does not grow with time) and returns
+    /// the reservations whose time is over, by name, with their end; their names are free
+    /// again. The caller judges them ([`Reservations::close`]).
+    pub(super) fn forget_before(&mut self, at_ms: UnixMillis) -> Vec<(String, Reservation, u64)> {
+        let quanta = self.plan.quanta();
+        let mut over = Vec::new();
+        for reservation in self.plan.forget_before(at_ms) {
+            let Some(name) = self.name_of(reservation.id).map(str::to_string) else {
+                continue;
+            };
+            self.names.remove(&name);
+            let end_ms = reservation
+                .span()
+                .map_or(reservation.anchor_ms, |(_, end)| quanta.start_ms(end));
+            over.push((name, reservation, end_ms));
+        }
+        over
+    }
+
+    /// Records a reservation whose time is over and how it went.
+    pub(super) fn close(&mut self, closed: ClosedReservation) {
+        match closed.outcome {
+            ReservationOutcome::Fulfilled => self.fulfilled_total += 1,
+            ReservationOutcome::Late => self.late_total += 1,
+            ReservationOutcome::Unused => {}
+        }
+        self.closed.push(closed);
+        let excess = self.closed.len().saturating_sub(MAX_CLOSED_KEPT);
+        self.closed.drain(..excess);
     }
 }
 

@@ -1514,6 +1514,7 @@ fn job_description(job: &str) -> fullerene_proto::jobs::JobDescription {
                 parents: vec![0],
             },
         ],
+        reservation: None,
     }
 }
 
@@ -2329,4 +2330,188 @@ fn the_reservation_policy_is_checked_and_applies_to_later_admissions() {
         ),
         "{err}"
     );
+
+/// [`describe`] of a job that runs in `reservation`.
+fn describe_in(framework: &str, principal: &str, job: &str, reservation: &str) -> Command {
+    let mut command = describe(framework, principal, job, 70_000);
+    if let Command::DescribeJob { description, .. } = &mut command {
+        description.reservation = Some(reservation.into());
+    }
+    command
+}
+
+fn end_job_at(framework: &str, principal: &str, job: &str, at_ms: u64) -> Command {
+    Command::EndJob {
+        framework_id: framework.into(),
+        principal: principal.into(),
+        job: job.into(),
+        end: fullerene_proto::jobs::JobEnd::Finished,
+        at_ms,
+    }
+}
+
+#[test]
+fn jobs_run_in_an_accepted_reservation_and_one_naming_another_is_refused_with_its_name() {
+    let mut st = cluster_with_etl();
+    st.apply(&subscribe("f1", "alice", "default")).unwrap();
+    st.apply(&subscribe("f2", "bob", "default")).unwrap();
+    let err = refused(&mut st, &describe_in("f1", "alice", "q1", "nightly"));
+    assert!(
+        matches!(&err, CommandError::BadJob(message) if message.contains("reservation `nightly`")),
+        "{err}"
+    );
+    // Two frameworks' jobs share one reservation.
+    st.apply(&describe_in("f1", "alice", "q1", "etl")).unwrap();
+    st.apply(&describe_in("f2", "bob", "q2", "etl")).unwrap();
+    for framework in ["f1", "f2"] {
+        let jobs = jobs_of(&st, framework);
+        assert_eq!(jobs[0].description.reservation.as_deref(), Some("etl"));
+    }
+    let restored = ClusterState::decode_snapshot(&st.encode_snapshot().unwrap()).unwrap();
+    assert_eq!(restored, st);
+}
+
+#[test]
+fn a_preempted_task_is_killed_and_its_end_names_the_reservation() {
+    let mut st = cluster_with_etl();
+    st.apply(&subscribe("f2", "bob", "default")).unwrap();
+    st.apply(&launch("f2", "bob", "a1", vec![spec("t1", "cpus=2")]))
+        .unwrap();
+    st.apply(&status("a1", "f2", "t1", TaskState::Running, 1))
+        .unwrap();
+    let preempt = |tasks: Vec<TaskKey>| Command::PreemptTasks {
+        reservation: "etl".into(),
+        tasks,
+        at_ms: 80_000,
+    };
+    // A task unknown or already ended is skipped, not a reason to refuse the others.
+    let outcome = st
+        .apply(&preempt(vec![key("f2", "t1"), key("f2", "gone")]))
+        .unwrap();
+    match outcome {
+        CommandOutcome::KillsRequested(kills) => {
+            assert_eq!(kills.len(), 1);
+            assert_eq!(kills[0].task, key("f2", "t1"));
+        }
+        other => panic!("{other:?}"),
+    }
+    let record = st.task(&key("f2", "t1")).unwrap();
+    assert!(record.kill_requested);
+    assert_eq!(record.preempted_for.as_deref(), Some("etl"));
+    // The agent's KILLED update is recorded, and forwarded, as a preemption.
+    let outcome = st
+        .apply(&status("a1", "f2", "t1", TaskState::Killed, 2))
+        .unwrap();
+    let CommandOutcome::StatusRecorded(update) = outcome else {
+        panic!("{outcome:?}");
+    };
+    assert_eq!(
+        update.reason,
+        Some(StatusReason::Preempted {
+            reservation: "etl".into()
+        })
+    );
+    assert!(
+        update
+            .message
+            .starts_with("preempted for reservation `etl`"),
+        "{}",
+        update.message
+    );
+    assert_eq!(st.task(&key("f2", "t1")).unwrap().reason, update.reason);
+    assert_eq!(
+        st.apply(&preempt(vec![key("f2", "t1")])).unwrap(),
+        CommandOutcome::Unchanged
+    );
+}
+
+/// `etl` ([`TWO_BUNDLE_HOURS`] from one minute) holds the plan's quanta 1 to 61: it ends at
+/// 61 minutes.
+const ETL_END_MS: u64 = 61 * 60_000;
+
+#[test]
+fn a_closed_reservation_is_fulfilled_when_its_jobs_ended_by_its_end_and_late_otherwise() {
+    let close = |st: &mut ClusterState, at_ms: u64| {
+        st.apply(&Command::CloseReservations { at_ms }).unwrap();
+    };
+    // Fulfilled: its one job ended a minute before its end.
+    let mut st = cluster_with_etl();
+    st.apply(&subscribe("f1", "alice", "default")).unwrap();
+    st.apply(&describe_in("f1", "alice", "q1", "etl")).unwrap();
+    st.apply(&end_job_at("f1", "alice", "q1", ETL_END_MS - 60_000))
+        .unwrap();
+    // Before its end nothing is judged (the plan only forgets the past).
+    close(&mut st, ETL_END_MS - 1);
+    assert!(st.reservations().get("etl").is_some());
+    assert!(st.reservations().closed().is_empty());
+    close(&mut st, ETL_END_MS + 30_000);
+    assert!(st.reservations().get("etl").is_none(), "forgotten");
+    let closed = &st.reservations().closed()[0];
+    assert_eq!(
+        (
+            closed.name.as_str(),
+            closed.end_ms,
+            closed.jobs,
+            closed.late_jobs
+        ),
+        ("etl", ETL_END_MS, 1, 0)
+    );
+    assert_eq!(closed.outcome, ReservationOutcome::Fulfilled);
+    assert_eq!(
+        (
+            st.reservations().fulfilled_total(),
+            st.reservations().late_total()
+        ),
+        (1, 0)
+    );
+    let restored = ClusterState::decode_snapshot(&st.encode_snapshot().unwrap()).unwrap();
+    assert_eq!(restored, st);
+
+    // Late: of two jobs sharing it, one still ran at its end; and a reservation no job ran in
+    // is unused.
+    let mut st = cluster_with_etl();
+    st.apply(&register("a2", "cpus=8,mem_mib=8192")).unwrap();
+    st.apply(&create_reservation(
+        "spare",
+        "bob",
+        "window(atom(cpus=1; g=1, h=1, l=1m, w=1m), s=0, f=1h)",
+        60_000,
+    ))
+    .unwrap();
+    st.apply(&subscribe("f1", "alice", "default")).unwrap();
+    st.apply(&subscribe("f2", "bob", "default")).unwrap();
+    st.apply(&describe_in("f1", "alice", "q1", "etl")).unwrap();
+    st.apply(&describe_in("f2", "bob", "q2", "etl")).unwrap();
+    st.apply(&end_job_at("f1", "alice", "q1", ETL_END_MS - 60_000))
+        .unwrap();
+    close(&mut st, ETL_END_MS + 30_000);
+    let outcomes: Vec<(&str, ReservationOutcome, u32)> = st
+        .reservations()
+        .closed()
+        .iter()
+        .map(|c| (c.name.as_str(), c.outcome, c.late_jobs))
+        .collect();
+    assert!(
+        outcomes.contains(&("etl", ReservationOutcome::Late, 1)),
+        "{outcomes:?}"
+    );
+    assert!(
+        outcomes.contains(&("spare", ReservationOutcome::Unused, 0)),
+        "{outcomes:?}"
+    );
+    assert_eq!(
+        (
+            st.reservations().fulfilled_total(),
+            st.reservations().late_total()
+        ),
+        (0, 1)
+    );
+    // The name is free again.
+    st.apply(&create_reservation(
+        "etl",
+        "alice",
+        "window(atom(cpus=1; g=1, h=1, l=1m, w=1m), s=0, f=1h)",
+        ETL_END_MS + 60_000,
+    ))
+    .unwrap();
 }
