@@ -11,6 +11,8 @@
 //!    `-ms` (`MS`), `-secs` (`SECS`), `-days` (`DAYS`), `-bytes` (`BYTES`), `-percent`
 //!    (`PERCENT`), `-entries` (`N`). A flag about time (a timeout, an interval, a retention...)
 //!    always has one, or takes a span written with its unit (`30s`, `5m`, value name `SPAN`).
+//!    A ratio (`FRACTION`, `FACTOR`) has no unit whatever its name mentions: `sim --deadlines
+//!    FRACTION` is the fraction of jobs given a deadline.
 //! 3. A plural noun alone (`--agents`, `--jobs`, `--masters`) is a count (`N`); addresses are
 //!    `ADDR` to bind (`--listen`, `--http-listen`) or `HOST:PORT,...` to reach (`--master-addrs`); paths are `FILE` or
 //!    `DIR`; resource vectors are `--...resources KIND=AMOUNT,...`.
@@ -178,7 +180,9 @@ mod tests {
                         place(path, arg)
                     ));
                 }
-            } else if TIME_WORDS.iter().any(|word| name.contains(word)) && value != "SPAN" {
+            } else if TIME_WORDS.iter().any(|word| name.contains(word))
+                && !matches!(value.as_str(), "SPAN" | "FRACTION" | "FACTOR")
+            {
                 broken.push(format!(
                     "{}: a time needs a unit suffix ({}) or a SPAN value",
                     place(path, arg),

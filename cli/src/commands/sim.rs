@@ -10,9 +10,10 @@ use fullerene_proto::ResourceVec;
 use fullerene_sdk::policy::PolicyKind;
 use fullerene_sdk::read_workload;
 use fullerene_sim::{
-    compare, compare_seeds, consecutive_seeds, parse_policy_list, plot_gain_vs_load, plot_jct_cdf,
-    plot_seed_jct_cdf, plot_utilization, render_seed_table, render_sweep, render_table,
-    sweep_machines, workload_name, ArrivalSpec, JobOrder, Progress, RuleVariant, SimConfig,
+    compare, compare_seeds, compare_sla, consecutive_seeds, parse_policy_list,
+    parse_sla_policy_list, plot_gain_vs_load, plot_jct_cdf, plot_seed_jct_cdf, plot_utilization,
+    render_seed_table, render_sla_table, render_sweep, render_table, sweep_machines, workload_name,
+    ArrivalSpec, JobOrder, Progress, RuleVariant, SimConfig, SlaOptions,
 };
 use indicatif::ProgressBar;
 
@@ -112,10 +113,90 @@ pub(crate) struct SimArgs {
     /// each job's best runnable task scores 1, instead of the paper's rank in the whole DAG).
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     variant: Vec<RuleVariant>,
+    /// Give this fraction of the jobs a deadline (Rayon §6: 5–10%), their NewLB lower bound
+    /// times 1 + --deadline-slack after their arrival, and compare reservation policies on
+    /// them: `--compare rayon-gree,rayon-gree-l,capacity` (Rayon's planner with GREE or GREE-L
+    /// and its plan follower, against a capacity-scheduler queue for production tuned over
+    /// fixed shares). Prints per policy the SLA jobs accepted, the accepted ones that met their
+    /// deadline, best-effort JCT, utilisation and preemptions; every job runs the critical-path
+    /// policy.
+    #[arg(long, value_name = "FRACTION", value_parser = parse_fraction, conflicts_with_all = ["sweep_machines", "baseline", "plot", "plot_utilization", "policy"])]
+    deadlines: Option<f64>,
+    /// With --deadlines: the slack of each deadline over the job's lower bound.
+    #[arg(long, value_name = "FRACTION", value_parser = parse_slack, requires = "deadlines")]
+    deadline_slack: Option<f64>,
+}
+
+fn parse_fraction(text: &str) -> Result<f64, String> {
+    let value: f64 = text
+        .parse()
+        .map_err(|_| format!("`{text}` is not a number"))?;
+    if !(value.is_finite() && value > 0.0 && value <= 1.0) {
+        return Err(format!("a fraction of the jobs is in (0, 1], not {text}"));
+    }
+    Ok(value)
+}
+
+fn parse_slack(text: &str) -> Result<f64, String> {
+    let value: f64 = text
+        .parse()
+        .map_err(|_| format!("`{text}` is not a number"))?;
+    if !(value.is_finite() && value >= 0.0) {
+        return Err(format!("a slack is a number >= 0, not {text}"));
+    }
+    Ok(value)
+}
+
+/// The simulated cluster and workload the flags describe.
+fn scenario(args: &SimArgs) -> SimConfig {
+    let mut config = SimConfig {
+        machines: args.machines as usize,
+        machine: args.machine_resources,
+        arrivals: args.arrivals,
+        jobs: args.jobs.map(|n| n as usize),
+        job_order: args.job_order,
+        groups: args.groups.map(|k| k as usize),
+        seed: args.seed,
+        offer_interval_s: args.offer_interval_secs,
+        kappa: args.kappa,
+        ..SimConfig::default()
+    };
+    for rule in &args.variant {
+        rule.apply(&mut config);
+    }
+    config
+}
+
+/// `fullerene sim --deadlines`: SLA jobs under reservations (Rayon §6).
+fn run_deadlines(args: SimArgs, json: &JsonOutput) -> Result<()> {
+    let policies = parse_sla_policy_list(
+        args.compare
+            .as_deref()
+            .unwrap_or("rayon-gree,rayon-gree-l,capacity"),
+    )?;
+    if args.seeds > 1 {
+        bail!("--deadlines runs one seed: drop --seeds");
+    }
+    let workload = resolve_workload(args.workload.clone())?;
+    let jobs = read_workload(&workload)?;
+    let config = scenario(&args);
+    let mut options = SlaOptions::default();
+    options.fraction = args.deadlines.unwrap_or(options.fraction);
+    options.slack = args.deadline_slack.unwrap_or(options.slack);
+    let bar = progress_bar(0);
+    let tracker = ProgressTracker::new(&bar);
+    let progress = |p: &Progress| tracker.update(p);
+    let comparison = compare_sla(&jobs, &config, &policies, &options, Some(&progress))
+        .with_context(|| format!("simulating {}", workload.display()))?;
+    bar.finish_and_clear();
+    json.emit(&comparison, || render_sla_table(&comparison))
 }
 
 /// Runs `fullerene sim`.
 pub(crate) fn run(args: SimArgs, json: &JsonOutput) -> Result<()> {
+    if args.deadlines.is_some() {
+        return run_deadlines(args, json);
+    }
     let policies: Vec<PolicyKind> = match &args.compare {
         Some(list) => parse_policy_list(list)?,
         None => vec![args.policy.parse()?],
@@ -132,22 +213,7 @@ pub(crate) fn run(args: SimArgs, json: &JsonOutput) -> Result<()> {
     }
     let workload = resolve_workload(args.workload.clone())?;
     let jobs = read_workload(&workload)?;
-    let config = SimConfig {
-        machines: args.machines as usize,
-        machine: args.machine_resources,
-        arrivals: args.arrivals,
-        jobs: args.jobs.map(|n| n as usize),
-        job_order: args.job_order,
-        groups: args.groups.map(|k| k as usize),
-        seed: args.seed,
-        offer_interval_s: args.offer_interval_secs,
-        kappa: args.kappa,
-        ..SimConfig::default()
-    };
-    let mut config = config;
-    for rule in &args.variant {
-        rule.apply(&mut config);
-    }
+    let config = scenario(&args);
 
     let seeds = consecutive_seeds(args.seed, args.seeds as usize)?;
     let label = workload_name(&workload);

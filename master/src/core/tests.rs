@@ -1811,6 +1811,7 @@ fn operators_and_frameworks_reserve_and_only_owners_or_operators_change_reservat
     // With its room free, the refused request now fits.
     let answer = reserve(&mut h, "etl-q2", hour);
     assert_eq!(answer, Some(Ok(CallOk::Done)));
+}
 
 /// A job description of one stage of `tasks` tasks, running in `reservation`.
 fn reserved_job(job: &str, tasks: u32, reservation: &str) -> fullerene_proto::jobs::JobDescription {

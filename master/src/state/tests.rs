@@ -2330,6 +2330,7 @@ fn the_reservation_policy_is_checked_and_applies_to_later_admissions() {
         ),
         "{err}"
     );
+}
 
 /// [`describe`] of a job that runs in `reservation`.
 fn describe_in(framework: &str, principal: &str, job: &str, reservation: &str) -> Command {
