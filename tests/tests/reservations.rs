@@ -155,3 +155,64 @@ fn operators_and_tokens_reserve_and_every_view_shows_the_plan() {
     assert!(!capped.status.success());
     assert!(stderr.contains("sharing policy"), "{stderr}");
 }
+
+/// Issue 17's target: a leader failover in the middle of a plan loses no reservation. Three
+/// masters accept a reservation; the leader is killed; the new leader shows the same
+/// reservation with the same allocation, and keeps admitting against the same plan.
+#[test]
+fn a_leader_failover_loses_no_reservation() {
+    let mut cluster = MasterCluster::start_with(3, 3, 1, &[]);
+    cluster.spawn_agent(1, &["--resources", "cpus=8,mem_mib=8192"]);
+    assert!(
+        cluster.wait_for_active_agents(1, WAIT),
+        "no agent\n{}",
+        cluster.logs()
+    );
+    let created = cluster.operator_cli(&["reservation", "create", "nightly", "--rdl", ONE_HOUR]);
+    assert_eq!(created["done"], true, "{created}");
+    let before = cluster.operator_cli(&["reservation", "show", "nightly"]);
+
+    let old_leader = cluster.wait_for_leader(WAIT).expect("a leader");
+    cluster.kill(old_leader);
+    let started = std::time::Instant::now();
+    let new_leader = loop {
+        match cluster.wait_for_leader(WAIT) {
+            Some(leader) if leader != old_leader => break leader,
+            _ => {}
+        }
+        assert!(
+            started.elapsed() < WAIT,
+            "no new leader after master {old_leader} was killed\n{}",
+            cluster.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_ne!(new_leader, old_leader);
+
+    let after = cluster.operator_cli(&["reservation", "show", "nightly"]);
+    for field in [
+        "owner",
+        "rdl",
+        "anchor_ms",
+        "admitted_at_ms",
+        "start_ms",
+        "end_ms",
+        "allocation",
+    ] {
+        assert_eq!(
+            after[field], before[field],
+            "{field}: {before} then {after}"
+        );
+    }
+    let listed = cluster.operator_cli(&["reservation", "list"]);
+    assert_eq!(
+        listed["accepted"].as_array().map(Vec::len),
+        Some(1),
+        "{listed}"
+    );
+    assert_eq!(
+        listed["rejected"].as_array().map(Vec::len),
+        Some(0),
+        "{listed}"
+    );
+}
