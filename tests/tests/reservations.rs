@@ -17,15 +17,21 @@ const WAIT: Duration = Duration::from_secs(30);
 /// (the plan counts an agent's capacity from the next whole minute after it registers).
 const ONE_HOUR: &str = "window(atom(cpus=4,mem_mib=1024; g=1, h=1, l=1m, w=1h), s=1m, f=62m)";
 
-#[test]
-fn operators_and_tokens_reserve_and_every_view_shows_the_plan() {
-    let mut cluster = MasterCluster::start_with(1, 1, 1, &[]);
+/// `masters` masters and one agent of 8 cpus, registered.
+fn cluster_of(masters: u64) -> MasterCluster {
+    let mut cluster = MasterCluster::start_with(masters, masters, 1, &[]);
     cluster.spawn_agent(1, &["--resources", "cpus=8,mem_mib=8192"]);
     assert!(
         cluster.wait_for_active_agents(1, WAIT),
         "no agent\n{}",
         cluster.logs()
     );
+    cluster
+}
+
+#[test]
+fn operators_and_tokens_reserve_and_every_view_shows_the_plan() {
+    let cluster = cluster_of(1);
 
     // The operator's certificate: accepted, owned by its principal.
     let created = cluster.operator_cli(&["reservation", "create", "nightly", "--rdl", ONE_HOUR]);
@@ -161,13 +167,7 @@ fn operators_and_tokens_reserve_and_every_view_shows_the_plan() {
 /// reservation with the same allocation, and keeps admitting against the same plan.
 #[test]
 fn a_leader_failover_loses_no_reservation() {
-    let mut cluster = MasterCluster::start_with(3, 3, 1, &[]);
-    cluster.spawn_agent(1, &["--resources", "cpus=8,mem_mib=8192"]);
-    assert!(
-        cluster.wait_for_active_agents(1, WAIT),
-        "no agent\n{}",
-        cluster.logs()
-    );
+    let mut cluster = cluster_of(3);
     let created = cluster.operator_cli(&["reservation", "create", "nightly", "--rdl", ONE_HOUR]);
     assert_eq!(created["done"], true, "{created}");
     let before = cluster.operator_cli(&["reservation", "show", "nightly"]);
