@@ -26,6 +26,7 @@ pub mod job;
 pub mod lower_bound;
 pub mod planner;
 pub mod policy;
+pub mod reserve;
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
 pub mod timed_queue;

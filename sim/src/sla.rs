@@ -6,37 +6,24 @@
 //! no schedule finishes sooner, it needs no extra simulation run, and it makes the deadline
 //! `arrival + NewLB × (1 + slack)` at least as tight as Rayon's.
 //!
-//! The reservation is the RDL Rayon's tools derive from a DAG (§3.1, "RDL from the job's
-//! plan"): one atom per stage, whose bundle is the stage's task demand, `h` its width (tasks),
-//! `l` its longest task and `w` its work (the sum of its task durations, in bundle-time: each
-//! task holds one bundle), combined along the DAG and put inside `window(arrival, deadline)`.
-//! The DAG is combined by topological level: `order(level 0, level 1, …)`, each level an
-//! `all` of its stages. RDL is a tree (series-parallel), a DAG in general is not; levels are
-//! the series-parallel form that keeps every edge: a stage's level is one past its deepest
-//! parent's, so every parent's atom is ordered before its child's, as the barrier edges
-//! demand (a child's tasks start only once its parents have finished). The price is
-//! conservatism: a stage also waits for the stages of the previous level that are not its
-//! parents, so a job whose levels mix one long and one short branch reserves more span than
-//! its critical path, and a tight deadline may be refused where a finer expression would fit.
+//! The reservation is the RDL the SDK derives from a DAG for a framework
+//! ([`fullerene_sdk::reserve::job_reservation`]: an atom per stage, ordered by the DAG's
+//! levels), inside `window(arrival, deadline)`: the simulator asks what a real framework asks.
 
 use fullerene_reservation::{
-    Atom, Expr, Plan, PlanConfig, PolicyKind, Refusal, ReservationId, ReservationRequest,
+    Expr, Plan, PlanConfig, PolicyKind, Refusal, ReservationId, ReservationRequest,
 };
 use fullerene_scheduling::ResourceVec;
 use fullerene_sdk::job::Job;
 use fullerene_sdk::lower_bound::lower_bounds;
 use fullerene_sdk::planner::PlanCluster;
+use fullerene_sdk::reserve::job_reservation;
+pub(crate) use fullerene_sdk::reserve::seconds_to_ms;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use crate::{SimConfig, SimJob};
-
-/// How much more work than the stage's task durations add up to an atom asks for: Rayon §6's
-/// "10% slack (over-estimation) over the actual job resource requirements". The plan treats
-/// work as fluid bundle-time, tasks are not: a bundle held 16 s runs one 10 s task and 60% of
-/// another, so an exact figure leaves the last wave of tasks short.
-pub const WORK_OVERESTIMATE: f64 = 0.1;
 
 /// One SLA job's request: its deadline and the reservation derived from its DAG.
 #[derive(Clone, Debug, PartialEq)]
@@ -64,58 +51,16 @@ pub fn sla_request(
     lead_ms: u64,
 ) -> SlaRequest {
     let quantum_ms = quantum_ms.max(1);
-    let whole = |ms: u64| ms.max(1).div_ceil(quantum_ms) * quantum_ms;
     let runtime_s = lower_bounds(job, cluster).new_lb;
     let arrival_ms = seconds_to_ms(arrival_s);
-    let window_ms = whole(seconds_to_ms(runtime_s * (1.0 + slack)));
-    let mut level_of = vec![0usize; job.stages.len()];
-    let mut levels: Vec<Vec<Expr>> = Vec::new();
-    // Stages are in a topological order: every parent's level is known before its child's.
-    for (s, stage) in job.stages.iter().enumerate() {
-        let level = stage
-            .parents
-            .iter()
-            .map(|&p| level_of[p] + 1)
-            .max()
-            .unwrap_or(0);
-        level_of[s] = level;
-        if levels.len() <= level {
-            levels.resize_with(level + 1, Vec::new);
-        }
-        let atom = Atom {
-            bundle: stage.demand,
-            gang: 1,
-            max_parallel: u32::try_from(stage.num_tasks()).unwrap_or(u32::MAX),
-            min_lease_ms: whole(seconds_to_ms(stage.max_duration())).min(window_ms),
-            work_ms: whole(seconds_to_ms(
-                stage.total_duration() * (1.0 + WORK_OVERESTIMATE),
-            )),
-        };
-        levels[level].push(Expr::Atom(atom));
-    }
-    let mut levels: Vec<Expr> = levels
-        .into_iter()
-        .map(|mut stages| {
-            if stages.len() == 1 {
-                stages.remove(0)
-            } else {
-                Expr::All(stages)
-            }
-        })
-        .collect();
-    let body = if levels.len() == 1 {
-        levels.remove(0)
-    } else {
-        Expr::Order(levels)
-    };
+    let window_ms = seconds_to_ms(runtime_s * (1.0 + slack))
+        .max(1)
+        .div_ceil(quantum_ms)
+        * quantum_ms;
     SlaRequest {
         arrival_ms,
         deadline_ms: arrival_ms + window_ms,
-        expr: Expr::Window {
-            expr: Box::new(body),
-            start_ms: lead_ms.div_ceil(quantum_ms) * quantum_ms,
-            end_ms: window_ms,
-        },
+        expr: job_reservation(job, window_ms, lead_ms, quantum_ms),
     }
 }
 
@@ -200,13 +145,9 @@ pub fn sla_requests(
     requests
 }
 
-pub(crate) fn seconds_to_ms(s: f64) -> u64 {
-    // Durations in workloads are finite and non-negative; `as` saturates anything else.
-    (s * 1000.0).ceil() as u64
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
+    use fullerene_reservation::Atom;
     use fullerene_sdk::job::StageSpec;
 
     use super::*;

@@ -1,0 +1,152 @@
+//! A DAG job's reservation request (Rayon §3.1, "RDL from the job's plan"; issue 17): what a
+//! framework asks the masters to reserve so that a job with a deadline gets the capacity it
+//! needs, derived from the job's stages as Rayon's tools derive RDL from past runs.
+//!
+//! One atom per stage: its bundle is the stage's task demand, `h` its width (tasks), `l` its
+//! longest task and `w` its work (the sum of its task durations, in bundle-time: each task
+//! holds one bundle), asked with [`WORK_OVERESTIMATE`] more. The DAG is combined by
+//! topological level: `order(level 0, level 1, …)`, each level an `all` of its stages. RDL is a
+//! tree (series-parallel), a DAG in general is not; levels are the series-parallel form that
+//! keeps every edge: a stage's level is one past its deepest parent's, so every parent's atom is
+//! ordered before its child's, as the barrier edges demand (a child's tasks start only once its
+//! parents have finished). The price is conservatism: a stage also waits for the stages of the
+//! previous level that are not its parents, so a job whose levels mix one long and one short
+//! branch reserves more span than its critical path, and a tight deadline may be refused where
+//! a finer expression would fit.
+
+use fullerene_reservation::{Atom, Expr};
+
+use crate::job::Job;
+
+/// How much more work than the stage's task durations add up to an atom asks for: Rayon §6's
+/// "10% slack (over-estimation) over the actual job resource requirements". The plan treats
+/// work as fluid bundle-time, tasks are not: a bundle held 16 s runs one 10 s task and 60% of
+/// another, so an exact figure leaves the last wave of tasks short.
+pub const WORK_OVERESTIMATE: f64 = 0.1;
+
+/// `job`'s request: its stages' atoms ordered by the DAG's levels, inside `window(s=lead_ms,
+/// f=window_ms)` (offsets from when the masters accept it). Times are rounded up to whole
+/// quanta of `quantum_ms` (the plan refuses others); `lead_ms` is how long after submission the
+/// first allocation may start (the time the plan follower needs to free reserved capacity).
+pub fn job_reservation(job: &Job, window_ms: u64, lead_ms: u64, quantum_ms: u64) -> Expr {
+    let quantum_ms = quantum_ms.max(1);
+    let whole = |ms: u64| ms.max(1).div_ceil(quantum_ms) * quantum_ms;
+    let window_ms = whole(window_ms);
+    let mut level_of = vec![0usize; job.stages.len()];
+    let mut levels: Vec<Vec<Expr>> = Vec::new();
+    // Stages are in a topological order: every parent's level is known before its child's.
+    for (s, stage) in job.stages.iter().enumerate() {
+        let level = stage
+            .parents
+            .iter()
+            .map(|&p| level_of[p] + 1)
+            .max()
+            .unwrap_or(0);
+        level_of[s] = level;
+        if levels.len() <= level {
+            levels.resize_with(level + 1, Vec::new);
+        }
+        let atom = Atom {
+            bundle: stage.demand,
+            gang: 1,
+            max_parallel: u32::try_from(stage.num_tasks()).unwrap_or(u32::MAX),
+            min_lease_ms: whole(seconds_to_ms(stage.max_duration())).min(window_ms),
+            work_ms: whole(seconds_to_ms(
+                stage.total_duration() * (1.0 + WORK_OVERESTIMATE),
+            )),
+        };
+        levels[level].push(Expr::Atom(atom));
+    }
+    let mut levels: Vec<Expr> = levels
+        .into_iter()
+        .map(|mut stages| {
+            if stages.len() == 1 {
+                stages.remove(0)
+            } else {
+                Expr::All(stages)
+            }
+        })
+        .collect();
+    let body = if levels.len() == 1 {
+        levels.remove(0)
+    } else {
+        Expr::Order(levels)
+    };
+    Expr::Window {
+        expr: Box::new(body),
+        start_ms: lead_ms.div_ceil(quantum_ms) * quantum_ms,
+        end_ms: window_ms,
+    }
+}
+
+/// Seconds to whole milliseconds, rounded up (a negative or NaN time is 0).
+pub fn seconds_to_ms(seconds: f64) -> u64 {
+    if seconds.is_finite() && seconds > 0.0 {
+        (seconds * 1000.0).ceil() as u64
+    } else {
+        0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use fullerene_reservation::{parse, validate, Limits};
+
+    use super::*;
+    use crate::job::StageSpec;
+
+    /// A scan feeding two joins: levels `[scan]`, `[join-a, join-b]`.
+    fn fork() -> Job {
+        let stage = |id: u32, parents: Vec<u32>, durations: Vec<f64>| StageSpec {
+            id,
+            name: format!("s{id}"),
+            parents,
+            durations,
+            demand: "cpus=2,mem_mib=1024".parse().expect("vec"),
+        };
+        let stages = vec![
+            stage(0, vec![], vec![10.0; 4]),
+            stage(1, vec![0], vec![30.0; 2]),
+            stage(2, vec![0], vec![5.0]),
+        ];
+        Job::new("fork", "default", None, stages).expect("job")
+    }
+
+    #[test]
+    fn a_dags_request_orders_its_levels_and_reads_back_as_the_masters_parse_it() {
+        let expr = job_reservation(&fork(), 600_000, 1_500, 1_000);
+        let text = expr.to_string();
+        // What a framework sends is text the masters parse to the same request, and valid.
+        let parsed = parse(&text).expect("the masters parse it");
+        assert_eq!(parsed, expr);
+        let limits = Limits {
+            quantum_ms: 1_000,
+            ..Limits::default()
+        };
+        validate(&parsed, &limits).expect("valid for a plan of one-second quanta");
+        let Expr::Window {
+            expr: body,
+            start_ms,
+            end_ms,
+        } = &expr
+        else {
+            panic!("a window: {text}");
+        };
+        assert_eq!((*start_ms, *end_ms), (2_000, 600_000), "{text}");
+        let Expr::Order(levels) = body.as_ref() else {
+            panic!("an order of levels: {text}");
+        };
+        assert_eq!(levels.len(), 2, "{text}");
+        let Expr::Atom(scan) = &levels[0] else {
+            panic!("the scan alone first: {text}");
+        };
+        // 4 tasks of 10 s: h = 4, l = 10 s, w = 40 s and 10% more, in whole seconds.
+        assert_eq!(scan.max_parallel, 4);
+        assert_eq!(scan.min_lease_ms, 10_000);
+        assert_eq!(scan.work_ms, 44_000);
+        assert!(
+            matches!(&levels[1], Expr::All(joins) if joins.len() == 2),
+            "{text}"
+        );
+    }
+}
