@@ -474,11 +474,11 @@ impl<S: RaftStore> MasterCore<S> {
                 // The leader's applied state, not a ReadIndex read: what this framework's own
                 // committed calls did is in it, which is what a framework reads for.
                 let reservations = self.node.state().reservations();
-                let (reservations, next) = take_page(
-                    reservations
-                        .infos_after(after.as_deref(), at_ms)
-                        .filter(|(_, info)| info.owner == principal),
-                );
+                let (reservations, next) = take_page(reservations.owned_infos_after(
+                    Some(&principal),
+                    after.as_deref(),
+                    at_ms,
+                ));
                 Ok(CallOk::Reservations { reservations, next })
             }
             FrameworkRequest::Kill { task_id } => {

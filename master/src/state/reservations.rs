@@ -365,9 +365,27 @@ impl Reservations {
         after: Option<&'a str>,
         now_ms: UnixMillis,
     ) -> impl Iterator<Item = (String, ReservationInfo)> + 'a {
+        self.owned_infos_after(None, after, now_ms)
+    }
+
+    /// [`Reservations::infos_after`], only `owner`'s when given (others are skipped before
+    /// their view is built).
+    pub fn owned_infos_after<'a>(
+        &'a self,
+        owner: Option<&'a str>,
+        after: Option<&'a str>,
+        now_ms: UnixMillis,
+    ) -> impl Iterator<Item = (String, ReservationInfo)> + 'a {
         let start = after.map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded);
         self.names
             .range::<str, _>((start, std::ops::Bound::Unbounded))
+            .filter(move |(_, id)| {
+                owner.is_none_or(|owner| {
+                    self.plan
+                        .reservation(**id)
+                        .is_some_and(|reservation| reservation.user == owner)
+                })
+            })
             .filter_map(move |(name, _)| Some((name.clone(), self.info(name, now_ms, false)?)))
     }
 
