@@ -159,8 +159,8 @@ pub struct ReservationCaps {
     pub window_ms: u64,
 }
 
-/// How the cluster plans reservations, set by an operator: the placement policy and the
-/// sharing caps, for admissions from then on (what is accepted stays).
+/// How the cluster plans reservations, set by an operator: the placement policy, the sharing
+/// caps and the plan's quantum, for admissions from then on (what is accepted stays).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub struct ReservationPolicy {
@@ -171,4 +171,7 @@ pub struct ReservationPolicy {
     pub default_caps: ReservationCaps,
     /// Caps by principal.
     pub principals: std::collections::BTreeMap<String, ReservationCaps>,
+    /// The plan's time step in milliseconds (one minute by default): windows, leases and work
+    /// are in whole quanta of it. It can change only while the plan holds no reservation.
+    pub quantum_ms: u64,
 }

@@ -51,7 +51,7 @@ pub use follower::{BestEffortTask, FollowerDecision, PlanFollower, ReservationSh
 pub use placement::PolicyKind;
 pub use plan::{
     AtomAllocation, AtomRef, CapacityChange, Piece, Plan, PlanConfig, Quanta, Refusal, Replanned,
-    Reservation, ReservationId, ReservationRequest, Shortfall,
+    RequantizeError, Reservation, ReservationId, ReservationRequest, Shortfall, MIN_QUANTUM_MS,
 };
 pub use rdl::{parse, validate, Atom, Expr, Limits, ParseError, ValidationError};
 pub use sharing::{SharingPolicy, SharingRefusal, UserCaps};

@@ -85,6 +85,32 @@ impl PlanConfig {
     }
 }
 
+/// The shortest quantum a plan may have: the plan follower runs about once a second, and
+/// quanta much shorter than that only multiply the plan's runs.
+pub const MIN_QUANTUM_MS: u64 = 100;
+
+/// Why a plan's quantum cannot change.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RequantizeError {
+    /// Accepted reservations are placed in whole quanta of the current quantum.
+    #[error(
+        "the plan's quantum can change only while it holds no reservation, and {accepted} are \
+         accepted: delete them, or wait until their time is over"
+    )]
+    NotEmpty {
+        /// Reservations in the plan.
+        accepted: usize,
+    },
+    /// Too short, or longer than the horizon.
+    #[error("a quantum of {quantum_ms} ms: it must be between {MIN_QUANTUM_MS} ms and the plan's horizon ({horizon_ms} ms)")]
+    OutOfRange {
+        /// The quantum asked for.
+        quantum_ms: u64,
+        /// The plan's horizon.
+        horizon_ms: u64,
+    },
+}
+
 /// A run of quanta `[start, end)` over which an atom holds `bundles` bundles.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Piece {
@@ -197,7 +223,8 @@ pub struct Shortfall {
     pub gang: u32,
     /// Its parallelism h.
     pub max_parallel: u32,
-    /// The interval it was tried in, wall-clock milliseconds `[start, end)`.
+    /// The interval it was tried in, `[start, end)` in milliseconds after the request was asked
+    /// (what its windows count from).
     pub window_ms: (u64, u64),
     /// Its work in bundle-milliseconds.
     pub work_ms: u64,
@@ -209,15 +236,16 @@ impl fmt::Display for Shortfall {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} ({}; g={}, h={}) found no room for {} of its {} bundle-time within [{}, {}) ms",
+            "{} ({}; g={}, h={}) found no room for {} of its {} bundle-time between {} and {} \
+             after the request",
             self.atom,
             self.bundle,
             self.gang,
             self.max_parallel,
             format_duration_ms(self.short_ms),
             format_duration_ms(self.work_ms),
-            self.window_ms.0,
-            self.window_ms.1
+            format_duration_ms(self.window_ms.0),
+            format_duration_ms(self.window_ms.1)
         )
     }
 }
@@ -326,6 +354,37 @@ impl Plan {
     pub fn reconfigure(&mut self, policy: PolicyKind, sharing: SharingPolicy) {
         self.config.policy = policy;
         self.config.sharing = sharing;
+    }
+
+    /// Changes the plan's quantum to `quantum_ms`, which only an empty plan may do: the
+    /// allocations of accepted reservations are in whole quanta of the old one. The capacity
+    /// becomes what the plan holds from now on (the last change, a gain pending in the current
+    /// quantum included) at every quantum of the new size.
+    ///
+    /// # Errors
+    ///
+    /// [`RequantizeError`] when reservations are accepted or the quantum is outside
+    /// [`MIN_QUANTUM_MS`] to the plan's horizon.
+    pub fn requantize(&mut self, quantum_ms: u64) -> Result<(), RequantizeError> {
+        if quantum_ms == self.config.limits.quantum_ms {
+            return Ok(());
+        }
+        if quantum_ms < MIN_QUANTUM_MS || quantum_ms > self.config.limits.horizon_ms {
+            return Err(RequantizeError::OutOfRange {
+                quantum_ms,
+                horizon_ms: self.config.limits.horizon_ms,
+            });
+        }
+        if !self.reservations.is_empty() {
+            return Err(RequantizeError::NotEmpty {
+                accepted: self.reservations.len(),
+            });
+        }
+        let from_now_on = self.capacity.last_value().unwrap_or(ResourceVec::ZERO);
+        self.capacity = StepFunction::constant(from_now_on);
+        self.used = StepFunction::new();
+        self.config.limits.quantum_ms = quantum_ms;
+        Ok(())
     }
 
     /// The plan's time quanta.

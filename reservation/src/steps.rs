@@ -37,6 +37,11 @@ impl StepFunction {
             .map_or(ResourceVec::ZERO, |(_, v)| *v)
     }
 
+    /// The value from the last change on (`None`: zero everywhere, nothing stored).
+    pub fn last_value(&self) -> Option<ResourceVec> {
+        self.changes.values().next_back().copied()
+    }
+
     /// How many runs are stored (the size of the encoding).
     pub fn runs_stored(&self) -> usize {
         self.changes.len()

@@ -160,6 +160,21 @@ fn operators_and_tokens_reserve_and_every_view_shows_the_plan() {
     let stderr = String::from_utf8_lossy(&capped.stderr);
     assert!(!capped.status.success());
     assert!(stderr.contains("sharing policy"), "{stderr}");
+    // The quantum changes only in an empty plan: refused while `adhoc` is accepted, then
+    // taken once it is deleted.
+    let requantize = ["reservation", "policy", "set", "--quantum", "100ms"];
+    let refused = cluster
+        .operator_command(&requantize)
+        .output()
+        .expect("run fullerene");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success());
+    assert!(stderr.contains("no reservation"), "{stderr}");
+    cluster.operator_cli(&["reservation", "delete", "adhoc"]);
+    cluster.operator_cli(&requantize);
+    let policy = cluster.operator_cli(&["reservation", "policy", "show"]);
+    assert_eq!(policy["quantum_ms"], 100, "{policy}");
+    assert_eq!(policy["placement"], "gree-l", "the rest stays: {policy}");
 }
 
 /// Issue 17's target: a leader failover in the middle of a plan loses no reservation. Three

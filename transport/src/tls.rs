@@ -43,7 +43,7 @@ use crate::TransportError;
 /// registers, and operator listings come in pages (`fullerene_proto::limits`). Version 5 adds
 /// reservations (`fullerene_proto::reservations`): operators' and frameworks' calls, their
 /// answers and the cluster view's list, whose binary encoding older peers cannot read.
-pub const ALPN_PROTOCOL: &[u8] = b"fullerene/5";
+pub const ALPN_PROTOCOL: &[u8] = b"fullerene/6";
 
 /// The DNS name every master certificate carries and every client asks for.
 ///

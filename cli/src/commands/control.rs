@@ -385,7 +385,7 @@ fn agent_id(given: &str) -> AgentId {
     }
 }
 
-/// A span of time as `90s`, `10m`, `2h`, `1d`, or bare seconds.
+/// A span of time as `500ms`, `90s`, `10m`, `2h`, `1d`, or bare seconds.
 pub(crate) fn parse_span(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let split = text
@@ -396,13 +396,14 @@ pub(crate) fn parse_span(text: &str) -> Result<Duration, String> {
         .parse()
         .map_err(|_| format!("`{text}` is not a span of time: use 90s, 10m, 2h or 1d"))?;
     let scale = match unit {
+        "ms" => 0.001,
         "" | "s" => 1.0,
         "m" => 60.0,
         "h" => 3_600.0,
         "d" => 86_400.0,
         other => {
             return Err(format!(
-                "unknown unit `{other}` in `{text}`: use s, m, h or d"
+                "unknown unit `{other}` in `{text}`: use ms, s, m, h or d"
             ))
         }
     };
@@ -427,6 +428,7 @@ mod tests {
 
     #[test]
     fn spans_take_units_and_refuse_nonsense() {
+        assert_eq!(parse_span("100ms"), Ok(Duration::from_millis(100)));
         assert_eq!(parse_span("90"), Ok(Duration::from_secs(90)));
         assert_eq!(parse_span("90s"), Ok(Duration::from_secs(90)));
         assert_eq!(parse_span("10m"), Ok(Duration::from_secs(600)));

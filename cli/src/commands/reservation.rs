@@ -10,6 +10,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
+use fullerene_client::OperatorClient;
 use fullerene_proto::messages::{OperatorRequest, OperatorResponse};
 use fullerene_proto::reservations::{
     RejectedReservationInfo, ReservationCall, ReservationCaps, ReservationInfo, ReservationPolicy,
@@ -86,18 +87,21 @@ pub(crate) struct SetPolicyArgs {
     /// The sliding window of the integral cap: `12h`, `1d`.
     #[arg(long, value_name = "SPAN", value_parser = parse_span)]
     pub integral_window: Option<std::time::Duration>,
+    /// The plan's time step (`1m` by default, at least `100ms`): windows, leases and work are
+    /// in whole quanta of it, so jobs of seconds need a short one. It can change only while no
+    /// reservation is accepted.
+    #[arg(long, value_name = "SPAN", value_parser = parse_span)]
+    pub quantum: Option<std::time::Duration>,
     #[command(flatten)]
     pub cluster: ClusterArgs,
 }
 
 fn parse_percent(text: &str) -> Result<f64, String> {
-    let percent: f64 = text
-        .parse()
-        .map_err(|_| format!("`{text}` is not a number"))?;
-    if !(percent.is_finite() && percent > 0.0 && percent <= 100.0) {
-        return Err(format!("a cap is a percentage in (0, 100], not {text}"));
-    }
-    Ok(percent)
+    super::parse_number(
+        text,
+        |x| x > 0.0 && x <= 100.0,
+        "a cap is a percentage in (0, 100]",
+    )
 }
 
 /// Flags of `fullerene reservation create` and `update`.
@@ -194,15 +198,22 @@ fn set_policy(args: SetPolicyArgs, json: &JsonOutput) -> Result<()> {
     let caps_given = args.instantaneous_percent.is_some()
         || args.integral_percent.is_some()
         || args.integral_window.is_some();
-    if args.placement.is_none() && !caps_given && args.clear_principal.is_none() {
+    if args.placement.is_none()
+        && !caps_given
+        && args.clear_principal.is_none()
+        && args.quantum.is_none()
+    {
         bail!(
-            "nothing to set: give --placement, a cap or --clear-principal (see `fullerene \
-             reservation policy set --help`)"
+            "nothing to set: give --placement, a cap, --quantum or --clear-principal (see \
+             `fullerene reservation policy set --help`)"
         );
     }
     let mut policy = current_policy(&args.cluster)?;
     if let Some(placement) = &args.placement {
         policy.placement = placement.clone();
+    }
+    if let Some(quantum) = args.quantum {
+        policy.quantum_ms = millis(quantum);
     }
     if let Some(principal) = &args.clear_principal {
         if policy.principals.remove(principal).is_none() {
@@ -225,7 +236,7 @@ fn set_policy(args: SetPolicyArgs, json: &JsonOutput) -> Result<()> {
             caps.integral = percent / 100.0;
         }
         if let Some(window) = args.integral_window {
-            caps.window_ms = u64::try_from(window.as_millis()).unwrap_or(u64::MAX);
+            caps.window_ms = millis(window);
         }
     }
     let message = format!("reservation policy set:\n{}", render_policy(&policy));
@@ -235,6 +246,30 @@ fn set_policy(args: SetPolicyArgs, json: &JsonOutput) -> Result<()> {
         json,
         message,
     ))
+}
+
+fn millis(span: std::time::Duration) -> u64 {
+    u64::try_from(span.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Sets the plan's quantum through `client`, by read, change, write, unless it is that
+/// already (`fullerene dev` plans its jobs of seconds in tenths of a second).
+pub(crate) async fn set_plan_quantum(client: &mut OperatorClient, quantum_ms: u64) -> Result<()> {
+    let mut policy = match client.request(&OperatorRequest::ReservationPolicy).await? {
+        OperatorResponse::ReservationPolicy(policy) => policy,
+        other => bail!("unexpected answer to a reservation policy read: {other:?}"),
+    };
+    if policy.quantum_ms == quantum_ms {
+        return Ok(());
+    }
+    policy.quantum_ms = quantum_ms;
+    match client
+        .request(&OperatorRequest::SetReservationPolicy(policy))
+        .await?
+    {
+        OperatorResponse::Done => Ok(()),
+        other => bail!("unexpected answer to a reservation policy change: {other:?}"),
+    }
 }
 
 fn current_policy(cluster: &ClusterArgs) -> Result<ReservationPolicy> {
@@ -258,7 +293,11 @@ fn render_policy(policy: &ReservationPolicy) -> String {
     for (principal, caps) in &policy.principals {
         out.add_row(row(principal.clone(), caps));
     }
-    format!("placement: {}\n{out}", policy.placement)
+    format!(
+        "placement: {}\nquantum: {}\n{out}",
+        policy.placement,
+        fullerene_reservation::rdl::format_duration_ms(policy.quantum_ms)
+    )
 }
 
 /// The request's RDL text, from `--rdl` or `--rdl-file`, checked by the masters' parser.

@@ -81,10 +81,11 @@ pub(super) fn policy_command(policy: ReservationPolicy) -> Result<Command, WireE
                 .map(|(principal, principal_caps)| (principal, caps(principal_caps)))
                 .collect(),
         },
+        quantum_ms: policy.quantum_ms,
     })
 }
 
-/// The plan's placement policy and caps as clients read them.
+/// The plan's placement policy, caps and quantum as clients read them.
 pub(super) fn policy_view(config: &PlanConfig) -> ReservationPolicy {
     let caps = |caps: &UserCaps| ReservationCaps {
         instantaneous: caps.instantaneous,
@@ -100,5 +101,6 @@ pub(super) fn policy_view(config: &PlanConfig) -> ReservationPolicy {
             .iter()
             .map(|(principal, principal_caps)| (principal.clone(), caps(principal_caps)))
             .collect(),
+        quantum_ms: config.limits.quantum_ms,
     }
 }

@@ -42,9 +42,19 @@ use crate::storage::RaftStore;
 /// allocator in between.
 pub const FOLLOW_INTERVAL: Duration = Duration::from_secs(1);
 
-/// How often the leader looks for reservations whose time is over: the plan's quantum (one
-/// minute by default), so that a reservation is judged within a quantum of its end.
+/// How often, at most, the leader looks for reservations whose time is over: once a plan's
+/// quantum (one minute by default), so that a reservation is judged within a quantum of its
+/// end, but never more often than [`MIN_CLOSE_INTERVAL`].
 pub const CLOSE_INTERVAL: Duration = Duration::from_secs(60);
+
+/// With short quanta (`fullerene dev` plans in tenths of a second), a close at most this often:
+/// each is a replicated command.
+const MIN_CLOSE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The interval between looks for reservations whose time is over, for quanta of `quantum_ms`.
+fn close_interval(quantum_ms: u64) -> Duration {
+    Duration::from_millis(quantum_ms).clamp(MIN_CLOSE_INTERVAL, CLOSE_INTERVAL)
+}
 
 /// Without any reservation to close, the plan's past is still forgotten this often (capacity
 /// changes add runs to it).
@@ -279,8 +289,8 @@ impl<S: RaftStore> MasterCore<S> {
         self.following.last = decision;
     }
 
-    /// On the leader's tick: proposes [`Command::CloseReservations`] every [`CLOSE_INTERVAL`]
-    /// when a reservation's time is over, and every ten minutes anyway.
+    /// On the leader's tick: proposes [`Command::CloseReservations`] once a quantum (see
+    /// [`close_interval`]) when a reservation's time is over, and every ten minutes anyway.
     pub(super) fn propose_reservation_close(&mut self, now: Now) {
         if !self.node.is_leader()
             || self
@@ -290,9 +300,12 @@ impl<S: RaftStore> MasterCore<S> {
         {
             return;
         }
-        self.following.next_close = Some(now.monotonic.saturating_add(CLOSE_INTERVAL));
         let plan = self.node.state().reservations().plan();
         let quanta = plan.quanta();
+        self.following.next_close = Some(
+            now.monotonic
+                .saturating_add(close_interval(quanta.quantum_ms)),
+        );
         let now_quantum = quanta.containing(now.wall_ms());
         let something_over = plan
             .reservations()

@@ -289,6 +289,8 @@ pub enum Command {
         placement: fullerene_reservation::PolicyKind,
         /// The per-principal caps (Rayon §5.2).
         sharing: fullerene_reservation::SharingPolicy,
+        /// The plan's quantum, in milliseconds (changes only while the plan is empty).
+        quantum_ms: u64,
     },
     /// The owner (or an operator) removes a reservation (`deleteRes`).
     DeleteReservation {

@@ -556,8 +556,13 @@ impl ClusterState {
                 self.reservations_mut().update(name, by, expr, *at_ms)?;
                 Ok(CommandOutcome::Applied)
             }
-            Command::SetReservationPolicy { placement, sharing } => {
-                self.reservations_mut().set_policy(*placement, sharing)?;
+            Command::SetReservationPolicy {
+                placement,
+                sharing,
+                quantum_ms,
+            } => {
+                self.reservations_mut()
+                    .set_policy(*placement, sharing, *quantum_ms)?;
                 Ok(CommandOutcome::Applied)
             }
             Command::DeleteReservation { name, by, .. } => {

@@ -243,13 +243,16 @@ impl Reservations {
         Ok(())
     }
 
-    /// Sets the placement policy and the sharing caps for later admissions (what is accepted
-    /// stays): each cap a fraction in (0, 1], each integral window at least one quantum and at
-    /// most the plan's horizon, at most [`MAX_MAPPED_PRINCIPALS`] principals with their own.
+    /// Sets the placement policy, the sharing caps and the quantum for later admissions (what
+    /// is accepted stays): each cap a fraction in (0, 1], each integral window at least one
+    /// (new) quantum and at most the plan's horizon, at most [`MAX_MAPPED_PRINCIPALS`]
+    /// principals with their own, and a new quantum only while the plan is empty
+    /// ([`Plan::requantize`](fullerene_reservation::Plan::requantize)). All or nothing.
     pub(super) fn set_policy(
         &mut self,
         placement: PolicyKind,
         sharing: &SharingPolicy,
+        quantum_ms: u64,
     ) -> Result<(), CommandError> {
         if sharing.users.len() > MAX_MAPPED_PRINCIPALS {
             return Err(CommandError::InvalidReservationPolicy(format!(
@@ -257,7 +260,10 @@ impl Reservations {
                 sharing.users.len()
             )));
         }
-        let limits = &self.plan.config().limits;
+        let limits = fullerene_reservation::Limits {
+            quantum_ms,
+            ..self.plan.config().limits
+        };
         let named = std::iter::once(("the default", &sharing.default_caps)).chain(
             sharing
                 .users
@@ -280,6 +286,9 @@ impl Reservations {
                 )));
             }
         }
+        self.plan
+            .requantize(quantum_ms)
+            .map_err(|e| CommandError::InvalidReservationPolicy(e.to_string()))?;
         self.plan.reconfigure(placement, sharing.clone());
         Ok(())
     }

@@ -2304,6 +2304,7 @@ fn the_reservation_policy_is_checked_and_applies_to_later_admissions() {
     let set = |sharing: SharingPolicy| Command::SetReservationPolicy {
         placement: PolicyKind::GreeL,
         sharing,
+        quantum_ms: 60_000,
     };
     // Out of range: a cap above 1, a window shorter than a quantum. Nothing changes.
     for bad in [caps(1.5, 86_400_000), caps(0.5, 10)] {
@@ -2330,6 +2331,28 @@ fn the_reservation_policy_is_checked_and_applies_to_later_admissions() {
         ),
         "{err}"
     );
+    // The quantum changes only in an empty plan, and a refused change changes nothing else.
+    let tenths = Command::SetReservationPolicy {
+        placement: PolicyKind::Gree,
+        sharing: caps(1.0, 60_000),
+        quantum_ms: 100,
+    };
+    let err = refused(&mut st, &tenths);
+    assert!(
+        matches!(&err, CommandError::InvalidReservationPolicy(m) if m.contains("no reservation")),
+        "{err}"
+    );
+    assert_eq!(st.reservations().plan().config().policy, PolicyKind::GreeL);
+    assert_eq!(st.reservations().plan().config().limits.quantum_ms, 60_000);
+    st.apply(&Command::DeleteReservation {
+        name: "etl".into(),
+        by: Requester::Operator("ops".into()),
+        at_ms: 0,
+    })
+    .unwrap();
+    st.apply(&tenths).unwrap();
+    assert_eq!(st.reservations().plan().config().limits.quantum_ms, 100);
+    assert_eq!(st.reservations().plan().config().policy, PolicyKind::Gree);
 }
 
 /// [`describe`] of a job that runs in `reservation`.

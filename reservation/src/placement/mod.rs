@@ -416,7 +416,15 @@ pub(crate) fn place(
         placed: Vec::new(),
         quanta,
     };
-    placer.place(&node, start, end)?;
+    placer
+        .place(&node, start, end)
+        .map_err(|shortfall| Shortfall {
+            window_ms: (
+                shortfall.window_ms.0.saturating_sub(anchor_ms),
+                shortfall.window_ms.1.saturating_sub(anchor_ms),
+            ),
+            ..shortfall
+        })?;
     Ok(placer.placed)
 }
 

@@ -661,3 +661,42 @@ fn used_capacity_is_zero_after_everything_is_deleted_whatever_the_amounts() {
     }
     assert_eq!(plan.used().runs_stored(), 0);
 }
+
+#[test]
+fn only_an_empty_plan_changes_its_quantum_and_keeps_its_capacity_from_now_on() {
+    let mut plan = Plan::new(config(PolicyKind::Gree), res("cpus=10"));
+    // A gain pending in quantum 6 is the capacity from now on.
+    plan.change_capacity(5_500, CapacityChange::Gain(res("cpus=6")), 5_500);
+    plan.admit(
+        request(
+            1,
+            "etl",
+            "window(atom(cpus=1; g=1, h=2, l=2s, w=4), s=0, f=10s)",
+        ),
+        0,
+    )
+    .expect("fits");
+    assert_eq!(
+        plan.requantize(100),
+        Err(crate::plan::RequantizeError::NotEmpty { accepted: 1 })
+    );
+    assert_eq!(plan.config().limits.quantum_ms, 1_000, "refused: unchanged");
+    plan.delete(ReservationId(1));
+    assert!(matches!(
+        plan.requantize(99),
+        Err(crate::plan::RequantizeError::OutOfRange { quantum_ms: 99, .. })
+    ));
+    plan.requantize(100).expect("an empty plan");
+    assert_eq!(plan.config().limits.quantum_ms, 100);
+    assert_eq!(plan.capacity().at(0), res("cpus=16"));
+    // Requests are now in tenths of a second: 300 ms of two bundles fits where it did not.
+    plan.admit(
+        request(
+            2,
+            "etl",
+            "window(atom(cpus=8; g=1, h=2, l=100ms, w=600ms), s=0, f=300ms)",
+        ),
+        0,
+    )
+    .expect("fits in three quanta of 100 ms");
+}
