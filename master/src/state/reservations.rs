@@ -100,6 +100,8 @@ pub struct Reservations {
     next_id: u64,
     /// The capacity the plan was last told about: the sum of live agents' totals.
     followed_capacity: ResourceVec,
+    /// When it was told, on the clock of the leader that proposed the change.
+    followed_at_ms: UnixMillis,
     /// Rejected by the adapter, oldest first by their order of rejection.
     rejected: Vec<RejectedReservation>,
     /// How many the adapter rejected in all (`rejected` keeps the last
@@ -123,6 +125,7 @@ impl Default for Reservations {
             names: BTreeMap::new(),
             next_id: 1,
             followed_capacity: ResourceVec::ZERO,
+            followed_at_ms: 0,
             rejected: Vec::new(),
             rejected_total: 0,
             closed: Vec::new(),
@@ -420,6 +423,13 @@ impl Reservations {
         capacity: ResourceVec,
         at_ms: UnixMillis,
     ) -> Vec<String> {
+        // The plan's time never goes back: a new leader whose clock is behind the last one's
+        // changes capacity from the last change on. Otherwise an agent gained at the old
+        // leader's time and lost at the new leader's earlier one would be lost before it was
+        // gained, and the plan's capacity would go below zero in between (found by the
+        // whole-system simulation's plan invariant, seed 9).
+        let at_ms = at_ms.max(self.followed_at_ms);
+        self.followed_at_ms = at_ms;
         let gain = capacity.saturating_sub(&self.followed_capacity);
         let loss = self.followed_capacity.saturating_sub(&capacity);
         self.followed_capacity = capacity;

@@ -2539,3 +2539,27 @@ fn a_closed_reservation_is_fulfilled_when_its_jobs_ended_by_its_end_and_late_oth
     ))
     .unwrap();
 }
+
+/// A new leader whose clock is behind the old one's loses an agent "before" the old leader
+/// gained it: the plan's time does not go back, so its capacity never goes below zero (found
+/// by the whole-system simulation's plan invariant, seed 9).
+#[test]
+fn an_agent_lost_on_a_clock_behind_its_registration_leaves_the_plan_capacity_whole() {
+    let mut st = ClusterState::default();
+    let mut at = register("a1", "cpus=8,mem_mib=16384");
+    if let Command::RegisterAgent { at_ms, .. } = &mut at {
+        *at_ms = 600_000;
+    }
+    st.apply(&at).unwrap();
+    st.apply(&lost("a1", 30_000)).unwrap();
+    let plan = st.reservations().plan();
+    for (start, end, value) in plan.capacity().runs(0, 1_000) {
+        assert!(
+            fullerene_proto::ResourceKind::ALL
+                .iter()
+                .all(|&kind| value[kind] >= 0.0),
+            "capacity {value} on quanta [{start}, {end})"
+        );
+    }
+    assert_eq!(plan.capacity().at(1_000), ResourceVec::ZERO);
+}
