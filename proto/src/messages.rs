@@ -128,6 +128,9 @@ pub enum ErrorCode {
     /// No accepted reservation has the name (it was never created, was deleted, ended and
     /// was forgotten, or was rejected after a loss of capacity).
     UnknownReservation,
+    /// An accepted reservation already has the name (a create retried after its outcome was
+    /// unknown finds its own first attempt this way).
+    ReservationExists,
 }
 
 /// A typed error that travels on the wire.

@@ -287,8 +287,8 @@ impl CommandError {
             CommandError::UnknownExecutor { .. } => ErrorCode::UnknownExecutor,
             CommandError::InvalidReservationName(_)
             | CommandError::InvalidReservationPolicy(_)
-            | CommandError::ReservationExists(_)
             | CommandError::ReservationRefused { .. } => ErrorCode::InvalidRequest,
+            CommandError::ReservationExists(_) => ErrorCode::ReservationExists,
             CommandError::UnknownReservation(_) => ErrorCode::UnknownReservation,
             CommandError::NotReservationOwner { .. } => ErrorCode::Unauthorized,
             CommandError::Accounting(_) => ErrorCode::Internal,

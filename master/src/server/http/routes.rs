@@ -1345,6 +1345,7 @@ async fn write(
                 ErrorCode::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
                 ErrorCode::QuotaExceeded
                 | ErrorCode::DuplicateTask
+                | ErrorCode::ReservationExists
                 | ErrorCode::InsufficientResources => StatusCode::CONFLICT,
                 ErrorCode::UnknownTask
                 | ErrorCode::UnknownAgent
