@@ -15,8 +15,11 @@
 //! a finer expression would fit.
 
 use fullerene_reservation::{Atom, Expr};
+use serde::Serialize;
 
 use crate::job::Job;
+use crate::lower_bound::lower_bounds;
+use crate::planner::PlanCluster;
 
 /// How much more work than the stage's task durations add up to an atom asks for: Rayon §6's
 /// "10% slack (over-estimation) over the actual job resource requirements". The plan treats
@@ -24,11 +27,83 @@ use crate::job::Job;
 /// another, so an exact figure leaves the last wave of tasks short.
 pub const WORK_OVERESTIMATE: f64 = 0.1;
 
+/// A job's deadline and the reservation request meant to meet it (Rayon §6's SLA jobs).
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeadlineRequest {
+    /// Real milliseconds from the job's submission to its deadline, in whole quanta.
+    pub window_ms: u64,
+    /// [`job_reservation`] inside that window.
+    pub expr: Expr,
+}
+
+/// `job`'s deadline `NewLB × (1 + slack)` after its submission, NewLB its lower bound alone on
+/// `cluster` (tech report Fig. 9: no schedule finishes sooner, so the deadline is at least as
+/// tight as Rayon §6's runtime measured alone), and the reservation for it. Durations are the
+/// workload's seconds, run `time_scale` times as long in real time (`fullerene job run
+/// --time-scale`); the window and the request are in real milliseconds, whole quanta of
+/// `quantum_ms`, opening `lead_ms` after acceptance (see [`job_reservation`]).
+pub fn deadline_request(
+    job: &Job,
+    cluster: &PlanCluster,
+    slack: f64,
+    time_scale: f64,
+    lead_ms: u64,
+    quantum_ms: u64,
+) -> DeadlineRequest {
+    let quantum_ms = quantum_ms.max(1);
+    let runtime_s = lower_bounds(job, cluster).new_lb * time_scale;
+    let window_ms = seconds_to_ms(runtime_s * (1.0 + slack))
+        .max(1)
+        .div_ceil(quantum_ms)
+        * quantum_ms;
+    DeadlineRequest {
+        window_ms,
+        expr: job_reservation(job, time_scale, window_ms, lead_ms, quantum_ms),
+    }
+}
+
+/// How a job with a deadline fared: whether the masters accepted its reservation and whether
+/// it finished in time.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DeadlineReport {
+    /// Real milliseconds from submission to the deadline.
+    pub window_ms: u64,
+    /// What the masters answered.
+    pub admission: Admission,
+    /// Whether the job finished within `window_ms` (`None`: it did not finish).
+    pub met: Option<bool>,
+}
+
+/// The masters' answer to a job's reservation request.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "answer")]
+pub enum Admission {
+    /// Not asked yet, or no answer before the job ended (it ran as best effort).
+    Unanswered,
+    /// Accepted: the job ran in reservation `name`.
+    Accepted {
+        /// The reservation's name.
+        name: String,
+    },
+    /// Refused (the plan could not hold it, or a cap): the job ran as best effort.
+    Refused {
+        /// The masters' reason.
+        reason: String,
+    },
+}
+
 /// `job`'s request: its stages' atoms ordered by the DAG's levels, inside `window(s=lead_ms,
-/// f=window_ms)` (offsets from when the masters accept it). Times are rounded up to whole
-/// quanta of `quantum_ms` (the plan refuses others); `lead_ms` is how long after submission the
-/// first allocation may start (the time the plan follower needs to free reserved capacity).
-pub fn job_reservation(job: &Job, window_ms: u64, lead_ms: u64, quantum_ms: u64) -> Expr {
+/// f=window_ms)` (offsets from when the masters accept it), with task durations `time_scale`
+/// times the workload's. Times are rounded up to whole quanta of `quantum_ms` (the plan refuses
+/// others); `lead_ms` is how long after submission the first allocation may start (the time the
+/// plan follower needs to free reserved capacity).
+pub fn job_reservation(
+    job: &Job,
+    time_scale: f64,
+    window_ms: u64,
+    lead_ms: u64,
+    quantum_ms: u64,
+) -> Expr {
     let quantum_ms = quantum_ms.max(1);
     let whole = |ms: u64| ms.max(1).div_ceil(quantum_ms) * quantum_ms;
     let window_ms = whole(window_ms);
@@ -50,9 +125,9 @@ pub fn job_reservation(job: &Job, window_ms: u64, lead_ms: u64, quantum_ms: u64)
             bundle: stage.demand,
             gang: 1,
             max_parallel: u32::try_from(stage.num_tasks()).unwrap_or(u32::MAX),
-            min_lease_ms: whole(seconds_to_ms(stage.max_duration())).min(window_ms),
+            min_lease_ms: whole(seconds_to_ms(stage.max_duration() * time_scale)).min(window_ms),
             work_ms: whole(seconds_to_ms(
-                stage.total_duration() * (1.0 + WORK_OVERESTIMATE),
+                stage.total_duration() * time_scale * (1.0 + WORK_OVERESTIMATE),
             )),
         };
         levels[level].push(Expr::Atom(atom));
@@ -114,7 +189,7 @@ mod tests {
 
     #[test]
     fn a_dags_request_orders_its_levels_and_reads_back_as_the_masters_parse_it() {
-        let expr = job_reservation(&fork(), 600_000, 1_500, 1_000);
+        let expr = job_reservation(&fork(), 1.0, 600_000, 1_500, 1_000);
         let text = expr.to_string();
         // What a framework sends is text the masters parse to the same request, and valid.
         let parsed = parse(&text).expect("the masters parse it");
@@ -148,5 +223,34 @@ mod tests {
             matches!(&levels[1], Expr::All(joins) if joins.len() == 2),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_deadline_is_the_lower_bound_with_slack_in_real_time_and_the_request_is_scaled() {
+        let job = fork();
+        let cluster = PlanCluster::new(1, "cpus=8,mem_mib=16384".parse().expect("vec"));
+        // Alone on 8 cpus: the scan's 4 tasks at once (10 s), then the joins at once (30 s).
+        let new_lb = lower_bounds(&job, &cluster).new_lb;
+        assert!((new_lb - 40.0).abs() < 1e-9, "NewLB {new_lb}");
+        // A tenth of real time, 50% slack: 40 × 1.5 / 10 = 6 s.
+        let request = deadline_request(&job, &cluster, 0.5, 0.1, 500, 100);
+        assert_eq!(request.window_ms, 6_000);
+        let Expr::Window {
+            expr,
+            start_ms,
+            end_ms,
+        } = &request.expr
+        else {
+            panic!("a window: {}", request.expr);
+        };
+        assert_eq!((*start_ms, *end_ms), (500, 6_000));
+        let Expr::Order(levels) = expr.as_ref() else {
+            panic!("levels: {expr}");
+        };
+        let Expr::Atom(scan) = &levels[0] else {
+            panic!("the scan: {expr}");
+        };
+        // 10 s tasks last 1 s; 40 s of work and 10% more is 4.4 s.
+        assert_eq!((scan.min_lease_ms, scan.work_ms), (1_000, 4_400));
     }
 }

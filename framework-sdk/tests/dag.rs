@@ -192,6 +192,7 @@ fn options(addr: std::net::SocketAddr) -> RunJobsOptions {
         state_dir: None,
         arrivals_s: Vec::new(),
         stop: None,
+        deadlines: Vec::new(),
     }
 }
 

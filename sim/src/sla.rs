@@ -2,12 +2,12 @@
 //! reserves capacity for its DAG at arrival, and the plan (GREE or GREE-L) accepts or refuses it.
 //!
 //! Rayon §6 sets deadlines from each job's runtime measured alone on the cluster. Here the
-//! runtime is the job's NewLB lower bound on the cluster ([`lower_bounds`], tech report Fig. 9):
+//! runtime is the job's NewLB lower bound on the cluster (`lower_bounds`, tech report Fig. 9):
 //! no schedule finishes sooner, it needs no extra simulation run, and it makes the deadline
 //! `arrival + NewLB × (1 + slack)` at least as tight as Rayon's.
 //!
 //! The reservation is the RDL the SDK derives from a DAG for a framework
-//! ([`fullerene_sdk::reserve::job_reservation`]: an atom per stage, ordered by the DAG's
+//! ([`fullerene_sdk::reserve::deadline_request`]: an atom per stage, ordered by the DAG's
 //! levels), inside `window(arrival, deadline)`: the simulator asks what a real framework asks.
 
 use fullerene_reservation::{
@@ -15,9 +15,8 @@ use fullerene_reservation::{
 };
 use fullerene_scheduling::ResourceVec;
 use fullerene_sdk::job::Job;
-use fullerene_sdk::lower_bound::lower_bounds;
 use fullerene_sdk::planner::PlanCluster;
-use fullerene_sdk::reserve::job_reservation;
+use fullerene_sdk::reserve::deadline_request;
 pub(crate) use fullerene_sdk::reserve::seconds_to_ms;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -50,17 +49,13 @@ pub fn sla_request(
     quantum_ms: u64,
     lead_ms: u64,
 ) -> SlaRequest {
-    let quantum_ms = quantum_ms.max(1);
-    let runtime_s = lower_bounds(job, cluster).new_lb;
+    // The simulator's seconds are the workload's: a time scale of 1.
+    let request = deadline_request(job, cluster, slack, 1.0, lead_ms, quantum_ms);
     let arrival_ms = seconds_to_ms(arrival_s);
-    let window_ms = seconds_to_ms(runtime_s * (1.0 + slack))
-        .max(1)
-        .div_ceil(quantum_ms)
-        * quantum_ms;
     SlaRequest {
         arrival_ms,
-        deadline_ms: arrival_ms + window_ms,
-        expr: job_reservation(job, window_ms, lead_ms, quantum_ms),
+        deadline_ms: arrival_ms + request.window_ms,
+        expr: request.expr,
     }
 }
 

@@ -90,6 +90,7 @@ fn start_jobs_in_process(
         state_dir: None,
         arrivals_s: Vec::new(),
         stop: None,
+        deadlines: Vec::new(),
     };
     std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -153,8 +153,11 @@ pub struct JobProgress {
     pub finished: usize,
     /// Tasks launched and not yet ended.
     pub running: usize,
-    /// Task attempts that ended without success (retried or not).
+    /// Task attempts that ended without success (retried or not), preempted ones aside.
     pub failed_attempts: u64,
+    /// Task attempts the masters killed for a reservation (retried, never counted against
+    /// `max_attempts`: the task did nothing wrong).
+    pub preempted_attempts: u64,
     /// Where it is.
     pub outcome: JobOutcome,
 }
@@ -182,6 +185,8 @@ pub struct DagJob {
     current: HashMap<TaskRef, u32>,
     failures: HashMap<TaskRef, u32>,
     failed_attempts: u64,
+    /// Task attempts preempted for a reservation.
+    preempted_attempts: u64,
     submitted: Time,
     outcome: JobOutcome,
     last_demand: Option<DemandSummary>,
@@ -243,6 +248,7 @@ impl DagJob {
             current: HashMap::new(),
             failures: HashMap::new(),
             failed_attempts: 0,
+            preempted_attempts: 0,
             submitted: now,
             outcome: JobOutcome::Running,
             refused_in_a_row: 0,
@@ -279,8 +285,13 @@ impl DagJob {
     /// no reservation of that name, and the job then fails (its framework torn down) rather
     /// than run as best effort.
     pub fn with_reservation(mut self, name: Option<String>) -> DagJob {
-        self.reservation = name;
+        self.set_reservation(name);
         self
+    }
+
+    /// [`DagJob::with_reservation`] on a running job: the next description names it.
+    pub fn set_reservation(&mut self, name: Option<String>) {
+        self.reservation = name;
     }
 
     /// The reservation the job runs in, if any.
@@ -330,6 +341,7 @@ impl DagJob {
             finished: self.state.num_finished(),
             running: self.state.num_running(),
             failed_attempts: self.failed_attempts,
+            preempted_attempts: self.preempted_attempts,
             outcome: self.outcome.clone(),
         }
     }
@@ -571,9 +583,16 @@ impl DagJob {
             }
             TaskState::Failed | TaskState::Lost | TaskState::Killed => {
                 // The master answers reconciliation of a task it never launched with LOST /
-                // UnknownTask: no attempt ran, so none is counted.
+                // UnknownTask: no attempt ran, so none is counted. A task preempted for a
+                // reservation (Rayon §5.2's reclaim) runs again without a failure counted:
+                // otherwise a best-effort job whose newest task is the victim of every reclaim
+                // would fail.
                 let ran = update.reason != Some(StatusReason::UnknownTask);
-                if ran {
+                let preempted = matches!(update.reason, Some(StatusReason::Preempted { .. }));
+                if preempted {
+                    self.preempted_attempts += 1;
+                }
+                if ran && !preempted {
                     self.failed_attempts += 1;
                     let failures = {
                         let count = self.failures.entry(task).or_insert(0);

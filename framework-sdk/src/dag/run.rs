@@ -13,6 +13,7 @@ use fullerene_client::event_log::{Event, EventLog};
 
 use super::journal::{Journal, JournalError, Record};
 use fullerene_proto::messages::{ErrorCode, FrameworkRequest, Offer, StatusUpdate, WireError};
+use fullerene_proto::reservations::{ReservationCall, MAX_RESERVATION_NAME_BYTES};
 use fullerene_proto::time::SystemClock;
 use fullerene_proto::{FrameworkId, TaskKey};
 use fullerene_transport::{Client, TlsMaterial, TransportConfig};
@@ -23,6 +24,7 @@ use crate::driver::{
     run_with_client, DriverConfig, DriverError, DriverHandle, RunOptions, Scheduler,
 };
 use crate::job::Job;
+use crate::reserve::{Admission, DeadlineReport, DeadlineRequest};
 
 /// Called with a job's index and its progress after every change.
 pub type ProgressFn = Arc<dyn Fn(usize, &JobProgress) + Send + Sync>;
@@ -39,8 +41,30 @@ pub struct DagScheduler {
     journal: Option<Journal>,
     /// Raised when the job must stop before it ends.
     stop: Option<Arc<AtomicBool>>,
-    /// Whether the masters were told how the job ended.
+    /// Whether the job's end was sent to the masters (and not lost or refused for a while
+    /// since: then it is sent again).
     end_told: bool,
+    /// Whether the masters recorded the job's end (or refused it for good): the framework is
+    /// torn down only then.
+    end_recorded: bool,
+    /// Whether the teardown was asked for.
+    torn_down: bool,
+    /// The job's description was refused for a while (rate-limited, no leader): sent again on
+    /// the next tick.
+    describe_again: bool,
+    /// The job's deadline and the masters' answer to its reservation (issue 17).
+    deadline: Option<Deadline>,
+}
+
+/// A job's deadline, the reservation asked for it and the answer so far.
+#[derive(Debug)]
+struct Deadline {
+    request: DeadlineRequest,
+    admission: Admission,
+    /// A create is in flight (its answer, or `OutcomeUnknown`, is still to come).
+    asking: bool,
+    /// A create was refused for a while (rate-limited, no leader): asked again on the next tick.
+    ask_again: bool,
 }
 
 impl DagScheduler {
@@ -56,7 +80,84 @@ impl DagScheduler {
             journal: None,
             stop: None,
             end_told: false,
+            end_recorded: false,
+            torn_down: false,
+            describe_again: false,
+            deadline: None,
         }
+    }
+
+    /// Gives the job a deadline: on subscription the framework asks the masters for
+    /// `request`'s reservation (named after the job and its framework) and describes the job
+    /// once they answer, in the reservation if they accepted it, as best effort if they refused
+    /// (Rayon §6: a refused SLA job is told at once, and runs without a guarantee). The job
+    /// starts on offers meanwhile: it does not wait for the answer to use what is free.
+    pub fn with_deadline(mut self, request: Option<DeadlineRequest>) -> DagScheduler {
+        self.deadline = request.map(|request| Deadline {
+            request,
+            admission: Admission::Unanswered,
+            asking: false,
+            ask_again: false,
+        });
+        self
+    }
+
+    /// How the job fared against its deadline, if it has one: the masters' answer, and
+    /// whether it finished within its window (its JCT counts from its submission).
+    pub fn deadline_report(&self) -> Option<DeadlineReport> {
+        let deadline = self.deadline.as_ref()?;
+        let met = match self.dag.outcome() {
+            JobOutcome::Finished { jct_ms } => Some(*jct_ms <= deadline.request.window_ms),
+            _ => None,
+        };
+        Some(DeadlineReport {
+            window_ms: deadline.request.window_ms,
+            admission: deadline.admission.clone(),
+            met,
+        })
+    }
+
+    /// Asks for the job's reservation unless the masters answered or a create is in flight;
+    /// true while the job's description must wait for the answer.
+    fn ask_for_reservation(
+        &mut self,
+        driver: &mut DriverHandle,
+        framework_id: &FrameworkId,
+    ) -> bool {
+        let name = reservation_name(&self.dag.job().name, framework_id);
+        let Some(deadline) = &mut self.deadline else {
+            return false;
+        };
+        if deadline.admission != Admission::Unanswered {
+            return false;
+        }
+        if !deadline.asking {
+            deadline.asking = true;
+            driver.reservation(ReservationCall::Create {
+                name,
+                rdl: deadline.request.expr.to_string(),
+            });
+        }
+        true
+    }
+
+    /// Records the masters' answer and describes the job, in the reservation if accepted.
+    fn admitted(&mut self, driver: &mut DriverHandle, admission: Admission) {
+        let Some(deadline) = &mut self.deadline else {
+            return;
+        };
+        deadline.asking = false;
+        if let Admission::Accepted { name } = &admission {
+            self.dag.set_reservation(Some(name.clone()));
+        }
+        if let Admission::Refused { reason } = &admission {
+            tracing::info!(job = %self.dag.job().name, %reason, "the masters refused the job's reservation: it runs as best effort");
+        }
+        deadline.admission = admission;
+        self.apply(
+            driver,
+            vec![FrameworkRequest::DescribeJob(self.dag.description())],
+        );
     }
 
     /// Stops the job when `stop` is raised: it fails as stopped and its framework is torn
@@ -169,20 +270,67 @@ impl DagScheduler {
         }
         self.log_end();
         if let (Some(end), false) = (self.dag.end(), self.end_told) {
-            // Before the teardown, on the same session: operators see how the job ended, not
-            // only that its framework left.
+            // Before the teardown: operators see how the job ended, not only that its
+            // framework left.
             self.end_told = true;
             driver.call(FrameworkRequest::EndJob {
                 job: self.dag.job().name.clone(),
                 end,
             });
         }
-        if self.dag.is_done() {
+        if self.dag.is_done() && self.end_recorded && !self.torn_down {
             // Every task has ended (or the job failed and its tasks were just killed): nothing
-            // of this framework needs to outlive it.
+            // of this framework needs to outlive it. Only once the end is recorded: a teardown
+            // stops the driver, and an end refused meanwhile (rate-limited by a busy principal)
+            // could not be sent again.
+            self.torn_down = true;
             driver.teardown();
         }
     }
+}
+
+/// Refusals that say "not now" rather than "no": the call is worth sending again.
+fn transient(code: ErrorCode) -> bool {
+    matches!(
+        code,
+        ErrorCode::RateLimited
+            | ErrorCode::NotLeader
+            | ErrorCode::Unavailable
+            | ErrorCode::OutcomeUnknown
+    )
+}
+
+impl DagScheduler {
+    /// On (re)subscription: asks for the job's reservation if it has a deadline and no answer
+    /// yet, describes the job unless that answer is awaited, and starts (or resumes) the job.
+    fn describe_and_start(&mut self, driver: &mut DriverHandle, framework_id: &FrameworkId) {
+        let mut calls = Vec::new();
+        if !self.ask_for_reservation(driver, framework_id) {
+            calls.push(FrameworkRequest::DescribeJob(self.dag.description()));
+        }
+        calls.extend(self.dag.on_subscribed());
+        self.apply(driver, calls);
+    }
+}
+
+/// The reservation of `job` run by framework `framework_id`: unique (the id is), in the
+/// characters and length the masters accept (others become `-`; the end is cut).
+fn reservation_name(job: &str, framework_id: &FrameworkId) -> String {
+    let mut name: String = format!("{job}.{framework_id}")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    if name.len() > MAX_RESERVATION_NAME_BYTES {
+        // Keeps the framework's id, the unique part, whole.
+        name = name.split_off(name.len() - MAX_RESERVATION_NAME_BYTES);
+    }
+    name
 }
 
 impl Scheduler for DagScheduler {
@@ -197,6 +345,21 @@ impl Scheduler for DagScheduler {
             // A done job's framework is torn down by `apply`.
             self.apply(driver, Vec::new());
         }
+        let ask_again = self
+            .deadline
+            .as_mut()
+            .is_some_and(|deadline| std::mem::take(&mut deadline.ask_again));
+        if let (true, Some(framework_id)) = (ask_again, driver.framework_id().cloned()) {
+            self.ask_for_reservation(driver, &framework_id);
+        }
+        let mut calls = Vec::new();
+        if std::mem::take(&mut self.describe_again) {
+            calls.push(FrameworkRequest::DescribeJob(self.dag.description()));
+        }
+        let end_again = self.dag.is_done() && !self.end_told;
+        if !calls.is_empty() || end_again {
+            self.apply(driver, calls);
+        }
     }
 
     fn registered(&mut self, driver: &mut DriverHandle, framework_id: &FrameworkId) {
@@ -209,17 +372,26 @@ impl Scheduler for DagScheduler {
             job: self.dag.job().name.clone(),
             framework_id: framework_id.clone(),
         });
-        let mut calls = vec![FrameworkRequest::DescribeJob(self.dag.description())];
-        calls.extend(self.dag.on_subscribed());
-        self.apply(driver, calls);
+        self.describe_and_start(driver, framework_id);
     }
 
-    fn reconnected(&mut self, driver: &mut DriverHandle, _framework_id: &FrameworkId) {
-        // Again: a description whose answer was lost with the session may not have committed
-        // (the masters keep one copy either way).
-        let mut calls = vec![FrameworkRequest::DescribeJob(self.dag.description())];
-        calls.extend(self.dag.on_subscribed());
-        self.apply(driver, calls);
+    fn reconnected(&mut self, driver: &mut DriverHandle, framework_id: &FrameworkId) {
+        // Again: a description (or a reservation) whose answer was lost with the session may
+        // not have committed (the masters keep one copy either way).
+        self.describe_and_start(driver, framework_id);
+    }
+
+    fn job_recorded(&mut self, driver: &mut DriverHandle, request: &FrameworkRequest) {
+        if let FrameworkRequest::EndJob { .. } = request {
+            self.end_recorded = true;
+            self.apply(driver, Vec::new());
+        }
+    }
+
+    fn reservation_done(&mut self, driver: &mut DriverHandle, call: &ReservationCall) {
+        if let ReservationCall::Create { name, .. } = call {
+            self.admitted(driver, Admission::Accepted { name: name.clone() });
+        }
     }
 
     fn offers(&mut self, driver: &mut DriverHandle, offers: Vec<Offer>) {
@@ -257,6 +429,46 @@ impl Scheduler for DagScheduler {
         error: &WireError,
     ) {
         let refused = error.code != ErrorCode::OutcomeUnknown;
+        match request {
+            FrameworkRequest::EndJob { .. } => {
+                if transient(error.code) {
+                    // Sent again on the next tick (or on reconnection).
+                    self.end_told = false;
+                } else {
+                    tracing::warn!(job = %self.dag.job().name, %error, "the masters refused the job's end");
+                    self.end_recorded = true;
+                    self.apply(driver, Vec::new());
+                }
+                return;
+            }
+            FrameworkRequest::DescribeJob(_) if transient(error.code) => {
+                // A session loss sends it again on reconnection; the rest on the next tick.
+                self.describe_again = error.code != ErrorCode::OutcomeUnknown;
+                return;
+            }
+            _ => {}
+        }
+        if let FrameworkRequest::Reservation(ReservationCall::Create { name, .. }) = request {
+            let admission = match error.code {
+                // A create retried after a lost session finds its first attempt, which the
+                // masters accepted: the name is the job's own (it holds the framework's id).
+                ErrorCode::ReservationExists => Admission::Accepted { name: name.clone() },
+                // Asked again on reconnection after a lost session, on the next tick
+                // otherwise.
+                code if transient(code) => {
+                    if let Some(deadline) = &mut self.deadline {
+                        deadline.asking = false;
+                        deadline.ask_again = code != ErrorCode::OutcomeUnknown;
+                    }
+                    return;
+                }
+                _ => Admission::Refused {
+                    reason: error.message.clone(),
+                },
+            };
+            self.admitted(driver, admission);
+            return;
+        }
         if let (FrameworkRequest::DescribeJob(_), Some(reservation), true) =
             (request, self.dag.reservation(), refused)
         {
@@ -269,13 +481,9 @@ impl Scheduler for DagScheduler {
             self.apply(driver, Vec::new());
             return;
         }
-        if matches!(
-            request,
-            FrameworkRequest::DescribeJob(_) | FrameworkRequest::EndJob { .. }
-        ) && refused
-        {
+        if matches!(request, FrameworkRequest::DescribeJob(_)) && refused {
             // The job runs on; only what operators see of it is missing.
-            tracing::warn!(job = %self.dag.job().name, %error, "the masters refused the job's description or end");
+            tracing::warn!(job = %self.dag.job().name, %error, "the masters refused the job's description");
         } else {
             tracing::debug!(job = %self.dag.job().name, %error, "call failed");
         }
@@ -321,6 +529,9 @@ pub struct RunJobsOptions {
     /// Raised to stop every job before it ends: each fails and its framework is torn down
     /// (the masters kill its tasks), within a driver tick. `None`: the jobs run to their end.
     pub stop: Option<Arc<AtomicBool>>,
+    /// The i-th job's deadline and reservation request, if it has one
+    /// ([`DagScheduler::with_deadline`]). Empty: no job has a deadline.
+    pub deadlines: Vec<Option<DeadlineRequest>>,
 }
 
 /// One job's result.
@@ -336,8 +547,12 @@ pub struct JobReport {
     pub tasks: usize,
     /// Finished, with its JCT, or failed, with why.
     pub outcome: JobOutcome,
-    /// Task attempts that ended without success.
+    /// Task attempts that ended without success, preempted ones aside.
     pub failed_attempts: u64,
+    /// Task attempts preempted for a reservation (and run again).
+    pub preempted_attempts: u64,
+    /// How it fared against its deadline, if it had one.
+    pub deadline: Option<DeadlineReport>,
 }
 
 /// Runs every job, each as its own framework, until each finishes or fails. A job the
@@ -360,6 +575,13 @@ pub async fn run_jobs(
         return Err(RunError::Arrivals(format!(
             "{} arrival times for {} jobs",
             options.arrivals_s.len(),
+            jobs.len()
+        )));
+    }
+    if !options.deadlines.is_empty() && options.deadlines.len() != jobs.len() {
+        return Err(RunError::Deadlines(format!(
+            "{} deadlines for {} jobs",
+            options.deadlines.len(),
             jobs.len()
         )));
     }
@@ -416,6 +638,8 @@ pub async fn run_jobs(
                     tasks,
                     outcome,
                     failed_attempts: progress.failed_attempts,
+                    preempted_attempts: progress.preempted_attempts,
+                    deadline: scheduler.deadline_report(),
                 }
             }
             Ok(Err(error)) => JobReport {
@@ -427,6 +651,8 @@ pub async fn run_jobs(
                     reason: error.to_string(),
                 },
                 failed_attempts: 0,
+                preempted_attempts: 0,
+                deadline: None,
             },
             Err(join) => JobReport {
                 name,
@@ -437,6 +663,8 @@ pub async fn run_jobs(
                     reason: format!("the job's driver task ended abnormally: {join}"),
                 },
                 failed_attempts: 0,
+                preempted_attempts: 0,
+                deadline: None,
             },
         };
         reports.push(report);
@@ -540,7 +768,8 @@ impl OneJob {
         let scheduler = DagScheduler::new(core, self.index, self.progress.clone())
             .with_event_log(self.options.event_log.clone())
             .with_journal(journal)
-            .with_stop(self.options.stop.clone());
+            .with_stop(self.options.stop.clone())
+            .with_deadline(self.options.deadlines.get(self.index).cloned().flatten());
         Ok((scheduler, framework_id))
     }
 }
@@ -557,4 +786,7 @@ pub enum RunError {
     /// The arrival times do not fit the jobs.
     #[error("invalid arrival times: {0}")]
     Arrivals(String),
+    /// The deadlines do not fit the jobs.
+    #[error("invalid deadlines: {0}")]
+    Deadlines(String),
 }

@@ -168,6 +168,38 @@ fn failed_tasks_are_retried_with_new_ids_then_the_job_fails_with_the_reason() {
     assert_eq!(dag.progress().failed_attempts, 2);
 }
 
+/// A task preempted for a reservation runs again without a failed attempt counted: with one
+/// attempt allowed, three preemptions in a row leave the job running (the newest best-effort
+/// task is the victim of every reclaim, found by `fullerene dev --reservations`).
+#[test]
+fn preempted_tasks_run_again_without_counting_as_failures() {
+    let mut cfg = config(PolicyKind::Fifo);
+    cfg.max_attempts = 1;
+    let mut dag = DagJob::new(two_stage_job(), cfg, t(0)).expect("dag");
+    let mut victim = accepted(&dag.on_offers(&[offer(1, "a1", "cpus=1,mem_mib=1000")], t(10)));
+    for k in 0..3u64 {
+        assert_eq!(victim.len(), 1, "round {k}");
+        let preempted = StatusReason::Preempted {
+            reservation: "etl".into(),
+        };
+        dag.on_update(
+            &update(&victim[0].id, TaskState::Killed, Some(preempted)),
+            t(20 + k * 10),
+        );
+        assert_eq!(dag.outcome(), &JobOutcome::Running, "round {k}");
+        victim =
+            accepted(&dag.on_offers(&[offer(2 + k, "a1", "cpus=1,mem_mib=1000")], t(25 + k * 10)));
+    }
+    let progress = dag.progress();
+    assert_eq!(
+        (progress.failed_attempts, progress.preempted_attempts),
+        (0, 3)
+    );
+    // A real failure still counts: the one attempt allowed is used up.
+    dag.on_update(&update(&victim[0].id, TaskState::Failed, None), t(90));
+    assert!(matches!(dag.outcome(), JobOutcome::Failed { .. }));
+}
+
 /// A demand summary the master did not take (rate-limited, say) is sent again at once: the
 /// framework sends a summary only when it changes, and without this one the allocator would
 /// offer the job nothing (found by the TPC-H cluster test under event-driven allocation).
@@ -470,4 +502,174 @@ fn the_description_names_the_reservation_the_job_runs_in() {
         (description.job, description.stages),
         (best_effort.job, best_effort.stages)
     );
+}
+
+/// A job with a deadline asks for its reservation on subscription and describes itself once
+/// answered: in the reservation if accepted (also when a retry after a lost session finds its
+/// first attempt), as best effort if refused; it starts on offers meanwhile.
+#[test]
+fn a_job_with_a_deadline_reserves_before_it_describes_itself() {
+    use super::run::DagScheduler;
+    use crate::driver::{DriverHandle, Scheduler};
+    use crate::reserve::{Admission, DeadlineRequest};
+    use fullerene_proto::reservations::ReservationCall;
+    use fullerene_proto::FrameworkId;
+
+    let framework = FrameworkId::from("fw-7");
+    let request = DeadlineRequest {
+        window_ms: 30_000,
+        expr: fullerene_reservation::parse(
+            "window(atom(cpus=1; g=1, h=2, l=5s, w=10s), s=0, f=30s)",
+        )
+        .expect("rdl"),
+    };
+    let scheduler = |request: Option<DeadlineRequest>| {
+        let dag = DagJob::new(two_stage_job(), config(PolicyKind::Graphene), t(0)).expect("dag");
+        DagScheduler::new(dag, 0, None).with_deadline(request)
+    };
+    let calls = |run: &mut dyn FnMut(&mut DriverHandle)| {
+        let mut handle = DriverHandle::new(t(0), Some(framework.clone()));
+        run(&mut handle);
+        handle.into_calls().0
+    };
+    let describes = |calls: &[FrameworkRequest]| {
+        calls.iter().find_map(|c| match c {
+            FrameworkRequest::DescribeJob(d) => Some(d.reservation.clone()),
+            _ => None,
+        })
+    };
+
+    // Accepted: the create comes first, the description only after the answer, tagged.
+    let mut s = scheduler(Some(request.clone()));
+    let first = calls(&mut |h| s.registered(h, &framework));
+    let create = first
+        .iter()
+        .find_map(|c| match c {
+            FrameworkRequest::Reservation(call @ ReservationCall::Create { .. }) => {
+                Some(call.clone())
+            }
+            _ => None,
+        })
+        .expect("a create");
+    let ReservationCall::Create { name, rdl } = &create else {
+        unreachable!()
+    };
+    assert_eq!(name, "q1.fw-7");
+    assert_eq!(
+        fullerene_reservation::parse(rdl).expect("parses"),
+        request.expr
+    );
+    assert_eq!(
+        describes(&first),
+        None,
+        "no description before the answer: {first:?}"
+    );
+    assert!(
+        first
+            .iter()
+            .any(|c| matches!(c, FrameworkRequest::UpdateDemand(_))),
+        "the job starts meanwhile: {first:?}"
+    );
+    let answered = calls(&mut |h| s.reservation_done(h, &create));
+    assert_eq!(describes(&answered), Some(Some("q1.fw-7".to_string())));
+    assert_eq!(
+        s.deadline_report().map(|d| d.admission),
+        Some(Admission::Accepted {
+            name: "q1.fw-7".into()
+        })
+    );
+    // A reconnection neither asks again nor untags the job.
+    let again = calls(&mut |h| s.reconnected(h, &framework));
+    assert_eq!(describes(&again), Some(Some("q1.fw-7".to_string())));
+    assert!(!again
+        .iter()
+        .any(|c| matches!(c, FrameworkRequest::Reservation(_))));
+
+    // Lost with the session: asked again on reconnection; the retry finds the first attempt.
+    let mut s = scheduler(Some(request.clone()));
+    calls(&mut |h| s.registered(h, &framework));
+    let lost = WireError::new(ErrorCode::OutcomeUnknown, "session lost");
+    let none =
+        calls(&mut |h| s.call_failed(h, &FrameworkRequest::Reservation(create.clone()), &lost));
+    assert!(none.is_empty(), "{none:?}");
+    let retry = calls(&mut |h| s.reconnected(h, &framework));
+    assert!(
+        retry.contains(&FrameworkRequest::Reservation(create.clone())),
+        "{retry:?}"
+    );
+    assert_eq!(describes(&retry), None);
+    let exists = WireError::new(ErrorCode::ReservationExists, "q1.fw-7 exists");
+    let found =
+        calls(&mut |h| s.call_failed(h, &FrameworkRequest::Reservation(create.clone()), &exists));
+    assert_eq!(describes(&found), Some(Some("q1.fw-7".to_string())));
+
+    // Refused: described as best effort, the reason kept, and the job is not failed.
+    let mut s = scheduler(Some(request));
+    calls(&mut |h| s.registered(h, &framework));
+    let no_room = WireError::new(ErrorCode::InvalidRequest, "atom 0 does not fit");
+    let refused =
+        calls(&mut |h| s.call_failed(h, &FrameworkRequest::Reservation(create.clone()), &no_room));
+    assert_eq!(describes(&refused), Some(None));
+    assert_eq!(
+        s.deadline_report().map(|d| d.admission),
+        Some(Admission::Refused {
+            reason: "atom 0 does not fit".into()
+        })
+    );
+    assert!(!s.dag().is_done());
+
+    // Without a deadline: described at once, nothing reserved.
+    let mut s = scheduler(None);
+    let plain = calls(&mut |h| s.registered(h, &framework));
+    assert_eq!(describes(&plain), Some(None));
+    assert!(s.deadline_report().is_none());
+}
+
+/// A job's end is recorded before its framework is torn down: an end the masters refuse for a
+/// while (a principal's calls rate-limited) is sent again on the next tick, and the teardown
+/// follows the masters' record of it (found by the five-job cluster test, whose job showed no
+/// end in `/jobs` when its end was rate-limited and the driver already stopped).
+#[test]
+fn a_job_is_torn_down_only_once_the_masters_recorded_its_end() {
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+
+    use super::run::DagScheduler;
+    use crate::driver::{DriverHandle, Scheduler};
+    use fullerene_proto::FrameworkId;
+
+    let framework = FrameworkId::from("fw-1");
+    let stop = Arc::new(AtomicBool::new(false));
+    let dag = DagJob::new(two_stage_job(), config(PolicyKind::Graphene), t(0)).expect("dag");
+    let mut s = DagScheduler::new(dag, 0, None).with_stop(Some(Arc::clone(&stop)));
+    let mut calls = |run: &mut dyn FnMut(&mut DriverHandle, &mut DagScheduler)| {
+        let mut handle = DriverHandle::new(t(0), Some(framework.clone()));
+        run(&mut handle, &mut s);
+        handle.into_calls()
+    };
+    calls(&mut |h, s| s.registered(h, &framework));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (first, stopping) = calls(&mut |h, s| s.tick(h));
+    let end = first
+        .iter()
+        .find(|c| matches!(c, FrameworkRequest::EndJob { .. }))
+        .cloned()
+        .unwrap_or_else(|| panic!("the end is told: {first:?}"));
+    assert!(
+        !stopping && !first.contains(&FrameworkRequest::Teardown),
+        "{first:?}"
+    );
+    // Rate-limited: nothing at once, the end again on the next tick, still no teardown.
+    let limited = WireError::new(ErrorCode::RateLimited, "slow down");
+    let (now, _) = calls(&mut |h, s| s.call_failed(h, &end, &limited));
+    assert!(now.is_empty(), "{now:?}");
+    let (again, stopping) = calls(&mut |h, s| s.tick(h));
+    assert!(again.contains(&end), "{again:?}");
+    assert!(!stopping, "{again:?}");
+    // Recorded: torn down, once.
+    let (recorded, stopping) = calls(&mut |h, s| s.job_recorded(h, &end));
+    assert_eq!(recorded, vec![FrameworkRequest::Teardown]);
+    assert!(stopping);
+    let (later, _) = calls(&mut |h, s| s.tick(h));
+    assert!(later.is_empty(), "{later:?}");
 }

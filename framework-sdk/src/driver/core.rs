@@ -141,6 +141,11 @@ pub enum DriverEvent {
     /// A reservation call the scheduler made (Rayon §5.2: create, update, delete) was
     /// committed; a refusal comes as [`DriverEvent::CallFailed`] with the plan's reason.
     ReservationDone(ReservationCall),
+    /// A description of the framework's job ([`FrameworkRequest::DescribeJob`] or
+    /// [`FrameworkRequest::EndJob`]) was committed: what operators see of the job is in the
+    /// masters' state. (Other calls' successes are not reported: they are many, and their
+    /// effects show in offers and status updates.)
+    JobRecorded(FrameworkRequest),
     /// The answer to [`FrameworkRequest::ListReservations`]: a page of the principal's
     /// accepted reservations.
     Reservations {
@@ -553,6 +558,11 @@ impl DriverCore {
             Ok(_) => match call.request {
                 FrameworkRequest::Reservation(reservation) => {
                     vec![Action::Deliver(DriverEvent::ReservationDone(reservation))]
+                }
+                request @ (FrameworkRequest::DescribeJob(_) | FrameworkRequest::EndJob { .. })
+                    if call.from_scheduler =>
+                {
+                    vec![Action::Deliver(DriverEvent::JobRecorded(request))]
                 }
                 _ => Vec::new(),
             },

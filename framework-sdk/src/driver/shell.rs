@@ -56,6 +56,10 @@ pub trait Scheduler: Send {
     /// plan's reason.
     fn reservation_done(&mut self, _driver: &mut DriverHandle, _call: &ReservationCall) {}
 
+    /// The job's description or end ([`FrameworkRequest::DescribeJob`],
+    /// [`FrameworkRequest::EndJob`]) was committed.
+    fn job_recorded(&mut self, _driver: &mut DriverHandle, _request: &FrameworkRequest) {}
+
     /// A page of the principal's accepted reservations ([`DriverHandle::list_reservations`]);
     /// `next` is set when more follow.
     fn reservations(
@@ -192,6 +196,7 @@ pub fn deliver<S: Scheduler + ?Sized>(
             scheduler.call_failed(handle, &request, &error);
         }
         DriverEvent::ReservationDone(call) => scheduler.reservation_done(handle, &call),
+        DriverEvent::JobRecorded(request) => scheduler.job_recorded(handle, &request),
         DriverEvent::Reservations { reservations, next } => {
             scheduler.reservations(handle, &reservations, next.as_deref());
         }
