@@ -33,8 +33,12 @@ use fullerene_transport::certs::CertPaths;
 use fullerene_transport::Role;
 
 use crate::commands::job::{self, JobRunArgs};
-use crate::commands::{parse_positive, resolve_workload, Caught, Signals};
+use crate::commands::reservation::set_plan_quantum;
+use crate::commands::{
+    parse_fraction, parse_positive, parse_slack, resolve_workload, Caught, Signals,
+};
 use crate::output::JsonOutput;
+use fullerene_sim::reserved::DEFAULT_SLACK;
 
 /// How much longer than its lower bound a sample takes on the cluster: Graphene's packing is
 /// not perfect and every task costs an offer round trip. Measured: the default sample (6 jobs,
@@ -107,7 +111,25 @@ pub(crate) struct DevArgs {
     /// How long the masters get to elect a leader, and the agents to register, in seconds.
     #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3_600))]
     pub start_timeout_secs: u64,
+    /// Run this fraction of the jobs (chosen with --seed) under reservations (Rayon): each gets
+    /// a deadline, its lower bound alone on the cluster times 1 + --deadline-slack, and
+    /// reserves capacity for its stages within it before it runs. The summary says whether the
+    /// masters accepted each reservation and whether each job met its deadline. The plan is
+    /// kept in tenths of a second and the masters preempt best-effort tasks after a one-second
+    /// grace, to suit jobs of seconds.
+    #[arg(long, value_name = "FRACTION", env = "FULLERENE_DEV_RESERVATIONS", value_parser = parse_fraction)]
+    pub reservations: Option<f64>,
+    /// With --reservations: the slack of each deadline over the job's lower bound.
+    #[arg(long, value_name = "FRACTION", value_parser = parse_slack, default_value_t = DEFAULT_SLACK, requires = "reservations")]
+    pub deadline_slack: f64,
 }
+
+/// The plan's quantum under `dev --reservations`: its jobs last seconds, and their DAGs have
+/// many levels, each ordered after the previous in whole quanta.
+const DEV_QUANTUM_MS: u64 = 100;
+
+/// The masters' grace before preempting for a reservation under `dev --reservations`.
+const DEV_RESERVATION_GRACE_SECS: u64 = 1;
 
 /// The jobs `dev` runs and how fast, worked out before any process starts.
 #[derive(Debug)]
@@ -240,6 +262,12 @@ pub(crate) fn run(args: DevArgs, json: &JsonOutput) -> Result<()> {
     )
     .context("cannot lay out the cluster's directory")?;
     cluster.own_process_group = true;
+    if args.reservations.is_some() {
+        cluster.extra_args.extend([
+            "--reservation-grace-secs".to_string(),
+            DEV_RESERVATION_GRACE_SECS.to_string(),
+        ]);
+    }
     if args.keep {
         cluster.keep_dir();
     }
@@ -362,6 +390,10 @@ async fn drive(
         failover_timeout_secs: 60,
         event_log: None,
         state_dir: None,
+        deadlines: args.reservations,
+        deadline_slack: args.deadline_slack,
+        // The grace and a follower cycle.
+        reservation_lead: Duration::from_secs(DEV_RESERVATION_GRACE_SECS + 1),
         quic: crate::commands::QuicArgs::default(),
     };
     // `job run` blocks on a runtime of its own: it runs on a thread, so that this one keeps
@@ -449,7 +481,13 @@ async fn start(cluster: &mut LocalMasters, args: &DevArgs, timeout: Duration) ->
             strip_ansi(&cluster.logs(LOG_LINES))
         ))),
         Err(exited) => Err(died(&exited)),
+    }?;
+    if args.reservations.is_some() {
+        set_plan_quantum(&mut client, DEV_QUANTUM_MS)
+            .await
+            .context("cannot set the reservation plan's quantum")?;
     }
+    Ok(())
 }
 
 /// Waits until a master answers as the leader's.

@@ -86,13 +86,7 @@ pub(crate) struct SetQuotasArgs {
 }
 
 fn parse_weight(text: &str) -> Result<f64, String> {
-    let weight: f64 = text
-        .parse()
-        .map_err(|_| format!("`{text}` is not a number"))?;
-    if !weight.is_finite() || weight < 0.0 {
-        return Err(format!("a weight must be finite and >= 0, not {text}"));
-    }
-    Ok(weight)
+    super::parse_number(text, |x| x >= 0.0, "a weight must be finite and >= 0")
 }
 
 /// The groups as `fullerene groups list --json` prints them.

@@ -9,14 +9,18 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use fullerene_client::event_log::EventLog;
-use fullerene_proto::messages::AgentState;
+use fullerene_proto::messages::{AgentState, OperatorRequest, OperatorResponse};
 use fullerene_proto::ResourceVec;
 use fullerene_sdk::dag::{
     run_jobs, DagConfig, ExecutorTemplate, JobOutcome, JobProgress, JobReport, ProgressFn,
     RunJobsOptions,
 };
+use fullerene_sdk::planner::PlanCluster;
 use fullerene_sdk::policy::PolicyKind;
 use fullerene_sdk::read_workload;
+use fullerene_sdk::reserve::{deadline_request, Admission, DeadlineRequest};
+use fullerene_sim::reserved::DEFAULT_SLACK;
+use fullerene_sim::sla::choose_sla_jobs;
 use fullerene_sim::{arrival_times, check_fits, ArrivalSpec};
 use fullerene_transport::certs::CertPaths;
 use fullerene_transport::{Role, TlsMaterial};
@@ -24,8 +28,11 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 
 use crate::commands::cluster::{operator_client, ClusterArgs};
+use crate::commands::control::parse_span;
 use crate::commands::master::tls_paths;
-use crate::commands::{parse_positive, resolve_workload, Caught, Signals};
+use crate::commands::{
+    parse_fraction, parse_positive, parse_slack, resolve_workload, Caught, Signals,
+};
 use crate::output::{table, JsonOutput};
 
 /// Job commands.
@@ -131,6 +138,24 @@ pub(crate) struct JobRunArgs {
     /// run again), or starts the jobs over otherwise.
     #[arg(long, env = "FULLERENE_JOB_STATE_DIR", value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
+    /// Give this fraction of the jobs (chosen with --seed, as `sim --deadlines` chooses) a
+    /// deadline, their NewLB lower bound on the cluster times 1 + --deadline-slack after their
+    /// arrival (scaled by --time-scale), and have each reserve capacity for it first (Rayon:
+    /// an atom per stage, in the DAG's order, within the deadline). A job whose reservation is
+    /// refused runs as best effort. The table says, per job, whether the masters accepted its
+    /// reservation and whether it met its deadline. Needs an operator certificate in
+    /// --certs-dir, to read the cluster's size and the plan's quantum.
+    #[arg(long, value_name = "FRACTION", value_parser = parse_fraction)]
+    pub deadlines: Option<f64>,
+    /// With --deadlines: the slack of each deadline over the job's lower bound.
+    #[arg(long, value_name = "FRACTION", value_parser = parse_slack, default_value_t = DEFAULT_SLACK, requires = "deadlines")]
+    pub deadline_slack: f64,
+    /// With --deadlines: how long after the masters accept a reservation its first allocation
+    /// may start. The plan follower frees reserved capacity by preempting best-effort tasks
+    /// only after the masters' --reservation-grace-secs and a follow cycle (1 s), so that
+    /// much, or the reservation may not get its first quanta.
+    #[arg(long, value_name = "SPAN", value_parser = parse_span, default_value = "31s", requires = "deadlines")]
+    pub reservation_lead: Duration,
     #[command(flatten)]
     pub quic: crate::commands::QuicArgs,
 }
@@ -208,13 +233,31 @@ pub(crate) fn run_jobs_command(
         state_dir: args.state_dir.clone(),
         arrivals_s,
         stop: Some(Arc::clone(&stop)),
+        deadlines: Vec::new(),
     };
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(check_agents_fit(&jobs, &args))?;
+    let cluster = runtime.block_on(read_cluster(&args))?;
+    if let Some(cluster) = &cluster {
+        for job in &jobs {
+            check_fits(job, &cluster.sizes)
+                .context("a task is larger than every agent of the cluster")?;
+        }
+    }
+    let mut options = options;
+    if let Some(fraction) = args.deadlines {
+        let Some(cluster) = &cluster else {
+            bail!(
+                "--deadlines needs the cluster's size and the plan's quantum, which only an \
+                 operator may read: give --certs-dir with an operator certificate \
+                 (`fullerene certs init` lays one out)"
+            );
+        };
+        options.deadlines = deadlines(&jobs, fraction, &args, cluster);
+    }
 
     // Bars on a terminal; plain lines where they would not show (a log file, CI); nothing
     // beside JSON on standard output.
@@ -282,14 +325,28 @@ pub(crate) fn run_jobs_command(
     Ok(())
 }
 
-/// Refuses, before anything is submitted, a job with a task larger than every agent the masters
-/// know: no offer could ever hold it, and the job would wait for one forever. A framework may
-/// not list the agents, so this asks as the operator of `--certs-dir` when that directory holds
-/// an operator certificate (a `fullerene certs init` directory does); without one, or when the
-/// masters do not answer, it says so and runs the jobs unchecked.
-async fn check_agents_fit(jobs: &[fullerene_sdk::Job], args: &JobRunArgs) -> Result<()> {
+/// What `job run` reads of the cluster before it submits anything, as an operator.
+#[derive(Debug)]
+struct ClusterFacts {
+    /// The distinct sizes of the agents not lost.
+    sizes: Vec<ResourceVec>,
+    /// How many agents are not lost.
+    agents: usize,
+    /// Their capacity together.
+    total: ResourceVec,
+    /// The reservation plan's quantum.
+    quantum_ms: u64,
+}
+
+/// The cluster's agents and plan quantum, read as the operator of `--certs-dir` when that
+/// directory holds an operator certificate (a `fullerene certs init` directory does): a
+/// framework may not read them. With them, `job run` refuses at once a job with a task larger
+/// than every agent (no offer could ever hold it, and the job would wait forever), and sets
+/// deadlines. `None` without an operator certificate, or when the masters do not answer (said
+/// on standard error): the jobs then run unchecked.
+async fn read_cluster(args: &JobRunArgs) -> Result<Option<ClusterFacts>> {
     let Some(certs) = &args.certs else {
-        return Ok(());
+        return Ok(None);
     };
     if !CertPaths::of_member(certs, Role::Operator, 1)
         .cert
@@ -299,7 +356,7 @@ async fn check_agents_fit(jobs: &[fullerene_sdk::Job], args: &JobRunArgs) -> Res
             "no operator certificate in {}: the jobs' demands are not checked against the agents",
             certs.display()
         );
-        return Ok(());
+        return Ok(None);
     }
     let cluster = ClusterArgs {
         masters: args.masters.clone(),
@@ -310,31 +367,75 @@ async fn check_agents_fit(jobs: &[fullerene_sdk::Job], args: &JobRunArgs) -> Res
         key: None,
         timeout_secs: AGENT_LIST_TIMEOUT_SECS,
     };
-    let agents = match operator_client(&cluster)?.list_agents().await {
+    let mut client = operator_client(&cluster)?;
+    let agents = match client.list_agents().await {
         Ok(agents) => agents,
         Err(error) => {
             eprintln!("warning: cannot list the agents to check the jobs' demands: {error}");
-            return Ok(());
+            return Ok(None);
         }
     };
-    let mut sizes: Vec<ResourceVec> = Vec::new();
+    let mut facts = ClusterFacts {
+        sizes: Vec::new(),
+        agents: 0,
+        total: ResourceVec::ZERO,
+        quantum_ms: 0,
+    };
     for agent in agents.iter().filter(|a| a.state != AgentState::Lost) {
         let size = agent
             .total
             .to_vec()
             .with_context(|| format!("agent {} reports invalid resources", agent.id))?;
-        if !sizes.contains(&size) {
-            sizes.push(size);
+        facts.agents += 1;
+        facts.total += size;
+        if !facts.sizes.contains(&size) {
+            facts.sizes.push(size);
         }
     }
-    if sizes.is_empty() {
+    if facts.sizes.is_empty() {
         eprintln!("warning: no agent is registered: the jobs wait until one is");
-        return Ok(());
+        return Ok(None);
     }
-    for job in jobs {
-        check_fits(job, &sizes).context("a task is larger than every agent of the cluster")?;
-    }
-    Ok(())
+    facts.quantum_ms = match client
+        .request(&OperatorRequest::ReservationPolicy)
+        .await
+        .context("cannot read the reservation policy")?
+    {
+        OperatorResponse::ReservationPolicy(policy) => policy.quantum_ms,
+        other => bail!("unexpected answer to a reservation policy read: {other:?}"),
+    };
+    Ok(Some(facts))
+}
+
+/// The deadline and reservation request of each job `fraction` of them get (the same choice
+/// as the simulator's for the same seed): `NewLB × (1 + slack)` on `cluster` after arrival.
+/// NewLB treats the cluster as its agents' number of machines of their average size (exact
+/// for agents of one size).
+fn deadlines(
+    jobs: &[fullerene_sdk::Job],
+    fraction: f64,
+    args: &JobRunArgs,
+    cluster: &ClusterFacts,
+) -> Vec<Option<DeadlineRequest>> {
+    let machine = cluster.total.scale(1.0 / cluster.agents as f64);
+    let plan_cluster = PlanCluster::new(cluster.agents, machine);
+    let lead_ms = u64::try_from(args.reservation_lead.as_millis()).unwrap_or(u64::MAX);
+    let marked = choose_sla_jobs(jobs.len(), fraction, args.seed);
+    jobs.iter()
+        .zip(marked)
+        .map(|(job, marked)| {
+            marked.then(|| {
+                deadline_request(
+                    job,
+                    &plan_cluster,
+                    args.deadline_slack,
+                    args.time_scale,
+                    lead_ms,
+                    cluster.quantum_ms,
+                )
+            })
+        })
+        .collect()
 }
 
 /// How long `job run`, stopped by a signal, waits for its frameworks to be torn down: each
@@ -469,7 +570,66 @@ struct Summary {
     jct_avg_s: Option<f64>,
     jct_median_s: Option<f64>,
     jct_p95_s: Option<f64>,
+    /// With `--deadlines`: how the jobs with one fared.
+    deadlines: Option<DeadlineSummary>,
     jobs: Vec<JobReport>,
+}
+
+/// The jobs with deadlines, together (Rayon §6's measures: SLA acceptance and fulfilment).
+#[derive(Debug, PartialEq, Serialize)]
+struct DeadlineSummary {
+    /// Jobs with a deadline.
+    jobs: usize,
+    /// Whose reservation the masters accepted.
+    accepted: usize,
+    /// Accepted, and finished by the deadline.
+    met_accepted: usize,
+    /// Refused (or unanswered), run as best effort, and finished by the deadline all the same.
+    met_unreserved: usize,
+}
+
+impl DeadlineSummary {
+    fn of(jobs: &[JobReport]) -> Option<DeadlineSummary> {
+        let with: Vec<_> = jobs.iter().filter_map(|j| j.deadline.as_ref()).collect();
+        if with.is_empty() {
+            return None;
+        }
+        let mut summary = DeadlineSummary {
+            jobs: with.len(),
+            accepted: 0,
+            met_accepted: 0,
+            met_unreserved: 0,
+        };
+        for deadline in with {
+            let met = usize::from(deadline.met == Some(true));
+            if matches!(deadline.admission, Admission::Accepted { .. }) {
+                summary.accepted += 1;
+                summary.met_accepted += met;
+            } else {
+                summary.met_unreserved += met;
+            }
+        }
+        Some(summary)
+    }
+}
+
+/// A job's deadline as the table shows it: its window, the masters' answer, and whether it was
+/// met.
+fn deadline_cell(job: &JobReport) -> String {
+    let Some(deadline) = &job.deadline else {
+        return "-".to_string();
+    };
+    let window = format!("{:.1} s", deadline.window_ms as f64 / 1000.0);
+    let met = match deadline.met {
+        Some(true) => "met",
+        Some(false) => "late",
+        None => "unfinished",
+    };
+    match &deadline.admission {
+        Admission::Accepted { .. } => format!("{met} ({window}, reserved)"),
+        Admission::Refused { .. } => format!("{met} ({window}, best effort: refused)"),
+        Admission::Unanswered => format!("{met} ({window}, best effort: no answer)"),
+    }
 }
 
 impl Summary {
@@ -492,19 +652,24 @@ impl Summary {
             jct_avg_s: (!jcts.is_empty()).then(|| jcts.iter().sum::<f64>() / finished as f64),
             jct_median_s: quantile(&jcts, 0.5),
             jct_p95_s: quantile(&jcts, 0.95),
+            deadlines: DeadlineSummary::of(&jobs),
             jobs,
         }
     }
 
     fn render(&self) -> String {
-        let mut per_job = table(&[
+        let mut headers = vec![
             "job",
             "group",
             "tasks",
             "JCT (s)",
             "failed attempts",
             "outcome",
-        ]);
+        ];
+        if self.deadlines.is_some() {
+            headers.push("deadline");
+        }
+        let mut per_job = table(&headers);
         for job in &self.jobs {
             let (jct, outcome) = match &job.outcome {
                 JobOutcome::Finished { jct_ms } => (
@@ -514,7 +679,7 @@ impl Summary {
                 JobOutcome::Failed { reason } => ("-".to_string(), format!("failed: {reason}")),
                 JobOutcome::Running => ("-".to_string(), "running".to_string()),
             };
-            per_job.add_row(vec![
+            let mut row = vec![
                 job.name.clone(),
                 if job.group.is_empty() {
                     "(principal's)".to_string()
@@ -525,7 +690,11 @@ impl Summary {
                 jct,
                 job.failed_attempts.to_string(),
                 outcome,
-            ]);
+            ];
+            if self.deadlines.is_some() {
+                row.push(deadline_cell(job));
+            }
+            per_job.add_row(row);
         }
         let fmt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
         let mut totals = table(&[
@@ -544,7 +713,29 @@ impl Summary {
             fmt(self.jct_median_s),
             fmt(self.jct_p95_s),
         ]);
-        format!("{per_job}\n{totals}")
+        let Some(d) = &self.deadlines else {
+            return format!("{per_job}\n{totals}");
+        };
+        // The masters' reasons are long (the atom, its work and window): below the table.
+        let refusals: String = self
+            .jobs
+            .iter()
+            .filter_map(|job| match &job.deadline.as_ref()?.admission {
+                Admission::Refused { reason } => {
+                    Some(format!("\n  {}: reservation refused: {reason}", job.name))
+                }
+                _ => None,
+            })
+            .collect();
+        format!(
+            "{per_job}\n{totals}\ndeadlines: {} jobs, {} reserved, {} of them met their deadline; \
+             {} of the {} unreserved met it as best effort{refusals}",
+            d.jobs,
+            d.accepted,
+            d.met_accepted,
+            d.met_unreserved,
+            d.jobs - d.accepted
+        )
     }
 }
 
@@ -569,6 +760,8 @@ mod tests {
             tasks: 3,
             outcome,
             failed_attempts: 0,
+            preempted_attempts: 0,
+            deadline: None,
         }
     }
 
@@ -619,6 +812,7 @@ mod tests {
             finished,
             running: 2,
             failed_attempts: 0,
+            preempted_attempts: 0,
             outcome,
         };
         assert_eq!(lines.line(0, &progress(1, JobOutcome::Running)), None);
@@ -666,5 +860,63 @@ mod tests {
         let text = s.render();
         assert!(text.contains("failed: boom"), "{text}");
         assert_eq!(quantile(&[], 0.5), None);
+    }
+
+    #[test]
+    fn deadlines_are_counted_by_answer_and_shown_per_job() {
+        use fullerene_sdk::reserve::DeadlineReport;
+        let with = |name: &str, jct_ms: u64, admission: Admission| {
+            let mut job = report(name, JobOutcome::Finished { jct_ms });
+            job.deadline = Some(DeadlineReport {
+                window_ms: 2_000,
+                admission,
+                met: Some(jct_ms <= 2_000),
+            });
+            job
+        };
+        let accepted = || Admission::Accepted { name: "r".into() };
+        let jobs = vec![
+            with("a", 1_500, accepted()),
+            with("b", 2_500, accepted()),
+            with(
+                "c",
+                1_000,
+                Admission::Refused {
+                    reason: "no room".into(),
+                },
+            ),
+            with("d", 3_000, Admission::Unanswered),
+            report("e", JobOutcome::Finished { jct_ms: 9_000 }),
+        ];
+        let s = Summary::of(Path::new("w.jsonl"), PolicyKind::Graphene, 1.0, jobs);
+        assert_eq!(
+            s.deadlines,
+            Some(DeadlineSummary {
+                jobs: 4,
+                accepted: 2,
+                met_accepted: 1,
+                met_unreserved: 1,
+            })
+        );
+        let text = s.render();
+        assert!(text.contains("met (2.0 s, reserved)"), "{text}");
+        assert!(text.contains("late (2.0 s, reserved)"), "{text}");
+        assert!(text.contains("met (2.0 s, best effort: refused)"), "{text}");
+        assert!(text.contains("c: reservation refused: no room"), "{text}");
+        assert!(
+            text.contains(
+                "4 jobs, 2 reserved, 1 of them met their deadline; 1 of the 2 unreserved"
+            ),
+            "{text}"
+        );
+        // Without deadlines, no column.
+        let plain = Summary::of(
+            Path::new("w.jsonl"),
+            PolicyKind::Graphene,
+            1.0,
+            vec![report("e", JobOutcome::Finished { jct_ms: 9_000 })],
+        );
+        assert_eq!(plain.deadlines, None);
+        assert!(!plain.render().contains("deadline"));
     }
 }

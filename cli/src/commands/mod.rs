@@ -159,6 +159,37 @@ pub(crate) fn parse_positive(text: &str) -> Result<f64, String> {
     }
 }
 
+/// A finite number for which `within` holds; otherwise the error says `rule` (what the flag
+/// takes, as "a weight is a number >= 0") and the text given. The one rule of the numeric
+/// flags below.
+pub(crate) fn parse_number(
+    text: &str,
+    within: impl Fn(f64) -> bool,
+    rule: &str,
+) -> Result<f64, String> {
+    let value: f64 = text
+        .parse()
+        .map_err(|_| format!("`{text}` is not a number"))?;
+    if !(value.is_finite() && within(value)) {
+        return Err(format!("{rule}, not {text}"));
+    }
+    Ok(value)
+}
+
+/// A fraction of the jobs, in (0, 1] (`--deadlines` of `sim`, `job run` and `dev`).
+pub(crate) fn parse_fraction(text: &str) -> Result<f64, String> {
+    parse_number(
+        text,
+        |x| x > 0.0 && x <= 1.0,
+        "a fraction of the jobs is in (0, 1]",
+    )
+}
+
+/// A deadline's slack over the job's lower bound, >= 0 (`--deadline-slack`).
+pub(crate) fn parse_slack(text: &str) -> Result<f64, String> {
+    parse_number(text, |x| x >= 0.0, "a slack is a number >= 0")
+}
+
 /// Where the shared workloads are looked for when `--workload` is not given: beside the
 /// checkout (the layout of development machines and CI), then below the current directory.
 const DEFAULT_WORKLOADS: [&str; 2] = [

@@ -18,7 +18,7 @@ use fullerene_sim::{
 use indicatif::ProgressBar;
 
 use crate::commands::plan::progress_bar;
-use crate::commands::resolve_workload;
+use crate::commands::{parse_fraction, parse_slack, resolve_workload};
 use crate::output::JsonOutput;
 
 /// Flags of `fullerene sim`.
@@ -125,26 +125,6 @@ pub(crate) struct SimArgs {
     /// With --deadlines: the slack of each deadline over the job's lower bound.
     #[arg(long, value_name = "FRACTION", value_parser = parse_slack, requires = "deadlines")]
     deadline_slack: Option<f64>,
-}
-
-fn parse_fraction(text: &str) -> Result<f64, String> {
-    let value: f64 = text
-        .parse()
-        .map_err(|_| format!("`{text}` is not a number"))?;
-    if !(value.is_finite() && value > 0.0 && value <= 1.0) {
-        return Err(format!("a fraction of the jobs is in (0, 1], not {text}"));
-    }
-    Ok(value)
-}
-
-fn parse_slack(text: &str) -> Result<f64, String> {
-    let value: f64 = text
-        .parse()
-        .map_err(|_| format!("`{text}` is not a number"))?;
-    if !(value.is_finite() && value >= 0.0) {
-        return Err(format!("a slack is a number >= 0, not {text}"));
-    }
-    Ok(value)
 }
 
 /// The simulated cluster and workload the flags describe.
