@@ -124,6 +124,23 @@ impl PlanFollower {
         free: ResourceVec,
         best_effort: &[BestEffortTask],
     ) -> FollowerDecision {
+        self.follow_with(plan, now_ms, jobs, free, || Candidates {
+            freeing: ResourceVec::ZERO,
+            tasks: best_effort.to_vec(),
+        })
+    }
+
+    /// [`PlanFollower::follow`] for a shell that would rather not list every best-effort task
+    /// each cycle: `candidates` is asked only when `free` does not cover what the
+    /// reservations are owed (the same decision: what comes free adds to `free` first).
+    pub fn follow_with(
+        &mut self,
+        plan: &Plan,
+        now_ms: u64,
+        jobs: &[TaggedJob],
+        free: ResourceVec,
+        candidates: impl FnOnce() -> Candidates,
+    ) -> FollowerDecision {
         let mut loads: BTreeMap<ReservationId, (ResourceVec, ResourceVec)> = BTreeMap::new();
         for reservation in plan.reservations() {
             loads.entry(reservation.id).or_default();
@@ -159,12 +176,19 @@ impl PlanFollower {
                 });
             }
         }
-        if owed_total.fits_in(&free) {
+        let covered = |free: &ResourceVec| owed_total.fits_in(free);
+        if covered(&free) {
             // Free capacity covers every reservation: no shortfall to time.
             self.short_since.clear();
             return decision;
         }
-        decision.preempt = newest_covering(overdue.saturating_sub(&free), best_effort);
+        let candidates = candidates();
+        let free = free + candidates.freeing;
+        if covered(&free) {
+            self.short_since.clear();
+            return decision;
+        }
+        decision.preempt = newest_covering(overdue.saturating_sub(&free), &candidates.tasks);
         decision
     }
 }
@@ -186,6 +210,15 @@ impl PlanFollower {
         }
         guaranteed
     }
+}
+
+/// What [`PlanFollower::follow_with`] asks for on a shortfall.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Candidates {
+    /// Capacity already on its way back (tasks being killed): it counts as free.
+    pub freeing: ResourceVec,
+    /// The running best-effort tasks that may be preempted.
+    pub tasks: Vec<BestEffortTask>,
 }
 
 /// The newest best-effort tasks whose resources together cover `need`, skipping tasks that
@@ -360,5 +393,41 @@ mod tests {
             .follow(&plan, 7 * MINUTE, &short, cpus(1.0), &tasks)
             .preempt;
         assert_eq!(names.len(), 1);
+    }
+
+    /// The shell lists its best-effort tasks only on a shortfall, and what tasks being killed
+    /// free counts before anything more is preempted.
+    #[test]
+    fn candidates_are_asked_for_only_when_free_capacity_falls_short() {
+        let plan = plan_with_r1();
+        let mut follower = PlanFollower::new(0);
+        let asked = std::cell::Cell::new(0);
+        let tasks = vec![be_task("a", 0, 2.0), be_task("b", MINUTE, 2.0)];
+        let candidates = |freeing: f64| {
+            asked.set(asked.get() + 1);
+            Candidates {
+                freeing: cpus(freeing),
+                tasks: tasks.clone(),
+            }
+        };
+        // 4 owed, 5 free: no walk.
+        let covered = follower.follow_with(&plan, 10 * MINUTE, &[job(0.0, 4.0)], cpus(5.0), || {
+            candidates(0.0)
+        });
+        assert!(covered.preempt.is_empty());
+        assert_eq!(asked.get(), 0);
+        // 1 free and 3 being killed: covered after the walk, nothing preempted.
+        let freeing = follower.follow_with(&plan, 10 * MINUTE, &[job(0.0, 4.0)], cpus(1.0), || {
+            candidates(3.0)
+        });
+        assert!(freeing.preempt.is_empty());
+        assert_eq!(asked.get(), 1);
+        // 1 free, 1 coming: the newest 2-cpu task covers the remaining 2.
+        let short = follower.follow_with(&plan, 10 * MINUTE, &[job(0.0, 4.0)], cpus(1.0), || {
+            candidates(1.0)
+        });
+        let names: Vec<&str> = short.preempt.iter().map(|k| k.task_id.as_str()).collect();
+        assert_eq!(names, ["b"]);
+        assert_eq!(asked.get(), 2);
     }
 }

@@ -47,7 +47,9 @@ pub mod sharing;
 mod split;
 pub mod steps;
 
-pub use follower::{BestEffortTask, FollowerDecision, PlanFollower, ReservationShare, TaggedJob};
+pub use follower::{
+    BestEffortTask, Candidates, FollowerDecision, PlanFollower, ReservationShare, TaggedJob,
+};
 pub use placement::PolicyKind;
 pub use plan::{
     AtomAllocation, AtomRef, CapacityChange, Piece, Plan, PlanConfig, Quanta, Refusal, Replanned,

@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use fullerene_proto::{FrameworkId, Now, ResourceVec, TaskKey, Time};
 use fullerene_reservation::{
-    BestEffortTask, FollowerDecision, PlanFollower, ReservationId, TaggedJob,
+    BestEffortTask, Candidates, FollowerDecision, PlanFollower, ReservationId, TaggedJob,
 };
 
 use super::MasterCore;
@@ -37,9 +37,9 @@ use crate::offers::OfferManager;
 use crate::state::{ClusterState, Command};
 use crate::storage::RaftStore;
 
-/// How often the follower runs: it walks every live task for the best-effort candidates, so
-/// not on each of the allocator's cycles (one every 25-100 ms); shares stay with the
-/// allocator in between.
+/// How often the follower runs: it walks every tagged framework, and on a shortfall every live
+/// task for the best-effort candidates, so not on each of the allocator's cycles (one every
+/// 25-100 ms); shares stay with the allocator in between.
 pub const FOLLOW_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How often, at most, the leader looks for reservations whose time is over: once a plan's
@@ -113,13 +113,15 @@ impl Following {
 }
 
 /// What one follow gathered from the state: the reserved jobs' loads with the frameworks
-/// behind them, the free capacity and the best-effort tasks.
+/// behind them and the agents' free capacity. The best-effort tasks are walked only on a
+/// shortfall ([`candidates`]).
 struct Loads {
     jobs: Vec<TaggedJob>,
     /// The framework of each of `jobs`, in the same order.
     frameworks: Vec<FrameworkId>,
+    /// The reserved jobs' frameworks, with their reservations.
+    tagged: BTreeMap<FrameworkId, ReservationId>,
     free: ResourceVec,
-    best_effort: Vec<BestEffortTask>,
 }
 
 /// The reservation a live framework's jobs run in: its first unended job's that names an
@@ -137,7 +139,7 @@ fn reservation_of(state: &ClusterState, framework: &FrameworkId) -> Option<Reser
         .find_map(|name| state.reservations().id_of(name))
 }
 
-fn gather(state: &ClusterState, offers: &OfferManager, in_flight: &BTreeSet<TaskKey>) -> Loads {
+fn gather(state: &ClusterState, offers: &OfferManager) -> Loads {
     let accounting = state.allocation();
     let mut tagged: BTreeMap<FrameworkId, ReservationId> = BTreeMap::new();
     for framework in state.frameworks().keys() {
@@ -168,28 +170,37 @@ fn gather(state: &ClusterState, offers: &OfferManager, in_flight: &BTreeSet<Task
             free += agent.free();
         }
     }
-    let mut best_effort = Vec::new();
+    Loads {
+        jobs,
+        frameworks,
+        tagged,
+        free,
+    }
+}
+
+/// The best-effort tasks that may be preempted, and what tasks being killed will free within
+/// their grace: a walk over every task, so made only when the free capacity falls short.
+fn candidates(
+    state: &ClusterState,
+    tagged: &BTreeMap<FrameworkId, ReservationId>,
+    in_flight: &BTreeSet<TaskKey>,
+) -> Candidates {
+    let mut candidates = Candidates::default();
     for (key, record) in state.tasks() {
         if record.state.is_terminal() || tagged.contains_key(&key.framework_id) {
             continue;
         }
         if record.kill_requested || in_flight.contains(key) {
-            // Being killed: what it holds comes free within its grace.
-            free += record.demand;
+            candidates.freeing += record.demand;
             continue;
         }
-        best_effort.push(BestEffortTask {
+        candidates.tasks.push(BestEffortTask {
             key: key.clone(),
             started_ms: record.launched_at_ms,
             resources: record.demand,
         });
     }
-    Loads {
-        jobs,
-        frameworks,
-        free,
-        best_effort,
-    }
+    candidates
 }
 
 /// Splits each reservation's `offer_first` over the frameworks running its jobs, kind by kind
@@ -244,13 +255,14 @@ impl<S: RaftStore> MasterCore<S> {
             self.following.last = FollowerDecision::default();
             return;
         }
-        let loads = gather(state, offers, &self.following.preempts_in_flight);
-        let decision = self.following.follower.follow(
+        let loads = gather(state, offers);
+        let in_flight = &self.following.preempts_in_flight;
+        let decision = self.following.follower.follow_with(
             plan,
             now.wall_ms(),
             &loads.jobs,
             loads.free,
-            &loads.best_effort,
+            || candidates(state, &loads.tagged, in_flight),
         );
         offers.set_guarantees(state, split_guarantees(&decision, &loads));
         if !decision.preempt.is_empty() {
