@@ -2,9 +2,17 @@
 //! framework asks the masters to reserve so that a job with a deadline gets the capacity it
 //! needs, derived from the job's stages as Rayon's tools derive RDL from past runs.
 //!
-//! One atom per stage: its bundle is the stage's task demand, `h` its width (tasks), `l` its
-//! longest task and `w` its work (the sum of its task durations, in bundle-time: each task
-//! holds one bundle), asked with [`WORK_OVERESTIMATE`] more. The DAG is combined by
+//! A stage is an atom per class of its task durations: its bundle is the stage's task demand,
+//! `h` the tasks in the class, `l` the class's longest task and `w` its work (the sum of its
+//! task durations, in bundle-time: each task holds one bundle), asked with
+//! [`WORK_OVERESTIMATE`] more; the classes are the stage's [`DURATION_CLASSES`] quantiles, side
+//! by side in an `all` (one atom when they would have the same lease). A lease binds every
+//! bundle of its atom, so one atom per stage with the longest task as its lease made every
+//! bundle of a stage whose tasks are mostly short be held as long as its longest task: on the
+//! TPC-H jobs with deadlines of twice their lower bound (10 machines, 200 jobs, seeds 1–3),
+//! most refusals were of requests that did not fit even in an empty plan. Quartiles took
+//! GREE-L from 30 to 34 of 60 SLA jobs accepted, every one met, and GREE from 43 to 48
+//! accepted, 45 met (42 before). The DAG is combined by
 //! topological level: `order(level 0, level 1, …)`, each level an `all` of its stages. RDL is a
 //! tree (series-parallel), a DAG in general is not; levels are the series-parallel form that
 //! keeps every edge: a stage's level is one past its deepest parent's, so every parent's atom is
@@ -26,6 +34,10 @@ use crate::planner::PlanCluster;
 /// work as fluid bundle-time, tasks are not: a bundle held 16 s runs one 10 s task and 60% of
 /// another, so an exact figure leaves the last wave of tasks short.
 pub const WORK_OVERESTIMATE: f64 = 0.1;
+
+/// Into how many classes of task durations (quantiles) a stage's request is cut; see the
+/// module's doc.
+pub const DURATION_CLASSES: usize = 4;
 
 /// A job's deadline and the reservation request meant to meet it (Rayon §6's SLA jobs).
 #[derive(Clone, Debug, PartialEq)]
@@ -121,16 +133,27 @@ pub fn job_reservation(
         if levels.len() <= level {
             levels.resize_with(level + 1, Vec::new);
         }
-        let atom = Atom {
-            bundle: stage.demand,
-            gang: 1,
-            max_parallel: u32::try_from(stage.num_tasks()).unwrap_or(u32::MAX),
-            min_lease_ms: whole(seconds_to_ms(stage.max_duration() * time_scale)).min(window_ms),
-            work_ms: whole(seconds_to_ms(
-                stage.total_duration() * time_scale * (1.0 + WORK_OVERESTIMATE),
-            )),
-        };
-        levels[level].push(Expr::Atom(atom));
+        let mut classes: Vec<Expr> = duration_classes(&stage.durations, |ms| {
+            whole(seconds_to_ms(ms * time_scale)).min(window_ms)
+        })
+        .into_iter()
+        .map(|(lease_ms, count, total_s)| {
+            Expr::Atom(Atom {
+                bundle: stage.demand,
+                gang: 1,
+                max_parallel: u32::try_from(count).unwrap_or(u32::MAX),
+                min_lease_ms: lease_ms,
+                work_ms: whole(seconds_to_ms(
+                    total_s * time_scale * (1.0 + WORK_OVERESTIMATE),
+                )),
+            })
+        })
+        .collect();
+        levels[level].push(if classes.len() == 1 {
+            classes.remove(0)
+        } else {
+            Expr::All(classes)
+        });
     }
     let mut levels: Vec<Expr> = levels
         .into_iter()
@@ -152,6 +175,37 @@ pub fn job_reservation(
         start_ms: lead_ms.div_ceil(quantum_ms) * quantum_ms,
         end_ms: window_ms,
     }
+}
+
+/// A stage's tasks in up to [`DURATION_CLASSES`] quantiles of their durations, as
+/// `(lease, tasks, total seconds)`, the lease `lease_of` the class's longest task; classes
+/// whose leases come out equal are one (shortest first).
+fn duration_classes(durations: &[f64], lease_of: impl Fn(f64) -> u64) -> Vec<(u64, usize, f64)> {
+    let mut sorted = durations.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let n = sorted.len();
+    let k = DURATION_CLASSES.min(n).max(1);
+    let mut classes: Vec<(u64, usize, f64)> = Vec::with_capacity(k);
+    for c in 0..k {
+        let class = &sorted[c * n / k..(c + 1) * n / k];
+        let Some(&longest) = class.last() else {
+            continue;
+        };
+        let lease = lease_of(longest);
+        let total: f64 = class.iter().sum();
+        match classes.last_mut() {
+            Some(last) if last.0 == lease => {
+                last.1 += class.len();
+                last.2 += total;
+            }
+            _ => classes.push((lease, class.len(), total)),
+        }
+    }
+    if classes.is_empty() {
+        // A stage without tasks still orders its DAG: an atom of nothing.
+        classes.push((lease_of(0.0), 0, 0.0));
+    }
+    classes
 }
 
 /// Seconds to whole milliseconds, rounded up (a negative or NaN time is 0).
@@ -252,5 +306,44 @@ mod tests {
         };
         // 10 s tasks last 1 s; 40 s of work and 10% more is 4.4 s.
         assert_eq!((scan.min_lease_ms, scan.work_ms), (1_000, 4_400));
+    }
+
+    /// Quartiles of a stage's durations, those with one lease merged: six short tasks and two
+    /// long ones are two atoms, and only the long ones' bundles are held for the long lease.
+    #[test]
+    fn a_stage_is_cut_into_duration_classes_of_their_own_lease() {
+        let durations = [1.0, 10.0, 1.0, 1.0, 1.0, 10.0, 1.0, 1.0];
+        let classes = duration_classes(&durations, seconds_to_ms);
+        assert_eq!(classes, vec![(1_000, 6, 6.0), (10_000, 2, 20.0)]);
+        // Equal tasks stay one atom.
+        assert_eq!(
+            duration_classes(&[3.0; 5], seconds_to_ms),
+            vec![(3_000, 5, 15.0)]
+        );
+        // In the request: the stage is an `all` of its classes.
+        let stage = StageSpec {
+            id: 0,
+            name: "s0".into(),
+            parents: vec![],
+            durations: durations.to_vec(),
+            demand: "cpus=1".parse().expect("vec"),
+        };
+        let job = Job::new("skewed", "default", None, vec![stage]).expect("job");
+        let expr = job_reservation(&job, 1.0, 60_000, 0, 1_000);
+        let Expr::Window { expr: body, .. } = &expr else {
+            panic!("a window: {expr}");
+        };
+        let Expr::All(atoms) = body.as_ref() else {
+            panic!("the classes side by side: {expr}");
+        };
+        let shapes: Vec<(u32, u64, u64)> = atoms
+            .iter()
+            .map(|a| match a {
+                Expr::Atom(a) => (a.max_parallel, a.min_lease_ms, a.work_ms),
+                other => panic!("an atom: {other}"),
+            })
+            .collect();
+        // Work with 10% more, in whole seconds: 6.6 s → 7 s, 22 s.
+        assert_eq!(shapes, vec![(6, 1_000, 7_000), (2, 10_000, 22_000)]);
     }
 }

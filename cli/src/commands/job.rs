@@ -141,7 +141,7 @@ pub(crate) struct JobRunArgs {
     /// Give this fraction of the jobs (chosen with --seed, as `sim --deadlines` chooses) a
     /// deadline, their NewLB lower bound on the cluster times 1 + --deadline-slack after their
     /// arrival (scaled by --time-scale), and have each reserve capacity for it first (Rayon:
-    /// an atom per stage, in the DAG's order, within the deadline). A job whose reservation is
+    /// atoms per stage, in the DAG's order, within the deadline). A job whose reservation is
     /// refused runs as best effort. The table says, per job, whether the masters accepted its
     /// reservation and whether it met its deadline. Needs an operator certificate in
     /// --certs-dir, to read the cluster's size and the plan's quantum.
