@@ -457,7 +457,7 @@ impl Plan {
         let allocations = self.place(&request.expr, now_ms, now_ms)?;
         self.config
             .sharing
-            .check(self, &request.user, &allocations, None)?;
+            .check(self, &request.user, &allocations, None, now_ms)?;
         let id = request.id;
         self.insert(Reservation {
             id,
@@ -489,7 +489,7 @@ impl Plan {
         let placed = self.place(&expr, now_ms, now_ms).and_then(|allocations| {
             self.config
                 .sharing
-                .check(self, &old.user, &allocations, Some(id))?;
+                .check(self, &old.user, &allocations, Some(id), now_ms)?;
             Ok(allocations)
         });
         match placed {

@@ -39,6 +39,18 @@ impl Default for UserCaps {
     }
 }
 
+/// `at_ms` as people read it next to a request asked at `asked_ms`: "12s after the request".
+fn when(at_ms: u64, asked_ms: u64) -> String {
+    if at_ms >= asked_ms {
+        format!("{} after the request", format_duration_ms(at_ms - asked_ms))
+    } else {
+        format!(
+            "{} before the request",
+            format_duration_ms(asked_ms - at_ms)
+        )
+    }
+}
+
 /// The operator's caps: one for every user, and overrides by user name.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct SharingPolicy {
@@ -52,12 +64,14 @@ pub struct SharingPolicy {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, thiserror::Error)]
 pub enum SharingRefusal {
     /// Above the instantaneous cap at some quantum.
-    #[error("{user} would hold {:.1}% of the cluster's {kind} at {at_ms} ms, above the cap of {:.1}%", .share * 100.0, .cap * 100.0)]
+    #[error("{user} would hold {:.1}% of the cluster's {kind} {}, above the cap of {:.1}%", .share * 100.0, when(*.at_ms, *.asked_ms), .cap * 100.0)]
     Instantaneous {
         /// The user.
         user: String,
         /// The first time it would, wall-clock milliseconds.
         at_ms: u64,
+        /// When the request was asked, wall-clock milliseconds (what the message counts from).
+        asked_ms: u64,
         /// Which kind.
         kind: ResourceKind,
         /// The fraction it would hold.
@@ -66,12 +80,14 @@ pub enum SharingRefusal {
         cap: f64,
     },
     /// Above the integral cap over some window.
-    #[error("{user} would hold on average {:.1}% of the cluster's {kind} over the {} from {from_ms} ms, above the cap of {:.1}%", .share * 100.0, format_duration_ms(.window_ms.to_owned()), .cap * 100.0)]
+    #[error("{user} would hold on average {:.1}% of the cluster's {kind} over the {} starting {}, above the cap of {:.1}%", .share * 100.0, format_duration_ms(.window_ms.to_owned()), when(*.from_ms, *.asked_ms), .cap * 100.0)]
     Integral {
         /// The user.
         user: String,
         /// Where the first such window starts, wall-clock milliseconds.
         from_ms: u64,
+        /// When the request was asked, wall-clock milliseconds (what the message counts from).
+        asked_ms: u64,
         /// The window's length.
         window_ms: u64,
         /// Which kind.
@@ -101,6 +117,7 @@ impl SharingPolicy {
         user: &str,
         allocations: &[AtomAllocation],
         replacing: Option<ReservationId>,
+        asked_ms: u64,
     ) -> Result<(), SharingRefusal> {
         let caps = self.caps(user);
         let pieces = allocations.iter().flat_map(|a| &a.pieces);
@@ -148,6 +165,7 @@ impl SharingPolicy {
                 if let Some((kind, share)) = over(&held[i], &capacity[i], caps.instantaneous) {
                     return Err(SharingRefusal::Instantaneous {
                         user: user.to_string(),
+                        asked_ms,
                         at_ms: quanta.start_ms(t),
                         kind,
                         share,
@@ -169,6 +187,7 @@ impl SharingPolicy {
                 if let Some((kind, share)) = over(&held_sum, &capacity_sum, caps.integral) {
                     return Err(SharingRefusal::Integral {
                         user: user.to_string(),
+                        asked_ms,
                         from_ms: quanta.start_ms(from + i as u64),
                         window_ms: caps.window_ms,
                         kind,
@@ -234,10 +253,16 @@ mod tests {
             crate::Refusal::Sharing(SharingRefusal::Instantaneous {
                 user: "alice".into(),
                 at_ms: 50_000,
+                asked_ms: 0,
                 kind: ResourceKind::Cpus,
                 share: 0.3,
                 cap: 0.2,
             })
+        );
+        assert_eq!(
+            refusal.to_string(),
+            "sharing policy: alice would hold 30.0% of the cluster's cpus 50s after the request, \
+             above the cap of 20.0%"
         );
         assert_eq!(plan, before);
         plan.admit(request(2, "bob", three), 0)
