@@ -291,6 +291,11 @@ impl ShellMetrics {
                 now.framework_changed,
                 before.framework_changed,
             ),
+            (
+                "guarantee_spent",
+                now.guarantee_spent,
+                before.guarantee_spent,
+            ),
             ("rematched", now.rematched, before.rematched),
         ] {
             if total > seen {
