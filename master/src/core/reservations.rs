@@ -83,7 +83,15 @@ pub(crate) struct Following {
 impl Following {
     pub(crate) fn new(grace: Duration) -> Following {
         Following {
-            follower: PlanFollower::new(u64::try_from(grace.as_millis()).unwrap_or(u64::MAX)),
+            // Reclaims a grace period and a follow ahead of each step up of a guarantee, as
+            // the simulator's follower does: GREE places a reservation just in time, and a
+            // follower that began to reclaim only when the step came would deliver it a grace
+            // and a cycle late (`dev --reservations` showed reserved jobs late).
+            follower: {
+                let grace_ms = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX);
+                let follow_ms = u64::try_from(FOLLOW_INTERVAL.as_millis()).unwrap_or(u64::MAX);
+                PlanFollower::new(grace_ms).with_lookahead(grace_ms.saturating_add(follow_ms))
+            },
             preempts_in_flight: BTreeSet::new(),
             next_follow: None,
             next_close: None,
