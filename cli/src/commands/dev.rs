@@ -115,21 +115,31 @@ pub(crate) struct DevArgs {
     /// a deadline, its lower bound alone on the cluster times 1 + --deadline-slack, and
     /// reserves capacity for its stages within it before it runs. The summary says whether the
     /// masters accepted each reservation and whether each job met its deadline. The plan is
-    /// kept in tenths of a second and the masters preempt best-effort tasks after a one-second
-    /// grace, to suit jobs of seconds.
+    /// kept in tenths of a second and the masters preempt best-effort tasks without a grace
+    /// period, to suit jobs of seconds.
     #[arg(long, value_name = "FRACTION", env = "FULLERENE_DEV_RESERVATIONS", value_parser = parse_fraction)]
     pub reservations: Option<f64>,
-    /// With --reservations: the slack of each deadline over the job's lower bound.
-    #[arg(long, value_name = "FRACTION", value_parser = parse_slack, default_value_t = DEFAULT_SLACK, requires = "reservations")]
+    /// With --reservations: the slack of each deadline over the job's lower bound (3 by
+    /// default: twice the simulator's, as a local cluster runs its sample in about twice its
+    /// lower bound).
+    #[arg(long, value_name = "FRACTION", value_parser = parse_slack, default_value_t = DEV_DEADLINE_SLACK, requires = "reservations")]
     pub deadline_slack: f64,
 }
+
+/// The default deadline slack of `dev --reservations`: a deadline of `(1 + slack) × NewLB`,
+/// with the simulator's `1 + DEFAULT_SLACK` doubled by [`RUN_OVER_LOWER_BOUND`] (every task
+/// costs an offer round trip that the lower bound and the plan do not count, and at `dev`'s
+/// compressed time scale that is most of a short task).
+const DEV_DEADLINE_SLACK: f64 = (1.0 + DEFAULT_SLACK) * RUN_OVER_LOWER_BOUND - 1.0;
 
 /// The plan's quantum under `dev --reservations`: its jobs last seconds, and their DAGs have
 /// many levels, each ordered after the previous in whole quanta.
 const DEV_QUANTUM_MS: u64 = 100;
 
-/// The masters' grace before preempting for a reservation under `dev --reservations`.
-const DEV_RESERVATION_GRACE_SECS: u64 = 1;
+/// The masters' grace before preempting for a reservation under `dev --reservations`: none,
+/// as the simulator's default (a grace is time a just-in-time reservation lacks at its end;
+/// with one second, most reserved jobs of a default `dev` sample were late).
+const DEV_RESERVATION_GRACE_SECS: u64 = 0;
 
 /// The jobs `dev` runs and how fast, worked out before any process starts.
 #[derive(Debug)]
