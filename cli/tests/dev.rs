@@ -23,23 +23,34 @@ fn workload() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/workloads/tpch-decima.jsonl")
 }
 
+/// Runs `fullerene dev` on 2 agents with the file's first jobs, `flags` added, to its end;
+/// fails the test unless it succeeds. Its JSON summary and its standard error.
+fn run_dev(flags: &[&str]) -> (serde_json::Value, String) {
+    let out = fullerene()
+        .args(["dev", "--agents", "2", "--job-order", "file", "--json"])
+        .arg("--workload")
+        .arg(workload())
+        .args(flags)
+        .output()
+        .expect("fullerene dev runs");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "fullerene dev failed:\n{stderr}");
+    let summary = serde_json::from_slice(&out.stdout).expect("the summary is JSON");
+    (summary, stderr)
+}
+
 #[test]
 fn dev_runs_two_jobs_to_completion_and_stops_its_cluster() {
     let dir = tempfile::tempdir().expect("temp dir");
     let cluster_dir = dir.path().join("cluster");
-    let out = fullerene()
-        .args(["dev", "--jobs", "2", "--agents", "2", "--job-order", "file"])
-        .args(["--time-scale", "0.02", "--json"])
-        .arg("--workload")
-        .arg(workload())
-        .arg("--dir")
-        .arg(&cluster_dir)
-        .output()
-        .expect("fullerene dev runs");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "fullerene dev failed:\n{stderr}");
-    let summary: serde_json::Value =
-        serde_json::from_slice(&out.stdout).expect("the summary is JSON");
+    let (summary, stderr) = run_dev(&[
+        "--jobs",
+        "2",
+        "--time-scale",
+        "0.02",
+        "--dir",
+        cluster_dir.to_str().expect("a UTF-8 path"),
+    ]);
     assert_eq!(summary["finished"], 2, "{summary:#}");
     assert_eq!(summary["failed"], 0, "{summary:#}");
     assert_eq!(summary["time_scale"], 0.02);
@@ -76,25 +87,16 @@ fn dev_runs_two_jobs_to_completion_and_stops_its_cluster() {
 /// each, and the summary says per job whether it was reserved and met its deadline.
 #[test]
 fn dev_runs_jobs_under_reservations_and_says_whether_each_met_its_deadline() {
-    let out = fullerene()
-        .args(["dev", "--jobs", "3", "--agents", "2", "--job-order", "file"])
-        .args([
-            "--time-scale",
-            "1",
-            "--reservations",
-            "1",
-            "--deadline-slack",
-            "2",
-        ])
-        .arg("--json")
-        .arg("--workload")
-        .arg(workload())
-        .output()
-        .expect("fullerene dev runs");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "fullerene dev failed:\n{stderr}");
-    let summary: serde_json::Value =
-        serde_json::from_slice(&out.stdout).expect("the summary is JSON");
+    let (summary, _) = run_dev(&[
+        "--jobs",
+        "3",
+        "--time-scale",
+        "1",
+        "--reservations",
+        "1",
+        "--deadline-slack",
+        "2",
+    ]);
     assert_eq!(summary["finished"], 3, "{summary:#}");
     let deadlines = &summary["deadlines"];
     assert_eq!(deadlines["jobs"], 3, "{summary:#}");
