@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use fullerene_client::event_log::EventLog;
-use fullerene_proto::messages::{AgentState, OperatorRequest, OperatorResponse};
+use fullerene_proto::messages::AgentState;
 use fullerene_proto::ResourceVec;
 use fullerene_sdk::dag::{
     run_jobs, DagConfig, ExecutorTemplate, JobOutcome, JobProgress, JobReport, ProgressFn,
@@ -30,6 +30,7 @@ use serde::Serialize;
 use crate::commands::cluster::{operator_client, ClusterArgs};
 use crate::commands::control::parse_span;
 use crate::commands::master::tls_paths;
+use crate::commands::reservation::read_policy;
 use crate::commands::{
     parse_fraction, parse_positive, parse_slack, resolve_workload, Caught, Signals,
 };
@@ -396,14 +397,7 @@ async fn read_cluster(args: &JobRunArgs) -> Result<Option<ClusterFacts>> {
         eprintln!("warning: no agent is registered: the jobs wait until one is");
         return Ok(None);
     }
-    facts.quantum_ms = match client
-        .request(&OperatorRequest::ReservationPolicy)
-        .await
-        .context("cannot read the reservation policy")?
-    {
-        OperatorResponse::ReservationPolicy(policy) => policy.quantum_ms,
-        other => bail!("unexpected answer to a reservation policy read: {other:?}"),
-    };
+    facts.quantum_ms = read_policy(&mut client).await?.quantum_ms;
     Ok(Some(facts))
 }
 

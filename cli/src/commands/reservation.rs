@@ -145,28 +145,12 @@ struct ReservationList {
 /// Runs a `reservation` subcommand.
 pub(crate) fn run_reservation(command: ReservationCommand, json: &JsonOutput) -> Result<()> {
     match command {
-        ReservationCommand::Create(args) => {
-            let rdl = request_text(&args)?;
-            let message = format!("reservation {} accepted", args.name);
-            let name = args.name;
-            write(
-                &args.cluster,
-                ReservationCall::Create { name, rdl },
-                message,
-                json,
-            )
-        }
-        ReservationCommand::Update(args) => {
-            let rdl = request_text(&args)?;
-            let message = format!("reservation {} updated", args.name);
-            let name = args.name;
-            write(
-                &args.cluster,
-                ReservationCall::Update { name, rdl },
-                message,
-                json,
-            )
-        }
+        ReservationCommand::Create(args) => write_request(args, "accepted", json, |name, rdl| {
+            ReservationCall::Create { name, rdl }
+        }),
+        ReservationCommand::Update(args) => write_request(args, "updated", json, |name, rdl| {
+            ReservationCall::Update { name, rdl }
+        }),
         ReservationCommand::Delete(args) => {
             let message = format!("reservation {} deleted", args.name);
             let call = ReservationCall::Delete { name: args.name };
@@ -255,10 +239,7 @@ fn millis(span: std::time::Duration) -> u64 {
 /// Sets the plan's quantum through `client`, by read, change, write, unless it is that
 /// already (`fullerene dev` plans its jobs of seconds in tenths of a second).
 pub(crate) async fn set_plan_quantum(client: &mut OperatorClient, quantum_ms: u64) -> Result<()> {
-    let mut policy = match client.request(&OperatorRequest::ReservationPolicy).await? {
-        OperatorResponse::ReservationPolicy(policy) => policy,
-        other => bail!("unexpected answer to a reservation policy read: {other:?}"),
-    };
+    let mut policy = read_policy(client).await?;
     if policy.quantum_ms == quantum_ms {
         return Ok(());
     }
@@ -272,11 +253,20 @@ pub(crate) async fn set_plan_quantum(client: &mut OperatorClient, quantum_ms: u6
     }
 }
 
-fn current_policy(cluster: &ClusterArgs) -> Result<ReservationPolicy> {
-    match ask(cluster, OperatorRequest::ReservationPolicy)? {
+/// The cluster's reservation policy, read through `client`.
+pub(crate) async fn read_policy(client: &mut OperatorClient) -> Result<ReservationPolicy> {
+    match client
+        .request(&OperatorRequest::ReservationPolicy)
+        .await
+        .context("cannot read the reservation policy")?
+    {
         OperatorResponse::ReservationPolicy(policy) => Ok(policy),
         other => bail!("unexpected answer to a reservation policy read: {other:?}"),
     }
+}
+
+fn current_policy(cluster: &ClusterArgs) -> Result<ReservationPolicy> {
+    runtime()?.block_on(async { read_policy(&mut operator_client(cluster)?).await })
 }
 
 fn render_policy(policy: &ReservationPolicy) -> String {
@@ -298,6 +288,19 @@ fn render_policy(policy: &ReservationPolicy) -> String {
         policy.placement,
         fullerene_reservation::rdl::format_duration_ms(policy.quantum_ms)
     )
+}
+
+/// Creates or updates (`call` of the name and the RDL) the reservation `args` describe, saying
+/// it was `done` on success.
+fn write_request(
+    args: WriteReservationArgs,
+    done: &str,
+    json: &JsonOutput,
+    call: impl FnOnce(String, String) -> ReservationCall,
+) -> Result<()> {
+    let rdl = request_text(&args)?;
+    let message = format!("reservation {} {done}", args.name);
+    write(&args.cluster, call(args.name, rdl), message, json)
 }
 
 /// The request's RDL text, from `--rdl` or `--rdl-file`, checked by the masters' parser.
