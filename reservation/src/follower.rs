@@ -6,13 +6,23 @@
 //! place tasks, it offers resources to frameworks, so the follower departs from Rayon in two ways:
 //! - a guarantee is a share of the offers: the reservation's jobs are offered what they are owed
 //!   first ([`ReservationShare::offer_first`]), before best-effort frameworks get anything;
-//! - reclaiming is naming best-effort tasks to kill ([`FollowerDecision::preempt`]), newest first
-//!   (they have the least work to lose), and only after the shortfall has lasted a grace period
-//!   (tasks that finish within it free the capacity without a kill; the caller should rescind
-//!   outstanding best-effort offers before killing).
+//! - reclaiming is naming best-effort tasks to kill ([`FollowerDecision::preempt`]), and only
+//!   after the shortfall has lasted a grace period (tasks that finish within it free the
+//!   capacity without a kill; the caller should rescind outstanding best-effort offers before
+//!   killing);
+//! - a shortfall is judged, and victims chosen, agent by agent ([`AgentRoom`]): the follower
+//!   places the reserved jobs' runnable task shapes ([`TaggedJob::shapes`]) on the agents' free
+//!   resources first, and kills only where a task of theirs then fits, on the agent where that
+//!   costs the least work (newest tasks first). YARN preempts containers from over-capacity
+//!   queues cluster-wide and lets the scheduler place what comes free; in a two-level design
+//!   the kill must make room that an offer can carry, and capacity summed over agents hides
+//!   fragments no task fits in. Summed free capacity covered a reservation while no agent
+//!   could hold one of its tasks (the reserved job waited seconds with a tenth of the cluster
+//!   free), and kills spread over agents freed room that no reserved task fit, so best-effort
+//!   tasks were killed and relaunched in the same place again and again.
 //!
-//! The follower decides; it is not yet wired into the allocator's cycle (the master and the
-//! simulator are to call it each cycle and apply its shares, lending and kills).
+//! The master's leader and the simulator call it each allocation cycle and apply its shares
+//! (the allocator's guarantee tier) and kills.
 //!
 //! Reserved capacity a reservation's jobs do not ask for is lent to best-effort work
 //! ([`FollowerDecision::lendable`]); among best-effort frameworks the allocator keeps its
@@ -23,7 +33,7 @@
 
 use std::collections::BTreeMap;
 
-use fullerene_scheduling::{ResourceVec, TaskKey, EPSILON};
+use fullerene_scheduling::{AgentId, ResourceVec, TaskKey, EPSILON};
 
 use crate::plan::{Plan, ReservationId};
 
@@ -37,6 +47,9 @@ pub struct TaggedJob {
     pub held: ResourceVec,
     /// What more the job asks for now (its pending tasks' demand).
     pub wanted: ResourceVec,
+    /// Its runnable tasks by shape, best first, with how many of each: what a shortfall must
+    /// make room for on some agent.
+    pub shapes: Vec<(ResourceVec, u32)>,
 }
 
 /// A running best-effort task, a candidate for preemption.
@@ -44,10 +57,21 @@ pub struct TaggedJob {
 pub struct BestEffortTask {
     /// The task.
     pub key: TaskKey,
+    /// The agent it runs on.
+    pub agent: AgentId,
     /// When it started, wall-clock milliseconds (newest are preempted first).
     pub started_ms: u64,
     /// What it holds.
     pub resources: ResourceVec,
+}
+
+/// One agent that takes new tasks, with what it has free now.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AgentRoom {
+    /// The agent.
+    pub agent: AgentId,
+    /// Its unallocated resources.
+    pub free: ResourceVec,
 }
 
 /// What the follower decided for one reservation this cycle.
@@ -72,9 +96,9 @@ pub struct FollowerDecision {
     /// Reserved capacity that no reservation's jobs use or ask for now: best-effort work may
     /// use it until a reservation's jobs ask.
     pub lendable: ResourceVec,
-    /// Best-effort tasks to kill so the reservations get what they are owed, newest first.
-    /// Empty unless some reservation's owed demand exceeds the free capacity for at least the
-    /// grace period.
+    /// Best-effort tasks to kill so the reservations get what they are owed, grouped by agent.
+    /// Empty unless some reservation's owed tasks have found no room on the agents for at
+    /// least the grace period.
     pub preempt: Vec<TaskKey>,
 }
 
@@ -113,84 +137,93 @@ impl PlanFollower {
         self.grace_ms
     }
 
-    /// One cycle at wall-clock `now_ms`: `jobs` are the reserved jobs' loads, `free` the
-    /// cluster's unallocated resources (summed over agents: the follower plans shares, the
-    /// allocator fits tasks on agents), `best_effort` the running best-effort tasks.
+    /// One cycle at wall-clock `now_ms`: `jobs` are the reserved jobs' loads, `agents` the
+    /// agents that take new tasks with their free resources, `best_effort` the running
+    /// best-effort tasks.
     pub fn follow(
         &mut self,
         plan: &Plan,
         now_ms: u64,
         jobs: &[TaggedJob],
-        free: ResourceVec,
+        agents: &[AgentRoom],
         best_effort: &[BestEffortTask],
     ) -> FollowerDecision {
-        self.follow_with(plan, now_ms, jobs, free, || Candidates {
-            freeing: ResourceVec::ZERO,
+        self.follow_with(plan, now_ms, jobs, agents, || Candidates {
+            freeing: Vec::new(),
             tasks: best_effort.to_vec(),
         })
     }
 
     /// [`PlanFollower::follow`] for a shell that would rather not list every best-effort task
-    /// each cycle: `candidates` is asked only when `free` does not cover what the
-    /// reservations are owed (the same decision: what comes free adds to `free` first).
+    /// each cycle: `candidates` is asked only when the agents' free resources cannot hold
+    /// what the reservations are owed (the same decision: what comes free counts first).
     pub fn follow_with(
         &mut self,
         plan: &Plan,
         now_ms: u64,
         jobs: &[TaggedJob],
-        free: ResourceVec,
+        agents: &[AgentRoom],
         candidates: impl FnOnce() -> Candidates,
     ) -> FollowerDecision {
-        let mut loads: BTreeMap<ReservationId, (ResourceVec, ResourceVec)> = BTreeMap::new();
+        let mut loads: BTreeMap<ReservationId, Load<'_>> = BTreeMap::new();
         for reservation in plan.reservations() {
             loads.entry(reservation.id).or_default();
         }
         for job in jobs {
             let load = loads.entry(job.reservation).or_default();
-            load.0 += job.held;
-            load.1 += job.wanted;
+            load.held += job.held;
+            load.wanted += job.wanted;
+            load.shapes.extend(job.shapes.iter());
         }
         let mut decision = FollowerDecision::default();
-        let mut overdue = ResourceVec::ZERO;
-        let mut owed_total = ResourceVec::ZERO;
-        for (id, (held, wanted)) in loads {
-            let guaranteed = self.guaranteed_ahead(plan, id, now_ms);
-            let owed = guaranteed.saturating_sub(&held);
-            let offer_first = owed.min(&wanted);
-            decision.lendable += owed.saturating_sub(&offer_first);
+        // What each reservation is owed, with its shapes: all of them, and the overdue ones.
+        let mut owed = Vec::new();
+        let mut overdue = Vec::new();
+        for (id, load) in &loads {
+            let guaranteed = self.guaranteed_ahead(plan, *id, now_ms);
+            let due = guaranteed.saturating_sub(&load.held);
+            let offer_first = due.min(&load.wanted);
+            decision.lendable += due.saturating_sub(&offer_first);
             if offer_first.is_zero() {
-                self.short_since.remove(&id);
+                self.short_since.remove(id);
             } else {
-                owed_total += offer_first;
-                let since = *self.short_since.entry(id).or_insert(now_ms);
+                owed.push((offer_first, load.shapes.as_slice()));
+                let since = *self.short_since.entry(*id).or_insert(now_ms);
                 if now_ms.saturating_sub(since) >= self.grace_ms {
-                    overdue += offer_first;
+                    overdue.push((offer_first, load.shapes.as_slice()));
                 }
             }
-            if !guaranteed.is_zero() || !held.is_zero() {
+            if !guaranteed.is_zero() || !load.held.is_zero() {
                 decision.shares.push(ReservationShare {
-                    id,
+                    id: *id,
                     guaranteed,
-                    held,
+                    held: load.held,
                     offer_first,
                 });
             }
         }
-        let covered = |free: &ResourceVec| owed_total.fits_in(free);
-        if covered(&free) {
-            // Free capacity covers every reservation: no shortfall to time.
+        if Room::new(agents).holds(&owed) {
+            // The agents' free resources hold every reservation's tasks: no shortfall to time.
             self.short_since.clear();
             return decision;
         }
         let candidates = candidates();
-        let free = free + candidates.freeing;
-        if covered(&free) {
+        let room = || Room::new(agents).with_freeing(&candidates.freeing);
+        if room().holds(&owed) {
             self.short_since.clear();
             return decision;
         }
-        decision.preempt = newest_covering(overdue.saturating_sub(&free), &candidates.tasks);
+        decision.preempt = room().victims(&overdue, &candidates.tasks, now_ms);
         decision
     }
+}
+
+/// One reservation's load summed over the jobs that share it.
+#[derive(Default)]
+struct Load<'a> {
+    held: ResourceVec,
+    wanted: ResourceVec,
+    shapes: Vec<&'a (ResourceVec, u32)>,
 }
 
 impl PlanFollower {
@@ -215,33 +248,159 @@ impl PlanFollower {
 /// What [`PlanFollower::follow_with`] asks for on a shortfall.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Candidates {
-    /// Capacity already on its way back (tasks being killed): it counts as free.
-    pub freeing: ResourceVec,
+    /// Capacity already on its way back on each agent (tasks being killed): it counts as
+    /// free there.
+    pub freeing: Vec<AgentRoom>,
     /// The running best-effort tasks that may be preempted.
     pub tasks: Vec<BestEffortTask>,
 }
 
-/// The newest best-effort tasks whose resources together cover `need`, skipping tasks that
-/// hold none of what is still needed (killing them would free nothing useful).
-fn newest_covering(need: ResourceVec, best_effort: &[BestEffortTask]) -> Vec<TaskKey> {
-    let mut remaining = need;
-    let mut victims = Vec::new();
-    if remaining.is_zero() {
-        return victims;
-    }
-    let mut newest_first: Vec<&BestEffortTask> = best_effort.iter().collect();
-    newest_first.sort_by(|a, b| b.started_ms.cmp(&a.started_ms).then(b.key.cmp(&a.key)));
-    for task in newest_first {
-        if task.resources.min(&remaining).sum() <= EPSILON {
-            continue;
+/// The agents' free resources while the follower places owed tasks on them in thought.
+struct Room {
+    free: BTreeMap<AgentId, ResourceVec>,
+}
+
+impl Room {
+    fn new(agents: &[AgentRoom]) -> Room {
+        let mut free = BTreeMap::new();
+        for agent in agents {
+            *free.entry(agent.agent.clone()).or_insert(ResourceVec::ZERO) += agent.free;
         }
-        remaining = remaining.saturating_sub(&task.resources);
-        victims.push(task.key.clone());
-        if remaining.is_zero() {
-            break;
-        }
+        Room { free }
     }
-    victims
+
+    /// What tasks being killed free counts as free on their agents (agents that take new
+    /// tasks only).
+    fn with_freeing(mut self, freeing: &[AgentRoom]) -> Room {
+        for coming in freeing {
+            if let Some(free) = self.free.get_mut(&coming.agent) {
+                *free += coming.free;
+            }
+        }
+        self
+    }
+
+    /// Whether every owed amount finds room for its tasks on the agents as they are (placing
+    /// them, first fit, best shape first).
+    fn holds(&mut self, owed: &[(ResourceVec, &[&(ResourceVec, u32)])]) -> bool {
+        owed.iter().all(|(amount, shapes)| {
+            self.place(*amount, shapes, Room::fit_without_kill)
+                .is_zero()
+        })
+    }
+
+    /// Places tasks of `shapes` (up to each one's count) with `fit` until `amount` is spent
+    /// or no shape that takes some of what is left fits; returns what is left unplaced.
+    fn place(
+        &mut self,
+        mut amount: ResourceVec,
+        shapes: &[&(ResourceVec, u32)],
+        mut fit: impl FnMut(&mut Room, &ResourceVec) -> bool,
+    ) -> ResourceVec {
+        let mut left: Vec<u32> = shapes.iter().map(|(_, count)| *count).collect();
+        while !amount.is_zero() {
+            let placed = shapes
+                .iter()
+                .zip(left.iter_mut())
+                .find_map(|((shape, _), n)| {
+                    let useful = *n > 0 && shape.min(&amount).sum() > EPSILON;
+                    (useful && fit(self, shape)).then(|| {
+                        *n -= 1;
+                        *shape
+                    })
+                });
+            match placed {
+                Some(shape) => amount = amount.saturating_sub(&shape),
+                None => break,
+            }
+        }
+        amount
+    }
+
+    /// Takes `shape` from the first agent with room for it.
+    fn fit_without_kill(&mut self, shape: &ResourceVec) -> bool {
+        let Some(free) = self.free.values_mut().find(|free| shape.fits_in(free)) else {
+            return false;
+        };
+        *free = free.saturating_sub(shape);
+        true
+    }
+
+    /// The tasks to kill so that the overdue amounts find room: each owed task goes where
+    /// there is room, else to the agent where killing its newest best-effort tasks makes
+    /// room at the least lost work (ties: fewer kills, then the agent's name).
+    fn victims(
+        mut self,
+        overdue: &[(ResourceVec, &[&(ResourceVec, u32)])],
+        best_effort: &[BestEffortTask],
+        now_ms: u64,
+    ) -> Vec<TaskKey> {
+        let mut on_agent: BTreeMap<AgentId, Vec<&BestEffortTask>> = BTreeMap::new();
+        for task in best_effort {
+            if self.free.contains_key(&task.agent) {
+                on_agent.entry(task.agent.clone()).or_default().push(task);
+            }
+        }
+        for tasks in on_agent.values_mut() {
+            tasks.sort_by(|a, b| b.started_ms.cmp(&a.started_ms).then(b.key.cmp(&a.key)));
+        }
+        let mut victims = Vec::new();
+        for (amount, shapes) in overdue {
+            self.place(*amount, shapes, |room, shape| {
+                room.fit_without_kill(shape)
+                    || room.fit_by_killing(shape, &mut on_agent, &mut victims, now_ms)
+            });
+        }
+        victims
+    }
+
+    /// Frees room for `shape` on the agent where it costs the least, killing there (moving
+    /// the victims from `on_agent` to `victims`). False if no agent can hold it even so.
+    fn fit_by_killing(
+        &mut self,
+        shape: &ResourceVec,
+        on_agent: &mut BTreeMap<AgentId, Vec<&BestEffortTask>>,
+        victims: &mut Vec<TaskKey>,
+        now_ms: u64,
+    ) -> bool {
+        let mut best: Option<((u64, usize), AgentId, Vec<usize>)> = None;
+        for (agent, tasks) in on_agent.iter() {
+            let Some(free) = self.free.get(agent) else {
+                continue;
+            };
+            let mut room = *free;
+            let mut chosen = Vec::new();
+            let mut lost = 0u64;
+            for (i, task) in tasks.iter().enumerate() {
+                if shape.fits_in(&room) {
+                    break;
+                }
+                // A task that holds none of what is missing frees nothing useful here.
+                if task.resources.min(&shape.saturating_sub(&room)).sum() <= EPSILON {
+                    continue;
+                }
+                room += task.resources;
+                lost += now_ms.saturating_sub(task.started_ms);
+                chosen.push(i);
+            }
+            let cost = (lost, chosen.len());
+            if shape.fits_in(&room) && best.as_ref().is_none_or(|(c, _, _)| cost < *c) {
+                best = Some((cost, agent.clone(), chosen));
+            }
+        }
+        let Some((_, agent, chosen)) = best else {
+            return false;
+        };
+        let tasks = on_agent.entry(agent.clone()).or_default();
+        let free = self.free.entry(agent).or_insert(ResourceVec::ZERO);
+        for &i in chosen.iter().rev() {
+            let task = tasks.remove(i);
+            *free += task.resources;
+            victims.push(task.key.clone());
+        }
+        *free = free.saturating_sub(shape);
+        true
+    }
 }
 
 #[cfg(test)]
@@ -276,17 +435,33 @@ mod tests {
         plan
     }
 
+    /// The victims' task names, in the order given.
+    fn names(preempt: &[TaskKey]) -> Vec<&str> {
+        preempt.iter().map(|k| k.task_id.as_str()).collect()
+    }
+
+    /// A job of r1 with 1-cpu tasks.
     fn job(held: f64, wanted: f64) -> TaggedJob {
         TaggedJob {
             reservation: ReservationId(1),
             held: cpus(held),
             wanted: cpus(wanted),
+            shapes: vec![(cpus(1.0), wanted as u32)],
         }
+    }
+
+    /// One agent, `a1`, with `free` cpus free.
+    fn agent(free: f64) -> Vec<AgentRoom> {
+        vec![AgentRoom {
+            agent: AgentId("a1".into()),
+            free: cpus(free),
+        }]
     }
 
     fn be_task(name: &str, started_ms: u64, n: f64) -> BestEffortTask {
         BestEffortTask {
             key: TaskKey::new(FrameworkId("adhoc".into()), TaskId(name.into())),
+            agent: AgentId("a1".into()),
             started_ms,
             resources: cpus(n),
         }
@@ -298,7 +473,7 @@ mod tests {
         let mut follower = PlanFollower::new(MINUTE);
         // Two jobs share r1: one holds 1 cpu, both ask for more than the 3 still owed.
         let jobs = [job(1.0, 2.0), job(0.0, 5.0)];
-        let decision = follower.follow(&plan, 10 * MINUTE, &jobs, cpus(6.0), &[]);
+        let decision = follower.follow(&plan, 10 * MINUTE, &jobs, &agent(6.0), &[]);
         assert_eq!(decision.shares.len(), 1);
         let share = &decision.shares[0];
         assert_eq!(share.guaranteed, cpus(4.0));
@@ -313,13 +488,13 @@ mod tests {
         let plan = plan_with_r1();
         let mut follower = PlanFollower::new(MINUTE);
         // No job runs in r1: all 4 reserved cpus are lendable; a job asking 1 leaves 3.
-        let idle = follower.follow(&plan, 10 * MINUTE, &[], cpus(10.0), &[]);
+        let idle = follower.follow(&plan, 10 * MINUTE, &[], &agent(10.0), &[]);
         assert_eq!(idle.lendable, cpus(4.0));
-        let light = follower.follow(&plan, 10 * MINUTE, &[job(0.0, 1.0)], cpus(10.0), &[]);
+        let light = follower.follow(&plan, 10 * MINUTE, &[job(0.0, 1.0)], &agent(10.0), &[]);
         assert_eq!(light.lendable, cpus(3.0));
         assert_eq!(light.shares[0].offer_first, cpus(1.0));
         // After the reservation's window nothing is guaranteed or lent.
-        let after = follower.follow(&plan, 2 * 60 * MINUTE, &[job(0.0, 1.0)], cpus(10.0), &[]);
+        let after = follower.follow(&plan, 2 * 60 * MINUTE, &[job(0.0, 1.0)], &agent(10.0), &[]);
         assert!(after.shares.is_empty());
         assert_eq!(after.lendable, ResourceVec::ZERO);
     }
@@ -335,10 +510,10 @@ mod tests {
             be_task("new", 2 * MINUTE, 2.0),
             be_task("newest-mem", 3 * MINUTE, 0.0),
         ];
-        let first = follower.follow(&plan, 5 * MINUTE, &[job(0.0, 4.0)], cpus(1.0), &tasks);
+        let first = follower.follow(&plan, 5 * MINUTE, &[job(0.0, 4.0)], &agent(1.0), &tasks);
         assert!(first.preempt.is_empty(), "within the grace period");
-        let later = follower.follow(&plan, 6 * MINUTE, &[job(0.0, 4.0)], cpus(1.0), &tasks);
-        let names: Vec<&str> = later.preempt.iter().map(|k| k.task_id.as_str()).collect();
+        let later = follower.follow(&plan, 6 * MINUTE, &[job(0.0, 4.0)], &agent(1.0), &tasks);
+        let names = names(&later.preempt);
         // Newest first, skipping the task that holds no cpu, until 3 cpus are covered.
         assert_eq!(names, ["new", "mid"]);
     }
@@ -348,10 +523,10 @@ mod tests {
         let plan = plan_with_r1();
         let mut follower = PlanFollower::new(0);
         let tasks = [be_task("a", 0, 6.0)];
-        let decision = follower.follow(&plan, 5 * MINUTE, &[job(0.0, 4.0)], cpus(4.0), &tasks);
+        let decision = follower.follow(&plan, 5 * MINUTE, &[job(0.0, 4.0)], &agent(4.0), &tasks);
         assert!(decision.preempt.is_empty());
         // A job already holding its guarantee is owed nothing, whatever it asks for.
-        let full = follower.follow(&plan, 5 * MINUTE, &[job(4.0, 9.0)], cpus(0.0), &tasks);
+        let full = follower.follow(&plan, 5 * MINUTE, &[job(4.0, 9.0)], &agent(0.0), &tasks);
         assert!(full.preempt.is_empty());
         assert_eq!(full.shares[0].offer_first, ResourceVec::ZERO);
     }
@@ -362,14 +537,14 @@ mod tests {
         let plan = plan_with_r1_in("s=10m, f=70m");
         let early = 8 * MINUTE;
         let plain =
-            PlanFollower::new(MINUTE).follow(&plan, early, &[job(0.0, 4.0)], cpus(0.0), &[]);
+            PlanFollower::new(MINUTE).follow(&plan, early, &[job(0.0, 4.0)], &agent(0.0), &[]);
         assert!(plain.shares.is_empty(), "nothing guaranteed yet: {plain:?}");
         let mut ahead = PlanFollower::new(MINUTE).with_lookahead(2 * MINUTE);
-        let decision = ahead.follow(&plan, early, &[job(0.0, 4.0)], cpus(0.0), &[]);
+        let decision = ahead.follow(&plan, early, &[job(0.0, 4.0)], &agent(0.0), &[]);
         assert_eq!(decision.shares[0].offer_first, cpus(4.0));
         // One minute short of the look-ahead, the guarantee is not seen yet.
         let mut short = PlanFollower::new(MINUTE).with_lookahead(MINUTE);
-        let decision = short.follow(&plan, early, &[job(0.0, 4.0)], cpus(0.0), &[]);
+        let decision = short.follow(&plan, early, &[job(0.0, 4.0)], &agent(0.0), &[]);
         assert!(decision.shares.is_empty(), "{decision:?}");
     }
 
@@ -380,19 +555,80 @@ mod tests {
         let tasks = [be_task("a", 0, 9.0)];
         let short = [job(0.0, 4.0)];
         assert!(follower
-            .follow(&plan, 5 * MINUTE, &short, cpus(1.0), &tasks)
+            .follow(&plan, 5 * MINUTE, &short, &agent(1.0), &tasks)
             .preempt
             .is_empty());
         // Capacity freed by itself in between: the next shortfall waits a full grace again.
-        follower.follow(&plan, 5 * MINUTE + 30_000, &short, cpus(5.0), &tasks);
+        follower.follow(&plan, 5 * MINUTE + 30_000, &short, &agent(5.0), &tasks);
         assert!(follower
-            .follow(&plan, 6 * MINUTE, &short, cpus(1.0), &tasks)
+            .follow(&plan, 6 * MINUTE, &short, &agent(1.0), &tasks)
             .preempt
             .is_empty());
         let names = follower
-            .follow(&plan, 7 * MINUTE, &short, cpus(1.0), &tasks)
+            .follow(&plan, 7 * MINUTE, &short, &agent(1.0), &tasks)
             .preempt;
         assert_eq!(names.len(), 1);
+    }
+
+    /// A job of r1 whose tasks take 4 cpus each.
+    fn wide_job() -> TaggedJob {
+        TaggedJob {
+            shapes: vec![(cpus(4.0), 1)],
+            ..job(0.0, 4.0)
+        }
+    }
+
+    fn rooms(free: &[(&str, f64)]) -> Vec<AgentRoom> {
+        free.iter()
+            .map(|(name, n)| AgentRoom {
+                agent: AgentId((*name).into()),
+                free: cpus(*n),
+            })
+            .collect()
+    }
+
+    fn be_task_on(agent: &str, name: &str, started_ms: u64, n: f64) -> BestEffortTask {
+        BestEffortTask {
+            agent: AgentId(agent.into()),
+            ..be_task(name, started_ms, n)
+        }
+    }
+
+    /// 4 cpus free in all, 2 on each of two agents: the sum covers r1's 4 owed, but its
+    /// 4-cpu task fits on neither, so the follower kills where it then fits, at the least
+    /// lost work.
+    #[test]
+    fn free_capacity_in_fragments_that_hold_no_task_is_a_shortfall() {
+        let plan = plan_with_r1();
+        let mut follower = PlanFollower::new(0);
+        let tasks = [
+            be_task_on("a1", "old", MINUTE, 2.0),
+            be_task_on("a2", "new", 3 * MINUTE, 2.0),
+        ];
+        let agents = rooms(&[("a1", 2.0), ("a2", 2.0)]);
+        let decision = follower.follow(&plan, 5 * MINUTE, &[wide_job()], &agents, &tasks);
+        let names = names(&decision.preempt);
+        assert_eq!(names, ["new"]);
+        // With 4 free on one agent, nothing is killed.
+        let agents = rooms(&[("a1", 4.0), ("a2", 0.0)]);
+        let decision = follower.follow(&plan, 5 * MINUTE, &[wide_job()], &agents, &tasks);
+        assert!(decision.preempt.is_empty(), "{decision:?}");
+    }
+
+    /// The newest best-effort task runs on an agent where killing it cannot make room for a
+    /// reserved task: it is spared, and the older task that does make room is killed.
+    #[test]
+    fn victims_are_chosen_where_their_room_holds_a_reserved_task() {
+        let plan = plan_with_r1();
+        let mut follower = PlanFollower::new(0);
+        let tasks = [
+            be_task_on("small", "newest", 4 * MINUTE, 1.0),
+            be_task_on("big", "older", MINUTE, 2.0),
+        ];
+        let agents = rooms(&[("small", 0.0), ("big", 2.0)]);
+        let decision = follower.follow(&plan, 5 * MINUTE, &[wide_job()], &agents, &tasks);
+        let names = names(&decision.preempt);
+        assert_eq!(names, ["older"]);
     }
 
     /// The shell lists its best-effort tasks only on a shortfall, and what tasks being killed
@@ -406,27 +642,29 @@ mod tests {
         let candidates = |freeing: f64| {
             asked.set(asked.get() + 1);
             Candidates {
-                freeing: cpus(freeing),
+                freeing: agent(freeing),
                 tasks: tasks.clone(),
             }
         };
         // 4 owed, 5 free: no walk.
-        let covered = follower.follow_with(&plan, 10 * MINUTE, &[job(0.0, 4.0)], cpus(5.0), || {
-            candidates(0.0)
-        });
+        let covered =
+            follower.follow_with(&plan, 10 * MINUTE, &[job(0.0, 4.0)], &agent(5.0), || {
+                candidates(0.0)
+            });
         assert!(covered.preempt.is_empty());
         assert_eq!(asked.get(), 0);
         // 1 free and 3 being killed: covered after the walk, nothing preempted.
-        let freeing = follower.follow_with(&plan, 10 * MINUTE, &[job(0.0, 4.0)], cpus(1.0), || {
-            candidates(3.0)
-        });
+        let freeing =
+            follower.follow_with(&plan, 10 * MINUTE, &[job(0.0, 4.0)], &agent(1.0), || {
+                candidates(3.0)
+            });
         assert!(freeing.preempt.is_empty());
         assert_eq!(asked.get(), 1);
         // 1 free, 1 coming: the newest 2-cpu task covers the remaining 2.
-        let short = follower.follow_with(&plan, 10 * MINUTE, &[job(0.0, 4.0)], cpus(1.0), || {
+        let short = follower.follow_with(&plan, 10 * MINUTE, &[job(0.0, 4.0)], &agent(1.0), || {
             candidates(1.0)
         });
-        let names: Vec<&str> = short.preempt.iter().map(|k| k.task_id.as_str()).collect();
+        let names = names(&short.preempt);
         assert_eq!(names, ["b"]);
         assert_eq!(asked.get(), 2);
     }

@@ -48,7 +48,8 @@ mod split;
 pub mod steps;
 
 pub use follower::{
-    BestEffortTask, Candidates, FollowerDecision, PlanFollower, ReservationShare, TaggedJob,
+    AgentRoom, BestEffortTask, Candidates, FollowerDecision, PlanFollower, ReservationShare,
+    TaggedJob,
 };
 pub use placement::PolicyKind;
 pub use plan::{

@@ -53,7 +53,7 @@
 use std::collections::VecDeque;
 
 use fullerene_proto::{AgentId, FrameworkId, ResourceKind, ResourceVec};
-use fullerene_reservation::{BestEffortTask, ReservationId, TaggedJob};
+use fullerene_reservation::{AgentRoom, BestEffortTask, ReservationId, TaggedJob};
 use fullerene_scheduling::allocator::{
     AllocatorConfig, AllocatorError, OfferDecision as AllocatorOffer, StandaloneAllocator,
 };
@@ -883,14 +883,21 @@ impl<'a> Engine<'a> {
                 .state
                 .running_tasks()
                 .fold(ResourceVec::ZERO, |sum, (t, _, _)| sum + fw.job.demand(t));
-            let wanted = fw
-                .state
-                .runnable()
-                .fold(ResourceVec::ZERO, |sum, t| sum + fw.job.demand(t));
+            let mut wanted = ResourceVec::ZERO;
+            let mut shapes: Vec<(ResourceVec, u32)> = Vec::new();
+            for task in fw.state.runnable() {
+                let demand = fw.job.demand(task);
+                wanted += demand;
+                match shapes.iter_mut().find(|(shape, _)| *shape == demand) {
+                    Some((_, count)) => *count += 1,
+                    None => shapes.push((demand, 1)),
+                }
+            }
             tagged.push(TaggedJob {
                 reservation,
                 held,
                 wanted,
+                shapes,
             });
             tagged_jobs.push(j);
         }
@@ -912,54 +919,32 @@ impl<'a> Engine<'a> {
                     self.framework_ids[task.framework].clone(),
                     TaskId(slot.to_string()),
                 ),
+                agent: self.agent_ids[task.machine].clone(),
                 started_ms: seconds_to_ms(started_s),
                 resources: task.demand,
             });
         }
-        let used = self
+        let agents: Vec<AgentRoom> = self
             .machines
             .iter()
-            .fold(ResourceVec::ZERO, |sum, m| sum + m.allocated);
-        let free = self.cluster_capacity.saturating_sub(&used);
-        let decision = following.follow(self.now_s, now_ms, &tagged, free, &best_effort)?;
+            .zip(&self.agent_ids)
+            .map(|(machine, agent)| AgentRoom {
+                agent: agent.clone(),
+                free: machine.capacity.saturating_sub(&machine.allocated),
+            })
+            .collect();
+        let decision = following.follow(self.now_s, now_ms, &tagged, &agents, &best_effort)?;
         self.stats.reservation_checks += 1;
-        // The follower counts capacity cluster-wide; a kill frees one machine. A victim is
-        // killed only where what it frees (with the victims before it there) holds a runnable
-        // task of a job the plan owes, which the guarantee tier then offers it first: a kill
-        // elsewhere would only hand the machine back to the victim's job, cycle after cycle.
-        // And at most one round of kills per instant, so that a cycle of kills and relaunches
-        // at one instant cannot go on for ever.
+        // The follower kills only where a reserved task then fits, and the guarantee tier
+        // offers that room to the reservation's job first; still, at most one round of kills
+        // per instant, so that a cycle of kills and relaunches at one instant cannot go on
+        // for ever.
         if self.killed_at.is_none_or(|at| at < self.now_s) {
-            let owed_shapes: Vec<ResourceVec> = tagged
-                .iter()
-                .zip(&tagged_jobs)
-                .filter(|(job, _)| {
-                    decision
-                        .shares
-                        .iter()
-                        .any(|s| s.id == job.reservation && !s.offer_first.is_zero())
-                })
-                .filter_map(|(_, &j)| self.frameworks[j].as_ref())
-                .flat_map(|fw| {
-                    fw.state
-                        .runnable_stages()
-                        .map(|stage| fw.job.stages[stage].demand)
-                })
-                .collect();
-            let mut freed = vec![ResourceVec::ZERO; self.machines.len()];
             for key in &decision.preempt {
                 let slot = key.task_id.as_str().parse::<usize>().map_err(|_| {
                     SimError::Internal(format!("the follower named an unknown task {key:?}"))
                 })?;
-                let Some(task) = self.tasks.get(slot).and_then(Option::as_ref) else {
-                    continue;
-                };
-                let m = task.machine;
-                let machine = &self.machines[m];
-                let room =
-                    machine.capacity.saturating_sub(&machine.allocated) + freed[m] + task.demand;
-                if owed_shapes.iter().any(|shape| fits(shape, &room)) {
-                    freed[m] += task.demand;
+                if self.tasks.get(slot).and_then(Option::as_ref).is_some() {
                     self.preempt(slot)?;
                     self.killed_at = Some(self.now_s);
                 }

@@ -36,8 +36,8 @@
 use std::fmt::Write as _;
 
 use fullerene_reservation::{
-    BestEffortTask, FollowerDecision, Plan, PlanFollower, PolicyKind as ReservationPolicy,
-    ReservationId, TaggedJob,
+    AgentRoom, BestEffortTask, FollowerDecision, Plan, PlanFollower,
+    PolicyKind as ReservationPolicy, ReservationId, TaggedJob,
 };
 use fullerene_scheduling::allocator::{InterJobPolicy, DEFAULT_MAX_QUEUE_CAPACITY};
 use fullerene_scheduling::ResourceVec;
@@ -293,7 +293,7 @@ impl Following {
         now_s: f64,
         now_ms: u64,
         jobs: &[TaggedJob],
-        free: ResourceVec,
+        agents: &[AgentRoom],
         best_effort: &[BestEffortTask],
     ) -> Result<FollowerDecision, SimError> {
         let capacity = self
@@ -315,7 +315,7 @@ impl Following {
         }
         Ok(self
             .follower
-            .follow(&self.plan, now_ms, jobs, free, best_effort))
+            .follow(&self.plan, now_ms, jobs, agents, best_effort))
     }
 }
 

@@ -6,10 +6,13 @@
 //! current slice through [`PlanFollower::follow`] with:
 //! - the reserved jobs: each live framework with an unended job tagged with an accepted
 //!   reservation (`JobDescription::reservation`) counts for the first such job's reservation;
-//!   it holds what its running tasks hold and wants its last demand summary's pending tasks;
-//! - the free capacity: the agents' unused resources, plus what tasks being killed still hold
-//!   (they free it within their kill grace, and must not be preempted twice over);
-//! - the best-effort tasks: the live tasks of every other framework, with their launch times.
+//!   it holds what its running tasks hold and wants its last demand summary's pending tasks
+//!   (their sum, and the shapes, which the follower places on agents);
+//! - the free capacity agent by agent: each agent's unused resources, plus what tasks being
+//!   killed there still hold (they free it within their kill grace, and must not be preempted
+//!   twice over);
+//! - the best-effort tasks: the live tasks of every other framework, with their agents and
+//!   launch times.
 //!
 //! Each reservation's `offer_first` is split over its frameworks by what each wants and handed
 //! to the allocator as guarantees (`OfferManager::set_guarantees`). Preemptions become a
@@ -29,7 +32,7 @@ use std::time::Duration;
 
 use fullerene_proto::{FrameworkId, Now, ResourceVec, TaskKey, Time};
 use fullerene_reservation::{
-    BestEffortTask, Candidates, FollowerDecision, PlanFollower, ReservationId, TaggedJob,
+    AgentRoom, BestEffortTask, Candidates, FollowerDecision, PlanFollower, ReservationId, TaggedJob,
 };
 
 use super::MasterCore;
@@ -129,7 +132,8 @@ struct Loads {
     frameworks: Vec<FrameworkId>,
     /// The reserved jobs' frameworks, with their reservations.
     tagged: BTreeMap<FrameworkId, ReservationId>,
-    free: ResourceVec,
+    /// The agents that take new tasks, with their free resources.
+    agents: Vec<AgentRoom>,
 }
 
 /// The reservation a live framework's jobs run in: its first unended job's that names an
@@ -165,24 +169,28 @@ fn gather(state: &ClusterState, offers: &OfferManager) -> Loads {
             reservation: *id,
             held,
             wanted: offers.wanted(framework),
+            shapes: offers.wanted_shapes(framework).to_vec(),
         });
         frameworks.push(framework.clone());
     }
-    let mut free = ResourceVec::ZERO;
+    let mut agents = Vec::new();
     for (_, agent) in accounting.agents() {
         let takes_tasks = state
             .agents()
             .get(&agent.id)
             .is_some_and(crate::state::AgentEntry::takes_new_tasks);
         if takes_tasks {
-            free += agent.free();
+            agents.push(AgentRoom {
+                agent: agent.id.clone(),
+                free: agent.free(),
+            });
         }
     }
     Loads {
         jobs,
         frameworks,
         tagged,
-        free,
+        agents,
     }
 }
 
@@ -199,11 +207,15 @@ fn candidates(
             continue;
         }
         if record.kill_requested || in_flight.contains(key) {
-            candidates.freeing += record.demand;
+            candidates.freeing.push(AgentRoom {
+                agent: record.agent_id.clone(),
+                free: record.demand,
+            });
             continue;
         }
         candidates.tasks.push(BestEffortTask {
             key: key.clone(),
+            agent: record.agent_id.clone(),
             started_ms: record.launched_at_ms,
             resources: record.demand,
         });
@@ -269,7 +281,7 @@ impl<S: RaftStore> MasterCore<S> {
             plan,
             now.wall_ms(),
             &loads.jobs,
-            loads.free,
+            &loads.agents,
             || candidates(state, &loads.tagged, in_flight),
         );
         offers.set_guarantees(state, split_guarantees(&decision, &loads));
