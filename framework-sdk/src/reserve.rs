@@ -2,8 +2,9 @@
 //! framework asks the masters to reserve so that a job with a deadline gets the capacity it
 //! needs, derived from the job's stages as Rayon's tools derive RDL from past runs.
 //!
-//! A stage is an atom per class of its task durations: its bundle is the stage's task demand,
-//! `h` the tasks in the class, `l` the class's longest task and `w` its work (the sum of its
+//! A stage is an atom per class of its task durations: its bundle is the stage's task demand
+//! packed on the cluster's machines ([`packed_bundle`]: the plan counts only tasks that fit
+//! whole on a machine), `h` the tasks in the class, `l` the class's longest task and `w` its work (the sum of its
 //! task durations, in bundle-time: each task holds one bundle), asked with
 //! [`WORK_OVERESTIMATE`] more; the classes are the stage's [`DURATION_CLASSES`] quantiles, side
 //! by side in an `all` (one atom when they would have the same lease). A lease binds every
@@ -22,6 +23,7 @@
 //! branch reserves more span than its critical path, and a tight deadline may be refused where
 //! a finer expression would fit.
 
+use fullerene_proto::ResourceVec;
 use fullerene_reservation::{Atom, Expr};
 use serde::Serialize;
 
@@ -70,7 +72,14 @@ pub fn deadline_request(
         * quantum_ms;
     DeadlineRequest {
         window_ms,
-        expr: job_reservation(job, time_scale, window_ms, lead_ms, quantum_ms),
+        expr: job_reservation(
+            job,
+            &cluster.machine_capacity,
+            time_scale,
+            window_ms,
+            lead_ms,
+            quantum_ms,
+        ),
     }
 }
 
@@ -106,11 +115,13 @@ pub enum Admission {
 
 /// `job`'s request: its stages' atoms ordered by the DAG's levels, inside `window(s=lead_ms,
 /// f=window_ms)` (offsets from when the masters accept it), with task durations `time_scale`
-/// times the workload's. Times are rounded up to whole quanta of `quantum_ms` (the plan refuses
-/// others); `lead_ms` is how long after submission the first allocation may start (the time the
-/// plan follower needs to free reserved capacity).
+/// times the workload's and bundles packed on machines of `machine` ([`packed_bundle`]).
+/// Times are rounded up to whole quanta of `quantum_ms` (the plan refuses others); `lead_ms`
+/// is how long after submission the first allocation may start (the time the plan follower
+/// needs to free reserved capacity).
 pub fn job_reservation(
     job: &Job,
+    machine: &ResourceVec,
     time_scale: f64,
     window_ms: u64,
     lead_ms: u64,
@@ -139,7 +150,7 @@ pub fn job_reservation(
         .into_iter()
         .map(|(lease_ms, count, total_s)| {
             Expr::Atom(Atom {
-                bundle: stage.demand,
+                bundle: packed_bundle(&stage.demand, machine),
                 gang: 1,
                 max_parallel: u32::try_from(count).unwrap_or(u32::MAX),
                 min_lease_ms: lease_ms,
@@ -175,6 +186,38 @@ pub fn job_reservation(
         start_ms: lead_ms.div_ceil(quantum_ms) * quantum_ms,
         end_ms: window_ms,
     }
+}
+
+/// A task's `demand` as a bundle of the plan, packed on machines of `machine`: in each
+/// resource that limits how many such tasks a machine holds (`k`), the bundle is a `k`-th of
+/// the machine. Rayon's plan is fluid, one bin of the cluster's summed capacity; tasks are
+/// not: three tasks of 258 MB/s fill a 1,000 MB/s disk, and a plan that counts 3.9 of them per
+/// machine guarantees a job parallelism no machine can hold (a TPC-H job reserved 38 such
+/// tasks at once where 30 fit on its 10 machines, ran a wave late and missed its deadline by
+/// 25 s). Departure from Rayon, for a cluster of like machines: the plan then counts only
+/// tasks that fit whole on machines when one shape fills them; a demand that fits no machine
+/// is kept as it is (the plan refuses what its capacity cannot hold).
+pub fn packed_bundle(demand: &ResourceVec, machine: &ResourceVec) -> ResourceVec {
+    let per_machine = |k: usize| {
+        if demand.0[k] > 0.0 {
+            (machine.0[k] / demand.0[k]).floor()
+        } else {
+            f64::INFINITY
+        }
+    };
+    let fit = (0..demand.0.len())
+        .map(per_machine)
+        .fold(f64::INFINITY, f64::min);
+    if !(fit >= 1.0 && fit.is_finite()) {
+        return *demand;
+    }
+    let mut bundle = *demand;
+    for (k, amount) in bundle.0.iter_mut().enumerate() {
+        if per_machine(k) == fit {
+            *amount = amount.max(machine.0[k] / fit);
+        }
+    }
+    bundle
 }
 
 /// A stage's tasks in up to [`DURATION_CLASSES`] quantiles of their durations, as
@@ -224,6 +267,33 @@ mod tests {
     use super::*;
     use crate::job::StageSpec;
 
+    /// The simulator's reference machine.
+    fn machine() -> ResourceVec {
+        "cpus=16,mem_mib=65536,disk_mbps=1000,net_mbps=10000"
+            .parse()
+            .expect("vec")
+    }
+
+    #[test]
+    fn a_bundle_takes_its_share_of_the_machines_it_packs_into() {
+        let vec = |text: &str| text.parse::<ResourceVec>().expect("vec");
+        // Three fit by disk (1000 / 258): each is planned as a third of the disk.
+        let packed = packed_bundle(&vec("cpus=2,mem_mib=2138,disk_mbps=258"), &machine());
+        let third = 1000.0 / 3.0;
+        assert_eq!(
+            packed,
+            vec(&format!("cpus=2,mem_mib=2138,disk_mbps={third}"))
+        );
+        // Shapes that divide the machine, and shapes that fit no machine, are kept.
+        assert_eq!(packed_bundle(&vec("cpus=4"), &machine()), vec("cpus=4"));
+        assert_eq!(packed_bundle(&vec("cpus=32"), &machine()), vec("cpus=32"));
+        // Every limiting resource takes its share.
+        assert_eq!(
+            packed_bundle(&vec("cpus=6,disk_mbps=400"), &machine()),
+            vec("cpus=8,disk_mbps=500")
+        );
+    }
+
     /// A scan feeding two joins: levels `[scan]`, `[join-a, join-b]`.
     fn fork() -> Job {
         let stage = |id: u32, parents: Vec<u32>, durations: Vec<f64>| StageSpec {
@@ -243,7 +313,7 @@ mod tests {
 
     #[test]
     fn a_dags_request_orders_its_levels_and_reads_back_as_the_masters_parse_it() {
-        let expr = job_reservation(&fork(), 1.0, 600_000, 1_500, 1_000);
+        let expr = job_reservation(&fork(), &machine(), 1.0, 600_000, 1_500, 1_000);
         let text = expr.to_string();
         // What a framework sends is text the masters parse to the same request, and valid.
         let parsed = parse(&text).expect("the masters parse it");
@@ -329,7 +399,7 @@ mod tests {
             demand: "cpus=1".parse().expect("vec"),
         };
         let job = Job::new("skewed", "default", None, vec![stage]).expect("job");
-        let expr = job_reservation(&job, 1.0, 60_000, 0, 1_000);
+        let expr = job_reservation(&job, &machine(), 1.0, 60_000, 0, 1_000);
         let Expr::Window { expr: body, .. } = &expr else {
             panic!("a window: {expr}");
         };

@@ -403,8 +403,8 @@ async fn read_cluster(args: &JobRunArgs) -> Result<Option<ClusterFacts>> {
 
 /// The deadline and reservation request of each job `fraction` of them get (the same choice
 /// as the simulator's for the same seed): `NewLB × (1 + slack)` on `cluster` after arrival.
-/// NewLB treats the cluster as its agents' number of machines of their average size (exact
-/// for agents of one size).
+/// NewLB and the bundles' packing treat the cluster as its agents' number of machines of
+/// their average size (exact for agents of one size).
 fn deadlines(
     jobs: &[fullerene_sdk::Job],
     fraction: f64,
