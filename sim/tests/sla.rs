@@ -1,0 +1,55 @@
+//! The plan's promise on the TPC-H workload (issue 17, Rayon §6.4): under Rayon's planner,
+//! GREE or GREE-L, every SLA job whose reservation was accepted meets its deadline, with the
+//! followed plan's invariants checked at every allocation round (a broken one fails the run,
+//! `SimError::ReservationBroken`).
+//!
+//! The default run takes seeds 6 and 8 of the README's comparison (10 machines, 200 jobs drawn
+//! at random): a follower that judged free capacity summed over machines missed a deadline on
+//! seed 6, and a plan of unpacked bundles on seed 8. `FULLERENE_LONG_TESTS=1` runs seeds 1–10.
+
+mod common;
+
+use fullerene_sim::{compare_sla, JobOrder, SimConfig, SlaOptions, SlaPolicy};
+
+#[test]
+fn every_accepted_sla_job_meets_its_deadline() {
+    let long = std::env::var("FULLERENE_LONG_TESTS").is_ok_and(|v| v == "1");
+    let seeds: Vec<u64> = if long { (1..=10).collect() } else { vec![6, 8] };
+    let jobs = common::decima(usize::MAX);
+    let rayon = &SlaPolicy::ALL[..2];
+    for seed in seeds {
+        let config = SimConfig {
+            machines: 10,
+            jobs: Some(200),
+            job_order: JobOrder::Random,
+            seed,
+            ..SimConfig::default()
+        };
+        let comparison = compare_sla(&jobs, &config, rayon, &SlaOptions::default(), None)
+            .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        assert_eq!(comparison.policies.len(), 2);
+        for report in &comparison.policies {
+            assert!(
+                report.accepted > 0,
+                "seed {seed}, {}: none accepted",
+                report.policy
+            );
+            let late: Vec<String> = report
+                .sla
+                .iter()
+                .filter(|job| job.accepted && !job.met)
+                .map(|job| {
+                    format!(
+                        "{} (deadline {:.1} s, finished {:.1} s)",
+                        job.name, job.deadline_s, job.finish_s
+                    )
+                })
+                .collect();
+            assert!(
+                late.is_empty(),
+                "seed {seed}, {}: accepted SLA jobs late: {late:?}",
+                report.policy
+            );
+        }
+    }
+}
