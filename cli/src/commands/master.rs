@@ -129,8 +129,9 @@ pub(crate) struct MasterArgs {
     #[arg(long, value_name = "MS", env = "FULLERENE_MASTER_OFFER_TTL_MS", default_value_t = fullerene_master::offers::DEFAULT_OFFER_TTL_MS, value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
     pub offer_ttl_ms: u64,
     /// How long a reservation's jobs must be short of what the plan guarantees them, with no
-    /// free capacity to cover it, before the leader kills best-effort tasks (newest first) for
-    /// them, in seconds. Tasks that end within it free the capacity without a kill.
+    /// agent free enough to hold one of their tasks, before the leader kills best-effort tasks
+    /// for them (where a task of theirs then fits, newest first), in seconds. Tasks that end
+    /// within it free the capacity without a kill.
     #[arg(long, value_name = "SECS", env = "FULLERENE_MASTER_RESERVATION_GRACE_SECS", default_value_t = fullerene_master::core::DEFAULT_RESERVATION_GRACE.as_secs(), value_parser = clap::value_parser!(u64).range(0..=86_400))]
     pub reservation_grace_secs: u64,
     /// Calls per second one framework principal (or frames one agent) may send this master,
