@@ -31,7 +31,8 @@
 //! Sans-IO like the rest of the crate: the time, the jobs' loads and the best-effort tasks are
 //! passed in, decisions come back.
 
-use std::collections::BTreeMap;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
 
 use fullerene_scheduling::{AgentId, ResourceVec, TaskKey, EPSILON};
 
@@ -257,24 +258,35 @@ pub struct Candidates {
 
 /// The agents' free resources while the follower places owed tasks on them in thought.
 struct Room {
-    free: BTreeMap<AgentId, ResourceVec>,
+    /// Each agent's free resources, agents in name order.
+    free: Vec<ResourceVec>,
+    /// Where each agent is in `free`.
+    index: BTreeMap<AgentId, usize>,
 }
 
 impl Room {
     fn new(agents: &[AgentRoom]) -> Room {
-        let mut free = BTreeMap::new();
+        let mut by_name: BTreeMap<&AgentId, ResourceVec> = BTreeMap::new();
         for agent in agents {
-            *free.entry(agent.agent.clone()).or_insert(ResourceVec::ZERO) += agent.free;
+            *by_name.entry(&agent.agent).or_insert(ResourceVec::ZERO) += agent.free;
         }
-        Room { free }
+        let mut room = Room {
+            free: Vec::with_capacity(by_name.len()),
+            index: BTreeMap::new(),
+        };
+        for (agent, free) in by_name {
+            room.index.insert(agent.clone(), room.free.len());
+            room.free.push(free);
+        }
+        room
     }
 
     /// What tasks being killed free counts as free on their agents (agents that take new
     /// tasks only).
     fn with_freeing(mut self, freeing: &[AgentRoom]) -> Room {
         for coming in freeing {
-            if let Some(free) = self.free.get_mut(&coming.agent) {
-                *free += coming.free;
+            if let Some(&i) = self.index.get(&coming.agent) {
+                self.free[i] += coming.free;
             }
         }
         self
@@ -290,25 +302,27 @@ impl Room {
     }
 
     /// Places tasks of `shapes` (up to each one's count) with `fit` until `amount` is spent
-    /// or no shape that takes some of what is left fits; returns what is left unplaced.
+    /// or no shape that takes some of what is left fits; returns what is left unplaced. Each
+    /// shape keeps a cursor over the agents for `fit` (see [`Room::fit_without_kill`]).
     fn place(
         &mut self,
         mut amount: ResourceVec,
         shapes: &[&(ResourceVec, u32)],
-        mut fit: impl FnMut(&mut Room, &ResourceVec) -> bool,
+        mut fit: impl FnMut(&mut Room, &ResourceVec, &mut usize) -> bool,
     ) -> ResourceVec {
-        let mut left: Vec<u32> = shapes.iter().map(|(_, count)| *count).collect();
+        let mut left: Vec<(u32, usize)> = shapes.iter().map(|(_, count)| (*count, 0)).collect();
         while !amount.is_zero() {
-            let placed = shapes
-                .iter()
-                .zip(left.iter_mut())
-                .find_map(|((shape, _), n)| {
-                    let useful = *n > 0 && shape.min(&amount).sum() > EPSILON;
-                    (useful && fit(self, shape)).then(|| {
-                        *n -= 1;
-                        *shape
-                    })
-                });
+            let placed =
+                shapes
+                    .iter()
+                    .zip(left.iter_mut())
+                    .find_map(|((shape, _), (n, cursor))| {
+                        let useful = *n > 0 && shape.min(&amount).sum() > EPSILON;
+                        (useful && fit(self, shape, cursor)).then(|| {
+                            *n -= 1;
+                            *shape
+                        })
+                    });
             match placed {
                 Some(shape) => amount = amount.saturating_sub(&shape),
                 None => break,
@@ -317,13 +331,19 @@ impl Room {
         amount
     }
 
-    /// Takes `shape` from the first agent with room for it.
-    fn fit_without_kill(&mut self, shape: &ResourceVec) -> bool {
-        let Some(free) = self.free.values_mut().find(|free| shape.fits_in(free)) else {
-            return false;
-        };
-        *free = free.saturating_sub(shape);
-        true
+    /// Takes `shape` from the first agent at or after `cursor` with room for it, leaving the
+    /// cursor there. Room only shrinks while tasks are placed without kills, so an agent
+    /// passed over never holds the shape later: the placements of one shape visit each agent
+    /// once, not once a task.
+    fn fit_without_kill(&mut self, shape: &ResourceVec, cursor: &mut usize) -> bool {
+        while let Some(free) = self.free.get_mut(*cursor) {
+            if shape.fits_in(free) {
+                *free = free.saturating_sub(shape);
+                return true;
+            }
+            *cursor += 1;
+        }
+        false
     }
 
     /// The tasks to kill so that the overdue amounts find room: each owed task goes where
@@ -335,71 +355,134 @@ impl Room {
         best_effort: &[BestEffortTask],
         now_ms: u64,
     ) -> Vec<TaskKey> {
-        let mut on_agent: BTreeMap<AgentId, Vec<&BestEffortTask>> = BTreeMap::new();
+        let mut killing = Killing {
+            on_agent: vec![Vec::new(); self.free.len()],
+            version: vec![0; self.free.len()],
+            cheapest: Vec::new(),
+            victims: Vec::new(),
+            now_ms,
+        };
         for task in best_effort {
-            if self.free.contains_key(&task.agent) {
-                on_agent.entry(task.agent.clone()).or_default().push(task);
+            if let Some(&slot) = self.index.get(&task.agent) {
+                killing.on_agent[slot].push(task);
             }
         }
-        for tasks in on_agent.values_mut() {
+        for tasks in &mut killing.on_agent {
             tasks.sort_by(|a, b| b.started_ms.cmp(&a.started_ms).then(b.key.cmp(&a.key)));
         }
-        let mut victims = Vec::new();
         for (amount, shapes) in overdue {
-            self.place(*amount, shapes, |room, shape| {
-                room.fit_without_kill(shape)
-                    || room.fit_by_killing(shape, &mut on_agent, &mut victims, now_ms)
+            // An agent where kills made more room than one task is found again by
+            // `fit_by_killing` (at no cost), behind the cursor or not.
+            self.place(*amount, shapes, |room, shape, cursor| {
+                if room.fit_without_kill(shape, cursor) {
+                    killing.touch(*cursor);
+                    return true;
+                }
+                room.fit_by_killing(shape, &mut killing)
             });
         }
-        victims
+        killing.victims
     }
 
     /// Frees room for `shape` on the agent where it costs the least, killing there (moving
-    /// the victims from `on_agent` to `victims`). False if no agent can hold it even so.
-    fn fit_by_killing(
-        &mut self,
-        shape: &ResourceVec,
-        on_agent: &mut BTreeMap<AgentId, Vec<&BestEffortTask>>,
-        victims: &mut Vec<TaskKey>,
-        now_ms: u64,
-    ) -> bool {
-        let mut best: Option<((u64, usize), AgentId, Vec<usize>)> = None;
-        for (agent, tasks) in on_agent.iter() {
-            let Some(free) = self.free.get(agent) else {
+    /// the victims from `killing.on_agent` to `killing.victims`). False if no agent can hold
+    /// it even so.
+    fn fit_by_killing(&mut self, shape: &ResourceVec, killing: &mut Killing<'_>) -> bool {
+        let h = match killing.cheapest.iter().position(|(s, _)| s == shape) {
+            Some(h) => h,
+            None => {
+                let heap = (0..self.free.len())
+                    .filter_map(|slot| killing.entry(&self.free, slot, shape))
+                    .collect();
+                killing.cheapest.push((*shape, heap));
+                killing.cheapest.len() - 1
+            }
+        };
+        while let Some(Reverse(entry)) = killing.cheapest[h].1.pop() {
+            let (_, _, slot, version) = entry;
+            if version != killing.version[slot] {
+                // The agent changed since: its cost is worked out again, and it goes back in
+                // line if it can still hold the shape (it never can again once it cannot: its
+                // free resources and candidates only shrink).
+                if let Some(fresh) = killing.entry(&self.free, slot, shape) {
+                    killing.cheapest[h].1.push(fresh);
+                }
+                continue;
+            }
+            let Some((_, chosen)) = killing.cost(&self.free, slot, shape) else {
                 continue;
             };
-            let mut room = *free;
-            let mut chosen = Vec::new();
-            let mut lost = 0u64;
-            for (i, task) in tasks.iter().enumerate() {
-                if shape.fits_in(&room) {
-                    break;
-                }
-                // A task that holds none of what is missing frees nothing useful here.
-                if task.resources.min(&shape.saturating_sub(&room)).sum() <= EPSILON {
-                    continue;
-                }
-                room += task.resources;
-                lost += now_ms.saturating_sub(task.started_ms);
-                chosen.push(i);
+            let free = &mut self.free[slot];
+            for &i in chosen.iter().rev() {
+                let task = killing.on_agent[slot].remove(i);
+                *free += task.resources;
+                killing.victims.push(task.key.clone());
             }
-            let cost = (lost, chosen.len());
-            if shape.fits_in(&room) && best.as_ref().is_none_or(|(c, _, _)| cost < *c) {
-                best = Some((cost, agent.clone(), chosen));
+            *free = free.saturating_sub(shape);
+            killing.touch(slot);
+            if let Some(fresh) = killing.entry(&self.free, slot, shape) {
+                killing.cheapest[h].1.push(fresh);
             }
+            return true;
         }
-        let Some((_, agent, chosen)) = best else {
-            return false;
-        };
-        let tasks = on_agent.entry(agent.clone()).or_default();
-        let free = self.free.entry(agent).or_insert(ResourceVec::ZERO);
-        for &i in chosen.iter().rev() {
-            let task = tasks.remove(i);
-            *free += task.resources;
-            victims.push(task.key.clone());
+        false
+    }
+}
+
+/// One agent's place in line for a shape: (work lost, kills, agent slot, agent version).
+type CostEntry = Reverse<(u64, usize, usize, u64)>;
+
+/// The candidates of [`Room::victims`] by agent, and for each shape the agents in order of
+/// what making room for it there costs. Entries are worked out again when their agent has
+/// changed since (its version), so a kill costs one agent's update, not a scan of all.
+struct Killing<'t> {
+    /// Each agent's candidates, newest first.
+    on_agent: Vec<Vec<&'t BestEffortTask>>,
+    /// Bumped whenever an agent's free resources or candidates change.
+    version: Vec<u64>,
+    cheapest: Vec<(ResourceVec, BinaryHeap<CostEntry>)>,
+    victims: Vec<TaskKey>,
+    now_ms: u64,
+}
+
+impl Killing<'_> {
+    fn touch(&mut self, slot: usize) {
+        if let Some(version) = self.version.get_mut(slot) {
+            *version += 1;
         }
-        *free = free.saturating_sub(shape);
-        true
+    }
+
+    /// What making room for `shape` on agent `slot` costs: (work lost, kills) and the
+    /// candidates to kill there (positions in `on_agent[slot]`), newest first, skipping those
+    /// that hold none of what is missing. `None` if even killing them all leaves no room.
+    fn cost(
+        &self,
+        free: &[ResourceVec],
+        slot: usize,
+        shape: &ResourceVec,
+    ) -> Option<((u64, usize), Vec<usize>)> {
+        let mut room = *free.get(slot)?;
+        let mut chosen = Vec::new();
+        let mut lost = 0u64;
+        for (i, task) in self.on_agent[slot].iter().enumerate() {
+            if shape.fits_in(&room) {
+                break;
+            }
+            if task.resources.min(&shape.saturating_sub(&room)).sum() <= EPSILON {
+                continue;
+            }
+            room += task.resources;
+            lost += self.now_ms.saturating_sub(task.started_ms);
+            chosen.push(i);
+        }
+        shape
+            .fits_in(&room)
+            .then_some(((lost, chosen.len()), chosen))
+    }
+
+    fn entry(&self, free: &[ResourceVec], slot: usize, shape: &ResourceVec) -> Option<CostEntry> {
+        let ((lost, kills), _) = self.cost(free, slot, shape)?;
+        Some(Reverse((lost, kills, slot, self.version[slot])))
     }
 }
 
