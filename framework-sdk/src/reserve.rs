@@ -23,6 +23,7 @@
 //! branch reserves more span than its critical path, and a tight deadline may be refused where
 //! a finer expression would fit.
 
+use fullerene_proto::resources::EPSILON;
 use fullerene_proto::ResourceVec;
 use fullerene_reservation::{Atom, Expr};
 use serde::Serialize;
@@ -191,16 +192,18 @@ pub fn job_reservation(
 /// A task's `demand` as a bundle of the plan, packed on machines of `machine`: in each
 /// resource that limits how many such tasks a machine holds (`k`), the bundle is a `k`-th of
 /// the machine. Rayon's plan is fluid, one bin of the cluster's summed capacity; tasks are
-/// not: three tasks of 258 MB/s fill a 1,000 MB/s disk, and a plan that counts 3.9 of them per
+/// not: three tasks of 258 MB/s fill a 1,000 MB/s disk (overbooking of fungible kinds aside), and a plan that counts 3.9 of them per
 /// machine guarantees a job parallelism no machine can hold (a TPC-H job reserved 38 such
 /// tasks at once where 30 fit on its 10 machines, ran a wave late and missed its deadline by
 /// 25 s). Departure from Rayon, for a cluster of like machines: the plan then counts only
 /// tasks that fit whole on machines when one shape fills them; a demand that fits no machine
 /// is kept as it is (the plan refuses what its capacity cannot hold).
 pub fn packed_bundle(demand: &ResourceVec, machine: &ResourceVec) -> ResourceVec {
+    // Counted as the fit rule counts copies (`fit::max_copies`): within its tolerance, so that
+    // 0.3 holds three of 0.1 and a demand a hair over the machine still fits it once.
     let per_machine = |k: usize| {
-        if demand.0[k] > 0.0 {
-            (machine.0[k] / demand.0[k]).floor()
+        if demand.0[k] > EPSILON {
+            ((machine.0[k].max(0.0) + EPSILON) / demand.0[k]).floor()
         } else {
             f64::INFINITY
         }
@@ -287,6 +290,11 @@ mod tests {
         // Shapes that divide the machine, and shapes that fit no machine, are kept.
         assert_eq!(packed_bundle(&vec("cpus=4"), &machine()), vec("cpus=4"));
         assert_eq!(packed_bundle(&vec("cpus=32"), &machine()), vec("cpus=32"));
+        // Counted within the fit rule's tolerance: 0.3 holds three of 0.1, not two.
+        assert_eq!(
+            packed_bundle(&vec("cpus=0.1"), &vec("cpus=0.3")),
+            vec("cpus=0.1")
+        );
         // Every limiting resource takes its share.
         assert_eq!(
             packed_bundle(&vec("cpus=6,disk_mbps=400"), &machine()),

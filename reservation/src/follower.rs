@@ -32,7 +32,7 @@
 //! passed in, decisions come back.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 use fullerene_scheduling::{AgentId, ResourceVec, TaskKey, EPSILON};
 
@@ -48,7 +48,8 @@ pub struct TaggedJob {
     pub held: ResourceVec,
     /// What more the job asks for now (its pending tasks' demand).
     pub wanted: ResourceVec,
-    /// Its runnable tasks by shape, best first, with how many of each: what a shortfall must
+    /// Its runnable tasks by shape, with how many of each, in the order the follower places
+    /// them: what a shortfall must
     /// make room for on some agent.
     pub shapes: Vec<(ResourceVec, u32)>,
 }
@@ -97,7 +98,8 @@ pub struct FollowerDecision {
     /// Reserved capacity that no reservation's jobs use or ask for now: best-effort work may
     /// use it until a reservation's jobs ask.
     pub lendable: ResourceVec,
-    /// Best-effort tasks to kill so the reservations get what they are owed, grouped by agent.
+    /// Best-effort tasks to kill so the reservations get what they are owed, in the order
+    /// chosen.
     /// Empty unless some reservation's owed tasks have found no room on the agents for at
     /// least the grace period.
     pub preempt: Vec<TaskKey>,
@@ -177,9 +179,9 @@ impl PlanFollower {
             load.shapes.extend(job.shapes.iter());
         }
         let mut decision = FollowerDecision::default();
-        // What each reservation is owed, with its shapes: all of them, and the overdue ones.
+        // What each reservation is owed, with its shapes, and which are overdue.
         let mut owed = Vec::new();
-        let mut overdue = Vec::new();
+        let mut overdue = BTreeSet::new();
         for (id, load) in &loads {
             let guaranteed = self.guaranteed_ahead(plan, *id, now_ms);
             let due = guaranteed.saturating_sub(&load.held);
@@ -188,10 +190,10 @@ impl PlanFollower {
             if offer_first.is_zero() {
                 self.short_since.remove(id);
             } else {
-                owed.push((offer_first, load.shapes.as_slice()));
+                owed.push((*id, offer_first, load.shapes.as_slice()));
                 let since = *self.short_since.entry(*id).or_insert(now_ms);
                 if now_ms.saturating_sub(since) >= self.grace_ms {
-                    overdue.push((offer_first, load.shapes.as_slice()));
+                    overdue.insert(*id);
                 }
             }
             if !guaranteed.is_zero() || !load.held.is_zero() {
@@ -203,18 +205,21 @@ impl PlanFollower {
                 });
             }
         }
-        if Room::new(agents).holds(&owed) {
+        if Room::new(agents).unheld(&owed).is_empty() {
             // The agents' free resources hold every reservation's tasks: no shortfall to time.
             self.short_since.clear();
             return decision;
         }
         let candidates = candidates();
         let room = || Room::new(agents).with_freeing(&candidates.freeing);
-        if room().holds(&owed) {
-            self.short_since.clear();
+        let unheld = room().unheld(&owed);
+        // A reservation whose tasks find room is not short: its grace starts again when it is.
+        self.short_since.retain(|id, _| unheld.contains(id));
+        if unheld.is_empty() {
             return decision;
         }
-        decision.preempt = room().victims(&overdue, &candidates.tasks, now_ms);
+        let may_kill: BTreeSet<ReservationId> = overdue.intersection(&unheld).copied().collect();
+        decision.preempt = room().victims(&owed, &may_kill, &candidates.tasks, now_ms);
         decision
     }
 }
@@ -292,13 +297,17 @@ impl Room {
         self
     }
 
-    /// Whether every owed amount finds room for its tasks on the agents as they are (placing
-    /// them, first fit, best shape first).
-    fn holds(&mut self, owed: &[(ResourceVec, &[&(ResourceVec, u32)])]) -> bool {
-        owed.iter().all(|(amount, shapes)| {
-            self.place(*amount, shapes, Room::fit_without_kill)
-                .is_zero()
-        })
+    /// The reservations whose owed tasks do not all find room on the agents as they are
+    /// (placing them in turn, first fit, shapes in their order).
+    fn unheld(&mut self, owed: &[Owed<'_>]) -> BTreeSet<ReservationId> {
+        owed.iter()
+            .filter(|(_, amount, shapes)| {
+                !self
+                    .place(*amount, shapes, Room::fit_without_kill)
+                    .is_zero()
+            })
+            .map(|(id, _, _)| *id)
+            .collect()
     }
 
     /// Places tasks of `shapes` (up to each one's count) with `fit` until `amount` is spent
@@ -311,7 +320,9 @@ impl Room {
         mut fit: impl FnMut(&mut Room, &ResourceVec, &mut usize) -> bool,
     ) -> ResourceVec {
         let mut left: Vec<(u32, usize)> = shapes.iter().map(|(_, count)| (*count, 0)).collect();
-        while !amount.is_zero() {
+        let mut placed_tasks = 0;
+        while !amount.is_zero() && placed_tasks < MAX_PLACED_TASKS {
+            placed_tasks += 1;
             let placed =
                 shapes
                     .iter()
@@ -351,7 +362,8 @@ impl Room {
     /// room at the least lost work (ties: fewer kills, then the agent's name).
     fn victims(
         mut self,
-        overdue: &[(ResourceVec, &[&(ResourceVec, u32)])],
+        owed: &[Owed<'_>],
+        may_kill: &BTreeSet<ReservationId>,
         best_effort: &[BestEffortTask],
         now_ms: u64,
     ) -> Vec<TaskKey> {
@@ -370,15 +382,17 @@ impl Room {
         for tasks in &mut killing.on_agent {
             tasks.sort_by(|a, b| b.started_ms.cmp(&a.started_ms).then(b.key.cmp(&a.key)));
         }
-        for (amount, shapes) in overdue {
-            // An agent where kills made more room than one task is found again by
-            // `fit_by_killing` (at no cost), behind the cursor or not.
+        // Every owed reservation's tasks take room in turn; kills only for the overdue ones
+        // that found none. An agent where kills made more room than one task is found again
+        // by `fit_by_killing` (at no cost), behind the cursor or not.
+        for (id, amount, shapes) in owed {
+            let kill = may_kill.contains(id);
             self.place(*amount, shapes, |room, shape, cursor| {
                 if room.fit_without_kill(shape, cursor) {
                     killing.touch(*cursor);
                     return true;
                 }
-                room.fit_by_killing(shape, &mut killing)
+                kill && room.fit_by_killing(shape, &mut killing)
             });
         }
         killing.victims
@@ -403,7 +417,8 @@ impl Room {
             if version != killing.version[slot] {
                 // The agent changed since: its cost is worked out again, and it goes back in
                 // line if it can still hold the shape (it never can again once it cannot: its
-                // free resources and candidates only shrink).
+                // free resources and its candidates together only shrink). A kill there
+                // already queued its new cost in every line.
                 if let Some(fresh) = killing.entry(&self.free, slot, shape) {
                     killing.cheapest[h].1.push(fresh);
                 }
@@ -420,14 +435,27 @@ impl Room {
             }
             *free = free.saturating_sub(shape);
             killing.touch(slot);
-            if let Some(fresh) = killing.entry(&self.free, slot, shape) {
-                killing.cheapest[h].1.push(fresh);
+            // The kill may have made the agent cheaper for other shapes too (victims can free
+            // more than this shape needed): every shape's line gets its new cost.
+            for k in 0..killing.cheapest.len() {
+                let other = killing.cheapest[k].0;
+                if let Some(fresh) = killing.entry(&self.free, slot, &other) {
+                    killing.cheapest[k].1.push(fresh);
+                }
             }
             return true;
         }
         false
     }
 }
+
+/// What one reservation is owed: its id, the amount, and its jobs' runnable shapes.
+type Owed<'a> = (ReservationId, ResourceVec, &'a [&'a (ResourceVec, u32)]);
+
+/// The most tasks one [`Room::place`] places: a bound on the leader's work each follow, whatever
+/// counts and shapes frameworks report (a shape of a billionth of a cpu with a count of
+/// billions would otherwise be placed one by one).
+const MAX_PLACED_TASKS: usize = 100_000;
 
 /// One agent's place in line for a shape: (work lost, kills, agent slot, agent version).
 type CostEntry = Reverse<(u64, usize, usize, u64)>;
@@ -712,6 +740,38 @@ mod tests {
         let decision = follower.follow(&plan, 5 * MINUTE, &[wide_job()], &agents, &tasks);
         let names = names(&decision.preempt);
         assert_eq!(names, ["older"]);
+    }
+
+    /// A reservation whose tasks fit nowhere (r2's 20-cpu task) does not keep the grace
+    /// period of another running: r1's tasks found room at 5 minutes, so its shortfall from 6
+    /// minutes waits a whole grace period before anything is killed for it.
+    #[test]
+    fn each_reservation_times_its_own_shortfall() {
+        let mut plan = plan_with_r1();
+        let r2 = ReservationRequest {
+            id: ReservationId(2),
+            user: "etl".into(),
+            expr: parse("window(atom(cpus=1; g=2, h=2, l=1m, w=2h), s=0, f=1h)").expect("rdl"),
+        };
+        plan.admit(r2, 0).expect("admitted");
+        let unfit = TaggedJob {
+            reservation: ReservationId(2),
+            held: ResourceVec::ZERO,
+            wanted: cpus(20.0),
+            shapes: vec![(cpus(20.0), 1)],
+        };
+        let jobs = [job(0.0, 4.0), unfit];
+        let tasks = [be_task("a", 0, 4.0)];
+        let mut follower = PlanFollower::new(MINUTE);
+        let fits = follower.follow(&plan, 5 * MINUTE, &jobs, &agent(4.0), &tasks);
+        assert!(fits.preempt.is_empty());
+        let short = follower.follow(&plan, 6 * MINUTE, &jobs, &agent(0.0), &tasks);
+        assert!(
+            short.preempt.is_empty(),
+            "r1 is short only since now: {short:?}"
+        );
+        let overdue = follower.follow(&plan, 7 * MINUTE, &jobs, &agent(0.0), &tasks);
+        assert_eq!(names(&overdue.preempt), ["a"]);
     }
 
     /// The shell lists its best-effort tasks only on a shortfall, and what tasks being killed
