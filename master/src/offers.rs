@@ -314,9 +314,9 @@ pub struct OfferManager {
     /// not count (under the κ·C gate a deprived group of absent frameworks would otherwise
     /// hold every agent for them until their failover timeout).
     absent: BTreeSet<FrameworkId>,
-    /// Each framework's pending demand by shape, from its last summary, with the sum (what
-    /// the plan follower counts as a reserved job's `wanted` and `shapes`).
-    wanted: BTreeMap<FrameworkId, (ResourceVec, Vec<(ResourceVec, u32)>)>,
+    /// Each framework's pending demand by shape, from its last summary (what the plan
+    /// follower counts as a reserved job's `shapes`).
+    wanted: BTreeMap<FrameworkId, Vec<(ResourceVec, u32)>>,
     /// What the plan follower last said each reserved job's framework is owed (the
     /// allocator's guarantees, as set).
     guarantees: Vec<(FrameworkId, ResourceVec)>,
@@ -492,28 +492,14 @@ impl OfferManager {
             .iter()
             .filter_map(|shape| Some((shape.resources.to_vec().ok()?, shape.count)))
             .collect();
-        let total = shapes
-            .iter()
-            .fold(ResourceVec::ZERO, |sum, (demand, count)| {
-                sum + demand.scale(f64::from(*count))
-            });
-        self.wanted.insert(framework.clone(), (total, shapes));
+        self.wanted.insert(framework.clone(), shapes);
         Ok(())
-    }
-
-    /// A framework's pending demand, summed over its last demand summary (zero before one).
-    pub fn wanted(&self, framework: &FrameworkId) -> ResourceVec {
-        self.wanted
-            .get(framework)
-            .map_or(ResourceVec::ZERO, |(total, _)| *total)
     }
 
     /// A framework's runnable tasks by shape, best first, with their counts, from its last
     /// demand summary (empty before one).
     pub fn wanted_shapes(&self, framework: &FrameworkId) -> &[(ResourceVec, u32)] {
-        self.wanted
-            .get(framework)
-            .map_or(&[], |(_, shapes)| shapes.as_slice())
+        self.wanted.get(framework).map_or(&[], Vec::as_slice)
     }
 
     /// Sets what each reserved job's framework is owed now (the plan follower's shares, issue

@@ -65,7 +65,6 @@ fn job() -> TaggedJob {
     TaggedJob {
         reservation: ReservationId(1),
         held: ResourceVec::ZERO,
-        wanted: shape.scale(f64::from(OWED_TASKS)),
         shapes: vec![(shape, OWED_TASKS)],
     }
 }

@@ -46,12 +46,20 @@ pub struct TaggedJob {
     pub reservation: ReservationId,
     /// What the job's tasks hold now.
     pub held: ResourceVec,
-    /// What more the job asks for now (its pending tasks' demand).
-    pub wanted: ResourceVec,
     /// Its runnable tasks by shape, with how many of each, in the order the follower places
-    /// them: what a shortfall must
-    /// make room for on some agent.
+    /// them: what the job asks for now, and what a shortfall must make room for on some agent.
     pub shapes: Vec<(ResourceVec, u32)>,
+}
+
+impl TaggedJob {
+    /// What more the job asks for now: its runnable tasks' demand, summed.
+    pub fn wanted(&self) -> ResourceVec {
+        self.shapes
+            .iter()
+            .fold(ResourceVec::ZERO, |sum, (shape, count)| {
+                sum + shape.scale(f64::from(*count))
+            })
+    }
 }
 
 /// A running best-effort task, a candidate for preemption.
@@ -99,9 +107,8 @@ pub struct FollowerDecision {
     /// use it until a reservation's jobs ask.
     pub lendable: ResourceVec,
     /// Best-effort tasks to kill so the reservations get what they are owed, in the order
-    /// chosen.
-    /// Empty unless some reservation's owed tasks have found no room on the agents for at
-    /// least the grace period.
+    /// chosen. Empty unless some reservation's owed tasks have found no room on the agents for
+    /// at least the grace period.
     pub preempt: Vec<TaskKey>,
 }
 
@@ -175,7 +182,7 @@ impl PlanFollower {
         for job in jobs {
             let load = loads.entry(job.reservation).or_default();
             load.held += job.held;
-            load.wanted += job.wanted;
+            load.wanted += job.wanted();
             load.shapes.extend(job.shapes.iter());
         }
         let mut decision = FollowerDecision::default();
@@ -211,15 +218,15 @@ impl PlanFollower {
             return decision;
         }
         let candidates = candidates();
-        let room = || Room::new(agents).with_freeing(&candidates.freeing);
-        let unheld = room().unheld(&owed);
+        let room = Room::new(agents).with_freeing(&candidates.freeing);
+        let unheld = room.clone().unheld(&owed);
         // A reservation whose tasks find room is not short: its grace starts again when it is.
         self.short_since.retain(|id, _| unheld.contains(id));
         if unheld.is_empty() {
             return decision;
         }
         let may_kill: BTreeSet<ReservationId> = overdue.intersection(&unheld).copied().collect();
-        decision.preempt = room().victims(&owed, &may_kill, &candidates.tasks, now_ms);
+        decision.preempt = room.victims(&owed, &may_kill, &candidates.tasks, now_ms);
         decision
     }
 }
@@ -262,6 +269,7 @@ pub struct Candidates {
 }
 
 /// The agents' free resources while the follower places owed tasks on them in thought.
+#[derive(Clone)]
 struct Room {
     /// Each agent's free resources, agents in name order.
     free: Vec<ResourceVec>,
@@ -556,7 +564,6 @@ mod tests {
         TaggedJob {
             reservation: ReservationId(1),
             held: cpus(held),
-            wanted: cpus(wanted),
             shapes: vec![(cpus(1.0), wanted as u32)],
         }
     }
@@ -757,7 +764,6 @@ mod tests {
         let unfit = TaggedJob {
             reservation: ReservationId(2),
             held: ResourceVec::ZERO,
-            wanted: cpus(20.0),
             shapes: vec![(cpus(20.0), 1)],
         };
         let jobs = [job(0.0, 4.0), unfit];

@@ -53,7 +53,7 @@
 use std::collections::VecDeque;
 
 use fullerene_proto::{AgentId, FrameworkId, ResourceKind, ResourceVec};
-use fullerene_reservation::{AgentRoom, BestEffortTask, ReservationId, TaggedJob};
+use fullerene_reservation::{AgentRoom, BestEffortTask, Candidates, ReservationId, TaggedJob};
 use fullerene_scheduling::allocator::{
     AllocatorConfig, AllocatorError, OfferDecision as AllocatorOffer, StandaloneAllocator,
 };
@@ -883,57 +883,74 @@ impl<'a> Engine<'a> {
                 .state
                 .running_tasks()
                 .fold(ResourceVec::ZERO, |sum, (t, _, _)| sum + fw.job.demand(t));
-            let mut wanted = ResourceVec::ZERO;
-            let mut shapes: Vec<(ResourceVec, u32)> = Vec::new();
-            for task in fw.state.runnable() {
-                let demand = fw.job.demand(task);
-                wanted += demand;
-                match shapes.iter_mut().find(|(shape, _)| *shape == demand) {
-                    Some((_, count)) => *count += 1,
-                    None => shapes.push((demand, 1)),
-                }
-            }
+            // A stage's tasks share its demand.
+            let shapes = fw
+                .state
+                .runnable_stages()
+                .map(|stage| {
+                    let count = fw.state.num_runnable_in_stage(stage);
+                    (
+                        fw.job.stages[stage].demand,
+                        u32::try_from(count).unwrap_or(u32::MAX),
+                    )
+                })
+                .collect();
             tagged.push(TaggedJob {
                 reservation,
                 held,
-                wanted,
                 shapes,
             });
             tagged_jobs.push(j);
         }
-        let mut best_effort = Vec::new();
-        for (slot, task) in self.tasks.iter().enumerate() {
-            let Some(task) = task else {
-                continue;
-            };
-            if following.reservation_of(task.framework).is_some() {
-                continue;
+        // The running best-effort tasks, walked only on a shortfall.
+        let (tasks, frameworks, framework_ids, agent_ids, now_s) = (
+            &self.tasks,
+            &self.frameworks,
+            &self.framework_ids,
+            &self.agent_ids,
+            self.now_s,
+        );
+        let candidates = |reservation_of: &[Option<ReservationId>]| {
+            let mut candidates = Candidates::default();
+            for (slot, task) in tasks.iter().enumerate() {
+                let Some(task) = task else {
+                    continue;
+                };
+                if reservation_of
+                    .get(task.framework)
+                    .copied()
+                    .flatten()
+                    .is_some()
+                {
+                    continue;
+                }
+                let started_s = frameworks[task.framework]
+                    .as_ref()
+                    .and_then(|fw| fw.state.launched_at(task.task))
+                    .unwrap_or(now_s);
+                candidates.tasks.push(BestEffortTask {
+                    // The slot names the task: a kill finds it without a map.
+                    key: TaskKey::new(
+                        framework_ids[task.framework].clone(),
+                        TaskId(slot.to_string()),
+                    ),
+                    agent: agent_ids[task.machine].clone(),
+                    started_ms: seconds_to_ms(started_s),
+                    resources: task.demand,
+                });
             }
-            let started_s = self.frameworks[task.framework]
-                .as_ref()
-                .and_then(|fw| fw.state.launched_at(task.task))
-                .unwrap_or(self.now_s);
-            best_effort.push(BestEffortTask {
-                // The slot names the task: a kill finds it without a map.
-                key: TaskKey::new(
-                    self.framework_ids[task.framework].clone(),
-                    TaskId(slot.to_string()),
-                ),
-                agent: self.agent_ids[task.machine].clone(),
-                started_ms: seconds_to_ms(started_s),
-                resources: task.demand,
-            });
-        }
+            candidates
+        };
         let agents: Vec<AgentRoom> = self
             .machines
             .iter()
-            .zip(&self.agent_ids)
+            .zip(agent_ids)
             .map(|(machine, agent)| AgentRoom {
                 agent: agent.clone(),
                 free: machine.capacity.saturating_sub(&machine.allocated),
             })
             .collect();
-        let decision = following.follow(self.now_s, now_ms, &tagged, &agents, &best_effort)?;
+        let decision = following.follow(now_s, now_ms, &tagged, &agents, candidates)?;
         self.stats.reservation_checks += 1;
         // The follower kills only where a reserved task then fits, and the guarantee tier
         // offers that room to the reservation's job first; still, at most one round of kills

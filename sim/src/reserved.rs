@@ -36,8 +36,8 @@
 use std::fmt::Write as _;
 
 use fullerene_reservation::{
-    AgentRoom, BestEffortTask, FollowerDecision, Plan, PlanFollower,
-    PolicyKind as ReservationPolicy, ReservationId, TaggedJob,
+    AgentRoom, Candidates, FollowerDecision, Plan, PlanFollower, PolicyKind as ReservationPolicy,
+    ReservationId, TaggedJob,
 };
 use fullerene_scheduling::allocator::{InterJobPolicy, DEFAULT_MAX_QUEUE_CAPACITY};
 use fullerene_scheduling::ResourceVec;
@@ -286,7 +286,8 @@ impl Following {
         ((now_s / self.tick_s).floor() + 1.0) * self.tick_s
     }
 
-    /// The follower's decision at `now_ms` ([`PlanFollower::follow`]), after checking that the
+    /// The follower's decision at `now_ms` ([`PlanFollower::follow_with`]: `candidates` is
+    /// called, with each job's reservation, only on a shortfall), after checking that the
     /// reservations' guarantees now fit the plan's capacity now.
     pub(crate) fn follow(
         &mut self,
@@ -294,7 +295,7 @@ impl Following {
         now_ms: u64,
         jobs: &[TaggedJob],
         agents: &[AgentRoom],
-        best_effort: &[BestEffortTask],
+        candidates: impl FnOnce(&[Option<ReservationId>]) -> Candidates,
     ) -> Result<FollowerDecision, SimError> {
         let capacity = self
             .plan
@@ -313,9 +314,12 @@ impl Following {
                 });
             }
         }
+        let reservation_of = &self.reservation_of;
         Ok(self
             .follower
-            .follow(&self.plan, now_ms, jobs, agents, best_effort))
+            .follow_with(&self.plan, now_ms, jobs, agents, || {
+                candidates(reservation_of)
+            }))
     }
 }
 

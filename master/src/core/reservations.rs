@@ -7,7 +7,7 @@
 //! - the reserved jobs: each live framework with an unended job tagged with an accepted
 //!   reservation (`JobDescription::reservation`) counts for the first such job's reservation;
 //!   it holds what its running tasks hold and wants its last demand summary's pending tasks
-//!   (their sum, and the shapes, which the follower places on agents);
+//!   (by shape, which the follower places on agents);
 //! - the free capacity agent by agent: each agent's unused resources, plus what tasks being
 //!   killed there still hold (they free it within their kill grace, and must not be preempted
 //!   twice over);
@@ -168,7 +168,6 @@ fn gather(state: &ClusterState, offers: &OfferManager) -> Loads {
         jobs.push(TaggedJob {
             reservation: *id,
             held,
-            wanted: offers.wanted(framework),
             shapes: offers.wanted_shapes(framework).to_vec(),
         });
         frameworks.push(framework.clone());
@@ -228,20 +227,21 @@ fn candidates(
 fn split_guarantees(decision: &FollowerDecision, loads: &Loads) -> Vec<(FrameworkId, ResourceVec)> {
     let mut owed = Vec::new();
     for share in decision.shares.iter().filter(|s| !s.offer_first.is_zero()) {
-        let members: Vec<(&FrameworkId, &TaggedJob)> = loads
+        let members: Vec<(&FrameworkId, ResourceVec)> = loads
             .frameworks
             .iter()
             .zip(&loads.jobs)
             .filter(|(_, job)| job.reservation == share.id)
+            .map(|(framework, job)| (framework, job.wanted()))
             .collect();
         let wanted = members
             .iter()
-            .fold(ResourceVec::ZERO, |sum, (_, job)| sum + job.wanted);
-        for (framework, job) in members {
+            .fold(ResourceVec::ZERO, |sum, (_, job_wants)| sum + *job_wants);
+        for (framework, job_wants) in members {
             let mut part = ResourceVec::ZERO;
             for (k, amount) in part.0.iter_mut().enumerate() {
                 if wanted.0[k] > 0.0 {
-                    *amount = share.offer_first.0[k] * job.wanted.0[k] / wanted.0[k];
+                    *amount = share.offer_first.0[k] * job_wants.0[k] / wanted.0[k];
                 }
             }
             if !part.is_zero() {
