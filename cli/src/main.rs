@@ -140,6 +140,10 @@ enum Commands {
     ///
     /// Example: `fullerene dev --masters 3 --agents 5 --jobs 8`. Config file table: `[dev]`.
     Dev(commands::dev::DevArgs),
+    /// Decima's multi-job setting: one framework runs many jobs and a policy picks each next
+    /// stage and its job's parallelism; `eval` compares the policies on unseen job sequences.
+    #[command(subcommand)]
+    Learn(commands::learn::LearnCommand),
     /// This binary's version, git commit, target, profile and enabled features (`--json` for
     /// machines).
     Version,
@@ -218,6 +222,7 @@ fn run() -> Result<()> {
         Commands::Chaos(cmd) => commands::chaos::run(cmd, &json),
         Commands::Job(cmd) => commands::job::run(cmd, &json),
         Commands::Dev(args) => commands::dev::run(args, &json),
+        Commands::Learn(cmd) => commands::learn::run(cmd, &json),
         Commands::Agents(args) => commands::status::agents(args, &json),
         Commands::Groups(cmd) => commands::groups::run_groups(cmd, &json),
         Commands::Quotas(cmd) => commands::groups::run_quotas(cmd, &json),

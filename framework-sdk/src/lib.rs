@@ -27,6 +27,7 @@ pub mod lower_bound;
 pub mod planner;
 pub mod policy;
 pub mod reserve;
+pub mod session;
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
 pub mod timed_queue;

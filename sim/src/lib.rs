@@ -35,6 +35,7 @@ pub mod policies;
 pub mod report;
 pub mod reserved;
 pub mod runner;
+pub mod session;
 pub mod sla;
 pub mod study;
 pub mod workload;

@@ -12,6 +12,7 @@ pub(crate) mod dev;
 pub(crate) mod events;
 pub(crate) mod groups;
 pub(crate) mod job;
+pub(crate) mod learn;
 pub(crate) mod master;
 pub(crate) mod plan;
 pub(crate) mod reservation;

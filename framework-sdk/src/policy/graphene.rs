@@ -193,7 +193,7 @@ impl GrapheneMatcher {
     }
 }
 
-fn pri_of(pri_scores: &[Vec<f64>], t: TaskRef) -> f64 {
+pub(crate) fn pri_of(pri_scores: &[Vec<f64>], t: TaskRef) -> f64 {
     pri_scores
         .get(t.stage())
         .and_then(|row| row.get(t.index as usize))

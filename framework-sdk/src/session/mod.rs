@@ -1,0 +1,370 @@
+//! The multi-job framework mode (issue 18; Decima §5.2): one framework runs many jobs, as a
+//! Spark or Tez session does, and a [`SessionPolicy`] decides on each batch of offers which
+//! stage, among all its jobs' runnable stages, runs next and with how much parallelism its
+//! job may run.
+//!
+//! Decima's action is a pair: a stage `v` and a parallelism limit `l` for `v`'s job. The
+//! scheduler then gives `v` free executors until the job holds `l` of them or `v` has no
+//! unassigned task left, and asks again while executors are free. A session works the same
+//! way on two-level offers:
+//! - a batch of offers (each a machine's free resources) is a scheduling event; the session
+//!   asks its policy for actions until the offers hold no runnable task or no stage is left
+//!   to choose (Decima's `node_selected`: a stage is chosen at most once per event, which also
+//!   bounds the actions per event);
+//! - an executor is a running task (Spark runs one task per executor slot), so a job's
+//!   parallelism is its running tasks; an action's limit is at least one more than the job
+//!   holds, so that every action launches a task (Decima masks the smaller limits);
+//! - a machine whose last task's stage still has runnable tasks keeps working on it without
+//!   a decision while the job is under its limit (Decima's executors stay on their stage:
+//!   `assign_executor` asks the agent only when the stage has no task left).
+//!
+//! Sans-IO: the caller (the simulator, a framework driver) hands in offers and the time, and
+//! reports finished and lost tasks; the session returns launches and job completions.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use fullerene_proto::ResourceVec;
+use fullerene_scheduling::fit::fits;
+
+use crate::job::{Job, StageIdx, TaskRef};
+use crate::policy::JobState;
+
+pub mod heuristics;
+
+pub use heuristics::{FairSession, FifoSession, GrapheneSession, SessionPolicyKind, SjfSession};
+
+/// A job's key in its session: the order it was added in (never reused).
+pub type JobKey = u64;
+
+/// One job of a session, live until its last task finishes.
+#[derive(Clone, Debug)]
+pub struct SessionJob {
+    /// Its key.
+    pub key: JobKey,
+    /// Its DAG.
+    pub job: Arc<Job>,
+    /// Its tasks' progress.
+    pub state: JobState,
+    /// When it arrived, seconds.
+    pub arrival_s: f64,
+    /// The parallelism limit its last action set (`None` before its first).
+    pub limit: Option<usize>,
+    /// Graphene's priScores per stage and task, when the offline planner ran for it.
+    pub pri_scores: Option<Arc<Vec<Vec<f64>>>>,
+}
+
+/// One offer of a scheduling event: a machine's free resources.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SessionOffer {
+    /// The machine's stable index.
+    pub machine: usize,
+    /// What it has free.
+    pub free: ResourceVec,
+    /// Its total capacity (for packing scores).
+    pub capacity: ResourceVec,
+}
+
+/// A stage a policy may choose, with the smallest limit it may set for the stage's job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StageCandidate {
+    /// The job's index in [`SessionView::jobs`].
+    pub job: usize,
+    /// The stage.
+    pub stage: StageIdx,
+    /// One more than the tasks the job runs now: every limit from here to
+    /// [`SessionView::max_limit`] launches at least one task.
+    pub min_limit: usize,
+}
+
+/// A policy's choice: a candidate and the parallelism limit for its job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SessionAction {
+    /// Index into the candidates.
+    pub candidate: usize,
+    /// The job's new parallelism limit (clamped to `[min_limit, max_limit]`).
+    pub limit: usize,
+}
+
+/// What a policy sees at a decision.
+#[derive(Debug)]
+pub struct SessionView<'a> {
+    /// The live jobs, in arrival order.
+    pub jobs: &'a [SessionJob],
+    /// What is left of the event's offers.
+    pub offers: &'a [SessionOffer],
+    /// The largest limit (Decima: the number of executors).
+    pub max_limit: usize,
+    /// The time, seconds.
+    pub now_s: f64,
+    /// The capacity of every machine together.
+    pub cluster_capacity: ResourceVec,
+}
+
+/// A multi-job scheduling policy (Decima §5.2's agent, or a hand-written heuristic).
+pub trait SessionPolicy: Send {
+    /// Its name on the command line.
+    fn name(&self) -> &str;
+
+    /// Chooses among `candidates` (never empty).
+    fn choose(&mut self, view: &SessionView<'_>, candidates: &[StageCandidate]) -> SessionAction;
+}
+
+/// A task the session launched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SessionLaunch {
+    /// The job.
+    pub job: JobKey,
+    /// The task.
+    pub task: TaskRef,
+    /// The machine of the offer it runs on.
+    pub machine: usize,
+    /// Whether a policy decision placed it (`false`: its machine kept working on its stage).
+    pub decided: bool,
+}
+
+/// Why a session refused a report.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SessionError {
+    /// A report for a job the session does not run (never added, or finished).
+    #[error("job {0} is not live in this session")]
+    UnknownJob(JobKey),
+    /// The job's state refused the report.
+    #[error("job {job}: {source}")]
+    Task {
+        /// The job.
+        job: JobKey,
+        /// What was wrong.
+        source: crate::policy::JobStateError,
+    },
+}
+
+/// Many jobs run by one framework, scheduled by one [`SessionPolicy`].
+pub struct Session {
+    jobs: Vec<SessionJob>,
+    policy: Box<dyn SessionPolicy>,
+    max_limit: usize,
+    cluster_capacity: ResourceVec,
+    next_key: JobKey,
+    /// Each machine's last stage, for the executors that stay on it.
+    last_stage: BTreeMap<usize, (JobKey, StageIdx)>,
+    decisions: u64,
+}
+
+impl Session {
+    /// An empty session: `max_limit` is the largest parallelism limit (Decima's executor
+    /// count; at least 1), `cluster_capacity` all machines' resources together.
+    pub fn new(
+        policy: Box<dyn SessionPolicy>,
+        max_limit: usize,
+        cluster_capacity: ResourceVec,
+    ) -> Session {
+        Session {
+            jobs: Vec::new(),
+            policy,
+            max_limit: max_limit.max(1),
+            cluster_capacity,
+            next_key: 0,
+            last_stage: BTreeMap::new(),
+            decisions: 0,
+        }
+    }
+
+    /// The policy's name.
+    pub fn policy_name(&self) -> &str {
+        self.policy.name()
+    }
+
+    /// Adds a job that arrived at `now_s`; returns its key.
+    pub fn add_job(
+        &mut self,
+        job: Arc<Job>,
+        now_s: f64,
+        pri_scores: Option<Arc<Vec<Vec<f64>>>>,
+    ) -> JobKey {
+        let key = self.next_key;
+        self.next_key += 1;
+        self.jobs.push(SessionJob {
+            key,
+            state: JobState::new(&job),
+            job,
+            arrival_s: now_s,
+            limit: None,
+            pri_scores,
+        });
+        key
+    }
+
+    /// The live jobs, in arrival order.
+    pub fn jobs(&self) -> &[SessionJob] {
+        &self.jobs
+    }
+
+    /// Decisions the policy made so far.
+    pub fn decisions(&self) -> u64 {
+        self.decisions
+    }
+
+    /// Records that `task` of `job` finished at `now_s`; returns the job when that was its
+    /// last task (it leaves the session).
+    pub fn task_finished(
+        &mut self,
+        job: JobKey,
+        task: TaskRef,
+        now_s: f64,
+    ) -> Result<Option<SessionJob>, SessionError> {
+        let i = self.index_of(job)?;
+        let entry = &mut self.jobs[i];
+        entry
+            .state
+            .try_mark_finished(&entry.job, task, now_s)
+            .map_err(|source| SessionError::Task { job, source })?;
+        if !entry.state.is_complete() {
+            return Ok(None);
+        }
+        self.last_stage.retain(|_, (key, _)| *key != job);
+        Ok(Some(self.jobs.remove(i)))
+    }
+
+    /// Records that a running `task` of `job` was lost: it becomes runnable again.
+    pub fn task_lost(&mut self, job: JobKey, task: TaskRef) -> Result<(), SessionError> {
+        let i = self.index_of(job)?;
+        self.jobs[i]
+            .state
+            .try_mark_lost(task)
+            .map_err(|source| SessionError::Task { job, source })
+    }
+
+    fn index_of(&self, job: JobKey) -> Result<usize, SessionError> {
+        // Keys grow with arrival order, and so does the list.
+        self.jobs
+            .binary_search_by_key(&job, |j| j.key)
+            .map_err(|_| SessionError::UnknownJob(job))
+    }
+
+    /// One scheduling event: launches tasks on `offers` at `now_s`, first on the machines that
+    /// keep working on their stage, then by the policy's actions.
+    pub fn schedule(&mut self, offers: &[SessionOffer], now_s: f64) -> Vec<SessionLaunch> {
+        let mut offers = offers.to_vec();
+        let mut launches = self.continue_stages(&mut offers, now_s);
+        let mut chosen: BTreeSet<(JobKey, StageIdx)> = BTreeSet::new();
+        loop {
+            let candidates = self.candidates(&offers, &chosen);
+            if candidates.is_empty() {
+                return launches;
+            }
+            let view = SessionView {
+                jobs: &self.jobs,
+                offers: &offers,
+                max_limit: self.max_limit,
+                now_s,
+                cluster_capacity: self.cluster_capacity,
+            };
+            let action = self.policy.choose(&view, &candidates);
+            self.decisions += 1;
+            let candidate = candidates[action.candidate.min(candidates.len() - 1)];
+            let limit = action.limit.clamp(candidate.min_limit, self.max_limit);
+            let entry = &mut self.jobs[candidate.job];
+            chosen.insert((entry.key, candidate.stage));
+            entry.limit = Some(limit);
+            let room = limit.saturating_sub(entry.state.num_running());
+            let placed = launch_stage(entry, candidate.stage, room, &mut offers, now_s, true);
+            for launch in &placed {
+                self.last_stage
+                    .insert(launch.machine, (launch.job, candidate.stage));
+            }
+            launches.extend(placed);
+        }
+    }
+
+    /// Machines whose last stage still has runnable tasks take them, while the job is under
+    /// its limit.
+    fn continue_stages(&mut self, offers: &mut [SessionOffer], now_s: f64) -> Vec<SessionLaunch> {
+        let mut launches = Vec::new();
+        for o in 0..offers.len() {
+            let Some(&(key, stage)) = self.last_stage.get(&offers[o].machine) else {
+                continue;
+            };
+            let Ok(i) = self.index_of(key) else {
+                continue;
+            };
+            let entry = &mut self.jobs[i];
+            let limit = entry.limit.unwrap_or(self.max_limit);
+            let room = limit.saturating_sub(entry.state.num_running());
+            launches.extend(launch_stage(
+                entry,
+                stage,
+                room,
+                &mut offers[o..=o],
+                now_s,
+                false,
+            ));
+        }
+        launches
+    }
+
+    /// Every runnable stage with a task that fits some offer, not chosen yet in this event,
+    /// whose job may grow.
+    fn candidates(
+        &self,
+        offers: &[SessionOffer],
+        chosen: &BTreeSet<(JobKey, StageIdx)>,
+    ) -> Vec<StageCandidate> {
+        let mut candidates = Vec::new();
+        for (j, entry) in self.jobs.iter().enumerate() {
+            let min_limit = entry.state.num_running() + 1;
+            if min_limit > self.max_limit {
+                continue;
+            }
+            for stage in entry.state.runnable_stages() {
+                let demand = entry.job.stages[stage].demand;
+                if chosen.contains(&(entry.key, stage))
+                    || !offers.iter().any(|o| fits(&demand, &o.free))
+                {
+                    continue;
+                }
+                candidates.push(StageCandidate {
+                    job: j,
+                    stage,
+                    min_limit,
+                });
+            }
+        }
+        candidates
+    }
+}
+
+/// Launches up to `room` runnable tasks of `stage` on `offers`, first fit, and charges them.
+fn launch_stage(
+    entry: &mut SessionJob,
+    stage: StageIdx,
+    room: usize,
+    offers: &mut [SessionOffer],
+    now_s: f64,
+    decided: bool,
+) -> Vec<SessionLaunch> {
+    let demand = entry.job.stages[stage].demand;
+    let tasks: Vec<TaskRef> = entry.state.stage_runnable(stage).take(room).collect();
+    let mut launches = Vec::new();
+    let mut o = 0;
+    for task in tasks {
+        while o < offers.len() && !fits(&demand, &offers[o].free) {
+            o += 1;
+        }
+        let Some(offer) = offers.get_mut(o) else {
+            break;
+        };
+        offer.free -= demand;
+        entry.state.mark_launched(task, offer.machine, now_s);
+        launches.push(SessionLaunch {
+            job: entry.key,
+            task,
+            machine: offer.machine,
+            decided,
+        });
+    }
+    launches
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,219 @@
+use std::sync::Arc;
+
+use fullerene_scheduling::testkit::res;
+
+use super::*;
+use crate::testkit::{job, stage};
+
+fn slot() -> ResourceVec {
+    res("cpus=1")
+}
+
+/// `n` one-cpu machines, all free.
+fn executors(n: usize) -> Vec<SessionOffer> {
+    (0..n)
+        .map(|machine| SessionOffer {
+            machine,
+            free: slot(),
+            capacity: slot(),
+        })
+        .collect()
+}
+
+/// A chain of two stages, `tasks` each, of one-second one-cpu tasks.
+fn chain(name: &str, tasks: usize) -> Arc<Job> {
+    let durations = vec![1.0; tasks];
+    Arc::new(job(
+        name,
+        "default",
+        None,
+        vec![
+            stage(0, &[], &durations, slot()),
+            stage(1, &[0], &durations, slot()),
+        ],
+    ))
+}
+
+fn session(kind: SessionPolicyKind, max_limit: usize) -> Session {
+    Session::new(kind.build(), max_limit, slot().scale(max_limit as f64))
+}
+
+fn running_by_job(session: &Session) -> Vec<usize> {
+    session
+        .jobs()
+        .iter()
+        .map(|j| j.state.num_running())
+        .collect()
+}
+
+/// Records every decision's candidates and answers with a fixed limit on the last one.
+struct Scripted {
+    limit: usize,
+    seen: Vec<Vec<StageCandidate>>,
+}
+
+impl SessionPolicy for Scripted {
+    fn name(&self) -> &str {
+        "scripted"
+    }
+
+    fn choose(&mut self, _view: &SessionView<'_>, candidates: &[StageCandidate]) -> SessionAction {
+        self.seen.push(candidates.to_vec());
+        SessionAction {
+            candidate: candidates.len() - 1,
+            limit: self.limit,
+        }
+    }
+}
+
+#[test]
+fn fifo_gives_the_first_job_every_executor_it_can_use() {
+    let mut s = session(SessionPolicyKind::Fifo, 4);
+    s.add_job(chain("a", 3), 0.0, None);
+    s.add_job(chain("b", 3), 1.0, None);
+    let launches = s.schedule(&executors(4), 1.0);
+    assert_eq!(launches.len(), 4);
+    assert_eq!(
+        running_by_job(&s),
+        vec![3, 1],
+        "a's 3 runnable tasks, then b"
+    );
+    assert!(launches.iter().all(|l| l.decided));
+    assert_eq!(s.decisions(), 2);
+}
+
+#[test]
+fn fair_splits_the_executors_evenly() {
+    let mut s = session(SessionPolicyKind::Fair, 4);
+    s.add_job(chain("a", 10), 0.0, None);
+    s.add_job(chain("b", 10), 0.0, None);
+    s.schedule(&executors(4), 0.0);
+    assert_eq!(running_by_job(&s), vec![2, 2]);
+}
+
+#[test]
+fn sjf_serves_the_job_with_the_least_work_first() {
+    let mut s = session(SessionPolicyKind::Sjf, 4);
+    s.add_job(chain("long", 10), 0.0, None);
+    s.add_job(chain("short", 2), 0.0, None);
+    s.schedule(&executors(3), 0.0);
+    assert_eq!(running_by_job(&s), vec![1, 2], "short's 2 tasks, then long");
+}
+
+#[test]
+fn an_action_launches_at_least_one_task_and_at_most_up_to_the_limit() {
+    let policy = Scripted {
+        limit: 0,
+        seen: Vec::new(),
+    };
+    let mut s = Session::new(Box::new(policy), 8, slot().scale(8.0));
+    s.add_job(chain("a", 5), 0.0, None);
+    // A limit below what the job holds is raised to one more task.
+    let launches = s.schedule(&executors(1), 0.0);
+    assert_eq!(launches.len(), 1);
+    assert_eq!(s.jobs()[0].limit, Some(1));
+}
+
+#[test]
+fn a_stage_is_chosen_once_per_event_and_every_event_ends() {
+    // Two jobs of one stage each on 6 executors, a policy that always asks for limit 1: each
+    // stage is chosen once, so the event ends with 2 tasks running and 4 executors idle.
+    let policy = Scripted {
+        limit: 1,
+        seen: Vec::new(),
+    };
+    let mut s = Session::new(Box::new(policy), 6, slot().scale(6.0));
+    s.add_job(chain("a", 5), 0.0, None);
+    s.add_job(chain("b", 5), 0.0, None);
+    let launches = s.schedule(&executors(6), 0.0);
+    assert_eq!(launches.len(), 2);
+    assert_eq!(s.decisions(), 2);
+}
+
+#[test]
+fn an_executor_keeps_working_on_its_stage_without_a_decision() {
+    let mut s = session(SessionPolicyKind::Fifo, 2);
+    let a = s.add_job(chain("a", 4), 0.0, None);
+    let first = s.schedule(&executors(2), 0.0);
+    assert_eq!(first.len(), 2);
+    let decisions = s.decisions();
+    // Machine 0 finishes its task: it takes the stage's next task by itself.
+    s.task_finished(a, first[0].task, 1.0).unwrap();
+    let next = s.schedule(&executors(1), 1.0);
+    assert_eq!(next.len(), 1);
+    assert!(!next[0].decided);
+    assert_eq!(next[0].task.stage(), first[0].task.stage());
+    assert_eq!(s.decisions(), decisions);
+}
+
+#[test]
+fn a_finished_job_leaves_the_session_and_stale_reports_are_errors() {
+    let mut s = session(SessionPolicyKind::Fifo, 2);
+    let a = s.add_job(chain("a", 1), 0.0, None);
+    let mut t = 0.0;
+    let mut done = None;
+    while done.is_none() {
+        let launches = s.schedule(&executors(2), t);
+        assert!(!launches.is_empty(), "the job stalled");
+        t += 1.0;
+        for l in launches {
+            done = s.task_finished(l.job, l.task, t).unwrap().or(done);
+        }
+    }
+    let finished = done.unwrap();
+    assert_eq!(finished.key, a);
+    assert_eq!(finished.state.completed_at(), Some(2.0));
+    assert!(s.jobs().is_empty());
+    assert!(matches!(
+        s.task_finished(a, TaskRef::new(0, 0), 3.0),
+        Err(SessionError::UnknownJob(key)) if key == a
+    ));
+}
+
+#[test]
+fn a_lost_task_runs_again() {
+    let mut s = session(SessionPolicyKind::Fifo, 1);
+    let a = s.add_job(chain("a", 1), 0.0, None);
+    let first = s.schedule(&executors(1), 0.0);
+    s.task_lost(a, first[0].task).unwrap();
+    let again = s.schedule(&executors(1), 1.0);
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].task, first[0].task);
+    assert!(matches!(
+        s.task_lost(a, TaskRef::new(1, 0)),
+        Err(SessionError::Task { .. })
+    ));
+}
+
+#[test]
+fn candidates_are_only_stages_that_fit_an_offer() {
+    let policy = Scripted {
+        limit: 8,
+        seen: Vec::new(),
+    };
+    let mut s = Session::new(Box::new(policy), 8, res("cpus=8"));
+    let wide = Arc::new(job(
+        "wide",
+        "default",
+        None,
+        vec![stage(0, &[], &[1.0], res("cpus=4"))],
+    ));
+    s.add_job(wide, 0.0, None);
+    s.add_job(chain("narrow", 1), 0.0, None);
+    let launches = s.schedule(&executors(2), 0.0);
+    assert_eq!(
+        launches.len(),
+        1,
+        "only the narrow job's task fits a one-cpu offer"
+    );
+    assert_eq!(launches[0].job, 1);
+}
+
+#[test]
+fn policy_names_round_trip() {
+    for kind in SessionPolicyKind::ALL {
+        assert_eq!(kind.name().parse::<SessionPolicyKind>(), Ok(kind));
+        assert_eq!(kind.build().name(), kind.name());
+    }
+    assert!("decima?".parse::<SessionPolicyKind>().is_err());
+}
