@@ -159,12 +159,23 @@ enum Commands {
 }
 
 fn main() -> std::process::ExitCode {
+    pin_rayon_threads();
     match run() {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("error: {}", error_chain(&err));
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+/// Sets `RAYON_NUM_THREADS` to the machine's cores when it is unset, before any thread
+/// starts: candle (Decima's model, `fullerene learn`) otherwise looks the core count up in
+/// `/proc/cpuinfo` on every matrix product, which made a decision six times slower.
+fn pin_rayon_threads() {
+    if std::env::var_os("RAYON_NUM_THREADS").is_none() {
+        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        std::env::set_var("RAYON_NUM_THREADS", cores.to_string());
     }
 }
 

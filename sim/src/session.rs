@@ -257,9 +257,13 @@ pub fn pri_scores(
 /// What one policy did in one episode.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct EpisodeOutcome {
-    /// Each job's completion time minus its arrival, seconds, in the episode's job order.
+    /// Each job's completion time minus its arrival, seconds, in the episode's job order; for
+    /// a job still running when an episode was cut short, its time in the system until then
+    /// (and 0 for one that had not arrived).
     pub jcts_s: Vec<f64>,
-    /// When the last job finished, seconds.
+    /// Jobs that finished.
+    pub finished: usize,
+    /// When the last job finished, or when the episode was cut short, seconds.
     pub makespan_s: f64,
     /// Decisions the policy made.
     pub decisions: u64,
@@ -303,6 +307,18 @@ pub fn run_episode(
     env: &SessionEnv,
     pri_scores: Option<&[Arc<Vec<Vec<f64>>>]>,
 ) -> Result<EpisodeOutcome, SimError> {
+    run_episode_until(episode, policy, env, pri_scores, f64::INFINITY)
+}
+
+/// [`run_episode`], stopped before the first event after `until_s` (Decima's training
+/// episodes end at a random time, its curriculum).
+pub fn run_episode_until(
+    episode: &Episode,
+    policy: Box<dyn SessionPolicy>,
+    env: &SessionEnv,
+    pri_scores: Option<&[Arc<Vec<Vec<f64>>>]>,
+    until_s: f64,
+) -> Result<EpisodeOutcome, SimError> {
     env.validate()?;
     let slot = executor();
     let mut session = Session::new(policy, env.executors, slot.scale(env.executors as f64));
@@ -317,6 +333,10 @@ pub fn run_episode(
     let mut finished = 0;
     let (mut tasks, mut now_s, mut busy_s) = (0_u64, 0.0, 0.0);
     while let Some(first) = events.pop() {
+        if first.time > until_s {
+            now_s = until_s;
+            break;
+        }
         now_s = first.time;
         let mut next = Some(first);
         while let Some(event) = next.take() {
@@ -387,7 +407,14 @@ pub fn run_episode(
             tasks += 1;
         }
     }
-    if finished < episode.jobs.len() {
+    let cut_short = now_s >= until_s && finished < episode.jobs.len();
+    if cut_short {
+        for (job, jct) in episode.jobs.iter().zip(&mut jcts_s) {
+            if jct.is_nan() {
+                *jct = (now_s - job.arrival_s).max(0.0);
+            }
+        }
+    } else if finished < episode.jobs.len() {
         let first_job = session
             .jobs()
             .first()
@@ -400,6 +427,7 @@ pub fn run_episode(
     }
     Ok(EpisodeOutcome {
         jcts_s,
+        finished,
         makespan_s: now_s,
         decisions: session.decisions(),
         tasks,
@@ -433,12 +461,33 @@ pub struct SessionComparison {
     pub results: Vec<PolicyResult>,
 }
 
-/// Runs every policy of `kinds` on the episodes of `seeds` (the same episodes for each), in
-/// parallel over the episodes.
+/// A policy in a comparison: its name, whether it reads Graphene's priScores, and how to
+/// make a fresh one for an episode.
+pub struct Contender {
+    /// The name in the table.
+    pub name: String,
+    /// Whether the episodes' jobs must be planned for it.
+    pub needs_pri_scores: bool,
+    /// A fresh policy.
+    pub build: Box<dyn Fn() -> Box<dyn SessionPolicy> + Send + Sync>,
+}
+
+impl From<SessionPolicyKind> for Contender {
+    fn from(kind: SessionPolicyKind) -> Contender {
+        Contender {
+            name: kind.name().to_string(),
+            needs_pri_scores: kind.needs_pri_scores(),
+            build: Box::new(move || kind.build()),
+        }
+    }
+}
+
+/// Runs every policy of `contenders` on the episodes of `seeds` (the same episodes for each),
+/// in parallel over the episodes.
 pub fn compare_sessions(
     file_jobs: &[Job],
     env: &SessionEnv,
-    kinds: &[SessionPolicyKind],
+    contenders: &[Contender],
     seeds: &[u64],
 ) -> Result<SessionComparison, SimError> {
     env.validate()?;
@@ -446,28 +495,28 @@ pub fn compare_sessions(
         .par_iter()
         .map(|&seed| {
             let episode = sample_episode(file_jobs, env, seed)?;
-            let scores = if kinds.iter().any(|k| k.needs_pri_scores()) {
+            let scores = if contenders.iter().any(|c| c.needs_pri_scores) {
                 Some(pri_scores(&episode, env.executors)?)
             } else {
                 None
             };
-            kinds
+            contenders
                 .iter()
-                .map(|kind| {
-                    let scores = scores.as_deref().filter(|_| kind.needs_pri_scores());
-                    run_episode(&episode, kind.build(), env, scores)
+                .map(|c| {
+                    let scores = scores.as_deref().filter(|_| c.needs_pri_scores);
+                    run_episode(&episode, (c.build)(), env, scores)
                 })
                 .collect()
         })
         .collect::<Result<_, SimError>>()?;
-    let results = kinds
+    let results = contenders
         .iter()
         .enumerate()
-        .map(|(k, kind)| {
+        .map(|(k, contender)| {
             let mean_jct_s: Vec<f64> = per_seed.iter().map(|runs| runs[k].mean_jct_s()).collect();
             let n = mean_jct_s.len().max(1) as f64;
             PolicyResult {
-                policy: kind.name().to_string(),
+                policy: contender.name.clone(),
                 average_jct_s: mean_jct_s.iter().sum::<f64>() / n,
                 decisions: per_seed
                     .iter()
@@ -558,6 +607,27 @@ mod tests {
     }
 
     #[test]
+    fn an_episode_cut_short_counts_the_time_jobs_spent_so_far() {
+        let ep = episode(&[
+            (one_stage("a", 1, 1.0), 0.0),
+            (one_stage("b", 1, 1.0), 0.0),
+            (one_stage("late", 1, 1.0), 10.0),
+        ]);
+        let out = run_episode_until(
+            &ep,
+            SessionPolicyKind::Fifo.build(),
+            &env(1, 2.0),
+            None,
+            4.0,
+        )
+        .unwrap();
+        // a finished at 3; b moved at 3 and would finish at 6; late had not arrived.
+        assert_eq!(out.jcts_s, vec![3.0, 4.0, 0.0]);
+        assert_eq!(out.finished, 1);
+        assert_eq!(out.makespan_s, 4.0);
+    }
+
+    #[test]
     fn episodes_are_drawn_from_the_seed() {
         let file: Vec<Job> = (0..20)
             .map(|i| one_stage(&format!("j{i}"), 2, 1.0))
@@ -629,8 +699,9 @@ mod tests {
             executors: 4,
             ..SessionEnv::default()
         };
-        let cmp = compare_sessions(&file, &small, &SessionPolicyKind::ALL, &[1, 2]).unwrap();
-        let again = compare_sessions(&file, &small, &SessionPolicyKind::ALL, &[1, 2]).unwrap();
+        let all = || SessionPolicyKind::ALL.map(Contender::from);
+        let cmp = compare_sessions(&file, &small, &all(), &[1, 2]).unwrap();
+        let again = compare_sessions(&file, &small, &all(), &[1, 2]).unwrap();
         assert_eq!(cmp, again, "episodes run in parallel give the same results");
         assert_eq!(cmp.results.len(), SessionPolicyKind::ALL.len());
         for r in &cmp.results {

@@ -1,20 +1,24 @@
-//! `fullerene learn`: Decima's multi-job setting (issue 18). `eval` runs the session policies
-//! on job sequences drawn from a workload, in Decima's batch or streaming setting, and prints
+//! `fullerene learn`: Decima's learned policy (issue 18). `train` trains it by REINFORCE in
+//! the simulator's session environment; `eval` runs it and the hand-written session policies
+//! on job sequences training never saw, in Decima's batch or streaming setting, and prints
 //! each policy's average JCT with its reduction against every other.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::builder::TypedValueParser as _;
 use clap::{Args, Subcommand, ValueEnum};
-use fullerene_sdk::read_workload;
+use fullerene_learn::{Choice, DecimaModel, DecimaPolicy, ModelFile, TrainConfig, Trainer};
 use fullerene_sdk::session::SessionPolicyKind;
+use fullerene_sdk::{read_workload, Job};
 use fullerene_sim::session::{
-    compare_sessions, mean_gap_for_load, SessionComparison, SessionEnv, SessionSetting,
+    compare_sessions, mean_gap_for_load, Contender, SessionComparison, SessionEnv, SessionSetting,
     DECIMA_BATCH_JOBS, DECIMA_EXECUTORS, DECIMA_MOVING_DELAY_S, DECIMA_STREAM_LOAD,
     DEFAULT_STREAM_JOBS,
 };
 
+use crate::commands::plan::progress_bar;
 use crate::commands::resolve_workload;
 use crate::output::{table, JsonOutput};
 
@@ -25,8 +29,16 @@ pub(crate) enum LearnCommand {
     /// from `--first-seed`), in Decima's batch or streaming setting: average JCT per policy
     /// and the reduction of each against every other.
     ///
-    /// Example: `fullerene learn eval --setting batch --seeds 20`.
+    /// Example: `fullerene learn eval --setting batch --seeds 20 --model decima.model`.
     Eval(EvalArgs),
+    /// Train Decima's policy by REINFORCE (Decima §5.3): each iteration runs `--episodes`
+    /// episodes of one job sequence with sampled actions (in parallel), baselines them against
+    /// each other, and takes one Adam step. A progress bar shows the reward and average JCT;
+    /// a checkpoint (`--out` with `.ckpt`) is written every `--checkpoint-every` iterations
+    /// and resumed from with `--resume`; the learning curve goes to `--curve` (JSON lines).
+    ///
+    /// Example: `fullerene learn train --setting batch --iterations 500 --out decima.model`.
+    Train(TrainArgs),
 }
 
 /// How jobs arrive.
@@ -42,6 +54,62 @@ pub(crate) enum Setting {
 /// Flags of `fullerene learn eval`.
 #[derive(Args, Debug)]
 pub(crate) struct EvalArgs {
+    #[command(flatten)]
+    env: EnvArgs,
+    /// Episodes (job sequences), one seed each.
+    #[arg(long, value_name = "N", default_value_t = 20,
+          value_parser = clap::value_parser!(u32).range(1..=100_000).map(|n| n as u64))]
+    seeds: u64,
+    /// The first episode's seed. Training draws its sequences below this, so the default
+    /// evaluates on sequences it never saw.
+    #[arg(long, value_name = "SEED", default_value_t = fullerene_learn::EVAL_FIRST_SEED)]
+    first_seed: u64,
+    /// The hand-written policies to compare, comma-separated.
+    #[arg(long, value_name = "NAMES", value_delimiter = ',',
+          default_values_t = SessionPolicyKind::ALL.map(|k| k.name().to_string()))]
+    policies: Vec<String>,
+    /// A trained model (`fullerene learn train --out`): adds `decima`, which takes the most
+    /// likely stage and limit at each decision.
+    #[arg(long, value_name = "FILE")]
+    model: Option<PathBuf>,
+}
+
+/// Flags of `fullerene learn train`.
+#[derive(Args, Debug)]
+pub(crate) struct TrainArgs {
+    #[command(flatten)]
+    env: EnvArgs,
+    /// Iterations to run (in all, counting those of a resumed checkpoint).
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    iterations: u64,
+    /// Episodes per iteration, all on the iteration's job sequence (Decima: 16).
+    #[arg(long, value_name = "N", default_value_t = 8,
+          value_parser = clap::value_parser!(u32).range(1..=1024).map(|n| n as usize))]
+    episodes: usize,
+    /// The run's seed: job sequences, initial weights and sampled actions derive from it.
+    #[arg(long, value_name = "SEED", default_value_t = 1)]
+    seed: u64,
+    /// Adam's learning rate.
+    #[arg(long, value_name = "RATE", default_value_t = 1e-3, value_parser = positive_rate)]
+    learning_rate: f64,
+    /// Where the trained model goes.
+    #[arg(long, value_name = "FILE", default_value = "decima.model")]
+    out: PathBuf,
+    /// Iterations between checkpoints (`<out>.ckpt`).
+    #[arg(long, value_name = "N", default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    checkpoint_every: u64,
+    /// Continue from `<out>.ckpt`.
+    #[arg(long)]
+    resume: bool,
+    /// Append each iteration's figures to this file, one JSON object per line.
+    #[arg(long, value_name = "FILE")]
+    curve: Option<PathBuf>,
+}
+
+/// The session environment, shared by `train` and `eval`.
+#[derive(Args, Debug)]
+pub(crate) struct EnvArgs {
     /// Workload file (JSON Lines, `shared/workloads/FORMAT.md`). Default: the shared TPC-H file.
     #[arg(long, short, env = "FULLERENE_WORKLOAD", value_name = "FILE")]
     workload: Option<PathBuf>,
@@ -68,22 +136,14 @@ pub(crate) struct EvalArgs {
     #[arg(long, value_name = "SECONDS", default_value_t = DECIMA_MOVING_DELAY_S,
           value_parser = non_negative_seconds)]
     moving_delay_s: f64,
-    /// Episodes (job sequences), one seed each.
-    #[arg(long, value_name = "N", default_value_t = 20,
-          value_parser = clap::value_parser!(u32).range(1..=100_000).map(|n| n as u64))]
-    seeds: u64,
-    /// The first episode's seed. Training draws its sequences below this, so the default
-    /// evaluates on sequences it never saw.
-    #[arg(long, value_name = "SEED", default_value_t = EVAL_FIRST_SEED)]
-    first_seed: u64,
-    /// The policies to compare, comma-separated.
-    #[arg(long, value_name = "NAMES", value_delimiter = ',',
-          default_values_t = SessionPolicyKind::ALL.map(|k| k.name().to_string()))]
-    policies: Vec<String>,
 }
 
-/// The first seed of evaluation episodes: training's seeds stay below it.
-pub(crate) const EVAL_FIRST_SEED: u64 = 1_000_000;
+fn positive_rate(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(r) if r.is_finite() && r > 0.0 => Ok(r),
+        _ => Err(format!("`{text}` is not a number > 0")),
+    }
+}
 
 fn positive_seconds(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
@@ -109,40 +169,147 @@ fn non_negative_seconds(text: &str) -> Result<f64, String> {
 pub(crate) fn run(cmd: LearnCommand, json: &JsonOutput) -> Result<()> {
     match cmd {
         LearnCommand::Eval(args) => eval(args, json),
+        LearnCommand::Train(args) => train(args, json),
+    }
+}
+
+impl EnvArgs {
+    /// The workload's path and jobs, and the environment the flags describe.
+    fn resolve(&self) -> Result<(PathBuf, Vec<Job>, SessionEnv)> {
+        let workload = resolve_workload(self.workload.clone())?;
+        let jobs = read_workload(&workload)?;
+        let env = self.env(&jobs)?;
+        Ok((workload, jobs, env))
+    }
+
+    fn env(&self, jobs: &[Job]) -> Result<SessionEnv> {
+        let setting = match self.setting {
+            Setting::Batch => SessionSetting::Batch {
+                jobs: self.jobs.unwrap_or(DECIMA_BATCH_JOBS),
+            },
+            Setting::Poisson => SessionSetting::Poisson {
+                jobs: self.jobs.unwrap_or(DEFAULT_STREAM_JOBS),
+                mean_gap_s: match self.mean_gap_s {
+                    Some(gap) => gap,
+                    None => mean_gap_for_load(jobs, self.executors, self.load)?,
+                },
+            },
+        };
+        Ok(SessionEnv {
+            executors: self.executors,
+            moving_delay_s: self.moving_delay_s,
+            setting,
+        })
     }
 }
 
 fn eval(args: EvalArgs, json: &JsonOutput) -> Result<()> {
-    let kinds = args
+    let mut contenders = args
         .policies
         .iter()
-        .map(|name| name.parse::<SessionPolicyKind>())
+        .map(|name| name.parse::<SessionPolicyKind>().map(Contender::from))
         .collect::<Result<Vec<_>, _>>()?;
-    let workload = resolve_workload(args.workload)?;
-    let jobs = read_workload(&workload)?;
-    let setting = match args.setting {
-        Setting::Batch => SessionSetting::Batch {
-            jobs: args.jobs.unwrap_or(DECIMA_BATCH_JOBS),
-        },
-        Setting::Poisson => SessionSetting::Poisson {
-            jobs: args.jobs.unwrap_or(DEFAULT_STREAM_JOBS),
-            mean_gap_s: match args.mean_gap_s {
-                Some(gap) => gap,
-                None => mean_gap_for_load(&jobs, args.executors, args.load)?,
-            },
-        },
-    };
-    let env = SessionEnv {
-        executors: args.executors,
-        moving_delay_s: args.moving_delay_s,
-        setting,
-    };
+    if let Some(path) = &args.model {
+        let model = Arc::new(load_model(path)?);
+        contenders.push(Contender {
+            name: "decima".to_string(),
+            needs_pri_scores: false,
+            build: Box::new(move || Box::new(DecimaPolicy::new(model.clone(), Choice::Greedy))),
+        });
+    }
+    if contenders.is_empty() {
+        bail!("nothing to evaluate: give --policies or --model");
+    }
+    let (workload, jobs, env) = args.env.resolve()?;
     let seeds: Vec<u64> = (0..args.seeds)
         .map(|i| args.first_seed.saturating_add(i))
         .collect();
-    let comparison = compare_sessions(&jobs, &env, &kinds, &seeds)
+    let comparison = compare_sessions(&jobs, &env, &contenders, &seeds)
         .with_context(|| format!("evaluating on {}", workload.display()))?;
     json.emit(&comparison, || render(&comparison))
+}
+
+/// A trained model from its file.
+pub(crate) fn load_model(path: &Path) -> Result<DecimaModel> {
+    let file = ModelFile::load(path)?;
+    Ok(file.model(path)?)
+}
+
+/// The checkpoint beside a model file.
+fn checkpoint_path(out: &Path) -> PathBuf {
+    let mut name = out.as_os_str().to_owned();
+    name.push(".ckpt");
+    PathBuf::from(name)
+}
+
+fn train(args: TrainArgs, json: &JsonOutput) -> Result<()> {
+    let (workload, jobs, env) = args.env.resolve()?;
+    let mut config = TrainConfig::new(env, args.seed);
+    config.episodes = args.episodes;
+    config.learning_rate = args.learning_rate;
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let workload_name = workload.file_name().map_or_else(
+        || workload.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    let checkpoint = checkpoint_path(&args.out);
+    let mut trainer = if args.resume {
+        let file = ModelFile::load(&checkpoint)
+            .with_context(|| format!("--resume: reading {}", checkpoint.display()))?;
+        Trainer::resume(config, jobs, &file, &checkpoint)?
+    } else {
+        Trainer::new(config, jobs)?
+    };
+    let mut curve = match &args.curve {
+        Some(path) => Some(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .with_context(|| format!("cannot open --curve {}", path.display()))?,
+        ),
+        None => None,
+    };
+    let bar = progress_bar(args.iterations);
+    bar.set_position(trainer.iteration().min(args.iterations));
+    let mut last = None;
+    while trainer.iteration() < args.iterations {
+        let report = trainer.step()?;
+        bar.set_position(trainer.iteration());
+        bar.set_message(format!(
+            "reward {:.2}  avg JCT {:.1} s  entropy {:.2}",
+            report.mean_reward, report.mean_jct_s, report.entropy
+        ));
+        if let Some(file) = curve.as_mut() {
+            use std::io::Write as _;
+            writeln!(file, "{}", serde_json::to_string(&report)?)
+                .context("cannot write the learning curve")?;
+        }
+        if trainer.iteration() % args.checkpoint_every == 0
+            || trainer.iteration() == args.iterations
+        {
+            trainer
+                .checkpoint(&command, &workload_name)?
+                .save(&checkpoint)?;
+        }
+        last = Some(report);
+    }
+    bar.finish_and_clear();
+    let file = trainer.model_file(&command, &workload_name)?;
+    file.save(&args.out)?;
+    json.emit(&(&file.provenance, &last), || {
+        format!(
+            "trained {} iterations ({:.0} s of training) → {} ({} weights){}",
+            file.provenance.iterations,
+            file.provenance.training_s,
+            args.out.display(),
+            trainer.model().num_weights(),
+            last.as_ref().map_or_else(String::new, |r| format!(
+                "; last iteration: avg JCT {:.1} s, reward {:.2}",
+                r.mean_jct_s, r.mean_reward
+            ))
+        )
+    })
 }
 
 /// The policies' average JCT, and each one's reduction against every other

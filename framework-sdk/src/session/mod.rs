@@ -93,6 +93,9 @@ pub struct SessionView<'a> {
     pub jobs: &'a [SessionJob],
     /// What is left of the event's offers.
     pub offers: &'a [SessionOffer],
+    /// The job each offer's machine last worked for (Decima: whether the free executors
+    /// are local to a job), aligned with `offers`.
+    pub offer_jobs: &'a [Option<JobKey>],
     /// The largest limit (Decima: the number of executors).
     pub max_limit: usize,
     /// The time, seconds.
@@ -253,9 +256,14 @@ impl Session {
             if candidates.is_empty() {
                 return launches;
             }
+            let offer_jobs: Vec<Option<JobKey>> = offers
+                .iter()
+                .map(|o| self.last_stage.get(&o.machine).map(|(job, _)| *job))
+                .collect();
             let view = SessionView {
                 jobs: &self.jobs,
                 offers: &offers,
+                offer_jobs: &offer_jobs,
                 max_limit: self.max_limit,
                 now_s,
                 cluster_capacity: self.cluster_capacity,
