@@ -92,6 +92,10 @@ pub(crate) struct TrainArgs {
     /// Adam's learning rate.
     #[arg(long, value_name = "RATE", default_value_t = 1e-3, value_parser = positive_rate)]
     learning_rate: f64,
+    /// How much the entropy weight falls per iteration, from 1 to 10⁻⁴ (Decima: 10⁻³; a
+    /// short run explores less with a larger one).
+    #[arg(long, value_name = "RATE", default_value_t = 1e-3, value_parser = positive_rate)]
+    entropy_decay: f64,
     /// Where the trained model goes.
     #[arg(long, value_name = "FILE", default_value = "decima.model")]
     out: PathBuf,
@@ -247,6 +251,7 @@ fn train(args: TrainArgs, json: &JsonOutput) -> Result<()> {
     let mut config = TrainConfig::new(env, args.seed);
     config.episodes = args.episodes;
     config.learning_rate = args.learning_rate;
+    config.entropy.2 = args.entropy_decay;
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let workload_name = workload.file_name().map_or_else(
         || workload.display().to_string(),
