@@ -72,7 +72,17 @@ fn training_writes_a_model_that_resumes_and_evaluates() {
         let jct = p["mean_jct_s"].as_f64().unwrap();
         assert!(jct.is_finite() && jct > 0.0, "{p}");
         assert!(p["entropy"].as_f64().unwrap() > 0.0, "{p}");
+        assert!(p["fair_jct_s"].as_f64().unwrap() > 0.0, "{p}");
     }
+    // The learning curve plots.
+    let svg = dir.path().join("curve.svg");
+    run(fullerene(dir.path())
+        .args(["learn", "plot", "--window", "2", "--curve"])
+        .arg(&curve_file)
+        .arg("--out")
+        .arg(&svg));
+    let drawn = std::fs::read_to_string(&svg).unwrap();
+    assert!(drawn.contains("<svg") && drawn.contains("fair"), "{drawn}");
     // Resumed: one more iteration, numbered on from the checkpoint.
     train("3", true);
     let points = curve(&curve_file);

@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use candle_core::{Tensor, Var};
+use fullerene_sdk::session::SessionPolicyKind;
 use fullerene_sdk::Job;
 use fullerene_sim::session::{run_episode_until, sample_episode, SessionEnv, SessionSetting};
 use fullerene_sim::SimError;
@@ -134,12 +135,15 @@ pub enum TrainError {
 }
 
 /// What one iteration did.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
 pub struct IterationReport {
     /// The iteration (from 0).
     pub iteration: u64,
     /// The episodes' mean JCT, seconds (jobs cut off count their time so far).
     pub mean_jct_s: f64,
+    /// The fair scheduler's mean JCT on the same jobs and cut-off, seconds: the learning
+    /// curve is `mean_jct_s / fair_jct_s`, since each iteration draws other jobs.
+    pub fair_jct_s: f64,
     /// The episodes' mean total reward.
     pub mean_reward: f64,
     /// Decisions per episode, on average.
@@ -327,6 +331,13 @@ impl Trainer {
         if runs.iter().all(|(steps, _, _)| steps.is_empty()) {
             return Err(TrainError::NoDecisions(iteration));
         }
+        let fair = run_episode_until(
+            &episode,
+            SessionPolicyKind::Fair.build(),
+            &env,
+            None,
+            cutoff_s,
+        )?;
         // Rewards, returns and the input-dependent baseline.
         let scale = self.config.reward_scale_s;
         let mut per_episode = Vec::with_capacity(runs.len());
@@ -408,6 +419,7 @@ impl Trainer {
         Ok(IterationReport {
             iteration,
             mean_jct_s: jcts.iter().sum::<f64>() / jcts.len().max(1) as f64,
+            fair_jct_s: fair.mean_jct_s(),
             mean_reward: per_episode.iter().map(|(_, _, r)| r).sum::<f64>() / runs.len() as f64,
             decisions: decisions as f64 / runs.len() as f64,
             entropy: entropy_sum / decisions.max(1) as f64,
@@ -507,6 +519,7 @@ mod tests {
         assert_ne!(weights(a.model()), initial, "the optimiser moved no weight");
         for r in &reports {
             assert!(r.mean_jct_s.is_finite() && r.mean_jct_s > 0.0, "{r:?}");
+            assert!(r.fair_jct_s.is_finite() && r.fair_jct_s > 0.0, "{r:?}");
             assert!(r.decisions > 0.0 && r.entropy > 0.0, "{r:?}");
             assert!(r.mean_reward < 0.0, "{r:?}");
         }

@@ -47,7 +47,7 @@ pub use error::SimError;
 pub use fullerene_sdk::policy::PolicyKind;
 pub use metrics::{FairnessSummary, UtilizationTimeline};
 pub use plot::{
-    plot_gain_vs_load, plot_jct_cdf, plot_seed_jct_cdf, plot_utilization, workload_name,
+    plot_gain_vs_load, plot_jct_cdf, plot_lines, plot_seed_jct_cdf, plot_utilization, workload_name,
 };
 pub use policies::{allocator_policy, parse_policy_list};
 pub use report::{attach_ratios, render_table, JobResult, Ratios, Scenario, SimReport, SimSpeed};

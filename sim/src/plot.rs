@@ -1,6 +1,7 @@
 //! SVG plots of reports: the JCT CDFs of several policies (the figure Graphene §7 and Carbyne
 //! §5 use to compare schedulers), of a study's seeds pooled, the speedup over a baseline against
-//! the load of a sweep, and one run's utilisation over time. Titles name the workload and the
+//! the load of a sweep, one run's utilisation over time, and line charts of any series (a
+//! learning curve). Titles name the workload and the
 //! cluster, so that a figure explains itself.
 
 use std::path::Path;
@@ -520,6 +521,68 @@ pub fn plot_utilization(report: &SimReport, workload: &str, path: &Path) -> Resu
         }
         chart
             .draw_series(LineSeries::new(line, color.stroke_width(2)))
+            .map_err(|e| err(&e))?
+            .label(name.clone())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| err(&e))?;
+    root.present().map_err(|e| err(&e))?;
+    Ok(())
+}
+
+/// A line chart of named series of `(x, y)` points: a title and two lines under it, the axes'
+/// descriptions, one colour per series with a legend (e.g. a learning curve).
+pub fn plot_lines(
+    series: &[(String, Vec<(f64, f64)>)],
+    title: &str,
+    lines: [&str; 2],
+    axes: (&str, &str),
+    path: &Path,
+) -> Result<(), SimError> {
+    let err = |e: &dyn std::fmt::Display| plot_error(path, e);
+    let points = || series.iter().flat_map(|(_, p)| p.iter());
+    let bounds = |f: fn(&(f64, f64)) -> f64| {
+        points()
+            .map(f)
+            .filter(|v| v.is_finite())
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+                (lo.min(v), hi.max(v))
+            })
+    };
+    let (x_lo, x_hi) = bounds(|p| p.0);
+    let (y_lo, y_hi) = bounds(|p| p.1);
+    if !(x_lo.is_finite() && y_lo.is_finite()) {
+        return Err(err(&"no finite point to plot"));
+    }
+    let pad = ((y_hi - y_lo) * 0.05).max(1e-9);
+    let root = SVGBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let area = titled(&root, title, lines).map_err(|e| err(&e))?;
+    let mut chart = ChartBuilder::on(&area)
+        .margin(16)
+        .margin_top(4)
+        .x_label_area_size(52)
+        .y_label_area_size(64)
+        .build_cartesian_2d(x_lo..x_hi.max(x_lo + 1.0), (y_lo - pad)..(y_hi + pad))
+        .map_err(|e| err(&e))?;
+    chart
+        .configure_mesh()
+        .x_desc(axes.0)
+        .y_desc(axes.1)
+        .draw()
+        .map_err(|e| err(&e))?;
+    for (i, (name, line)) in series.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        chart
+            .draw_series(LineSeries::new(line.iter().copied(), color.stroke_width(2)))
             .map_err(|e| err(&e))?
             .label(name.clone())
             .legend(move |(x, y)| {

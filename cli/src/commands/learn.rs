@@ -9,7 +9,9 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use clap::builder::TypedValueParser as _;
 use clap::{Args, Subcommand, ValueEnum};
-use fullerene_learn::{Choice, DecimaModel, DecimaPolicy, ModelFile, TrainConfig, Trainer};
+use fullerene_learn::{
+    Choice, DecimaModel, DecimaPolicy, IterationReport, ModelFile, TrainConfig, Trainer,
+};
 use fullerene_sdk::session::SessionPolicyKind;
 use fullerene_sdk::{read_workload, Job};
 use fullerene_sim::session::{
@@ -39,6 +41,27 @@ pub(crate) enum LearnCommand {
     ///
     /// Example: `fullerene learn train --setting batch --iterations 500 --out decima.model`.
     Train(TrainArgs),
+    /// Plot a training run's learning curve (`learn train --curve`) as SVG: each iteration's
+    /// average JCT over the fair scheduler's on the same jobs (each iteration draws other
+    /// jobs, so the ratio is what shows learning), as a moving average.
+    ///
+    /// Example: `fullerene learn plot --curve curve.jsonl --out curve.svg`.
+    Plot(PlotArgs),
+}
+
+/// Flags of `fullerene learn plot`.
+#[derive(Args, Debug)]
+pub(crate) struct PlotArgs {
+    /// The learning curve (JSON lines from `learn train --curve`).
+    #[arg(long, value_name = "FILE")]
+    curve: PathBuf,
+    /// The SVG to write.
+    #[arg(long, value_name = "FILE", default_value = "learning-curve.svg")]
+    out: PathBuf,
+    /// Iterations averaged per point.
+    #[arg(long, value_name = "N", default_value_t = 25,
+          value_parser = clap::value_parser!(u32).range(1..).map(|n| n as usize))]
+    window: usize,
 }
 
 /// How jobs arrive.
@@ -174,7 +197,73 @@ pub(crate) fn run(cmd: LearnCommand, json: &JsonOutput) -> Result<()> {
     match cmd {
         LearnCommand::Eval(args) => eval(args, json),
         LearnCommand::Train(args) => train(args, json),
+        LearnCommand::Plot(args) => plot(args),
     }
+}
+
+fn plot(args: PlotArgs) -> Result<()> {
+    let text = std::fs::read_to_string(&args.curve)
+        .with_context(|| format!("cannot read --curve {}", args.curve.display()))?;
+    let mut points = Vec::new();
+    for (n, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        let report: IterationReport = serde_json::from_str(line).with_context(|| {
+            format!(
+                "{} line {}: not a learning curve point",
+                args.curve.display(),
+                n + 1
+            )
+        })?;
+        points.push(report);
+    }
+    if points.is_empty() {
+        bail!("{} holds no iteration", args.curve.display());
+    }
+    let moving = |value: &dyn Fn(&IterationReport) -> f64| -> Vec<(f64, f64)> {
+        points
+            .windows(args.window.min(points.len()))
+            .map(|w| {
+                let last = &w[w.len() - 1];
+                let mean = w.iter().map(value).sum::<f64>() / w.len() as f64;
+                (last.iteration as f64, mean)
+            })
+            .collect()
+    };
+    let ratio = moving(&|p| p.mean_jct_s / p.fair_jct_s);
+    let seconds: f64 = points.iter().map(|p| p.seconds).sum();
+    let last = &points[points.len() - 1];
+    fullerene_sim::plot_lines(
+        &[
+            ("decima (sampled) / fair".to_string(), ratio),
+            (
+                "fair".to_string(),
+                vec![
+                    (points[0].iteration as f64, 1.0),
+                    (last.iteration as f64, 1.0),
+                ],
+            ),
+        ],
+        "Decima's learning curve: average JCT over the fair scheduler's on the same jobs",
+        [
+            &format!(
+                "{} iterations in {:.0} s of training; moving average over {} iterations",
+                points.len(),
+                seconds,
+                args.window
+            ),
+            &format!(
+                "last: {:.1} s against fair's {:.1} s; entropy weight {:.4}",
+                last.mean_jct_s, last.fair_jct_s, last.entropy_weight
+            ),
+        ],
+        ("iteration", "average JCT / fair's"),
+        &args.out,
+    )?;
+    eprintln!("wrote {}", args.out.display());
+    Ok(())
 }
 
 impl EnvArgs {
