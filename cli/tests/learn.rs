@@ -23,7 +23,7 @@ fn fullerene(dir: &Path) -> Command {
 }
 
 /// Five executors, three jobs per episode, two episodes per iteration.
-const TINY: [&str; 6] = ["--executors", "5", "--jobs", "3", "--episodes", "2"];
+const TINY: [&str; 6] = ["--executor-slots", "5", "--jobs", "3", "--episodes", "2"];
 
 fn run(cmd: &mut Command) -> Output {
     let out = cmd.output().expect("fullerene runs");
@@ -77,7 +77,7 @@ fn training_writes_a_model_that_resumes_and_evaluates() {
     // The learning curve plots.
     let svg = dir.path().join("curve.svg");
     run(fullerene(dir.path())
-        .args(["learn", "plot", "--window", "2", "--curve"])
+        .args(["learn", "plot", "--average-iterations", "2", "--curve"])
         .arg(&curve_file)
         .arg("--out")
         .arg(&svg));
@@ -94,7 +94,7 @@ fn training_writes_a_model_that_resumes_and_evaluates() {
             "--json",
             "learn",
             "eval",
-            "--executors",
+            "--executor-slots",
             "5",
             "--jobs",
             "3",

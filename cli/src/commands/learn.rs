@@ -56,10 +56,10 @@ pub(crate) struct PlotArgs {
     #[arg(long, value_name = "FILE")]
     curve: PathBuf,
     /// The SVG to write.
-    #[arg(long, value_name = "FILE", default_value = "learning-curve.svg")]
+    #[arg(long, value_name = "PATH", default_value = "learning-curve.svg")]
     out: PathBuf,
     /// Iterations averaged per point.
-    #[arg(long, value_name = "N", default_value_t = 25,
+    #[arg(long = "average-iterations", value_name = "N", default_value_t = 25,
           value_parser = clap::value_parser!(u32).range(1..).map(|n| n as usize))]
     window: usize,
 }
@@ -69,7 +69,7 @@ pub(crate) struct PlotArgs {
 pub(crate) enum Setting {
     /// Decima's batch: `--jobs` (10) random jobs, all at time 0.
     Batch,
-    /// Continuous Poisson arrivals at `--load` (85%: Decima's high load), or `--mean-gap-s`
+    /// Continuous Poisson arrivals at `--load` (85%: Decima's high load), or `--mean-gap-secs`
     /// apart on average.
     Poisson,
 }
@@ -110,7 +110,7 @@ pub(crate) struct TrainArgs {
           value_parser = clap::value_parser!(u32).range(1..=1024).map(|n| n as usize))]
     episodes: usize,
     /// The run's seed: job sequences, initial weights and sampled actions derive from it.
-    #[arg(long, value_name = "SEED", default_value_t = 1)]
+    #[arg(long, value_name = "N", default_value_t = 1)]
     seed: u64,
     /// Adam's learning rate.
     #[arg(long, value_name = "RATE", default_value_t = 1e-3, value_parser = positive_rate)]
@@ -120,7 +120,7 @@ pub(crate) struct TrainArgs {
     #[arg(long, value_name = "RATE", default_value_t = 1e-3, value_parser = positive_rate)]
     entropy_decay: f64,
     /// Where the trained model goes.
-    #[arg(long, value_name = "FILE", default_value = "decima.model")]
+    #[arg(long, value_name = "PATH", default_value = "decima.model")]
     out: PathBuf,
     /// Iterations between checkpoints (`<out>.ckpt`).
     #[arg(long, value_name = "N", default_value_t = 10,
@@ -143,8 +143,9 @@ pub(crate) struct EnvArgs {
     /// Batch (all jobs at 0) or Poisson arrivals.
     #[arg(long, value_enum, default_value_t = Setting::Batch)]
     setting: Setting,
-    /// Executors: task slots, one task each.
-    #[arg(long, value_name = "N", default_value_t = DECIMA_EXECUTORS,
+    /// Executors (Decima's task slots, one task each). Not `--executors`, which names an
+    /// agent's task executors.
+    #[arg(long = "executor-slots", value_name = "N", default_value_t = DECIMA_EXECUTORS,
           value_parser = clap::value_parser!(u32).range(1..=100_000).map(|n| n as usize))]
     executors: usize,
     /// Jobs per episode (default: 10 in batch, 100 with Poisson arrivals).
@@ -157,10 +158,10 @@ pub(crate) struct EnvArgs {
           value_parser = positive_fraction, conflicts_with = "mean_gap_s")]
     load: f64,
     /// Poisson arrivals: the mean gap, seconds (instead of `--load`).
-    #[arg(long, value_name = "SECONDS", value_parser = positive_seconds)]
+    #[arg(long = "mean-gap-secs", value_name = "SECS", value_parser = positive_seconds)]
     mean_gap_s: Option<f64>,
     /// Seconds an executor takes to move to another job (Decima's simulator: 2).
-    #[arg(long, value_name = "SECONDS", default_value_t = DECIMA_MOVING_DELAY_S,
+    #[arg(long = "moving-delay-secs", value_name = "SECS", default_value_t = DECIMA_MOVING_DELAY_S,
           value_parser = non_negative_seconds)]
     moving_delay_s: f64,
 }

@@ -22,7 +22,7 @@ pub(crate) struct CompletionsArgs {
 pub(crate) struct ManArgs {
     /// Directory to write the pages to (created if missing): `fullerene.1`, and one
     /// `fullerene-SUBCOMMAND.1` per subcommand, e.g. `fullerene-job-run.1`.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "PATH")]
     pub out: PathBuf,
 }
 
