@@ -368,38 +368,52 @@ impl Trainer {
             .map(|(t, r, _)| (t.clone(), r.clone()))
             .collect();
         let baseline = baselines(&series);
-        // Gradients, summed over the episodes' decisions in batches.
+        // Gradients over the episodes' decisions in batches, the batches in parallel, summed in
+        // their order (so a run replays exactly whatever the threads' timing).
         let beta = self.config.entropy_weight(iteration);
         let parameters = self.model.parameters();
-        let mut grads: Vec<Option<Tensor>> = vec![None; parameters.len()];
-        let (mut entropy_sum, mut decisions) = (0.0, 0usize);
         let per_episode_weight = 1.0 / runs.len() as f64;
-        for ((steps, _, _), ((_, returns, _), baseline)) in
-            runs.iter().zip(per_episode.iter().zip(&baseline))
-        {
-            for (chunk, range) in steps
-                .chunks(self.config.batch_decisions.max(1))
-                .zip((0..).step_by(self.config.batch_decisions.max(1)))
-            {
+        let size = self.config.batch_decisions.max(1);
+        let batches: Vec<(usize, usize)> = runs
+            .iter()
+            .enumerate()
+            .flat_map(|(e, (steps, _, _))| (0..steps.len()).step_by(size).map(move |at| (e, at)))
+            .collect();
+        let model = &self.model;
+        let parts: Vec<(Vec<Option<Tensor>>, f64, usize)> = batches
+            .par_iter()
+            .map(|&(e, at)| {
+                let steps = &runs[e].0;
+                let chunk = &steps[at..(at + size).min(steps.len())];
+                let (returns, baseline) = (&per_episode[e].1, &baseline[e]);
                 let refs: Vec<&Step> = chunk.iter().collect();
                 let advantages: Vec<f32> = (0..chunk.len())
-                    .map(|k| (returns[range + k] - baseline[range + k]) as f32)
+                    .map(|k| (returns[at + k] - baseline[at + k]) as f32)
                     .collect();
-                let (log_p, entropy) = self.model.log_probs(&refs)?;
-                let advantages = Tensor::from_vec(advantages, chunk.len(), self.model.device())?;
+                let (log_p, entropy) = model.log_probs(&refs)?;
+                let advantages = Tensor::from_vec(advantages, chunk.len(), model.device())?;
                 let loss =
                     ((log_p * advantages)?.sum_all()?.neg()? - (entropy.sum_all()? * beta)?)?;
-                let loss = (loss * per_episode_weight)?;
-                entropy_sum += f64::from(entropy.sum_all()?.to_scalar::<f32>()?);
-                decisions += chunk.len();
-                let store = loss.backward()?;
-                for (slot, (_, var)) in grads.iter_mut().zip(&parameters) {
-                    if let Some(g) = store.get(var.as_tensor()) {
-                        *slot = Some(match slot.take() {
-                            Some(sum) => (sum + g)?,
-                            None => g.clone(),
-                        });
-                    }
+                let store = (loss * per_episode_weight)?.backward()?;
+                let grads = parameters
+                    .iter()
+                    .map(|(_, var)| store.get(var.as_tensor()).cloned())
+                    .collect();
+                let entropy = f64::from(entropy.sum_all()?.to_scalar::<f32>()?);
+                Ok((grads, entropy, chunk.len()))
+            })
+            .collect::<Result<_, candle_core::Error>>()?;
+        let mut grads: Vec<Option<Tensor>> = vec![None; parameters.len()];
+        let (mut entropy_sum, mut decisions) = (0.0, 0usize);
+        for (part, entropy, count) in parts {
+            entropy_sum += entropy;
+            decisions += count;
+            for (slot, g) in grads.iter_mut().zip(part) {
+                if let Some(g) = g {
+                    *slot = Some(match slot.take() {
+                        Some(sum) => (sum + g)?,
+                        None => g,
+                    });
                 }
             }
         }
