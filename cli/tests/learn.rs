@@ -116,6 +116,24 @@ fn training_writes_a_model_that_resumes_and_evaluates() {
         assert!(jct.is_finite() && jct > 0.0, "{r}");
     }
 
+    // The model alone.
+    let out = run(fullerene(dir.path())
+        .args([
+            "--json",
+            "learn",
+            "eval",
+            "--executor-slots",
+            "5",
+            "--jobs",
+            "3",
+            "--seeds",
+            "1",
+        ])
+        .args(["--policies", "none", "--model"])
+        .arg(&model));
+    let report: Value = serde_json::from_slice(&out.stdout).expect("eval prints JSON");
+    assert_eq!(report["results"].as_array().map(Vec::len), Some(1));
+
     let damaged = dir.path().join("damaged.model");
     let mut bytes = std::fs::read(&model).unwrap();
     let middle = bytes.len() / 2;

@@ -1,10 +1,16 @@
 //! What the model sees at a decision (Decima §5.1): every live job's DAG with a feature
 //! vector per stage, and which stages may be chosen with which parallelism limits.
 //!
-//! The features are Decima's (its `translate_state`), in seconds where it used milliseconds:
-//! per job, the executors working on it, whether the free executors are local to it and how
-//! many are free; per stage, besides its job's three, the remaining work, the remaining tasks
-//! and the mean task duration. Scales keep each about unit size on TPC-H.
+//! The features follow Decima's `translate_state`, in seconds where it used milliseconds: per
+//! job, the executors working on it, whether free executors are local to it, and how many are
+//! free; per stage, besides its job's three, the remaining work and the remaining tasks, and
+//! the mean task duration (in the paper's list, not in its code's five). Scales keep each about
+//! unit size on TPC-H. Departures: Decima's decision serves the executors one source (a job,
+//! or none) freed, so one job is "local" and "free" counts that source's executors; a session's
+//! offers come from many machines at once, so every job some free executor last worked for is
+//! local and "free" counts every offer that holds a candidate's task. A job's executors are
+//! its running tasks (Decima also counts idle executors it holds, which a session does not
+//! keep).
 
 use fullerene_scheduling::fit::fits;
 use fullerene_sdk::session::{SessionView, StageCandidate};

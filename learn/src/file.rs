@@ -19,6 +19,17 @@ const MAGIC: &[u8; 8] = b"FULLDCMA";
 pub const FORMAT_VERSION: u32 = 1;
 const HEADER: usize = MAGIC.len() + 4 + 8;
 const CHECKSUM: usize = 32;
+/// The largest payload read: a model is tens of kilobytes; a length field beyond this is
+/// damage (and the decoder allocates what lengths inside the payload say, so it is bounded).
+const MAX_PAYLOAD: usize = 64 << 20;
+
+fn codec() -> bincode::config::Configuration<
+    bincode::config::LittleEndian,
+    bincode::config::Varint,
+    bincode::config::Limit<MAX_PAYLOAD>,
+> {
+    bincode::config::standard().with_limit::<MAX_PAYLOAD>()
+}
 
 /// What produced a model.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -146,11 +157,9 @@ impl ModelFile {
             source,
         };
         let payload =
-            bincode::serde::encode_to_vec(self, bincode::config::standard()).map_err(|e| {
-                ModelFileError::Decode {
-                    path: path.to_path_buf(),
-                    reason: e.to_string(),
-                }
+            bincode::serde::encode_to_vec(self, codec()).map_err(|e| ModelFileError::Decode {
+                path: path.to_path_buf(),
+                reason: e.to_string(),
             })?;
         let mut bytes = Vec::with_capacity(HEADER + payload.len() + CHECKSUM);
         bytes.extend_from_slice(MAGIC);
@@ -158,8 +167,12 @@ impl ModelFile {
         bytes.extend_from_slice(&(payload.len() as u64).to_le_bytes());
         bytes.extend_from_slice(&payload);
         bytes.extend_from_slice(digest::digest(&digest::SHA256, &payload).as_ref());
-        let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, &bytes).map_err(io)?;
+        let mut name = path.as_os_str().to_owned();
+        name.push(".tmp");
+        let tmp = PathBuf::from(name);
+        let mut file = std::fs::File::create(&tmp).map_err(io)?;
+        std::io::Write::write_all(&mut file, &bytes).map_err(io)?;
+        file.sync_all().map_err(io)?;
         std::fs::rename(&tmp, path).map_err(io)
     }
 
@@ -197,6 +210,12 @@ impl ModelFile {
         let mut long = [0; 8];
         long.copy_from_slice(&bytes[12..20]);
         let length = usize::try_from(u64::from_le_bytes(long)).unwrap_or(usize::MAX);
+        if length > MAX_PAYLOAD {
+            return Err(ModelFileError::Decode {
+                path: path(),
+                reason: format!("its payload claims {length} bytes, more than a model holds"),
+            });
+        }
         let expected = HEADER.saturating_add(length).saturating_add(CHECKSUM);
         if bytes.len() != expected {
             return Err(ModelFileError::Truncated {
@@ -209,12 +228,11 @@ impl ModelFile {
         if digest::digest(&digest::SHA256, payload).as_ref() != &bytes[HEADER + length..] {
             return Err(ModelFileError::Checksum { path: path() });
         }
-        let (file, _) =
-            bincode::serde::decode_from_slice::<ModelFile, _>(payload, bincode::config::standard())
-                .map_err(|e| ModelFileError::Decode {
-                    path: path(),
-                    reason: e.to_string(),
-                })?;
+        let (file, _) = bincode::serde::decode_from_slice::<ModelFile, _>(payload, codec())
+            .map_err(|e| ModelFileError::Decode {
+                path: path(),
+                reason: e.to_string(),
+            })?;
         Ok(file)
     }
 
@@ -299,6 +317,12 @@ pub fn restore(
             ),
         });
     }
+    if let Some(bad) = stored.values.iter().find(|v| !v.is_finite()) {
+        return Err(ModelFileError::Shape {
+            path: path.to_path_buf(),
+            reason: format!("`{name}` holds {bad}: the weights diverged"),
+        });
+    }
     Tensor::from_vec(stored.values.clone(), dims, &candle_core::Device::Cpu).map_err(|source| {
         ModelFileError::Tensor {
             path: path.to_path_buf(),
@@ -350,7 +374,7 @@ mod tests {
         assert_eq!(file.provenance, provenance());
         let loaded = file.model(&path).unwrap();
         assert_eq!(first_weights(&loaded), first_weights(&model));
-        assert!(!path.with_extension("tmp").exists());
+        assert!(!dir.path().join("m.model.tmp").exists());
     }
 
     #[test]
@@ -379,6 +403,16 @@ mod tests {
         let missing = ModelFile::load(&dir.path().join("nope.model")).unwrap_err();
         assert!(matches!(missing, ModelFileError::Io { .. }));
         assert!(missing.to_string().contains("nope.model"), "{missing}");
+    }
+
+    #[test]
+    fn weights_that_are_not_numbers_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, _) = saved(dir.path());
+        let mut file = ModelFile::load(&path).unwrap();
+        file.weights[3].values[0] = f32::NAN;
+        let err = file.model(&path).unwrap_err();
+        assert!(err.to_string().contains("diverged"), "{err}");
     }
 
     #[test]

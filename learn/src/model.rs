@@ -14,7 +14,10 @@
 //!   one.
 //!
 //! Sizes are Decima's (`param.py`, `actor_agent.py`): embeddings of 8, graph transforms with
-//! hidden layers of 16 and 8, heads with 32, 16 and 8, leaky ReLU. Observations are batched
+//! hidden layers of 16 and 8, heads with 32, 16 and 8, leaky ReLU. Two departures from its
+//! code, where the paper is followed instead: each summary level has its g as well as its f
+//! (Decima's `gsn.py` sums f's outputs with no g after), and every network's last layer is
+//! linear (Decima's apply leaky ReLU there too). Observations are batched
 //! into one graph (nodes stacked, edges offset), so a training pass over an episode's
 //! decisions is a few large operations rather than thousands of small ones.
 //!
@@ -249,27 +252,29 @@ impl DecimaModel {
         self.stage_head.forward(&input)?.squeeze(1)
     }
 
-    /// The limit head's logits for jobs `jobs` (batch job indices) of observations `obs`,
-    /// `[R, max_limit]`, invalid limits masked (below each row's `min_limits`).
+    /// The limit head's logits for rows of (job, observation, valid limits) in batch indices,
+    /// `[R, width]`: limits `1..=width`, those outside a row's own range masked.
     fn limit_logits(
         &self,
         batch: &Batch,
         y: &Tensor,
         z: &Tensor,
-        rows: &[(u32, u32, usize)],
-        max_limit: usize,
+        rows: &[LimitRow],
+        width: usize,
     ) -> Result<Tensor> {
+        let max_limit = width;
         let n = rows.len() * max_limit;
         let mut job_index = Vec::with_capacity(n);
         let mut obs_index = Vec::with_capacity(n);
         let mut level = Vec::with_capacity(n);
         let mut mask = Vec::with_capacity(n);
-        for &(job, obs, min_limit) in rows {
+        for row in rows {
             for l in 1..=max_limit {
-                job_index.push(job);
-                obs_index.push(obs);
+                job_index.push(row.job);
+                obs_index.push(row.obs);
                 level.push(l as f32 / LIMIT_SCALE);
-                mask.push(if l >= min_limit { 0.0 } else { MASKED });
+                let valid = l >= row.min_limit && l <= row.max_limit;
+                mask.push(if valid { 0.0 } else { MASKED });
             }
         }
         let job_index = Tensor::from_vec(job_index, n, &self.device)?;
@@ -311,7 +316,12 @@ impl DecimaModel {
         candidate: usize,
     ) -> Result<Vec<f32>> {
         let job = obs.node_job[obs.candidates[candidate]];
-        let rows = [(job as u32, 0, obs.min_limit[job])];
+        let rows = [LimitRow {
+            job: job as u32,
+            obs: 0,
+            min_limit: obs.min_limit[job],
+            max_limit: obs.max_limit,
+        }];
         let logits = self.limit_logits(
             &decision.batch,
             &decision.y,
@@ -366,17 +376,18 @@ impl DecimaModel {
             .map(|s| s.observation.max_limit)
             .max()
             .unwrap_or(1);
-        let rows: Vec<(u32, u32, usize)> = steps
+        let rows: Vec<LimitRow> = steps
             .iter()
             .enumerate()
             .map(|(o, s)| {
                 let obs = &s.observation;
                 let job = obs.node_job[obs.candidates[s.candidate]];
-                (
-                    batch.job_offset[o] + job as u32,
-                    o as u32,
-                    obs.min_limit[job],
-                )
+                LimitRow {
+                    job: batch.job_offset[o] + job as u32,
+                    obs: o as u32,
+                    min_limit: obs.min_limit[job],
+                    max_limit: obs.max_limit,
+                }
             })
             .collect();
         let limit_log_p = candle_nn::ops::log_softmax(
@@ -390,14 +401,16 @@ impl DecimaModel {
         let chosen_limit = Tensor::from_vec(chosen_limit, (steps.len(), 1), &self.device)?;
         let limit_chosen = limit_log_p.gather(&chosen_limit, 1)?.squeeze(1)?;
         let limit_entropy = (limit_log_p.exp()? * &limit_log_p)?.sum(1)?.neg()?;
-        // Entropies normalised by their largest value (log of the choices), as Decima does.
+        // Entropies normalised by the log of the choices (at least 1). Decima normalises by
+        // log(nodes) + log(limit levels) and weighs every job's limit entropy by the
+        // probability of choosing it; here only the chosen job's limits count.
         let norm: Vec<f32> = steps
             .iter()
             .enumerate()
             .map(|(o, s)| {
                 let stages = batch.cands_of(o) as f32;
                 let limits = (s.observation.max_limit + 1)
-                    .saturating_sub(rows[o].2)
+                    .saturating_sub(rows[o].min_limit)
                     .max(1) as f32;
                 1.0 / (stages.ln() + limits.ln()).max(1.0)
             })
@@ -406,6 +419,14 @@ impl DecimaModel {
             * Tensor::from_vec(norm, steps.len(), &self.device)?)?;
         Ok(((stage_log_p + limit_chosen)?, entropy))
     }
+}
+
+/// One row of the limit head: a job (batch index), its observation, and its valid limits.
+struct LimitRow {
+    job: u32,
+    obs: u32,
+    min_limit: usize,
+    max_limit: usize,
 }
 
 /// The stage probabilities of one decision, with what choosing its limit needs.
@@ -589,9 +610,18 @@ mod tests {
         // The training pass stacks observations into one graph; its log-probabilities must
         // be those of the decisions one by one.
         let model = DecimaModel::new(3).unwrap();
+        // The third observation holds two jobs and allows fewer limits than the others.
+        let mut two_jobs = observation(4, vec![1, 3], 1);
+        two_jobs.node_job = vec![0, 0, 1, 1];
+        two_jobs.edges = vec![(0, 1), (2, 3)];
+        two_jobs.heights = vec![1, 0, 1, 0];
+        two_jobs.jobs.push([0.3, 2.0, 0.05]);
+        two_jobs.min_limit = vec![1, 2];
+        two_jobs.max_limit = 3;
         let steps = [
             step(observation(3, vec![0, 1], 1), 1, 4),
             step(observation(5, vec![2, 3, 4], 2), 0, 2),
+            step(two_jobs, 1, 3),
         ];
         let refs: Vec<&Step> = steps.iter().collect();
         let (batched, _) = model.log_probs(&refs).unwrap();
@@ -608,15 +638,29 @@ mod tests {
 
     #[test]
     fn embeddings_see_the_whole_dag() {
-        // A root's probability depends on its descendants' features, however deep: message
-        // passing runs as many steps as the DAG is high.
+        // The root's embedding changes with a descendant two levels down, through message
+        // passing alone: the leaf counts in no summary (it is finished).
         let model = DecimaModel::new(11).unwrap();
-        let obs = observation(6, vec![0, 5], 1);
+        let mut obs = observation(3, vec![0], 1);
+        obs.unfinished[2] = false;
         let mut changed = obs.clone();
-        changed.nodes[4][3] = 9.0;
-        let before = model.decide(&obs).unwrap().stage;
-        let after = model.decide(&changed).unwrap().stage;
-        assert!((before[0] - after[0]).abs() > 1e-6, "{before:?} {after:?}");
+        changed.nodes[2][3] = 9.0;
+        let root = |o: &Observation| -> Vec<f32> {
+            let batch = Batch::new(&[o], &model.device).unwrap();
+            let (e, _, _) = model.embed(&batch).unwrap();
+            e.get(0).unwrap().to_vec1().unwrap()
+        };
+        let (before, after) = (root(&obs), root(&changed));
+        let moved = before
+            .iter()
+            .zip(&after)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f32::max);
+        assert!(moved > 1e-6, "{before:?} {after:?}");
+        // With the edges gone, the leaf no longer reaches the root.
+        obs.edges.clear();
+        changed.edges.clear();
+        assert_eq!(root(&obs), root(&changed));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! either takes the most likely of each (`Greedy`, for deployment and evaluation) or samples
 //! them (`Sample`, for training, recording each step).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use fullerene_sdk::session::{SessionAction, SessionPolicy, SessionView, StageCandidate};
@@ -60,12 +61,12 @@ impl Choice {
 /// Where a training run collects the steps its policies take.
 pub type Recorder = Arc<Mutex<Vec<Step>>>;
 
-/// The learned policy (`--policy decima`).
+/// The learned policy (`decima` in `fullerene learn eval --model`).
 pub struct DecimaPolicy {
     model: Arc<DecimaModel>,
     choice: Choice,
     recorder: Option<Recorder>,
-    failures: u64,
+    failures: Arc<AtomicU64>,
 }
 
 impl DecimaPolicy {
@@ -75,7 +76,7 @@ impl DecimaPolicy {
             model,
             choice,
             recorder: None,
-            failures: 0,
+            failures: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -85,10 +86,17 @@ impl DecimaPolicy {
         self
     }
 
+    /// The same policy, counting its failures in `failures` (shared with its caller, since
+    /// a session owns its policy).
+    pub fn counting_failures(mut self, failures: Arc<AtomicU64>) -> DecimaPolicy {
+        self.failures = failures;
+        self
+    }
+
     /// Decisions where the model failed to compute (then the first candidate ran with all
-    /// the parallelism allowed, so the session went on).
+    /// the parallelism allowed, so the session went on): a run with any is not the model's.
     pub fn failures(&self) -> u64 {
-        self.failures
+        self.failures.load(Ordering::Relaxed)
     }
 
     fn try_choose(
@@ -126,7 +134,7 @@ impl SessionPolicy for DecimaPolicy {
         match self.try_choose(view, candidates) {
             Ok(action) => action,
             Err(_) => {
-                self.failures += 1;
+                self.failures.fetch_add(1, Ordering::Relaxed);
                 SessionAction {
                     candidate: 0,
                     limit: view.max_limit,

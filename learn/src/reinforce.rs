@@ -58,7 +58,8 @@ pub fn returns(rewards: &[f64]) -> Vec<f64> {
 /// same job arrival sequence, each as its decision times and returns; the baseline of a
 /// decision is the mean over the episodes of their return at that time (interpolated between
 /// decisions, held at the ends). The variance from the arrival sequence itself cancels out of
-/// `return − baseline`.
+/// `return − baseline`. (Decima aligns each decision's baseline at the time of the next one;
+/// here at its own.)
 pub fn baselines(episodes: &[(Vec<f64>, Vec<f64>)]) -> Vec<Vec<f64>> {
     episodes
         .iter()

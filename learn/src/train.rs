@@ -7,10 +7,12 @@
 //! - the baseline of each decision is the mean return of the iteration's episodes at the same
 //!   time (input-dependent: the episodes share their arrivals);
 //! - the loss is `−Σ (return − baseline) · log π(action) − β · entropy`, with β decaying
-//!   from 1 to 10⁻⁴ (Decima's entropy schedule); gradients are summed over the episodes and
-//!   one Adam step (learning rate 10⁻³) is taken;
-//! - the curriculum grows episodes: each is cut at a time drawn from an exponential whose mean
-//!   grows with the iterations (Decima's decaying `reset_prob`, 2,000 s to 20,000 s);
+//!   from 1 to 10⁻⁴ (Decima's entropy schedule); gradients are averaged over the episodes
+//!   (Decima sums them: with Adam the scale does not matter) and one Adam step (learning
+//!   rate 10⁻³) is taken;
+//! - under continuous arrivals the curriculum grows episodes: each is cut at a time drawn from
+//!   an exponential whose mean grows with the iterations (Decima's decaying `reset_prob`,
+//!   2,000 s to 20,000 s); batch episodes run to their end (Decima's default, `reset_prob` 0);
 //! - every random draw derives from the run's seed and the iteration, so a run is reproducible
 //!   and a resumed run continues exactly as an uninterrupted one.
 
@@ -52,10 +54,10 @@ pub struct TrainConfig {
     pub reward_scale_s: f64,
     /// Differential rewards (for continuous arrivals).
     pub differential: bool,
-    /// The curriculum: the mean episode cut-off at the start and at most, seconds, and its
-    /// growth per iteration (Decima's `reset_prob` 5·10⁻⁷ to 5·10⁻⁸ per ms, decaying by
-    /// 4·10⁻¹⁰ per iteration).
-    pub curriculum: Curriculum,
+    /// The curriculum: episode cut-offs whose mean grows with the iterations (Decima's
+    /// `reset_prob` 5·10⁻⁷ to 5·10⁻⁸ per ms, decaying by 4·10⁻¹⁰ per iteration); `None`: every
+    /// episode runs to its end.
+    pub curriculum: Option<Curriculum>,
     /// Decisions per backward pass (bounds the memory of a pass).
     pub batch_decisions: usize,
     /// The run's seed.
@@ -98,14 +100,15 @@ impl Curriculum {
 impl TrainConfig {
     /// Decima's settings for `env`, with `seed`.
     pub fn new(env: SessionEnv, seed: u64) -> TrainConfig {
+        let streaming = matches!(env.setting, SessionSetting::Poisson { .. });
         TrainConfig {
-            differential: matches!(env.setting, SessionSetting::Poisson { .. }),
+            differential: streaming,
+            curriculum: streaming.then_some(Curriculum::DECIMA),
             env,
             episodes: 8,
             learning_rate: 1e-3,
             entropy: (1.0, 1e-4, 1e-3),
             reward_scale_s: 100.0,
-            curriculum: Curriculum::DECIMA,
             batch_decisions: 256,
             seed,
         }
@@ -132,6 +135,12 @@ pub enum TrainError {
     /// An episode made no decision (nothing to learn from).
     #[error("iteration {0}: no episode made a decision")]
     NoDecisions(u64),
+    /// The model failed to compute a decision during an episode.
+    #[error("iteration {0}: the model failed to compute a decision")]
+    ModelFailed(u64),
+    /// The loss is not a number: training diverged.
+    #[error("iteration {0}: the loss is not finite, training diverged (the last checkpoint holds earlier weights; try a lower --learning-rate)")]
+    Diverged(u64),
 }
 
 /// What one iteration did.
@@ -301,7 +310,10 @@ impl Trainer {
         let iteration = self.iteration;
         let mut rng = ChaCha8Rng::seed_from_u64(self.config.seed ^ iteration.rotate_left(32));
         let episode = sample_episode(&self.jobs, &self.config.env, self.sequence_seed(iteration))?;
-        let cutoff_s = self.config.curriculum.draw_s(iteration, &mut rng);
+        let cutoff_s = self
+            .config
+            .curriculum
+            .map_or(f64::INFINITY, |c| c.draw_s(iteration, &mut rng));
         let action_seeds: Vec<u64> = (0..self.config.episodes).map(|_| rng.gen()).collect();
         let model = Arc::new(self.model.clone());
         let env = self.config.env;
@@ -310,24 +322,32 @@ impl Trainer {
             .par_iter()
             .map(|&seed| {
                 let recorder = Arc::new(Mutex::new(Vec::new()));
+                let failures = Arc::new(std::sync::atomic::AtomicU64::new(0));
                 let policy = DecimaPolicy::new(model.clone(), Choice::sample(seed))
-                    .recording(recorder.clone());
+                    .recording(recorder.clone())
+                    .counting_failures(failures.clone());
                 let outcome = run_episode_until(&episode, Box::new(policy), &env, None, cutoff_s)?;
+                if failures.load(std::sync::atomic::Ordering::Relaxed) > 0 {
+                    return Err(TrainError::ModelFailed(iteration));
+                }
                 let steps = std::mem::take(&mut *recorder.lock().map_err(|_| {
                     SimError::Internal("a training episode's recorder was poisoned".into())
                 })?);
+                // Jobs that had not arrived by a cut-off spent no time in the system.
                 let stays = episode
                     .jobs
                     .iter()
                     .zip(&outcome.jcts_s)
-                    .map(|(job, jct)| Stay {
-                        arrival_s: job.arrival_s,
-                        end_s: job.arrival_s + jct,
+                    .filter_map(|(job, jct)| {
+                        jct.map(|jct| Stay {
+                            arrival_s: job.arrival_s,
+                            end_s: job.arrival_s + jct,
+                        })
                     })
                     .collect();
                 Ok((steps, stays, outcome.makespan_s))
             })
-            .collect::<Result<_, SimError>>()?;
+            .collect::<Result<_, TrainError>>()?;
         if runs.iter().all(|(steps, _, _)| steps.is_empty()) {
             return Err(TrainError::NoDecisions(iteration));
         }
@@ -355,7 +375,8 @@ impl Trainer {
             per_episode.push((times, returns(&shaped), raw.iter().sum::<f64>()));
         }
         if self.config.differential && total_time > 0.0 {
-            // A running average over iterations, as Decima's `AveragePerStepReward`.
+            // An exponential average over iterations, updated after their use (Decima keeps a
+            // window of its last 100,000 steps' rewards, this iteration's included).
             let rate = total_reward / total_time;
             self.reward_rate = if iteration == 0 {
                 rate
@@ -394,6 +415,9 @@ impl Trainer {
                 let advantages = Tensor::from_vec(advantages, chunk.len(), model.device())?;
                 let loss =
                     ((log_p * advantages)?.sum_all()?.neg()? - (entropy.sum_all()? * beta)?)?;
+                if !loss.to_scalar::<f32>()?.is_finite() {
+                    return Err(TrainError::Diverged(iteration));
+                }
                 let store = (loss * per_episode_weight)?.backward()?;
                 let grads = parameters
                     .iter()
@@ -402,7 +426,7 @@ impl Trainer {
                 let entropy = f64::from(entropy.sum_all()?.to_scalar::<f32>()?);
                 Ok((grads, entropy, chunk.len()))
             })
-            .collect::<Result<_, candle_core::Error>>()?;
+            .collect::<Result<_, TrainError>>()?;
         let mut grads: Vec<Option<Tensor>> = vec![None; parameters.len()];
         let (mut entropy_sum, mut decisions) = (0.0, 0usize);
         for (part, entropy, count) in parts {

@@ -258,9 +258,9 @@ pub fn pri_scores(
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct EpisodeOutcome {
     /// Each job's completion time minus its arrival, seconds, in the episode's job order; for
-    /// a job still running when an episode was cut short, its time in the system until then
-    /// (and 0 for one that had not arrived).
-    pub jcts_s: Vec<f64>,
+    /// a job still running when an episode was cut short, its time in the system until then,
+    /// and `None` for one that had not arrived.
+    pub jcts_s: Vec<Option<f64>>,
     /// Jobs that finished.
     pub finished: usize,
     /// When the last job finished, or when the episode was cut short, seconds.
@@ -274,9 +274,10 @@ pub struct EpisodeOutcome {
 }
 
 impl EpisodeOutcome {
-    /// The mean job completion time, seconds.
+    /// The mean job completion time of the jobs that arrived, seconds.
     pub fn mean_jct_s(&self) -> f64 {
-        self.jcts_s.iter().sum::<f64>() / self.jcts_s.len().max(1) as f64
+        let arrived: Vec<f64> = self.jcts_s.iter().flatten().copied().collect();
+        arrived.iter().sum::<f64>() / arrived.len().max(1) as f64
     }
 }
 
@@ -329,7 +330,7 @@ pub fn run_episode_until(
     }
     // Keys are handed out in arrival order: key k is the k-th job to arrive.
     let mut index_of_key: Vec<usize> = Vec::with_capacity(episode.jobs.len());
-    let mut jcts_s = vec![f64::NAN; episode.jobs.len()];
+    let mut jcts_s: Vec<Option<f64>> = vec![None; episode.jobs.len()];
     let mut finished = 0;
     let (mut tasks, mut now_s, mut busy_s) = (0_u64, 0.0, 0.0);
     while let Some(first) = events.pop() {
@@ -357,7 +358,7 @@ pub fn run_episode_until(
                     })?;
                     if let Some(done) = done {
                         let i = index_of_key[usize::try_from(done.key).unwrap_or(usize::MAX)];
-                        jcts_s[i] = now_s - done.arrival_s;
+                        jcts_s[i] = Some(now_s - done.arrival_s);
                         finished += 1;
                         // Its executors no longer work for it.
                         for e in executors.iter_mut().filter(|e| e.job == Some(done.key)) {
@@ -395,7 +396,8 @@ pub fn run_episode_until(
                 .binary_search_by_key(&launch.job, |j| j.key)
                 .map_err(|_| SimError::Internal("launch for a job not in the session".into()))?];
             let busy_for = moving + job.job.duration(launch.task);
-            busy_s += busy_for;
+            // Only the part before a cut-off is the episode's.
+            busy_s += busy_for.min(until_s - now_s);
             events.push(
                 now_s + busy_for,
                 EventKind::TaskDone {
@@ -410,8 +412,8 @@ pub fn run_episode_until(
     let cut_short = now_s >= until_s && finished < episode.jobs.len();
     if cut_short {
         for (job, jct) in episode.jobs.iter().zip(&mut jcts_s) {
-            if jct.is_nan() {
-                *jct = (now_s - job.arrival_s).max(0.0);
+            if jct.is_none() && job.arrival_s <= now_s {
+                *jct = Some(now_s - job.arrival_s);
             }
         }
     } else if finished < episode.jobs.len() {
@@ -577,7 +579,7 @@ mod tests {
         // the stage, so they move once).
         let ep = episode(&[(one_stage("a", 4, 1.0), 0.0)]);
         let out = run_episode(&ep, SessionPolicyKind::Fifo.build(), &env(2, 2.0), None).unwrap();
-        assert_eq!(out.jcts_s, vec![4.0]);
+        assert_eq!(out.jcts_s, vec![Some(4.0)]);
         assert_eq!(out.tasks, 4);
         assert_eq!(out.decisions, 1);
     }
@@ -591,8 +593,8 @@ mod tests {
         let e = env(1, 0.0);
         let fifo = run_episode(&ep, SessionPolicyKind::Fifo.build(), &e, None).unwrap();
         let sjf = run_episode(&ep, SessionPolicyKind::Sjf.build(), &e, None).unwrap();
-        assert_eq!(fifo.jcts_s, vec![100.0, 101.0]);
-        assert_eq!(sjf.jcts_s, vec![101.0, 1.0]);
+        assert_eq!(fifo.jcts_s, vec![Some(100.0), Some(101.0)]);
+        assert_eq!(sjf.jcts_s, vec![Some(101.0), Some(1.0)]);
     }
 
     #[test]
@@ -601,7 +603,7 @@ mod tests {
         // to the second (2 s), runs it.
         let ep = episode(&[(one_stage("a", 1, 1.0), 0.0), (one_stage("b", 1, 1.0), 0.0)]);
         let out = run_episode(&ep, SessionPolicyKind::Fifo.build(), &env(1, 2.0), None).unwrap();
-        assert_eq!(out.jcts_s, vec![3.0, 6.0]);
+        assert_eq!(out.jcts_s, vec![Some(3.0), Some(6.0)]);
         assert_eq!(out.makespan_s, 6.0);
         assert_eq!(out.utilisation, 1.0);
     }
@@ -622,7 +624,10 @@ mod tests {
         )
         .unwrap();
         // a finished at 3; b moved at 3 and would finish at 6; late had not arrived.
-        assert_eq!(out.jcts_s, vec![3.0, 4.0, 0.0]);
+        assert_eq!(out.jcts_s, vec![Some(3.0), Some(4.0), None]);
+        assert_eq!(out.mean_jct_s(), 3.5);
+        // One executor, busy from 0 to the cut-off at 4.
+        assert_eq!(out.utilisation, 1.0);
         assert_eq!(out.finished, 1);
         assert_eq!(out.makespan_s, 4.0);
     }

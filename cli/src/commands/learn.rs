@@ -4,6 +4,7 @@
 //! each policy's average JCT with its reduction against every other.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
@@ -87,7 +88,7 @@ pub(crate) struct EvalArgs {
     /// evaluates on sequences it never saw.
     #[arg(long, value_name = "SEED", default_value_t = fullerene_learn::EVAL_FIRST_SEED)]
     first_seed: u64,
-    /// The hand-written policies to compare, comma-separated.
+    /// The hand-written policies to compare, comma-separated (`none`: the model alone).
     #[arg(long, value_name = "NAMES", value_delimiter = ',',
           default_values_t = SessionPolicyKind::ALL.map(|k| k.name().to_string()))]
     policies: Vec<String>,
@@ -103,7 +104,8 @@ pub(crate) struct TrainArgs {
     #[command(flatten)]
     env: EnvArgs,
     /// Iterations to run (in all, counting those of a resumed checkpoint).
-    #[arg(long, value_name = "N", default_value_t = 1000)]
+    #[arg(long, value_name = "N", default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(1..))]
     iterations: u64,
     /// Episodes per iteration, all on the iteration's job sequence (Decima: 16).
     #[arg(long, value_name = "N", default_value_t = 8,
@@ -122,7 +124,8 @@ pub(crate) struct TrainArgs {
     /// Where the trained model goes.
     #[arg(long, value_name = "PATH", default_value = "decima.model")]
     out: PathBuf,
-    /// Iterations between checkpoints (`<out>.ckpt`).
+    /// Iterations between checkpoints (`<out>.ckpt`, a model file too: `eval --model` reads
+    /// it).
     #[arg(long, value_name = "N", default_value_t = 10,
           value_parser = clap::value_parser!(u64).range(1..))]
     checkpoint_every: u64,
@@ -301,14 +304,22 @@ fn eval(args: EvalArgs, json: &JsonOutput) -> Result<()> {
     let mut contenders = args
         .policies
         .iter()
+        .filter(|name| !matches!(name.trim(), "" | "none"))
         .map(|name| name.parse::<SessionPolicyKind>().map(Contender::from))
         .collect::<Result<Vec<_>, _>>()?;
+    let failures = Arc::new(AtomicU64::new(0));
     if let Some(path) = &args.model {
         let model = Arc::new(load_model(path)?);
+        let counter = failures.clone();
         contenders.push(Contender {
             name: "decima".to_string(),
             needs_pri_scores: false,
-            build: Box::new(move || Box::new(DecimaPolicy::new(model.clone(), Choice::Greedy))),
+            build: Box::new(move || {
+                Box::new(
+                    DecimaPolicy::new(model.clone(), Choice::Greedy)
+                        .counting_failures(counter.clone()),
+                )
+            }),
         });
     }
     if contenders.is_empty() {
@@ -320,7 +331,32 @@ fn eval(args: EvalArgs, json: &JsonOutput) -> Result<()> {
         .collect();
     let comparison = compare_sessions(&jobs, &env, &contenders, &seeds)
         .with_context(|| format!("evaluating on {}", workload.display()))?;
+    let failed = failures.load(Ordering::Relaxed);
+    if failed > 0 {
+        bail!("the model failed to compute {failed} decision(s): its figures would not be its own");
+    }
     json.emit(&comparison, || render(&comparison))
+}
+
+/// The learning curve's file, holding the iterations before `from` (a fresh run's is
+/// emptied; a resumed run's loses the iterations after its checkpoint, which it runs again).
+fn open_curve(path: &Path, from: u64) -> Result<std::fs::File> {
+    let kept: String = match std::fs::read_to_string(path) {
+        Ok(text) if from > 0 => text
+            .lines()
+            .filter(|line| {
+                serde_json::from_str::<IterationReport>(line).is_ok_and(|r| r.iteration < from)
+            })
+            .map(|line| format!("{line}\n"))
+            .collect(),
+        _ => String::new(),
+    };
+    std::fs::write(path, kept)
+        .with_context(|| format!("cannot write --curve {}", path.display()))?;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .with_context(|| format!("cannot open --curve {}", path.display()))
 }
 
 /// A trained model from its file.
@@ -356,13 +392,7 @@ fn train(args: TrainArgs, json: &JsonOutput) -> Result<()> {
         Trainer::new(config, jobs)?
     };
     let mut curve = match &args.curve {
-        Some(path) => Some(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
-                .with_context(|| format!("cannot open --curve {}", path.display()))?,
-        ),
+        Some(path) => Some(open_curve(path, trainer.iteration())?),
         None => None,
     };
     let bar = progress_bar(args.iterations);

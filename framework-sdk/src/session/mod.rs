@@ -16,7 +16,14 @@
 //!   holds, so that every action launches a task (Decima masks the smaller limits);
 //! - a machine whose last task's stage still has runnable tasks keeps working on it without
 //!   a decision while the job is under its limit (Decima's executors stay on their stage:
-//!   `assign_executor` asks the agent only when the stage has no task left).
+//!   `assign_executor` asks the agent only when the stage has no task left);
+//! - the chosen stage's tasks go first to machines that last worked for its job, then to
+//!   machines that work for none, then to the rest (a machine that changes jobs is Decima's
+//!   executor that moves).
+//!
+//! One departure: the candidates are the stages with runnable tasks. Decima's frontier also
+//! holds stages whose parents have all been dispatched but not finished, and executors
+//! committed to them wait there.
 //!
 //! Sans-IO: the caller (the simulator, a framework driver) hands in offers and the time, and
 //! reports finished and lost tasks; the session returns launches and job completions.
@@ -276,7 +283,24 @@ impl Session {
             chosen.insert((entry.key, candidate.stage));
             entry.limit = Some(limit);
             let room = limit.saturating_sub(entry.state.num_running());
-            let placed = launch_stage(entry, candidate.stage, room, &mut offers, now_s, true);
+            // The machines already working for the job first, then those working for none,
+            // then the rest: a machine that changes jobs moves (Decima assigns the executors
+            // its source job freed).
+            let mut order: Vec<usize> = (0..offers.len()).collect();
+            order.sort_by_key(|&o| match offer_jobs[o] {
+                Some(job) if job == entry.key => 0,
+                None => 1,
+                Some(_) => 2,
+            });
+            let placed = launch_stage(
+                entry,
+                candidate.stage,
+                room,
+                &mut offers,
+                &order,
+                now_s,
+                true,
+            );
             for launch in &placed {
                 self.last_stage
                     .insert(launch.machine, (launch.job, candidate.stage));
@@ -304,6 +328,7 @@ impl Session {
                 stage,
                 room,
                 &mut offers[o..=o],
+                &[0],
                 now_s,
                 false,
             ));
@@ -342,24 +367,26 @@ impl Session {
     }
 }
 
-/// Launches up to `room` runnable tasks of `stage` on `offers`, first fit, and charges them.
+/// Launches up to `room` runnable tasks of `stage` on `offers`, first fit in `order` (indices
+/// into `offers`), and charges them.
 fn launch_stage(
     entry: &mut SessionJob,
     stage: StageIdx,
     room: usize,
     offers: &mut [SessionOffer],
+    order: &[usize],
     now_s: f64,
     decided: bool,
 ) -> Vec<SessionLaunch> {
     let demand = entry.job.stages[stage].demand;
     let tasks: Vec<TaskRef> = entry.state.stage_runnable(stage).take(room).collect();
     let mut launches = Vec::new();
-    let mut o = 0;
+    let mut next = 0;
     for task in tasks {
-        while o < offers.len() && !fits(&demand, &offers[o].free) {
-            o += 1;
+        while next < order.len() && !fits(&demand, &offers[order[next]].free) {
+            next += 1;
         }
-        let Some(offer) = offers.get_mut(o) else {
+        let Some(offer) = order.get(next).and_then(|&o| offers.get_mut(o)) else {
             break;
         };
         offer.free -= demand;

@@ -109,9 +109,66 @@ fn an_action_launches_at_least_one_task_and_at_most_up_to_the_limit() {
     let mut s = Session::new(Box::new(policy), 8, slot().scale(8.0));
     s.add_job(chain("a", 5), 0.0, None);
     // A limit below what the job holds is raised to one more task.
-    let launches = s.schedule(&executors(1), 0.0);
+    let launches = s.schedule(&executors(4), 0.0);
     assert_eq!(launches.len(), 1);
     assert_eq!(s.jobs()[0].limit, Some(1));
+    // A limit of 3 on 4 free executors launches 3 tasks, not 4.
+    let policy = Scripted {
+        limit: 3,
+        seen: Vec::new(),
+    };
+    let mut s = Session::new(Box::new(policy), 8, slot().scale(8.0));
+    s.add_job(chain("a", 5), 0.0, None);
+    assert_eq!(s.schedule(&executors(4), 0.0).len(), 3);
+}
+
+/// Takes the last candidate at its first decision, then the first: an order that changes.
+struct LastThenFirst(usize);
+
+impl SessionPolicy for LastThenFirst {
+    fn name(&self) -> &str {
+        "last-then-first"
+    }
+
+    fn choose(&mut self, view: &SessionView<'_>, candidates: &[StageCandidate]) -> SessionAction {
+        self.0 += 1;
+        SessionAction {
+            candidate: if self.0 == 1 { candidates.len() - 1 } else { 0 },
+            limit: view.max_limit,
+        }
+    }
+}
+
+#[test]
+fn a_job_gets_the_executors_that_worked_for_it_first() {
+    // Job b is served first and runs on machines 0-1, job a on 2-3. When both first stages
+    // end, a is served first: its second stage goes back to machines 2-3 (first fit would
+    // have moved both jobs' executors).
+    let mut s = Session::new(Box::new(LastThenFirst(0)), 4, slot().scale(4.0));
+    let a = s.add_job(chain("a", 2), 0.0, None);
+    let b = s.add_job(chain("b", 2), 0.0, None);
+    let first = s.schedule(&executors(4), 0.0);
+    let machines = |launches: &[SessionLaunch], job| {
+        let mut m: Vec<usize> = launches
+            .iter()
+            .filter(|l| l.job == job)
+            .map(|l| l.machine)
+            .collect();
+        m.sort_unstable();
+        m
+    };
+    assert_eq!(
+        (machines(&first, a), machines(&first, b)),
+        (vec![2, 3], vec![0, 1])
+    );
+    for l in &first {
+        s.task_finished(l.job, l.task, 1.0).unwrap();
+    }
+    let second = s.schedule(&executors(4), 1.0);
+    assert_eq!(
+        (machines(&second, a), machines(&second, b)),
+        (vec![2, 3], vec![0, 1])
+    );
 }
 
 #[test]
