@@ -89,21 +89,23 @@ fn training_writes_a_model_that_resumes_and_evaluates() {
     assert_eq!(points.len(), 3);
     assert_eq!(points[2]["iteration"].as_u64(), Some(2));
 
-    let out = run(fullerene(dir.path())
-        .args([
-            "--json",
-            "learn",
-            "eval",
-            "--executor-slots",
-            "5",
-            "--jobs",
-            "3",
-            "--seeds",
-            "2",
-        ])
-        .args(["--policies", "fifo", "--model"])
-        .arg(&model));
-    let report: Value = serde_json::from_slice(&out.stdout).expect("eval prints JSON");
+    // `learn eval` of the model with `policies`, on `seeds` tiny episodes: its JSON report.
+    let eval = |policies: &str, seeds: &str| -> Value {
+        let out = run(fullerene(dir.path())
+            .args([
+                "--json",
+                "learn",
+                "eval",
+                "--executor-slots",
+                "5",
+                "--jobs",
+                "3",
+            ])
+            .args(["--seeds", seeds, "--policies", policies, "--model"])
+            .arg(&model));
+        serde_json::from_slice(&out.stdout).expect("eval prints JSON")
+    };
+    let report = eval("fifo", "2");
     let names: Vec<&str> = report["results"]
         .as_array()
         .unwrap()
@@ -115,23 +117,8 @@ fn training_writes_a_model_that_resumes_and_evaluates() {
         let jct = r["average_jct_s"].as_f64().unwrap();
         assert!(jct.is_finite() && jct > 0.0, "{r}");
     }
-
     // The model alone.
-    let out = run(fullerene(dir.path())
-        .args([
-            "--json",
-            "learn",
-            "eval",
-            "--executor-slots",
-            "5",
-            "--jobs",
-            "3",
-            "--seeds",
-            "1",
-        ])
-        .args(["--policies", "none", "--model"])
-        .arg(&model));
-    let report: Value = serde_json::from_slice(&out.stdout).expect("eval prints JSON");
+    let report = eval("none", "1");
     assert_eq!(report["results"].as_array().map(Vec::len), Some(1));
 
     let damaged = dir.path().join("damaged.model");

@@ -60,7 +60,7 @@ pub fn returns(rewards: &[f64]) -> Vec<f64> {
 /// decisions, held at the ends). The variance from the arrival sequence itself cancels out of
 /// `return − baseline`. (Decima aligns each decision's baseline at the time of the next one;
 /// here at its own.)
-pub fn baselines(episodes: &[(Vec<f64>, Vec<f64>)]) -> Vec<Vec<f64>> {
+pub fn baselines(episodes: &[(&[f64], &[f64])]) -> Vec<Vec<f64>> {
     episodes
         .iter()
         .map(|(times, _)| {
@@ -135,15 +135,15 @@ mod tests {
 
     #[test]
     fn baselines_average_the_episodes_at_the_same_times() {
-        let a = (vec![0.0, 10.0], vec![-10.0, -2.0]);
-        let b = (vec![0.0, 5.0, 20.0], vec![-20.0, -12.0, 0.0]);
+        let a: (&[f64], &[f64]) = (&[0.0, 10.0], &[-10.0, -2.0]);
+        let b: (&[f64], &[f64]) = (&[0.0, 5.0, 20.0], &[-20.0, -12.0, 0.0]);
         let bl = baselines(&[a, b]);
         // a at 0: (-10 + -20) / 2; at 10: a holds -2, b interpolates -12 → 0 at a third: -8.
         assert_eq!(bl[0], vec![-15.0, -5.0]);
         // b at 5: a interpolates -6; at 20: a holds -2.
         assert_eq!(bl[1], vec![-15.0, -9.0, -1.0]);
         // One episode: the baseline is its own return, the advantage 0.
-        let only = baselines(&[(vec![0.0, 1.0], vec![-3.0, -1.0])]);
+        let only = baselines(&[(&[0.0, 1.0], &[-3.0, -1.0])]);
         assert_eq!(only[0], vec![-3.0, -1.0]);
     }
 }

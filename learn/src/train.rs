@@ -384,9 +384,9 @@ impl Trainer {
                 0.9 * self.reward_rate + 0.1 * rate
             };
         }
-        let series: Vec<(Vec<f64>, Vec<f64>)> = per_episode
+        let series: Vec<(&[f64], &[f64])> = per_episode
             .iter()
-            .map(|(t, r, _)| (t.clone(), r.clone()))
+            .map(|(t, r, _)| (t.as_slice(), r.as_slice()))
             .collect();
         let baseline = baselines(&series);
         // Gradients over the episodes' decisions in batches, the batches in parallel, summed in

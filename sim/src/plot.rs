@@ -248,21 +248,9 @@ fn draw_cdf(
             points.push((x, (k + 1) as f64 / n));
         }
         points.push((hi, if sorted.is_empty() { 0.0 } else { 1.0 }));
-        chart
-            .draw_series(LineSeries::new(points, color.stroke_width(2)))
-            .map_err(|e| err(&e))?
-            .label(name.clone())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
+        labelled_line(&mut chart, color, name, points, path)?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| err(&e))?;
+    draw_legend(&mut chart, SeriesLabelPosition::LowerRight, path)?;
     root.present().map_err(|e| err(&e))?;
     Ok(())
 }
@@ -519,21 +507,9 @@ pub fn plot_utilization(report: &SimReport, workload: &str, path: &Path) -> Resu
             line.push((t0, u));
             line.push((t0 + timeline.bin_s, u));
         }
-        chart
-            .draw_series(LineSeries::new(line, color.stroke_width(2)))
-            .map_err(|e| err(&e))?
-            .label(name.clone())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
+        labelled_line(&mut chart, color, name, line, path)?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| err(&e))?;
+    draw_legend(&mut chart, SeriesLabelPosition::UpperRight, path)?;
     root.present().map_err(|e| err(&e))?;
     Ok(())
 }
@@ -581,23 +557,42 @@ pub fn plot_lines(
         .map_err(|e| err(&e))?;
     for (i, (name, line)) in series.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
-        chart
-            .draw_series(LineSeries::new(line.iter().copied(), color.stroke_width(2)))
-            .map_err(|e| err(&e))?
-            .label(name.clone())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
+        labelled_line(&mut chart, color, name, line.iter().copied(), path)?;
     }
+    draw_legend(&mut chart, SeriesLabelPosition::UpperRight, path)?;
+    root.present().map_err(|e| err(&e))?;
+    Ok(())
+}
+
+/// Draws `points` as a line of `color`, named `name` in the legend.
+fn labelled_line<X: Ranged<ValueType = f64>, Y: Ranged<ValueType = f64>>(
+    chart: &mut ChartContext<'_, SVGBackend<'_>, Cartesian2d<X, Y>>,
+    color: RGBColor,
+    name: &str,
+    points: impl IntoIterator<Item = (f64, f64)>,
+    path: &Path,
+) -> Result<(), SimError> {
+    chart
+        .draw_series(LineSeries::new(points, color.stroke_width(2)))
+        .map_err(|e| plot_error(path, e))?
+        .label(name)
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+    Ok(())
+}
+
+/// The chart's legend at `position`, on a translucent white box.
+fn draw_legend<'a, X: Ranged, Y: Ranged>(
+    chart: &mut ChartContext<'a, SVGBackend<'a>, Cartesian2d<X, Y>>,
+    position: SeriesLabelPosition,
+    path: &Path,
+) -> Result<(), SimError> {
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
+        .position(position)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .draw()
-        .map_err(|e| err(&e))?;
-    root.present().map_err(|e| err(&e))?;
-    Ok(())
+        .map_err(|e| plot_error(path, e))
 }
 
 /// A legend entry's label, left-aligned beside its marker at height `y`.

@@ -22,7 +22,7 @@ use fullerene_sim::session::{
 };
 
 use crate::commands::plan::progress_bar;
-use crate::commands::resolve_workload;
+use crate::commands::{parse_number, parse_positive, resolve_workload};
 use crate::output::{table, JsonOutput};
 
 /// `fullerene learn` subcommands.
@@ -115,11 +115,11 @@ pub(crate) struct TrainArgs {
     #[arg(long, value_name = "N", default_value_t = 1)]
     seed: u64,
     /// Adam's learning rate.
-    #[arg(long, value_name = "RATE", default_value_t = 1e-3, value_parser = positive_rate)]
+    #[arg(long, value_name = "RATE", default_value_t = 1e-3, value_parser = parse_positive)]
     learning_rate: f64,
     /// How much the entropy weight falls per iteration, from 1 to 10⁻⁴ (Decima: 10⁻³; a
     /// short run explores less with a larger one).
-    #[arg(long, value_name = "RATE", default_value_t = 1e-3, value_parser = positive_rate)]
+    #[arg(long, value_name = "RATE", default_value_t = 1e-3, value_parser = parse_positive)]
     entropy_decay: f64,
     /// Where the trained model goes.
     #[arg(long, value_name = "PATH", default_value = "decima.model")]
@@ -158,7 +158,7 @@ pub(crate) struct EnvArgs {
     /// Poisson arrivals: the share of the executors' time the jobs' tasks take, on average
     /// (sets the mean gap from the workload's mean job).
     #[arg(long, value_name = "FRACTION", default_value_t = DECIMA_STREAM_LOAD,
-          value_parser = positive_fraction, conflicts_with = "mean_gap_s")]
+          value_parser = load_fraction, conflicts_with = "mean_gap_s")]
     load: f64,
     /// Poisson arrivals: the mean gap, seconds (instead of `--load`).
     #[arg(long = "mean-gap-secs", value_name = "SECS", value_parser = positive_seconds)]
@@ -169,32 +169,20 @@ pub(crate) struct EnvArgs {
     moving_delay_s: f64,
 }
 
-fn positive_rate(text: &str) -> Result<f64, String> {
-    match text.parse::<f64>() {
-        Ok(r) if r.is_finite() && r > 0.0 => Ok(r),
-        _ => Err(format!("`{text}` is not a number > 0")),
-    }
-}
-
 fn positive_seconds(text: &str) -> Result<f64, String> {
-    match text.parse::<f64>() {
-        Ok(s) if s.is_finite() && s > 0.0 => Ok(s),
-        _ => Err(format!("`{text}` is not a number of seconds > 0")),
-    }
-}
-
-fn positive_fraction(text: &str) -> Result<f64, String> {
-    match text.parse::<f64>() {
-        Ok(f) if f.is_finite() && f > 0.0 && f <= 1.0 => Ok(f),
-        _ => Err(format!("`{text}` is not a fraction in (0, 1]")),
-    }
+    parse_number(text, |x| x > 0.0, "a number of seconds > 0")
 }
 
 fn non_negative_seconds(text: &str) -> Result<f64, String> {
-    match text.parse::<f64>() {
-        Ok(s) if s.is_finite() && s >= 0.0 => Ok(s),
-        _ => Err(format!("`{text}` is not a number of seconds >= 0")),
-    }
+    parse_number(text, |x| x >= 0.0, "a number of seconds >= 0")
+}
+
+fn load_fraction(text: &str) -> Result<f64, String> {
+    parse_number(
+        text,
+        |x| x > 0.0 && x <= 1.0,
+        "a load is a fraction in (0, 1]",
+    )
 }
 
 pub(crate) fn run(cmd: LearnCommand, json: &JsonOutput) -> Result<()> {
