@@ -4,6 +4,7 @@
 //! REINFORCE in Fullerene's simulator ([`reinforce`], [`train`]) and stored in versioned,
 //! checksummed files ([`file`]).
 
+pub mod committed;
 pub mod features;
 pub mod file;
 pub mod model;
@@ -11,6 +12,7 @@ pub mod policy;
 pub mod reinforce;
 pub mod train;
 
+pub use committed::{built_in_model_file, load_model, BUILT_IN_MODEL};
 pub use features::{observe, Observation};
 pub use file::{ModelFile, ModelFileError, Provenance};
 pub use model::{DecimaModel, Step};

@@ -11,9 +11,9 @@ use anyhow::{bail, Context, Result};
 use clap::builder::TypedValueParser as _;
 use clap::{Args, Subcommand, ValueEnum};
 use fullerene_learn::{
-    Choice, DecimaModel, DecimaPolicy, IterationReport, ModelFile, TrainConfig, Trainer,
+    Choice, DecimaPolicy, IterationReport, ModelFile, TrainConfig, Trainer,
 };
-use fullerene_sdk::session::SessionPolicyKind;
+use fullerene_sdk::session::{SessionPolicyFactory, SessionPolicyKind};
 use fullerene_sdk::{read_workload, Job};
 use fullerene_sim::session::{
     compare_sessions, mean_gap_for_load, Contender, SessionComparison, SessionEnv, SessionSetting,
@@ -295,19 +295,14 @@ fn eval(args: EvalArgs, json: &JsonOutput) -> Result<()> {
         .filter(|name| !matches!(name.trim(), "" | "none"))
         .map(|name| name.parse::<SessionPolicyKind>().map(Contender::from))
         .collect::<Result<Vec<_>, _>>()?;
-    let failures = Arc::new(AtomicU64::new(0));
+    let mut failures = Arc::new(AtomicU64::new(0));
     if let Some(path) = &args.model {
-        let model = Arc::new(load_model(path)?);
-        let counter = failures.clone();
+        let (build, counter) = decima_policies(Some(path))?;
+        failures = counter;
         contenders.push(Contender {
             name: "decima".to_string(),
             needs_pri_scores: false,
-            build: Box::new(move || {
-                Box::new(
-                    DecimaPolicy::new(model.clone(), Choice::Greedy)
-                        .counting_failures(counter.clone()),
-                )
-            }),
+            build: Box::new(move || build()),
         });
     }
     if contenders.is_empty() {
@@ -347,10 +342,21 @@ fn open_curve(path: &Path, from: u64) -> Result<std::fs::File> {
         .with_context(|| format!("cannot open --curve {}", path.display()))
 }
 
-/// A trained model from its file.
-pub(crate) fn load_model(path: &Path) -> Result<DecimaModel> {
-    let file = ModelFile::load(path)?;
-    Ok(file.model(path)?)
+/// Decima's greedy policy from `--model` (the built-in model without one), as a factory of
+/// policies for sessions, and the count of decisions the model failed to compute (each then
+/// falls back to the first candidate): a run reports it, as its figures are not the model's.
+pub(crate) fn decima_policies(
+    model: Option<&Path>,
+) -> Result<(SessionPolicyFactory, Arc<AtomicU64>)> {
+    let model = Arc::new(fullerene_learn::load_model(model)?);
+    let failures = Arc::new(AtomicU64::new(0));
+    let counter = failures.clone();
+    let factory: SessionPolicyFactory = Arc::new(move || {
+        Box::new(
+            DecimaPolicy::new(model.clone(), Choice::Greedy).counting_failures(counter.clone()),
+        )
+    });
+    Ok((factory, failures))
 }
 
 /// The checkpoint beside a model file.

@@ -109,7 +109,8 @@ pub(crate) struct MasterAddrs {
 #[derive(Args, Debug)]
 pub(crate) struct JobPolicyArg {
     /// The intra-job policy: graphene+carbyne, graphene, carbyne, drf, tetris, cp, bfs, fifo,
-    /// sjf.
+    /// sjf; or decima, Decima's learned policy over all jobs run as one session framework
+    /// (`--model`).
     #[arg(
         long,
         short,
@@ -125,6 +126,52 @@ impl JobPolicyArg {
     pub(crate) fn kind(&self) -> Result<fullerene_sdk::policy::PolicyKind> {
         self.policy.parse().context("invalid --policy")
     }
+
+    /// The policy named: an intra-job policy, or `decima`.
+    pub(crate) fn choice(&self) -> Result<PolicyChoice> {
+        PolicyChoice::parse(&self.policy)
+    }
+}
+
+/// How a command that runs many jobs schedules them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PolicyChoice {
+    /// Each job as its own framework with this intra-job policy; the master shares the
+    /// cluster between them.
+    Job(fullerene_sdk::policy::PolicyKind),
+    /// Every job in one framework, a session whose learned policy (Decima §5.2, issue 18)
+    /// picks the next stage among all jobs and each job's parallelism.
+    Decima,
+}
+
+impl PolicyChoice {
+    /// The name on the command line.
+    pub(crate) const DECIMA: &'static str = "decima";
+
+    /// `decima` or an intra-job policy's name; an error names `--policy`.
+    pub(crate) fn parse(name: &str) -> Result<PolicyChoice> {
+        if name.trim() == Self::DECIMA {
+            return Ok(PolicyChoice::Decima);
+        }
+        Ok(PolicyChoice::Job(name.parse().context("invalid --policy")?))
+    }
+
+    /// The name on the command line.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            PolicyChoice::Job(kind) => kind.name(),
+            PolicyChoice::Decima => Self::DECIMA,
+        }
+    }
+}
+
+/// `--model` of the commands that can run `--policy decima`.
+#[derive(Args, Debug, Clone, Default)]
+pub(crate) struct ModelArg {
+    /// With `--policy decima`: the trained model (`fullerene learn train --out`). Default:
+    /// the model built in (`learn/models/decima-batch.model`).
+    #[arg(long, env = "FULLERENE_MODEL", value_name = "FILE")]
+    pub model: Option<PathBuf>,
 }
 
 /// Parses `HOST:PORT`, a name or an IP address, into the address it resolves to now (the first

@@ -120,6 +120,10 @@ pub trait SessionPolicy: Send {
     fn choose(&mut self, view: &SessionView<'_>, candidates: &[StageCandidate]) -> SessionAction;
 }
 
+/// Makes a fresh policy for each session (a simulator run per seed, a framework per run):
+/// a policy may keep state between decisions, so sessions never share one.
+pub type SessionPolicyFactory = std::sync::Arc<dyn Fn() -> Box<dyn SessionPolicy> + Send + Sync>;
+
 /// A task the session launched.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SessionLaunch {
