@@ -35,7 +35,10 @@ mod tests {
         assert!(file.provenance.iterations > 0, "{:?}", file.provenance);
         assert!(file.provenance.command.contains("learn train"));
         let model = load_model(None).expect("its weights fit the network");
-        assert_eq!(model.num_weights(), file.weights.iter().map(|w| w.values.len()).sum::<usize>());
+        assert_eq!(
+            model.num_weights(),
+            file.weights.iter().map(|w| w.values.len()).sum::<usize>()
+        );
     }
 
     #[test]
@@ -43,6 +46,9 @@ mod tests {
         let err = load_model(Some(Path::new("/nonexistent/decima.model")))
             .err()
             .expect("no such file");
-        assert!(err.to_string().contains("/nonexistent/decima.model"), "{err}");
+        assert!(
+            err.to_string().contains("/nonexistent/decima.model"),
+            "{err}"
+        );
     }
 }

@@ -8,11 +8,13 @@
 //! unit size on TPC-H. Departures: Decima's decision serves the executors one source (a job,
 //! or none) freed, so one job is "local" and "free" counts that source's executors; a session's
 //! offers come from many machines at once, so every job some free executor last worked for is
-//! local and "free" counts every offer that holds a candidate's task. A job's executors are
-//! its running tasks (Decima also counts idle executors it holds, which a session does not
-//! keep).
+//! local and "free" counts every executor free: an offer with room for `n` tasks of a
+//! candidate is `n` executors (capped at the executor count), so that a model trained on
+//! Decima's one-task executors reads a multi-resource machine's free room in the same unit. A
+//! job's executors are its running tasks (Decima also counts idle executors it holds, which a
+//! session does not keep).
 
-use fullerene_scheduling::fit::fits;
+use fullerene_scheduling::fit::max_copies;
 use fullerene_sdk::session::{SessionView, StageCandidate};
 
 /// Features per stage: the job's [`JOB_FEATURES`], then the stage's own.
@@ -68,17 +70,23 @@ impl Observation {
 ///
 /// [`SessionPolicy::choose`]: fullerene_sdk::session::SessionPolicy::choose
 pub fn observe(view: &SessionView<'_>, candidates: &[StageCandidate]) -> Observation {
-    // The free executors: offers that still hold a task of some candidate.
-    let usable: Vec<bool> = view
+    // The free executors: the tasks each offer still holds of the candidate it holds most of
+    // (in Decima's environment an offer is one executor that holds one task, so this counts
+    // the usable offers; a multi-resource machine counts as the executors it could host).
+    let room: Vec<usize> = view
         .offers
         .iter()
         .map(|o| {
             candidates
                 .iter()
-                .any(|c| fits(&view.jobs[c.job].job.stages[c.stage].demand, &o.free))
+                .map(|c| max_copies(&view.jobs[c.job].job.stages[c.stage].demand, &o.free))
+                .max()
+                .unwrap_or(0)
+                .min(view.max_limit)
         })
         .collect();
-    let free = usable.iter().filter(|&&u| u).count() as f32;
+    let usable: Vec<bool> = room.iter().map(|&r| r > 0).collect();
+    let free = room.iter().sum::<usize>().min(view.max_limit) as f32;
     let total_nodes: usize = view.jobs.iter().map(|j| j.job.stages.len()).sum();
     let mut obs = Observation {
         nodes: Vec::with_capacity(total_nodes),
@@ -222,5 +230,36 @@ mod tests {
         assert_eq!(second.jobs[0][2], 2.0 / 20.0);
         assert_eq!(second.candidates, vec![3]);
         assert_eq!(second.min_limit, vec![usize::MAX, 1]);
+    }
+
+    #[test]
+    fn a_machine_counts_as_the_executors_it_can_host() {
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut session = Session::new(Box::new(Observer(seen.clone())), 8, res("cpus=8"));
+        let one = res("cpus=1");
+        let two = res("cpus=2");
+        let wide = job("wide", "default", None, vec![stage(0, &[], &[1.0; 5], one)]);
+        let fat = job("fat", "default", None, vec![stage(0, &[], &[1.0; 2], two)]);
+        session.add_job(Arc::new(wide), 0.0, None);
+        session.add_job(Arc::new(fat), 0.0, None);
+        // One machine with room for three one-cpu tasks, one with room for none.
+        let offers = [
+            SessionOffer {
+                machine: 0,
+                free: res("cpus=3"),
+                capacity: res("cpus=4"),
+            },
+            SessionOffer {
+                machine: 1,
+                free: res("cpus=0.5"),
+                capacity: res("cpus=4"),
+            },
+        ];
+        session.schedule(&offers, 0.0);
+        let seen = seen.lock().unwrap();
+        // Three executors free: the one-cpu stage fits three times on machine 0, the two-cpu
+        // stage once; machine 1 hosts nothing.
+        assert_eq!(seen[0].jobs[0][2], 3.0 / 20.0);
+        assert_eq!(seen[0].jobs[1][2], 3.0 / 20.0);
     }
 }
