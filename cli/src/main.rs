@@ -132,7 +132,8 @@ enum Commands {
     /// A whole local cluster in one command: starts masters and agents (sleep executor) on
     /// loopback, runs a sample of TPC-H jobs with the DAG-job framework (a progress bar per job,
     /// then the JCT summary), and stops everything it started at the end, on error and on
-    /// ctrl-c.
+    /// ctrl-c. With `--policy decima` the jobs run in one session framework under Decima's
+    /// learned policy (`--model`, or the built-in one).
     ///
     /// The time scale is chosen from the sample's work and the cluster's capacity so that the
     /// run takes about `--target-secs` (60 s); the masters' HTTP API (`/state`, `/metrics`) is

@@ -43,9 +43,9 @@ mod tests {
 
     #[test]
     fn a_missing_model_file_is_named() {
-        let err = load_model(Some(Path::new("/nonexistent/decima.model")))
-            .err()
-            .expect("no such file");
+        let Err(err) = load_model(Some(Path::new("/nonexistent/decima.model"))) else {
+            panic!("no such file, yet a model loaded");
+        };
         assert!(
             err.to_string().contains("/nonexistent/decima.model"),
             "{err}"

@@ -101,6 +101,32 @@ pub enum SimError {
         /// What is wrong with the bundle.
         reason: String,
     },
+    /// A session policy's launches on one offered machine, of several jobs or of none, cannot
+    /// be applied together (more than the machine or the offer holds): a defect in that policy,
+    /// which no one job's bundle is to blame for.
+    #[error("session policy `{policy}` of framework `{session}` answered the offer of machine {machine} at t={now_s}s with launches it cannot apply ({jobs}): {reason}")]
+    InvalidSessionDecision {
+        /// The session policy's name.
+        policy: String,
+        /// The session framework's id.
+        session: String,
+        /// The jobs it launched tasks of on the machine (`no task`, or `jobs `a`, `b``).
+        jobs: String,
+        /// The machine offered.
+        machine: usize,
+        /// Virtual time.
+        now_s: f64,
+        /// What is wrong with the launches.
+        reason: String,
+    },
+    /// A session run ([`crate::Scheduling::Session`]) was asked to follow reservations or
+    /// capacity queues (Rayon, `--deadlines`): those are per-job features, which a session,
+    /// one framework for every job, does not support.
+    #[error("policy `{policy}` runs every job in one session framework, which reservations and SLA queues do not support: run it with no queues (the CLI's --deadlines runs only per-job policies)")]
+    SessionWithQueues {
+        /// The session policy's name.
+        policy: String,
+    },
     /// No event is left but some jobs have not finished: the policies stopped launching while
     /// resources were free (a livelock between allocator and frameworks).
     #[error("simulation stalled at t={now_s}s with {unfinished} unfinished job(s), first `{first_job}`: no task running and no offer accepted")]

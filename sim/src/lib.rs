@@ -13,7 +13,9 @@
 //!
 //! - [`config`], [`arrivals`], [`workload`]: the scenario (`fullerene sim`'s flags).
 //! - [`runner`]: [`run`] one policy, [`compare`] several on identical arrivals, [`plan_jobs`].
-//! - [`engine`]: the event loop, with `framework` (private): one simulated framework.
+//! - [`scheduling`]: each job as its own framework, or every job in one multi-job session
+//!   framework (Decima §5.2, [`SessionScheduling`]).
+//! - [`engine`]: the event loop, with `framework` (private): the simulated frameworks.
 //! - [`study`]: [`compare_seeds`] runs a comparison over several seeds and aggregates it,
 //!   [`sweep_machines`] does so at several cluster sizes (load levels).
 //! - [`sla`]: SLA jobs' deadlines and reservations derived from their DAGs, admitted into a
@@ -35,6 +37,7 @@ pub mod policies;
 pub mod report;
 pub mod reserved;
 pub mod runner;
+pub mod scheduling;
 pub mod session;
 pub mod sla;
 pub mod study;
@@ -49,13 +52,14 @@ pub use metrics::{FairnessSummary, UtilizationTimeline};
 pub use plot::{
     plot_gain_vs_load, plot_jct_cdf, plot_lines, plot_seed_jct_cdf, plot_utilization, workload_name,
 };
-pub use policies::{allocator_policy, parse_policy_list};
+pub use policies::{allocator_policy, parse_name_list, parse_policy_list};
 pub use report::{attach_ratios, render_table, JobResult, Ratios, Scenario, SimReport, SimSpeed};
 pub use reserved::{
     compare_sla, parse_sla_policy_list, render_sla_table, SlaComparison, SlaOptions, SlaPolicy,
     SlaPolicyReport,
 };
 pub use runner::{compare, plan_jobs, run, simulate, PlanSet, Progress, ProgressFn, SimOutcome};
+pub use scheduling::{Scheduling, SessionScheduling};
 pub use study::{
     compare_seeds, consecutive_seeds, render_seed_table, render_sweep, sweep_machines, LoadSweep,
     PolicySeeds, SeedStudy, Spread,

@@ -44,9 +44,7 @@ pub fn parse_policy_list(list: &str) -> Result<Vec<PolicyKind>, PolicyError> {
 
 /// A comma-separated list of names parsed as `T`, in order, without repeats or empty entries
 /// (the `--compare` lists).
-pub(crate) fn parse_name_list<T: std::str::FromStr + PartialEq>(
-    list: &str,
-) -> Result<Vec<T>, T::Err> {
+pub fn parse_name_list<T: std::str::FromStr + PartialEq>(list: &str) -> Result<Vec<T>, T::Err> {
     let mut out = Vec::new();
     for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
         let item: T = name.parse()?;

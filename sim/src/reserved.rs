@@ -456,8 +456,15 @@ fn compare_marked(
                     following: None,
                 },
             );
-            let outcome =
-                simulate_queued(file_jobs, &run.jobs, config, kind, &plans, setup, progress)?;
+            let outcome = simulate_queued(
+                file_jobs,
+                &run.jobs,
+                config,
+                &kind.into(),
+                &plans,
+                setup,
+                progress,
+            )?;
             Ok((run, outcome))
         })
         .collect();

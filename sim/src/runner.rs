@@ -4,7 +4,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use fullerene_sdk::planner::{plan, Plan, PlanCluster, PlannerConfig};
-use fullerene_sdk::policy::PolicyKind;
 use fullerene_sdk::Job;
 use rayon::prelude::*;
 
@@ -14,10 +13,11 @@ use crate::error::SimError;
 use crate::metrics::{JctStats, JAIN_WINDOWS_S};
 use crate::report::{attach_ratios, JobResult, Scenario, SimReport, SimSpeed};
 use crate::reserved::QueueSetup;
+use crate::scheduling::Scheduling;
 use crate::workload::{prepare_jobs, SimJob};
 
 /// What a run reports while it goes, for a progress bar.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Progress {
     /// Graphene's offline planner finished one more job (jobs are planned in parallel).
     Planning {
@@ -28,8 +28,8 @@ pub enum Progress {
     },
     /// A job of a run finished.
     Simulating {
-        /// The run's policy.
-        policy: PolicyKind,
+        /// The run's policy, by its name in reports ([`Scheduling::name`]).
+        policy: String,
         /// Jobs finished so far in this run.
         jobs_done: usize,
         /// Jobs in the run.
@@ -158,12 +158,13 @@ pub(crate) fn plan_sources(
     })
 }
 
-/// Runs `policy` over the jobs of `file_jobs` selected, grouped and timed by `config`, and
+/// Runs `policy` (an intra-job [`PolicyKind`](fullerene_sdk::policy::PolicyKind) for every job, or a session,
+/// [`Scheduling`]) over the jobs of `file_jobs` selected, grouped and timed by `config`, and
 /// returns its report. Plans the jobs first if the policy follows Graphene's plan.
 pub fn run(
     file_jobs: &[Job],
     config: &SimConfig,
-    policy: PolicyKind,
+    policy: impl Into<Scheduling>,
     progress: Option<&ProgressFn<'_>>,
 ) -> Result<SimReport, SimError> {
     simulate(file_jobs, config, policy, None, progress).map(|o| o.report)
@@ -175,10 +176,11 @@ pub fn run(
 pub fn simulate(
     file_jobs: &[Job],
     config: &SimConfig,
-    policy: PolicyKind,
+    policy: impl Into<Scheduling>,
     plans: Option<&PlanSet>,
     progress: Option<&ProgressFn<'_>>,
 ) -> Result<SimOutcome, SimError> {
+    let policy = policy.into();
     let jobs = prepare_jobs(file_jobs, config)?;
     let computed;
     let plans: &[Option<Plan>] = if policy.needs_pri_scores() {
@@ -194,14 +196,14 @@ pub fn simulate(
     } else {
         &[]
     };
-    simulate_prepared(file_jobs, &jobs, config, policy, plans, progress)
+    simulate_prepared(file_jobs, &jobs, config, &policy, plans, progress)
 }
 
 fn simulate_prepared(
     file_jobs: &[Job],
     jobs: &[SimJob],
     config: &SimConfig,
-    policy: PolicyKind,
+    policy: &Scheduling,
     plans: &[Option<Plan>],
     progress: Option<&ProgressFn<'_>>,
 ) -> Result<SimOutcome, SimError> {
@@ -214,7 +216,7 @@ pub(crate) fn simulate_queued(
     file_jobs: &[Job],
     jobs: &[SimJob],
     config: &SimConfig,
-    policy: PolicyKind,
+    policy: &Scheduling,
     plans: &[Option<Plan>],
     queues: QueueSetup,
     progress: Option<&ProgressFn<'_>>,
@@ -234,7 +236,7 @@ fn run_engine(
     file_jobs: &[Job],
     jobs: &[SimJob],
     config: &SimConfig,
-    policy: PolicyKind,
+    policy: &Scheduling,
     plans: &[Option<Plan>],
     queues: Option<QueueSetup>,
     progress: Option<&ProgressFn<'_>>,
@@ -248,7 +250,13 @@ fn run_engine(
         output.stats.tasks,
         output.stats.events,
     );
-    let mut report = build_report(policy, config, jobs, &output.finish_s, &output.recorder);
+    let mut report = build_report(
+        policy.name(),
+        config,
+        jobs,
+        &output.finish_s,
+        &output.recorder,
+    );
     report.speed = speed;
     Ok(SimOutcome {
         report,
@@ -258,36 +266,48 @@ fn run_engine(
     })
 }
 
-/// Runs every policy of `policies` on identical arrivals (the same jobs, groups and arrival
-/// times, from the same seed), in parallel with rayon, and returns their reports in the order
-/// given. Graphene's plans are computed once and shared. With `baseline`, every report but the
-/// baseline's carries its [`crate::report::Ratios`] to it; a baseline not among `policies` is
-/// run too and its report appended.
-pub fn compare(
+/// Runs every policy of `policies` (intra-job [`PolicyKind`](fullerene_sdk::policy::PolicyKind)s or [`Scheduling`]s, sessions
+/// among them) on identical arrivals (the same jobs, groups and arrival times, from the same
+/// seed), in parallel with rayon, and returns their reports in the order given. Graphene's
+/// plans are computed once and shared. With `baseline`, every report but the baseline's carries
+/// its [`crate::report::Ratios`] to it; a baseline not among `policies` is run too and its
+/// report appended.
+pub fn compare<S: Into<Scheduling> + Clone>(
     file_jobs: &[Job],
     config: &SimConfig,
-    policies: &[PolicyKind],
-    baseline: Option<PolicyKind>,
+    policies: &[S],
+    baseline: Option<S>,
     progress: Option<&ProgressFn<'_>>,
 ) -> Result<Vec<SimReport>, SimError> {
-    let kinds = comparison_kinds(policies, baseline)?;
+    let (kinds, baseline) = comparison_kinds(policies, baseline)?;
     let jobs = prepare_jobs(file_jobs, config)?;
-    let plans = if kinds.iter().any(|k| k.needs_pri_scores()) {
+    let plans = if kinds.iter().any(Scheduling::needs_pri_scores) {
         plan_sources(file_jobs, &jobs, config, progress)?.plans
     } else {
         Vec::new()
     };
-    compare_prepared(file_jobs, &jobs, config, &kinds, baseline, &plans, progress)
+    compare_prepared(
+        file_jobs,
+        &jobs,
+        config,
+        &kinds,
+        baseline.as_deref(),
+        &plans,
+        progress,
+    )
 }
 
-/// The policies a comparison runs: `policies`, then `baseline` if it is not among them.
-pub(crate) fn comparison_kinds(
-    policies: &[PolicyKind],
-    baseline: Option<PolicyKind>,
-) -> Result<Vec<PolicyKind>, SimError> {
-    let mut kinds = policies.to_vec();
+/// The policies a comparison runs: `policies`, then `baseline` if none of them has its name;
+/// and the baseline's name.
+pub(crate) fn comparison_kinds<S: Into<Scheduling> + Clone>(
+    policies: &[S],
+    baseline: Option<S>,
+) -> Result<(Vec<Scheduling>, Option<String>), SimError> {
+    let mut kinds: Vec<Scheduling> = policies.iter().cloned().map(Into::into).collect();
+    let baseline = baseline.map(Into::<Scheduling>::into);
+    let name = baseline.as_ref().map(|b| b.name().to_string());
     if let Some(base) = baseline {
-        if !kinds.contains(&base) {
+        if !kinds.iter().any(|k| k.name() == base.name()) {
             kinds.push(base);
         }
     }
@@ -296,36 +316,37 @@ pub(crate) fn comparison_kinds(
             reason: "no policy to compare".into(),
         });
     }
-    Ok(kinds)
+    Ok((kinds, name))
 }
 
 /// [`compare`] of `kinds` on jobs already prepared for `config`, with `plans` (indexed by
-/// source, covering every job when a kind follows Graphene's plan).
+/// source, covering every job when a kind follows Graphene's plan), ratios to the run named
+/// `baseline`.
 pub(crate) fn compare_prepared(
     file_jobs: &[Job],
     jobs: &[SimJob],
     config: &SimConfig,
-    kinds: &[PolicyKind],
-    baseline: Option<PolicyKind>,
+    kinds: &[Scheduling],
+    baseline: Option<&str>,
     plans: &[Option<Plan>],
     progress: Option<&ProgressFn<'_>>,
 ) -> Result<Vec<SimReport>, SimError> {
     let results: Vec<Result<SimOutcome, SimError>> = kinds
         .par_iter()
-        .map(|&kind| simulate_prepared(file_jobs, jobs, config, kind, plans, progress))
+        .map(|kind| simulate_prepared(file_jobs, jobs, config, kind, plans, progress))
         .collect();
     let mut reports = Vec::with_capacity(results.len());
     for result in results {
         reports.push(result?.report);
     }
     if let Some(base) = baseline {
-        attach_ratios(&mut reports, base.name());
+        attach_ratios(&mut reports, base);
     }
     Ok(reports)
 }
 
 fn build_report(
-    policy: PolicyKind,
+    policy: &str,
     config: &SimConfig,
     jobs: &[SimJob],
     finish_s: &[f64],
@@ -359,7 +380,7 @@ fn build_report(
     groups.sort_unstable();
     groups.dedup();
     SimReport {
-        policy: policy.name().to_string(),
+        policy: policy.to_string(),
         scenario: Scenario {
             machines: config.machines,
             machine: config.machine.to_string(),

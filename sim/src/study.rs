@@ -11,7 +11,6 @@
 
 use std::fmt::Write as _;
 
-use fullerene_sdk::policy::PolicyKind;
 use fullerene_sdk::Job;
 use serde::{Deserialize, Serialize};
 
@@ -21,6 +20,7 @@ use crate::report::{aligned, Scenario, SimReport, SimSpeed};
 use crate::runner::{
     compare_prepared, comparison_kinds, plan_sources, PlanSet, Progress, ProgressFn,
 };
+use crate::scheduling::Scheduling;
 use crate::workload::{prepare_jobs, SimJob};
 
 /// The most seeds a study takes (`fullerene sim --seeds`).
@@ -278,22 +278,22 @@ fn check_seeds(seeds: &[u64]) -> Result<(), SimError> {
 /// [`SeedStudy::from_reports`]). Seeds run one after the other, each comparison's policies in
 /// parallel; Graphene's plans are computed once for the jobs of all seeds. `progress` hears a
 /// [`Progress::Comparison`] before each seed's runs.
-pub fn compare_seeds(
+pub fn compare_seeds<S: Into<Scheduling> + Clone>(
     file_jobs: &[Job],
     config: &SimConfig,
     seeds: &[u64],
-    policies: &[PolicyKind],
-    baseline: Option<PolicyKind>,
+    policies: &[S],
+    baseline: Option<S>,
     progress: Option<&ProgressFn<'_>>,
 ) -> Result<SeedStudy, SimError> {
     check_seeds(seeds)?;
-    let kinds = comparison_kinds(policies, baseline)?;
+    let (kinds, baseline) = comparison_kinds(policies, baseline)?;
     run_seeds(
         file_jobs,
         config,
         seeds,
         &kinds,
-        baseline,
+        baseline.as_deref(),
         progress,
         (0, seeds.len()),
     )
@@ -304,8 +304,8 @@ fn run_seeds(
     file_jobs: &[Job],
     config: &SimConfig,
     seeds: &[u64],
-    kinds: &[PolicyKind],
-    baseline: Option<PolicyKind>,
+    kinds: &[Scheduling],
+    baseline: Option<&str>,
     progress: Option<&ProgressFn<'_>>,
     (before, total): (usize, usize),
 ) -> Result<SeedStudy, SimError> {
@@ -320,7 +320,7 @@ fn run_seeds(
         .iter()
         .map(|c| prepare_jobs(file_jobs, c))
         .collect::<Result<_, _>>()?;
-    let plans = if kinds.iter().any(|k| k.needs_pri_scores()) {
+    let plans = if kinds.iter().any(Scheduling::needs_pri_scores) {
         plan_sources(file_jobs, &jobs.concat(), config, progress)?
     } else {
         PlanSet::default()
@@ -345,7 +345,7 @@ fn run_seeds(
             progress,
         )?);
     }
-    SeedStudy::from_reports(seeds.to_vec(), reports, baseline.map(PolicyKind::name))
+    SeedStudy::from_reports(seeds.to_vec(), reports, baseline)
 }
 
 /// `1–5` for consecutive seeds, `1, 4, 9` otherwise.
@@ -467,13 +467,13 @@ impl LoadSweep {
 /// Runs [`compare_seeds`] on `config` with [`SimConfig::machines`] set to each of
 /// `machine_counts` in turn (each count's Graphene plans are computed for its cluster).
 /// Fails, naming the value, on a count of 0 or a count given twice.
-pub fn sweep_machines(
+pub fn sweep_machines<S: Into<Scheduling> + Clone>(
     file_jobs: &[Job],
     config: &SimConfig,
     machine_counts: &[usize],
     seeds: &[u64],
-    policies: &[PolicyKind],
-    baseline: Option<PolicyKind>,
+    policies: &[S],
+    baseline: Option<S>,
     progress: Option<&ProgressFn<'_>>,
 ) -> Result<LoadSweep, SimError> {
     if machine_counts.is_empty() {
@@ -494,7 +494,7 @@ pub fn sweep_machines(
         }
     }
     check_seeds(seeds)?;
-    let kinds = comparison_kinds(policies, baseline)?;
+    let (kinds, baseline) = comparison_kinds(policies, baseline)?;
     let total = machine_counts.len() * seeds.len();
     let mut points = Vec::with_capacity(machine_counts.len());
     for (i, &machines) in machine_counts.iter().enumerate() {
@@ -507,7 +507,7 @@ pub fn sweep_machines(
             &config,
             seeds,
             &kinds,
-            baseline,
+            baseline.as_deref(),
             progress,
             (i * seeds.len(), total),
         )?);
@@ -515,7 +515,7 @@ pub fn sweep_machines(
     Ok(LoadSweep {
         machine: config.machine.to_string(),
         seeds: seeds.to_vec(),
-        baseline: baseline.map(|b| b.name().to_string()),
+        baseline,
         points,
     })
 }

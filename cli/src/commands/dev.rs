@@ -5,8 +5,9 @@
 //! (this very binary, on loopback ports the OS hands out, with development certificates, data
 //! directories and logs in one directory), waits for a leader and for every agent to register,
 //! then runs a sample of the workload's jobs with the SDK's DAG-job framework exactly as
-//! `fullerene job run` does: a progress bar per job, then the JCT summary (`--json` too). The
-//! time scale is chosen so that the sample keeps the cluster busy for about `--target-secs`.
+//! `fullerene job run` does (with `--policy decima`, all of them in one session framework
+//! under Decima's learned policy): a progress bar per job, then the JCT summary (`--json`
+//! too). The time scale is chosen so that the sample keeps the cluster busy for about `--target-secs`.
 //! Every process it started is stopped when it ends: on success, on error, and on ctrl-c,
 //! SIGTERM or SIGHUP (the processes run in their own process group, so a terminal's ctrl-c, or
 //! the hangup of a closed terminal or a dropped ssh session, reaches this command only, which
@@ -26,16 +27,16 @@ use fullerene_proto::messages::{AgentState, OperatorRequest, OperatorResponse};
 use fullerene_proto::{ResourceKind, ResourceVec};
 use fullerene_sdk::lower_bound::lower_bounds;
 use fullerene_sdk::planner::PlanCluster;
-use fullerene_sdk::policy::PolicyKind;
 use fullerene_sdk::{parse_workload, Job};
 use fullerene_sim::{check_fits, job_sources, JobOrder, REFERENCE_MACHINE};
 use fullerene_transport::certs::CertPaths;
 use fullerene_transport::Role;
 
 use crate::commands::job::{self, JobRunArgs};
+use crate::commands::learn::decima_policies;
 use crate::commands::reservation::set_plan_quantum;
 use crate::commands::{
-    parse_fraction, parse_positive, parse_slack, resolve_workload, Caught, Signals,
+    parse_fraction, parse_positive, parse_slack, resolve_workload, Caught, PolicyChoice, Signals,
 };
 use crate::output::JsonOutput;
 use fullerene_sim::reserved::DEFAULT_SLACK;
@@ -94,6 +95,8 @@ pub(crate) struct DevArgs {
     pub seed: u64,
     #[command(flatten)]
     pub policy: super::JobPolicyArg,
+    #[command(flatten)]
+    pub model: super::ModelArg,
     /// Real seconds per second of the workload's task durations (default: chosen from the
     /// sample's work and the cluster's capacity to take about --target-secs).
     #[arg(long, env = "FULLERENE_TIME_SCALE", value_name = "FACTOR", value_parser = parse_positive, allow_negative_numbers = true)]
@@ -241,7 +244,18 @@ fn default_time_scale(lower_bound_s: f64, target_s: f64) -> f64 {
 
 /// Runs `fullerene dev`.
 pub(crate) fn run(args: DevArgs, json: &JsonOutput) -> Result<()> {
-    let policy = args.policy.kind()?;
+    let policy = args.policy.choice()?;
+    args.model.check_used(policy == PolicyChoice::Decima)?;
+    if policy == PolicyChoice::Decima {
+        if args.reservations.is_some() {
+            bail!(
+                "--reservations is not supported with --policy decima (one framework for all \
+                 jobs makes no per-job reservations yet)"
+            );
+        }
+        // Read before any process starts: a model that cannot be read is refused at once.
+        decima_policies(args.model.model.as_deref())?;
+    }
     let workload = resolve_workload(args.workload.clone()).map_err(|error| {
         let cwd =
             std::env::current_dir().map_or_else(|_| "?".to_string(), |d| d.display().to_string());
@@ -360,7 +374,7 @@ async fn drive(
     cluster: &mut LocalMasters,
     args: &DevArgs,
     sample: &Sample,
-    policy: PolicyKind,
+    policy: PolicyChoice,
     json: &JsonOutput,
 ) -> Outcome {
     let started = Instant::now();
@@ -390,6 +404,7 @@ async fn drive(
         policy: super::JobPolicyArg {
             policy: policy.name().to_string(),
         },
+        model: args.model.clone(),
         time_scale: sample.time_scale,
         jobs: None,
         arrivals: fullerene_sim::ArrivalSpec::Zero,

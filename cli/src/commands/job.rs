@@ -16,9 +16,9 @@ use fullerene_sdk::dag::{
     RunJobsOptions,
 };
 use fullerene_sdk::planner::PlanCluster;
-use fullerene_sdk::policy::PolicyKind;
 use fullerene_sdk::read_workload;
 use fullerene_sdk::reserve::{deadline_request, Admission, DeadlineRequest};
+use fullerene_sdk::session::run_session;
 use fullerene_sim::reserved::DEFAULT_SLACK;
 use fullerene_sim::sla::choose_sla_jobs;
 use fullerene_sim::{arrival_times, check_fits, ArrivalSpec};
@@ -29,10 +29,11 @@ use serde::Serialize;
 
 use crate::commands::cluster::{operator_client, ClusterArgs};
 use crate::commands::control::parse_span;
+use crate::commands::learn::decima_policies;
 use crate::commands::master::tls_paths;
 use crate::commands::reservation::read_policy;
 use crate::commands::{
-    parse_fraction, parse_positive, parse_slack, resolve_workload, Caught, Signals,
+    parse_fraction, parse_positive, parse_slack, resolve_workload, Caught, PolicyChoice, Signals,
 };
 use crate::output::{table, JsonOutput};
 
@@ -44,6 +45,11 @@ pub(crate) enum JobCommand {
     /// Run the jobs of a workload file on the cluster, each as its own framework (planned with
     /// Graphene, matched online, yielding with Carbyne), show a progress bar per job, then a
     /// JCT summary.
+    ///
+    /// With `--policy decima`, every job runs in one framework instead, a session whose learned
+    /// policy (`--model`, or the built-in one) picks on each batch of offers the next stage
+    /// among all jobs and that job's parallelism (Decima §5.2); `--state-dir`, `--deadlines`
+    /// and `--event-log` are refused with it.
     ///
     /// Jobs arrive as `--arrivals` says, like the simulator's (`zero`: all at once, the
     /// default; `poisson:MEAN_GAP_S`; `trace`: the file's `arrival_s`), in workload seconds
@@ -91,6 +97,8 @@ pub(crate) struct JobRunArgs {
     pub key: Option<PathBuf>,
     #[command(flatten)]
     pub policy: super::JobPolicyArg,
+    #[command(flatten)]
+    pub model: super::ModelArg,
     /// Real seconds per second of the workload's task durations (0.05 runs 20 times faster).
     #[arg(
         long,
@@ -178,7 +186,16 @@ pub(crate) fn run_jobs_command(
     json: &JsonOutput,
     handle_signals: bool,
 ) -> Result<()> {
-    let policy = args.policy.kind()?;
+    let choice = args.policy.choice()?;
+    args.model.check_used(choice == PolicyChoice::Decima)?;
+    if choice == PolicyChoice::Decima {
+        refuse_session_flags(&args)?;
+    }
+    // Loaded before anything runs: a model that cannot be read is refused at once.
+    let decima = match choice {
+        PolicyChoice::Decima => Some(decima_policies(args.model.model.as_deref())?),
+        PolicyChoice::Job(_) => None,
+    };
     if args.max_attempts == 0 {
         bail!("invalid --max-attempts 0: a task needs at least one attempt");
     }
@@ -213,7 +230,11 @@ pub(crate) fn run_jobs_command(
     let options = RunJobsOptions {
         masters: args.masters.addrs.clone(),
         dag: DagConfig {
-            policy,
+            // Decima's session orders the tasks itself; the intra-job policy is unused.
+            policy: match choice {
+                PolicyChoice::Job(kind) => kind,
+                PolicyChoice::Decima => DagConfig::default().policy,
+            },
             time_scale: args.time_scale,
             max_attempts: args.max_attempts,
             executor: match &args.command {
@@ -278,8 +299,14 @@ pub(crate) fn run_jobs_command(
             }
         })
     };
+    let factory = decima.as_ref().map(|(factory, _)| factory.clone());
     let (reports, caught) = runtime.block_on(async {
-        let run = run_jobs(jobs, &tls, options, Some(progress));
+        let run = async {
+            match factory {
+                Some(factory) => run_session(jobs, &tls, options, factory, Some(progress)).await,
+                None => run_jobs(jobs, &tls, options, Some(progress)).await,
+            }
+        };
         tokio::pin!(run);
         let mut signals = if handle_signals {
             Some(Signals::new()?)
@@ -311,10 +338,19 @@ pub(crate) fn run_jobs_command(
     runtime.shutdown_timeout(Duration::from_secs(1));
     bars.finish();
 
-    let summary = Summary::of(&workload, policy, args.time_scale, reports);
+    let summary = Summary::of(&workload, choice.name(), args.time_scale, reports);
     json.emit(&summary, || summary.render())?;
     if let Some(caught) = caught {
         std::process::exit(128 + caught.number);
+    }
+    let failed_decisions = decima
+        .as_ref()
+        .map_or(0, |(_, failures)| failures.load(Ordering::Relaxed));
+    if failed_decisions > 0 {
+        bail!(
+            "the model failed to compute {failed_decisions} decision(s) (each fell back to the \
+             first candidate): the run's figures are not the model's"
+        );
     }
     if summary.failed > 0 {
         bail!(
@@ -322,6 +358,33 @@ pub(crate) fn run_jobs_command(
             summary.failed,
             summary.jobs.len()
         );
+    }
+    Ok(())
+}
+
+/// The flags `--policy decima` cannot honour yet: its one framework for all jobs has no
+/// per-job journal, reservations or event log (the SDK refuses them too, as
+/// [`fullerene_sdk::session::SessionRefusal`]); refused by name rather than ignored.
+fn refuse_session_flags(args: &JobRunArgs) -> Result<()> {
+    let refused = [
+        (
+            args.state_dir.is_some(),
+            "--state-dir",
+            "one framework for all jobs has no per-job journal yet",
+        ),
+        (
+            args.deadlines.is_some(),
+            "--deadlines",
+            "one framework for all jobs makes no per-job reservations yet",
+        ),
+        (
+            args.event_log.is_some(),
+            "--event-log",
+            "its readers, such as `fullerene chaos run`, expect one framework per job",
+        ),
+    ];
+    if let Some((_, flag, why)) = refused.iter().find(|(given, _, _)| *given) {
+        bail!("{flag} is not supported with --policy decima ({why})");
     }
     Ok(())
 }
@@ -627,7 +690,7 @@ fn deadline_cell(job: &JobReport) -> String {
 }
 
 impl Summary {
-    fn of(file: &Path, policy: PolicyKind, time_scale: f64, jobs: Vec<JobReport>) -> Summary {
+    fn of(file: &Path, policy: &str, time_scale: f64, jobs: Vec<JobReport>) -> Summary {
         let mut jcts: Vec<f64> = jobs
             .iter()
             .filter_map(|j| match j.outcome {
@@ -639,7 +702,7 @@ impl Summary {
         let finished = jcts.len();
         Summary {
             workload: file.display().to_string(),
-            policy: policy.name().to_string(),
+            policy: policy.to_string(),
             time_scale,
             finished,
             failed: jobs.len() - finished,
@@ -846,7 +909,7 @@ mod tests {
             ),
             report("d", JobOutcome::Finished { jct_ms: 2_000 }),
         ];
-        let s = Summary::of(Path::new("w.jsonl"), PolicyKind::Graphene, 1.0, jobs);
+        let s = Summary::of(Path::new("w.jsonl"), "graphene", 1.0, jobs);
         assert_eq!((s.finished, s.failed), (3, 1));
         assert_eq!(s.jct_avg_s, Some(2.0));
         assert_eq!(s.jct_median_s, Some(2.0));
@@ -882,7 +945,7 @@ mod tests {
             with("d", 3_000, Admission::Unanswered),
             report("e", JobOutcome::Finished { jct_ms: 9_000 }),
         ];
-        let s = Summary::of(Path::new("w.jsonl"), PolicyKind::Graphene, 1.0, jobs);
+        let s = Summary::of(Path::new("w.jsonl"), "graphene", 1.0, jobs);
         assert_eq!(
             s.deadlines,
             Some(DeadlineSummary {
@@ -906,7 +969,7 @@ mod tests {
         // Without deadlines, no column.
         let plain = Summary::of(
             Path::new("w.jsonl"),
-            PolicyKind::Graphene,
+            "graphene",
             1.0,
             vec![report("e", JobOutcome::Finished { jct_ms: 9_000 })],
         );

@@ -10,9 +10,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use clap::builder::TypedValueParser as _;
 use clap::{Args, Subcommand, ValueEnum};
-use fullerene_learn::{
-    Choice, DecimaPolicy, IterationReport, ModelFile, TrainConfig, Trainer,
-};
+use fullerene_learn::{Choice, DecimaPolicy, IterationReport, ModelFile, TrainConfig, Trainer};
 use fullerene_sdk::session::{SessionPolicyFactory, SessionPolicyKind};
 use fullerene_sdk::{read_workload, Job};
 use fullerene_sim::session::{

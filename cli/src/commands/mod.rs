@@ -23,7 +23,7 @@ pub(crate) mod token;
 pub(crate) mod version;
 
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -122,11 +122,6 @@ pub(crate) struct JobPolicyArg {
 }
 
 impl JobPolicyArg {
-    /// The policy named, or an error naming the flag.
-    pub(crate) fn kind(&self) -> Result<fullerene_sdk::policy::PolicyKind> {
-        self.policy.parse().context("invalid --policy")
-    }
-
     /// The policy named: an intra-job policy, or `decima`.
     pub(crate) fn choice(&self) -> Result<PolicyChoice> {
         PolicyChoice::parse(&self.policy)
@@ -150,10 +145,7 @@ impl PolicyChoice {
 
     /// `decima` or an intra-job policy's name; an error names `--policy`.
     pub(crate) fn parse(name: &str) -> Result<PolicyChoice> {
-        if name.trim() == Self::DECIMA {
-            return Ok(PolicyChoice::Decima);
-        }
-        Ok(PolicyChoice::Job(name.parse().context("invalid --policy")?))
+        name.parse().context("invalid --policy")
     }
 
     /// The name on the command line.
@@ -165,6 +157,34 @@ impl PolicyChoice {
     }
 }
 
+impl std::str::FromStr for PolicyChoice {
+    type Err = anyhow::Error;
+
+    /// `decima` or an intra-job policy's name, the error naming no flag (for lists such as
+    /// `sim --compare`).
+    fn from_str(name: &str) -> Result<PolicyChoice> {
+        if name.trim() == Self::DECIMA {
+            return Ok(PolicyChoice::Decima);
+        }
+        use fullerene_sdk::policy::PolicyKind;
+        match name.parse::<PolicyKind>() {
+            Ok(kind) => Ok(PolicyChoice::Job(kind)),
+            Err(_) => {
+                let known: Vec<&str> = PolicyKind::ALL
+                    .iter()
+                    .map(|k| k.name())
+                    .chain([Self::DECIMA])
+                    .collect();
+                bail!(
+                    "unknown policy `{}` (known: {})",
+                    name.trim(),
+                    known.join(", ")
+                )
+            }
+        }
+    }
+}
+
 /// `--model` of the commands that can run `--policy decima`.
 #[derive(Args, Debug, Clone, Default)]
 pub(crate) struct ModelArg {
@@ -172,6 +192,26 @@ pub(crate) struct ModelArg {
     /// the model built in (`learn/models/decima-batch.model`).
     #[arg(long, env = "FULLERENE_MODEL", value_name = "FILE")]
     pub model: Option<PathBuf>,
+}
+
+impl ModelArg {
+    /// Refuses a `--model` the command will not read: `decima` says whether Decima runs (in
+    /// `sim`, also as one of --compare or --baseline). A model set by `FULLERENE_MODEL` is not
+    /// refused: the environment serves every command, only some of which run Decima.
+    pub(crate) fn check_used(&self, decima: bool) -> Result<()> {
+        let Some(model) = &self.model else {
+            return Ok(());
+        };
+        let from_env =
+            std::env::var_os("FULLERENE_MODEL").is_some_and(|env| Path::new(&env) == model);
+        if !decima && !from_env {
+            bail!(
+                "--model is only read with --policy decima (in `sim`, also with decima in \
+                 --compare or --baseline): drop it or run decima"
+            );
+        }
+        Ok(())
+    }
 }
 
 /// Parses `HOST:PORT`, a name or an IP address, into the address it resolves to now (the first

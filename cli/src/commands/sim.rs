@@ -2,23 +2,24 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use fullerene_proto::ResourceVec;
-use fullerene_sdk::policy::PolicyKind;
 use fullerene_sdk::read_workload;
 use fullerene_sim::{
-    compare, compare_seeds, compare_sla, consecutive_seeds, parse_policy_list,
-    parse_sla_policy_list, plot_gain_vs_load, plot_jct_cdf, plot_seed_jct_cdf, plot_utilization,
-    render_seed_table, render_sla_table, render_sweep, render_table, sweep_machines, workload_name,
-    ArrivalSpec, JobOrder, Progress, RuleVariant, SimConfig, SlaOptions,
+    compare, compare_seeds, compare_sla, consecutive_seeds, parse_name_list, parse_sla_policy_list,
+    plot_gain_vs_load, plot_jct_cdf, plot_seed_jct_cdf, plot_utilization, render_seed_table,
+    render_sla_table, render_sweep, render_table, sweep_machines, workload_name, ArrivalSpec,
+    JobOrder, Progress, RuleVariant, Scheduling, SessionScheduling, SimConfig, SlaOptions,
 };
 use indicatif::ProgressBar;
 
+use crate::commands::learn::decima_policies;
 use crate::commands::plan::progress_bar;
-use crate::commands::{parse_fraction, parse_slack, resolve_workload};
+use crate::commands::{parse_fraction, parse_slack, resolve_workload, ModelArg, PolicyChoice};
 use crate::output::JsonOutput;
 
 /// Flags of `fullerene sim`.
@@ -27,7 +28,9 @@ pub(crate) struct SimArgs {
     /// Workload file (JSON Lines, `shared/workloads/FORMAT.md`). Default: the shared TPC-H file.
     #[arg(long, short, env = "FULLERENE_WORKLOAD", value_name = "FILE")]
     workload: Option<PathBuf>,
-    /// The policy to run: graphene+carbyne, graphene, carbyne, drf, tetris, cp, bfs, fifo, sjf.
+    /// The policy to run: graphene+carbyne, graphene, carbyne, drf, tetris, cp, bfs, fifo, sjf
+    /// (each job its own framework with that intra-job policy); or decima, Decima's learned
+    /// policy over all jobs run as one session framework (`--model`).
     #[arg(
         long,
         short,
@@ -36,7 +39,7 @@ pub(crate) struct SimArgs {
         conflicts_with = "compare"
     )]
     policy: String,
-    /// Several policies, comma-separated, run on identical arrivals.
+    /// Several policies, comma-separated, run on identical arrivals (decima among them).
     #[arg(long, value_name = "LIST")]
     compare: Option<String>,
     /// Report every policy's ratios to this one (run too if not in --compare).
@@ -125,6 +128,34 @@ pub(crate) struct SimArgs {
     /// With --deadlines: the slack of each deadline over the job's lower bound.
     #[arg(long, value_name = "FRACTION", value_parser = parse_slack, requires = "deadlines")]
     deadline_slack: Option<f64>,
+    #[command(flatten)]
+    model: ModelArg,
+}
+
+/// The runs the policy names stand for: each intra-job policy as it is, `decima` as a session
+/// of Decima's model (`--model`, or the built-in one). Also returns the count of decisions the
+/// model failed to compute, when decima is among them.
+fn schedulings(
+    choices: &[PolicyChoice],
+    model: &ModelArg,
+) -> Result<(Vec<Scheduling>, Option<Arc<AtomicU64>>)> {
+    let mut failures = None;
+    let mut decima = None;
+    let mut out = Vec::with_capacity(choices.len());
+    for choice in choices {
+        out.push(match *choice {
+            PolicyChoice::Job(kind) => Scheduling::PerJob(kind),
+            PolicyChoice::Decima => {
+                if decima.is_none() {
+                    let (factory, counter) = decima_policies(model.model.as_deref())?;
+                    failures = Some(counter);
+                    decima = Some(SessionScheduling::new(factory));
+                }
+                Scheduling::Session(decima.clone().context("decima's session")?)
+            }
+        });
+    }
+    Ok((out, failures))
 }
 
 /// The simulated cluster and workload the flags describe.
@@ -147,13 +178,26 @@ fn scenario(args: &SimArgs) -> SimConfig {
     config
 }
 
-/// `fullerene sim --deadlines`: SLA jobs under reservations (Rayon §6).
+/// `fullerene sim --deadlines`: SLA jobs under reservations (Rayon §6). Decima is refused:
+/// its session, one framework for every job, has no per-job reservations or queues (clap
+/// already refuses `--policy` with `--deadlines`; this is decima in `--compare`).
 fn run_deadlines(args: SimArgs, json: &JsonOutput) -> Result<()> {
-    let policies = parse_sla_policy_list(
-        args.compare
-            .as_deref()
-            .unwrap_or("rayon-gree,rayon-gree-l,capacity"),
-    )?;
+    let list = args
+        .compare
+        .as_deref()
+        .unwrap_or("rayon-gree,rayon-gree-l,capacity");
+    if list
+        .split(',')
+        .any(|name| name.trim() == PolicyChoice::DECIMA)
+    {
+        bail!(
+            "--deadlines cannot run decima (in --compare): its one session framework for every \
+             job has no reservations or SLA queues; --deadlines compares rayon-gree, \
+             rayon-gree-l and capacity; drop decima, or drop --deadlines to compare decima"
+        );
+    }
+    args.model.check_used(false)?;
+    let policies = parse_sla_policy_list(list)?;
     if args.seeds > 1 {
         bail!("--deadlines runs one seed: drop --seeds");
     }
@@ -177,14 +221,28 @@ pub(crate) fn run(args: SimArgs, json: &JsonOutput) -> Result<()> {
     if args.deadlines.is_some() {
         return run_deadlines(args, json);
     }
-    let policies: Vec<PolicyKind> = match &args.compare {
-        Some(list) => parse_policy_list(list)?,
-        None => vec![args.policy.parse()?],
+    let mut choices: Vec<PolicyChoice> = match &args.compare {
+        Some(list) => parse_name_list(list).context("invalid --compare")?,
+        None => vec![PolicyChoice::parse(&args.policy)?],
     };
-    if policies.is_empty() {
+    if choices.is_empty() {
         bail!("--compare names no policy");
     }
-    let baseline: Option<PolicyKind> = args.baseline.as_deref().map(str::parse).transpose()?;
+    let baseline: Option<PolicyChoice> = args
+        .baseline
+        .as_deref()
+        .map(str::parse)
+        .transpose()
+        .context("invalid --baseline")?;
+    // The baseline goes through the same conversion, as the list's last entry.
+    choices.extend(baseline);
+    args.model
+        .check_used(choices.contains(&PolicyChoice::Decima))?;
+    let (mut policies, failures) = schedulings(&choices, &args.model)?;
+    let baseline = match baseline {
+        Some(_) => policies.pop(),
+        None => None,
+    };
     if !(args.kappa.is_finite() && args.kappa >= 0.0) {
         bail!("--kappa must be a finite number >= 0, not {}", args.kappa);
     }
@@ -197,7 +255,15 @@ pub(crate) fn run(args: SimArgs, json: &JsonOutput) -> Result<()> {
 
     let seeds = consecutive_seeds(args.seed, args.seeds as usize)?;
     let label = workload_name(&workload);
-    let baseline_name = baseline.map(fullerene_sim::PolicyKind::name);
+    let baseline_name = baseline.as_ref().map(Scheduling::name);
+    // Decima's figures are the model's only if it computed every decision.
+    let check_model = || match failures.as_ref().map(|f| f.load(Ordering::Relaxed)) {
+        Some(failed) if failed > 0 => bail!(
+            "the Decima model failed to compute {failed} decision(s) (each fell back to the \
+             first candidate): decima's figures would not be its own"
+        ),
+        _ => Ok(()),
+    };
 
     let bar = progress_bar(0);
     let tracker = ProgressTracker::new(&bar);
@@ -211,11 +277,12 @@ pub(crate) fn run(args: SimArgs, json: &JsonOutput) -> Result<()> {
             &counts,
             &seeds,
             &policies,
-            baseline,
+            baseline.clone(),
             Some(&progress),
         )
         .with_context(|| format!("simulating {}", workload.display()))?;
         bar.finish_and_clear();
+        check_model()?;
         if let Some(path) = &args.plot {
             for point in &sweep.points {
                 let file = suffixed(path, &format!("{}machines", point.scenario.machines));
@@ -234,9 +301,17 @@ pub(crate) fn run(args: SimArgs, json: &JsonOutput) -> Result<()> {
     }
 
     if seeds.len() > 1 {
-        let study = compare_seeds(&jobs, &config, &seeds, &policies, baseline, Some(&progress))
-            .with_context(|| format!("simulating {}", workload.display()))?;
+        let study = compare_seeds(
+            &jobs,
+            &config,
+            &seeds,
+            &policies,
+            baseline.clone(),
+            Some(&progress),
+        )
+        .with_context(|| format!("simulating {}", workload.display()))?;
         bar.finish_and_clear();
+        check_model()?;
         if let Some(path) = &args.plot {
             plot_seed_jct_cdf(&study, &label, path)?;
             eprintln!("wrote {}", path.display());
@@ -251,9 +326,10 @@ pub(crate) fn run(args: SimArgs, json: &JsonOutput) -> Result<()> {
         return json.emit(&study, || render_seed_table(&study));
     }
 
-    let reports = compare(&jobs, &config, &policies, baseline, Some(&progress))
+    let reports = compare(&jobs, &config, &policies, baseline.clone(), Some(&progress))
         .with_context(|| format!("simulating {}", workload.display()))?;
     bar.finish_and_clear();
+    check_model()?;
 
     if let Some(path) = &args.plot {
         plot_jct_cdf(&reports, &label, path)?;
@@ -299,8 +375,8 @@ impl<'a> ProgressTracker<'a> {
     }
 
     fn update(&self, progress: &Progress) {
-        match *progress {
-            Progress::Planning { done, total } => {
+        match progress {
+            &Progress::Planning { done, total } => {
                 self.bar.set_length(total as u64);
                 self.bar.set_position(done as u64);
                 self.bar.set_message("planning jobs (Graphene offline)");
@@ -314,7 +390,7 @@ impl<'a> ProgressTracker<'a> {
                 let Ok(mut runs) = self.jobs_done.lock() else {
                     return;
                 };
-                runs.insert(policy.name().to_string(), (jobs_done, jobs_total));
+                runs.insert(policy.clone(), (*jobs_done, *jobs_total));
                 let done: usize = runs.values().map(|(d, _)| d).sum();
                 let total: usize = runs.values().map(|(_, t)| t).sum();
                 let prefix = self
@@ -329,7 +405,7 @@ impl<'a> ProgressTracker<'a> {
                     runs.len()
                 ));
             }
-            Progress::Comparison {
+            &Progress::Comparison {
                 started,
                 total,
                 seed,

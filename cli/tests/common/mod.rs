@@ -12,6 +12,7 @@ pub(crate) fn fullerene() -> Command {
     cmd.env_remove("FULLERENE_CONFIG")
         .env_remove("FULLERENE_WORKLOAD")
         .env_remove("FULLERENE_MASTER_ADDRS")
+        .env_remove("FULLERENE_MODEL")
         .env_remove("FULLERENE_LOG");
     cmd
 }

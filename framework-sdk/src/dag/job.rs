@@ -12,28 +12,27 @@
 //! time since submission divided by `time_scale`.
 
 use fullerene_proto::jobs::{JobDescription, JobEnd, StageDescription};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::BTreeSet;
 
 use fullerene_proto::messages::{
-    CommandSpec, DemandSummary, ErrorCode, Executor, FrameworkRequest, Leftover, Offer,
-    StatusReason, StatusUpdate, TaskOrigin, TaskSpec, TaskState, WireError, MAX_RECONCILE_TASK_IDS,
+    DemandSummary, ErrorCode, FrameworkRequest, Leftover, Offer, StatusUpdate, TaskState,
+    WireError, MAX_RECONCILE_TASK_IDS,
 };
 use fullerene_proto::time::secs_f64;
-use fullerene_proto::{AgentId, FrameworkId, ResourceVec, Resources, TaskId, Time};
+use fullerene_proto::{FrameworkId, ResourceVec, TaskId, Time};
 use serde::Serialize;
 
+use super::attempts::{parse_task_id, AttemptEnd, Attempts, TEXT_PLACEHOLDERS};
+pub use super::common::MAX_REFUSED_ACCEPTS;
+use super::common::{count_refused_accept, decline_for_good, read_offers, Machines};
 use super::journal::Record;
-use super::template::{self, TemplateError, Value};
+use super::template::{self, TemplateError};
 use crate::job::{Job, TaskRef};
 use crate::planner::{plan_remaining, PlanCluster, PlanError, PlannerConfig};
 use crate::policy::{
     self, JobPolicy, JobState, LeftoverAction, OfferContext, PolicyError, PolicyKind, PolicyParams,
     TaskStatus,
 };
-
-/// The placeholders of a command template that stand for free text (names from the workload),
-/// substituted shell-quoted.
-const TEXT_PLACEHOLDERS: [&str; 2] = ["job", "stage_name"];
 
 /// How each task runs on its agent.
 #[derive(Clone, Debug, PartialEq)]
@@ -43,7 +42,7 @@ pub enum ExecutorTemplate {
     /// `sh -c TEMPLATE`, with `{job}`, `{stage}` (id), `{stage_name}`, `{index}`, `{attempt}`,
     /// `{duration_s}` and `{duration_ms}` (scaled) replaced: the names single-quoted as one
     /// shell word each (so do not quote them again in the template), the numbers bare
-    /// (see [`template`](super::template)).
+    /// (see [`super::template`]).
     Command(String),
 }
 
@@ -73,6 +72,23 @@ pub struct DagConfig {
     pub concurrent_jobs: usize,
     /// Grace between the polite signal and the kill, for tasks this framework kills.
     pub kill_grace_ms: u64,
+}
+
+impl DagConfig {
+    /// Checks what every job run with this configuration relies on: a time scale that is a
+    /// number > 0, at least one attempt, and a command template that keeps names quoted.
+    pub fn validate(&self) -> Result<(), DagError> {
+        if !(self.time_scale.is_finite() && self.time_scale > 0.0) {
+            return Err(DagError::TimeScale(self.time_scale));
+        }
+        if self.max_attempts == 0 {
+            return Err(DagError::MaxAttempts);
+        }
+        if let ExecutorTemplate::Command(template) = &self.executor {
+            template::check(template, |name| TEXT_PLACEHOLDERS.contains(&name))?;
+        }
+        Ok(())
+    }
 }
 
 impl Default for DagConfig {
@@ -162,13 +178,6 @@ pub struct JobProgress {
     pub outcome: JobOutcome,
 }
 
-#[derive(Clone, Debug)]
-struct Machine {
-    index: usize,
-    /// The most this agent ever offered: the best estimate of its capacity the protocol gives.
-    capacity: ResourceVec,
-}
-
 /// One job's decisions (see the module documentation).
 pub struct DagJob {
     job: Job,
@@ -177,16 +186,9 @@ pub struct DagJob {
     policy: Option<Box<dyn JobPolicy>>,
     pri_scores: Option<Vec<Vec<f64>>>,
     replan: bool,
-    machines: BTreeMap<AgentId, Machine>,
-    /// Task id of each launch → the task and its launch number.
-    launches: HashMap<TaskId, (TaskRef, u32)>,
-    /// The current launch number of each task (ids carry it, so a retry never reuses an id,
-    /// which the master refuses).
-    current: HashMap<TaskRef, u32>,
-    failures: HashMap<TaskRef, u32>,
-    failed_attempts: u64,
-    /// Task attempts preempted for a reservation.
-    preempted_attempts: u64,
+    machines: Machines,
+    /// The launches of the job's tasks, their ids and failures.
+    attempts: Attempts,
     submitted: Time,
     outcome: JobOutcome,
     last_demand: Option<DemandSummary>,
@@ -207,11 +209,6 @@ pub struct DagJob {
     reservation: Option<String>,
 }
 
-/// Accepts refused in a row (with no task of the job making progress in between) after which
-/// the job fails: a master and a policy that disagree for good (an overbooking allowance, an
-/// executor the agents lack) would otherwise resend the same bundle forever.
-pub const MAX_REFUSED_ACCEPTS: u32 = 50;
-
 impl std::fmt::Debug for DagJob {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DagJob")
@@ -226,15 +223,7 @@ impl DagJob {
     /// configured plan cluster, plans now (so that a job the planner refuses is refused before
     /// anything runs).
     pub fn new(job: Job, config: DagConfig, now: Time) -> Result<DagJob, DagError> {
-        if !(config.time_scale.is_finite() && config.time_scale > 0.0) {
-            return Err(DagError::TimeScale(config.time_scale));
-        }
-        if config.max_attempts == 0 {
-            return Err(DagError::MaxAttempts);
-        }
-        if let ExecutorTemplate::Command(template) = &config.executor {
-            template::check(template, |name| TEXT_PLACEHOLDERS.contains(&name))?;
-        }
+        config.validate()?;
         let state = JobState::new(&job);
         let mut dag = DagJob {
             job,
@@ -243,12 +232,8 @@ impl DagJob {
             policy: None,
             pri_scores: None,
             replan: false,
-            machines: BTreeMap::new(),
-            launches: HashMap::new(),
-            current: HashMap::new(),
-            failures: HashMap::new(),
-            failed_attempts: 0,
-            preempted_attempts: 0,
+            machines: Machines::default(),
+            attempts: Attempts::new(),
             submitted: now,
             outcome: JobOutcome::Running,
             refused_in_a_row: 0,
@@ -303,21 +288,11 @@ impl DagJob {
     /// with their ids (the `stage` of its tasks' origins), sizes and parents, the policy, and
     /// the reservation it runs in.
     pub fn description(&self) -> JobDescription {
-        let stages = &self.job.stages;
-        JobDescription {
-            job: self.job.name.clone(),
-            policy: self.config.policy.name().to_string(),
-            stages: stages
-                .iter()
-                .map(|stage| StageDescription {
-                    stage: stage.id,
-                    name: stage.name.clone(),
-                    tasks: u32::try_from(stage.num_tasks()).unwrap_or(u32::MAX),
-                    parents: stage.parents.iter().map(|&p| stages[p].id).collect(),
-                })
-                .collect(),
-            reservation: self.reservation.clone(),
-        }
+        describe(
+            &self.job,
+            self.config.policy.name(),
+            self.reservation.clone(),
+        )
     }
 
     /// How the job ended, as the masters are told (`FrameworkRequest::EndJob`); `None` while
@@ -340,8 +315,8 @@ impl DagJob {
             tasks: self.state.num_tasks(),
             finished: self.state.num_finished(),
             running: self.state.num_running(),
-            failed_attempts: self.failed_attempts,
-            preempted_attempts: self.preempted_attempts,
+            failed_attempts: self.attempts.failed_attempts(),
+            preempted_attempts: self.attempts.preempted_attempts(),
             outcome: self.outcome.clone(),
         }
     }
@@ -371,16 +346,14 @@ impl DagJob {
             match record {
                 Record::Subscribed(id) => framework_id = Some(id.clone()),
                 Record::Launched(id) => {
-                    let Some((task, launch)) = self.parse_task_id(id) else {
+                    let Some((task, launch)) = parse_task_id(&self.job, id) else {
                         tracing::warn!(task = %id, "journal names a task of another job; skipped");
                         continue;
                     };
-                    self.launches.insert(id.clone(), (task, launch));
-                    let current = self.current.entry(task).or_insert(launch);
-                    *current = (*current).max(launch);
+                    self.attempts.restore(id.clone(), task, launch);
                 }
                 Record::Finished(id) => {
-                    let Some((task, _)) = self.parse_task_id(id) else {
+                    let Some((task, _)) = parse_task_id(&self.job, id) else {
                         tracing::warn!(task = %id, "journal names a task of another job; skipped");
                         continue;
                     };
@@ -394,12 +367,12 @@ impl DagJob {
         // A launch with no recorded end runs until the master says otherwise: it is never
         // launched again while it may still run (at most one instance).
         let open: Vec<(TaskId, TaskRef)> = self
-            .launches
-            .iter()
-            .filter(|(_, (task, launch))| {
-                !ended.contains(task) && self.current.get(task) == Some(launch)
+            .attempts
+            .launches()
+            .filter(|(_, task, launch)| {
+                !ended.contains(task) && self.attempts.is_current(*task, *launch)
             })
-            .map(|(id, (task, _))| (id.clone(), *task))
+            .map(|(id, task, _)| (id.clone(), task))
             .collect();
         for (id, task) in open {
             if self.state.try_mark_launched(task, 0, 0.0).is_ok() {
@@ -411,22 +384,6 @@ impl DagJob {
         }
         self.replan = true;
         framework_id
-    }
-
-    /// The task and launch number of one of this job's task ids (`<job>/<stage>.<index>/<n>`).
-    fn parse_task_id(&self, id: &TaskId) -> Option<(TaskRef, u32)> {
-        let rest = id
-            .as_str()
-            .strip_prefix(&self.job.name)?
-            .strip_prefix('/')?;
-        let (stage_and_index, launch) = rest.rsplit_once('/')?;
-        let (stage_id, index) = stage_and_index.split_once('.')?;
-        let stage_id: u32 = stage_id.parse().ok()?;
-        let index: usize = index.parse().ok()?;
-        let stage = self.job.stages.iter().position(|s| s.id == stage_id)?;
-        (index < self.job.stages[stage].num_tasks())
-            .then(|| (TaskRef::new(stage, index), launch.parse().ok()))
-            .and_then(|(task, launch)| Some((task, launch?)))
     }
 
     /// The framework could not go on (its driver stopped): the job fails with `reason`.
@@ -442,45 +399,19 @@ impl DagJob {
     /// as the policy says.
     pub fn on_offers(&mut self, offers: &[Offer], now: Time) -> Vec<FrameworkRequest> {
         let mut out = Vec::new();
-        let mut usable = Vec::with_capacity(offers.len());
-        for offer in offers {
-            match offer.resources.to_vec() {
-                Ok(free) => {
-                    let next = self.machines.len();
-                    let machine = self
-                        .machines
-                        .entry(offer.agent_id.clone())
-                        .or_insert(Machine {
-                            index: next,
-                            capacity: ResourceVec::ZERO,
-                        });
-                    machine.capacity = machine.capacity.max(&free);
-                    usable.push((offer, free));
-                }
-                Err(error) => {
-                    tracing::warn!(offer = %offer.id, %error, "declining an offer with unreadable resources");
-                    out.push(FrameworkRequest::Decline {
-                        offer_ids: vec![offer.id],
-                        refuse_ms: self.config.idle_refuse_ms,
-                    });
-                }
-            }
+        let usable = read_offers(offers, self.config.idle_refuse_ms, &mut out);
+        for (offer, free) in &usable {
+            self.machines.saw(&offer.agent_id, free);
         }
         if self.is_done() {
-            out.push(FrameworkRequest::Decline {
-                offer_ids: usable.iter().map(|(o, _)| o.id).collect(),
-                refuse_ms: 60_000,
-            });
+            out.push(decline_for_good(usable.iter().map(|(o, _)| o.id).collect()));
             return out;
         }
         if let Err(error) = self.ensure_policy() {
             self.outcome = JobOutcome::Failed {
                 reason: error.to_string(),
             };
-            out.push(FrameworkRequest::Decline {
-                offer_ids: usable.iter().map(|(o, _)| o.id).collect(),
-                refuse_ms: 60_000,
-            });
+            out.push(decline_for_good(usable.iter().map(|(o, _)| o.id).collect()));
             out.push(FrameworkRequest::Suppress);
             return out;
         }
@@ -496,7 +427,9 @@ impl DagJob {
                 .ok()
                 .filter(|share| !share.is_zero())
                 .unwrap_or(equal_split);
-            let machine = &self.machines[&offer.agent_id];
+            let Some(machine) = self.machines.get(&offer.agent_id) else {
+                continue;
+            };
             let (index, capacity) = (machine.index, machine.capacity);
             let context = OfferContext {
                 machine: index,
@@ -521,7 +454,7 @@ impl DagJob {
                     continue;
                 }
                 self.state.mark_launched(task, index, now_s);
-                tasks.push(self.task_spec(task));
+                tasks.push(self.attempts.launch(&self.job, &self.config, task));
             }
             let leftover = match decision.leftover {
                 LeftoverAction::Decline => Leftover::Decline { refuse_ms: 0 },
@@ -558,13 +491,13 @@ impl DagJob {
         let mut out = Vec::new();
         self.unconfirmed.remove(&update.task_id);
         self.reconcile_queued.remove(&update.task_id);
-        let Some(&(task, launch)) = self.launches.get(&update.task_id) else {
+        let Some((task, launch)) = self.attempts.attempt(&update.task_id) else {
             tracing::debug!(task = %update.task_id, "update for a task this job does not know");
             return out;
         };
         self.refused_in_a_row = 0;
         // A late report of an earlier attempt: that attempt was already given up on.
-        if self.current.get(&task) != Some(&launch)
+        if !self.attempts.is_current(task, launch)
             || self.state.status(task) != Some(TaskStatus::Running)
         {
             return out;
@@ -582,31 +515,17 @@ impl DagJob {
                 }
             }
             TaskState::Failed | TaskState::Lost | TaskState::Killed => {
-                // The master answers reconciliation of a task it never launched with LOST /
-                // UnknownTask: no attempt ran, so none is counted. A task preempted for a
-                // reservation (Rayon §5.2's reclaim) runs again without a failure counted:
-                // otherwise a best-effort job whose newest task is the victim of every reclaim
-                // would fail.
-                let ran = update.reason != Some(StatusReason::UnknownTask);
-                let preempted = matches!(update.reason, Some(StatusReason::Preempted { .. }));
-                if preempted {
-                    self.preempted_attempts += 1;
-                }
-                if ran && !preempted {
-                    self.failed_attempts += 1;
-                    let failures = {
-                        let count = self.failures.entry(task).or_insert(0);
-                        *count += 1;
-                        *count
-                    };
-                    if failures >= self.config.max_attempts && !self.is_done() {
-                        self.state.mark_lost(task);
-                        self.give_up(task, failures, update, &mut out);
+                let end = self
+                    .attempts
+                    .ended(&self.job, task, update, self.config.max_attempts);
+                self.state.mark_lost(task);
+                match end {
+                    AttemptEnd::OutOfAttempts(reason) if !self.is_done() => {
+                        self.give_up(reason, &mut out);
                         return out;
                     }
+                    _ => self.replan = true,
                 }
-                self.state.mark_lost(task);
-                self.replan = true;
             }
         }
         if self.is_done() {
@@ -640,12 +559,10 @@ impl DagJob {
         };
         let mut unknown = Vec::new();
         for spec in tasks {
-            let Some(&(task, launch)) = self.launches.get(&spec.id) else {
+            let Some(task) = self.attempts.current_task(&spec.id) else {
                 continue;
             };
-            if self.current.get(&task) != Some(&launch)
-                || self.state.status(task) != Some(TaskStatus::Running)
-            {
+            if self.state.status(task) != Some(TaskStatus::Running) {
                 continue;
             }
             if error.code == ErrorCode::OutcomeUnknown {
@@ -655,12 +572,8 @@ impl DagJob {
             }
         }
         if error.code != ErrorCode::OutcomeUnknown {
-            self.refused_in_a_row += 1;
-            if self.refused_in_a_row >= MAX_REFUSED_ACCEPTS {
-                self.fail(format!(
-                    "the master refused {} accepts in a row with no task making progress; last: {error}",
-                    self.refused_in_a_row
-                ));
+            if let Some(reason) = count_refused_accept(&mut self.refused_in_a_row, error) {
+                self.fail(reason);
                 return out;
             }
         }
@@ -680,37 +593,16 @@ impl DagJob {
         let mut ids: Vec<TaskId> = self
             .state
             .running_tasks()
-            .filter_map(|(task, _, _)| {
-                let launch = self.current.get(&task)?;
-                Some(self.task_id(task, *launch))
-            })
+            .filter_map(|(task, _, _)| self.attempts.current_id(&self.job, task))
             .collect();
         ids.sort();
         ids
     }
 
-    fn give_up(
-        &mut self,
-        task: TaskRef,
-        failures: u32,
-        update: &StatusUpdate,
-        out: &mut Vec<FrameworkRequest>,
-    ) {
-        let stage = &self.job.stages[task.stage()];
-        let detail = match (&update.reason, update.message.is_empty()) {
-            (Some(reason), true) => format!("{:?} ({reason:?})", update.state),
-            (Some(reason), false) => {
-                format!("{:?} ({reason:?}): {}", update.state, update.message)
-            }
-            (None, true) => format!("{:?}", update.state),
-            (None, false) => format!("{:?}: {}", update.state, update.message),
-        };
-        self.outcome = JobOutcome::Failed {
-            reason: format!(
-                "task {}.{} of stage `{}` ended without success {failures} times (the limit); last: {detail}",
-                stage.id, task.index, stage.name
-            ),
-        };
+    /// A task ran out of attempts: the job fails with `reason`, and what still runs of it is
+    /// killed.
+    fn give_up(&mut self, reason: String, out: &mut Vec<FrameworkRequest>) {
+        self.outcome = JobOutcome::Failed { reason };
         for task_id in self.running_task_ids() {
             out.push(FrameworkRequest::Kill { task_id });
         }
@@ -775,16 +667,13 @@ impl DagJob {
             .fold(ResourceVec::ZERO, |acc, s| acc.max(&s.demand));
         let machine = self
             .machines
-            .values()
+            .iter()
             .fold(largest_task, |acc, m| acc.max(&m.capacity));
         PlanCluster::new(self.machines.len().max(1), machine)
     }
 
     fn cluster_capacity(&self) -> ResourceVec {
-        let seen = self
-            .machines
-            .values()
-            .fold(ResourceVec::ZERO, |acc, m| acc + m.capacity);
+        let seen = self.machines.total_capacity();
         if !seen.is_zero() {
             return seen;
         }
@@ -819,67 +708,32 @@ impl DagJob {
     fn job_seconds(&self, now: Time) -> f64 {
         secs_f64(now - self.submitted) / self.config.time_scale
     }
+}
 
-    fn task_id(&self, task: TaskRef, launch: u32) -> TaskId {
-        let stage = &self.job.stages[task.stage()];
-        TaskId(format!(
-            "{}/{}.{}/{}",
-            self.job.name, stage.id, task.index, launch
-        ))
-    }
-
-    fn task_spec(&mut self, task: TaskRef) -> TaskSpec {
-        let launch = self.current.get(&task).map_or(0, |l| l + 1);
-        self.current.insert(task, launch);
-        let id = self.task_id(task, launch);
-        self.launches.insert(id.clone(), (task, launch));
-        let stage = &self.job.stages[task.stage()];
-        let duration_s = self.job.duration(task) * self.config.time_scale;
-        let duration_ms = (duration_s * 1000.0).round().max(0.0) as u64;
-        let executor = match &self.config.executor {
-            ExecutorTemplate::Sleep => Executor::Sleep { duration_ms },
-            ExecutorTemplate::Command(template) => {
-                let command = template::expand(template, |name| {
-                    Some(match name {
-                        "job" => Value::Text(self.job.name.clone()),
-                        "stage_name" => Value::Text(stage.name.clone()),
-                        "stage" => Value::Number(stage.id.to_string()),
-                        "index" => Value::Number(task.index.to_string()),
-                        "attempt" => Value::Number(launch.to_string()),
-                        "duration_s" => Value::Number(format!("{duration_s:.3}")),
-                        "duration_ms" => Value::Number(duration_ms.to_string()),
-                        _ => return None,
-                    })
-                });
-                Executor::Command(CommandSpec {
-                    program: "sh".into(),
-                    args: vec!["-c".into(), command],
-                    env: BTreeMap::new(),
-                })
-            }
-        };
-        TaskSpec {
-            name: format!(
-                "{} {}.{} ({})",
-                self.job.name, stage.id, task.index, stage.name
-            ),
-            id,
-            executor,
-            resources: Resources::from(self.job.demand(task)),
-            origin: Some(TaskOrigin {
-                job: self.job.name.clone(),
+/// `job` as the masters are told of it (`FrameworkRequest::DescribeJob`): its stages with
+/// their ids (the `stage` of its tasks' origins), sizes and parents, the policy that orders its
+/// tasks, and the reservation it runs in.
+pub(crate) fn describe(job: &Job, policy: &str, reservation: Option<String>) -> JobDescription {
+    let stages = &job.stages;
+    JobDescription {
+        job: job.name.clone(),
+        policy: policy.to_string(),
+        stages: stages
+            .iter()
+            .map(|stage| StageDescription {
                 stage: stage.id,
-                index: task.index,
-                attempt: launch,
-            }),
-            kill_grace_ms: self.config.kill_grace_ms,
-        }
+                name: stage.name.clone(),
+                tasks: u32::try_from(stage.num_tasks()).unwrap_or(u32::MAX),
+                parents: stage.parents.iter().map(|&p| stages[p].id).collect(),
+            })
+            .collect(),
+        reservation,
     }
 }
 
 /// Explicit reconciliations of `task_ids`, split so that none names more than the master
 /// answers in one call ([`MAX_RECONCILE_TASK_IDS`]).
-fn push_reconciles(task_ids: Vec<TaskId>, out: &mut Vec<FrameworkRequest>) {
+pub(crate) fn push_reconciles(task_ids: Vec<TaskId>, out: &mut Vec<FrameworkRequest>) {
     for chunk in task_ids.chunks(MAX_RECONCILE_TASK_IDS) {
         out.push(FrameworkRequest::Reconcile {
             task_ids: chunk.to_vec(),

@@ -7,11 +7,15 @@
 //! fails with the reason) and re-plans what is left of the DAG.
 //!
 //! - [`job`]: the sans-IO core: given offers, updates and failed calls, what to send;
+//! - [`attempts`]: task ids, task specs and the retry rule, shared with the session framework
+//!   ([`crate::session::SessionFramework`]);
 //! - [`template`]: the command template, its placeholders replaced with names shell-quoted;
 //! - [`journal`]: what a framework process records so that another can fail over to it;
 //! - `run` (feature `driver`): the driver's `Scheduler` around it and `run_jobs`, which runs
 //!   the jobs of a workload against the masters.
 
+pub mod attempts;
+pub mod common;
 pub mod job;
 pub mod journal;
 #[cfg(feature = "driver")]
@@ -20,6 +24,7 @@ pub mod template;
 #[cfg(test)]
 mod tests;
 
+pub use attempts::{AttemptEnd, Attempts};
 pub use job::{DagConfig, DagError, DagJob, ExecutorTemplate, JobOutcome, JobProgress};
 #[cfg(feature = "driver")]
 pub use run::{run_jobs, DagScheduler, JobReport, ProgressFn, RunError, RunJobsOptions};

@@ -19,6 +19,7 @@ use fullerene_proto::{FrameworkId, TaskKey};
 use fullerene_transport::{Client, TlsMaterial, TransportConfig};
 use serde::Serialize;
 
+use super::common::{check_arrivals, resend_job_call, transient, ArrivalsError};
 use super::job::{DagConfig, DagError, DagJob, JobOutcome, JobProgress};
 use crate::driver::{
     run_with_client, DriverConfig, DriverError, DriverHandle, RunOptions, Scheduler,
@@ -289,17 +290,6 @@ impl DagScheduler {
     }
 }
 
-/// Refusals that say "not now" rather than "no": the call is worth sending again.
-fn transient(code: ErrorCode) -> bool {
-    matches!(
-        code,
-        ErrorCode::RateLimited
-            | ErrorCode::NotLeader
-            | ErrorCode::Unavailable
-            | ErrorCode::OutcomeUnknown
-    )
-}
-
 impl DagScheduler {
     /// On (re)subscription: asks for the job's reservation if it has a deadline and no answer
     /// yet, describes the job unless that answer is awaited, and starts (or resumes) the job.
@@ -431,7 +421,7 @@ impl Scheduler for DagScheduler {
         let refused = error.code != ErrorCode::OutcomeUnknown;
         match request {
             FrameworkRequest::EndJob { .. } => {
-                if transient(error.code) {
+                if resend_job_call(error.code).is_some() {
                     // Sent again on the next tick (or on reconnection).
                     self.end_told = false;
                 } else {
@@ -441,10 +431,12 @@ impl Scheduler for DagScheduler {
                 }
                 return;
             }
-            FrameworkRequest::DescribeJob(_) if transient(error.code) => {
-                // A session loss sends it again on reconnection; the rest on the next tick.
-                self.describe_again = error.code != ErrorCode::OutcomeUnknown;
-                return;
+            FrameworkRequest::DescribeJob(_) => {
+                if let Some(on_tick) = resend_job_call(error.code) {
+                    // A session loss sends it again on reconnection; the rest on the next tick.
+                    self.describe_again = on_tick;
+                    return;
+                }
             }
             _ => {}
         }
@@ -571,27 +563,12 @@ pub async fn run_jobs(
     let clock = SystemClock::new();
     let mut dag = options.dag.clone();
     dag.concurrent_jobs = jobs.len().max(1);
-    if !options.arrivals_s.is_empty() && options.arrivals_s.len() != jobs.len() {
-        return Err(RunError::Arrivals(format!(
-            "{} arrival times for {} jobs",
-            options.arrivals_s.len(),
-            jobs.len()
-        )));
-    }
+    check_arrivals(&options.arrivals_s, jobs.len())?;
     if !options.deadlines.is_empty() && options.deadlines.len() != jobs.len() {
         return Err(RunError::Deadlines(format!(
             "{} deadlines for {} jobs",
             options.deadlines.len(),
             jobs.len()
-        )));
-    }
-    if let Some(bad) = options
-        .arrivals_s
-        .iter()
-        .find(|arrival| !(arrival.is_finite() && **arrival >= 0.0))
-    {
-        return Err(RunError::Arrivals(format!(
-            "arrival time {bad} is not a finite number of seconds >= 0"
         )));
     }
     let mut handles = Vec::with_capacity(jobs.len());
@@ -783,10 +760,19 @@ pub enum RunError {
     /// The transport cannot be set up.
     #[error(transparent)]
     Driver(#[from] DriverError),
-    /// The arrival times do not fit the jobs.
+    /// The arrival times do not fit the jobs (see [`check_arrivals`]).
     #[error("invalid arrival times: {0}")]
     Arrivals(String),
     /// The deadlines do not fit the jobs.
     #[error("invalid deadlines: {0}")]
     Deadlines(String),
+    /// The jobs cannot run as one session framework ([`crate::session::run_session`]).
+    #[error(transparent)]
+    Session(#[from] crate::session::SessionRefusal),
+}
+
+impl From<ArrivalsError> for RunError {
+    fn from(error: ArrivalsError) -> RunError {
+        RunError::Arrivals(error.0)
+    }
 }

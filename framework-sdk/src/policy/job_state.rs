@@ -559,10 +559,21 @@ impl JobState {
         pri_scores: Option<&[Vec<f64>]>,
         scope: PriScoreScope,
     ) -> DemandSummary {
-        // Stages of equal demand form one shape; keyed by the bit patterns so that equality is
-        // exact and the map ordered deterministically.
-        let mut shapes: BTreeMap<[u64; fullerene_proto::NUM_RESOURCES], (ResourceVec, u32, f64)> =
-            BTreeMap::new();
+        let pending = self
+            .pending_shapes(pri_scores, scope)
+            .into_values()
+            .collect();
+        summary_of(
+            pending,
+            self.remaining_work(job, capacity),
+            self.srpt(job, capacity),
+        )
+    }
+
+    /// The runnable tasks grouped by shape (see [`JobState::demand_summary`]), their
+    /// priScores scaled by `scope`.
+    fn pending_shapes(&self, pri_scores: Option<&[Vec<f64>]>, scope: PriScoreScope) -> Shapes {
+        let mut shapes = Shapes::new();
         for &stage in &self.active_stages {
             let progress = &self.stages[stage];
             let best = match pri_scores {
@@ -576,37 +587,76 @@ impl JobState {
                         .fold(0.0, f64::max)
                 }
             };
-            let key = progress.demand.0.map(f64::to_bits);
-            let entry = shapes.entry(key).or_insert((progress.demand, 0, 0.0));
-            entry.1 = entry
-                .1
-                .saturating_add(u32::try_from(progress.runnable.len()).unwrap_or(u32::MAX));
-            entry.2 = entry.2.max(best);
+            let count = u32::try_from(progress.runnable.len()).unwrap_or(u32::MAX);
+            add_shape(&mut shapes, progress.demand, count, best);
         }
-        let mut pending: Vec<(ResourceVec, u32, f64)> = shapes.into_values().collect();
         if scope == PriScoreScope::WithinJob {
-            let best = pending.iter().map(|p| p.2).fold(0.0, f64::max);
+            let best = shapes.values().map(|p| p.2).fold(0.0, f64::max);
             if best > 0.0 {
-                for p in &mut pending {
+                for p in shapes.values_mut() {
                     p.2 /= best;
                 }
             }
         }
-        pending.sort_by(|a, b| b.2.total_cmp(&a.2).then(b.1.cmp(&a.1)));
-        pending.truncate(MAX_SUMMARY_SHAPES);
-        DemandSummary {
-            pending: pending
-                .into_iter()
-                .map(|(demand, count, pri_score)| PendingDemand {
-                    resources: Resources::from(demand),
-                    count,
-                    pri_score,
-                })
-                .collect(),
-            remaining_work: self.remaining_work(job, capacity),
-            srpt: self.srpt(job, capacity),
-        }
+        shapes
     }
+}
+
+/// Pending shapes keyed by the bit patterns of their demand, so that equality is exact and the
+/// map ordered deterministically: each shape's demand, runnable count and best priScore.
+type Shapes = BTreeMap<[u64; fullerene_proto::NUM_RESOURCES], (ResourceVec, u32, f64)>;
+
+/// Counts `count` runnable tasks of `demand`, the best of them scoring `best`, in `shapes`:
+/// stages of equal demand form one shape.
+fn add_shape(shapes: &mut Shapes, demand: ResourceVec, count: u32, best: f64) {
+    let key = demand.0.map(f64::to_bits);
+    let entry = shapes.entry(key).or_insert((demand, 0, 0.0));
+    entry.1 = entry.1.saturating_add(count);
+    entry.2 = entry.2.max(best);
+}
+
+/// The summary of `pending` shapes: best first, at most [`MAX_SUMMARY_SHAPES`] of them.
+fn summary_of(
+    mut pending: Vec<(ResourceVec, u32, f64)>,
+    remaining_work: f64,
+    srpt: f64,
+) -> DemandSummary {
+    pending.sort_by(|a, b| b.2.total_cmp(&a.2).then(b.1.cmp(&a.1)));
+    pending.truncate(MAX_SUMMARY_SHAPES);
+    DemandSummary {
+        pending: pending
+            .into_iter()
+            .map(|(demand, count, pri_score)| PendingDemand {
+                resources: Resources::from(demand),
+                count,
+                pri_score,
+            })
+            .collect(),
+        remaining_work,
+        srpt,
+    }
+}
+
+/// The summary of pending demand of a framework that runs several jobs (a session,
+/// [`crate::session::Session::demand_summary`]): the sum of the jobs' own summaries
+/// ([`JobState::demand_summary`], each job's priScores scaled by `scope` on their own), shapes
+/// of equal demand merged (counts added, the best priScore kept), best first, at most
+/// [`MAX_SUMMARY_SHAPES`]; remaining work and srpt added.
+pub fn joint_demand_summary<'a>(
+    jobs: impl IntoIterator<Item = (&'a Job, &'a JobState, Option<&'a [Vec<f64>]>)>,
+    capacity: &ResourceVec,
+    scope: PriScoreScope,
+) -> DemandSummary {
+    let mut shapes = Shapes::new();
+    let (mut remaining_work, mut srpt) = (0.0, 0.0);
+    for (job, state, pri_scores) in jobs {
+        for (demand, count, best) in state.pending_shapes(pri_scores, scope).into_values() {
+            add_shape(&mut shapes, demand, count, best);
+        }
+        remaining_work += state.remaining_work(job, capacity);
+        srpt += state.srpt(job, capacity);
+    }
+    summary_of(shapes.into_values().collect(), remaining_work, srpt)
 }
 
 /// What a demand summary's priScores are relative to.
@@ -829,5 +879,43 @@ mod tests {
         let scaled = st.demand_summary(&job, &cap(), Some(&pri), PriScoreScope::WithinJob);
         assert_eq!(scaled.pending[0].pri_score, 1.0);
         assert!((scaled.pending[1].pri_score - 0.5 / 0.95).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_joint_demand_summary_adds_the_jobs_summaries_shape_by_shape() {
+        let a = Job::new(
+            "a",
+            "g",
+            None,
+            vec![stage(0, &[], &[1.0, 1.0], 1.0), stage(1, &[], &[2.0], 3.0)],
+        )
+        .unwrap();
+        let b = Job::new("b", "g", None, vec![stage(0, &[], &[4.0; 3], 1.0)]).unwrap();
+        let (sa, sb) = (JobState::new(&a), JobState::new(&b));
+        let scope = PriScoreScope::WholeDag;
+        // One job: its own summary.
+        assert_eq!(
+            joint_demand_summary([(&a, &sa, None)], &cap(), scope),
+            sa.demand_summary(&a, &cap(), None, scope)
+        );
+        let pri_a = vec![vec![0.2, 0.1], vec![0.9]];
+        let joint = joint_demand_summary(
+            [(&a, &sa, Some(pri_a.as_slice())), (&b, &sb, None)],
+            &cap(),
+            scope,
+        );
+        // cpus=1: a's two tasks and b's three, b's score (1, no plan) the best; cpus=3: a's one.
+        assert_eq!(joint.pending.len(), 2);
+        assert_eq!(
+            (joint.pending[0].count, joint.pending[0].pri_score),
+            (5, 1.0)
+        );
+        assert_eq!(
+            (joint.pending[1].count, joint.pending[1].pri_score),
+            (1, 0.9)
+        );
+        let sum = |f: fn(&JobState, &Job) -> f64| f(&sa, &a) + f(&sb, &b);
+        assert!((joint.remaining_work - sum(|s, j| s.remaining_work(j, &cap()))).abs() < 1e-12);
+        assert!((joint.srpt - sum(|s, j| s.srpt(j, &cap()))).abs() < 1e-12);
     }
 }

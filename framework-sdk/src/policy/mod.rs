@@ -96,4 +96,4 @@ pub use graphene::{GrapheneMatcher, MatcherParams};
 pub use kind::{build, PolicyError, PolicyKind, PolicyParams};
 
 pub mod job_state;
-pub use job_state::{JobState, JobStateError, PriScoreScope, TaskStatus};
+pub use job_state::{joint_demand_summary, JobState, JobStateError, PriScoreScope, TaskStatus};

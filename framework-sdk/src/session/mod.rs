@@ -16,7 +16,9 @@
 //!   holds, so that every action launches a task (Decima masks the smaller limits);
 //! - a machine whose last task's stage still has runnable tasks keeps working on it without
 //!   a decision while the job is under its limit (Decima's executors stay on their stage:
-//!   `assign_executor` asks the agent only when the stage has no task left);
+//!   `assign_executor` asks the agent only when the stage has no task left); its last task is
+//!   the one that last finished there (the room it freed) or, since, the last placed there,
+//!   which on Decima's one-task executors is the same task;
 //! - the chosen stage's tasks go first to machines that last worked for its job, then to
 //!   machines that work for none, then to the rest (a machine that changes jobs is Decima's
 //!   executor that moves).
@@ -27,19 +29,76 @@
 //!
 //! Sans-IO: the caller (the simulator, a framework driver) hands in offers and the time, and
 //! reports finished and lost tasks; the session returns launches and job completions.
+//!
+//! - [`framework`]: [`SessionFramework`], the sans-IO core of one framework running a whole
+//!   workload's jobs as a session on a real cluster (offers and status updates in, calls to
+//!   the master out);
+//! - `run` (feature `driver`): the driver's `Scheduler` around it and `run_session`, the
+//!   session counterpart of `dag::run_jobs` (one framework per job).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use fullerene_proto::messages::DemandSummary;
 use fullerene_proto::ResourceVec;
 use fullerene_scheduling::fit::fits;
 
 use crate::job::{Job, StageIdx, TaskRef};
-use crate::policy::JobState;
+use crate::policy::{joint_demand_summary, JobState, PriScoreScope};
 
+pub mod framework;
 pub mod heuristics;
+#[cfg(feature = "driver")]
+pub mod run;
 
+pub use framework::{SessionFramework, SessionRefusal};
 pub use heuristics::{FairSession, FifoSession, GrapheneSession, SessionPolicyKind, SjfSession};
+#[cfg(feature = "driver")]
+pub use run::{run_session, SessionScheduler};
+
+/// A session's largest parallelism limit ([`Session::max_limit`], Decima's executor count).
+/// Decima's parallelism limits count executors; a session counts a job's running tasks, so its
+/// largest limit is the most tasks the cluster can run at once: for every resource that all of
+/// `demands` (each stage's task demand and task count) demand, `cluster_capacity` over the
+/// smallest demand of it, the least of these (on the reference machines: the cluster's cores
+/// over the smallest task's cores). No limit above it could ever bind, and any below it could
+/// keep a lone job from filling an idle cluster. Without such a resource, the task count. At
+/// least 1; saturates rather than overflows.
+///
+/// Departure: Decima's model was trained on one-task executors (50 of them), where the limit is
+/// a number of machines; here one machine runs several tasks and the limit can go beyond what
+/// the model met in training.
+pub fn largest_limit(
+    cluster_capacity: &ResourceVec,
+    demands: impl IntoIterator<Item = (ResourceVec, usize)>,
+) -> usize {
+    let mut smallest = [f64::INFINITY; fullerene_proto::NUM_RESOURCES];
+    let mut tasks = 0_usize;
+    for (demand, count) in demands {
+        tasks = tasks.saturating_add(count);
+        for (k, least) in smallest.iter_mut().enumerate() {
+            // A kind some task does not demand bounds nothing: it is marked 0.
+            *least = if demand.0[k] > 0.0 {
+                least.min(demand.0[k])
+            } else {
+                0.0
+            };
+        }
+    }
+    let bound = smallest
+        .iter()
+        .zip(cluster_capacity.0)
+        .filter(|(least, _)| **least > 0.0 && least.is_finite())
+        .map(|(least, capacity)| (capacity.max(0.0) / least).floor())
+        .fold(f64::INFINITY, f64::min);
+    let limit = if bound.is_finite() {
+        // The float is a whole number >= 0; `as` saturates.
+        bound as usize
+    } else {
+        tasks
+    };
+    limit.max(1)
+}
 
 /// A job's key in its session: the order it was added in (never reused).
 pub type JobKey = u64;
@@ -214,6 +273,49 @@ impl Session {
         &self.jobs
     }
 
+    /// The largest parallelism limit a policy may set.
+    pub fn max_limit(&self) -> usize {
+        self.max_limit
+    }
+
+    /// Changes what the session knows of the cluster (a framework on a real cluster learns it
+    /// from offers as agents appear): the largest limit (at least 1) and all machines'
+    /// resources together. Limits already set stay as they are until the job's next action.
+    pub fn set_cluster(&mut self, max_limit: usize, cluster_capacity: ResourceVec) {
+        self.max_limit = max_limit.max(1);
+        self.cluster_capacity = cluster_capacity;
+    }
+
+    /// Takes a job out of the session before it finished (it failed); its tasks still
+    /// running are the caller's to kill.
+    pub fn remove_job(&mut self, key: JobKey) -> Option<SessionJob> {
+        let i = self.index_of(key).ok()?;
+        self.last_stage.retain(|_, (job, _)| *job != key);
+        Some(self.jobs.remove(i))
+    }
+
+    /// The live job of key `job`, if it is one.
+    pub fn job(&self, job: JobKey) -> Option<&SessionJob> {
+        self.index_of(job).ok().map(|i| &self.jobs[i])
+    }
+
+    /// The summary of pending demand the session's framework sends the master (DESIGN.md,
+    /// step 2): the sum of its live jobs' summaries ([`joint_demand_summary`]), remaining work
+    /// in seconds of the whole `capacity`.
+    pub fn demand_summary(&self, capacity: &ResourceVec, scope: PriScoreScope) -> DemandSummary {
+        joint_demand_summary(
+            self.jobs.iter().map(|j| {
+                (
+                    j.job.as_ref(),
+                    &j.state,
+                    j.pri_scores.as_deref().map(Vec::as_slice),
+                )
+            }),
+            capacity,
+            scope,
+        )
+    }
+
     /// Decisions the policy made so far.
     pub fn decisions(&self) -> u64 {
         self.decisions
@@ -229,11 +331,17 @@ impl Session {
     ) -> Result<Option<SessionJob>, SessionError> {
         let i = self.index_of(job)?;
         let entry = &mut self.jobs[i];
+        let machine = entry.state.running_on(task);
         entry
             .state
             .try_mark_finished(&entry.job, task, now_s)
             .map_err(|source| SessionError::Task { job, source })?;
         if !entry.state.is_complete() {
+            // The room the task freed keeps working on its stage (on a machine of several
+            // tasks, the stage last placed there may be another job's).
+            if let Some(machine) = machine {
+                self.last_stage.insert(machine, (job, task.stage()));
+            }
             return Ok(None);
         }
         self.last_stage.retain(|_, (key, _)| *key != job);

@@ -204,6 +204,34 @@ fn an_executor_keeps_working_on_its_stage_without_a_decision() {
 }
 
 #[test]
+fn room_a_task_freed_keeps_working_on_that_tasks_stage() {
+    // Limit 1 per job, the last candidate first: b, then a, on one machine of two slots.
+    let scripted = Scripted {
+        limit: 1,
+        seen: Vec::new(),
+    };
+    let mut s = Session::new(Box::new(scripted), 4, res("cpus=4"));
+    let a = s.add_job(chain("a", 3), 0.0, None);
+    let b = s.add_job(chain("b", 3), 0.0, None);
+    let machine = |free: ResourceVec| SessionOffer {
+        machine: 0,
+        free,
+        capacity: res("cpus=2"),
+    };
+    let first = s.schedule(&[machine(res("cpus=2"))], 0.0);
+    assert_eq!(first.iter().map(|l| l.job).collect::<Vec<_>>(), vec![b, a]);
+    let decisions = s.decisions();
+    // b's task frees its slot: the slot takes b's next task without a decision, though a's
+    // stage was placed on the machine last.
+    s.task_finished(b, first[0].task, 1.0).unwrap();
+    let next = s.schedule(&[machine(slot())], 1.0);
+    assert_eq!(next.len(), 1);
+    assert_eq!(next[0].job, b);
+    assert!(!next[0].decided);
+    assert_eq!(s.decisions(), decisions);
+}
+
+#[test]
 fn a_finished_job_leaves_the_session_and_stale_reports_are_errors() {
     let mut s = session(SessionPolicyKind::Fifo, 2);
     let a = s.add_job(chain("a", 1), 0.0, None);
@@ -273,4 +301,46 @@ fn policy_names_round_trip() {
         assert_eq!(kind.build().name(), kind.name());
     }
     assert!("decima?".parse::<SessionPolicyKind>().is_err());
+}
+
+#[test]
+fn a_sessions_largest_limit_is_the_most_tasks_the_cluster_can_run() {
+    let cluster = res("cpus=80,mem_mib=327680");
+    // Every task demands cores and memory: cores bind first, 80 one-core tasks.
+    let demands = [
+        (res("cpus=1,mem_mib=1024"), 10),
+        (res("cpus=4,mem_mib=512"), 3),
+    ];
+    assert_eq!(largest_limit(&cluster, demands), 80);
+    // Memory binds: 327680 / 16384 = 20.
+    assert_eq!(
+        largest_limit(&cluster, [(res("cpus=1,mem_mib=16384"), 5)]),
+        20
+    );
+    // A kind some task does not demand bounds nothing.
+    assert_eq!(
+        largest_limit(
+            &cluster,
+            [(res("cpus=2"), 1), (res("mem_mib=1024,cpus=0.5"), 1)]
+        ),
+        160
+    );
+    // No kind every task demands: the run's task count; never below 1.
+    assert_eq!(
+        largest_limit(&cluster, [(res("cpus=1"), 7), (res("mem_mib=1"), 2)]),
+        9
+    );
+    assert_eq!(largest_limit(&cluster, []), 1);
+    assert_eq!(largest_limit(&res("cpus=1"), [(res("cpus=4"), 1)]), 1);
+    // Hostile capacities saturate instead of overflowing.
+    let mut huge = ResourceVec::ZERO;
+    huge.0 = [f64::MAX; fullerene_proto::NUM_RESOURCES];
+    assert_eq!(
+        largest_limit(&huge, [(res("cpus=1,mem_mib=1"), 1)]),
+        usize::MAX
+    );
+    assert_eq!(
+        largest_limit(&huge, [(res("cpus=1"), usize::MAX), (res("mem_mib=1"), 1)]),
+        usize::MAX
+    );
 }

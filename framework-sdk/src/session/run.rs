@@ -1,0 +1,277 @@
+//! The session framework's shell: a [`Scheduler`] around one [`SessionFramework`], and
+//! [`run_session`], which runs every job of a workload in one framework subscription (Decima
+//! §5.2's multi-job framework, issue 18), the counterpart of [`run_jobs`](crate::dag::run_jobs)'
+//! framework per job.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use fullerene_proto::messages::{FrameworkRequest, Offer, StatusUpdate, WireError};
+use fullerene_proto::time::SystemClock;
+use fullerene_proto::FrameworkId;
+use fullerene_transport::{Client, TlsMaterial};
+
+use super::framework::{SessionFramework, SessionRefusal};
+use super::SessionPolicyFactory;
+use crate::dag::common::check_arrivals;
+use crate::dag::{JobOutcome, JobReport, ProgressFn, RunError, RunJobsOptions};
+use crate::driver::{
+    run_with_client, DriverConfig, DriverError, DriverHandle, RunOptions, Scheduler,
+};
+use crate::job::Job;
+
+/// A [`Scheduler`] that runs a workload's jobs as one session and tears its framework down
+/// once every job ended and the masters recorded how.
+pub struct SessionScheduler {
+    core: SessionFramework,
+    progress: Option<ProgressFn>,
+    framework_id: Option<FrameworkId>,
+    /// Raised when the jobs must stop before they end.
+    stop: Option<Arc<AtomicBool>>,
+    stopped: bool,
+    torn_down: bool,
+    /// Where the reports go when the driver stops for good (it takes the scheduler with it).
+    fatal_reports: Option<FatalReports>,
+}
+
+/// The slot [`SessionScheduler::fatal`] leaves the jobs' reports in: the group they name and the
+/// reports once the driver stopped for good.
+type FatalReports = (String, Arc<Mutex<Option<Vec<JobReport>>>>);
+
+impl SessionScheduler {
+    /// Wraps the session's core; `progress` hears of every job's changes by its index.
+    pub fn new(core: SessionFramework, progress: Option<ProgressFn>) -> SessionScheduler {
+        SessionScheduler {
+            core,
+            progress,
+            framework_id: None,
+            stop: None,
+            stopped: false,
+            torn_down: false,
+            fatal_reports: None,
+        }
+    }
+
+    /// When the driver stops for good, leaves each job's report (naming `group`) in `slot`:
+    /// jobs that ended keep their outcome, the others fail with the driver's error.
+    pub fn with_fatal_reports(
+        mut self,
+        group: String,
+        slot: Arc<Mutex<Option<Vec<JobReport>>>>,
+    ) -> SessionScheduler {
+        self.fatal_reports = Some((group, slot));
+        self
+    }
+
+    /// Stops every job when `stop` is raised: each fails as stopped and the framework is torn
+    /// down, so that the masters kill the tasks at once.
+    pub fn with_stop(mut self, stop: Option<Arc<AtomicBool>>) -> SessionScheduler {
+        self.stop = stop;
+        self
+    }
+
+    /// The session's core.
+    pub fn core(&self) -> &SessionFramework {
+        &self.core
+    }
+
+    /// Each job's report, in the order the jobs were given; `group` is the one asked for.
+    pub fn reports(&self, group: &str) -> Vec<JobReport> {
+        (0..self.core.jobs().count())
+            .filter_map(|index| self.core.progress(index))
+            .map(|progress| JobReport {
+                name: progress.name,
+                group: group.to_string(),
+                framework_id: self.framework_id.as_ref().map(ToString::to_string),
+                tasks: progress.tasks,
+                outcome: match progress.outcome {
+                    JobOutcome::Running => JobOutcome::Failed {
+                        reason: "the framework stopped before the job ended".into(),
+                    },
+                    other => other,
+                },
+                failed_attempts: progress.failed_attempts,
+                preempted_attempts: progress.preempted_attempts,
+                deadline: None,
+            })
+            .collect()
+    }
+
+    fn apply(&mut self, driver: &mut DriverHandle, calls: Vec<FrameworkRequest>) {
+        for call in calls {
+            driver.call(call);
+        }
+        self.report_progress();
+        if self.core.is_finished() && !self.torn_down {
+            // Every job ended and the masters recorded how: nothing of the framework needs to
+            // outlive it.
+            self.torn_down = true;
+            driver.teardown();
+        }
+    }
+
+    fn report_progress(&mut self) {
+        for index in self.core.take_changed() {
+            if let (Some(progress), Some(p)) = (&self.progress, self.core.progress(index)) {
+                progress(index, &p);
+            }
+        }
+    }
+
+    fn subscribed(&mut self, driver: &mut DriverHandle, framework_id: &FrameworkId) {
+        self.framework_id = Some(framework_id.clone());
+        let calls = self.core.on_subscribed();
+        self.apply(driver, calls);
+    }
+}
+
+impl Scheduler for SessionScheduler {
+    fn registered(&mut self, driver: &mut DriverHandle, framework_id: &FrameworkId) {
+        self.subscribed(driver, framework_id);
+    }
+
+    fn reconnected(&mut self, driver: &mut DriverHandle, framework_id: &FrameworkId) {
+        self.subscribed(driver, framework_id);
+    }
+
+    fn offers(&mut self, driver: &mut DriverHandle, offers: Vec<Offer>) {
+        let calls = self.core.on_offers(&offers, driver.now());
+        self.apply(driver, calls);
+    }
+
+    fn status_update(&mut self, driver: &mut DriverHandle, update: &StatusUpdate) {
+        let calls = self.core.on_update(update, driver.now());
+        self.apply(driver, calls);
+    }
+
+    fn call_failed(
+        &mut self,
+        driver: &mut DriverHandle,
+        request: &FrameworkRequest,
+        error: &WireError,
+    ) {
+        tracing::debug!(%error, "call failed");
+        let calls = self.core.on_call_failed(request, error);
+        self.apply(driver, calls);
+    }
+
+    fn job_recorded(&mut self, driver: &mut DriverHandle, request: &FrameworkRequest) {
+        self.core.on_job_recorded(request);
+        self.apply(driver, Vec::new());
+    }
+
+    fn tick(&mut self, driver: &mut DriverHandle) {
+        let mut calls = Vec::new();
+        let stop = self
+            .stop
+            .as_ref()
+            .is_some_and(|stop| stop.load(Ordering::Relaxed));
+        if stop && !self.stopped {
+            self.stopped = true;
+            calls.extend(
+                self.core
+                    .stop("stopped before it ended: its framework was torn down"),
+            );
+        }
+        calls.extend(self.core.on_tick(driver.now()));
+        self.apply(driver, calls);
+    }
+
+    fn fatal(&mut self, error: &DriverError) {
+        // The driver is gone: the calls have nobody to go to.
+        let _ = self.core.stop(&error.to_string());
+        self.report_progress();
+        if let Some((group, slot)) = &self.fatal_reports {
+            let reports = self.reports(group);
+            *slot
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(reports);
+        }
+    }
+}
+
+/// Runs every job in one framework subscription scheduled by a session policy from `factory`
+/// (Decima §5.2: on each batch of offers the policy picks a stage among all jobs' runnable
+/// stages and its job's parallelism limit; see [`SessionFramework`] for how that maps onto
+/// offers, and its departures from Decima), until each job finishes or fails. Jobs arrive as
+/// `options.arrivals_s` says (checked at each driver tick); a job's JCT runs from its nominal arrival.
+///
+/// The per-job reports have the shape [`run_jobs`](crate::dag::run_jobs) gives, every job
+/// naming the one framework. Refused before anything runs ([`RunError::Session`]): a state
+/// directory (no journal, so no framework failover), deadlines (no reservations), an event log
+/// (its readers expect a framework per job), two jobs of one name, and invalid settings.
+pub async fn run_session(
+    jobs: Vec<Job>,
+    tls: &TlsMaterial,
+    options: RunJobsOptions,
+    factory: SessionPolicyFactory,
+    progress: Option<ProgressFn>,
+) -> Result<Vec<JobReport>, RunError> {
+    if options.state_dir.is_some() {
+        return Err(SessionRefusal::Journal.into());
+    }
+    if options.deadlines.iter().any(Option::is_some) {
+        return Err(SessionRefusal::Deadlines.into());
+    }
+    if options.event_log.is_some() {
+        return Err(SessionRefusal::EventLog.into());
+    }
+    check_arrivals(&options.arrivals_s, jobs.len())?;
+    let clock = SystemClock::new();
+    let policy = factory();
+    let name = format!("{}-session", policy.name());
+    let core = SessionFramework::new(
+        jobs,
+        options.dag.clone(),
+        policy,
+        &options.arrivals_s,
+        clock.monotonic(),
+    )?;
+    let group = options.group.clone().unwrap_or_default();
+    let sizes: Vec<(String, usize)> = core
+        .jobs()
+        .map(|job| (job.name.clone(), job.num_tasks()))
+        .collect();
+    let fatal_reports = Arc::new(Mutex::new(None));
+    let scheduler = SessionScheduler::new(core, progress)
+        .with_stop(options.stop.clone())
+        .with_fatal_reports(group.clone(), Arc::clone(&fatal_reports));
+    let client = Client::new(tls, options.transport.clone())
+        .map_err(|e| RunError::Driver(DriverError::Transport(e.to_string())))?;
+    let mut config = DriverConfig::new(options.masters.clone(), name, group.clone());
+    config.failover_timeout_ms = options.failover_timeout_ms;
+    let run_options = RunOptions {
+        transport: options.transport.clone(),
+        clock,
+        ..RunOptions::default()
+    };
+    let outcome = run_with_client(&client, config, run_options, scheduler).await;
+    client.close();
+    client.wait_idle().await;
+    let left = fatal_reports
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take();
+    Ok(match (outcome, left) {
+        (Ok(scheduler), _) => scheduler.reports(&group),
+        // The driver stopped for good: the jobs that ended keep their outcome, the others
+        // failed with its error (`SessionScheduler::fatal`).
+        (Err(_), Some(reports)) => reports,
+        // Not reached (the driver tells its scheduler before it fails): every job failed.
+        (Err(error), None) => sizes
+            .into_iter()
+            .map(|(name, tasks)| JobReport {
+                name,
+                group: group.clone(),
+                framework_id: None,
+                tasks,
+                outcome: JobOutcome::Failed {
+                    reason: error.to_string(),
+                },
+                failed_attempts: 0,
+                preempted_attempts: 0,
+                deadline: None,
+            })
+            .collect(),
+    })
+}
