@@ -29,74 +29,19 @@ fn check(outcome: &SimOutcome, file_jobs: &[fullerene_sdk::Job], config: &SimCon
             job.name
         );
     }
-    let mut ran: Vec<Vec<Vec<u32>>> = outcome
-        .jobs
-        .iter()
-        .map(|j| {
-            file_jobs[j.source]
-                .stages
-                .iter()
-                .map(|s| vec![0; s.num_tasks()])
-                .collect()
-        })
-        .collect();
-    let mut stage_end: Vec<Vec<f64>> = outcome
-        .jobs
-        .iter()
-        .map(|j| vec![f64::NEG_INFINITY; file_jobs[j.source].stages.len()])
-        .collect();
+    common::check_tasks(outcome, file_jobs, name);
     for r in &outcome.trace {
-        ran[r.job][r.task.stage()][r.task.index as usize] += 1;
-        let end = &mut stage_end[r.job][r.task.stage()];
-        *end = end.max(r.finish_s);
-    }
-    assert!(
-        ran.iter().flatten().flatten().all(|&n| n == 1),
-        "{name}: some task did not run exactly once"
-    );
-    for r in &outcome.trace {
-        let sim_job = &outcome.jobs[r.job];
-        let job = &file_jobs[sim_job.source];
-        assert!(
-            r.start_s >= sim_job.arrival_s,
-            "{name}: task before arrival"
-        );
-        for &p in &job.stages[r.task.stage()].parents {
-            assert!(
-                r.start_s >= stage_end[r.job][p] - 1e-9,
-                "{name}: {} stage {} started before its parent {p} ended",
-                sim_job.name,
-                r.task.stage
-            );
-        }
+        let job = &file_jobs[outcome.jobs[r.job].source];
         assert!((r.finish_s - r.start_s - job.duration(r.task)).abs() < 1e-6);
-        assert_eq!(r.demand, job.demand(r.task));
     }
-    // Capacity, machine by machine: launches and completions in time order, completions first
-    // at equal times.
     for m in 0..config.machines {
-        let mut events: Vec<(f64, bool, usize)> = Vec::new();
-        for (i, r) in outcome.trace.iter().enumerate() {
-            if r.machine == m {
-                events.push((r.start_s, true, i));
-                events.push((r.finish_s, false, i));
-            }
-        }
-        events.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        let mut charged = fullerene_proto::ResourceVec::ZERO;
-        for (_, start, i) in events {
-            let demand = outcome.trace[i].demand;
-            if start {
-                charged += demand;
-                assert!(
-                    charged.fits_in(&config.machine),
-                    "{name}: machine {m} charged {charged} of {}",
-                    config.machine
-                );
-            } else {
-                charged = charged.saturating_sub(&demand);
-            }
-        }
+        common::for_each_charge(outcome, m, |charged| {
+            assert!(
+                charged.fits_in(&config.machine),
+                "{name}: machine {m} charged {charged} of {}",
+                config.machine
+            );
+        });
     }
 }
 
