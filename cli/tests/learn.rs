@@ -90,7 +90,7 @@ fn training_writes_a_model_that_resumes_and_evaluates() {
     assert_eq!(points[2]["iteration"].as_u64(), Some(2));
 
     // `learn eval` of the model with `policies`, on `seeds` tiny episodes: its JSON report.
-    let eval = |policies: &str, seeds: &str| -> Value {
+    let eval_with = |policies: &str, seeds: &str, extra: &[&str]| -> Value {
         let out = run(fullerene(dir.path())
             .args([
                 "--json",
@@ -101,10 +101,13 @@ fn training_writes_a_model_that_resumes_and_evaluates() {
                 "--jobs",
                 "3",
             ])
-            .args(["--seeds", seeds, "--policies", policies, "--model"])
+            .args(["--seeds", seeds, "--policies", policies])
+            .args(extra)
+            .arg("--model")
             .arg(&model));
         serde_json::from_slice(&out.stdout).expect("eval prints JSON")
     };
+    let eval = |policies: &str, seeds: &str| eval_with(policies, seeds, &[]);
     let report = eval("fifo", "2");
     let names: Vec<&str> = report["results"]
         .as_array()
@@ -120,6 +123,14 @@ fn training_writes_a_model_that_resumes_and_evaluates() {
     // The model alone.
     let report = eval("none", "1");
     assert_eq!(report["results"].as_array().map(Vec::len), Some(1));
+    // Sampled actions (the default, as Decima evaluates) draw from each episode's seed: the
+    // same seeds give the same figures; the most likely actions give others (the model is
+    // barely trained, so its probabilities are far from certain).
+    let decima = |report: &Value| report["results"][0].clone();
+    let sampled = decima(&eval("none", "3"));
+    assert_eq!(sampled, decima(&eval("none", "3")));
+    let greedy = decima(&eval_with("none", "3", &["--action-choice", "greedy"]));
+    assert_ne!(sampled["mean_jct_s"], greedy["mean_jct_s"]);
 
     let damaged = dir.path().join("damaged.model");
     let mut bytes = std::fs::read(&model).unwrap();

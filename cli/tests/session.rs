@@ -148,7 +148,7 @@ async fn charged(client: &mut OperatorClient) -> usize {
 }
 
 fn fifo() -> SessionPolicyFactory {
-    Arc::new(|| SessionPolicyKind::Fifo.build())
+    Arc::new(|_seed| SessionPolicyKind::Fifo.build())
 }
 
 fn jobs() -> Vec<fullerene_sdk::Job> {
@@ -182,7 +182,7 @@ fn one_session_framework_runs_every_job_on_a_real_cluster_and_stops_cleanly() {
         .block_on(async {
             tokio::time::timeout(
                 Duration::from_secs(60),
-                run_session(jobs(), &tls, run, fifo(), None),
+                run_session(jobs(), &tls, run, fifo(), 1, None),
             )
             .await
         })
@@ -236,7 +236,7 @@ fn one_session_framework_runs_every_job_on_a_real_cluster_and_stops_cleanly() {
     });
     let (was_charged, stopped) = runtime.block_on(async {
         let session =
-            tokio::spawn(async move { run_session(jobs(), &tls, run, fifo(), None).await });
+            tokio::spawn(async move { run_session(jobs(), &tls, run, fifo(), 1, None).await });
         // Once tasks run (the first end 2 s in at this time scale).
         let started = Instant::now();
         let mut was_charged = charged(&mut client).await;

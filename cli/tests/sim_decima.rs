@@ -50,6 +50,11 @@ fn sim_runs_decima_alone_and_beside_per_job_policies() {
     assert_eq!(reports.len(), 1);
     assert_eq!(reports[0]["policy"].as_str(), Some("decima"));
     every_job_finished(&reports[0]);
+    // Its actions are sampled from --seed: the same seed replays the same run.
+    let again = sim_json(&["--policy", "decima"]);
+    assert_eq!(again[0]["jobs"], reports[0]["jobs"]);
+    let greedy = sim_json(&["--policy", "decima", "--action-choice", "greedy"]);
+    every_job_finished(&greedy[0]);
 
     let reports = sim_json(&["--compare", "drf,decima", "--baseline", "fifo"]);
     let names: Vec<&str> = reports

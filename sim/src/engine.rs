@@ -452,7 +452,7 @@ impl<'a> Engine<'a> {
                 );
                 Mode::Session(Box::new(SessionFramework::new(
                     id,
-                    Session::new(session.build(), max_limit, cluster_capacity),
+                    Session::new(session.build(config.seed), max_limit, cluster_capacity),
                     session.needs_pri_scores(),
                     file_jobs.len(),
                     jobs.len(),

@@ -93,7 +93,7 @@ impl SessionScheduling {
     /// A session whose policies `factory` builds, named in reports after them (`decima` for
     /// Decima's). The policy reads no offline plan.
     pub fn new(factory: SessionPolicyFactory) -> SessionScheduling {
-        let name = factory().name().to_string();
+        let name = factory(0).name().to_string();
         SessionScheduling {
             name,
             factory,
@@ -107,7 +107,7 @@ impl SessionScheduling {
     pub fn heuristic(kind: SessionPolicyKind) -> SessionScheduling {
         SessionScheduling {
             name: format!("session-{}", kind.name()),
-            factory: std::sync::Arc::new(move || kind.build()),
+            factory: std::sync::Arc::new(move |_seed| kind.build()),
             pri_scores: kind.needs_pri_scores(),
         }
     }
@@ -117,9 +117,9 @@ impl SessionScheduling {
         &self.name
     }
 
-    /// A fresh policy for one run.
-    pub(crate) fn build(&self) -> Box<dyn fullerene_sdk::session::SessionPolicy> {
-        (self.factory)()
+    /// A fresh policy for the run of `seed`.
+    pub(crate) fn build(&self, seed: u64) -> Box<dyn fullerene_sdk::session::SessionPolicy> {
+        (self.factory)(seed)
     }
 
     /// Whether the policy reads Graphene's priScores.

@@ -19,7 +19,9 @@ use std::sync::Arc;
 
 use fullerene_proto::ResourceVec;
 use fullerene_sdk::planner::{plan, PlanCluster, PlannerConfig};
-use fullerene_sdk::session::{JobKey, Session, SessionOffer, SessionPolicy, SessionPolicyKind};
+use fullerene_sdk::session::{
+    JobKey, Session, SessionOffer, SessionPolicy, SessionPolicyFactory, SessionPolicyKind,
+};
 use fullerene_sdk::timed_queue::TimedQueue;
 use fullerene_sdk::{Job, TaskRef};
 use rand::{Rng, SeedableRng};
@@ -470,8 +472,8 @@ pub struct Contender {
     pub name: String,
     /// Whether the episodes' jobs must be planned for it.
     pub needs_pri_scores: bool,
-    /// A fresh policy.
-    pub build: Box<dyn Fn() -> Box<dyn SessionPolicy> + Send + Sync>,
+    /// A fresh policy for the episode of each seed.
+    pub build: SessionPolicyFactory,
 }
 
 impl From<SessionPolicyKind> for Contender {
@@ -479,7 +481,7 @@ impl From<SessionPolicyKind> for Contender {
         Contender {
             name: kind.name().to_string(),
             needs_pri_scores: kind.needs_pri_scores(),
-            build: Box::new(move || kind.build()),
+            build: std::sync::Arc::new(move |_seed| kind.build()),
         }
     }
 }
@@ -506,7 +508,7 @@ pub fn compare_sessions(
                 .iter()
                 .map(|c| {
                     let scores = scores.as_deref().filter(|_| c.needs_pri_scores);
-                    run_episode(&episode, (c.build)(), env, scores)
+                    run_episode(&episode, (c.build)(seed), env, scores)
                 })
                 .collect()
         })

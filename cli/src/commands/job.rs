@@ -193,7 +193,10 @@ pub(crate) fn run_jobs_command(
     }
     // Loaded before anything runs: a model that cannot be read is refused at once.
     let decima = match choice {
-        PolicyChoice::Decima => Some(decima_policies(args.model.model.as_deref())?),
+        PolicyChoice::Decima => Some(decima_policies(
+            args.model.model.as_deref(),
+            args.model.action_choice,
+        )?),
         PolicyChoice::Job(_) => None,
     };
     if args.max_attempts == 0 {
@@ -303,7 +306,9 @@ pub(crate) fn run_jobs_command(
     let (reports, caught) = runtime.block_on(async {
         let run = async {
             match factory {
-                Some(factory) => run_session(jobs, &tls, options, factory, Some(progress)).await,
+                Some(factory) => {
+                    run_session(jobs, &tls, options, factory, args.seed, Some(progress)).await
+                }
                 None => run_jobs(jobs, &tls, options, Some(progress)).await,
             }
         };

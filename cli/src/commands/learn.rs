@@ -20,7 +20,7 @@ use fullerene_sim::session::{
 };
 
 use crate::commands::plan::progress_bar;
-use crate::commands::{parse_number, parse_positive, resolve_workload};
+use crate::commands::{parse_number, parse_positive, resolve_workload, ActionChoice};
 use crate::output::{table, JsonOutput};
 
 /// `fullerene learn` subcommands.
@@ -90,10 +90,13 @@ pub(crate) struct EvalArgs {
     #[arg(long, value_name = "NAMES", value_delimiter = ',',
           default_values_t = SessionPolicyKind::ALL.map(|k| k.name().to_string()))]
     policies: Vec<String>,
-    /// A trained model (`fullerene learn train --out`): adds `decima`, which takes the most
-    /// likely stage and limit at each decision.
+    /// A trained model (`fullerene learn train --out`): adds `decima`.
     #[arg(long, value_name = "FILE")]
     model: Option<PathBuf>,
+    /// How `decima` takes its actions from the model's probabilities.
+    #[arg(long = "action-choice", value_name = "CHOICE", value_enum,
+          default_value_t = ActionChoice::Sampled, requires = "model")]
+    action_choice: ActionChoice,
 }
 
 /// Flags of `fullerene learn train`.
@@ -295,12 +298,12 @@ fn eval(args: EvalArgs, json: &JsonOutput) -> Result<()> {
         .collect::<Result<Vec<_>, _>>()?;
     let mut failures = Arc::new(AtomicU64::new(0));
     if let Some(path) = &args.model {
-        let (build, counter) = decima_policies(Some(path))?;
+        let (build, counter) = decima_policies(Some(path), args.action_choice)?;
         failures = counter;
         contenders.push(Contender {
             name: "decima".to_string(),
             needs_pri_scores: false,
-            build: Box::new(move || build()),
+            build,
         });
     }
     if contenders.is_empty() {
@@ -340,19 +343,25 @@ fn open_curve(path: &Path, from: u64) -> Result<std::fs::File> {
         .with_context(|| format!("cannot open --curve {}", path.display()))
 }
 
-/// Decima's greedy policy from `--model` (the built-in model without one), as a factory of
-/// policies for sessions, and the count of decisions the model failed to compute (each then
-/// falls back to the first candidate): a run reports it, as its figures are not the model's.
+/// Decima's policy from `--model` (the built-in model without one), taking its actions as
+/// `choice` says, as a factory of policies for sessions (a sampling one draws from the
+/// session's seed, salted so that its draws do not replay those that made the jobs), and the
+/// count of decisions the model failed to compute (each then falls back to the first
+/// candidate): a run reports it, as its figures are not the model's.
 pub(crate) fn decima_policies(
     model: Option<&Path>,
+    choice: ActionChoice,
 ) -> Result<(SessionPolicyFactory, Arc<AtomicU64>)> {
+    const ACTION_SALT: u64 = 0x5eed_ac71_0e5a_4b1e;
     let model = Arc::new(fullerene_learn::load_model(model)?);
     let failures = Arc::new(AtomicU64::new(0));
     let counter = failures.clone();
-    let factory: SessionPolicyFactory = Arc::new(move || {
-        Box::new(
-            DecimaPolicy::new(model.clone(), Choice::Greedy).counting_failures(counter.clone()),
-        )
+    let factory: SessionPolicyFactory = Arc::new(move |seed| {
+        let choice = match choice {
+            ActionChoice::Sampled => Choice::sample(seed ^ ACTION_SALT),
+            ActionChoice::Greedy => Choice::Greedy,
+        };
+        Box::new(DecimaPolicy::new(model.clone(), choice).counting_failures(counter.clone()))
     });
     Ok((factory, failures))
 }

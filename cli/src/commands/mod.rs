@@ -192,6 +192,22 @@ pub(crate) struct ModelArg {
     /// the model built in (`learn/models/decima-batch.model`).
     #[arg(long, env = "FULLERENE_MODEL", value_name = "FILE")]
     pub model: Option<PathBuf>,
+    /// With `--policy decima`: how it takes its actions from the model's probabilities.
+    #[arg(long = "action-choice", value_name = "CHOICE", value_enum,
+          default_value_t = ActionChoice::Sampled)]
+    pub action_choice: ActionChoice,
+}
+
+/// How Decima's learned policy picks among the actions its model scores.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ActionChoice {
+    /// Drawn from the probabilities, seeded by the run (`--seed`; in `learn eval`, each
+    /// episode's seed), as Decima runs its policy: its evaluation (`test.py`) uses the
+    /// training agent, which samples.
+    #[default]
+    Sampled,
+    /// The most likely stage and limit at each decision.
+    Greedy,
 }
 
 impl ModelArg {

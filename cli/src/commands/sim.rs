@@ -147,7 +147,8 @@ fn schedulings(
             PolicyChoice::Job(kind) => Scheduling::PerJob(kind),
             PolicyChoice::Decima => {
                 if decima.is_none() {
-                    let (factory, counter) = decima_policies(model.model.as_deref())?;
+                    let (factory, counter) =
+                        decima_policies(model.model.as_deref(), model.action_choice)?;
                     failures = Some(counter);
                     decima = Some(SessionScheduling::new(factory));
                 }

@@ -180,8 +180,10 @@ pub trait SessionPolicy: Send {
 }
 
 /// Makes a fresh policy for each session (a simulator run per seed, a framework per run):
-/// a policy may keep state between decisions, so sessions never share one.
-pub type SessionPolicyFactory = std::sync::Arc<dyn Fn() -> Box<dyn SessionPolicy> + Send + Sync>;
+/// a policy may keep state between decisions, so sessions never share one. The argument is
+/// the session's seed: a policy that samples its actions (Decima's, as Decima runs it) draws
+/// them from it, so the same seed gives the same run.
+pub type SessionPolicyFactory = std::sync::Arc<dyn Fn(u64) -> Box<dyn SessionPolicy> + Send + Sync>;
 
 /// A task the session launched.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -191,6 +191,7 @@ impl Scheduler for SessionScheduler {
 }
 
 /// Runs every job in one framework subscription scheduled by a session policy from `factory`
+/// (given `seed`)
 /// (Decima §5.2: on each batch of offers the policy picks a stage among all jobs' runnable
 /// stages and its job's parallelism limit; see [`SessionFramework`] for how that maps onto
 /// offers, and its departures from Decima), until each job finishes or fails. Jobs arrive as
@@ -205,6 +206,7 @@ pub async fn run_session(
     tls: &TlsMaterial,
     options: RunJobsOptions,
     factory: SessionPolicyFactory,
+    seed: u64,
     progress: Option<ProgressFn>,
 ) -> Result<Vec<JobReport>, RunError> {
     if options.state_dir.is_some() {
@@ -218,7 +220,7 @@ pub async fn run_session(
     }
     check_arrivals(&options.arrivals_s, jobs.len())?;
     let clock = SystemClock::new();
-    let policy = factory();
+    let policy = factory(seed);
     let name = format!("{}-session", policy.name());
     let core = SessionFramework::new(
         jobs,
