@@ -571,11 +571,9 @@ impl DagJob {
                 self.state.mark_lost(task);
             }
         }
-        if error.code != ErrorCode::OutcomeUnknown {
-            if let Some(reason) = count_refused_accept(&mut self.refused_in_a_row, error) {
-                self.fail(reason);
-                return out;
-            }
+        if let Some(reason) = count_refused_accept(&mut self.refused_in_a_row, error) {
+            self.fail(reason);
+            return out;
         }
         if !unknown.is_empty() {
             self.unconfirmed.extend(unknown.iter().cloned());

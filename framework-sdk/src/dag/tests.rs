@@ -377,6 +377,29 @@ fn lost_tasks_are_replanned_and_run_again_under_graphene() {
 #[test]
 fn a_job_whose_accepts_are_always_refused_fails_with_the_reason() {
     let mut dag = DagJob::new(two_stage_job(), config(PolicyKind::Bfs), t(0)).expect("dag");
+    // Refusals for a while (a leader election, a rate limit) count nothing, however many.
+    for (round, code) in [
+        ErrorCode::NotLeader,
+        ErrorCode::RateLimited,
+        ErrorCode::Unavailable,
+    ]
+    .into_iter()
+    .cycle()
+    .take(2 * MAX_REFUSED_ACCEPTS as usize)
+    .enumerate()
+    {
+        let calls = dag.on_offers(
+            &[offer(1000 + round as u64, "a1", "cpus=4,mem_mib=1000")],
+            t(5),
+        );
+        let accept = calls
+            .iter()
+            .find(|c| matches!(c, FrameworkRequest::Accept { .. }))
+            .cloned()
+            .expect("an accept");
+        dag.on_call_failed(&accept, &WireError::new(code, "not now"));
+        assert_eq!(dag.outcome(), &JobOutcome::Running, "round {round}");
+    }
     let refused = WireError::new(ErrorCode::InsufficientResources, "the tasks ask for more");
     for round in 0..MAX_REFUSED_ACCEPTS {
         assert_eq!(dag.outcome(), &JobOutcome::Running, "round {round}");

@@ -12,10 +12,9 @@
 //! outcome is unknown, and the same bound per job on accepts refused in a row
 //! ([`MAX_REFUSED_ACCEPTS`](crate::dag::common::MAX_REFUSED_ACCEPTS), with the same reason): a
 //! refused accept counts once for each job with tasks in it, a status update of a job's task
-//! starts its count again, and only the jobs that reach the bound fail. One difference: a
-//! refusal for a while (rate-limited, no leader, unavailable:
-//! [`transient`](crate::dag::common::transient)) counts here for no job, where `DagJob` counts
-//! it.
+//! starts its count again, and only the jobs that reach the bound fail; a refusal for a while
+//! (rate-limited, no leader, unavailable: [`transient`](crate::dag::common::transient)) counts
+//! for no job.
 //!
 //! On a batch of offers it merges each agent's offers into one [`SessionOffer`] (its machine
 //! an index it assigns to the agent's id), calls [`Session::schedule`] once, accepts each
@@ -63,7 +62,7 @@ use super::{largest_limit, JobKey, Session, SessionOffer, SessionPolicy};
 use crate::dag::attempts::{AttemptEnd, Attempts};
 use crate::dag::common::{
     check_arrivals, count_refused_accept, decline_for_good, read_offers, resend_job_call,
-    transient, ArrivalsError, Machines,
+    ArrivalsError, Machines,
 };
 use crate::dag::job::{describe, push_reconciles};
 use crate::dag::{DagConfig, DagError, JobOutcome, JobProgress};
@@ -554,18 +553,13 @@ impl SessionFramework {
                         self.changed.insert(index);
                     }
                 }
-                // A refusal for a while (rate-limited, no leader) says nothing of the tasks.
-                if !transient(error.code) {
-                    for index in refused_jobs {
-                        let entry = &mut self.jobs[index];
-                        if let Some(reason) =
-                            count_refused_accept(&mut entry.refused_in_a_row, error)
-                        {
-                            self.fail_job(index, reason, &mut out);
-                        }
+                for index in refused_jobs {
+                    let entry = &mut self.jobs[index];
+                    if let Some(reason) = count_refused_accept(&mut entry.refused_in_a_row, error) {
+                        self.fail_job(index, reason, &mut out);
                     }
-                    self.push_ends(&mut out);
                 }
+                self.push_ends(&mut out);
                 if !unknown.is_empty() {
                     self.unconfirmed.extend(unknown.iter().cloned());
                     self.reconcile_queued.extend(unknown.iter().cloned());
