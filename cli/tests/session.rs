@@ -331,6 +331,113 @@ fn one_session_framework_runs_every_job_on_a_real_cluster_and_stops_cleanly() {
     );
 }
 
+/// The lines of a session journal that start with `kind`, without it.
+fn journal_lines(path: &Path, kind: &str) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| line.strip_prefix(kind))
+        .map(|rest| rest.trim().to_string())
+        .collect()
+}
+
+#[test]
+fn a_new_process_takes_the_session_over_from_its_journal() {
+    let cluster = cluster();
+    let runtime = runtime();
+    let tls = cluster.tls_of(Role::Framework, 1).expect("framework-1");
+    let state = tempfile::tempdir().expect("temp dir");
+    let journal = state.path().join("fifo-session.journal");
+    let mut run = options(&cluster, 1.0);
+    run.state_dir = Some(state.path().to_path_buf());
+
+    // The first process dies (its driver dropped, no teardown) once some tasks finished.
+    let (first_run, second_run) = (run.clone(), run);
+    let tls_first = cluster.tls_of(Role::Framework, 1).expect("framework-1");
+    let finished_before = runtime.block_on(async {
+        let session = tokio::spawn(async move {
+            run_session(jobs(), &tls_first, first_run, fifo(), 1, None).await
+        });
+        let started = Instant::now();
+        while journal_lines(&journal, "finished").len() < 4
+            && started.elapsed() < Duration::from_secs(30)
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        session.abort();
+        let _ = session.await;
+        journal_lines(&journal, "finished")
+    });
+    assert!(
+        (4..18).contains(&finished_before.len()),
+        "the first process saw {} of 18 tasks finish before it died:\n{}",
+        finished_before.len(),
+        cluster.logs(20)
+    );
+    let launched_before = journal_lines(&journal, "launched");
+
+    // The second takes the framework over and sees every job through.
+    let reports = runtime
+        .block_on(async {
+            tokio::time::timeout(
+                Duration::from_secs(60),
+                run_session(jobs(), &tls, second_run, fifo(), 1, None),
+            )
+            .await
+        })
+        .expect("the jobs finish within a minute")
+        .expect("the session runs");
+    let names: Vec<&str> = reports.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names, ["chain", "fan-in", "single"]);
+    for report in &reports {
+        assert!(
+            matches!(report.outcome, JobOutcome::Finished { .. }),
+            "{report:?}\n{}",
+            cluster.logs(20)
+        );
+    }
+    let subscribed = journal_lines(&journal, "subscribed");
+    assert!(!subscribed.is_empty());
+    assert!(
+        subscribed.iter().all(|id| *id == subscribed[0]),
+        "one framework, taken over: {subscribed:?}"
+    );
+    assert_eq!(
+        reports[0].framework_id.as_deref(),
+        Some(subscribed[0].as_str())
+    );
+    // Task ids are never used twice, every task finished once, and no task finished before
+    // the takeover ran again.
+    let launched = journal_lines(&journal, "launched");
+    let mut distinct = launched.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), launched.len(), "{launched:?}");
+    let finished = journal_lines(&journal, "finished");
+    let task_of = |id: &str| id.rsplit_once('/').map(|(task, _)| task.to_string());
+    let mut tasks: Vec<_> = finished.iter().filter_map(|id| task_of(id)).collect();
+    tasks.sort();
+    tasks.dedup();
+    assert_eq!((tasks.len(), finished.len()), (18, 18), "{finished:?}");
+    for id in &finished_before {
+        let task = task_of(id);
+        assert_eq!(
+            launched.iter().filter(|l| task_of(l) == task).count(),
+            1,
+            "{id} finished before the takeover and ran again: {launched:?}"
+        );
+    }
+    // The takeover adopted tasks the first process launched: they finished in the second.
+    let adopted = launched_before
+        .iter()
+        .filter(|id| !finished_before.contains(id) && finished.contains(id))
+        .count();
+    assert!(
+        adopted > 0,
+        "no task launched before the takeover finished after it: {launched_before:?}"
+    );
+}
+
 #[test]
 fn dev_runs_its_sample_as_one_decima_session() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -399,14 +506,6 @@ fn flags_session_mode_cannot_honour_are_refused_by_name() {
         assert!(!out.status.success());
         stderr(&out)
     };
-    let err = job_run(&["--state-dir", state]);
-    assert!(
-        err.contains(
-            "--state-dir is not supported with --policy decima (one framework for all jobs has \
-             no per-job journal yet)"
-        ),
-        "{err}"
-    );
     let err = job_run(&["--deadlines", "0.5"]);
     assert!(
         err.contains("--deadlines is not supported with --policy decima"),

@@ -48,8 +48,8 @@ pub(crate) enum JobCommand {
     ///
     /// With `--policy decima`, every job runs in one framework instead, a session whose learned
     /// policy (`--model`, or the built-in one) picks on each batch of offers the next stage
-    /// among all jobs and that job's parallelism (Decima §5.2); `--state-dir`, `--deadlines`
-    /// and `--event-log` are refused with it.
+    /// among all jobs and that job's parallelism (Decima §5.2); `--state-dir` keeps one journal
+    /// for the session, and `--deadlines` and `--event-log` are refused with it.
     ///
     /// Jobs arrive as `--arrivals` says, like the simulator's (`zero`: all at once, the
     /// default; `poisson:MEAN_GAP_S`; `trace`: the file's `arrival_s`), in workload seconds
@@ -141,9 +141,9 @@ pub(crate) struct JobRunArgs {
     /// its job ends to FILE, one JSON object per line, for `fullerene chaos run` and audits.
     #[arg(long, env = "FULLERENE_JOB_EVENT_LOG", value_name = "FILE")]
     pub event_log: Option<PathBuf>,
-    /// Keep each job's journal (framework id, launches, finished tasks) in DIR: run the same
-    /// command again with the same DIR after this process died and it takes its frameworks
-    /// over if it comes within `--failover-timeout-secs` (their running tasks are adopted, not
+    /// Keep each job's journal (framework id, launches, finished tasks; with `--policy decima`
+    /// one for the session) in DIR: run the same command again with the same DIR after this
+    /// process died and it takes its frameworks over if it comes within `--failover-timeout-secs` (their running tasks are adopted, not
     /// run again), or starts the jobs over otherwise.
     #[arg(long, env = "FULLERENE_JOB_STATE_DIR", value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
@@ -368,15 +368,10 @@ pub(crate) fn run_jobs_command(
 }
 
 /// The flags `--policy decima` cannot honour yet: its one framework for all jobs has no
-/// per-job journal, reservations or event log (the SDK refuses them too, as
+/// per-job reservations or event log (the SDK refuses them too, as
 /// [`fullerene_sdk::session::SessionRefusal`]); refused by name rather than ignored.
 fn refuse_session_flags(args: &JobRunArgs) -> Result<()> {
     let refused = [
-        (
-            args.state_dir.is_some(),
-            "--state-dir",
-            "one framework for all jobs has no per-job journal yet",
-        ),
         (
             args.deadlines.is_some(),
             "--deadlines",

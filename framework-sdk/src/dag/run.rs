@@ -769,6 +769,10 @@ pub enum RunError {
     /// The jobs cannot run as one session framework ([`crate::session::run_session`]).
     #[error(transparent)]
     Session(#[from] crate::session::SessionRefusal),
+    /// The session's journal cannot be used ([`crate::session::run_session`] with a state
+    /// directory).
+    #[error("the session's journal cannot be used: {0}")]
+    Journal(#[from] JournalError),
 }
 
 impl From<ArrivalsError> for RunError {

@@ -38,8 +38,9 @@
 //!   of its last task as this framework hears of it.
 //! - Policies get no Graphene priScores (no offline plan is made), and the master is told one
 //!   demand for all jobs together ([`Session::demand_summary`]).
-//! - No journal (framework failover), deadlines, reservations or event log: [`SessionRefusal`]
-//!   says so.
+//! - Framework failover keeps one journal for the whole session ([`SessionFramework::restore`]),
+//!   so every job must arrive at once. No deadlines, reservations or event log:
+//!   [`SessionRefusal`] says so.
 //! - The masters keep at most [`MAX_JOBS_PER_FRAMEWORK`] unended job descriptions per
 //!   framework: beyond that a job runs undescribed (operators do not see it in `fullerene job
 //!   status`), with a warning.
@@ -56,15 +57,16 @@ use fullerene_proto::messages::{
     TaskState, WireError,
 };
 use fullerene_proto::time::secs_f64;
-use fullerene_proto::{AgentId, OfferId, ResourceVec, TaskId, Time};
+use fullerene_proto::{AgentId, FrameworkId, OfferId, ResourceVec, TaskId, Time};
 
 use super::{largest_limit, JobKey, Session, SessionOffer, SessionPolicy};
-use crate::dag::attempts::{AttemptEnd, Attempts};
+use crate::dag::attempts::{parse_task_id, AttemptEnd, Attempts};
 use crate::dag::common::{
     check_arrivals, count_refused_accept, decline_for_good, read_offers, resend_job_call,
     ArrivalsError, Machines,
 };
 use crate::dag::job::{describe, push_reconciles};
+use crate::dag::journal::Record;
 use crate::dag::{DagConfig, DagError, JobOutcome, JobProgress};
 use crate::job::{Job, TaskRef};
 use crate::policy::{PriScoreScope, TaskStatus};
@@ -84,9 +86,10 @@ pub enum SessionRefusal {
         "job `{0}` appears more than once: the jobs of one session framework need distinct names"
     )]
     DuplicateJob(String),
-    /// A journal for framework failover was asked for.
-    #[error("a journal (state directory) is not supported in session mode: one framework for all jobs has no per-job journal yet")]
-    Journal,
+    /// A journal for framework failover was asked for with jobs that arrive later: a process
+    /// that takes the session over could not replay their arrivals.
+    #[error("a journal (state directory) needs every job of the session to arrive at once: a process that takes the session over cannot replay later arrivals")]
+    JournalWithArrivals,
     /// Deadlines (and the reservations made for them) were asked for.
     #[error("deadlines and reservations are not supported in session mode yet")]
     Deadlines,
@@ -163,6 +166,9 @@ pub struct SessionFramework {
     reconcile_queued: BTreeSet<TaskId>,
     /// Jobs whose progress changed since [`SessionFramework::take_changed`].
     changed: BTreeSet<usize>,
+    /// Tasks the session counted finished (restored ones aside): the shell journals a
+    /// status update that raised it.
+    tasks_finished: u64,
 }
 
 impl std::fmt::Debug for SessionFramework {
@@ -229,6 +235,7 @@ impl SessionFramework {
             unconfirmed: BTreeSet::new(),
             reconcile_queued: BTreeSet::new(),
             changed: BTreeSet::new(),
+            tasks_finished: 0,
         };
         // Those there from the start are described on subscription.
         framework.arrive_due(now, &mut Vec::new());
@@ -276,6 +283,89 @@ impl SessionFramework {
             preempted_attempts,
             outcome: entry.outcome.clone(),
         })
+    }
+
+    /// Tasks the session counted finished since it started (those restored from a journal
+    /// aside).
+    pub fn tasks_finished(&self) -> u64 {
+        self.tasks_finished
+    }
+
+    /// Takes over from an earlier process of this framework (framework failover) the records
+    /// of its journal (the session shell's [`Journal`](crate::dag::journal::Journal), one for
+    /// the whole session): the launches it asked for, with their ids (never used again), and
+    /// the tasks it saw finish. A launch with no recorded finish runs until the master says
+    /// otherwise: it is never launched again while it may still run (at most one instance),
+    /// and is reconciled explicitly once subscribed. A job all of whose tasks finished is done
+    /// (its JCT, which the earlier process measured, is reported as 0, as
+    /// [`DagJob::restore`](crate::dag::DagJob::restore) does); the other jobs' JCTs count from
+    /// this process's start. Returns the framework id to subscribe with, if one was recorded.
+    ///
+    /// Only the jobs already in the session (arrived) can take their tasks back: with later
+    /// arrivals a run with a journal is refused ([`SessionRefusal::JournalWithArrivals`]).
+    /// Records of tasks of no job here are skipped with a warning.
+    pub fn restore(&mut self, records: &[Record]) -> Option<FrameworkId> {
+        let jobs: Vec<Arc<Job>> = self.jobs.iter().map(|entry| entry.job.clone()).collect();
+        let by_name: HashMap<&str, usize> = jobs
+            .iter()
+            .enumerate()
+            .map(|(index, job)| (job.name.as_str(), index))
+            .collect();
+        // A task id is `{job}/{stage}.{index}/{launch}`, and a job's name may hold `/`.
+        let owner = |id: &TaskId| -> Option<(usize, TaskRef, u32)> {
+            let job = id.as_str().rsplitn(3, '/').nth(2)?;
+            let index = *by_name.get(job)?;
+            let (task, launch) = parse_task_id(&jobs[index], id)?;
+            Some((index, task, launch))
+        };
+        let mut framework_id = None;
+        let mut launched = Vec::new();
+        let mut ended = BTreeSet::new();
+        for record in records {
+            match record {
+                Record::Subscribed(id) => framework_id = Some(id.clone()),
+                Record::Launched(id) | Record::Finished(id) => {
+                    let Some((index, task, launch)) = owner(id) else {
+                        tracing::warn!(task = %id, "the journal names a task of no job of this session; skipped");
+                        continue;
+                    };
+                    if matches!(record, Record::Launched(_)) {
+                        self.jobs[index].attempts.restore(id.clone(), task, launch);
+                        launched.push((index, task, launch, id.clone()));
+                    } else {
+                        ended.insert((index, task));
+                    }
+                }
+            }
+        }
+        // In launch order: a task's parents finished before it was launched.
+        for (index, task, launch, id) in launched {
+            let entry = &self.jobs[index];
+            let Some(key) = entry.key else { continue };
+            if entry.outcome != JobOutcome::Running || !entry.attempts.is_current(task, launch) {
+                continue;
+            }
+            let finished = ended.contains(&(index, task));
+            match self.session.restore_task(key, task, finished) {
+                Ok(Some(done)) => {
+                    let entry = &mut self.jobs[index];
+                    entry.finished_at_exit = done.state.num_finished();
+                    entry.outcome = JobOutcome::Finished { jct_ms: 0 };
+                    self.prune(index);
+                }
+                Ok(None) => {
+                    self.owners.insert(id.clone(), index);
+                    if !finished {
+                        self.unconfirmed.insert(id);
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(task = %id, %error, "the journal's launch does not fit its job; skipped");
+                }
+            }
+            self.changed.insert(index);
+        }
+        framework_id
     }
 
     /// The jobs whose progress changed since the last call, by index.
@@ -462,6 +552,7 @@ impl SessionFramework {
             TaskState::Staging | TaskState::Running => return out,
             TaskState::Finished => match self.session.task_finished(key, task, now_s) {
                 Ok(Some(done)) => {
+                    self.tasks_finished += 1;
                     let submitted = entry.submitted.unwrap_or(self.started);
                     entry.finished_at_exit = done.state.num_finished();
                     entry.outcome = JobOutcome::Finished {
@@ -469,7 +560,7 @@ impl SessionFramework {
                     };
                     self.prune(index);
                 }
-                Ok(None) => {}
+                Ok(None) => self.tasks_finished += 1,
                 Err(error) => tracing::warn!(%error, "the session refused a finished task"),
             },
             TaskState::Failed | TaskState::Lost | TaskState::Killed => {

@@ -214,6 +214,10 @@ pub enum SessionError {
     },
 }
 
+/// The machine of a task taken over from an earlier process ([`Session::restore_task`]):
+/// none that offers name.
+const UNPLACED: usize = usize::MAX;
+
 /// Many jobs run by one framework, scheduled by one [`SessionPolicy`].
 pub struct Session {
     jobs: Vec<SessionJob>,
@@ -341,13 +345,37 @@ impl Session {
         if !entry.state.is_complete() {
             // The room the task freed keeps working on its stage (on a machine of several
             // tasks, the stage last placed there may be another job's).
-            if let Some(machine) = machine {
+            if let Some(machine) = machine.filter(|&m| m != UNPLACED) {
                 self.last_stage.insert(machine, (job, task.stage()));
             }
             return Ok(None);
         }
         self.last_stage.retain(|_, (key, _)| *key != job);
         Ok(Some(self.jobs.remove(i)))
+    }
+
+    /// Takes over a task an earlier process of this session's framework launched (framework
+    /// failover, from its journal): a task it saw finish is finished (returning the job when
+    /// that was its last task, as [`Session::task_finished`] does); one still open runs, on a
+    /// machine not known until the master reports it, and is never launched again while it
+    /// may run. Tasks are restored in the order they were launched, so that a task's parents
+    /// finished before it.
+    pub fn restore_task(
+        &mut self,
+        job: JobKey,
+        task: TaskRef,
+        finished: bool,
+    ) -> Result<Option<SessionJob>, SessionError> {
+        let i = self.index_of(job)?;
+        self.jobs[i]
+            .state
+            .try_mark_launched(task, UNPLACED, 0.0)
+            .map_err(|source| SessionError::Task { job, source })?;
+        if finished {
+            self.task_finished(job, task, 0.0)
+        } else {
+            Ok(None)
+        }
     }
 
     /// Records that a running `task` of `job` was lost: it becomes runnable again.

@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use fullerene_proto::messages::{FrameworkRequest, Offer, StatusUpdate, WireError};
+use fullerene_proto::messages::{ErrorCode, FrameworkRequest, Offer, StatusUpdate, WireError};
 use fullerene_proto::time::SystemClock;
 use fullerene_proto::FrameworkId;
 use fullerene_transport::{Client, TlsMaterial};
@@ -14,6 +14,7 @@ use fullerene_transport::{Client, TlsMaterial};
 use super::framework::{SessionFramework, SessionRefusal};
 use super::SessionPolicyFactory;
 use crate::dag::common::check_arrivals;
+use crate::dag::journal::{Journal, Record};
 use crate::dag::{JobOutcome, JobReport, ProgressFn, RunError, RunJobsOptions};
 use crate::driver::{
     run_with_client, DriverConfig, DriverError, DriverHandle, RunOptions, Scheduler,
@@ -32,6 +33,8 @@ pub struct SessionScheduler {
     torn_down: bool,
     /// Where the reports go when the driver stops for good (it takes the scheduler with it).
     fatal_reports: Option<FatalReports>,
+    /// The session's journal, for another process to take the framework over.
+    journal: Option<Journal>,
 }
 
 /// The slot [`SessionScheduler::fatal`] leaves the jobs' reports in: the group they name and the
@@ -49,6 +52,36 @@ impl SessionScheduler {
             stopped: false,
             torn_down: false,
             fatal_reports: None,
+            journal: None,
+        }
+    }
+
+    /// Records the framework id, every launch before it is asked for and every task the
+    /// session counted finished in `journal`, so that another process can take the session
+    /// over ([`SessionFramework::restore`]).
+    pub fn with_journal(mut self, journal: Option<Journal>) -> SessionScheduler {
+        self.journal = journal;
+        self
+    }
+
+    /// Appends `record` to the journal, if there is one. A record that cannot be written
+    /// stops every job (into `calls`): a successor reading a journal with a gap could launch
+    /// a task that still runs, or take over a framework it does not know the launches of.
+    fn journal(&mut self, record: &Record, calls: &mut Vec<FrameworkRequest>) -> bool {
+        let Some(journal) = &self.journal else {
+            return true;
+        };
+        match journal.append(record) {
+            Ok(()) => true,
+            Err(error) => {
+                tracing::error!(%error, "cannot write the session's journal; stopping every job");
+                self.journal = None;
+                calls.extend(self.core.stop(&format!(
+                    "cannot write the session's journal, which another process would need to \
+                     take the session over: {error}"
+                )));
+                false
+            }
         }
     }
 
@@ -98,7 +131,20 @@ impl SessionScheduler {
     }
 
     fn apply(&mut self, driver: &mut DriverHandle, calls: Vec<FrameworkRequest>) {
-        for call in calls {
+        let mut calls = std::collections::VecDeque::from(calls);
+        while let Some(call) = calls.pop_front() {
+            // Written ahead: a task id, once asked for, is never used again by a successor,
+            // and a launch that cannot be recorded is not asked for.
+            if let FrameworkRequest::Accept { tasks, .. } = &call {
+                let mut stopping = Vec::new();
+                let recorded = tasks
+                    .iter()
+                    .all(|task| self.journal(&Record::Launched(task.id.clone()), &mut stopping));
+                calls.extend(stopping);
+                if !recorded {
+                    continue;
+                }
+            }
             driver.call(call);
         }
         self.report_progress();
@@ -127,6 +173,9 @@ impl SessionScheduler {
 
 impl Scheduler for SessionScheduler {
     fn registered(&mut self, driver: &mut DriverHandle, framework_id: &FrameworkId) {
+        let mut stopping = Vec::new();
+        self.journal(&Record::Subscribed(framework_id.clone()), &mut stopping);
+        self.apply(driver, stopping);
         self.subscribed(driver, framework_id);
     }
 
@@ -140,7 +189,11 @@ impl Scheduler for SessionScheduler {
     }
 
     fn status_update(&mut self, driver: &mut DriverHandle, update: &StatusUpdate) {
-        let calls = self.core.on_update(update, driver.now());
+        let finished_before = self.core.tasks_finished();
+        let mut calls = self.core.on_update(update, driver.now());
+        if self.core.tasks_finished() > finished_before {
+            self.journal(&Record::Finished(update.task_id.clone()), &mut calls);
+        }
         self.apply(driver, calls);
     }
 
@@ -191,16 +244,21 @@ impl Scheduler for SessionScheduler {
 }
 
 /// Runs every job in one framework subscription scheduled by a session policy from `factory`
-/// (given `seed`)
-/// (Decima §5.2: on each batch of offers the policy picks a stage among all jobs' runnable
-/// stages and its job's parallelism limit; see [`SessionFramework`] for how that maps onto
-/// offers, and its departures from Decima), until each job finishes or fails. Jobs arrive as
-/// `options.arrivals_s` says (checked at each driver tick); a job's JCT runs from its nominal arrival.
+/// (given `seed`; Decima §5.2: on each batch of offers the policy picks a stage among all
+/// jobs' runnable stages and its job's parallelism limit; see [`SessionFramework`] for how that
+/// maps onto offers, and its departures from Decima), until each job finishes or fails. Jobs
+/// arrive as `options.arrivals_s` says (checked at each driver tick); a job's JCT runs from its
+/// nominal arrival.
+///
+/// With `options.state_dir`, the session keeps one journal there (named after its framework,
+/// `{policy}-session`): a later run with the same directory takes the framework over
+/// (framework failover, [`SessionFramework::restore`]) if it comes within its failover
+/// timeout, and starts every job over otherwise.
 ///
 /// The per-job reports have the shape [`run_jobs`](crate::dag::run_jobs) gives, every job
 /// naming the one framework. Refused before anything runs ([`RunError::Session`]): a state
-/// directory (no journal, so no framework failover), deadlines (no reservations), an event log
-/// (its readers expect a framework per job), two jobs of one name, and invalid settings.
+/// directory with jobs that arrive later, deadlines (no reservations), an event log (its
+/// readers expect a framework per job), two jobs of one name, and invalid settings.
 pub async fn run_session(
     jobs: Vec<Job>,
     tls: &TlsMaterial,
@@ -209,9 +267,6 @@ pub async fn run_session(
     seed: u64,
     progress: Option<ProgressFn>,
 ) -> Result<Vec<JobReport>, RunError> {
-    if options.state_dir.is_some() {
-        return Err(SessionRefusal::Journal.into());
-    }
     if options.deadlines.iter().any(Option::is_some) {
         return Err(SessionRefusal::Deadlines.into());
     }
@@ -219,35 +274,68 @@ pub async fn run_session(
         return Err(SessionRefusal::EventLog.into());
     }
     check_arrivals(&options.arrivals_s, jobs.len())?;
+    if options.state_dir.is_some() && options.arrivals_s.iter().any(|&at| at > 0.0) {
+        return Err(SessionRefusal::JournalWithArrivals.into());
+    }
     let clock = SystemClock::new();
-    let policy = factory(seed);
-    let name = format!("{}-session", policy.name());
-    let core = SessionFramework::new(
-        jobs,
-        options.dag.clone(),
-        policy,
-        &options.arrivals_s,
-        clock.monotonic(),
-    )?;
     let group = options.group.clone().unwrap_or_default();
-    let sizes: Vec<(String, usize)> = core
-        .jobs()
+    let sizes: Vec<(String, usize)> = jobs
+        .iter()
         .map(|job| (job.name.clone(), job.num_tasks()))
         .collect();
-    let fatal_reports = Arc::new(Mutex::new(None));
-    let scheduler = SessionScheduler::new(core, progress)
-        .with_stop(options.stop.clone())
-        .with_fatal_reports(group.clone(), Arc::clone(&fatal_reports));
     let client = Client::new(tls, options.transport.clone())
         .map_err(|e| RunError::Driver(DriverError::Transport(e.to_string())))?;
-    let mut config = DriverConfig::new(options.masters.clone(), name, group.clone());
-    config.failover_timeout_ms = options.failover_timeout_ms;
-    let run_options = RunOptions {
-        transport: options.transport.clone(),
-        clock,
-        ..RunOptions::default()
+    let mut resume = true;
+    let (outcome, fatal_reports) = loop {
+        let policy = factory(seed);
+        let name = format!("{}-session", policy.name());
+        let mut core = SessionFramework::new(
+            jobs.clone(),
+            options.dag.clone(),
+            policy,
+            &options.arrivals_s,
+            clock.monotonic(),
+        )?;
+        let (journal, framework_id) = match &options.state_dir {
+            Some(dir) => {
+                let (journal, records) = Journal::open(dir, &name)?;
+                let framework_id = if resume {
+                    core.restore(&records)
+                } else {
+                    journal.clear()?;
+                    None
+                };
+                (Some(journal), framework_id)
+            }
+            None => (None, None),
+        };
+        let fatal_reports = Arc::new(Mutex::new(None));
+        let scheduler = SessionScheduler::new(core, progress.clone())
+            .with_stop(options.stop.clone())
+            .with_journal(journal)
+            .with_fatal_reports(group.clone(), Arc::clone(&fatal_reports));
+        if scheduler.core().is_done() {
+            // An earlier process saw every job through; its framework is gone with it.
+            break (Ok(scheduler), fatal_reports);
+        }
+        let mut config = DriverConfig::new(options.masters.clone(), name, group.clone());
+        config.failover_timeout_ms = options.failover_timeout_ms;
+        config.framework_id = framework_id.clone();
+        let run_options = RunOptions {
+            transport: options.transport.clone(),
+            clock,
+            ..RunOptions::default()
+        };
+        match run_with_client(&client, config, run_options, scheduler).await {
+            Err(DriverError::SubscriptionRefused { error, .. })
+                if framework_id.is_some() && error.code == ErrorCode::UnknownFramework =>
+            {
+                tracing::warn!(framework = ?framework_id, %error, "the session's framework to take over is gone; starting every job over");
+                resume = false;
+            }
+            outcome => break (outcome, fatal_reports),
+        }
     };
-    let outcome = run_with_client(&client, config, run_options, scheduler).await;
     client.close();
     client.wait_idle().await;
     let left = fatal_reports

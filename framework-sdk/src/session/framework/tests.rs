@@ -640,3 +640,96 @@ fn a_driver_that_stops_for_good_keeps_the_outcomes_of_the_jobs_that_ended() {
     assert_eq!(reports[1].outcome, JobOutcome::Finished { jct_ms: 1_000 });
     assert_eq!(reports[1].group, "g");
 }
+
+#[test]
+fn a_new_process_takes_the_session_over_from_its_journal_adopting_what_still_runs() {
+    use crate::dag::journal::Record;
+    use fullerene_proto::FrameworkId;
+
+    // The earlier process: subscribed, launched both of a's scans and both of b's tasks, saw
+    // a/10.0 and all of b finish, lost a/10.1's first attempt and launched its second; then
+    // it died. A record of a job this session does not hold is skipped.
+    let id = |s: &str| TaskId::from(s);
+    let records = vec![
+        Record::Subscribed(FrameworkId::from("fw-1")),
+        Record::Launched(id("a/10.0/0")),
+        Record::Launched(id("a/10.1/0")),
+        Record::Launched(id("b/0.0/0")),
+        Record::Launched(id("b/0.1/0")),
+        Record::Finished(id("a/10.0/0")),
+        Record::Finished(id("b/0.0/0")),
+        Record::Finished(id("b/0.1/0")),
+        Record::Launched(id("a/10.1/1")),
+        Record::Launched(id("zzz/0.0/0")),
+    ];
+    let mut f = framework(&[]);
+    assert_eq!(f.restore(&records), Some(FrameworkId::from("fw-1")));
+    let b = f.progress(1).expect("b");
+    assert_eq!(b.outcome, JobOutcome::Finished { jct_ms: 0 });
+    assert_eq!(b.finished, 2);
+    let a = f.progress(0).expect("a");
+    assert_eq!((a.finished, a.running), (1, 1));
+    assert_eq!(a.outcome, JobOutcome::Running);
+
+    // Once subscribed, the open launch (its latest attempt only) is reconciled, and b's end
+    // is told.
+    let calls = f.on_subscribed();
+    assert!(
+        calls.contains(&FrameworkRequest::Reconcile {
+            task_ids: vec![id("a/10.1/1")]
+        }),
+        "{calls:?}"
+    );
+    let calls = f.on_tick(t(1_050));
+    assert!(
+        calls.contains(&FrameworkRequest::EndJob {
+            job: "b".into(),
+            end: JobEnd::Finished
+        }),
+        "{calls:?}"
+    );
+    // While a/10.1/1 may run, nothing is launched again: the join waits for it.
+    let calls = f.on_offers(&[offer(1, "a1", "cpus=4,mem_mib=1000")], t(1_100));
+    assert!(all_ids(&calls).is_empty(), "{calls:?}");
+    // A late report of the attempt given up on changes nothing; the adopted one finishing
+    // runs the join, whose launch ids go on from those taken.
+    f.on_update(
+        &update(&id("a/10.1/0"), TaskState::Finished, None),
+        t(1_200),
+    );
+    assert_eq!(f.progress(0).expect("a").finished, 1);
+    f.on_update(&update(&id("a/10.1/1"), TaskState::Running, None), t(1_250));
+    f.on_update(
+        &update(&id("a/10.1/1"), TaskState::Finished, None),
+        t(1_300),
+    );
+    assert_eq!(f.tasks_finished(), 1);
+    let calls = f.on_offers(&[offer(2, "a1", "cpus=4,mem_mib=1000")], t(1_400));
+    assert_eq!(all_ids(&calls), ["a/20.0/0"]);
+    f.on_update(
+        &update(&id("a/20.0/0"), TaskState::Finished, None),
+        t(4_000),
+    );
+    assert_eq!(
+        f.progress(0).expect("a").outcome,
+        JobOutcome::Finished { jct_ms: 3_000 },
+        "from this process's start"
+    );
+}
+
+#[test]
+fn an_adopted_task_the_master_reports_lost_runs_again_as_its_next_attempt() {
+    use crate::dag::journal::Record;
+
+    let id = |s: &str| TaskId::from(s);
+    let mut f = framework(&[]);
+    assert_eq!(f.restore(&[Record::Launched(id("b/0.0/0"))]), None);
+    f.on_subscribed();
+    // The master reports the adopted task lost (its agent died meanwhile): it runs again,
+    // as the next attempt.
+    f.on_update(&update(&id("b/0.0/0"), TaskState::Lost, None), t(1_100));
+    let calls = f.on_offers(&[offer(1, "a1", "cpus=8,mem_mib=1000")], t(1_200));
+    let launched = all_ids(&calls);
+    assert!(launched.contains(&"b/0.0/1".to_string()), "{calls:?}");
+    assert!(!launched.contains(&"b/0.0/0".to_string()), "{calls:?}");
+}
