@@ -27,16 +27,32 @@ fn large() -> SimOptions {
     }
 }
 
+/// What the seeds of [`run_all`] did together.
+struct Totals {
+    /// Checks run, by invariant.
+    checks: BTreeMap<Invariant, u64>,
+    /// Jobs submitted.
+    jobs: usize,
+    /// Of them, completed.
+    completed: usize,
+}
+
 /// Runs `seeds`, failing with each violation's seed, invariant and trace; returns the checks
-/// run by invariant.
-fn run_all(options: &SimOptions, seeds: std::ops::Range<u64>) -> BTreeMap<Invariant, u64> {
-    let mut checks: BTreeMap<Invariant, u64> = BTreeMap::new();
+/// run by invariant and the jobs.
+fn run_all(options: &SimOptions, seeds: std::ops::Range<u64>) -> Totals {
+    let mut totals = Totals {
+        checks: BTreeMap::new(),
+        jobs: 0,
+        completed: 0,
+    };
     let mut failures = Vec::new();
     for seed in seeds {
         let report = run_seed(seed, options, false);
         for (invariant, n) in &report.checks {
-            *checks.entry(*invariant).or_default() += n;
+            *totals.checks.entry(*invariant).or_default() += n;
         }
+        totals.jobs += report.jobs;
+        totals.completed += report.jobs_completed;
         if let Some(violation) = report.violations.first() {
             let replay = run_seed(seed, options, true);
             let trace = trace_excerpt(&replay.history, violation.step, 30).join("\n");
@@ -47,7 +63,7 @@ fn run_all(options: &SimOptions, seeds: std::ops::Range<u64>) -> BTreeMap<Invari
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
-    checks
+    totals
 }
 
 fn assert_every_invariant_checked(checks: &BTreeMap<Invariant, u64>) {
@@ -62,8 +78,8 @@ fn assert_every_invariant_checked(checks: &BTreeMap<Invariant, u64>) {
 #[test]
 fn seeds_of_a_small_cluster_hold_every_invariant() {
     let seeds = if long() { 1..8_001 } else { 1..801 };
-    let checks = run_all(&small(), seeds);
-    assert_every_invariant_checked(&checks);
+    let totals = run_all(&small(), seeds);
+    assert_every_invariant_checked(&totals.checks);
 }
 
 #[test]
@@ -73,8 +89,30 @@ fn seeds_of_a_large_cluster_hold_every_invariant() {
     } else {
         100_001..100_201
     };
-    let checks = run_all(&large(), seeds);
-    assert_every_invariant_checked(&checks);
+    let totals = run_all(&large(), seeds);
+    assert_every_invariant_checked(&totals.checks);
+}
+
+/// The small cluster with six more jobs run by one session framework (the SDK's multi-job
+/// framework, as `--policy decima` runs jobs) beside the per-job frameworks.
+fn with_session() -> SimOptions {
+    SimOptions {
+        session_jobs: 6,
+        ..SimOptions::new()
+    }
+}
+
+#[test]
+fn seeds_with_a_session_framework_hold_every_invariant_and_complete_its_jobs() {
+    let seeds = if long() {
+        200_001..202_001
+    } else {
+        200_001..200_201
+    };
+    let count = seeds.clone().count();
+    let totals = run_all(&with_session(), seeds);
+    assert_every_invariant_checked(&totals.checks);
+    assert_eq!((totals.jobs, totals.completed), (12 * count, 12 * count));
 }
 
 /// Seeds that found bugs, kept so that they keep passing:

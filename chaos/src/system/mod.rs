@@ -6,7 +6,9 @@
 //! with their Raft nodes over [`MemStorage`](fullerene_master::storage::MemStorage); the
 //! agents' [`AgentCore`](fullerene_agent::core::AgentCore)s; the SDK's
 //! [`DriverCore`](fullerene_sdk::driver::DriverCore) with the DAG-job framework
-//! ([`DagScheduler`](fullerene_sdk::dag::DagScheduler), Graphene + Carbyne) and the
+//! ([`DagScheduler`](fullerene_sdk::dag::DagScheduler), Graphene + Carbyne), optionally one
+//! session framework for several jobs
+//! ([`SessionScheduler`](fullerene_sdk::session::SessionScheduler)), and the
 //! leader-following [`Follower`](fullerene_client::follow::Follower). Simulated: the network
 //! (Raft messages lost, delayed, duplicated and so reordered; sessions as ordered streams that
 //! break on partitions and crashes and are noticed after an idle timeout), the agents'
@@ -55,6 +57,12 @@ pub struct SimOptions {
     pub agents: usize,
     /// DAG jobs, each its own framework.
     pub jobs: usize,
+    /// More DAG jobs, all run by one session framework beside the per-job frameworks: the
+    /// SDK's [`SessionScheduler`](fullerene_sdk::session::SessionScheduler) around a
+    /// [`SessionFramework`](fullerene_sdk::session::SessionFramework) (Decima's multi-job
+    /// framework, here under the fair session policy, which interleaves the jobs most). A
+    /// session that ends before its jobs do starts again with those not completed. 0: none.
+    pub session_jobs: usize,
     /// The faults injected.
     pub faults: FaultSet,
     /// How often.
@@ -76,6 +84,7 @@ impl SimOptions {
             masters: 3,
             agents: 8,
             jobs: 6,
+            session_jobs: 0,
             faults: FaultSet::all(),
             rates: FaultRates::default(),
             fault_phase: Duration::from_secs(30),
@@ -143,7 +152,7 @@ pub fn run_seed(seed: u64, options: &SimOptions, keep_history: bool) -> RunRepor
         faults: world.injected.clone(),
         checks: report.checks,
         violations: report.violations,
-        jobs: options.jobs,
+        jobs: options.jobs + options.session_jobs,
         jobs_completed,
         history: if keep_history {
             world.history
@@ -236,6 +245,8 @@ pub(crate) enum Event {
     Submit {
         job: usize,
     },
+    /// The session jobs not completed are submitted (again) as a new session framework.
+    SubmitSession,
     Restart(Node),
     PartitionHeals,
     FaultTick,
@@ -518,6 +529,7 @@ impl World {
                 opened,
             } => self.framework_opened(framework, incarnation, conn, opened),
             Event::Submit { job } => self.submit(job),
+            Event::SubmitSession => self.submit_session(),
             Event::Restart(node) => self.restart(node),
             Event::PartitionHeals => {
                 self.cut.clear();
@@ -617,7 +629,7 @@ impl World {
                 .collect();
             if !live.is_empty() {
                 let f = live[self.rng.gen_range(0..live.len())];
-                let detail = format!("framework of {}", self.frameworks[f].job_name);
+                let detail = format!("framework of {}", self.frameworks[f].name);
                 self.fault(FaultKind::FrameworkCrash, detail);
                 self.crash_framework(f, "crashed".to_string());
             }

@@ -25,6 +25,7 @@ use fullerene_sdk::driver::{
     deliver, Action as DriverAction, DriverConfig, DriverCore, DriverEvent, DriverHandle,
 };
 use fullerene_sdk::job::Job;
+use fullerene_sdk::session::{SessionFramework, SessionPolicyKind, SessionScheduler};
 use fullerene_sdk::testkit::{cpus_and_mem, job as make_job, stage};
 use rand::Rng;
 
@@ -109,24 +110,39 @@ enum AgentSession {
     },
 }
 
-/// A framework: the SDK's driver core and the DAG framework's scheduler.
+/// A framework: the SDK's driver core and its scheduler, the DAG framework's for one job or
+/// the session framework's for several.
 pub(crate) struct SimFramework {
-    pub(crate) job_name: String,
-    job: usize,
+    /// Its job's name, or [`SESSION`].
+    pub(crate) name: String,
+    role: FrameworkRole,
     pub(crate) principal: String,
     pub(crate) core: DriverCore,
-    scheduler: DagScheduler,
     pub(crate) alive: bool,
     pub(crate) stopping: bool,
     incarnation: u64,
     pub(crate) live: Option<u64>,
 }
 
+/// What a framework runs.
+enum FrameworkRole {
+    /// Job `.0` ([`JobSlot`] index), as its own framework.
+    Job(usize, Box<DagScheduler>),
+    /// The session jobs (`.0`, [`JobSlot`] indexes, in the session's order) not completed
+    /// when it was submitted.
+    Session(Vec<usize>, Box<SessionScheduler>),
+}
+
+/// The session framework's name, and its principal's.
+const SESSION: &str = "session";
+
 /// A job and whether it completed.
 pub(crate) struct JobSlot {
     job: Job,
     pub(crate) completed: bool,
     submitted: bool,
+    /// Run by the session framework.
+    in_session: bool,
 }
 
 impl World {
@@ -140,6 +156,9 @@ impl World {
                 .principal_groups
                 .insert(framework_principal(j), job_group(j).to_string());
         }
+        settings
+            .principal_groups
+            .insert(SESSION.to_string(), job_group(0).to_string());
         for &id in &voters {
             let store = MemStorage::new(format!("master-{id}"));
             let tick_interval = NodeConfig::new(id).tick_interval;
@@ -195,9 +214,24 @@ impl World {
                 job,
                 completed: false,
                 submitted: false,
+                in_session: false,
             });
             let at = self.between((Duration::ZERO, submit_window));
             self.after(at, Event::Submit { job: j });
+        }
+        // Drawn after the others, so that a run without session jobs replays as before.
+        for j in self.options.jobs..self.options.jobs + self.options.session_jobs {
+            let job = self.random_job(j);
+            self.jobs.push(JobSlot {
+                job,
+                completed: false,
+                submitted: false,
+                in_session: true,
+            });
+        }
+        if self.options.session_jobs > 0 {
+            let at = self.between((Duration::ZERO, submit_window));
+            self.after(at, Event::SubmitSession);
         }
     }
 
@@ -1092,20 +1126,68 @@ impl World {
         let now = self.now;
         let name = job.name.clone();
         let dag = DagJob::new(job, dag_config, now).expect("generated jobs are valid");
+        let role = FrameworkRole::Job(j, Box::new(DagScheduler::new(dag, j, None)));
+        self.start_framework(name, framework_principal(j), config, role);
+    }
+
+    /// Submits the session jobs not completed yet as one session framework.
+    pub(crate) fn submit_session(&mut self) {
+        let slots: Vec<usize> = (0..self.jobs.len())
+            .filter(|&j| self.jobs[j].in_session && !self.jobs[j].completed)
+            .collect();
+        if slots.is_empty() {
+            return;
+        }
+        for &j in &slots {
+            if !self.jobs[j].submitted {
+                self.jobs[j].submitted = true;
+                let job = self.jobs[j].job.name.clone();
+                self.record(Fact::JobSubmitted { job });
+            }
+        }
+        let masters = (1..=self.options.masters as u64).map(master_addr).collect();
+        let mut config = DriverConfig::new(masters, SESSION.to_string(), job_group(0).to_string());
+        config.failover_timeout_ms = FAILOVER_TIMEOUT_MS;
+        config.backoff_max = Duration::from_secs(2);
+        config.jitter_seed = self.rng.gen();
+        let dag_config = DagConfig {
+            // As for the per-job frameworks: the liveness check wants every job to complete.
+            max_attempts: u32::MAX,
+            ..DagConfig::default()
+        };
+        let jobs: Vec<Job> = slots.iter().map(|&j| self.jobs[j].job.clone()).collect();
+        let core = SessionFramework::new(
+            jobs,
+            dag_config,
+            SessionPolicyKind::Fair.build(),
+            &[],
+            self.now,
+        )
+        .expect("generated jobs are valid and distinctly named");
+        let role = FrameworkRole::Session(slots, Box::new(SessionScheduler::new(core, None)));
+        self.start_framework(SESSION.to_string(), SESSION.to_string(), config, role);
+    }
+
+    fn start_framework(
+        &mut self,
+        name: String,
+        principal: String,
+        config: DriverConfig,
+        role: FrameworkRole,
+    ) {
         let core = DriverCore::new(config).expect("the masters are listed");
         let f = self.frameworks.len();
         self.frameworks.push(SimFramework {
-            job_name: name,
-            job: j,
-            principal: framework_principal(j),
+            name,
+            role,
+            principal,
             core,
-            scheduler: DagScheduler::new(dag, j, None),
             alive: true,
             stopping: false,
             incarnation: 0,
             live: None,
         });
-        let actions = self.frameworks[f].core.start(now);
+        let actions = self.frameworks[f].core.start(self.now);
         self.framework_carry_out(f, actions);
     }
 
@@ -1230,7 +1312,7 @@ impl World {
                 state: update.state,
             }),
             DriverEvent::Registered { framework_id } => {
-                let job = self.frameworks[f].job_name.clone();
+                let job = self.frameworks[f].name.clone();
                 self.record(Fact::FrameworkRegistered {
                     job,
                     framework_id: framework_id.clone(),
@@ -1240,7 +1322,10 @@ impl World {
         }
         let fw = &mut self.frameworks[f];
         let mut handle = DriverHandle::new(self.now, fw.core.framework_id().cloned());
-        let fatal = deliver(&mut fw.scheduler, &mut handle, event);
+        let fatal = match &mut fw.role {
+            FrameworkRole::Job(_, scheduler) => deliver(scheduler.as_mut(), &mut handle, event),
+            FrameworkRole::Session(_, scheduler) => deliver(scheduler.as_mut(), &mut handle, event),
+        };
         let (calls, stop) = handle.into_calls();
         if stop {
             fw.stopping = true;
@@ -1270,27 +1355,52 @@ impl World {
             self.client_closes(conn);
         }
         let fw = &self.frameworks[f];
-        let j = fw.job;
-        match fw.scheduler.dag().outcome().clone() {
-            JobOutcome::Finished { .. } => {
-                if let Some(framework_id) = fw.core.framework_id().cloned() {
-                    let job = fw.job_name.clone();
+        let framework_id = fw.core.framework_id().cloned();
+        // Each job's slot and outcome.
+        let outcomes: Vec<(usize, JobOutcome)> = match &fw.role {
+            FrameworkRole::Job(j, scheduler) => vec![(*j, scheduler.dag().outcome().clone())],
+            FrameworkRole::Session(slots, scheduler) => slots
+                .iter()
+                .enumerate()
+                .map(|(index, &j)| {
+                    let outcome = scheduler
+                        .core()
+                        .progress(index)
+                        .map_or(JobOutcome::Running, |p| p.outcome);
+                    (j, outcome)
+                })
+                .collect(),
+        };
+        let mut unfinished = None;
+        for (j, outcome) in outcomes {
+            match (outcome, &framework_id) {
+                (JobOutcome::Finished { .. }, Some(framework_id)) => {
                     self.jobs[j].completed = true;
+                    let job = self.jobs[j].job.name.clone();
+                    let framework_id = framework_id.clone();
                     self.record(Fact::JobCompleted { job, framework_id });
                 }
+                (outcome, _) => {
+                    unfinished.get_or_insert(format!(
+                        "stopped with {} {outcome:?}",
+                        self.jobs[j].job.name
+                    ));
+                }
             }
-            outcome => {
-                let framework_id = fw.core.framework_id().cloned();
-                self.framework_ended(f, framework_id, format!("stopped with {outcome:?}"));
-            }
+        }
+        if let Some(why) = unfinished {
+            self.framework_ended(f, framework_id, why);
         }
     }
 
     fn framework_ended(&mut self, f: usize, framework_id: Option<FrameworkId>, why: String) {
         self.record(Fact::FrameworkEnded { framework_id, why });
         self.frameworks[f].alive = false;
-        let j = self.frameworks[f].job;
-        self.after(RESUBMIT_DELAY, Event::Submit { job: j });
+        let again = match &self.frameworks[f].role {
+            FrameworkRole::Job(j, _) => Event::Submit { job: *j },
+            FrameworkRole::Session(..) => Event::SubmitSession,
+        };
+        self.after(RESUBMIT_DELAY, again);
     }
 
     pub(crate) fn crash_framework(&mut self, f: usize, why: String) {

@@ -157,6 +157,12 @@ pub(crate) struct ChaosSimArgs {
     /// DAG jobs, each its own framework, submitted during the first half of the fault phase.
     #[arg(long, short, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=200))]
     pub jobs: u64,
+    /// More DAG jobs, all run by one session framework (the SDK's multi-job framework, as
+    /// `job run --policy decima` runs, here under the fair session policy) beside the per-job
+    /// frameworks, submitted together during the first half of the fault phase; a session
+    /// that ends before its jobs do starts again with those not completed.
+    #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=200))]
+    pub session_jobs: u64,
     /// Faults to inject: `all`, `none`, or a comma-separated list of loss, delay,
     /// duplication, partition, asymmetric-partition, leader-isolation,
     /// agents-cut-from-leader, master-crash, master-crash-before-send, agent-crash,
@@ -197,6 +203,7 @@ struct ChaosSimReport {
     masters: usize,
     agents: usize,
     jobs_per_seed: usize,
+    session_jobs_per_seed: usize,
     faults_enabled: Vec<FaultKind>,
     wall_secs: f64,
     sim_secs: f64,
@@ -225,6 +232,7 @@ fn sim(args: ChaosSimArgs, json: &JsonOutput) -> Result<()> {
         masters: args.masters as usize,
         agents: args.agents as usize,
         jobs: args.jobs as usize,
+        session_jobs: args.session_jobs as usize,
         faults: args.faults.clone(),
         fault_phase: Duration::from_secs(args.fault_secs),
         liveness_bound: Duration::from_secs(args.liveness_secs),
@@ -357,6 +365,7 @@ fn summarize(
         masters: options.masters,
         agents: options.agents,
         jobs_per_seed: options.jobs,
+        session_jobs_per_seed: options.session_jobs,
         faults_enabled: options.faults.0.iter().copied().collect(),
         wall_secs: wall,
         sim_secs,
@@ -373,7 +382,7 @@ fn summarize(
 
 fn render(r: &ChaosSimReport) -> String {
     let mut out = format!(
-        "{} seed(s) from {}: {} masters, {} agents, {} jobs each\n\
+        "{} seed(s) from {}: {} masters, {} agents, {} jobs each{}\n\
          {:.1} s simulated in {:.1} s ({:.0}× real time), {} events ({:.0}/s); \
          {}/{} jobs completed\n",
         r.seeds,
@@ -381,6 +390,11 @@ fn render(r: &ChaosSimReport) -> String {
         r.masters,
         r.agents,
         r.jobs_per_seed,
+        if r.session_jobs_per_seed > 0 {
+            format!(" and {} in one session framework", r.session_jobs_per_seed)
+        } else {
+            String::new()
+        },
         r.sim_secs,
         r.wall_secs,
         r.sim_secs_per_wall_sec,
