@@ -31,18 +31,15 @@ fn large() -> SimOptions {
 struct Totals {
     /// Checks run, by invariant.
     checks: BTreeMap<Invariant, u64>,
-    /// Jobs submitted.
-    jobs: usize,
     /// Of them, completed.
     completed: usize,
 }
 
 /// Runs `seeds`, failing with each violation's seed, invariant and trace; returns the checks
-/// run by invariant and the jobs.
+/// run by invariant and the jobs completed.
 fn run_all(options: &SimOptions, seeds: std::ops::Range<u64>) -> Totals {
     let mut totals = Totals {
         checks: BTreeMap::new(),
-        jobs: 0,
         completed: 0,
     };
     let mut failures = Vec::new();
@@ -51,7 +48,6 @@ fn run_all(options: &SimOptions, seeds: std::ops::Range<u64>) -> Totals {
         for (invariant, n) in &report.checks {
             *totals.checks.entry(*invariant).or_default() += n;
         }
-        totals.jobs += report.jobs;
         totals.completed += report.jobs_completed;
         if let Some(violation) = report.violations.first() {
             let replay = run_seed(seed, options, true);
@@ -112,7 +108,9 @@ fn seeds_with_a_session_framework_hold_every_invariant_and_complete_its_jobs() {
     let count = seeds.clone().count();
     let totals = run_all(&with_session(), seeds);
     assert_every_invariant_checked(&totals.checks);
-    assert_eq!((totals.jobs, totals.completed), (12 * count, 12 * count));
+    // The session's jobs among those completed (the checker's jobs-complete, above, checks
+    // whatever was submitted).
+    assert_eq!(totals.completed, 12 * count);
 }
 
 /// Seeds that found bugs, kept so that they keep passing:

@@ -15,9 +15,11 @@ use fullerene_chaos::LocalMasters;
 use fullerene_client::OperatorClient;
 use fullerene_proto::jobs::JobEnd;
 use fullerene_proto::messages::AgentState;
-use fullerene_sdk::dag::{DagConfig, JobOutcome, JobReport, RunJobsOptions};
+use fullerene_sdk::dag::{DagConfig, JobOutcome, JobReport, RunError, RunJobsOptions};
 use fullerene_sdk::parse_workload;
-use fullerene_sdk::session::{run_session, SessionPolicyFactory, SessionPolicyKind};
+use fullerene_sdk::session::{
+    run_session, SessionPolicyFactory, SessionPolicyKind, SessionRefusal,
+};
 use fullerene_transport::{Role, TransportConfig};
 
 mod common;
@@ -351,6 +353,18 @@ fn a_new_process_takes_the_session_over_from_its_journal() {
     let mut run = options(&cluster, 1.0);
     run.state_dir = Some(state.path().to_path_buf());
 
+    // A journal needs every job at once: a successor could not replay later arrivals.
+    let mut late = run.clone();
+    late.arrivals_s = vec![0.0, 0.0, 10.0];
+    let refused = runtime.block_on(run_session(jobs(), &tls, late, fifo(), 1, None));
+    assert!(
+        matches!(
+            refused,
+            Err(RunError::Session(SessionRefusal::JournalWithArrivals))
+        ),
+        "{refused:?}"
+    );
+
     // The first process dies (its driver dropped, no teardown) once some tasks finished.
     let (first_run, second_run) = (run.clone(), run);
     let tls_first = cluster.tls_of(Role::Framework, 1).expect("framework-1");
@@ -389,6 +403,8 @@ fn a_new_process_takes_the_session_over_from_its_journal() {
         .expect("the session runs");
     let names: Vec<&str> = reports.iter().map(|r| r.name.as_str()).collect();
     assert_eq!(names, ["chain", "fan-in", "single"]);
+    // Not `assert_all_finished`: a launch journalled but not yet sent when the first process
+    // died is reported LOST to the second, which runs it again as a failed attempt.
     for report in &reports {
         assert!(
             matches!(report.outcome, JobOutcome::Finished { .. }),

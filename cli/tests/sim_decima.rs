@@ -142,4 +142,21 @@ fn a_model_without_decima_is_refused() {
         err.contains("--model is only read with --policy decima"),
         "{err}"
     );
+    let out = run(&[
+        "sim",
+        "--workload",
+        w.to_str().unwrap(),
+        "--jobs",
+        "2",
+        "--policy",
+        "drf",
+        "--action-choice",
+        "greedy",
+    ]);
+    assert!(!out.status.success(), "{}", stdout(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("--action-choice greedy is only read with --policy decima"),
+        "{err}"
+    );
 }

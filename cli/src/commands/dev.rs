@@ -254,7 +254,7 @@ pub(crate) fn run(args: DevArgs, json: &JsonOutput) -> Result<()> {
             );
         }
         // Read before any process starts: a model that cannot be read is refused at once.
-        decima_policies(args.model.model.as_deref(), args.model.action_choice)?;
+        decima_policies(args.model.model.as_deref(), args.model.choice())?;
     }
     let workload = resolve_workload(args.workload.clone()).map_err(|error| {
         let cwd =

@@ -117,7 +117,8 @@ pub(crate) struct JobRunArgs {
     /// `arrival_s`); in workload seconds, scaled by --time-scale.
     #[arg(long, value_name = "SPEC", default_value = "zero")]
     pub arrivals: ArrivalSpec,
-    /// Seed of the Poisson arrivals (the same seed gives the simulator's arrivals).
+    /// Seed of the Poisson arrivals (the same seed gives the simulator's arrivals), of the
+    /// jobs given deadlines, and of the actions `--policy decima` samples.
     #[arg(long, short, value_name = "N", default_value_t = 1)]
     pub seed: u64,
     /// The fairness group every job expects to be in: the master refuses the jobs if the
@@ -195,7 +196,7 @@ pub(crate) fn run_jobs_command(
     let decima = match choice {
         PolicyChoice::Decima => Some(decima_policies(
             args.model.model.as_deref(),
-            args.model.action_choice,
+            args.model.choice(),
         )?),
         PolicyChoice::Job(_) => None,
     };

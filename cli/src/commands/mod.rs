@@ -192,10 +192,10 @@ pub(crate) struct ModelArg {
     /// the model built in (`learn/models/decima-batch.model`).
     #[arg(long, env = "FULLERENE_MODEL", value_name = "FILE")]
     pub model: Option<PathBuf>,
-    /// With `--policy decima`: how it takes its actions from the model's probabilities.
-    #[arg(long = "action-choice", value_name = "CHOICE", value_enum,
-          default_value_t = ActionChoice::Sampled)]
-    pub action_choice: ActionChoice,
+    /// With `--policy decima`: how it takes its actions from the model's probabilities
+    /// (default: sampled).
+    #[arg(long = "action-choice", value_name = "CHOICE", value_enum)]
+    pub action_choice: Option<ActionChoice>,
 }
 
 /// How Decima's learned policy picks among the actions its model scores.
@@ -211,10 +211,24 @@ pub(crate) enum ActionChoice {
 }
 
 impl ModelArg {
-    /// Refuses a `--model` the command will not read: `decima` says whether Decima runs (in
-    /// `sim`, also as one of --compare or --baseline). A model set by `FULLERENE_MODEL` is not
-    /// refused: the environment serves every command, only some of which run Decima.
+    /// How `--policy decima` takes its actions.
+    pub(crate) fn choice(&self) -> ActionChoice {
+        self.action_choice.unwrap_or_default()
+    }
+
+    /// Refuses a `--model` or `--action-choice` the command will not read: `decima` says
+    /// whether Decima runs (in `sim`, also as one of --compare or --baseline). A model set by
+    /// `FULLERENE_MODEL` is not refused: the environment serves every command, only some of
+    /// which run Decima.
     pub(crate) fn check_used(&self, decima: bool) -> Result<()> {
+        if let (Some(choice), false) = (self.action_choice, decima) {
+            bail!(
+                "--action-choice {} is only read with --policy decima (in `sim`, also with \
+                 decima in --compare or --baseline): drop it or run decima",
+                clap::ValueEnum::to_possible_value(&choice)
+                    .map_or_else(String::new, |v| v.get_name().to_string())
+            );
+        }
         let Some(model) = &self.model else {
             return Ok(());
         };

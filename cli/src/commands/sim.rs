@@ -148,7 +148,7 @@ fn schedulings(
             PolicyChoice::Decima => {
                 if decima.is_none() {
                     let (factory, counter) =
-                        decima_policies(model.model.as_deref(), model.action_choice)?;
+                        decima_policies(model.model.as_deref(), model.choice())?;
                     failures = Some(counter);
                     decima = Some(SessionScheduling::new(factory));
                 }

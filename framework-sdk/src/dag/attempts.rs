@@ -169,9 +169,10 @@ pub fn parse_task_id(job: &Job, id: &TaskId) -> Option<(TaskRef, u32)> {
     let stage_id: u32 = stage_id.parse().ok()?;
     let index: usize = index.parse().ok()?;
     let stage = job.stages.iter().position(|s| s.id == stage_id)?;
-    (index < job.stages[stage].num_tasks())
-        .then(|| (TaskRef::new(stage, index), launch.parse().ok()))
-        .and_then(|(task, launch)| Some((task, launch?)))
+    // The last launch number has no successor: an id that names it cannot come from
+    // `launch`, and a restored task could never run again without reusing an id.
+    let launch: u32 = launch.parse().ok().filter(|&l| l < u32::MAX)?;
+    (index < job.stages[stage].num_tasks()).then(|| (TaskRef::new(stage, index), launch))
 }
 
 /// What the master is asked to run for launch `launch` (id `id`) of `task`: the executor

@@ -62,8 +62,8 @@ pub fn check_arrivals(arrivals_s: &[f64], jobs: usize) -> Result<(), ArrivalsErr
 
 /// One more accept of a job refused with `error`: counts it in `in_a_row` and, once that
 /// reaches [`MAX_REFUSED_ACCEPTS`], says why the job fails. A refusal for a while
-/// ([`transient`]: rate-limited, no leader, outcome unknown) says nothing of the job's tasks
-/// and counts nothing: a leader election must not fail jobs.
+/// ([`transient`]: rate-limited, no leader, unavailable, outcome unknown) says nothing of the
+/// job's tasks and counts nothing: a leader election must not fail jobs.
 pub(crate) fn count_refused_accept(in_a_row: &mut u32, error: &WireError) -> Option<String> {
     if transient(error.code) {
         return None;

@@ -193,7 +193,8 @@ pub struct DagJob {
     outcome: JobOutcome,
     last_demand: Option<DemandSummary>,
     had_runnable: bool,
-    /// Accepts the master refused since the last status update of one of this job's tasks.
+    /// Accepts the master refused since the last status update of one of this job's tasks
+    /// (refusals for a while aside: `count_refused_accept`).
     refused_in_a_row: u32,
     /// Launches whose accept's outcome is unknown (the session was lost before its answer)
     /// and of which no update has come since: reconciled explicitly after every
@@ -345,6 +346,8 @@ impl DagJob {
         for record in records {
             match record {
                 Record::Subscribed(id) => framework_id = Some(id.clone()),
+                // A framework per job: its job's end is its framework's.
+                Record::JobEnded(_) => {}
                 Record::Launched(id) => {
                     let Some((task, launch)) = parse_task_id(&self.job, id) else {
                         tracing::warn!(task = %id, "journal names a task of another job; skipped");

@@ -29,6 +29,10 @@ pub enum Record {
     Launched(TaskId),
     /// A task finished, and the job counted it.
     Finished(TaskId),
+    /// A job ended (its end is about to be told to the masters). A session framework, which
+    /// runs several jobs, needs it: one of its jobs may fail while the others go on, and a
+    /// successor must not run it again.
+    JobEnded(String),
 }
 
 impl Record {
@@ -38,6 +42,7 @@ impl Record {
             Record::Subscribed(id) => format!("subscribed {id}\n"),
             Record::Launched(id) => format!("launched {id}\n"),
             Record::Finished(id) => format!("finished {id}\n"),
+            Record::JobEnded(job) => format!("ended {job}\n"),
         }
     }
 
@@ -51,6 +56,7 @@ impl Record {
             "subscribed" => Some(Record::Subscribed(FrameworkId::from(value))),
             "launched" => Some(Record::Launched(TaskId::from(value))),
             "finished" => Some(Record::Finished(TaskId::from(value))),
+            "ended" => Some(Record::JobEnded(value.to_string())),
             _ => None,
         }
     }
@@ -138,6 +144,29 @@ impl Journal {
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// The journal of `name` under `dir` (none without a directory) for a process that may
+    /// take a framework over: with `resume`, its records go to `restore`, which returns the
+    /// framework id to subscribe with; otherwise it is emptied (the framework it remembered
+    /// is gone, and the jobs start over). Shared by the per-job and the session frameworks.
+    pub fn take_over<E: From<JournalError>>(
+        dir: Option<&Path>,
+        name: &str,
+        resume: bool,
+        restore: impl FnOnce(&[Record]) -> Result<Option<FrameworkId>, E>,
+    ) -> Result<(Option<Journal>, Option<FrameworkId>), E> {
+        let Some(dir) = dir else {
+            return Ok((None, None));
+        };
+        let (journal, records) = Journal::open(dir, name)?;
+        let framework_id = if resume {
+            restore(&records)?
+        } else {
+            journal.clear()?;
+            None
+        };
+        Ok((Some(journal), framework_id))
+    }
 }
 
 /// A job name as a file name, one to one: letters, digits, `-`, `_` and `.` stay, every other
@@ -170,6 +199,7 @@ mod tests {
             Record::Subscribed(FrameworkId::from("fw-1-1")),
             Record::Launched(TaskId::from("q1/x/0.0/0")),
             Record::Finished(TaskId::from("q1/x/0.0/0")),
+            Record::JobEnded("q1 x".into()),
         ];
         for record in &written {
             journal.append(record).expect("appends");

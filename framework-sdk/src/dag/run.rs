@@ -729,19 +729,12 @@ impl OneJob {
         mut core: DagJob,
         resume: bool,
     ) -> Result<(DagScheduler, Option<FrameworkId>), JournalError> {
-        let (journal, framework_id) = match &self.options.state_dir {
-            Some(dir) => {
-                let (journal, records) = Journal::open(dir, &self.job.name)?;
-                let framework_id = if resume {
-                    core.restore(&records)
-                } else {
-                    journal.clear()?;
-                    None
-                };
-                (Some(journal), framework_id)
-            }
-            None => (None, None),
-        };
+        let (journal, framework_id) = Journal::take_over(
+            self.options.state_dir.as_deref(),
+            &self.job.name,
+            resume,
+            |records| Ok::<_, JournalError>(core.restore(records)),
+        )?;
         let scheduler = DagScheduler::new(core, self.index, self.progress.clone())
             .with_event_log(self.options.event_log.clone())
             .with_journal(journal)

@@ -13,8 +13,8 @@
 //! ([`MAX_REFUSED_ACCEPTS`](crate::dag::common::MAX_REFUSED_ACCEPTS), with the same reason): a
 //! refused accept counts once for each job with tasks in it, a status update of a job's task
 //! starts its count again, and only the jobs that reach the bound fail; a refusal for a while
-//! (rate-limited, no leader, unavailable: [`transient`](crate::dag::common::transient)) counts
-//! for no job.
+//! (rate-limited, no leader, unavailable, outcome unknown:
+//! [`transient`](crate::dag::common::transient)) counts for no job.
 //!
 //! On a batch of offers it merges each agent's offers into one [`SessionOffer`] (its machine
 //! an index it assigns to the agent's id), calls [`Session::schedule`] once, accepts each
@@ -86,6 +86,10 @@ pub enum SessionRefusal {
         "job `{0}` appears more than once: the jobs of one session framework need distinct names"
     )]
     DuplicateJob(String),
+    /// The journal of a run to take over names a task or job of no job of this workload
+    /// (what): it is another session's.
+    #[error("the session's journal names {0}, of no job of this workload: it belongs to another run; give this one another state directory")]
+    ForeignJournal(String),
     /// A journal for framework failover was asked for with jobs that arrive later: a process
     /// that takes the session over could not replay their arrivals.
     #[error("a journal (state directory) needs every job of the session to arrive at once: a process that takes the session over cannot replay later arrivals")]
@@ -293,18 +297,20 @@ impl SessionFramework {
 
     /// Takes over from an earlier process of this framework (framework failover) the records
     /// of its journal (the session shell's [`Journal`](crate::dag::journal::Journal), one for
-    /// the whole session): the launches it asked for, with their ids (never used again), and
-    /// the tasks it saw finish. A launch with no recorded finish runs until the master says
-    /// otherwise: it is never launched again while it may still run (at most one instance),
-    /// and is reconciled explicitly once subscribed. A job all of whose tasks finished is done
-    /// (its JCT, which the earlier process measured, is reported as 0, as
-    /// [`DagJob::restore`](crate::dag::DagJob::restore) does); the other jobs' JCTs count from
-    /// this process's start. Returns the framework id to subscribe with, if one was recorded.
+    /// the whole session): the launches it asked for, with their ids (never used again), the
+    /// tasks it saw finish and the jobs it ended. A launch with no recorded finish runs until
+    /// the master says otherwise: it is never launched again while it may still run (at most
+    /// one instance), and is reconciled explicitly once subscribed. A job all of whose tasks
+    /// finished is done (its JCT, which the earlier process measured, is reported as 0, as
+    /// [`DagJob::restore`](crate::dag::DagJob::restore) does); a job it ended otherwise failed
+    /// then, and is not run again; the other jobs' JCTs count from this process's start.
+    /// Returns the framework id to subscribe with, if one was recorded.
     ///
     /// Only the jobs already in the session (arrived) can take their tasks back: with later
     /// arrivals a run with a journal is refused ([`SessionRefusal::JournalWithArrivals`]).
-    /// Records of tasks of no job here are skipped with a warning.
-    pub fn restore(&mut self, records: &[Record]) -> Option<FrameworkId> {
+    /// A journal that names a task or job of no job here is another session's, and is refused
+    /// ([`SessionRefusal::ForeignJournal`]) rather than taken over.
+    pub fn restore(&mut self, records: &[Record]) -> Result<Option<FrameworkId>, SessionRefusal> {
         let jobs: Vec<Arc<Job>> = self.jobs.iter().map(|entry| entry.job.clone()).collect();
         let by_name: HashMap<&str, usize> = jobs
             .iter()
@@ -321,14 +327,19 @@ impl SessionFramework {
         let mut framework_id = None;
         let mut launched = Vec::new();
         let mut ended = BTreeSet::new();
+        let mut jobs_ended = BTreeSet::new();
         for record in records {
             match record {
                 Record::Subscribed(id) => framework_id = Some(id.clone()),
+                Record::JobEnded(job) => {
+                    let index = *by_name
+                        .get(job.as_str())
+                        .ok_or_else(|| SessionRefusal::ForeignJournal(format!("job `{job}`")))?;
+                    jobs_ended.insert(index);
+                }
                 Record::Launched(id) | Record::Finished(id) => {
-                    let Some((index, task, launch)) = owner(id) else {
-                        tracing::warn!(task = %id, "the journal names a task of no job of this session; skipped");
-                        continue;
-                    };
+                    let (index, task, launch) = owner(id)
+                        .ok_or_else(|| SessionRefusal::ForeignJournal(format!("task `{id}`")))?;
                     if matches!(record, Record::Launched(_)) {
                         self.jobs[index].attempts.restore(id.clone(), task, launch);
                         launched.push((index, task, launch, id.clone()));
@@ -342,10 +353,14 @@ impl SessionFramework {
         for (index, task, launch, id) in launched {
             let entry = &self.jobs[index];
             let Some(key) = entry.key else { continue };
-            if entry.outcome != JobOutcome::Running || !entry.attempts.is_current(task, launch) {
+            let finished = ended.contains(&(index, task));
+            // Of a job that ended, only what finished counts: what still ran was killed.
+            if entry.outcome != JobOutcome::Running
+                || !entry.attempts.is_current(task, launch)
+                || (!finished && jobs_ended.contains(&index))
+            {
                 continue;
             }
-            let finished = ended.contains(&(index, task));
             match self.session.restore_task(key, task, finished) {
                 Ok(Some(done)) => {
                     let entry = &mut self.jobs[index];
@@ -365,7 +380,23 @@ impl SessionFramework {
             }
             self.changed.insert(index);
         }
-        framework_id
+        // Jobs it ended without finishing them failed then; their ends are told again (the
+        // masters may not have recorded them), and what still ran of them was killed then.
+        for index in jobs_ended {
+            let entry = &mut self.jobs[index];
+            if entry.outcome != JobOutcome::Running {
+                continue;
+            }
+            entry.outcome = JobOutcome::Failed {
+                reason: "it failed before this process took the session over".into(),
+            };
+            if let Some(left) = entry.key.and_then(|key| self.session.remove_job(key)) {
+                entry.finished_at_exit = left.state.num_finished();
+            }
+            self.changed.insert(index);
+            self.prune(index);
+        }
+        Ok(framework_id)
     }
 
     /// The jobs whose progress changed since the last call, by index.

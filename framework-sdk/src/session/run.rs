@@ -35,6 +35,8 @@ pub struct SessionScheduler {
     fatal_reports: Option<FatalReports>,
     /// The session's journal, for another process to take the framework over.
     journal: Option<Journal>,
+    /// A journal write failed: nothing more is asked for that would need a record.
+    journal_broken: bool,
 }
 
 /// The slot [`SessionScheduler::fatal`] leaves the jobs' reports in: the group they name and the
@@ -53,6 +55,7 @@ impl SessionScheduler {
             torn_down: false,
             fatal_reports: None,
             journal: None,
+            journal_broken: false,
         }
     }
 
@@ -65,17 +68,21 @@ impl SessionScheduler {
     }
 
     /// Appends `record` to the journal, if there is one. A record that cannot be written
-    /// stops every job (into `calls`): a successor reading a journal with a gap could launch
-    /// a task that still runs, or take over a framework it does not know the launches of.
+    /// stops every job (into `calls`), and no later record is written, so that what needs one
+    /// is not asked for: a successor reading a journal with a gap could launch a task that
+    /// still runs, or take over a framework it does not know the launches of.
     fn journal(&mut self, record: &Record, calls: &mut Vec<FrameworkRequest>) -> bool {
         let Some(journal) = &self.journal else {
             return true;
         };
+        if self.journal_broken {
+            return false;
+        }
         match journal.append(record) {
             Ok(()) => true,
             Err(error) => {
                 tracing::error!(%error, "cannot write the session's journal; stopping every job");
-                self.journal = None;
+                self.journal_broken = true;
                 calls.extend(self.core.stop(&format!(
                     "cannot write the session's journal, which another process would need to \
                      take the session over: {error}"
@@ -134,18 +141,30 @@ impl SessionScheduler {
         let mut calls = std::collections::VecDeque::from(calls);
         while let Some(call) = calls.pop_front() {
             // Written ahead: a task id, once asked for, is never used again by a successor,
-            // and a launch that cannot be recorded is not asked for.
-            if let FrameworkRequest::Accept { tasks, .. } = &call {
-                let mut stopping = Vec::new();
-                let recorded = tasks
+            // and a launch that cannot be recorded is not asked for (its offers are declined);
+            // a job's end is recorded before the masters hear of it, so that a successor does
+            // not run a failed job again.
+            let mut stopping = Vec::new();
+            let recorded = match &call {
+                FrameworkRequest::Accept { tasks, .. } => tasks
                     .iter()
-                    .all(|task| self.journal(&Record::Launched(task.id.clone()), &mut stopping));
-                calls.extend(stopping);
-                if !recorded {
-                    continue;
+                    .all(|task| self.journal(&Record::Launched(task.id.clone()), &mut stopping)),
+                FrameworkRequest::EndJob { job, .. } => {
+                    self.journal(&Record::JobEnded(job.clone()), &mut stopping);
+                    true
                 }
+                _ => true,
+            };
+            calls.extend(stopping);
+            match call {
+                FrameworkRequest::Accept { offer_ids, .. } if !recorded => {
+                    driver.call(FrameworkRequest::Decline {
+                        offer_ids,
+                        refuse_ms: 0,
+                    });
+                }
+                call => driver.call(call),
             }
-            driver.call(call);
         }
         self.report_progress();
         if self.core.is_finished() && !self.torn_down {
@@ -296,27 +315,23 @@ pub async fn run_session(
             &options.arrivals_s,
             clock.monotonic(),
         )?;
-        let (journal, framework_id) = match &options.state_dir {
-            Some(dir) => {
-                let (journal, records) = Journal::open(dir, &name)?;
-                let framework_id = if resume {
-                    core.restore(&records)
-                } else {
-                    journal.clear()?;
-                    None
-                };
-                (Some(journal), framework_id)
-            }
-            None => (None, None),
-        };
+        let (journal, framework_id) =
+            Journal::take_over(options.state_dir.as_deref(), &name, resume, |records| {
+                core.restore(records).map_err(RunError::from)
+            })?;
         let fatal_reports = Arc::new(Mutex::new(None));
         let scheduler = SessionScheduler::new(core, progress.clone())
             .with_stop(options.stop.clone())
             .with_journal(journal)
             .with_fatal_reports(group.clone(), Arc::clone(&fatal_reports));
-        if scheduler.core().is_done() {
-            // An earlier process saw every job through; its framework is gone with it.
-            break (Ok(scheduler), fatal_reports);
+        // Every job ended before the takeover: the framework, if it is still there, is
+        // subscribed to only to tell the ends the masters may lack and be torn down.
+        let done = scheduler
+            .core()
+            .is_done()
+            .then(|| scheduler.reports(&group));
+        if let (Some(reports), None) = (&done, &framework_id) {
+            return Ok(reports.clone());
         }
         let mut config = DriverConfig::new(options.masters.clone(), name, group.clone());
         config.failover_timeout_ms = options.failover_timeout_ms;
@@ -330,6 +345,12 @@ pub async fn run_session(
             Err(DriverError::SubscriptionRefused { error, .. })
                 if framework_id.is_some() && error.code == ErrorCode::UnknownFramework =>
             {
+                if let Some(reports) = done {
+                    // Gone, with every job ended: nothing is left to do.
+                    client.close();
+                    client.wait_idle().await;
+                    return Ok(reports);
+                }
                 tracing::warn!(framework = ?framework_id, %error, "the session's framework to take over is gone; starting every job over");
                 resume = false;
             }

@@ -647,8 +647,8 @@ fn a_new_process_takes_the_session_over_from_its_journal_adopting_what_still_run
     use fullerene_proto::FrameworkId;
 
     // The earlier process: subscribed, launched both of a's scans and both of b's tasks, saw
-    // a/10.0 and all of b finish, lost a/10.1's first attempt and launched its second; then
-    // it died. A record of a job this session does not hold is skipped.
+    // a/10.0 and all of b finish (and ended b), lost a/10.1's first attempt and launched its
+    // second; then it died.
     let id = |s: &str| TaskId::from(s);
     let records = vec![
         Record::Subscribed(FrameworkId::from("fw-1")),
@@ -659,11 +659,21 @@ fn a_new_process_takes_the_session_over_from_its_journal_adopting_what_still_run
         Record::Finished(id("a/10.0/0")),
         Record::Finished(id("b/0.0/0")),
         Record::Finished(id("b/0.1/0")),
+        Record::JobEnded("b".into()),
         Record::Launched(id("a/10.1/1")),
-        Record::Launched(id("zzz/0.0/0")),
     ];
+    // Another run's journal (a job this workload does not hold) is refused, not taken over.
+    let mut foreign = records.clone();
+    foreign.push(Record::Launched(id("zzz/0.0/0")));
+    assert!(matches!(
+        framework(&[]).restore(&foreign),
+        Err(SessionRefusal::ForeignJournal(what)) if what.contains("zzz/0.0/0")
+    ));
     let mut f = framework(&[]);
-    assert_eq!(f.restore(&records), Some(FrameworkId::from("fw-1")));
+    assert_eq!(
+        f.restore(&records).expect("the session's own journal"),
+        Some(FrameworkId::from("fw-1"))
+    );
     let b = f.progress(1).expect("b");
     assert_eq!(b.outcome, JobOutcome::Finished { jct_ms: 0 });
     assert_eq!(b.finished, 2);
@@ -723,7 +733,7 @@ fn an_adopted_task_the_master_reports_lost_runs_again_as_its_next_attempt() {
 
     let id = |s: &str| TaskId::from(s);
     let mut f = framework(&[]);
-    assert_eq!(f.restore(&[Record::Launched(id("b/0.0/0"))]), None);
+    assert_eq!(f.restore(&[Record::Launched(id("b/0.0/0"))]), Ok(None));
     f.on_subscribed();
     // The master reports the adopted task lost (its agent died meanwhile): it runs again,
     // as the next attempt.
@@ -732,4 +742,50 @@ fn an_adopted_task_the_master_reports_lost_runs_again_as_its_next_attempt() {
     let launched = all_ids(&calls);
     assert!(launched.contains(&"b/0.0/1".to_string()), "{calls:?}");
     assert!(!launched.contains(&"b/0.0/0".to_string()), "{calls:?}");
+}
+
+#[test]
+fn a_job_that_failed_before_the_takeover_is_not_run_again() {
+    use crate::dag::journal::Record;
+
+    // b failed in the earlier process (out of attempts) with b/0.1/0 still open, and ended;
+    // a went on.
+    let id = |s: &str| TaskId::from(s);
+    let mut f = framework(&[]);
+    let records = [
+        Record::Launched(id("a/10.0/0")),
+        Record::Launched(id("b/0.0/0")),
+        Record::Launched(id("b/0.1/0")),
+        Record::Finished(id("b/0.0/0")),
+        Record::JobEnded("b".into()),
+    ];
+    f.restore(&records).expect("the session's own journal");
+    let b = f.progress(1).expect("b");
+    assert!(
+        matches!(&b.outcome, JobOutcome::Failed { reason } if reason.contains("before")),
+        "{b:?}"
+    );
+    assert_eq!((b.finished, b.running), (1, 0));
+    assert_eq!(f.progress(0).expect("a").running, 1);
+    let calls = f.on_subscribed();
+    assert!(
+        calls.contains(&FrameworkRequest::Reconcile {
+            task_ids: vec![id("a/10.0/0")]
+        }),
+        "only a's open launch is reconciled: {calls:?}"
+    );
+    let calls = f.on_tick(t(1_050));
+    assert!(
+        calls.iter().any(|c| matches!(
+            c,
+            FrameworkRequest::EndJob { job, end: JobEnd::Failed { .. } } if job == "b"
+        )),
+        "{calls:?}"
+    );
+    // b's tasks never run again.
+    let calls = f.on_offers(&[offer(1, "a1", "cpus=8,mem_mib=1000")], t(1_100));
+    assert!(
+        all_ids(&calls).iter().all(|task| !task.starts_with("b/")),
+        "{calls:?}"
+    );
 }
