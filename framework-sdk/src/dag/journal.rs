@@ -145,6 +145,17 @@ impl Journal {
         &self.path
     }
 
+    /// A journal at `path` opened for reading only, so that every append fails (as on a full
+    /// or broken disk): for the tests of what a framework does then.
+    #[cfg(test)]
+    pub(crate) fn unwritable(path: &Path) -> Journal {
+        std::fs::write(path, "").expect("create the journal file");
+        Journal {
+            path: path.to_path_buf(),
+            file: File::open(path).expect("open the journal file"),
+        }
+    }
+
     /// The journal of `name` under `dir` (none without a directory) for a process that may
     /// take a framework over: with `resume`, its records go to `restore`, which returns the
     /// framework id to subscribe with; otherwise it is emptied (the framework it remembered

@@ -386,3 +386,81 @@ pub async fn run_session(
             .collect(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use fullerene_proto::messages::FrameworkRequest;
+    use fullerene_proto::testkit::offer;
+    use fullerene_proto::time::Time;
+    use fullerene_proto::FrameworkId;
+    use fullerene_scheduling::testkit::res;
+
+    use super::*;
+    use crate::dag::DagConfig;
+    use crate::session::SessionPolicyKind;
+    use crate::testkit::{job, stage};
+
+    #[test]
+    fn a_journal_that_cannot_be_written_stops_the_jobs_and_sends_no_unrecorded_launch() {
+        let jobs = vec![
+            job(
+                "a",
+                "default",
+                None,
+                vec![stage(0, &[], &[2.0, 2.0], res("cpus=1,mem_mib=100"))],
+            ),
+            job(
+                "b",
+                "default",
+                None,
+                vec![stage(0, &[], &[2.0], res("cpus=1,mem_mib=100"))],
+            ),
+        ];
+        let core = SessionFramework::new(
+            jobs,
+            DagConfig::default(),
+            SessionPolicyKind::Fifo.build(),
+            &[],
+            Time::from_millis(0),
+        )
+        .expect("a valid session");
+        let dir = tempfile::tempdir().expect("temp dir");
+        let journal = Journal::unwritable(&dir.path().join("fifo-session.journal"));
+        let mut scheduler = SessionScheduler::new(core, None).with_journal(Some(journal));
+        let id = FrameworkId::from("f1");
+        let mut handle = DriverHandle::new(Time::from_millis(10), Some(id.clone()));
+        // (A takeover's subscription: no record is written before the launches.)
+        scheduler.reconnected(&mut handle, &id);
+        // Three agents' offers: the session places tasks on each, one accept per agent; the
+        // first launch's record fails.
+        let offers = vec![
+            offer(1, "f1", "a1", "a1", "cpus=1,mem_mib=1000", u64::MAX),
+            offer(2, "f1", "a2", "a2", "cpus=1,mem_mib=1000", u64::MAX),
+            offer(3, "f1", "a3", "a3", "cpus=1,mem_mib=1000", u64::MAX),
+        ];
+        scheduler.offers(&mut handle, offers);
+        let (calls, _) = handle.into_calls();
+        assert!(
+            !calls
+                .iter()
+                .any(|c| matches!(c, FrameworkRequest::Accept { .. })),
+            "a launch went out unrecorded: {calls:?}"
+        );
+        let declined: Vec<_> = calls
+            .iter()
+            .filter_map(|c| match c {
+                FrameworkRequest::Decline { offer_ids, .. } => Some(offer_ids.clone()),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        assert_eq!(declined.len(), 3, "every offer is given back: {calls:?}");
+        for index in 0..2 {
+            let progress = scheduler.core().progress(index).expect("a job");
+            assert!(
+                matches!(&progress.outcome, JobOutcome::Failed { reason } if reason.contains("journal")),
+                "{progress:?}"
+            );
+        }
+    }
+}
