@@ -123,40 +123,24 @@ fn decima_with_deadlines_is_refused_naming_both_flags() {
 }
 
 #[test]
-fn a_model_without_decima_is_refused() {
+fn a_model_or_an_action_choice_without_decima_is_refused() {
     let w = workload();
-    let out = run(&[
-        "sim",
-        "--workload",
-        w.to_str().unwrap(),
-        "--jobs",
-        "2",
-        "--compare",
-        "drf,fifo",
-        "--model",
-        "unused.model",
-    ]);
-    assert!(!out.status.success(), "{}", stdout(&out));
-    let err = stderr(&out);
-    assert!(
-        err.contains("--model is only read with --policy decima"),
-        "{err}"
-    );
-    let out = run(&[
-        "sim",
-        "--workload",
-        w.to_str().unwrap(),
-        "--jobs",
-        "2",
-        "--policy",
-        "drf",
-        "--action-choice",
-        "greedy",
-    ]);
-    assert!(!out.status.success(), "{}", stdout(&out));
-    let err = stderr(&out);
-    assert!(
-        err.contains("--action-choice greedy is only read with --policy decima"),
-        "{err}"
-    );
+    let cases: [(&[&str], &str); 2] = [
+        (
+            &["--compare", "drf,fifo", "--model", "unused.model"],
+            "--model is only read with --policy decima",
+        ),
+        (
+            &["--policy", "drf", "--action-choice", "greedy"],
+            "--action-choice greedy is only read with --policy decima",
+        ),
+    ];
+    for (flags, expected) in cases {
+        let mut args = vec!["sim", "--workload", w.to_str().unwrap(), "--jobs", "2"];
+        args.extend_from_slice(flags);
+        let out = run(&args);
+        assert!(!out.status.success(), "{flags:?} ran: {}", stdout(&out));
+        let err = stderr(&out);
+        assert!(err.contains(expected), "{flags:?}: {err}");
+    }
 }
