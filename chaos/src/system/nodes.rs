@@ -1105,23 +1105,11 @@ impl World {
             return;
         }
         let job = self.jobs[j].job.clone();
-        if !self.jobs[j].submitted {
-            self.jobs[j].submitted = true;
-            self.record(Fact::JobSubmitted {
-                job: job.name.clone(),
-            });
-        }
-        let masters = (1..=self.options.masters as u64).map(master_addr).collect();
-        let mut config = DriverConfig::new(masters, job.name.clone(), job.group.clone());
-        config.failover_timeout_ms = FAILOVER_TIMEOUT_MS;
-        config.backoff_max = Duration::from_secs(2);
-        config.jitter_seed = self.rng.gen();
+        self.mark_submitted(j);
+        let config = self.driver_config(&job.name, &job.group);
         let dag_config = DagConfig {
-            // Tasks lost to faults are relaunched as often as it takes: the liveness check
-            // wants every job to complete once faults stop.
-            max_attempts: u32::MAX,
             concurrent_jobs: self.options.jobs.max(1),
-            ..DagConfig::default()
+            ..relaunch_until_done()
         };
         let now = self.now;
         let name = job.name.clone();
@@ -1139,22 +1127,10 @@ impl World {
             return;
         }
         for &j in &slots {
-            if !self.jobs[j].submitted {
-                self.jobs[j].submitted = true;
-                let job = self.jobs[j].job.name.clone();
-                self.record(Fact::JobSubmitted { job });
-            }
+            self.mark_submitted(j);
         }
-        let masters = (1..=self.options.masters as u64).map(master_addr).collect();
-        let mut config = DriverConfig::new(masters, SESSION.to_string(), job_group(0).to_string());
-        config.failover_timeout_ms = FAILOVER_TIMEOUT_MS;
-        config.backoff_max = Duration::from_secs(2);
-        config.jitter_seed = self.rng.gen();
-        let dag_config = DagConfig {
-            // As for the per-job frameworks: the liveness check wants every job to complete.
-            max_attempts: u32::MAX,
-            ..DagConfig::default()
-        };
+        let config = self.driver_config(SESSION, job_group(0));
+        let dag_config = relaunch_until_done();
         let jobs: Vec<Job> = slots.iter().map(|&j| self.jobs[j].job.clone()).collect();
         let core = SessionFramework::new(
             jobs,
@@ -1166,6 +1142,26 @@ impl World {
         .expect("generated jobs are valid and distinctly named");
         let role = FrameworkRole::Session(slots, Box::new(SessionScheduler::new(core, None)));
         self.start_framework(SESSION.to_string(), SESSION.to_string(), config, role);
+    }
+
+    /// Records job `j`'s first submission (a resubmission is not one).
+    fn mark_submitted(&mut self, j: usize) {
+        if !self.jobs[j].submitted {
+            self.jobs[j].submitted = true;
+            let job = self.jobs[j].job.name.clone();
+            self.record(Fact::JobSubmitted { job });
+        }
+    }
+
+    /// The driver settings of a framework named `name` in `group`, its reconnect jitter drawn
+    /// from the run's generator.
+    fn driver_config(&mut self, name: &str, group: &str) -> DriverConfig {
+        let masters = (1..=self.options.masters as u64).map(master_addr).collect();
+        let mut config = DriverConfig::new(masters, name.to_string(), group.to_string());
+        config.failover_timeout_ms = FAILOVER_TIMEOUT_MS;
+        config.backoff_max = Duration::from_secs(2);
+        config.jitter_seed = self.rng.gen();
+        config
     }
 
     fn start_framework(
@@ -1563,6 +1559,15 @@ fn lost_agents(state: &ClusterState) -> Vec<AgentId> {
         .filter(|a| a.state == AgentState::Lost)
         .map(|a| a.id.clone())
         .collect()
+}
+
+/// The DAG settings of every simulated framework: tasks lost to faults are relaunched as
+/// often as it takes, since the liveness check wants every job to complete once faults stop.
+fn relaunch_until_done() -> DagConfig {
+    DagConfig {
+        max_attempts: u32::MAX,
+        ..DagConfig::default()
+    }
 }
 
 /// The fairness group of job `j`: jobs alternate between two groups.
