@@ -1490,8 +1490,7 @@ impl ClusterState {
         if seq <= record.acked_seq {
             return Ok(CommandOutcome::Unchanged);
         }
-        record.acked_seq = seq;
-        record.unacked.retain(|update| update.seq > seq);
+        record.acknowledge(seq);
         if record.state.is_terminal() && record.acked_seq == record.seq {
             self.retire_task(&key);
         }

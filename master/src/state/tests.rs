@@ -368,6 +368,21 @@ fn acknowledging_the_final_update_forgets_the_task() {
 }
 
 #[test]
+fn a_running_task_acknowledged_holds_no_room_for_updates() {
+    // Room for updates kept while a task runs would be about half of what the master keeps
+    // for it. No copy of the state is taken here: a copy's records are shrunk by cloning.
+    let mut st = cluster();
+    launch_on_a1(&mut st, &[("t1", "cpus=2")]);
+    st.apply(&status("a1", "f1", "t1", TaskState::Running, 1))
+        .unwrap();
+    assert_eq!(st.task(&key("f1", "t1")).unwrap().unacked.len(), 1);
+    st.apply(&ack("f1", "alice", "t1", 1)).unwrap();
+    let running = st.task(&key("f1", "t1")).unwrap();
+    assert!(running.unacked.is_empty());
+    assert_eq!(running.unacked.capacity(), 0);
+}
+
+#[test]
 fn updates_are_kept_until_acknowledged_the_latest_of_each_state_in_order() {
     let mut st = cluster();
     launch_on_a1(&mut st, &[("t1", "cpus=2"), ("t2", "cpus=1")]);
