@@ -939,7 +939,7 @@ fn stripped(spec: TaskSpec) -> TaskSpec {
         sleep @ Executor::Sleep { .. } => sleep,
     };
     TaskSpec {
-        id: TaskId(spec.id.0.chars().take(1024).collect()),
+        id: TaskId::from(spec.id.0.chars().take(1024).collect::<String>()),
         name: spec.name.chars().take(256).collect(),
         executor,
         resources: Default::default(),

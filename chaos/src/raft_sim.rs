@@ -229,21 +229,21 @@ impl CommandGen {
 
     /// Refreshes what the generator knows from a master's state.
     fn observe(&mut self, state: &ClusterState) {
-        self.agents = state.agents().keys().map(|a| a.0.clone()).collect();
+        self.agents = state.agents().keys().map(ToString::to_string).collect();
         self.frameworks = state
             .frameworks()
             .values()
             .filter(|f| f.torn_down_at_ms.is_none())
-            .map(|f| (f.id.0.clone(), f.principal.clone()))
+            .map(|f| (f.id.to_string(), f.principal.clone()))
             .collect();
         self.tasks = state
             .tasks()
             .iter()
             .map(|(key, t)| {
                 (
-                    key.framework_id.0.clone(),
-                    key.task_id.0.clone(),
-                    t.agent_id.0.clone(),
+                    key.framework_id.to_string(),
+                    key.task_id.to_string(),
+                    t.agent_id.to_string(),
                     t.seq,
                     t.state,
                 )

@@ -307,7 +307,7 @@ fn a_second_instance_of_a_task_is_reported() {
         agent: AgentId::from(other),
         framework_id,
         // The next attempt of the same task.
-        task_id: TaskId(format!(
+        task_id: TaskId::from(format!(
             "{}9",
             task_id.as_str().trim_end_matches(char::is_numeric)
         )),

@@ -185,7 +185,7 @@ impl OfferBook {
             }
             total += open.resources;
         }
-        let agent = agent.map_or_else(|| AgentId(String::new()), |(a, _)| a.clone());
+        let agent = agent.map_or_else(|| AgentId::from(String::new()), |(a, _)| a.clone());
         debug_assert!(self.offers.contains_key(first));
         Ok((agent, total))
     }
@@ -767,8 +767,8 @@ mod tests {
 
     fn open(book: &mut OfferBook, framework: &str, agent: &str, n: f64, expires: u64) -> OfferId {
         book.open(
-            &FrameworkId(framework.to_string()),
-            &AgentId(agent.to_string()),
+            &FrameworkId::from(framework.to_string()),
+            &AgentId::from(agent.to_string()),
             "host",
             &BTreeMap::new(),
             cpus(n),
@@ -788,7 +788,7 @@ mod tests {
         let d = open(&mut book, "fw-2", "agent-1", 1.0, 1_000);
         assert_ne!(a, b);
         assert_eq!(a.0 >> COUNTER_BITS, 3, "ids carry the leader's term");
-        let fw1 = FrameworkId("fw-1".to_string());
+        let fw1 = FrameworkId::from("fw-1");
         let (agent, total) = book.check(&fw1, &[a, b], 10).expect("usable");
         assert_eq!(agent.as_str(), "agent-1");
         assert_eq!(total, cpus(6.0));
@@ -822,9 +822,9 @@ mod tests {
         open(&mut book, "fw-2", "agent-1", 1.0, 500);
         open(&mut book, "fw-2", "agent-2", 1.0, 500);
         assert_eq!(book.expire(200).len(), 1);
-        assert_eq!(book.of_agent(&AgentId("agent-1".to_string())).len(), 1);
+        assert_eq!(book.of_agent(&AgentId::from("agent-1")).len(), 1);
         assert_eq!(book.len(), 1);
-        assert_eq!(book.of_framework(&FrameworkId("fw-2".to_string())).len(), 1);
+        assert_eq!(book.of_framework(&FrameworkId::from("fw-2")).len(), 1);
         assert!(book.is_empty());
     }
 
@@ -895,7 +895,7 @@ mod tests {
         #[test]
         fn offers_go_to_demand_and_an_accept_holds_its_resources_until_settled() {
             let mut state = cluster();
-            let fw1 = FrameworkId("fw-1".to_string());
+            let fw1 = FrameworkId::from("fw-1");
             let mut offers = OfferManager::new(state.settings(), 1, 2, 1_000).expect("manager");
             offers
                 .update_demand(&state, &fw1, &demand(2))
@@ -911,7 +911,7 @@ mod tests {
             assert_eq!(offer.hostname, "node1");
 
             // Another framework cannot use it; asking for more than it holds is refused.
-            let fw2 = FrameworkId("fw-2".to_string());
+            let fw2 = FrameworkId::from("fw-2");
             let tasks = [
                 task("t1", "cpus=1,mem_mib=512"),
                 task("t2", "cpus=1,mem_mib=512"),
@@ -973,8 +973,8 @@ mod tests {
         #[test]
         fn offers_expire_and_are_rescinded_when_their_framework_has_no_session() {
             let state = cluster();
-            let fw1 = FrameworkId("fw-1".to_string());
-            let fw2 = FrameworkId("fw-2".to_string());
+            let fw1 = FrameworkId::from("fw-1");
+            let fw2 = FrameworkId::from("fw-2");
             let mut offers = OfferManager::new(state.settings(), 1, 2, 1_000).expect("manager");
             offers
                 .update_demand(&state, &fw1, &demand(1))
@@ -1032,8 +1032,8 @@ mod tests {
                     0,
                 ))
                 .expect("framework");
-            let fw2 = FrameworkId("fw-2".to_string());
-            let fw3 = FrameworkId("fw-3".to_string());
+            let fw2 = FrameworkId::from("fw-2");
+            let fw3 = FrameworkId::from("fw-3");
             // fw-2 (group "default") holds half the cluster: group "absent" is deprived
             // past κ·C, so the gate makes its frameworks the only candidates.
             state
@@ -1070,8 +1070,8 @@ mod tests {
         #[test]
         fn a_yield_is_reoffered_to_another_framework_with_demand() {
             let state = cluster();
-            let fw1 = FrameworkId("fw-1".to_string());
-            let fw2 = FrameworkId("fw-2".to_string());
+            let fw1 = FrameworkId::from("fw-1");
+            let fw2 = FrameworkId::from("fw-2");
             let mut offers = OfferManager::new(state.settings(), 1, 2, 1_000).expect("manager");
             offers
                 .update_demand(&state, &fw1, &demand(3))

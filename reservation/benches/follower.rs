@@ -70,7 +70,7 @@ fn job() -> TaggedJob {
 }
 
 fn agent(i: usize) -> AgentId {
-    AgentId(format!("agent-{i:05}"))
+    AgentId::from(format!("agent-{i:05}"))
 }
 
 fn bench_follow(c: &mut Criterion) {
@@ -103,7 +103,7 @@ fn bench_follow(c: &mut Criterion) {
         .collect();
     let tasks: Vec<BestEffortTask> = (0..AGENTS * 3)
         .map(|k| BestEffortTask {
-            key: TaskKey::new(FrameworkId("adhoc".into()), TaskId(k.to_string())),
+            key: TaskKey::new(FrameworkId::from("adhoc"), TaskId::from(k.to_string())),
             agent: agent(k / 3),
             started_ms: (k % 997) as u64,
             resources: vec("cpus=5,mem_mib=20480"),

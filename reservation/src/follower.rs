@@ -571,15 +571,15 @@ mod tests {
     /// One agent, `a1`, with `free` cpus free.
     fn agent(free: f64) -> Vec<AgentRoom> {
         vec![AgentRoom {
-            agent: AgentId("a1".into()),
+            agent: AgentId::from("a1"),
             free: cpus(free),
         }]
     }
 
     fn be_task(name: &str, started_ms: u64, n: f64) -> BestEffortTask {
         BestEffortTask {
-            key: TaskKey::new(FrameworkId("adhoc".into()), TaskId(name.into())),
-            agent: AgentId("a1".into()),
+            key: TaskKey::new(FrameworkId::from("adhoc"), TaskId::from(name)),
+            agent: AgentId::from("a1"),
             started_ms,
             resources: cpus(n),
         }
@@ -699,7 +699,7 @@ mod tests {
     fn rooms(free: &[(&str, f64)]) -> Vec<AgentRoom> {
         free.iter()
             .map(|(name, n)| AgentRoom {
-                agent: AgentId((*name).into()),
+                agent: AgentId::from(*name),
                 free: cpus(*n),
             })
             .collect()
@@ -707,7 +707,7 @@ mod tests {
 
     fn be_task_on(agent: &str, name: &str, started_ms: u64, n: f64) -> BestEffortTask {
         BestEffortTask {
-            agent: AgentId(agent.into()),
+            agent: AgentId::from(agent),
             ..be_task(name, started_ms, n)
         }
     }

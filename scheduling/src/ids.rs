@@ -5,15 +5,23 @@
 //! and what the allocator keys its records by (`fullerene_proto` re-exports them).
 
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 macro_rules! string_id {
     ($(#[$doc:meta])* $name:ident) => {
         $(#[$doc])*
+        ///
+        /// The text is shared, not copied, by clones: the master's state names each task and
+        /// framework in several indexes, and a copy per index cost about 200 bytes per task.
+        /// On the wire it is a plain string.
         #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
         #[cfg_attr(feature = "arbitrary", derive(proptest_derive::Arbitrary))]
-        pub struct $name(pub String);
+        pub struct $name(
+            #[cfg_attr(feature = "arbitrary", proptest(strategy = "arbitrary_text()"))]
+            pub Arc<str>,
+        );
 
         impl $name {
             /// The id as a string slice.
@@ -30,16 +38,29 @@ macro_rules! string_id {
 
         impl From<&str> for $name {
             fn from(s: &str) -> Self {
-                $name(s.to_string())
+                $name(Arc::from(s))
             }
         }
 
         impl From<String> for $name {
             fn from(s: String) -> Self {
-                $name(s)
+                $name(Arc::from(s))
+            }
+        }
+
+        impl From<&String> for $name {
+            fn from(s: &String) -> Self {
+                $name(Arc::from(s.as_str()))
             }
         }
     };
+}
+
+/// Any string, for property tests of types that embed ids.
+#[cfg(feature = "arbitrary")]
+fn arbitrary_text() -> impl proptest::strategy::Strategy<Value = Arc<str>> {
+    use proptest::strategy::Strategy;
+    proptest::arbitrary::any::<String>().prop_map(Arc::from)
 }
 
 macro_rules! numeric_id {

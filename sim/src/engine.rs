@@ -400,7 +400,7 @@ impl<'a> Engine<'a> {
         let mut machines = Vec::with_capacity(config.machines);
         let mut agent_ids = Vec::with_capacity(config.machines);
         for m in 0..config.machines {
-            let id = AgentId(format!("{AGENT_PREFIX}{m:05}"));
+            let id = AgentId::from(format!("{AGENT_PREFIX}{m:05}"));
             allocator.add_agent(id.clone(), config.machine)?;
             agent_ids.push(id);
             machines.push(Machine {
@@ -422,7 +422,7 @@ impl<'a> Engine<'a> {
             .map(|j| groups.binary_search(&j.group.as_str()).unwrap_or(0))
             .collect();
         let framework_ids: Vec<FrameworkId> = (0..jobs.len())
-            .map(|i| FrameworkId(format!("{FRAMEWORK_PREFIX}{i:06}")))
+            .map(|i| FrameworkId::from(format!("{FRAMEWORK_PREFIX}{i:06}")))
             .collect();
         let origin = jobs
             .iter()
@@ -442,7 +442,7 @@ impl<'a> Engine<'a> {
         let mode = match scheduling {
             Scheduling::PerJob(kind) => Mode::PerJob(*kind),
             Scheduling::Session(session) => {
-                let id = FrameworkId(SESSION_FRAMEWORK.to_string());
+                let id = FrameworkId::from(SESSION_FRAMEWORK.to_string());
                 allocator.add_framework(id.clone(), SESSION_GROUP, origin)?;
                 let max_limit = fullerene_sdk::session::largest_limit(
                     &cluster_capacity,
@@ -1343,7 +1343,7 @@ impl<'a> Engine<'a> {
                     // The slot names the task: a kill finds it without a map.
                     key: TaskKey::new(
                         framework_ids[task.framework].clone(),
-                        TaskId(slot.to_string()),
+                        TaskId::from(slot.to_string()),
                     ),
                     agent: agent_ids[task.machine].clone(),
                     started_ms: seconds_to_ms(started_s),
@@ -1613,7 +1613,7 @@ mod tests {
     #[test]
     fn numbered_ids_lead_back_to_their_index_and_nothing_else() {
         let ids: Vec<AgentId> = (0..3)
-            .map(|m| AgentId(format!("{AGENT_PREFIX}{m:05}")))
+            .map(|m| AgentId::from(format!("{AGENT_PREFIX}{m:05}")))
             .collect();
         let position = |id: &str| numbered_position(&ids, AgentId::as_str, AGENT_PREFIX, id);
         assert_eq!(position("agent-00002"), Some(2));

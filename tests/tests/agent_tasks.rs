@@ -211,8 +211,8 @@ async fn commands_launched_through_offers_report_their_exit_codes() {
     let (mut framework, offers) = framework_with_offers(&cluster, "exit-codes", 2, 2).await;
 
     // One task per agent: one succeeds, one fails with its own code.
-    let ok = TaskId("ok".to_string());
-    let bad = TaskId("bad".to_string());
+    let ok = TaskId::from("ok");
+    let bad = TaskId::from("bad");
     accept(
         &framework,
         &offers[0],
@@ -305,7 +305,7 @@ async fn a_task_keeps_its_status_stream_across_an_agent_kill_and_restart() {
     let mut cluster = MasterCluster::start_with(1, 1, 1, &[]);
     cluster.spawn_agent(1, &AGENT_RESOURCES);
     let (mut framework, offers) = framework_with_offers(&cluster, "restart", 1, 1).await;
-    let task = TaskId("sleeper".to_string());
+    let task = TaskId::from("sleeper");
     accept(
         &framework,
         &offers[0],
@@ -389,7 +389,7 @@ async fn a_launch_the_agent_cannot_run_ends_clearly_and_changes_nothing_else() {
         ],
     );
     let (mut framework, offers) = framework_with_offers(&cluster, "refusals", 2, 1).await;
-    let unknown = TaskId("needs-command".to_string());
+    let unknown = TaskId::from("needs-command");
     accept(
         &framework,
         &offers[0],
@@ -439,7 +439,7 @@ async fn a_launch_the_agent_cannot_run_ends_clearly_and_changes_nothing_else() {
     let sleep = sleep_task("too-big", 100, "cpus=64,mem_mib=64", KILL_GRACE_MS);
     accept(&framework, &offers[0], vec![sleep]);
     let refused = framework.call_failed(WAIT).await;
-    let updates = framework.updates_of(&TaskId("too-big".to_string()));
+    let updates = framework.updates_of(&TaskId::from("too-big"));
     match refused {
         Some((_, error)) => assert_eq!(
             error.code,
@@ -455,7 +455,7 @@ async fn a_launch_the_agent_cannot_run_ends_clearly_and_changes_nothing_else() {
     let after = state(&cluster).await;
     assert_nothing_used(&after, "after the oversized launch");
     assert!(
-        after.tasks.iter().all(|t| t.spec.id.0 != "too-big"),
+        after.tasks.iter().all(|t| t.spec.id.as_str() != "too-big"),
         "the refused task is recorded: {after:?}"
     );
     assert!(
@@ -472,10 +472,7 @@ async fn a_launch_the_agent_cannot_run_ends_clearly_and_changes_nothing_else() {
     };
     let fine = sleep_task("fine", 100, SMALL_TASK, KILL_GRACE_MS);
     accept(&framework, &offers[0], vec![fine]);
-    let Some(end) = framework
-        .terminal_update(&TaskId("fine".to_string()), WAIT)
-        .await
-    else {
+    let Some(end) = framework.terminal_update(&TaskId::from("fine"), WAIT).await else {
         panic!("a valid task did not run afterwards\n{}", cluster.logs());
     };
     assert_eq!(end.state, TaskState::Finished, "{end:?}");
@@ -487,7 +484,7 @@ async fn an_agent_back_from_lost_kills_the_tasks_the_master_marked_lost() {
     let mut cluster = MasterCluster::start_with(1, 1, 1, &FAST_LIVENESS);
     cluster.spawn_agent(1, &AGENT_RESOURCES);
     let (mut framework, offers) = framework_with_offers(&cluster, "lost", 1, 1).await;
-    let task = TaskId("orphan".to_string());
+    let task = TaskId::from("orphan");
     let marker = format!("orphan-marker-{}", std::process::id());
     accept(
         &framework,

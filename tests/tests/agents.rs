@@ -51,7 +51,7 @@ async fn an_agent_registers_is_declared_lost_when_silent_and_comes_back_with_its
     let mut cluster = MasterCluster::start_with(1, 1, 1, &FAST_LIVENESS);
     let mut client = cluster.operator_client(&[1], Duration::from_secs(10));
     cluster.spawn_agent(1, &["--resources", "cpus=4,mem_mib=4096,disk_mbps=100"]);
-    let id = AgentId("agent-1".to_string());
+    let id = AgentId::from("agent-1");
     let Some(agent) = wait_for_agent(
         &mut client,
         &id,
@@ -183,7 +183,7 @@ async fn an_agent_drained_from_the_cli_stays_drained_across_a_leader_kill_until_
     let mut cluster = MasterCluster::start_with(3, 3, 1, &[]);
     let mut client = cluster.operator_client(&[1, 2, 3], Duration::from_secs(10));
     cluster.spawn_agent(1, &["--resources", "cpus=4,mem_mib=4096"]);
-    let id = AgentId("agent-1".to_string());
+    let id = AgentId::from("agent-1");
     assert!(
         wait_for_agent(
             &mut client,

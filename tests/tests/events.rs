@@ -108,7 +108,7 @@ async fn events_are_followed_across_a_leader_kill_without_a_gap_and_finished_tas
         tasks: vec![sleep_task("short", 100, "cpus=1,mem_mib=64", KILL_GRACE_MS)],
         leftover: Leftover::Decline { refuse_ms: 0 },
     });
-    let task = fullerene_proto::TaskId("short".to_string());
+    let task = fullerene_proto::TaskId::from("short");
     assert!(
         framework.terminal_update(&task, WAIT).await.is_some(),
         "the task did not end\n{}",

@@ -471,7 +471,7 @@ async fn the_leader_exports_every_listed_metric_with_help_and_values_that_move()
         )],
         leftover: Leftover::Decline { refuse_ms: 0 },
     });
-    let task = fullerene_proto::TaskId("charted".to_string());
+    let task = fullerene_proto::TaskId::from("charted");
     assert!(
         framework.terminal_update(&task, WAIT).await.is_some(),
         "the task did not end\n{}",

@@ -135,10 +135,7 @@ async fn accepts_of_foreign_oversized_or_unknown_offers_are_refused_and_change_n
         tasks: vec![short_sleep("honest", 1.0)],
         leftover: Leftover::Decline { refuse_ms: 0 },
     });
-    let Some(end) = owner
-        .terminal_update(&TaskId("honest".to_string()), WAIT)
-        .await
-    else {
+    let Some(end) = owner.terminal_update(&TaskId::from("honest"), WAIT).await else {
         panic!(
             "a valid accept did not run: {:?}\n{}",
             owner.history,
@@ -148,7 +145,7 @@ async fn accepts_of_foreign_oversized_or_unknown_offers_are_refused_and_change_n
     assert_eq!(end.state, TaskState::Finished, "{end:?}");
     thief.drain();
     assert!(
-        thief.updates_of(&TaskId("stolen".to_string())).is_empty(),
+        thief.updates_of(&TaskId::from("stolen")).is_empty(),
         "the thief's task ran"
     );
     owner.teardown(Duration::from_secs(5)).await;

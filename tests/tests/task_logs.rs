@@ -97,11 +97,11 @@ async fn a_tasks_stdout_and_stderr_are_read_through_the_leader_by_whom_may() {
     let (mut framework, framework_id, offers) = framework_with_offers(&cluster, 1, 2).await;
     let talker_offer = offers
         .iter()
-        .find(|o| o.agent_id.0 == "agent-1")
+        .find(|o| o.agent_id.as_str() == "agent-1")
         .expect("an offer of agent 1");
     let collected_offer = offers
         .iter()
-        .find(|o| o.agent_id.0 == "agent-2")
+        .find(|o| o.agent_id.as_str() == "agent-2")
         .expect("an offer of agent 2");
     framework.call(FrameworkRequest::Accept {
         offer_ids: vec![talker_offer.id],

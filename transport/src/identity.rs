@@ -194,7 +194,7 @@ impl PeerIdentity {
 
     /// The agent id of an agent (its certificate id); `None` for other roles.
     pub fn agent_id(&self) -> Option<AgentId> {
-        (self.role == Role::Agent).then(|| AgentId(self.id.clone()))
+        (self.role == Role::Agent).then(|| AgentId::from(self.id.clone()))
     }
 }
 

@@ -67,7 +67,7 @@ const ENDLESS_DEMAND: u32 = 1_000_000;
 /// `duration_ms`.
 pub fn sleep_task(id: String, name: &str, resources: ResourceVec, duration_ms: u64) -> TaskSpec {
     TaskSpec {
-        id: TaskId(id),
+        id: TaskId::from(id),
         name: name.to_string(),
         executor: Executor::Sleep { duration_ms },
         resources: Resources::from(resources),
@@ -521,7 +521,7 @@ mod tests {
         let calls = calls(handle);
         let accepts = accepted(&calls);
         assert_eq!(accepts.len(), 2);
-        let first = accepts[0][0].id.0.as_str();
+        let first = accepts[0][0].id.as_str();
         let mut handle = DriverHandle::new(Time::ZERO, None);
         for state in [TaskState::Running, TaskState::Running, TaskState::Finished] {
             framework.status_update(

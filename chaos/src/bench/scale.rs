@@ -846,7 +846,7 @@ impl CoreHarness {
     fn register_agents(&mut self, count: u64, resources: ResourceVec) -> Result<(), BenchError> {
         for n in 1..=count {
             let session = self.session();
-            let agent_id = AgentId(format!("agent-{n}"));
+            let agent_id = AgentId::from(format!("agent-{n}"));
             self.agent_sessions.insert(session, agent_id.clone());
             self.core.handle(
                 Input::AgentRegister {

@@ -242,7 +242,9 @@ async fn subscribe_or_tally(
 }
 
 fn unknown_ids(count: usize, tag: &str) -> Vec<TaskId> {
-    (0..count).map(|i| TaskId(format!("{tag}-{i}"))).collect()
+    (0..count)
+        .map(|i| TaskId::from(format!("{tag}-{i}")))
+        .collect()
 }
 
 /// Names an answer or an end of the session for a tally.
@@ -370,7 +372,7 @@ fn bloated_task(offer: &Offer, bytes: usize) -> TaskSpec {
     let small = ResourceVec::from_pairs(&[(ResourceKind::Cpus, 0.1), (ResourceKind::MemMib, 16.0)]);
     let room = offer.resources.to_vec().unwrap_or(ResourceVec::ZERO);
     TaskSpec {
-        id: TaskId(format!("bloated-{}", offer.id.0)),
+        id: TaskId::from(format!("bloated-{}", offer.id.0)),
         name: "bloated".to_string(),
         executor: Executor::Command(CommandSpec {
             program: "true".to_string(),

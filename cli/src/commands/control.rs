@@ -85,9 +85,9 @@ impl TaskTarget {
     /// The task's id and its framework's, asking the masters for the framework when none was
     /// given.
     async fn resolve(&self) -> Result<(TaskId, FrameworkId)> {
-        let task_id = TaskId(self.task.clone());
+        let task_id = TaskId::from(self.task.clone());
         let framework_id = match &self.framework {
-            Some(framework) => FrameworkId(framework.clone()),
+            Some(framework) => FrameworkId::from(framework.clone()),
             None => framework_of(&self.cluster, &task_id).await?,
         };
         Ok((task_id, framework_id))
@@ -184,7 +184,7 @@ fn framework_of_job(frameworks: &[FrameworkInfo], job: &str) -> Result<Framework
             .collect()
     };
     let live: Vec<&FrameworkInfo> = frameworks.iter().filter(|f| !f.torn_down).collect();
-    let framework = match live.iter().find(|f| f.id.0 == job) {
+    let framework = match live.iter().find(|f| f.id.as_str() == job) {
         Some(by_id) => *by_id,
         None => {
             let named: Vec<&&FrameworkInfo> = live
@@ -212,7 +212,7 @@ fn framework_of_job(frameworks: &[FrameworkInfo], job: &str) -> Result<Framework
         .into_iter()
         .filter(|name| name != job)
         .collect();
-    if others.len() > usize::from(framework.id.0 == job) {
+    if others.len() > usize::from(framework.id.as_str() == job) {
         bail!(
             "framework {} runs other jobs too ({}): `fullerene framework teardown {}` stops              them all",
             framework.id,
@@ -282,7 +282,7 @@ pub(crate) fn run_task(command: TaskCommand, json: &JsonOutput) -> Result<()> {
 /// Runs `fullerene framework teardown`.
 pub(crate) fn run_framework(command: FrameworkCommand, json: &JsonOutput) -> Result<()> {
     let FrameworkCommand::Teardown(args) = command;
-    let framework_id = FrameworkId(args.framework);
+    let framework_id = FrameworkId::from(args.framework);
     let message = format!("framework {framework_id} torn down: its tasks are killed");
     let request = OperatorRequest::TeardownFramework { framework_id };
     runtime()?.block_on(change(&args.cluster, request, json, message))
@@ -379,9 +379,9 @@ async fn framework_of(cluster: &ClusterArgs, task_id: &TaskId) -> Result<Framewo
 /// `agent-3` as given, or `3` as `agent-3` (the id `fullerene certs` gives agent number 3).
 fn agent_id(given: &str) -> AgentId {
     if given.bytes().all(|b| b.is_ascii_digit()) && !given.is_empty() {
-        AgentId(format!("agent-{given}"))
+        AgentId::from(format!("agent-{given}"))
     } else {
-        AgentId(given.to_string())
+        AgentId::from(given.to_string())
     }
 }
 
@@ -441,8 +441,8 @@ mod tests {
 
     #[test]
     fn agents_are_named_by_id_or_number() {
-        assert_eq!(agent_id("3"), AgentId("agent-3".to_string()));
-        assert_eq!(agent_id("agent-3"), AgentId("agent-3".to_string()));
-        assert_eq!(agent_id("rack1-node7"), AgentId("rack1-node7".to_string()));
+        assert_eq!(agent_id("3"), AgentId::from("agent-3"));
+        assert_eq!(agent_id("agent-3"), AgentId::from("agent-3"));
+        assert_eq!(agent_id("rack1-node7"), AgentId::from("rack1-node7"));
     }
 }

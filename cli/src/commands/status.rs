@@ -68,7 +68,7 @@ pub(crate) fn frameworks(args: ClusterArgs, json: &JsonOutput) -> Result<()> {
 
 /// `fullerene tasks`.
 pub(crate) fn tasks(args: TasksArgs, json: &JsonOutput) -> Result<()> {
-    let framework = args.framework.map(FrameworkId);
+    let framework = args.framework.map(FrameworkId::from);
     if args.all {
         let all = with_client(&args.cluster, async |client| {
             Ok(AllTasks {
@@ -435,7 +435,7 @@ mod tests {
     fn the_agents_table_shows_usage_state_and_age() {
         let resources = |cpus: f64| [("cpus", cpus)].into_iter().collect::<Resources>();
         let agent = AgentInfo {
-            id: AgentId("agent-1".to_string()),
+            id: AgentId::from("agent-1"),
             hostname: "node1".to_string(),
             total: resources(8.0),
             used: resources(2.5),
@@ -447,7 +447,7 @@ mod tests {
             drain: None,
         };
         let mut isolated = agent.clone();
-        isolated.id = AgentId("agent-2".to_string());
+        isolated.id = AgentId::from("agent-2");
         isolated.isolation = Some(TaskIsolation {
             users: Enforcement::Enforced,
             limits: Enforcement::NotEnforced {
@@ -505,7 +505,7 @@ mod tests {
         use fullerene_proto::jobs::{JobDescription, JobEnd, JobInfo, StageDescription, StageEnds};
         use fullerene_proto::messages::{Executor, TaskOrigin, TaskSpec};
         let framework = |id: &str, jobs: Vec<JobInfo>| FrameworkInfo {
-            id: FrameworkId(id.to_string()),
+            id: FrameworkId::from(id.to_string()),
             name: format!("job-{id}"),
             principal: "framework-1".to_string(),
             group: "default".to_string(),
@@ -535,7 +535,7 @@ mod tests {
         };
         let task = |id: &str, framework: &str, job: &str, state: TaskState| TaskInfo {
             spec: TaskSpec {
-                id: fullerene_proto::TaskId(id.to_string()),
+                id: fullerene_proto::TaskId::from(id.to_string()),
                 name: id.to_string(),
                 executor: Executor::Sleep { duration_ms: 1 },
                 resources: Resources::default(),
@@ -547,8 +547,8 @@ mod tests {
                 }),
                 kill_grace_ms: 0,
             },
-            framework_id: FrameworkId(framework.to_string()),
-            agent_id: AgentId("agent-1".to_string()),
+            framework_id: FrameworkId::from(framework.to_string()),
+            agent_id: AgentId::from("agent-1"),
             state,
             seq: 1,
         };

@@ -155,7 +155,7 @@ fn out_of_attempts(job: &Job, task: TaskRef, failures: u32, update: &StatusUpdat
 /// The id of launch `launch` of `task`: `<job>/<stage id>.<index>/<launch>`.
 pub fn task_id(job: &Job, task: TaskRef, launch: u32) -> TaskId {
     let stage = &job.stages[task.stage()];
-    TaskId(format!(
+    TaskId::from(format!(
         "{}/{}.{}/{}",
         job.name, stage.id, task.index, launch
     ))

@@ -506,7 +506,7 @@ fn a_launch_the_master_never_saw_is_launched_again_under_a_new_id() {
         t(1_100),
     );
     let calls = dag.on_offers(&[offer(1, "a1", "cpus=4,mem_mib=1000")], t(1_200));
-    let ids: Vec<String> = accepted(&calls).iter().map(|s| s.id.0.clone()).collect();
+    let ids: Vec<String> = accepted(&calls).iter().map(|s| s.id.to_string()).collect();
     assert!(ids.contains(&"q1/10.0/1".to_string()), "{ids:?}");
     assert!(ids.contains(&"q1/10.1/0".to_string()), "{ids:?}");
 }

@@ -643,7 +643,7 @@ mod tests {
     fn a_heartbeat_resets_the_clock_and_brings_an_unreachable_agent_back() {
         let mut state = ClusterState::default();
         register(&mut state, "agent-1");
-        let agent = AgentId("agent-1".to_string());
+        let agent = AgentId::from("agent-1");
         let mut links = AgentSessions::new(timeouts());
         let start = Time::from_millis(1_000);
         links.on_leadership(&state, start);
@@ -674,7 +674,7 @@ mod tests {
         let mut links = AgentSessions::new(timeouts());
         let start = Time::from_millis(1_000);
         links.on_leadership(&state, start);
-        let id = |name: &str| AgentId(name.to_string());
+        let id = |name: &str| AgentId::from(name.to_string());
         // agent-1 is never heard from; agent-2 heartbeats every 100 ms until 2 s; agent-3 is
         // heard at 0.5 s, marked unreachable, heard again at 2.2 s, then silent.
         let heard_at = |ms: u64| -> Vec<AgentId> {
@@ -700,9 +700,9 @@ mod tests {
             for mark in links.due_marks(&state, now, 0) {
                 let (agent, kind) = match &mark {
                     Command::MarkAgentUnreachable { agent_id, .. } => {
-                        (agent_id.0.clone(), "unreachable")
+                        (agent_id.to_string(), "unreachable")
                     }
-                    Command::MarkAgentLost { agent_id, .. } => (agent_id.0.clone(), "lost"),
+                    Command::MarkAgentLost { agent_id, .. } => (agent_id.to_string(), "lost"),
                     other => panic!("not a mark: {other:?}"),
                 };
                 seen.push((ms, agent, kind));

@@ -391,7 +391,8 @@ impl<S: RaftStore> MasterCore<S> {
             ),
             None => {
                 // Unique across leaders: a term has one leader, and it counts.
-                let id = FrameworkId(format!("fw-{}-{}", self.node.term(), self.next_framework));
+                let id =
+                    FrameworkId::from(format!("fw-{}-{}", self.node.term(), self.next_framework));
                 self.next_framework += 1;
                 (
                     id.clone(),
@@ -661,7 +662,7 @@ impl<S: RaftStore> MasterCore<S> {
                     None => StatusUpdate {
                         task_id: task_id.clone(),
                         framework_id: framework_id.clone(),
-                        agent_id: AgentId(String::new()),
+                        agent_id: AgentId::from(String::new()),
                         state: TaskState::Lost,
                         seq: 0,
                         reason: Some(StatusReason::UnknownTask),
@@ -1060,7 +1061,7 @@ mod tests {
     fn an_absent_framework_is_torn_down_after_its_failover_timeout_once() {
         let mut state = ClusterState::default();
         subscribe(&mut state, "fw-1", 1_000);
-        let id = FrameworkId("fw-1".to_string());
+        let id = FrameworkId::from("fw-1");
         let mut links = FrameworkSessions::new(crate::core::DEFAULT_STATUS_RESEND_INTERVAL);
         let start = Time::from_millis(1_000);
         links.on_leadership(&state, start);
@@ -1117,11 +1118,11 @@ mod tests {
     fn updates_go_to_the_connected_framework_only() {
         let mut links = FrameworkSessions::new(crate::core::DEFAULT_STATUS_RESEND_INTERVAL);
         let mut out = Outbox::default();
-        links.attach(FrameworkId("fw-1".to_string()), link(1), &mut out);
+        links.attach(FrameworkId::from("fw-1"), link(1), &mut out);
         let update = |framework: &str| StatusUpdate {
-            task_id: fullerene_proto::ids::TaskId("t".to_string()),
-            framework_id: FrameworkId(framework.to_string()),
-            agent_id: fullerene_proto::ids::AgentId("agent-1".to_string()),
+            task_id: fullerene_proto::ids::TaskId::from("t"),
+            framework_id: FrameworkId::from(framework.to_string()),
+            agent_id: fullerene_proto::ids::AgentId::from("agent-1"),
             state: fullerene_proto::messages::TaskState::Running,
             seq: 1,
             reason: None,
@@ -1132,7 +1133,7 @@ mod tests {
         links.push_update(&update("fw-1"), &mut out);
         let mut sent = out.drain();
         assert!(
-            matches!(sent.next(), Some(super::super::Output::ToFramework { session: SessionId(1), message: MasterToFramework::Update(u) }) if u.framework_id.0 == "fw-1")
+            matches!(sent.next(), Some(super::super::Output::ToFramework { session: SessionId(1), message: MasterToFramework::Update(u) }) if u.framework_id.as_str() == "fw-1")
         );
         assert!(sent.next().is_none());
     }

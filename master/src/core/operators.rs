@@ -330,9 +330,10 @@ impl<S: RaftStore> MasterCore<S> {
                 // the cursor) and stop at the next framework's.
                 let start = match (&after, &framework) {
                     (Some(after), _) => Bound::Excluded(after.clone()),
-                    (None, Some(framework)) => {
-                        Bound::Included(TaskKey::new(framework.clone(), TaskId(String::new())))
-                    }
+                    (None, Some(framework)) => Bound::Included(TaskKey::new(
+                        framework.clone(),
+                        TaskId::from(String::new()),
+                    )),
                     (None, None) => Bound::Unbounded,
                 };
                 let (tasks, next) = take_page(

@@ -933,7 +933,7 @@ fn a_framework_with_many_tasks_is_sent_its_tasks_a_page_per_tick() {
     assert_eq!(resent.len(), tasks - SWEEP_PAGE, "after the first page");
 
     let too_many: Vec<TaskId> = (0..=MAX_RECONCILE_TASK_IDS)
-        .map(|i| TaskId(format!("t{i}")))
+        .map(|i| TaskId::from(format!("t{i}")))
         .collect();
     let (answer, _) = h.call(
         &framework,

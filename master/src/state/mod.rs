@@ -198,7 +198,10 @@ impl ClusterState {
         use std::ops::Bound;
         let start = match after {
             Some(after) => Bound::Excluded(after.clone()),
-            None => Bound::Included(TaskKey::new(framework_id.clone(), TaskId(String::new()))),
+            None => Bound::Included(TaskKey::new(
+                framework_id.clone(),
+                TaskId::from(String::new()),
+            )),
         };
         self.tasks
             .range((start, Bound::Unbounded))
@@ -1089,7 +1092,7 @@ impl ClusterState {
         // that its id is never reused.
         let forget: Vec<TaskKey> = self
             .tasks
-            .range(TaskKey::new(framework_id.clone(), TaskId(String::new()))..)
+            .range(TaskKey::new(framework_id.clone(), TaskId::from(String::new()))..)
             .take_while(|(k, _)| &k.framework_id == framework_id)
             .map(|(k, _)| k.clone())
             .collect();
@@ -1208,13 +1211,24 @@ impl ClusterState {
                 return Err(e.into());
             }
         }
+        // Every record, key and index of these tasks shares one copy of each id (the agent's
+        // and the framework's as their entries hold them, each task's as its spec does):
+        // ids are shared text, and a copy per index cost about 200 bytes per task.
+        let shared_agent_id = self
+            .agents
+            .get(agent_id)
+            .map_or_else(|| agent_id.clone(), |agent| agent.id.clone());
+        let shared_framework_id = self
+            .frameworks
+            .get(framework_id)
+            .map_or_else(|| framework_id.clone(), |framework| framework.id.clone());
         for (spec, demand) in tasks.iter().zip(demands) {
-            let key = TaskKey::new(framework_id.clone(), spec.id.clone());
+            let key = TaskKey::new(shared_framework_id.clone(), spec.id.clone());
             self.tasks.insert(
                 key.clone(),
                 Arc::new(TaskRecord {
                     spec: spec.clone(),
-                    agent_id: agent_id.clone(),
+                    agent_id: shared_agent_id.clone(),
                     demand,
                     state: TaskState::Staging,
                     seq: 0,

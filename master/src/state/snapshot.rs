@@ -422,14 +422,17 @@ impl ClusterState {
     fn insert_snapshot_task(
         &mut self,
         framework_id: FrameworkId,
-        task: TaskRecord,
+        mut task: TaskRecord,
     ) -> Result<(), SnapshotError> {
-        let key = TaskKey::new(framework_id, task.spec.id.clone());
-        let Some(framework) = self.frameworks.get_mut(&key.framework_id) else {
+        let Some(framework) = self.frameworks.get_mut(&framework_id) else {
             return Err(SnapshotError::Inconsistent(format!(
-                "task `{key}` belongs to an unknown framework"
+                "task `{framework_id}/{}` belongs to an unknown framework",
+                task.spec.id
             )));
         };
+        // The key and the indexes share the framework's id and the record's task id, as
+        // they do when a launch is applied (see `ClusterState::launch_tasks`).
+        let key = TaskKey::new(framework.id.clone(), task.spec.id.clone());
         let live = !task.state.is_terminal();
         if live {
             framework.active_tasks.insert(key.task_id.clone());
@@ -440,6 +443,7 @@ impl ClusterState {
                 task.agent_id
             )));
         };
+        task.agent_id = agent.id.clone();
         if live {
             agent.tasks.insert(key.clone());
         }

@@ -368,6 +368,29 @@ fn acknowledging_the_final_update_forgets_the_task() {
 }
 
 #[test]
+fn a_task_shares_its_ids_with_its_agent_framework_and_indexes() {
+    // One copy of each id per task, however many indexes name it: a copy per index cost
+    // about 200 bytes per task. So after a launch, and after a snapshot is read.
+    fn check(st: &ClusterState) {
+        let (key, record) = st.tasks().iter().next().expect("a task");
+        let framework = &st.frameworks()[&key.framework_id];
+        let agent = &st.agents()[&record.agent_id];
+        assert!(Arc::ptr_eq(&key.framework_id.0, &framework.id.0));
+        assert!(Arc::ptr_eq(&record.agent_id.0, &agent.id.0));
+        assert!(Arc::ptr_eq(&key.task_id.0, &record.spec.id.0));
+        let indexed = agent.tasks.iter().next().expect("indexed by its agent");
+        assert!(Arc::ptr_eq(&indexed.task_id.0, &record.spec.id.0));
+        assert!(Arc::ptr_eq(&indexed.framework_id.0, &framework.id.0));
+        let active = framework.active_tasks.iter().next().expect("active");
+        assert!(Arc::ptr_eq(&active.0, &record.spec.id.0));
+    }
+    let mut st = cluster();
+    launch_on_a1(&mut st, &[("t1", "cpus=2")]);
+    check(&st);
+    check(&ClusterState::decode_snapshot(&st.encode_snapshot().unwrap()).unwrap());
+}
+
+#[test]
 fn a_running_task_acknowledged_holds_no_room_for_updates() {
     // Room for updates kept while a task runs would be about half of what the master keeps
     // for it. No copy of the state is taken here: a copy's records are shrunk by cloning.

@@ -67,11 +67,11 @@ pub(crate) fn build(
     }
     for a in 0..agents {
         allocator
-            .add_agent(AgentId(format!("agent-{a}")), machine())
+            .add_agent(AgentId::from(format!("agent-{a}")), machine())
             .expect("new agent");
     }
     for f in 0..frameworks {
-        let id = FrameworkId(format!("fw-{f}"));
+        let id = FrameworkId::from(format!("fw-{f}"));
         allocator
             .add_framework(id.clone(), &format!("g{}", f % groups), f as f64)
             .expect("new framework");
@@ -94,8 +94,8 @@ pub(crate) fn build(
     }
     // A third of the agents run a few tasks already.
     for a in (0..agents).step_by(3) {
-        let agent = AgentId(format!("agent-{a}"));
-        let framework = FrameworkId(format!("fw-{}", rng.gen_range(0..frameworks)));
+        let agent = AgentId::from(format!("agent-{a}"));
+        let framework = FrameworkId::from(format!("fw-{}", rng.gen_range(0..frameworks)));
         for _ in 0..rng.gen_range(1..6) {
             let task = random_shape(&mut rng);
             if let Some(free) = allocator.free_resources(&agent) {

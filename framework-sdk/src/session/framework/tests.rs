@@ -94,7 +94,7 @@ fn ids(tasks: &[TaskSpec]) -> Vec<&str> {
 fn all_ids(calls: &[FrameworkRequest]) -> Vec<String> {
     let mut all: Vec<String> = accepts(calls)
         .into_iter()
-        .flat_map(|(_, tasks)| tasks.into_iter().map(|t| t.id.0))
+        .flat_map(|(_, tasks)| tasks.into_iter().map(|t| t.id.to_string()))
         .collect();
     all.sort();
     all

@@ -418,7 +418,7 @@ fn remove_master(params: &[&str], _body: &[u8]) -> Result<OperatorRequest, ApiEr
 }
 
 fn drain_agent(params: &[&str], body: &[u8]) -> Result<OperatorRequest, ApiError> {
-    let agent_id = AgentId(path_param(params, 0, "agent")?);
+    let agent_id = AgentId::from(path_param(params, 0, "agent")?);
     let body: DrainBody = json_body(body, r#"{"deadline_after_ms": 600000}"#)?;
     Ok(OperatorRequest::DrainAgent {
         agent_id,
@@ -427,20 +427,20 @@ fn drain_agent(params: &[&str], body: &[u8]) -> Result<OperatorRequest, ApiError
 }
 
 fn undrain_agent(params: &[&str], _body: &[u8]) -> Result<OperatorRequest, ApiError> {
-    let agent_id = AgentId(path_param(params, 0, "agent")?);
+    let agent_id = AgentId::from(path_param(params, 0, "agent")?);
     Ok(OperatorRequest::UndrainAgent { agent_id })
 }
 
 fn kill_task(params: &[&str], _body: &[u8]) -> Result<OperatorRequest, ApiError> {
     Ok(OperatorRequest::KillTask {
-        framework_id: FrameworkId(path_param(params, 0, "framework")?),
-        task_id: TaskId(path_param(params, 1, "task")?),
+        framework_id: FrameworkId::from(path_param(params, 0, "framework")?),
+        task_id: TaskId::from(path_param(params, 1, "task")?),
     })
 }
 
 fn teardown_framework(params: &[&str], _body: &[u8]) -> Result<OperatorRequest, ApiError> {
     Ok(OperatorRequest::TeardownFramework {
-        framework_id: FrameworkId(path_param(params, 0, "framework")?),
+        framework_id: FrameworkId::from(path_param(params, 0, "framework")?),
     })
 }
 
@@ -1418,12 +1418,12 @@ async fn task_file(
         }
     };
     let read = TaskFileRead {
-        framework_id: FrameworkId(path_param(params, 0, "framework")?),
-        task_id: TaskId(path_param(params, 1, "task")?),
+        framework_id: FrameworkId::from(path_param(params, 0, "framework")?),
+        task_id: TaskId::from(path_param(params, 1, "task")?),
         name: path_param(params, 2, "name")?,
         offset: number("offset", 0)?,
         length: number("length", MAX_FILE_READ_BYTES)?,
-        agent_id: query.get("agent").map(|agent| AgentId(agent.clone())),
+        agent_id: query.get("agent").map(|agent| AgentId::from(agent.clone())),
     };
     let (agent, first) = read_task_file(&api.sessions, reader, read.clone())
         .await
