@@ -21,7 +21,9 @@
 //!   ([`MasterCore`]) in this process on in-memory storage, one master, a virtual clock, every
 //!   agent and framework an input: the allocation cycle is timed around
 //!   [`MasterCore::tick`], memory is the heap this process holds (glibc's counters) before and
-//!   after, and the replicated state's own size is measured by cloning it. No failover here.
+//!   after, also less what the in-memory Raft store holds (log entries and snapshot, which a
+//!   master keeps in RocksDB on disk), and the replicated state's own size is measured by
+//!   decoding a copy of it. No failover here.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -137,12 +139,15 @@ impl Default for ScaleConfig {
 /// Memory per agent and per tracked task, in bytes.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct MemoryFigure {
-    /// Whose memory: `leader RSS`, `follower RSS`, `core heap`, `replicated state`.
+    /// Whose memory: `leader RSS`, `follower RSS`, `core heap`, the core heap less the in-memory Raft store, `replicated state`.
     pub what: String,
     /// Before any agent.
     pub base_bytes: u64,
     /// Growth per agent registered.
     pub per_agent_bytes: f64,
+    /// Growth per framework subscribed, before any task (core mode; the QUIC mode's
+    /// frameworks subscribe while their tasks launch, so their cost is in `per_task_bytes`).
+    pub per_framework_bytes: Option<f64>,
     /// Growth per task launched and running, once the agents were there.
     pub per_task_bytes: f64,
 }
@@ -708,6 +713,7 @@ fn rss_figures(
             what: what.to_string(),
             base_bytes: empty as u64,
             per_agent_bytes: (with_agents - empty) / agents.max(1) as f64,
+            per_framework_bytes: None,
             per_task_bytes: (with_tasks - with_agents) / tasks.max(1) as f64,
         });
     }
@@ -1062,7 +1068,12 @@ impl CoreHarness {
         Ok((offers, running))
     }
 
-    /// The heap the replicated state holds: what a copy of it costs.
+    /// The heap the in-memory Raft store holds (its log and its snapshot): what a master keeps
+    /// in RocksDB on disk instead.
+    fn stored_bytes(&self) -> u64 {
+        self.core.node().store().held_bytes()
+    }
+
     /// The heap a copy of the replicated state takes. A clone would share the state's nodes
     /// (its maps are persistent), so the copy is decoded from a snapshot, sharing nothing.
     fn state_bytes(&self) -> Option<u64> {
@@ -1082,6 +1093,7 @@ fn run_core(
     let mut harness = CoreHarness::leader(config)?;
     let heap = || probe::heap_in_use().unwrap_or(0);
     let heap_empty = heap();
+    let stored_empty = harness.stored_bytes();
     let state_empty = harness.state_bytes().unwrap_or(0);
     progress(&Progress::phase(format!(
         "registering {} agents with the core",
@@ -1105,6 +1117,7 @@ fn run_core(
         )));
     }
     let heap_agents = heap();
+    let stored_agents = harness.stored_bytes();
     let state_agents = harness.state_bytes().unwrap_or(0);
 
     progress(&Progress::phase(format!(
@@ -1112,6 +1125,9 @@ fn run_core(
         config.frameworks, config.tasks
     )));
     harness.subscribe(config.frameworks, config.task)?;
+    let heap_frameworks = heap();
+    let stored_frameworks = harness.stored_bytes();
+    let state_frameworks = harness.state_bytes().unwrap_or(0);
     let mut budget = config.tasks;
     let mut next_task = 0u64;
     let mut running = 0u64;
@@ -1134,6 +1150,7 @@ fn run_core(
         });
     }
     let heap_tasks = heap();
+    let stored_tasks = harness.stored_bytes();
     let state_tasks = harness.state_bytes().unwrap_or(0);
 
     progress(&Progress::phase(format!(
@@ -1156,7 +1173,23 @@ fn run_core(
     }
     let offer_secs = loop_started.elapsed().as_secs_f64();
     let spread = Spread::of(durations.clone());
-    let per = |grown: u64, base: u64, n: u64| grown.saturating_sub(base) as f64 / n.max(1) as f64;
+    // Each figure from its readings: empty, with the agents, with the frameworks, with the
+    // tasks (so a framework's subscription is not counted as its tasks').
+    let figure = |what: &str, readings: [u64; 4]| {
+        let per = |phase: usize, n: u64| {
+            readings[phase].saturating_sub(readings[phase - 1]) as f64 / n.max(1) as f64
+        };
+        MemoryFigure {
+            what: what.to_string(),
+            base_bytes: readings[0],
+            per_agent_bytes: per(1, config.agents),
+            per_framework_bytes: Some(per(2, config.frameworks)),
+            per_task_bytes: per(3, config.tasks),
+        }
+    };
+    let heap_readings = [heap_empty, heap_agents, heap_frameworks, heap_tasks];
+    let stored_readings = [stored_empty, stored_agents, stored_frameworks, stored_tasks];
+    let less_store = std::array::from_fn(|i| heap_readings[i].saturating_sub(stored_readings[i]));
     Ok(ScaleReport {
         mode: ScaleMode::Core,
         masters: 1,
@@ -1165,18 +1198,15 @@ fn run_core(
         tasks: config.tasks,
         registration_secs,
         memory: vec![
-            MemoryFigure {
-                what: "core heap (state, Raft log, leader's books)".to_string(),
-                base_bytes: heap_empty,
-                per_agent_bytes: per(heap_agents, heap_empty, config.agents),
-                per_task_bytes: per(heap_tasks, heap_agents, config.tasks),
-            },
-            MemoryFigure {
-                what: "replicated state".to_string(),
-                base_bytes: state_empty,
-                per_agent_bytes: per(state_agents, state_empty, config.agents),
-                per_task_bytes: per(state_tasks, state_agents, config.tasks),
-            },
+            figure("core heap (state, Raft log, leader's books)", heap_readings),
+            figure(
+                "core heap less the in-memory Raft store (on disk in a master)",
+                less_store,
+            ),
+            figure(
+                "replicated state",
+                [state_empty, state_agents, state_frameworks, state_tasks],
+            ),
         ],
         allocation: CycleFigures {
             source: "timed around MasterCore::tick (the allocation cycle and Raft's tick)"

@@ -424,9 +424,13 @@ fn render_scale(report: &ScaleReport) -> String {
         rows.push((
             "memory",
             format!(
-                "{}: {} per agent, {} per task (base {})",
+                "{}: {} per agent, {}{} per task (base {})",
                 memory.what,
                 bytes(memory.per_agent_bytes),
+                memory
+                    .per_framework_bytes
+                    .map(|b| format!("{} per framework, ", bytes(b)))
+                    .unwrap_or_default(),
                 bytes(memory.per_task_bytes),
                 bytes(memory.base_bytes as f64)
             ),
