@@ -9,6 +9,7 @@ use fullerene_scheduling::scoring::{packing_score, EtaEstimator, PerfScore, NO_R
 
 use super::{SessionAction, SessionPolicy, SessionView, StageCandidate};
 use crate::policy::graphene::pri_of;
+use fullerene_scheduling::fit::fits;
 
 /// A hand-written session policy by name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -22,15 +23,20 @@ pub enum SessionPolicyKind {
     Fair,
     /// Graphene's online scoring across jobs.
     Graphene,
+    /// The fair scheduler as Decima's simulator runs it (decima-sim's `DynamicPartitionAgent`):
+    /// a job keeps the executors it frees, and the rest go to jobs in arrival order up to an
+    /// equal share.
+    DynamicPartition,
 }
 
 impl SessionPolicyKind {
     /// Every kind, in the order of Decima's comparison.
-    pub const ALL: [SessionPolicyKind; 4] = [
+    pub const ALL: [SessionPolicyKind; 5] = [
         SessionPolicyKind::Fifo,
         SessionPolicyKind::Sjf,
         SessionPolicyKind::Fair,
         SessionPolicyKind::Graphene,
+        SessionPolicyKind::DynamicPartition,
     ];
 
     /// The name on the command line.
@@ -40,6 +46,7 @@ impl SessionPolicyKind {
             SessionPolicyKind::Sjf => "sjf",
             SessionPolicyKind::Fair => "fair",
             SessionPolicyKind::Graphene => "graphene",
+            SessionPolicyKind::DynamicPartition => "dynamic-partition",
         }
     }
 
@@ -55,6 +62,7 @@ impl SessionPolicyKind {
             SessionPolicyKind::Sjf => Box::new(SjfSession),
             SessionPolicyKind::Fair => Box::new(FairSession),
             SessionPolicyKind::Graphene => Box::new(GrapheneSession::default()),
+            SessionPolicyKind::DynamicPartition => Box::new(DynamicPartitionSession),
         }
     }
 }
@@ -67,7 +75,7 @@ impl fmt::Display for SessionPolicyKind {
 
 /// A session policy name that is not one of [`SessionPolicyKind::ALL`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown session policy `{0}` (known: fifo, sjf, fair, graphene)")]
+#[error("unknown session policy `{0}` (known: fifo, sjf, fair, graphene, dynamic-partition)")]
 pub struct UnknownSessionPolicy(pub String);
 
 impl FromStr for SessionPolicyKind {
@@ -157,6 +165,78 @@ impl SessionPolicy for FairSession {
         SessionAction {
             candidate,
             limit: share.max(candidates[candidate].min_limit),
+        }
+    }
+}
+
+/// The fair scheduler of Decima's simulator (decima-sim, `heuristic_agent.py`,
+/// `DynamicPartitionAgent`), the "fair" its simulated comparisons ran:
+///
+/// 1. the job the free executors last worked for (the *source* job) keeps them while it has a
+///    runnable stage, whatever its share: they go to its first runnable stage;
+/// 2. otherwise the first job in arrival order that holds fewer than the cap
+///    `⌈max_limit / jobs with tasks yet to launch⌉` executors gets its first runnable stage,
+///    up to the cap.
+///
+/// Departures, forced by the session's interface:
+/// - an executor a job holds is one running its task: a free machine is an offer, not the
+///   job's, so only step 1 keeps it with its job (decima-sim also counts executors moving to
+///   or committed to the job);
+/// - where every job is at the cap, decima-sim leaves the executors idle until the next
+///   event, but a session policy always chooses: the job running the fewest tasks gets one
+///   more, as [`FairSession`] does.
+///
+/// [`FairSession`] is the stronger fair scheduler (work-conserving, rebalanced at every
+/// decision); this one is there to compare with Decima's own figures like for like.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DynamicPartitionSession;
+
+impl SessionPolicy for DynamicPartitionSession {
+    fn name(&self) -> &str {
+        "dynamic-partition"
+    }
+
+    fn choose(&mut self, view: &SessionView<'_>, candidates: &[StageCandidate]) -> SessionAction {
+        // The source job: the first (in arrival order) with executors freed from it, that is
+        // machines it last worked on with room left for its candidate stage.
+        let freed_for = |c: &StageCandidate| {
+            let key = view.jobs[c.job].key;
+            let demand = view.jobs[c.job].job.stages[c.stage].demand;
+            view.offers
+                .iter()
+                .zip(view.offer_jobs)
+                .filter(|(offer, last)| **last == Some(key) && fits(&demand, &offer.free))
+                .count()
+        };
+        let source = candidates.iter().enumerate().find_map(|(i, c)| {
+            let freed = freed_for(c);
+            (freed > 0).then_some((i, freed))
+        });
+        if let Some((i, freed)) = source {
+            return SessionAction {
+                candidate: i,
+                limit: candidates[i].min_limit - 1 + freed,
+            };
+        }
+        let unlaunched = view
+            .jobs
+            .iter()
+            .filter(|j| (0..j.state.num_stages()).any(|s| j.state.unlaunched_in_stage(s) > 0))
+            .count();
+        let cap = view.max_limit.div_ceil(unlaunched.max(1));
+        if let Some(i) = candidates
+            .iter()
+            .position(|c| view.jobs[c.job].state.num_running() < cap)
+        {
+            return SessionAction {
+                candidate: i,
+                limit: cap,
+            };
+        }
+        let candidate = first_by(candidates, |c| view.jobs[c.job].state.num_running());
+        SessionAction {
+            candidate,
+            limit: candidates[candidate].min_limit,
         }
     }
 }

@@ -91,6 +91,78 @@ fn fair_splits_the_executors_evenly() {
     assert_eq!(running_by_job(&s), vec![2, 2]);
 }
 
+/// Job `a` (4 + 4 tasks) runs its first stage on all 4 executors, job `b` (10 + 10) arrives,
+/// and `a`'s first stage ends: who gets the 4 freed executors, `a`'s second stage or `b`?
+fn after_the_first_job_frees_its_executors(kind: SessionPolicyKind) -> Vec<usize> {
+    let mut s = session(kind, 4);
+    let a = s.add_job(chain("a", 4), 0.0, None);
+    let first = s.schedule(&executors(4), 0.0);
+    assert_eq!(first.len(), 4);
+    s.add_job(chain("b", 10), 0.5, None);
+    for launch in first {
+        s.task_finished(a, launch.task, 1.0).unwrap();
+    }
+    s.schedule(&executors(4), 1.0);
+    running_by_job(&s)
+}
+
+#[test]
+fn dynamic_partition_lets_a_job_keep_the_executors_it_frees() {
+    // decima-sim's fair scheduler: the source job keeps its executors while it has work,
+    // above the equal share (2 of 4) it would get; the rebalancing fair scheduler splits them.
+    assert_eq!(
+        after_the_first_job_frees_its_executors(SessionPolicyKind::DynamicPartition),
+        vec![4, 0]
+    );
+    assert_eq!(
+        after_the_first_job_frees_its_executors(SessionPolicyKind::Fair),
+        vec![2, 2]
+    );
+}
+
+#[test]
+fn dynamic_partition_serves_jobs_in_arrival_order_up_to_an_equal_share() {
+    // Free executors no job worked for: 6 over 3 jobs with tasks to launch, a cap of 2 each.
+    let mut s = session(SessionPolicyKind::DynamicPartition, 6);
+    for name in ["a", "b", "c"] {
+        s.add_job(chain(name, 10), 0.0, None);
+    }
+    s.schedule(&executors(6), 0.0);
+    assert_eq!(running_by_job(&s), vec![2, 2, 2]);
+    // Two jobs of two independent stages, 4 executors' worth of limit on 8 machines: each
+    // job's first stage up to the cap of 2, then, every job at its cap, one more task for
+    // the job running the fewest, each time (decima-sim would leave those executors idle; a
+    // session policy always chooses).
+    let two_roots = |name: &str| {
+        let durations = vec![1.0; 10];
+        Arc::new(job(
+            name,
+            "default",
+            None,
+            vec![
+                stage(0, &[], &durations, slot()),
+                stage(1, &[], &durations, slot()),
+            ],
+        ))
+    };
+    let mut s = session(SessionPolicyKind::DynamicPartition, 4);
+    for name in ["a", "b"] {
+        s.add_job(two_roots(name), 0.0, None);
+    }
+    s.schedule(&executors(8), 0.0);
+    assert_eq!(running_by_job(&s), vec![3, 3]);
+    let stages: Vec<usize> = s.jobs()[1]
+        .state
+        .running_tasks()
+        .map(|(task, _, _)| task.stage())
+        .collect();
+    assert_eq!(
+        stages,
+        [0, 0, 1],
+        "b: its cap on its first stage, then one more"
+    );
+}
+
 #[test]
 fn sjf_serves_the_job_with_the_least_work_first() {
     let mut s = session(SessionPolicyKind::Sjf, 4);
