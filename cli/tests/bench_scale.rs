@@ -160,10 +160,10 @@ fn bench_scale_in_core_mode_times_allocation_cycles() {
     assert!(number(&state, "per_agent_bytes") > 0.0 && number(&state, "per_task_bytes") > 0.0);
     // Frameworks subscribe before their tasks launch, and are counted apart from them.
     assert!(number(&state, "per_framework_bytes") > 0.0);
-    // The heap less the in-memory Raft store is what a master on disk keeps: less than the
-    // whole heap, and never less than nothing.
+    // The heap less what a master keeps on disk only: less than the whole heap, and never
+    // less than nothing.
     let heap = memory("core heap (state, Raft log, leader's books)");
-    let less_store = memory("core heap less the in-memory Raft store (on disk in a master)");
+    let less_store = memory("core heap less what a master keeps on disk only (the Raft snapshot)");
     for figure in ["per_agent_bytes", "per_task_bytes"] {
         let (whole, less) = (number(&heap, figure), number(&less_store, figure));
         assert!(less > 0.0 && less < whole, "{figure}: {less} of {whole}");

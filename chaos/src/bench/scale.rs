@@ -21,9 +21,9 @@
 //!   ([`MasterCore`]) in this process on in-memory storage, one master, a virtual clock, every
 //!   agent and framework an input: the allocation cycle is timed around
 //!   [`MasterCore::tick`], memory is the heap this process holds (glibc's counters) before and
-//!   after, also less what the in-memory Raft store holds (log entries and snapshot, which a
-//!   master keeps in RocksDB on disk), and the replicated state's own size is measured by
-//!   decoding a copy of it. No failover here.
+//!   after, also less what the in-memory Raft store holds that a master keeps in RocksDB on
+//!   disk only (the snapshot; the log's newest entries a master caches in memory too), and
+//!   the replicated state's own size is measured by decoding a copy of it. No failover here.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -136,10 +136,11 @@ impl Default for ScaleConfig {
     }
 }
 
-/// Memory per agent and per tracked task, in bytes.
+/// Memory per agent, per framework (core mode) and per tracked task, in bytes.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct MemoryFigure {
-    /// Whose memory: `leader RSS`, `follower RSS`, `core heap`, the core heap less the in-memory Raft store, `replicated state`.
+    /// Whose memory: `leader RSS`, `follower RSS`, `core heap`, the core heap less what a
+    /// master keeps on disk only, `replicated state`.
     pub what: String,
     /// Before any agent.
     pub base_bytes: u64,
@@ -1068,10 +1069,10 @@ impl CoreHarness {
         Ok((offers, running))
     }
 
-    /// The heap the in-memory Raft store holds (its log and its snapshot): what a master keeps
-    /// in RocksDB on disk instead.
+    /// The heap the in-memory Raft store holds that a master keeps in RocksDB on disk only
+    /// (the snapshot, and its second copy of the log's entry list).
     fn stored_bytes(&self) -> u64 {
-        self.core.node().store().held_bytes()
+        self.core.node().store().disk_only_bytes()
     }
 
     /// The heap a copy of the replicated state takes. A clone would share the state's nodes
@@ -1200,7 +1201,7 @@ fn run_core(
         memory: vec![
             figure("core heap (state, Raft log, leader's books)", heap_readings),
             figure(
-                "core heap less the in-memory Raft store (on disk in a master)",
+                "core heap less what a master keeps on disk only (the Raft snapshot)",
                 less_store,
             ),
             figure(

@@ -9,7 +9,7 @@ use fullerene_scheduling::scoring::{packing_score, EtaEstimator, PerfScore, NO_R
 
 use super::{SessionAction, SessionPolicy, SessionView, StageCandidate};
 use crate::policy::graphene::pri_of;
-use fullerene_scheduling::fit::fits;
+use fullerene_scheduling::fit::max_copies;
 
 /// A hand-written session policy by name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -180,8 +180,11 @@ impl SessionPolicy for FairSession {
 ///
 /// Departures, forced by the session's interface:
 /// - an executor a job holds is one running its task: a free machine is an offer, not the
-///   job's, so only step 1 keeps it with its job (decima-sim also counts executors moving to
-///   or committed to the job);
+///   job's, so only step 1 keeps it with its job (decima-sim's cap also counts the idle
+///   executors a job holds, and those moving to or committed to it);
+/// - every free machine is offered at every event, where decima-sim's event hands out only
+///   the executors one job just freed (the others wait for their job's next event, or for a
+///   job to arrive);
 /// - where every job is at the cap, decima-sim leaves the executors idle until the next
 ///   event, but a session policy always chooses: the job running the fewest tasks gets one
 ///   more, as [`FairSession`] does.
@@ -198,15 +201,16 @@ impl SessionPolicy for DynamicPartitionSession {
 
     fn choose(&mut self, view: &SessionView<'_>, candidates: &[StageCandidate]) -> SessionAction {
         // The source job: the first (in arrival order) with executors freed from it, that is
-        // machines it last worked on with room left for its candidate stage.
+        // room for tasks of its candidate stage on the machines it last worked on.
         let freed_for = |c: &StageCandidate| {
             let key = view.jobs[c.job].key;
             let demand = view.jobs[c.job].job.stages[c.stage].demand;
             view.offers
                 .iter()
                 .zip(view.offer_jobs)
-                .filter(|(offer, last)| **last == Some(key) && fits(&demand, &offer.free))
-                .count()
+                .filter(|(_, last)| **last == Some(key))
+                .map(|(offer, _)| max_copies(&demand, &offer.free))
+                .fold(0usize, usize::saturating_add)
         };
         let source = candidates.iter().enumerate().find_map(|(i, c)| {
             let freed = freed_for(c);

@@ -129,6 +129,23 @@ fn dynamic_partition_serves_jobs_in_arrival_order_up_to_an_equal_share() {
     }
     s.schedule(&executors(6), 0.0);
     assert_eq!(running_by_job(&s), vec![2, 2, 2]);
+    // In arrival order, not the fewest running first: with one free executor, the first job
+    // (1 running) gets it before the second (none running), both below their cap of 2.
+    let one_more = |kind: SessionPolicyKind| {
+        let mut s = session(kind, 4);
+        s.add_job(chain("a", 10), 0.0, None);
+        s.schedule(&executors(1), 0.0);
+        s.add_job(chain("b", 10), 0.5, None);
+        let fresh = SessionOffer {
+            machine: 1,
+            free: slot(),
+            capacity: slot(),
+        };
+        s.schedule(&[fresh], 0.5);
+        running_by_job(&s)
+    };
+    assert_eq!(one_more(SessionPolicyKind::DynamicPartition), vec![2, 0]);
+    assert_eq!(one_more(SessionPolicyKind::Fair), vec![1, 1]);
     // Two jobs of two independent stages, 4 executors' worth of limit on 8 machines: each
     // job's first stage up to the cap of 2, then, every job at its cap, one more task for
     // the job running the fewest, each time (decima-sim would leave those executors idle; a

@@ -231,7 +231,9 @@ impl ClusterState {
 
     /// Moves a terminal task from the task table to the history of finished tasks.
     fn retire_task(&mut self, key: &TaskKey) {
-        let Some(record) = self.tasks.remove(key) else {
+        // The map's own key: its ids are the ones shared with the entries (the caller's may
+        // have come off the wire).
+        let Some((key, record)) = self.tasks.remove_with_key(key) else {
             return;
         };
         let finished = FinishedTaskInfo {

@@ -79,9 +79,11 @@ impl Default for HistoryLimits {
 
 /// What one kept finished task costs in memory, estimated (not measured) beyond the bytes of
 /// its strings: the record (`FinishedTaskInfo`, about 230 bytes inline), the heap blocks of its
-/// five strings and its `Resources` list (about 300 bytes with the allocator's overhead, for
-/// short ids and two resources), its `Arc`, and its entries in the three persistent maps that
-/// index it (by ordinal, by framework, by end time; their nodes sit about half full).
+/// strings and its `Resources` list (about 300 bytes with the allocator's overhead, for short
+/// ids and two resources, counting its framework's and agent's ids as its own although it
+/// shares them with their entries while those exist), its `Arc`, and its entries in the three
+/// persistent maps that index it (by ordinal, by framework, by end time; their nodes sit
+/// about half full).
 pub const FINISHED_TASK_BYTES: usize = 700;
 
 impl Default for ClusterSettings {
@@ -267,6 +269,8 @@ impl TaskRecord {
     pub fn acknowledge(&mut self, seq: u64) {
         self.acked_seq = self.acked_seq.max(seq);
         self.unacked.retain(|update| update.seq > seq);
-        self.unacked.shrink_to_fit();
+        if self.unacked.is_empty() {
+            self.unacked = Vec::new();
+        }
     }
 }

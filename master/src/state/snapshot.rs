@@ -391,10 +391,18 @@ impl ClusterState {
             state.insert_snapshot_task(framework_id, task)?;
         }
         for _ in 0..finished {
-            let task = reader.expect("finished task", |r| match r {
+            let mut task = reader.expect("finished task", |r| match r {
                 Record::Finished(t) => Some(t),
                 _ => None,
             })?;
+            // Shared with the entries, as when the task was retired (and its agent or
+            // framework may be gone: then the record keeps its own copy).
+            if let Some(framework) = state.frameworks.get(&task.framework_id) {
+                task.framework_id = framework.id.clone();
+            }
+            if let Some(agent) = state.agents.get(&task.agent_id) {
+                task.agent_id = agent.id.clone();
+            }
             let ordinal = task.ordinal;
             if !state.finished.insert(task) {
                 return Err(SnapshotError::Inconsistent(format!(

@@ -385,9 +385,22 @@ fn a_task_shares_its_ids_with_its_agent_framework_and_indexes() {
         assert!(Arc::ptr_eq(&active.0, &record.spec.id.0));
     }
     let mut st = cluster();
-    launch_on_a1(&mut st, &[("t1", "cpus=2")]);
+    launch_on_a1(&mut st, &[("t1", "cpus=2"), ("t2", "cpus=1")]);
     check(&st);
     check(&ClusterState::decode_snapshot(&st.encode_snapshot().unwrap()).unwrap());
+    // A finished task kept in the history shares its framework's and agent's ids too.
+    st.apply(&status("a1", "f1", "t2", TaskState::Finished, 1))
+        .unwrap();
+    st.apply(&ack("f1", "alice", "t2", 1)).unwrap();
+    let check_finished = |st: &ClusterState| {
+        let finished = st.finished_tasks().next().expect("t2 in the history");
+        let framework = &st.frameworks()[&finished.framework_id];
+        assert!(Arc::ptr_eq(&finished.framework_id.0, &framework.id.0));
+        let agent = &st.agents()[&finished.agent_id];
+        assert!(Arc::ptr_eq(&finished.agent_id.0, &agent.id.0));
+    };
+    check_finished(&st);
+    check_finished(&ClusterState::decode_snapshot(&st.encode_snapshot().unwrap()).unwrap());
 }
 
 #[test]

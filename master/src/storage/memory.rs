@@ -254,23 +254,17 @@ impl MemStorage {
         self.disk().persist_count
     }
 
-    /// Bytes of heap this store holds (its log entries and its snapshot, both copies), a
-    /// lower bound: what a master on RocksDB keeps on disk instead, which memory benchmarks
-    /// of a master on this store leave out. Entry payloads shared by the two copies are
-    /// counted once.
-    pub fn held_bytes(&self) -> u64 {
-        let arrays = |core: &MemCore| core.entries.capacity() * std::mem::size_of::<Entry>();
+    /// Bytes of heap this store holds that a master on RocksDB keeps on disk only, which
+    /// memory benchmarks of a master on this store leave out: the saved snapshot, and the
+    /// second copy of the log's entry list (this store keeps the log twice, sharing the
+    /// payloads). The log itself is not counted: RocksStorage keeps its newest entries in
+    /// memory too (its tail cache, up to 16,384 entries), and a master compacts its log to
+    /// fewer than that.
+    pub fn disk_only_bytes(&self) -> u64 {
         let disk = self.disk();
-        let payloads: usize = disk
-            .contents
-            .entries
-            .iter()
-            .map(|entry| entry.data.len() + entry.context.len())
-            .sum::<usize>()
-            + disk.contents.snapshot.data.len();
-        let disk_arrays = arrays(&disk.contents);
-        drop(disk);
-        (payloads + disk_arrays + arrays(&self.visible().contents)) as u64
+        let snapshot = disk.contents.snapshot.data.len();
+        let list = disk.contents.entries.capacity() * std::mem::size_of::<Entry>();
+        (snapshot + list) as u64
     }
 
     /// Number of log entries currently served (after compaction).
