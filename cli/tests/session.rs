@@ -20,7 +20,7 @@ use fullerene_sdk::parse_workload;
 use fullerene_sdk::session::{
     run_session, SessionPolicyFactory, SessionPolicyKind, SessionRefusal,
 };
-use fullerene_transport::{Role, TransportConfig};
+use fullerene_transport::Role;
 
 mod common;
 use common::{fullerene, processes_using, stderr, stdout};
@@ -120,20 +120,13 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 fn options(cluster: &LocalMasters, time_scale: f64) -> RunJobsOptions {
+    let dag = DagConfig {
+        time_scale,
+        ..DagConfig::default()
+    };
     RunJobsOptions {
-        masters: cluster.addrs.values().copied().collect(),
-        dag: DagConfig {
-            time_scale,
-            ..DagConfig::default()
-        },
-        group: None,
         failover_timeout_ms: 10_000,
-        transport: TransportConfig::default(),
-        event_log: None,
-        state_dir: None,
-        arrivals_s: Vec::new(),
-        stop: None,
-        deadlines: Vec::new(),
+        ..RunJobsOptions::new(cluster.addrs.values().copied().collect(), dag)
     }
 }
 

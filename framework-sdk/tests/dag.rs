@@ -17,7 +17,7 @@ use fullerene_sdk::parse_workload;
 use fullerene_sdk::policy::PolicyKind;
 use fullerene_transport::certs::CertCounts;
 use fullerene_transport::testkit::{FakeMaster, FrameworkPeer, PeerSession, TestCerts};
-use fullerene_transport::{Role, TransportConfig};
+use fullerene_transport::Role;
 use tokio::time::timeout;
 
 const WORKLOAD: &str = r#"{"name":"a","group":"g1","stages":[{"id":0,"name":"scan","parents":[],"tasks":3,"duration_s":1.0,"demand":{"cpus":1,"mem_mib":100}},{"id":1,"name":"agg","parents":[0],"tasks":1,"duration_s":1.0,"demand":{"cpus":2,"mem_mib":100}}]}
@@ -178,21 +178,14 @@ fn certs() -> TestCerts {
 }
 
 fn options(addr: std::net::SocketAddr) -> RunJobsOptions {
+    let dag = DagConfig {
+        policy: PolicyKind::GrapheneCarbyne,
+        time_scale: 0.01,
+        ..DagConfig::default()
+    };
     RunJobsOptions {
-        masters: vec![addr],
-        dag: DagConfig {
-            policy: PolicyKind::GrapheneCarbyne,
-            time_scale: 0.01,
-            ..DagConfig::default()
-        },
-        group: None,
         failover_timeout_ms: 10_000,
-        transport: TransportConfig::default(),
-        event_log: None,
-        state_dir: None,
-        arrivals_s: Vec::new(),
-        stop: None,
-        deadlines: Vec::new(),
+        ..RunJobsOptions::new(vec![addr], dag)
     }
 }
 

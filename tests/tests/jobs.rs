@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 
 use fullerene_sdk::dag::{run_jobs, DagConfig, JobOutcome, JobReport, RunError, RunJobsOptions};
 use fullerene_tests::{MasterCluster, FAST_LIVENESS};
-use fullerene_transport::TransportConfig;
 
 /// The reference machine of the workload files.
 const AGENT_RESOURCES: [&str; 4] = [
@@ -80,18 +79,7 @@ fn start_jobs_in_process(
         time_scale,
         ..DagConfig::default()
     };
-    let options = RunJobsOptions {
-        masters: cluster.addrs.values().copied().collect(),
-        dag,
-        group: None,
-        failover_timeout_ms: 60_000,
-        transport: TransportConfig::default(),
-        event_log: None,
-        state_dir: None,
-        arrivals_s: Vec::new(),
-        stop: None,
-        deadlines: Vec::new(),
-    };
+    let options = RunJobsOptions::new(cluster.addrs.values().copied().collect(), dag);
     std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)

@@ -526,6 +526,26 @@ pub struct RunJobsOptions {
     pub deadlines: Vec<Option<DeadlineRequest>>,
 }
 
+impl RunJobsOptions {
+    /// Every job at once on `masters` with `dag`'s settings, in its principal's group, with
+    /// the driver's usual 60 s failover timeout, default transport settings, no event log, no
+    /// journal, no deadlines, run to its end.
+    pub fn new(masters: Vec<SocketAddr>, dag: DagConfig) -> RunJobsOptions {
+        RunJobsOptions {
+            masters,
+            dag,
+            group: None,
+            failover_timeout_ms: 60_000,
+            transport: TransportConfig::default(),
+            event_log: None,
+            state_dir: None,
+            arrivals_s: Vec::new(),
+            stop: None,
+            deadlines: Vec::new(),
+        }
+    }
+}
+
 /// One job's result.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct JobReport {
