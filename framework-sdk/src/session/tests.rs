@@ -22,6 +22,11 @@ fn executors(n: usize) -> Vec<SessionOffer> {
 
 /// A chain of two stages, `tasks` each, of one-second one-cpu tasks.
 fn chain(name: &str, tasks: usize) -> Arc<Job> {
+    two_stages(name, tasks, &[0])
+}
+
+/// Two stages of `tasks` one-second one-cpu tasks each, the second's parents `parents`.
+fn two_stages(name: &str, tasks: usize, parents: &[u32]) -> Arc<Job> {
     let durations = vec![1.0; tasks];
     Arc::new(job(
         name,
@@ -29,7 +34,7 @@ fn chain(name: &str, tasks: usize) -> Arc<Job> {
         None,
         vec![
             stage(0, &[], &durations, slot()),
-            stage(1, &[0], &durations, slot()),
+            stage(1, parents, &durations, slot()),
         ],
     ))
 }
@@ -150,21 +155,9 @@ fn dynamic_partition_serves_jobs_in_arrival_order_up_to_an_equal_share() {
     // job's first stage up to the cap of 2, then, every job at its cap, one more task for
     // the job running the fewest, each time (decima-sim would leave those executors idle; a
     // session policy always chooses).
-    let two_roots = |name: &str| {
-        let durations = vec![1.0; 10];
-        Arc::new(job(
-            name,
-            "default",
-            None,
-            vec![
-                stage(0, &[], &durations, slot()),
-                stage(1, &[], &durations, slot()),
-            ],
-        ))
-    };
     let mut s = session(SessionPolicyKind::DynamicPartition, 4);
     for name in ["a", "b"] {
-        s.add_job(two_roots(name), 0.0, None);
+        s.add_job(two_stages(name, 10, &[]), 0.0, None);
     }
     s.schedule(&executors(8), 0.0);
     assert_eq!(running_by_job(&s), vec![3, 3]);
