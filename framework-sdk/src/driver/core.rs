@@ -226,7 +226,7 @@ pub const MAX_REMEMBERED_ENDS: usize = 1 << 16;
 ///     now,
 /// );
 /// assert!(actions.iter().any(|a| matches!(a, Action::Deliver(DriverEvent::Registered { .. }))));
-/// assert_eq!(core.framework_id().map(|id| id.0.as_str()), Some("fw-1-1"));
+/// assert_eq!(core.framework_id().map(|id| id.as_str()), Some("fw-1-1"));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug)]

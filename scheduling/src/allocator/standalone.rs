@@ -35,7 +35,7 @@ use crate::resources::ResourceVec;
 /// // and the rest of the agent stays free for others.
 /// let offers = allocator.allocate_all(0.0);
 /// assert_eq!(offers.len(), 1);
-/// assert_eq!(offers[0].framework.0, "etl");
+/// assert_eq!(offers[0].framework.as_str(), "etl");
 /// assert_eq!(offers[0].resources, "cpus=6,mem_mib=12288".parse()?);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
