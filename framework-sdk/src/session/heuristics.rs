@@ -5,11 +5,11 @@
 use std::fmt;
 use std::str::FromStr;
 
+use fullerene_scheduling::fit::max_copies;
 use fullerene_scheduling::scoring::{packing_score, EtaEstimator, PerfScore, NO_REMOTE_PENALTY};
 
 use super::{SessionAction, SessionPolicy, SessionView, StageCandidate};
 use crate::policy::graphene::pri_of;
-use fullerene_scheduling::fit::max_copies;
 
 /// A hand-written session policy by name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -229,6 +229,22 @@ impl ClusterState {
         self.finished.after(framework, after)
     }
 
+    /// `id` as its agent's entry holds it, so that a record naming it shares the text (ids are
+    /// shared text, and a copy per index cost about 200 bytes per task); `id` itself when no
+    /// entry has it.
+    fn shared_agent_id(&self, id: &AgentId) -> AgentId {
+        self.agents
+            .get(id)
+            .map_or_else(|| id.clone(), |agent| agent.id.clone())
+    }
+
+    /// `id` as its framework's entry holds it (see [`ClusterState::shared_agent_id`]).
+    fn shared_framework_id(&self, id: &FrameworkId) -> FrameworkId {
+        self.frameworks
+            .get(id)
+            .map_or_else(|| id.clone(), |framework| framework.id.clone())
+    }
+
     /// Moves a terminal task from the task table to the history of finished tasks.
     fn retire_task(&mut self, key: &TaskKey) {
         // The map's own key: its ids are the ones shared with the entries (the caller's may
@@ -1214,16 +1230,9 @@ impl ClusterState {
             }
         }
         // Every record, key and index of these tasks shares one copy of each id (the agent's
-        // and the framework's as their entries hold them, each task's as its spec does):
-        // ids are shared text, and a copy per index cost about 200 bytes per task.
-        let shared_agent_id = self
-            .agents
-            .get(agent_id)
-            .map_or_else(|| agent_id.clone(), |agent| agent.id.clone());
-        let shared_framework_id = self
-            .frameworks
-            .get(framework_id)
-            .map_or_else(|| framework_id.clone(), |framework| framework.id.clone());
+        // and the framework's as their entries hold them, each task's as its spec does).
+        let shared_agent_id = self.shared_agent_id(agent_id);
+        let shared_framework_id = self.shared_framework_id(framework_id);
         for (spec, demand) in tasks.iter().zip(demands) {
             let key = TaskKey::new(shared_framework_id.clone(), spec.id.clone());
             self.tasks.insert(

@@ -397,12 +397,8 @@ impl ClusterState {
             })?;
             // Shared with the entries, as when the task was retired (and its agent or
             // framework may be gone: then the record keeps its own copy).
-            if let Some(framework) = state.frameworks.get(&task.framework_id) {
-                task.framework_id = framework.id.clone();
-            }
-            if let Some(agent) = state.agents.get(&task.agent_id) {
-                task.agent_id = agent.id.clone();
-            }
+            task.framework_id = state.shared_framework_id(&task.framework_id);
+            task.agent_id = state.shared_agent_id(&task.agent_id);
             let ordinal = task.ordinal;
             if !state.finished.insert(task) {
                 return Err(SnapshotError::Inconsistent(format!(
