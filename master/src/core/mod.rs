@@ -697,13 +697,28 @@ impl<S: RaftStore> MasterCore<S> {
             }
             Input::NotAMember { from, as_of } => {
                 // Only a view newer than ours can tell us anything: an older one may predate
-                // our own addition.
-                if as_of > self.node.applied_index() {
+                // our own addition. A removal this master has already seen committed is left
+                // to its own apply, which answers the request that asked for it (a leader
+                // removing itself hears from the members, which applied the removal first,
+                // while its own log write is still on the way to disk).
+                let applied = self.node.applied_index();
+                if as_of <= applied {
+                    return;
+                }
+                if as_of <= self.node.commit_index() {
                     tracing::info!(
                         master = self.node.id(),
                         from,
                         as_of,
-                        applied = self.node.applied_index(),
+                        applied,
+                        "a member says this master was removed; it stops once it applies its removal"
+                    );
+                } else {
+                    tracing::info!(
+                        master = self.node.id(),
+                        from,
+                        as_of,
+                        applied,
                         "a member says this master was removed after what it has applied; it stops serving"
                     );
                     self.removed_notice = true;

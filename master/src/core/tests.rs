@@ -1969,3 +1969,152 @@ fn a_reservations_jobs_are_offered_their_guarantee_first_and_best_effort_is_pree
     let later = h.pass(Duration::from_secs(5));
     assert!(killed(&later).is_empty());
 }
+
+/// A leader removing itself commits the removal with its two followers before its own log
+/// write is on disk, so the followers apply it first and tell the leader it is no longer a
+/// member while it has not applied it yet. It still answers the removal as done (its own
+/// apply does, once the write lands) instead of failing it with an unknown outcome.
+#[test]
+fn a_leader_told_of_its_removal_before_applying_it_answers_the_removal_then_stops() {
+    use crate::raft_node::{run_store_jobs, Persistence, StoreJob};
+    use crate::storage::{MemStorage, RaftStore};
+
+    let members = [1, 2, 3];
+    let mut leader_config = NodeConfig::new(1);
+    leader_config.persistence = Persistence::Offloaded;
+    let node = RaftNode::bootstrap(
+        leader_config,
+        MemStorage::new("m1"),
+        &members,
+        ClusterSettings::default(),
+    )
+    .expect("bootstrap");
+    let config = CoreConfig {
+        members: members
+            .iter()
+            .map(|id| (*id, SocketAddr::from(([127, 0, 0, 1], 4000 + *id as u16))))
+            .collect(),
+        ..Harness::config(CoreConfig::default().allocation_interval)
+    };
+    let mut core = MasterCore::new(node, config);
+    let mut followers: BTreeMap<u64, RaftNode<MemStorage>> = [2, 3]
+        .into_iter()
+        .map(|id| {
+            let node = RaftNode::bootstrap(
+                NodeConfig::new(id),
+                MemStorage::new(format!("m{id}")),
+                &members,
+                ClusterSettings::default(),
+            )
+            .expect("bootstrap");
+            (id, node)
+        })
+        .collect();
+    let now = Now::at(Time::from_millis(1_000));
+    let mut held: Vec<StoreJob<_>> = Vec::new();
+
+    // Delivers messages both ways until quiet; the leader's store jobs run at once unless
+    // `hold` keeps them back (its disk is slow). Returns the leader's outputs.
+    let mut exchange = |core: &mut MasterCore<MemStorage>,
+                        followers: &mut BTreeMap<u64, RaftNode<MemStorage>>,
+                        hold: bool|
+     -> (Vec<Output>, Option<MasterExit>) {
+        let mut outputs = Vec::new();
+        let mut exit = None;
+        for _ in 0..50 {
+            exit = exit.or(core.advance(now).expect("advance"));
+            let jobs = core.take_store_jobs();
+            if hold {
+                held.extend(jobs);
+            } else {
+                held.extend(jobs);
+                let due = std::mem::take(&mut held);
+                if !due.is_empty() {
+                    let report = run_store_jobs(&mut core.node().store().writer(), due);
+                    core.store_report(report);
+                }
+            }
+            let mut to_leader = Vec::new();
+            for output in core.drain_outputs() {
+                match output {
+                    Output::ToPeer { to, messages } => {
+                        for message in messages {
+                            followers
+                                .get_mut(&to)
+                                .expect("a follower")
+                                .step(message)
+                                .expect("step");
+                        }
+                    }
+                    other => outputs.push(other),
+                }
+            }
+            let mut between = Vec::new();
+            for follower in followers.values_mut() {
+                let out = follower.advance(now.monotonic).expect("follower advance");
+                for message in out.messages_to_send {
+                    if message.to == 1 {
+                        to_leader.push(message);
+                    } else {
+                        between.push(message);
+                    }
+                }
+            }
+            let quiet = to_leader.is_empty() && between.is_empty();
+            for message in between {
+                let to = followers.get_mut(&message.to).expect("a follower");
+                to.step(message).expect("step");
+            }
+            if quiet && !core.node().has_ready() {
+                break;
+            }
+            for message in to_leader {
+                core.handle(Input::Raft(message), now);
+            }
+        }
+        (outputs, exit)
+    };
+
+    assert_eq!(core.start(now), None);
+    core.campaign().expect("campaign");
+    exchange(&mut core, &mut followers, false);
+    assert!(core.node().is_leader(), "master 1 was elected");
+
+    let request = RequestId(1);
+    core.handle(
+        operator_input(request, OperatorRequest::RemoveMaster { id: MasterId(1) }),
+        now,
+    );
+    let (outputs, exit) = exchange(&mut core, &mut followers, true);
+    assert_eq!(
+        answer_to(&outputs, request),
+        None,
+        "answered before applying"
+    );
+    assert_eq!(exit, None);
+    let removal = core.node().commit_index();
+    assert!(
+        removal > core.node().applied_index(),
+        "the removal is committed, not applied"
+    );
+    assert!(
+        followers.values().all(|f| f.applied_index() == removal),
+        "the followers applied the removal"
+    );
+
+    // A follower tells the leader; then the leader's write lands and it applies its removal.
+    core.handle(
+        Input::NotAMember {
+            from: 2,
+            as_of: removal,
+        },
+        now,
+    );
+    let (outputs, exit) = exchange(&mut core, &mut followers, false);
+    assert_eq!(
+        answer_to(&outputs, request),
+        Some(OperatorResponse::Done),
+        "outputs: {outputs:?}"
+    );
+    assert_eq!(exit, Some(MasterExit::Removed));
+}
