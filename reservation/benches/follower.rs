@@ -87,6 +87,7 @@ fn bench_follow(c: &mut Criterion) {
             } else {
                 vec("cpus=4,mem_mib=16384")
             },
+            capacity: machine(),
         })
         .collect();
     let decision = PlanFollower::new(0).follow(&plan, 1_000, &jobs, &covered, &[]);
@@ -99,6 +100,7 @@ fn bench_follow(c: &mut Criterion) {
         .map(|i| AgentRoom {
             agent: agent(i),
             free: vec("cpus=1,mem_mib=4096"),
+            capacity: machine(),
         })
         .collect();
     let tasks: Vec<BestEffortTask> = (0..AGENTS * 3)

@@ -37,6 +37,7 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use fullerene_scheduling::{AgentId, ResourceVec, TaskKey, EPSILON};
 
 use crate::plan::{Plan, ReservationId};
+use crate::units::packed_bundle;
 
 /// One job that runs inside a reservation (its framework or group is tagged with the
 /// reservation's id); several jobs may share one reservation.
@@ -44,7 +45,12 @@ use crate::plan::{Plan, ReservationId};
 pub struct TaggedJob {
     /// The reservation the job runs in.
     pub reservation: ReservationId,
-    /// What the job's tasks hold now.
+    /// What the job's tasks hold now, in the plan's units: each running task's demand packed
+    /// on the agent it runs on ([`packed_bundle`]), as the request counted it. Raw demands
+    /// fall short of the packed bundles the plan guarantees (a 258 MB/s task is a third of a
+    /// 1,000 MB/s disk), so a job running exactly its planned parallelism looked owed a
+    /// quarter of a task's disk per task, and past the grace period best-effort tasks were
+    /// killed until it ran about 1.29× the parallelism it had reserved.
     pub held: ResourceVec,
     /// Its runnable tasks by shape, with how many of each, in the order the follower places
     /// them: what the job asks for now, and what a shortfall must make room for on some agent.
@@ -82,6 +88,9 @@ pub struct AgentRoom {
     pub agent: AgentId,
     /// Its unallocated resources.
     pub free: ResourceVec,
+    /// All its resources: the reserved jobs' runnable shapes count in the plan's units as
+    /// packed on the agents' average ([`packed_bundle`]; like machines, as the requests assume).
+    pub capacity: ResourceVec,
 }
 
 /// What the follower decided for one reservation this cycle.
@@ -91,10 +100,13 @@ pub struct ReservationShare {
     pub id: ReservationId,
     /// What the plan guarantees it now ([`Plan::guaranteed_at`]).
     pub guaranteed: ResourceVec,
-    /// What its jobs hold now, summed over the jobs that share it.
+    /// What its jobs hold now, summed over the jobs that share it, in the plan's units
+    /// ([`TaggedJob::held`]).
     pub held: ResourceVec,
     /// What its jobs are offered before any best-effort framework: the part of the guarantee
-    /// they do not hold yet, up to what they ask for.
+    /// they do not hold yet, up to what they ask for, as the raw demand of their tasks (what
+    /// the allocator charges), kind by kind in the proportion of their runnable tasks' raw
+    /// demand to its packed bundles.
     pub offer_first: ResourceVec,
 }
 
@@ -179,10 +191,14 @@ impl PlanFollower {
         for reservation in plan.reservations() {
             loads.entry(reservation.id).or_default();
         }
+        let machine = average_machine(agents);
         for job in jobs {
             let load = loads.entry(job.reservation).or_default();
             load.held += job.held;
             load.wanted += job.wanted();
+            for (shape, count) in &job.shapes {
+                load.wanted_planned += packed_bundle(shape, &machine).scale(f64::from(*count));
+            }
             load.shapes.extend(job.shapes.iter());
         }
         let mut decision = FollowerDecision::default();
@@ -192,8 +208,9 @@ impl PlanFollower {
         for (id, load) in &loads {
             let guaranteed = self.guaranteed_ahead(plan, *id, now_ms);
             let due = guaranteed.saturating_sub(&load.held);
-            let offer_first = due.min(&load.wanted);
-            decision.lendable += due.saturating_sub(&offer_first);
+            let owed_planned = due.min(&load.wanted_planned);
+            decision.lendable += due.saturating_sub(&owed_planned);
+            let offer_first = load.raw(&owed_planned);
             if offer_first.is_zero() {
                 self.short_since.remove(id);
             } else {
@@ -234,9 +251,40 @@ impl PlanFollower {
 /// One reservation's load summed over the jobs that share it.
 #[derive(Default)]
 struct Load<'a> {
+    /// In the plan's units.
     held: ResourceVec,
+    /// The runnable tasks' raw demand.
     wanted: ResourceVec,
+    /// The same tasks in the plan's units.
+    wanted_planned: ResourceVec,
     shapes: Vec<&'a (ResourceVec, u32)>,
+}
+
+impl Load<'_> {
+    /// `planned`, a part of [`Load::wanted_planned`], as the raw demand of the same part of the
+    /// runnable tasks, kind by kind.
+    fn raw(&self, planned: &ResourceVec) -> ResourceVec {
+        let mut raw = ResourceVec::ZERO;
+        for (k, amount) in raw.0.iter_mut().enumerate() {
+            let whole = self.wanted_planned.0[k];
+            if whole > EPSILON {
+                *amount = (planned.0[k] * self.wanted.0[k] / whole).min(self.wanted.0[k]);
+            }
+        }
+        raw
+    }
+}
+
+/// The agents' average capacity, the machine the reserved jobs' runnable shapes are packed on
+/// (zero without agents: shapes then count as their raw demand).
+fn average_machine(agents: &[AgentRoom]) -> ResourceVec {
+    if agents.is_empty() {
+        return ResourceVec::ZERO;
+    }
+    let total = agents
+        .iter()
+        .fold(ResourceVec::ZERO, |sum, agent| sum + agent.capacity);
+    total.scale(1.0 / agents.len() as f64)
 }
 
 impl PlanFollower {
@@ -261,9 +309,9 @@ impl PlanFollower {
 /// What [`PlanFollower::follow_with`] asks for on a shortfall.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Candidates {
-    /// Capacity already on its way back on each agent (tasks being killed): it counts as
-    /// free there.
-    pub freeing: Vec<AgentRoom>,
+    /// Capacity already on its way back on each agent (tasks being killed), as (agent,
+    /// resources): it counts as free there.
+    pub freeing: Vec<(AgentId, ResourceVec)>,
     /// The running best-effort tasks that may be preempted.
     pub tasks: Vec<BestEffortTask>,
 }
@@ -296,10 +344,10 @@ impl Room {
 
     /// What tasks being killed free counts as free on their agents (agents that take new
     /// tasks only).
-    fn with_freeing(mut self, freeing: &[AgentRoom]) -> Room {
-        for coming in freeing {
-            if let Some(&i) = self.index.get(&coming.agent) {
-                self.free[i] += coming.free;
+    fn with_freeing(mut self, freeing: &[(AgentId, ResourceVec)]) -> Room {
+        for (agent, coming) in freeing {
+            if let Some(&i) = self.index.get(agent) {
+                self.free[i] += *coming;
             }
         }
         self
@@ -568,11 +616,16 @@ mod tests {
         }
     }
 
+    /// The tests' agents have 12 cpus: the 1- and 4-cpu shapes divide them, so in the plan's
+    /// units they count as themselves.
+    const AGENT_CPUS: f64 = 12.0;
+
     /// One agent, `a1`, with `free` cpus free.
     fn agent(free: f64) -> Vec<AgentRoom> {
         vec![AgentRoom {
             agent: AgentId::from("a1"),
             free: cpus(free),
+            capacity: cpus(AGENT_CPUS),
         }]
     }
 
@@ -583,6 +636,47 @@ mod tests {
             started_ms,
             resources: cpus(n),
         }
+    }
+
+    /// A job of 2-cpu, 250 MB/s tasks reserved three at a time on 16-cpu, 900 MB/s machines:
+    /// three fill a disk, so the plan counts each as a third of it (300 MB/s).
+    #[test]
+    fn a_job_running_its_planned_parallelism_is_owed_nothing_more() {
+        let vec = |text: &str| text.parse::<ResourceVec>().expect("vec");
+        let machine = vec("cpus=16,disk_mbps=900");
+        let task = vec("cpus=2,disk_mbps=250");
+        let bundle = packed_bundle(&task, &machine);
+        assert_eq!(bundle, vec("cpus=2,disk_mbps=300"));
+        let mut plan = Plan::new(PlanConfig::new(0, PolicyKind::Gree), machine);
+        let expr = parse("window(atom(cpus=2,disk_mbps=300; g=3, h=3, l=1m, w=3h), s=0, f=1h)")
+            .expect("rdl");
+        let request = ReservationRequest {
+            id: ReservationId(1),
+            user: "etl".into(),
+            expr,
+        };
+        plan.admit(request, 0).expect("admitted");
+        let agents = vec![AgentRoom {
+            agent: AgentId::from("a1"),
+            free: vec("cpus=10,disk_mbps=150"),
+            capacity: machine,
+        }];
+        let running = |n: f64| TaggedJob {
+            reservation: ReservationId(1),
+            held: bundle.scale(n),
+            shapes: vec![(task, 5)],
+        };
+        let mut follower = PlanFollower::new(0);
+        // Three running: the guarantee is held in full, though their raw demand leaves
+        // 150 MB/s of the reserved disk unused.
+        let decision = follower.follow(&plan, MINUTE, &[running(3.0)], &agents, &[]);
+        assert_eq!(decision.shares[0].offer_first, ResourceVec::ZERO);
+        assert!(decision.preempt.is_empty());
+        // Two running: owed exactly one more task, in raw demand.
+        let decision = follower.follow(&plan, MINUTE, &[running(2.0)], &agents, &[]);
+        let owed = decision.shares[0].offer_first;
+        assert!((owed.0[0] - 2.0).abs() < 1e-9, "{owed}");
+        assert!((owed.0[2] - 250.0).abs() < 1e-9, "{owed}");
     }
 
     #[test]
@@ -701,6 +795,7 @@ mod tests {
             .map(|(name, n)| AgentRoom {
                 agent: AgentId::from(*name),
                 free: cpus(*n),
+                capacity: cpus(AGENT_CPUS),
             })
             .collect()
     }
@@ -791,7 +886,7 @@ mod tests {
         let candidates = |freeing: f64| {
             asked.set(asked.get() + 1);
             Candidates {
-                freeing: agent(freeing),
+                freeing: vec![(AgentId::from("a1"), cpus(freeing))],
                 tasks: tasks.clone(),
             }
         };

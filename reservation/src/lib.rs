@@ -13,6 +13,7 @@
 //!   [`PolicyKind`]. The MILP of §4.1 is not implemented (see the module).
 //! - [`sharing`]: the sharing policy (§5.2), instantaneous and integral caps per user.
 //! - [`adapter`]: re-planning after a loss of capacity (§5.2's adapter), greedy.
+//! - [`units`]: what a task counts for in the plan (its demand packed on a machine).
 //! - [`follower`]: the plan follower (§5.2), the plan's current slice as what the allocator
 //!   offers each reservation's jobs first, lends to best-effort work, and preempts.
 //!
@@ -46,6 +47,7 @@ pub mod rdl;
 pub mod sharing;
 mod split;
 pub mod steps;
+pub mod units;
 
 pub use follower::{
     AgentRoom, BestEffortTask, Candidates, FollowerDecision, PlanFollower, ReservationShare,
@@ -58,3 +60,4 @@ pub use plan::{
 };
 pub use rdl::{parse, validate, Atom, Expr, Limits, ParseError, ValidationError};
 pub use sharing::{SharingPolicy, SharingRefusal, UserCaps};
+pub use units::packed_bundle;

@@ -66,7 +66,9 @@
 use std::collections::VecDeque;
 
 use fullerene_proto::{AgentId, FrameworkId, ResourceKind, ResourceVec};
-use fullerene_reservation::{AgentRoom, BestEffortTask, Candidates, ReservationId, TaggedJob};
+use fullerene_reservation::{
+    packed_bundle, AgentRoom, BestEffortTask, Candidates, ReservationId, TaggedJob,
+};
 use fullerene_scheduling::allocator::{
     AgentMatching, AllocatorConfig, AllocatorError, InterJobPolicy,
     OfferDecision as AllocatorOffer, StandaloneAllocator,
@@ -1290,10 +1292,13 @@ impl<'a> Engine<'a> {
             else {
                 continue;
             };
+            // In the plan's units: each task packed on its machine, as the request counted it.
             let held = fw
                 .state
                 .running_tasks()
-                .fold(ResourceVec::ZERO, |sum, (t, _, _)| sum + fw.job.demand(t));
+                .fold(ResourceVec::ZERO, |sum, (t, machine, _)| {
+                    sum + packed_bundle(&fw.job.demand(t), &self.machines[machine].capacity)
+                });
             // A stage's tasks share its demand.
             let shapes = fw
                 .state
@@ -1359,6 +1364,7 @@ impl<'a> Engine<'a> {
             .map(|(machine, agent)| AgentRoom {
                 agent: agent.clone(),
                 free: machine.capacity.saturating_sub(&machine.allocated),
+                capacity: machine.capacity,
             })
             .collect();
         let decision = following.follow(now_s, now_ms, &tagged, &agents, candidates)?;

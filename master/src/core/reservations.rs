@@ -32,7 +32,8 @@ use std::time::Duration;
 
 use fullerene_proto::{FrameworkId, Now, ResourceVec, TaskKey, Time};
 use fullerene_reservation::{
-    AgentRoom, BestEffortTask, Candidates, FollowerDecision, PlanFollower, ReservationId, TaggedJob,
+    packed_bundle, AgentRoom, BestEffortTask, Candidates, FollowerDecision, PlanFollower,
+    ReservationId, TaggedJob,
 };
 
 use super::MasterCore;
@@ -162,9 +163,15 @@ fn gather(state: &ClusterState, offers: &OfferManager) -> Loads {
     let mut jobs = Vec::with_capacity(tagged.len());
     let mut frameworks = Vec::with_capacity(tagged.len());
     for (framework, id) in &tagged {
-        let held = accounting
-            .framework_by_id(framework)
-            .map_or(ResourceVec::ZERO, |record| record.held);
+        // In the plan's units: each task packed on its agent, as the request counted it.
+        let held = state
+            .tasks_of(framework)
+            .filter(|(_, record)| !record.state.is_terminal())
+            .filter_map(|(_, record)| {
+                let agent = accounting.agent_by_id(&record.agent_id)?;
+                Some(packed_bundle(&record.demand, &agent.total))
+            })
+            .fold(ResourceVec::ZERO, |sum, bundle| sum + bundle);
         jobs.push(TaggedJob {
             reservation: *id,
             held,
@@ -182,6 +189,7 @@ fn gather(state: &ClusterState, offers: &OfferManager) -> Loads {
             agents.push(AgentRoom {
                 agent: agent.id.clone(),
                 free: agent.free(),
+                capacity: agent.total,
             });
         }
     }
@@ -206,10 +214,9 @@ fn candidates(
             continue;
         }
         if record.kill_requested || in_flight.contains(key) {
-            candidates.freeing.push(AgentRoom {
-                agent: record.agent_id.clone(),
-                free: record.demand,
-            });
+            candidates
+                .freeing
+                .push((record.agent_id.clone(), record.demand));
             continue;
         }
         candidates.tasks.push(BestEffortTask {
