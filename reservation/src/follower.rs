@@ -21,6 +21,12 @@
 //!   free), and kills spread over agents freed room that no reserved task fit, so best-effort
 //!   tasks were killed and relaunched in the same place again and again.
 //!
+//! Owed tasks are placed on what the agents have free, without the allocator's overbooking
+//! allowance on disk and network bandwidth, as the allocator's guarantee tier places them
+//! (`fullerene_scheduling::allocator`, module `guarantees`): a reserved task on overbooked
+//! bandwidth runs slower than the lease the plan gave it, so a reservation is never made to
+//! count on overbooking, and a shortfall is judged by the room its tasks get.
+//!
 //! The master's leader and the simulator call it each allocation cycle and apply its shares
 //! (the allocator's guarantee tier) and kills.
 //!
