@@ -96,6 +96,7 @@ impl SimConfig {
         node.election_ticks = 10;
         // Small values so that runs exercise snapshots, compaction and paging.
         node.snapshot_interval = 40;
+        node.snapshot_entries_per_record = 0;
         node.log_retention = 8;
         node.max_size_per_msg = 2048;
         node.max_inflight_msgs = 8;

@@ -25,6 +25,7 @@ fn register(n: u64) -> Command {
 fn config(id: u64) -> NodeConfig {
     NodeConfig {
         snapshot_interval: 50,
+        snapshot_entries_per_record: 0,
         log_retention: 10,
         ..NodeConfig::new(id)
     }
@@ -237,6 +238,53 @@ fn restart_from_storage_recovers_the_state_via_snapshot_and_log() {
     assert_eq!(restarted.applied_index(), applied + 1);
     assert_eq!(*restarted.state(), state);
     assert_eq!(restarted.membership().voters, vec![1]);
+}
+
+/// With a large state, snapshots come further apart: at least `snapshot_entries_per_record`
+/// applied entries per record of the state, so that encoding them costs a bounded share of the
+/// work per entry.
+#[test]
+fn snapshots_come_further_apart_as_the_state_grows() {
+    let snapshot_index = |store: &MemStorage| store.latest_snapshot().get_metadata().index;
+    let store = MemStorage::new("growing");
+    let mut node = RaftNode::bootstrap(
+        NodeConfig {
+            snapshot_entries_per_record: 4,
+            ..config(1)
+        },
+        store.clone(),
+        &[1],
+        ClusterSettings::default(),
+    )
+    .unwrap();
+    node.campaign().unwrap();
+    drain(&mut node);
+    // Each snapshot index, with the state's records when it was taken.
+    let mut snapshots = vec![(snapshot_index(&store), node.state().record_count())];
+    for n in 0..400 {
+        // The first 50 register agents; the rest are refused duplicates, entries all the same.
+        node.propose(&register(n % 50), Token(n)).unwrap();
+        drain(&mut node);
+        let index = snapshot_index(&store);
+        if index != snapshots.last().map_or(0, |s| s.0) {
+            snapshots.push((index, node.state().record_count()));
+        }
+    }
+    let indexes: Vec<u64> = snapshots.iter().map(|s| s.0).collect();
+    // Never closer than the fixed interval (50), nor than 4 entries per record: 200 once the
+    // 50 agents are registered.
+    assert!(indexes.len() >= 3, "snapshots at {indexes:?}");
+    for pair in snapshots.windows(2) {
+        let ((from, records), (to, _)) = (pair[0], pair[1]);
+        let interval = 50.max(4 * records);
+        assert!(to - from >= interval, "snapshots at {indexes:?}");
+    }
+    let (last, records) = snapshots[snapshots.len() - 1];
+    assert_eq!(records, 50);
+    assert!(
+        last - snapshots[snapshots.len() - 2].0 >= 200,
+        "snapshots at {indexes:?}"
+    );
 }
 
 #[test]

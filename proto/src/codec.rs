@@ -77,6 +77,15 @@ pub fn encode_large<T: Serialize>(message: &T) -> Result<Vec<u8>, CodecError> {
     encode_limited::<T, MAX_LARGE_BYTES>(message)
 }
 
+/// [`encode_large`] appending to `out` (a caller that frames many values into one buffer saves
+/// copying each); returns the bytes appended. On an error `out` is left as it was.
+pub fn encode_large_into<T: Serialize>(
+    message: &T,
+    out: &mut Vec<u8>,
+) -> Result<usize, CodecError> {
+    append_limited::<T, MAX_LARGE_BYTES>(message, out)
+}
+
 /// [`decode`] with the [`MAX_LARGE_BYTES`] limit, for values reassembled from pieces that
 /// were each checked against [`MAX_MESSAGE_BYTES`].
 pub fn decode_large<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
@@ -101,18 +110,37 @@ pub fn encoded_size<T: Serialize>(message: &T) -> Result<usize, CodecError> {
 }
 
 fn encode_limited<T: Serialize, const LIMIT: usize>(message: &T) -> Result<Vec<u8>, CodecError> {
-    let mut out = vec![WIRE_VERSION];
-    // bincode's limit bounds only decoding; the size check below bounds encoding.
-    let body = bincode::serde::encode_to_vec(message, config::<LIMIT>())
-        .map_err(|e| CodecError::Encode(e.to_string()))?;
-    out.extend_from_slice(&body);
-    if out.len() > LIMIT {
-        return Err(CodecError::TooLarge {
-            size: out.len(),
-            limit: LIMIT,
-        });
-    }
+    let mut out = Vec::new();
+    append_limited::<T, LIMIT>(message, &mut out)?;
     Ok(out)
+}
+
+/// Appends `message` (version byte + bincode) to `out`, written there directly: no
+/// intermediate buffer to copy from. On an error `out` is left as it was.
+fn append_limited<T: Serialize, const LIMIT: usize>(
+    message: &T,
+    out: &mut Vec<u8>,
+) -> Result<usize, CodecError> {
+    /// Appends what the encoder writes to a vector.
+    struct Append<'a>(&'a mut Vec<u8>);
+    impl bincode::enc::write::Writer for Append<'_> {
+        fn write(&mut self, bytes: &[u8]) -> Result<(), bincode::error::EncodeError> {
+            self.0.extend_from_slice(bytes);
+            Ok(())
+        }
+    }
+    let start = out.len();
+    out.push(WIRE_VERSION);
+    // bincode's limit bounds only decoding; the size check below bounds encoding.
+    let encoded = bincode::serde::encode_into_writer(message, Append(out), config::<LIMIT>());
+    let size = out.len() - start;
+    let error = match encoded {
+        Err(e) => CodecError::Encode(e.to_string()),
+        Ok(()) if size > LIMIT => CodecError::TooLarge { size, limit: LIMIT },
+        Ok(()) => return Ok(size),
+    };
+    out.truncate(start);
+    Err(error)
 }
 
 fn decode_limited<T: DeserializeOwned, const LIMIT: usize>(bytes: &[u8]) -> Result<T, CodecError> {

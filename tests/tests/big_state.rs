@@ -183,6 +183,8 @@ async fn a_state_past_64_mib_is_snapshotted_sent_to_a_new_master_and_restored() 
         &[
             "--snapshot-interval-entries",
             "200",
+            "--snapshot-entries-per-record",
+            "0",
             "--log-retention-entries",
             "100",
             "--election-ticks",

@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fullerene_proto::messages::{
-    DemandSummary, Executor, FrameworkRequest, Leftover, Offer, PendingDemand, StatusUpdate,
-    TaskSpec, TaskState, WireError,
+    DemandSummary, ErrorCode, Executor, FrameworkRequest, Leftover, Offer, PendingDemand,
+    StatusUpdate, TaskSpec, TaskState, WireError,
 };
 use fullerene_proto::resources::{ResourceVec, Resources};
 use fullerene_proto::{FrameworkId, TaskId};
@@ -28,6 +28,9 @@ pub struct FrameworkLog {
     pub accepted: AtomicU64,
     /// Tasks of accepts the master refused.
     pub refused: AtomicU64,
+    /// Of those, the tasks of accepts refused because the framework's principal had spent its
+    /// call budget (`--calls-per-second`).
+    pub rate_limited: AtomicU64,
     /// RUNNING updates received (first delivery of each).
     pub running: AtomicU64,
     /// FINISHED updates received.
@@ -268,9 +271,14 @@ impl Scheduler for BenchFramework {
         &mut self,
         _driver: &mut DriverHandle,
         request: &FrameworkRequest,
-        _error: &WireError,
+        error: &WireError,
     ) {
         if let FrameworkRequest::Accept { tasks, .. } = request {
+            if error.code == ErrorCode::RateLimited {
+                self.log
+                    .rate_limited
+                    .fetch_add(tasks.len() as u64, Ordering::Relaxed);
+            }
             for task in tasks {
                 self.accepted_at.remove(&task.id);
             }

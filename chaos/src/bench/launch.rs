@@ -129,6 +129,9 @@ pub struct LaunchReport {
     pub accepted: u64,
     /// Tasks of accepts the masters refused during the window.
     pub refused: u64,
+    /// Of those, the tasks refused because their framework's principal had spent its call
+    /// budget (the masters' `--calls-per-second`).
+    pub rate_limited: u64,
     /// RUNNING updates that reached the frameworks during the window: launches completed end
     /// to end.
     pub running: u64,
@@ -394,6 +397,7 @@ impl Run<'_> {
             measured_secs: measured,
             accepted: counts.accepted,
             refused: counts.refused,
+            rate_limited: counts.rate_limited,
             running,
             finished: counts.finished,
             failed: counts.failed,
@@ -421,6 +425,7 @@ impl Run<'_> {
 struct Counts {
     accepted: u64,
     refused: u64,
+    rate_limited: u64,
     finished: u64,
     failed: u64,
     offers: u64,
@@ -432,6 +437,7 @@ impl Counts {
         for log in logs {
             counts.accepted += log.accepted.load(Ordering::Relaxed);
             counts.refused += log.refused.load(Ordering::Relaxed);
+            counts.rate_limited += log.rate_limited.load(Ordering::Relaxed);
             counts.finished += log.finished.load(Ordering::Relaxed);
             counts.failed += log.failed.load(Ordering::Relaxed);
             counts.offers += log.offers.load(Ordering::Relaxed);
@@ -443,6 +449,7 @@ impl Counts {
         Counts {
             accepted: self.accepted - earlier.accepted,
             refused: self.refused - earlier.refused,
+            rate_limited: self.rate_limited - earlier.rate_limited,
             finished: self.finished - earlier.finished,
             failed: self.failed - earlier.failed,
             offers: self.offers - earlier.offers,

@@ -336,11 +336,12 @@ fn render_launch(report: &LaunchReport) -> String {
         (
             "measured",
             format!(
-                "{:.1} s: {} RUNNING, {} accepted, {} refused, {} failed",
+                "{:.1} s: {} RUNNING, {} accepted, {} refused ({} rate limited), {} failed",
                 report.measured_secs,
                 report.running,
                 report.accepted,
                 report.refused,
+                report.rate_limited,
                 report.failed
             ),
         ),

@@ -107,6 +107,11 @@ pub(crate) struct MasterArgs {
     /// Applied entries between state snapshots (and log compactions).
     #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub snapshot_interval_entries: u64,
+    /// With a large state, at least this many applied entries between snapshots per record of
+    /// the state (agents, frameworks, tasks, finished tasks kept), so that encoding snapshots
+    /// costs a bounded share of the work per entry; 0 keeps `--snapshot-interval-entries` fixed.
+    #[arg(long, value_name = "N", default_value_t = fullerene_master::raft_node::DEFAULT_SNAPSHOT_ENTRIES_PER_RECORD)]
+    pub snapshot_entries_per_record: u64,
     /// Entries kept in the log behind the latest snapshot, so that a follower only a little
     /// behind catches up from the log rather than with a whole snapshot.
     #[arg(long, value_name = "N", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..))]
@@ -251,6 +256,7 @@ pub(crate) fn run(args: MasterArgs) -> Result<()> {
     node_config.heartbeat_ticks = usize::try_from(args.heartbeat_ticks)?;
     node_config.election_ticks = usize::try_from(args.election_ticks)?;
     node_config.snapshot_interval = args.snapshot_interval_entries;
+    node_config.snapshot_entries_per_record = args.snapshot_entries_per_record;
     node_config.log_retention = args.log_retention_entries;
     // The shell's writer thread makes the log durable: the node loop never waits for an fsync.
     node_config.persistence = Persistence::Offloaded;

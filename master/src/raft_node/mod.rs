@@ -63,7 +63,7 @@ use raft::eraftpb::{
 };
 use raft::{RawNode, StateRole};
 
-pub use config::NodeConfig;
+pub use config::{NodeConfig, DEFAULT_SNAPSHOT_ENTRIES_PER_RECORD};
 pub use logger::{raft_logger, TracingDrain};
 pub use persistence::{run_store_jobs, JobOutcome, Persistence, StoreJob, StoreReport, StoreWork};
 
@@ -1496,10 +1496,16 @@ impl<S: RaftStore> RaftNode<S> {
         self.reads_confirmed = waiting;
     }
 
-    /// Every `snapshot_interval` applied entries (or after a membership change), hands a copy
+    /// Every `snapshot_interval` applied entries, or more with a large state (see
+    /// [`NodeConfig::snapshot_entries_per_record`]), and after a membership change, hands a copy
     /// of the state machine to a store job that encodes and saves it (see `snapshot_done`).
     fn maybe_snapshot(&mut self) -> Result<(), NodeError> {
-        let due = self.applied >= self.snapshot_index + self.config.snapshot_interval
+        let interval = self.config.snapshot_interval.max(
+            self.state
+                .record_count()
+                .saturating_mul(self.config.snapshot_entries_per_record),
+        );
+        let due = self.applied >= self.snapshot_index.saturating_add(interval)
             || (self.force_snapshot && self.applied > self.snapshot_index);
         if !due || self.snapshot_job_out {
             return Ok(());

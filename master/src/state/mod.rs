@@ -169,6 +169,14 @@ impl ClusterState {
         &self.tasks
     }
 
+    /// How many records a snapshot of the state holds, less a constant few: agents,
+    /// frameworks, tracked tasks and finished tasks kept in the history. What a snapshot costs
+    /// to encode grows with it.
+    pub fn record_count(&self) -> u64 {
+        let records = self.agents.len() + self.frameworks.len() + self.tasks.len();
+        (records + self.finished.len()) as u64
+    }
+
     /// One task.
     pub fn task(&self, key: &TaskKey) -> Option<&TaskRecord> {
         self.tasks.get(key).map(|record| &**record)

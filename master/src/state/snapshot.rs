@@ -174,13 +174,29 @@ fn push_record(
     record: &RecordRef<'_>,
     name: &'static str,
 ) -> Result<(), SnapshotError> {
-    let bytes = codec::encode_large(record).map_err(|source| SnapshotError::Encode {
-        record: name,
-        source,
-    })?;
+    // The record is encoded in place after room for its frame word (most records are one
+    // frame): a snapshot of tens of thousands of records is written once, not copied again.
+    let start = out.len();
+    out.extend_from_slice(&[0; 4]);
+    let len = match codec::encode_large_into(record, out) {
+        Ok(len) => len,
+        Err(source) => {
+            out.truncate(start);
+            return Err(SnapshotError::Encode {
+                record: name,
+                source,
+            });
+        }
+    };
+    if len <= FRAME_BYTES {
+        // At most FRAME_BYTES (2^20), so its length never reaches the flag bit.
+        out[start..start + 4].copy_from_slice(&(len as u32).to_be_bytes());
+        return Ok(());
+    }
+    let bytes = out.split_off(start + 4);
+    out.truncate(start);
     let mut pieces = bytes.chunks(FRAME_BYTES).peekable();
     while let Some(piece) = pieces.next() {
-        // A piece is at most FRAME_BYTES (2^20), so its length never reaches the flag bit.
         let mut word = piece.len() as u32;
         if pieces.peek().is_some() {
             word |= CONTINUES;

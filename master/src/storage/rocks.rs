@@ -1261,6 +1261,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let config = NodeConfig {
             snapshot_interval: 40,
+            snapshot_entries_per_record: 0,
             log_retention: 10,
             ..NodeConfig::new(1)
         };
