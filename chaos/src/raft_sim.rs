@@ -33,7 +33,7 @@ use fullerene_master::raft_node::{
     Persistence, ProposeError, RaftNode, ReadError, StoreJob, Token,
 };
 use fullerene_master::state::{
-    ClusterSettings, ClusterState, Command, CommandError, CommandOutcome, TaskKey,
+    Acknowledged, ClusterSettings, ClusterState, Command, CommandError, CommandOutcome, TaskKey,
 };
 use fullerene_master::storage::{MemStorage, MemWrite, RaftStore};
 use fullerene_proto::codec;
@@ -374,8 +374,10 @@ impl CommandGen {
                     Command::AcknowledgeStatus {
                         framework_id: framework.as_str().into(),
                         principal,
-                        task_id: task.as_str().into(),
-                        seq,
+                        acks: vec![Acknowledged {
+                            task_id: task.as_str().into(),
+                            seq,
+                        }],
                     }
                 } else {
                     Command::KillTask {

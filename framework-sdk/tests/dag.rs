@@ -117,7 +117,7 @@ async fn serve(
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 reoffer = true;
             }
-            FrameworkRequest::Acknowledge(_) => seen.lock().unwrap().acks += 1,
+            FrameworkRequest::Acknowledge(acks) => seen.lock().unwrap().acks += acks.len(),
             // Nothing was launched before the failure: every task asked about is unknown.
             FrameworkRequest::Reconcile { task_ids } => {
                 for task_id in task_ids {

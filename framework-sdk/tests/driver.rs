@@ -158,11 +158,11 @@ async fn driver_follows_redirect_answers_offers_acks_updates_and_resubscribes() 
         let call = s.recv().await;
         assert_eq!(
             call.call,
-            FrameworkRequest::Acknowledge(StatusAck {
+            FrameworkRequest::Acknowledge(vec![StatusAck {
                 task_id: TaskId::from("t1"),
                 framework_id: "fw-1".into(),
                 seq: 1
-            })
+            }])
         );
     }
 
@@ -196,14 +196,16 @@ async fn driver_follows_redirect_answers_offers_acks_updates_and_resubscribes() 
     // Reconciliation's answer: the task finished meanwhile.
     s.send(&MasterToFramework::Update(update(3, TaskState::Finished)))
         .await;
+    // The scheduler tears down on it, in its callback: the driver acknowledges what it
+    // received before it stops.
     let call = s.recv().await;
     assert_eq!(
         call.call,
-        FrameworkRequest::Acknowledge(StatusAck {
+        FrameworkRequest::Acknowledge(vec![StatusAck {
             task_id: TaskId::from("t1"),
             framework_id: "fw-1".into(),
             seq: 3
-        })
+        }])
     );
     let call = s.recv().await;
     assert_eq!(call.call, FrameworkRequest::Teardown);

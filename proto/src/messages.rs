@@ -670,6 +670,10 @@ pub enum FileRefusal {
 /// its answer must fit a session's queue. Frameworks split longer lists (or reconcile all).
 pub const MAX_RECONCILE_TASK_IDS: usize = 1024;
 
+/// The most status updates one [`FrameworkRequest::Acknowledge`] acknowledges: at most
+/// [`crate::limits::MAX_ID_BYTES`] of task id and of framework id each, they fit a message.
+pub const MAX_ACKS_PER_CALL: usize = 1024;
+
 /// A framework's request, with an id the answer refers to.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
@@ -749,8 +753,12 @@ pub enum FrameworkRequest {
         /// The tasks.
         task_ids: Vec<TaskId>,
     },
-    /// Acknowledge a status update.
-    Acknowledge(StatusAck),
+    /// Acknowledge status updates: one call for the updates a framework received together
+    /// (at most [`MAX_ACKS_PER_CALL`]), so that its calls grow with what it receives at once,
+    /// not with its tasks (two acknowledgements a task spent a busy framework's call budget).
+    /// Each names this framework; one beyond its task's latest update refuses them all, while
+    /// a task the master no longer tracks (acknowledged to its end already) is passed over.
+    Acknowledge(Vec<StatusAck>),
     /// Unregister: kill every task and forget the framework.
     Teardown,
     /// Describe a DAG job this framework runs (its stages and their edges), so that operators

@@ -43,7 +43,9 @@ use crate::TransportError;
 /// registers, and operator listings come in pages (`fullerene_proto::limits`). Version 5 adds
 /// reservations (`fullerene_proto::reservations`): operators' and frameworks' calls, their
 /// answers and the cluster view's list, whose binary encoding older peers cannot read.
-pub const ALPN_PROTOCOL: &[u8] = b"fullerene/6";
+/// Version 7 acknowledges a framework's status updates in batches (`Acknowledge` carries a
+/// list).
+pub const ALPN_PROTOCOL: &[u8] = b"fullerene/7";
 
 /// The DNS name every master certificate carries and every client asks for.
 ///

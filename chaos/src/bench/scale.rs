@@ -42,6 +42,7 @@ use fullerene_master::storage::MemStorage;
 use fullerene_proto::messages::{
     AgentState, CallOk, DemandSummary, FrameworkCall, FrameworkRequest, Leftover, MasterToAgent,
     MasterToFramework, PendingDemand, StatusAck, StatusUpdate, TaskSpec, TaskState,
+    MAX_ACKS_PER_CALL,
 };
 use fullerene_proto::resources::{ResourceKind, ResourceVec, Resources};
 use fullerene_proto::{AgentId, FrameworkId, Now, Time};
@@ -963,6 +964,9 @@ impl CoreHarness {
         let mut offers = 0u64;
         let mut running = 0u64;
         let mut inputs = Vec::new();
+        // Each framework acknowledges the updates of one step together, as the SDK's driver
+        // acknowledges what it received at once.
+        let mut acks: BTreeMap<FrameworkId, Vec<StatusAck>> = BTreeMap::new();
         for output in outputs {
             match output {
                 Output::ToFramework {
@@ -1017,14 +1021,11 @@ impl CoreHarness {
                     if update.state == TaskState::Running {
                         running += 1;
                     }
-                    inputs.push(self.call(
-                        &framework,
-                        FrameworkRequest::Acknowledge(StatusAck {
-                            task_id: update.task_id,
-                            framework_id: update.framework_id,
-                            seq: update.seq,
-                        }),
-                    ));
+                    acks.entry(framework).or_default().push(StatusAck {
+                        task_id: update.task_id,
+                        framework_id: update.framework_id,
+                        seq: update.seq,
+                    });
                 }
                 Output::ToAgent {
                     session,
@@ -1054,6 +1055,11 @@ impl CoreHarness {
                     }
                 }
                 _ => {}
+            }
+        }
+        for (framework, acks) in acks {
+            for batch in acks.chunks(MAX_ACKS_PER_CALL) {
+                inputs.push(self.call(&framework, FrameworkRequest::Acknowledge(batch.to_vec())));
             }
         }
         let mut inputs = inputs.into_iter().peekable();

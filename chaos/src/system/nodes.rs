@@ -1242,7 +1242,14 @@ impl World {
             self.note(Node::Framework(f), format!("receives on {conn}: {frame:?}"));
         }
         let actions = match frame {
-            Frame::FrameworkDown(message) => self.frameworks[f].core.received(message, now),
+            // Each frame is an event of its own here: its acknowledgement goes at once, as a
+            // shell's does when nothing more waits to be received.
+            Frame::FrameworkDown(message) => {
+                let core = &mut self.frameworks[f].core;
+                let mut actions = core.received(message, now);
+                actions.extend(core.flush_acks());
+                actions
+            }
             Frame::End => {
                 self.frameworks[f].live = None;
                 self.frameworks[f]

@@ -139,6 +139,12 @@ pub(crate) struct MasterArgs {
     /// within it free the capacity without a kill.
     #[arg(long, value_name = "SECS", env = "FULLERENE_MASTER_RESERVATION_GRACE_SECS", default_value_t = fullerene_master::core::DEFAULT_RESERVATION_GRACE.as_secs(), value_parser = clap::value_parser!(u64).range(0..=86_400))]
     pub reservation_grace_secs: u64,
+    /// Admission control: while this many of the leader's writes wait to commit and apply, it
+    /// refuses accepts (Unavailable, the offers taken back for a later cycle), so that an
+    /// overloaded leader keeps its commit latency and heartbeats in bounds instead of
+    /// queueing until the group fails over.
+    #[arg(long, value_name = "N", env = "FULLERENE_MASTER_ACCEPT_BACKLOG_LIMIT", default_value_t = fullerene_master::core::DEFAULT_ACCEPT_BACKLOG_LIMIT as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub accept_backlog_limit: u64,
     /// Calls per second one framework principal (or frames one agent) may send this master,
     /// on average; a framework's calls past it are refused (RateLimited, saying when to
     /// retry), an agent's are slowed down. Counted per certificate across its connections.
@@ -379,6 +385,7 @@ pub(crate) fn run(args: MasterArgs) -> Result<()> {
     shell.core.allocation_interval = Duration::from_millis(args.allocation_interval_ms);
     shell.core.offer_ttl = Duration::from_millis(args.offer_ttl_ms);
     shell.core.reservation_grace = Duration::from_secs(args.reservation_grace_secs);
+    shell.core.accept_backlog_limit = usize::try_from(args.accept_backlog_limit)?;
     shell.core.allocator_shards = usize::try_from(args.allocator_shards)?;
     // The shards are planned on the shell's planner threads, off the node loop.
     shell.core.allocation_planning = AllocationPlanning::Offloaded;

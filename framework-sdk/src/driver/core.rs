@@ -16,7 +16,7 @@ use std::time::Duration;
 use fullerene_client::follow::{Attempt, FollowConfig, Follower, Pacing, DEFAULT_PASS_OVER};
 use fullerene_proto::messages::{
     CallOk, DemandSummary, ErrorCode, FrameworkCall, FrameworkRequest, MasterToFramework, Offer,
-    Redirect, StatusAck, StatusUpdate, WireError,
+    Redirect, StatusAck, StatusUpdate, WireError, MAX_ACKS_PER_CALL,
 };
 use fullerene_proto::reservations::{ReservationCall, ReservationInfo};
 use fullerene_proto::time::Time;
@@ -249,6 +249,9 @@ pub struct DriverCore {
     suppressed: bool,
     /// Calls made while not subscribed that still make sense afterwards (kills, reconciles).
     queued: VecDeque<FrameworkRequest>,
+    /// Acknowledgements of updates delivered this session, not sent yet: the shell sends them
+    /// in one call ([`DriverCore::flush_acks`]) once it has nothing more waiting to receive.
+    acks: Vec<StatusAck>,
     /// Which master to try next, and when.
     follower: Follower,
 }
@@ -283,6 +286,7 @@ impl DriverCore {
             demand: None,
             suppressed: false,
             queued: VecDeque::new(),
+            acks: Vec::new(),
             follower,
         })
     }
@@ -463,8 +467,14 @@ impl DriverCore {
             }
         }
         let teardown = matches!(request, FrameworkRequest::Teardown);
+        // The driver stops with a teardown: what it received is acknowledged first.
+        let mut actions = if teardown {
+            self.flush_acks()
+        } else {
+            Vec::new()
+        };
         let (_, send) = self.make_call(request, true);
-        let mut actions = vec![send];
+        actions.push(send);
         if teardown {
             self.phase = Phase::Stopped;
             actions.push(Action::Stop);
@@ -656,11 +666,11 @@ impl DriverCore {
     }
 
     fn update(&mut self, update: StatusUpdate) -> Vec<Action> {
-        let ack = FrameworkRequest::Acknowledge(StatusAck {
+        let ack = StatusAck {
             task_id: update.task_id.clone(),
             framework_id: update.framework_id.clone(),
             seq: update.seq,
-        });
+        };
         let duplicate = self
             .seen_seq
             .get(&update.task_id)
@@ -673,19 +683,41 @@ impl DriverCore {
             }
             actions.push(Action::Deliver(DriverEvent::Update(update)));
         }
-        // Acknowledged after delivery (the shell carries actions out in order), and again for
-        // a duplicate: the master resends until it hears the ack.
+        // Acknowledged after delivery (the shell carries actions out in order, and flushes
+        // after them), and again for a duplicate: the master resends until it hears the ack.
         if self.phase == Phase::Subscribed {
-            let (_, send) = self.make_call(ack, false);
-            actions.push(send);
+            self.acks.push(ack);
+            if self.acks.len() >= MAX_ACKS_PER_CALL {
+                actions.extend(self.flush_acks());
+            }
         }
         actions
+    }
+
+    /// Whether acknowledgements wait to be sent ([`DriverCore::flush_acks`]).
+    pub fn acks_waiting(&self) -> bool {
+        !self.acks.is_empty()
+    }
+
+    /// Sends the acknowledgements of the updates delivered since the last flush, in one call:
+    /// a shell calls it once it has nothing more waiting to receive (and on every tick), so a
+    /// burst of updates costs one call of the principal's budget, not one per update.
+    pub fn flush_acks(&mut self) -> Vec<Action> {
+        if self.acks.is_empty() || self.phase != Phase::Subscribed {
+            self.acks.clear();
+            return Vec::new();
+        }
+        let acks = std::mem::take(&mut self.acks);
+        let (_, send) = self.make_call(FrameworkRequest::Acknowledge(acks), false);
+        vec![send]
     }
 
     /// Forgets what does not survive a session: offers, and calls in flight (those of the
     /// scheduler are reported with `OutcomeUnknown`).
     fn void_session(&mut self) -> Vec<Action> {
         self.offers.clear();
+        // The master sends unacknowledged updates again to the next session.
+        self.acks.clear();
         self.phase = Phase::Connecting;
         let pending = std::mem::take(&mut self.pending);
         pending

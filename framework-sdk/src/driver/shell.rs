@@ -279,9 +279,23 @@ pub async fn run_with_client<S: Scheduler>(
             break;
         }
         if let Some(live) = shell.live.as_mut() {
-            let event = tokio::select! {
-                received = live.rx.recv::<MasterToFramework>() => Some(received),
-                _ = tick.tick() => None,
+            let event = if core.acks_waiting() {
+                // What has arrived is handled first; the acknowledgements of all of it then go
+                // in one call.
+                tokio::select! {
+                    biased;
+                    received = live.rx.recv::<MasterToFramework>() => Some(received),
+                    () = std::future::ready(()) => {
+                        let actions = core.flush_acks();
+                        shell.carry_out(&mut core, &mut scheduler, actions).await;
+                        continue;
+                    }
+                }
+            } else {
+                tokio::select! {
+                    received = live.rx.recv::<MasterToFramework>() => Some(received),
+                    _ = tick.tick() => None,
+                }
             };
             let actions = match event {
                 Some(Ok(Some(message))) => core.received(message, shell.now()),

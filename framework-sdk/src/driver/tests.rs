@@ -3,7 +3,7 @@ use std::time::Duration;
 
 use fullerene_proto::messages::{
     CallOk, DemandSummary, ErrorCode, FrameworkRequest, LeaderInfo, Leftover, MasterToFramework,
-    Offer, Redirect, StatusAck, StatusUpdate, TaskState, WireError,
+    Offer, Redirect, StatusAck, StatusUpdate, TaskState, WireError, MAX_ACKS_PER_CALL,
 };
 use fullerene_proto::time::Time;
 use fullerene_proto::{FrameworkId, MasterId, OfferId};
@@ -252,10 +252,15 @@ fn offers_are_held_until_answered_rescinded_or_voided() {
 }
 
 #[test]
-fn updates_are_delivered_once_and_always_acknowledged() {
+fn updates_are_delivered_once_and_always_acknowledged_together() {
     let mut c = core();
     c.start(T0);
     subscribe(&mut c, "f1");
+    let ack = |task: &str, seq: u64| StatusAck {
+        task_id: task.into(),
+        framework_id: "f1".into(),
+        seq,
+    };
     let first = c.received(
         MasterToFramework::Update(update("t1", 1, TaskState::Running)),
         T0,
@@ -264,22 +269,14 @@ fn updates_are_delivered_once_and_always_acknowledged() {
         events(&first),
         vec![DriverEvent::Update(update("t1", 1, TaskState::Running))]
     );
-    // Delivered before acknowledged.
-    assert!(matches!(first[0], Action::Deliver(_)));
-    assert_eq!(
-        sends(&first)[0].1,
-        FrameworkRequest::Acknowledge(StatusAck {
-            task_id: "t1".into(),
-            framework_id: "f1".into(),
-            seq: 1
-        })
-    );
+    // Delivered at once, acknowledged once the shell has received what waits.
+    assert!(sends(&first).is_empty());
+    assert!(c.acks_waiting());
     let dup = c.received(
         MasterToFramework::Update(update("t1", 1, TaskState::Running)),
         T0,
     );
     assert!(events(&dup).is_empty(), "duplicate delivered: {dup:?}");
-    assert_eq!(sends(&dup).len(), 1, "duplicates are acknowledged again");
     let next = c.received(
         MasterToFramework::Update(update("t1", 3, TaskState::Finished)),
         T0,
@@ -289,13 +286,48 @@ fn updates_are_delivered_once_and_always_acknowledged() {
         1,
         "a gap (after reconciliation) is delivered"
     );
-    // Acknowledgements are not pending calls.
+    // One call for all three, the duplicate acknowledged again (the master resends until it
+    // hears the ack); acknowledgements are not pending calls.
     let before = c.pending_calls();
+    let flushed = c.flush_acks();
+    assert_eq!(
+        sends(&flushed),
+        vec![(
+            sends(&flushed)[0].0,
+            FrameworkRequest::Acknowledge(vec![ack("t1", 1), ack("t1", 1), ack("t1", 3)])
+        )]
+    );
+    assert_eq!(c.pending_calls(), before);
+    assert!(!c.acks_waiting() && c.flush_acks().is_empty());
+    // Acknowledgements not sent when the session is lost are not sent to the next one: the
+    // master sends the updates again.
     c.received(
         MasterToFramework::Update(update("t2", 1, TaskState::Running)),
         T0,
     );
-    assert_eq!(c.pending_calls(), before);
+    c.session_lost("idle timeout", T0);
+    assert!(!c.acks_waiting());
+}
+
+#[test]
+fn a_full_batch_of_acknowledgements_goes_at_once() {
+    let mut c = core();
+    c.start(T0);
+    subscribe(&mut c, "f1");
+    let mut sent = Vec::new();
+    for n in 0..MAX_ACKS_PER_CALL + 1 {
+        let actions = c.received(
+            MasterToFramework::Update(update(&format!("t{n}"), 1, TaskState::Running)),
+            T0,
+        );
+        sent.extend(sends(&actions).into_iter().map(|(_, call)| call));
+    }
+    assert!(
+        matches!(sent.as_slice(), [FrameworkRequest::Acknowledge(acks)] if acks.len() == MAX_ACKS_PER_CALL),
+        "{} calls",
+        sent.len()
+    );
+    assert!(c.acks_waiting(), "the last one waits for the next flush");
 }
 
 #[test]

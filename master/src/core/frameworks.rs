@@ -26,8 +26,8 @@ use fullerene_proto::ids::{AgentId, FrameworkId, TaskId};
 use fullerene_proto::limits::take_page;
 use fullerene_proto::messages::{
     CallOk, ErrorCode, FrameworkCall, FrameworkRequest, Leftover, MasterToFramework, Offer,
-    OperatorResponse, Redirect, StatusReason, StatusUpdate, TaskState, WireError,
-    MAX_RECONCILE_TASK_IDS,
+    OperatorResponse, Redirect, StatusAck, StatusReason, StatusUpdate, TaskState, WireError,
+    MAX_ACKS_PER_CALL, MAX_RECONCILE_TASK_IDS,
 };
 use fullerene_proto::time::whole_millis;
 use fullerene_proto::Time;
@@ -40,7 +40,8 @@ use super::{
 };
 use crate::raft_node::ProposeError;
 use crate::state::{
-    ClusterState, Command, CommandOutcome, Requester, TaskKey, TaskRecord, TeardownCause,
+    Acknowledged, ClusterState, Command, CommandOutcome, Requester, TaskKey, TaskRecord,
+    TeardownCause,
 };
 use crate::storage::RaftStore;
 use fullerene_scheduling::allocator::{CycleStats, ShardPlan};
@@ -492,26 +493,18 @@ impl<S: RaftStore> MasterCore<S> {
                 self.propose_for_framework(command, call_id, link, FrameworkPending::Answer);
                 return;
             }
-            FrameworkRequest::Acknowledge(ack) if ack.framework_id != framework_id => {
-                Err(WireError::new(
-                    ErrorCode::InvalidRequest,
-                    format!(
-                        "acknowledgement of task {} names framework {}, but this session is \
-                         framework {framework_id}",
-                        ack.task_id, ack.framework_id
-                    ),
-                ))
-            }
-            FrameworkRequest::Acknowledge(ack) => {
-                let command = Command::AcknowledgeStatus {
-                    framework_id,
-                    principal,
-                    task_id: ack.task_id,
-                    seq: ack.seq,
-                };
-                self.propose_for_framework(command, call_id, link, FrameworkPending::Answer);
-                return;
-            }
+            FrameworkRequest::Acknowledge(acks) => match acknowledged(&framework_id, acks) {
+                Ok(acks) => {
+                    let command = Command::AcknowledgeStatus {
+                        framework_id,
+                        principal,
+                        acks,
+                    };
+                    self.propose_for_framework(command, call_id, link, FrameworkPending::Answer);
+                    return;
+                }
+                Err(error) => Err(error),
+            },
             FrameworkRequest::Teardown => {
                 let command = Command::TeardownFramework {
                     framework_id: framework_id.clone(),
@@ -592,6 +585,16 @@ impl<S: RaftStore> MasterCore<S> {
                 tasks,
                 leftover,
             } => {
+                let backlog = self.node.writes_in_flight();
+                if backlog >= self.config.accept_backlog_limit {
+                    let declined = Leftover::Decline { refuse_ms: 0 };
+                    let result = self
+                        .give_back(&framework_id, &offer_ids, declined, now)
+                        .and_then(|()| Err(busy(backlog, self.config.accept_backlog_limit)));
+                    self.offer_tally.refused_busy += 1;
+                    self.answer_call(&link, call_id, result);
+                    return;
+                }
                 let Some(offers) = self.offers.as_mut() else {
                     self.answer_call(&link, call_id, Err(no_offers()));
                     return;
@@ -1031,6 +1034,53 @@ fn latest_update(key: &TaskKey, record: &TaskRecord, message: &str) -> StatusUpd
         message: message.to_string(),
         timestamp_ms: record.updated_at_ms,
     }
+}
+
+/// An accept refused by admission control ([`super::CoreConfig::accept_backlog_limit`]).
+fn busy(backlog: usize, limit: usize) -> WireError {
+    WireError::new(
+        ErrorCode::Unavailable,
+        format!(
+            "the masters are busy: {backlog} writes wait to commit (the limit for accepts is \
+             {limit}); the offers were taken back and come again in a later cycle"
+        ),
+    )
+}
+
+/// A framework's acknowledgements as the replicated command takes them, once each is known to
+/// name the framework of the session (task ids are unique within a framework only) and the
+/// batch is within [`MAX_ACKS_PER_CALL`].
+fn acknowledged(
+    framework_id: &FrameworkId,
+    acks: Vec<StatusAck>,
+) -> Result<Vec<Acknowledged>, WireError> {
+    let invalid = |message: String| WireError::new(ErrorCode::InvalidRequest, message);
+    if acks.is_empty() {
+        return Err(invalid(
+            "an acknowledgement names at least one status update".to_string(),
+        ));
+    }
+    if acks.len() > MAX_ACKS_PER_CALL {
+        return Err(invalid(format!(
+            "one call acknowledges at most {MAX_ACKS_PER_CALL} status updates, this one {}: \
+             split it",
+            acks.len()
+        )));
+    }
+    if let Some(other) = acks.iter().find(|ack| ack.framework_id != *framework_id) {
+        return Err(invalid(format!(
+            "acknowledgement of task {} names framework {}, but this session is framework \
+             {framework_id}",
+            other.task_id, other.framework_id
+        )));
+    }
+    Ok(acks
+        .into_iter()
+        .map(|ack| Acknowledged {
+            task_id: ack.task_id,
+            seq: ack.seq,
+        })
+        .collect())
 }
 
 #[cfg(test)]

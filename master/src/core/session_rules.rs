@@ -174,6 +174,7 @@ pub fn call_cost(call: &FrameworkRequest) -> u32 {
     let items = match call {
         FrameworkRequest::Reconcile { task_ids } => task_ids.len(),
         FrameworkRequest::Accept { tasks, .. } => tasks.len(),
+        FrameworkRequest::Acknowledge(acks) => acks.len(),
         _ => 0,
     };
     u32::try_from(1 + items / ITEMS_PER_CALL_UNIT).unwrap_or(u32::MAX)
@@ -303,6 +304,12 @@ mod tests {
             }),
             63
         );
+        let ack = fullerene_proto::messages::StatusAck {
+            task_id: "t1".into(),
+            framework_id: "f1".into(),
+            seq: 1,
+        };
+        assert_eq!(call_cost(&FrameworkRequest::Acknowledge(vec![ack; 32])), 3);
     }
 
     #[test]

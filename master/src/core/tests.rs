@@ -8,7 +8,7 @@ use fullerene_proto::ids::{AgentId, FrameworkId, TaskId};
 use fullerene_proto::messages::{
     AgentState, CallOk, ErrorCode, FrameworkCall, FrameworkRequest, GroupPlacement, Leftover,
     MasterToAgent, MasterToFramework, Offer, OperatorRequest, OperatorResponse, StatusAck,
-    StatusReason, StatusUpdate, TaskSpec, TaskState, MAX_RECONCILE_TASK_IDS,
+    StatusReason, StatusUpdate, TaskSpec, TaskState, MAX_ACKS_PER_CALL, MAX_RECONCILE_TASK_IDS,
 };
 use fullerene_proto::{Now, Time};
 
@@ -508,6 +508,63 @@ fn an_accept_launches_on_the_agent_once_committed_and_charges_its_resources() {
 }
 
 #[test]
+fn an_accept_is_refused_while_the_leaders_writes_wait_at_the_backlog_limit() {
+    let (mut h, _, framework, session) = cluster_with_demand();
+    h.core.config.accept_backlog_limit = 1;
+    let offer = h.offers_for(session).remove(0);
+    // A write in the leader's backlog: proposed, not applied before the accept comes.
+    let kill = FrameworkRequest::Kill {
+        task_id: TaskId::from("nothing"),
+    };
+    for (call_id, call) in [(901, kill), (902, accept_of(&offer, "t1"))] {
+        h.core.handle(
+            Input::FrameworkCall {
+                framework_id: framework.clone(),
+                session,
+                call: FrameworkCall { call_id, call },
+            },
+            h.now,
+        );
+    }
+    assert_eq!(h.core.node().writes_in_flight(), 1);
+    let outputs = h.run();
+    let answer = to_framework(&outputs, session)
+        .into_iter()
+        .find_map(|message| match message {
+            MasterToFramework::CallResult {
+                call_id: 902,
+                result,
+            } => Some(result.clone()),
+            _ => None,
+        });
+    match answer {
+        Some(Err(error)) => {
+            assert_eq!(error.code, ErrorCode::Unavailable);
+            assert!(error.message.contains("busy"), "{error:?}");
+        }
+        other => panic!("the accept was not refused as busy: {other:?}"),
+    }
+    assert!(
+        !outputs.iter().any(|o| matches!(o, Output::ToAgent { .. })),
+        "nothing launched: {outputs:?}"
+    );
+    // The offer was taken back, and its resources come again once the backlog is gone.
+    assert!(h.core.open_offers().is_empty());
+    assert_eq!(h.core.offer_tally().refused_busy, 1);
+    let outputs = h.launch_t1(&framework, session);
+    assert!(outputs.iter().any(|o| matches!(o, Output::ToAgent { .. })));
+}
+
+/// An accept of all of `offer` for one task `id` of [`ONE_TASK`].
+fn accept_of(offer: &Offer, id: &str) -> FrameworkRequest {
+    FrameworkRequest::Accept {
+        offer_ids: vec![offer.id],
+        tasks: vec![task(id, ONE_TASK)],
+        leftover: Leftover::Decline { refuse_ms: 0 },
+    }
+}
+
+#[test]
 fn an_accept_of_an_answered_offer_is_refused_as_unknown() {
     let (mut h, _, framework, session) = cluster_with_demand();
     let offer = h.offers_for(session).remove(0);
@@ -669,11 +726,11 @@ fn status_updates_are_committed_then_acknowledged_to_the_agent_and_forwarded_to_
     let (answer, _) = h.call(
         &framework,
         session,
-        FrameworkRequest::Acknowledge(StatusAck {
+        FrameworkRequest::Acknowledge(vec![StatusAck {
             task_id: TaskId::from("t1"),
             framework_id: "fw-someone-else".into(),
             seq: 1,
-        }),
+        }]),
     );
     match answer {
         Some(Err(error)) => {
@@ -682,15 +739,32 @@ fn status_updates_are_committed_then_acknowledged_to_the_agent_and_forwarded_to_
         }
         other => panic!("a foreign acknowledgement was not refused: {other:?}"),
     }
+    // So are an empty batch and one past the limit.
+    let own = |seq: u64| StatusAck {
+        task_id: TaskId::from("t1"),
+        framework_id: framework.clone(),
+        seq,
+    };
+    let oversized = vec![own(1); MAX_ACKS_PER_CALL + 1];
+    for (acks, says) in [(Vec::new(), "at least one"), (oversized, "at most 1024")] {
+        let (answer, _) = h.call(&framework, session, FrameworkRequest::Acknowledge(acks));
+        match answer {
+            Some(Err(error)) => {
+                assert_eq!(error.code, ErrorCode::InvalidRequest);
+                assert!(error.message.contains(says), "{error:?}");
+            }
+            other => panic!("a batch that should say `{says}` was not refused: {other:?}"),
+        }
+    }
     // The framework's acknowledgement is committed.
     let (answer, _) = h.call(
         &framework,
         session,
-        FrameworkRequest::Acknowledge(StatusAck {
+        FrameworkRequest::Acknowledge(vec![StatusAck {
             task_id: TaskId::from("t1"),
             framework_id: framework.clone(),
             seq: 1,
-        }),
+        }]),
     );
     assert_eq!(answer, Some(Ok(CallOk::Done)));
 }
@@ -726,11 +800,11 @@ fn unacknowledged_updates_are_sent_again_until_acknowledged_and_to_a_framework_b
     let (answer, _) = h.call(
         &framework,
         session,
-        FrameworkRequest::Acknowledge(StatusAck {
+        FrameworkRequest::Acknowledge(vec![StatusAck {
             task_id: TaskId::from("t1"),
             framework_id: framework.clone(),
             seq: 1,
-        }),
+        }]),
     );
     assert_eq!(answer, Some(Ok(CallOk::Done)));
     let outputs = h.pass(DEFAULT_STATUS_RESEND_INTERVAL + TICK);
@@ -770,11 +844,11 @@ fn unacknowledged_updates_are_sent_again_until_acknowledged_and_to_a_framework_b
     h.call(
         &framework,
         new_session,
-        FrameworkRequest::Acknowledge(StatusAck {
+        FrameworkRequest::Acknowledge(vec![StatusAck {
             task_id: TaskId::from("t1"),
             framework_id: framework.clone(),
             seq: 2,
-        }),
+        }]),
     );
     assert!(h.core.node().state().task(&key).is_none());
 }

@@ -716,6 +716,13 @@ impl<S: RaftStore> RaftNode<S> {
         Ok(())
     }
 
+    /// This master's writes proposed and not yet applied (queued for the next `advance`, or
+    /// in the log waiting to commit and apply): the leader's backlog, which admission control
+    /// bounds (`CoreConfig::accept_backlog_limit`).
+    pub fn writes_in_flight(&self) -> usize {
+        self.queued.len() + self.in_flight.len()
+    }
+
     fn check_can_propose(&self) -> Result<(), ProposeError> {
         if let Some(error) = &self.halted {
             return Err(ProposeError::Halted(error.clone()));

@@ -45,6 +45,9 @@ pub const STATUS_UPDATE_BACKLOG: &str = "fullerene_master_status_update_backlog"
 pub const OFFERS_ACCEPTED: &str = "fullerene_master_offers_accepted_total";
 /// Offers declined (leader only).
 pub const OFFERS_DECLINED: &str = "fullerene_master_offers_declined_total";
+/// Accepts refused by admission control, the leader's writes backlog at its limit (leader
+/// only).
+pub const ACCEPTS_REFUSED_BUSY: &str = "fullerene_master_accepts_refused_busy_total";
 /// Accepted reservations, by `phase` (planned, active, ended).
 pub const RESERVATIONS: &str = "fullerene_master_reservations";
 /// Reservations the adapter rejected after a loss of capacity, since the cluster began.
@@ -199,6 +202,10 @@ fn describe_cluster() {
         OFFERS_DECLINED,
         "Offers declined by frameworks (leader only)"
     );
+    describe_counter!(
+        ACCEPTS_REFUSED_BUSY,
+        "Accepts refused while the leader's writes waiting to commit were at --accept-backlog-limit (leader only)"
+    );
     describe_histogram!(
         LAUNCH_LATENCY,
         Unit::Seconds,
@@ -214,6 +221,7 @@ fn describe_cluster() {
     );
     counter!(OFFERS_ACCEPTED).increment(0);
     counter!(OFFERS_DECLINED).increment(0);
+    counter!(ACCEPTS_REFUSED_BUSY).increment(0);
     counter!(RESERVATIONS_FULFILLED).increment(0);
     counter!(RESERVATIONS_LATE).increment(0);
 }

@@ -186,6 +186,7 @@ struct ShellMetrics {
     tasks_launched: metrics::Counter,
     offers_accepted: metrics::Counter,
     offers_declined: metrics::Counter,
+    accepts_refused_busy: metrics::Counter,
     reservations_refused: metrics::Counter,
     /// The count of refused reservations already published.
     published_reservations_refused: u64,
@@ -219,6 +220,7 @@ impl ShellMetrics {
             tasks_launched: metrics::counter!("fullerene_master_tasks_launched_total"),
             offers_accepted: metrics::counter!(metrics_names::OFFERS_ACCEPTED),
             offers_declined: metrics::counter!(metrics_names::OFFERS_DECLINED),
+            accepts_refused_busy: metrics::counter!(metrics_names::ACCEPTS_REFUSED_BUSY),
             reservations_refused: metrics::counter!(metrics_names::RESERVATIONS_REFUSED),
             published_reservations_refused: 0,
             launch_latency: metrics::histogram!(metrics_names::LAUNCH_LATENCY),
@@ -266,6 +268,11 @@ impl ShellMetrics {
             tally
                 .declined
                 .saturating_sub(self.published_offers.declined),
+        );
+        self.accepts_refused_busy.increment(
+            tally
+                .refused_busy
+                .saturating_sub(self.published_offers.refused_busy),
         );
         self.published_offers = tally;
         let refused = core.reservations_refused();

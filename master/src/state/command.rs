@@ -11,6 +11,16 @@ use std::collections::BTreeMap;
 
 use fullerene_proto::messages::{GroupPlacement, GroupRemoval, StatusUpdate, TaskSpec, UnixMillis};
 pub use fullerene_proto::TaskKey;
+
+/// One task's updates acknowledged up to `seq`, in [`Command::AcknowledgeStatus`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Acknowledged {
+    /// The task.
+    pub task_id: TaskId,
+    /// The highest sequence number acknowledged.
+    pub seq: u64,
+}
+
 use fullerene_proto::{AgentId, FrameworkId, Resources, TaskId};
 use fullerene_reservation::Expr;
 use serde::{Deserialize, Serialize};
@@ -194,17 +204,18 @@ pub enum Command {
         /// Leader's time.
         at_ms: UnixMillis,
     },
-    /// A framework acknowledged a task's updates up to `seq`. A terminal task whose last
-    /// update is acknowledged leaves the task table for the history of finished tasks.
+    /// A framework acknowledged its tasks' updates, each up to its `seq` (one call's batch,
+    /// see `FrameworkRequest::Acknowledge`). A terminal task whose last update is acknowledged
+    /// leaves the task table for the history of finished tasks. All are checked before any is
+    /// applied: one beyond its task's latest update refuses the batch; a task no longer
+    /// tracked (acknowledged to its end by an earlier batch) is passed over.
     AcknowledgeStatus {
         /// The framework.
         framework_id: FrameworkId,
         /// The principal acknowledging; must own the framework.
         principal: String,
-        /// The task.
-        task_id: TaskId,
-        /// The highest sequence number acknowledged.
-        seq: u64,
+        /// The tasks, each with the highest sequence number acknowledged.
+        acks: Vec<Acknowledged>,
     },
     /// An operator sets a group's weight.
     SetGroupWeight {

@@ -36,7 +36,7 @@ use fullerene_scheduling::allocator::state::{AllocationState, StateError};
 use fullerene_scheduling::fairness::{FairnessError, FairnessFactor};
 use fullerene_scheduling::Overbooking;
 
-pub use command::{Command, CommandOutcome, Requester, TaskKey, TaskKill};
+pub use command::{Acknowledged, Command, CommandOutcome, Requester, TaskKey, TaskKill};
 pub use error::CommandError;
 pub use fullerene_proto::http::TeardownCause;
 use history::FinishedTasks;
@@ -540,9 +540,8 @@ impl ClusterState {
             Command::AcknowledgeStatus {
                 framework_id,
                 principal,
-                task_id,
-                seq,
-            } => self.acknowledge_status(framework_id, principal, task_id, *seq),
+                acks,
+            } => self.acknowledge_statuses(framework_id, principal, acks),
             Command::SetGroupWeight { group, weight } => self.set_group_weight(group, *weight),
             Command::SetGroup(GroupPlacement {
                 group,
@@ -1505,27 +1504,44 @@ impl ClusterState {
         CommandOutcome::Applied
     }
 
-    fn acknowledge_status(
+    fn acknowledge_statuses(
         &mut self,
         framework_id: &FrameworkId,
         principal: &str,
-        task_id: &TaskId,
-        seq: u64,
+        acks: &[Acknowledged],
     ) -> Result<CommandOutcome, CommandError> {
-        let (key, record) = self.owned_task_mut(framework_id, principal, task_id)?;
-        if seq > record.seq {
-            return Err(CommandError::AckBeyondLatest {
-                task: key,
-                acked: seq,
-                latest: record.seq,
-            });
+        self.owned_framework(framework_id, Some(principal))?;
+        // Checked first, so that a refused batch changes nothing.
+        let mut fresh = Vec::with_capacity(acks.len());
+        for ack in acks {
+            let key = TaskKey::new(framework_id.clone(), ack.task_id.clone());
+            let Some(record) = self.tasks.get(&key) else {
+                continue;
+            };
+            if ack.seq > record.seq {
+                return Err(CommandError::AckBeyondLatest {
+                    task: key,
+                    acked: ack.seq,
+                    latest: record.seq,
+                });
+            }
+            if ack.seq > record.acked_seq {
+                fresh.push((key, ack.seq));
+            }
         }
-        if seq <= record.acked_seq {
+        if fresh.is_empty() {
             return Ok(CommandOutcome::Unchanged);
         }
-        record.acknowledge(seq);
-        if record.state.is_terminal() && record.acked_seq == record.seq {
-            self.retire_task(&key);
+        for (key, seq) in fresh {
+            // A task named twice in the batch: its higher number may have come first, or
+            // retired it.
+            let Some(record) = self.task_mut(&key).filter(|r| seq > r.acked_seq) else {
+                continue;
+            };
+            record.acknowledge(seq);
+            if record.state.is_terminal() && record.acked_seq == record.seq {
+                self.retire_task(&key);
+            }
         }
         Ok(CommandOutcome::Applied)
     }

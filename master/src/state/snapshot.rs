@@ -47,9 +47,10 @@ use super::{ClusterState, TaskKey};
 /// describe; version 8 the reservations' plan (issue 17); version 9 the jobs' reservation tags,
 /// the preempted tasks' reason and the closed reservations with their outcome; version 10 the
 /// plan's quantum in the operator's reservation policy command (in the log beside the
-/// snapshot) and the time of the plan's last capacity change. A snapshot of another version is
+/// snapshot) and the time of the plan's last capacity change; version 11 the frameworks'
+/// acknowledgements in batches (`Command::AcknowledgeStatus`, in the log). A snapshot of another version is
 /// refused ([`SnapshotError::FormatVersion`]): masters of one cluster run one version.
-pub const STATE_FORMAT_VERSION: u32 = 10;
+pub const STATE_FORMAT_VERSION: u32 = 11;
 
 /// The largest payload of one frame (1 MiB): a record longer than this spans several frames.
 pub const FRAME_BYTES: usize = 1 << 20;

@@ -64,8 +64,10 @@ fn ack(framework: &str, principal: &str, task: &str, seq: u64) -> Command {
     Command::AcknowledgeStatus {
         framework_id: framework.into(),
         principal: principal.into(),
-        task_id: task.into(),
-        seq,
+        acks: vec![Acknowledged {
+            task_id: task.into(),
+            seq,
+        }],
     }
 }
 
@@ -365,6 +367,53 @@ fn acknowledging_the_final_update_forgets_the_task() {
     assert!(st.task(&key("f1", "t1")).is_none());
     // Its id may be used again once forgotten.
     launch_on_a1(&mut st, &[("t1", "cpus=2")]);
+}
+
+#[test]
+fn a_batch_of_acknowledgements_applies_whole_or_not_at_all() {
+    let mut st = cluster();
+    launch_on_a1(
+        &mut st,
+        &[("t1", "cpus=2"), ("t2", "cpus=1"), ("t3", "cpus=1")],
+    );
+    st.apply(&status("a1", "f1", "t1", TaskState::Running, 1))
+        .unwrap();
+    st.apply(&status("a1", "f1", "t2", TaskState::Finished, 1))
+        .unwrap();
+    st.apply(&status("a1", "f1", "t3", TaskState::Running, 1))
+        .unwrap();
+    let batch = |acks: &[(&str, u64)]| Command::AcknowledgeStatus {
+        framework_id: "f1".into(),
+        principal: "alice".into(),
+        acks: acks
+            .iter()
+            .map(|(task, seq)| Acknowledged {
+                task_id: (*task).into(),
+                seq: *seq,
+            })
+            .collect(),
+    };
+    // One acknowledgement beyond its task's latest update refuses the batch: nothing changes.
+    let err = refused(&mut st, &batch(&[("t1", 1), ("t3", 2)]));
+    assert!(matches!(err, CommandError::AckBeyondLatest { .. }));
+    assert_eq!(st.task(&key("f1", "t1")).unwrap().acked_seq, 0);
+    // A task no longer tracked is passed over; a task named twice keeps its highest; the
+    // finished one is forgotten.
+    st.apply(&batch(&[
+        ("t1", 1),
+        ("gone", 4),
+        ("t2", 1),
+        ("t3", 1),
+        ("t3", 0),
+    ]))
+    .unwrap();
+    assert_eq!(st.task(&key("f1", "t1")).unwrap().acked_seq, 1);
+    assert_eq!(st.task(&key("f1", "t3")).unwrap().acked_seq, 1);
+    assert!(st.task(&key("f1", "t2")).is_none());
+    assert_eq!(
+        unchanged(&mut st, &batch(&[("t1", 1), ("t2", 1)])),
+        CommandOutcome::Unchanged
+    );
 }
 
 #[test]
