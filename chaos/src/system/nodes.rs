@@ -1242,14 +1242,7 @@ impl World {
             self.note(Node::Framework(f), format!("receives on {conn}: {frame:?}"));
         }
         let actions = match frame {
-            // Each frame is an event of its own here: its acknowledgement goes at once, as a
-            // shell's does when nothing more waits to be received.
-            Frame::FrameworkDown(message) => {
-                let core = &mut self.frameworks[f].core;
-                let mut actions = core.received(message, now);
-                actions.extend(core.flush_acks());
-                actions
-            }
+            Frame::FrameworkDown(message) => self.frameworks[f].core.received(message, now),
             Frame::End => {
                 self.frameworks[f].live = None;
                 self.frameworks[f]
@@ -1259,6 +1252,12 @@ impl World {
             _ => Vec::new(),
         };
         self.framework_carry_out(f, actions);
+        // Each frame is an event of its own here: once it is handled nothing more waits to
+        // be received, and the shell sends the acknowledgements that wait.
+        if self.frameworks[f].alive {
+            let flushed = self.frameworks[f].core.flush_acks();
+            self.framework_carry_out(f, flushed);
+        }
     }
 
     /// `Shell::carry_out` of the driver.

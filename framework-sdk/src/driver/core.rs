@@ -467,8 +467,10 @@ impl DriverCore {
             }
         }
         let teardown = matches!(request, FrameworkRequest::Teardown);
-        // The driver stops with a teardown: what it received is acknowledged first.
-        let mut actions = if teardown {
+        // What was received is acknowledged first before a teardown (the driver stops with
+        // it), and before an accept: a task whose end is acknowledged leaves the masters'
+        // table, and an accept may reuse its id (the masters apply calls in order).
+        let mut actions = if teardown || matches!(request, FrameworkRequest::Accept { .. }) {
             self.flush_acks()
         } else {
             Vec::new()
@@ -699,9 +701,11 @@ impl DriverCore {
         !self.acks.is_empty()
     }
 
-    /// Sends the acknowledgements of the updates delivered since the last flush, in one call:
-    /// a shell calls it once it has nothing more waiting to receive (and on every tick), so a
-    /// burst of updates costs one call of the principal's budget, not one per update.
+    /// Sends the acknowledgements of the updates delivered since the last flush, in one call,
+    /// so that a burst of updates costs one call of the principal's budget, not one per
+    /// update. A shell must call it once it has nothing more waiting to receive (while
+    /// [`DriverCore::acks_waiting`]): the core itself sends them only when
+    /// [`MAX_ACKS_PER_CALL`] are waiting, before an accept and before a teardown.
     pub fn flush_acks(&mut self) -> Vec<Action> {
         if self.acks.is_empty() || self.phase != Phase::Subscribed {
             self.acks.clear();

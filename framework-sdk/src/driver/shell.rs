@@ -393,13 +393,16 @@ impl Shell {
     /// Feeds what the scheduler asked for in one callback to the core, in order.
     fn drain(&mut self, core: &mut DriverCore, handle: DriverHandle) -> Vec<Action> {
         let (calls, stop) = handle.into_calls();
-        if stop {
-            self.stopping = true;
-        }
-        calls
+        let mut actions: Vec<Action> = calls
             .into_iter()
             .flat_map(|request| core.call(request))
-            .collect()
+            .collect();
+        if stop {
+            // What was received is acknowledged before the driver stops.
+            actions.extend(core.flush_acks());
+            self.stopping = true;
+        }
+        actions
     }
 
     async fn carry_out<S: Scheduler>(
@@ -436,9 +439,11 @@ impl Shell {
                     if let Some(error) = deliver(scheduler, &mut handle, event) {
                         self.fatal = Some(error);
                     }
-                    // After what the core already queued: the acknowledgement of an update
-                    // goes out before whatever the scheduler did about it (a teardown), and
-                    // the reconciliation after a subscription before the scheduler's calls.
+                    // After what the core already queued: the reconciliation after a
+                    // subscription before the scheduler's calls. Acknowledgements wait for the
+                    // flush once nothing more is received, except that they go before an
+                    // accept (which may reuse the id of a task whose end it acknowledges) and
+                    // before a teardown or a stop.
                     let more = self.drain(core, handle);
                     queue.extend(more);
                 }

@@ -585,13 +585,19 @@ impl<S: RaftStore> MasterCore<S> {
                 tasks,
                 leftover,
             } => {
-                let backlog = self.node.writes_in_flight();
+                let backlog = self.node.pending_proposals();
                 if backlog >= self.config.accept_backlog_limit {
                     let declined = Leftover::Decline { refuse_ms: 0 };
+                    // An offer that is not this framework's to give back is refused as such.
                     let result = self
                         .give_back(&framework_id, &offer_ids, declined, now)
                         .and_then(|()| Err(busy(backlog, self.config.accept_backlog_limit)));
-                    self.offer_tally.refused_busy += 1;
+                    if result
+                        .as_ref()
+                        .is_err_and(|e| e.code == ErrorCode::Unavailable)
+                    {
+                        self.offer_tally.refused_busy += 1;
+                    }
                     self.answer_call(&link, call_id, result);
                     return;
                 }

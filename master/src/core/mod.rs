@@ -132,7 +132,8 @@ pub struct CoreConfig {
     pub accept_backlog_limit: usize,
 }
 
-/// The default of [`CoreConfig::accept_backlog_limit`]: a few tens of milliseconds of writes
+/// The default of [`CoreConfig::accept_backlog_limit`] (counted by
+/// [`RaftNode::pending_proposals`]): a few tens of milliseconds of writes
 /// at the rates `fullerene bench launch` reaches on two cores (10,000 launches a second, each
 /// followed by its updates and acknowledgements). Without admission control, frameworks that
 /// accept as fast as they are offered drove three masters on two cores into elections, with

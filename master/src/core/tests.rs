@@ -526,7 +526,7 @@ fn an_accept_is_refused_while_the_leaders_writes_wait_at_the_backlog_limit() {
             h.now,
         );
     }
-    assert_eq!(h.core.node().writes_in_flight(), 1);
+    assert_eq!(h.core.node().pending_proposals(), 1);
     let outputs = h.run();
     let answer = to_framework(&outputs, session)
         .into_iter()

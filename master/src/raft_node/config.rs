@@ -54,7 +54,8 @@ pub struct NodeConfig {
     /// state grows (about 1 / this many records encoded per entry). With a fixed interval,
     /// `fullerene bench launch` (about 19,000 entries a second, 20,000 records) snapshotted
     /// twice a second, and encoding them took a fifth of every master's CPU. etcd's default
-    /// is a fixed 100,000 entries. 0 keeps the interval fixed.
+    /// is a fixed 100,000 entries. 0 keeps the interval fixed. Grown this way, the interval
+    /// stops at [`MAX_GROWN_SNAPSHOT_INTERVAL`].
     pub snapshot_entries_per_record: u64,
     /// Entries kept in the log behind the latest snapshot, so that a follower that is only a
     /// little behind catches up from the log rather than with a whole snapshot.
@@ -74,6 +75,11 @@ pub struct NodeConfig {
 
 /// The default of [`NodeConfig::snapshot_entries_per_record`].
 pub const DEFAULT_SNAPSHOT_ENTRIES_PER_RECORD: u64 = 4;
+
+/// The most applied entries between snapshots however large the state, so that the log on
+/// disk and its replay on a restart stay bounded (a million entries of a few hundred bytes:
+/// a few hundred MB, and seconds to replay); `snapshot_interval` may still set more.
+pub const MAX_GROWN_SNAPSHOT_INTERVAL: u64 = 1_000_000;
 
 impl NodeConfig {
     /// The defaults for master `id` (see the type's documentation).

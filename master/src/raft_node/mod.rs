@@ -63,7 +63,7 @@ use raft::eraftpb::{
 };
 use raft::{RawNode, StateRole};
 
-pub use config::{NodeConfig, DEFAULT_SNAPSHOT_ENTRIES_PER_RECORD};
+pub use config::{NodeConfig, DEFAULT_SNAPSHOT_ENTRIES_PER_RECORD, MAX_GROWN_SNAPSHOT_INTERVAL};
 pub use logger::{raft_logger, TracingDrain};
 pub use persistence::{run_store_jobs, JobOutcome, Persistence, StoreJob, StoreReport, StoreWork};
 
@@ -675,7 +675,8 @@ impl<S: RaftStore> RaftNode<S> {
         self.raw.store()
     }
 
-    /// Proposals queued and in the log but not yet answered.
+    /// Proposals queued and in the log but not yet answered: the leader's backlog of writes,
+    /// which admission control bounds (`CoreConfig::accept_backlog_limit`).
     pub fn pending_proposals(&self) -> usize {
         self.queued.len() + self.in_flight.len()
     }
@@ -714,13 +715,6 @@ impl<S: RaftStore> RaftNode<S> {
         self.check_can_propose()?;
         self.queued.push(Queued::ConfChange { token, change });
         Ok(())
-    }
-
-    /// This master's writes proposed and not yet applied (queued for the next `advance`, or
-    /// in the log waiting to commit and apply): the leader's backlog, which admission control
-    /// bounds (`CoreConfig::accept_backlog_limit`).
-    pub fn writes_in_flight(&self) -> usize {
-        self.queued.len() + self.in_flight.len()
     }
 
     fn check_can_propose(&self) -> Result<(), ProposeError> {
@@ -1507,11 +1501,12 @@ impl<S: RaftStore> RaftNode<S> {
     /// [`NodeConfig::snapshot_entries_per_record`]), and after a membership change, hands a copy
     /// of the state machine to a store job that encodes and saves it (see `snapshot_done`).
     fn maybe_snapshot(&mut self) -> Result<(), NodeError> {
-        let interval = self.config.snapshot_interval.max(
-            self.state
-                .record_count()
-                .saturating_mul(self.config.snapshot_entries_per_record),
-        );
+        let grown = self
+            .state
+            .record_count()
+            .saturating_mul(self.config.snapshot_entries_per_record)
+            .min(MAX_GROWN_SNAPSHOT_INTERVAL);
+        let interval = self.config.snapshot_interval.max(grown);
         let due = self.applied >= self.snapshot_index.saturating_add(interval)
             || (self.force_snapshot && self.applied > self.snapshot_index);
         if !due || self.snapshot_job_out {

@@ -403,6 +403,7 @@ fn a_batch_of_acknowledgements_applies_whole_or_not_at_all() {
         ("t1", 1),
         ("gone", 4),
         ("t2", 1),
+        ("t2", 1),
         ("t3", 1),
         ("t3", 0),
     ]))
