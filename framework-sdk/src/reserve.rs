@@ -233,15 +233,10 @@ pub fn seconds_to_ms(seconds: f64) -> u64 {
 mod tests {
     use fullerene_reservation::{parse, validate, Limits};
 
+    use fullerene_scheduling::testkit::machine;
+
     use super::*;
     use crate::job::StageSpec;
-
-    /// The simulator's reference machine.
-    fn machine() -> ResourceVec {
-        "cpus=16,mem_mib=65536,disk_mbps=1000,net_mbps=10000"
-            .parse()
-            .expect("vec")
-    }
 
     /// A scan feeding two joins: levels `[scan]`, `[join-a, join-b]`.
     fn fork() -> Job {

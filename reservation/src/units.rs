@@ -42,14 +42,9 @@ pub fn packed_bundle(demand: &ResourceVec, machine: &ResourceVec) -> ResourceVec
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use fullerene_scheduling::testkit::machine;
 
-    /// The simulator's reference machine.
-    fn machine() -> ResourceVec {
-        "cpus=16,mem_mib=65536,disk_mbps=1000,net_mbps=10000"
-            .parse()
-            .expect("vec")
-    }
+    use super::*;
 
     #[test]
     fn a_bundle_takes_its_share_of_the_machines_it_packs_into() {
