@@ -10,10 +10,13 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use fullerene_sdk::dag::{run_jobs, DagConfig, JobOutcome, JobReport, RunError, RunJobsOptions};
+use fullerene_sdk::dag::{
+    run_jobs, DagConfig, JobOutcome, JobProgress, JobReport, ProgressFn, RunError, RunJobsOptions,
+};
 use fullerene_tests::{MasterCluster, FAST_LIVENESS};
 
 /// The reference machine of the workload files.
@@ -35,6 +38,11 @@ const FIVE_JOBS: [&str; 5] = [
 
 /// Real seconds per second of the workload's durations.
 const TIME_SCALE: f64 = 0.005;
+
+/// The time scale of the tests that kill a process mid-run: slow enough that the jobs run for
+/// several of the leader's view intervals (half a second), so that the test sees tasks on the
+/// agents and kills while they are still there.
+const KILL_TIME_SCALE: f64 = 4.0 * TIME_SCALE;
 
 /// The longest a `job run` may take before the test gives up on it.
 const JOB_TIMEOUT: Duration = Duration::from_secs(50);
@@ -65,14 +73,42 @@ fn start_job_run_scaled(cluster: &MasterCluster, file: &Path, time_scale: f64) -
         .expect("start fullerene job run")
 }
 
+/// Jobs run by the SDK's DAG-job framework in this process ([`start_jobs_in_process`]).
+struct InProcessRun {
+    handle: JoinHandle<Result<Vec<JobReport>, RunError>>,
+    /// Each job's latest progress as its framework reported it.
+    progress: Arc<Mutex<BTreeMap<usize, JobProgress>>>,
+}
+
+impl InProcessRun {
+    /// What the frameworks say of their jobs, one line each, for a failure message.
+    fn describe(&self) -> String {
+        let ended = if self.handle.is_finished() {
+            "the run has ended"
+        } else {
+            "the run goes on"
+        };
+        let progress = self.progress.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut text = format!("{ended}; the jobs as their frameworks see them:\n");
+        if progress.is_empty() {
+            text.push_str("  (no progress reported yet)\n");
+        }
+        for (index, p) in progress.iter() {
+            text.push_str(&format!(
+                "  job {index} {}: {} tasks, {} running, {} finished, {} failed attempts, {:?}\n",
+                p.name, p.tasks, p.running, p.finished, p.failed_attempts, p.outcome
+            ));
+        }
+        text
+    }
+}
+
 /// Runs the jobs of `file` with the SDK's DAG-job framework in this process (on its own
 /// thread and runtime, so that the test can kill processes meanwhile), with the SDK's
-/// defaults.
-fn start_jobs_in_process(
-    cluster: &MasterCluster,
-    file: &Path,
-    time_scale: f64,
-) -> JoinHandle<Result<Vec<JobReport>, RunError>> {
+/// defaults. The SDK's log goes to `job-run.log` in the cluster's directory, as a
+/// subprocess's does.
+fn start_jobs_in_process(cluster: &MasterCluster, file: &Path, time_scale: f64) -> InProcessRun {
+    log_in_process_to(&cluster.dir().join("job-run.log"));
     let jobs = fullerene_sdk::read_workload(file).expect("a valid workload");
     let tls = cluster.framework_tls(1);
     let dag = DagConfig {
@@ -80,33 +116,59 @@ fn start_jobs_in_process(
         ..DagConfig::default()
     };
     let options = RunJobsOptions::new(cluster.addrs.values().copied().collect(), dag);
-    std::thread::spawn(move || {
+    let progress = Arc::new(Mutex::new(BTreeMap::new()));
+    let record = Arc::clone(&progress);
+    let report: ProgressFn = Arc::new(move |index, p: &JobProgress| {
+        record
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(index, p.clone());
+    });
+    let handle = std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
             .expect("a tokio runtime");
-        runtime.block_on(run_jobs(jobs, &tls, options, None))
-    })
+        runtime.block_on(run_jobs(jobs, &tls, options, Some(report)))
+    });
+    InProcessRun { handle, progress }
+}
+
+/// Sends this process's `tracing` log (the in-process SDK's) to `path`, at the level a job
+/// run's subprocess logs at; once per process (each test is its own process under nextest;
+/// under `cargo test` the first test's file keeps it).
+fn log_in_process_to(path: &Path) {
+    let Ok(file) = File::create(path) else {
+        return;
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(
+            "info,fullerene_sdk=debug",
+        ))
+        .with_ansi(false)
+        .with_writer(Mutex::new(file))
+        .try_init();
 }
 
 /// Waits for in-process jobs to end; their reports. Fails the test if they do not end in
 /// time or any job did not finish.
 fn finish_in_process(
     cluster: &MasterCluster,
-    run: JoinHandle<Result<Vec<JobReport>, RunError>>,
+    run: InProcessRun,
     started: Instant,
 ) -> Vec<JobReport> {
-    while !run.is_finished() {
+    while !run.handle.is_finished() {
         assert!(
             started.elapsed() < JOB_TIMEOUT,
-            "the jobs did not finish within {JOB_TIMEOUT:?}; state: {}\n{}",
+            "the jobs did not finish within {JOB_TIMEOUT:?}; {}state: {}\n{}",
+            run.describe(),
             cluster.http_state().unwrap_or_default(),
             logs(cluster)
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    let reports = match run.join() {
+    let reports = match run.handle.join() {
         Ok(Ok(reports)) => reports,
         Ok(Err(e)) => panic!("the jobs could not run: {e}\n{}", logs(cluster)),
         Err(_) => panic!("the jobs' thread panicked\n{}", logs(cluster)),
@@ -254,22 +316,30 @@ fn assert_all_free(cluster: &MasterCluster) -> serde_json::Value {
     }
 }
 
-/// Waits until the leader's `/state` shows running tasks and returns the agent with the most of
-/// them (its number); fails the test if none shows within `timeout`.
-fn wait_for_busiest_agent(cluster: &MasterCluster, timeout: Duration) -> u64 {
+/// Waits until the leader's `/state` shows tasks on agents (launched there and not ended:
+/// staging or running) and returns the agent with the most of them (its number); fails the
+/// test if none shows within `timeout`. The view is rebuilt at most every half second, and a
+/// short task spends most of its life staging, so staging tasks count too.
+fn wait_for_busiest_agent(
+    cluster: &MasterCluster,
+    timeout: Duration,
+    run: Option<&InProcessRun>,
+) -> u64 {
     let started = Instant::now();
+    let mut last_state = None;
     while started.elapsed() < timeout {
-        let mut running: BTreeMap<String, usize> = BTreeMap::new();
+        let mut on_agent: BTreeMap<String, usize> = BTreeMap::new();
         if let Some(state) = cluster.http_state() {
             for task in state["tasks"].as_array().into_iter().flatten() {
-                if task["state"] == "Running" {
+                if task["state"] == "Running" || task["state"] == "Staging" {
                     if let Some(agent) = task["agent_id"].as_str() {
-                        *running.entry(agent.to_string()).or_default() += 1;
+                        *on_agent.entry(agent.to_string()).or_default() += 1;
                     }
                 }
             }
+            last_state = Some(state);
         }
-        let busiest = running
+        let busiest = on_agent
             .into_iter()
             .max_by_key(|(_, n)| *n)
             .and_then(|(agent, _)| agent.strip_prefix("agent-")?.parse().ok());
@@ -278,7 +348,33 @@ fn wait_for_busiest_agent(cluster: &MasterCluster, timeout: Duration) -> u64 {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    panic!("no task ran within {timeout:?}\n{}", logs(cluster));
+    panic!(
+        "no task was launched within {timeout:?}; {}{}\n{}",
+        summarize_state(last_state.as_ref()),
+        run.map(InProcessRun::describe).unwrap_or_default(),
+        logs(cluster)
+    );
+}
+
+/// The leader's `/state` in a few lines (how many frameworks, agents by state, tasks by
+/// state), for a failure message whose logs may be cut.
+fn summarize_state(state: Option<&serde_json::Value>) -> String {
+    let Some(state) = state else {
+        return "no master ever answered /state\n".into();
+    };
+    let count_by = |list: &str, field: &str| {
+        let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+        for item in state[list].as_array().into_iter().flatten() {
+            *counts.entry(item[field].to_string()).or_default() += 1;
+        }
+        counts
+    };
+    format!(
+        "the leader's last /state: {} frameworks, agents by state {:?}, tasks by state {:?}\n",
+        state["frameworks"].as_array().map_or(0, Vec::len),
+        count_by("agents", "state"),
+        count_by("tasks", "state"),
+    )
 }
 
 /// Three masters and `agents` agents, all registered.
@@ -333,12 +429,10 @@ fn jobs_finish_on_the_remaining_agents_after_an_agent_is_killed() {
     let mut cluster = cluster(3);
     let file = workload(&cluster, &FIVE_JOBS);
     let started = Instant::now();
-    let run = start_jobs_in_process(&cluster, &file, 4.0 * TIME_SCALE);
+    let run = start_jobs_in_process(&cluster, &file, KILL_TIME_SCALE);
     // Task at a time packs the agents it visits first, so which agent runs tasks is not known
-    // in advance: the agent killed is the one the leader shows running the most. The tasks
-    // last four times longer than elsewhere, so that the leader's view (published at
-    // intervals) shows them running and the kill finds them still running.
-    let victim = wait_for_busiest_agent(&cluster, Duration::from_secs(20));
+    // in advance: the agent killed is the one the leader shows with the most tasks.
+    let victim = wait_for_busiest_agent(&cluster, Duration::from_secs(20), Some(&run));
     cluster.kill_agent(victim);
     let reports = finish_in_process(&cluster, run, started);
     let lost: u64 = reports.iter().map(|r| r.failed_attempts).sum();
@@ -369,12 +463,17 @@ fn jobs_finish_after_the_leading_master_is_killed() {
     let mut cluster = cluster(2);
     let file = workload(&cluster, &FIVE_JOBS);
     let started = Instant::now();
-    let run = start_jobs_in_process(&cluster, &file, TIME_SCALE);
-    wait_for_busiest_agent(&cluster, Duration::from_secs(20));
+    let run = start_jobs_in_process(&cluster, &file, KILL_TIME_SCALE);
+    wait_for_busiest_agent(&cluster, Duration::from_secs(20), Some(&run));
     let Some(leader) = cluster.wait_for_leader(Duration::from_secs(5)) else {
         panic!("no leader\n{}", logs(&cluster));
     };
     cluster.kill(leader);
+    assert!(
+        !run.handle.is_finished(),
+        "the jobs ended before the leader was killed: {}",
+        run.describe()
+    );
     let reports = finish_in_process(&cluster, run, started);
     let Some(new_leader) = cluster.wait_for_leader(Duration::from_secs(10)) else {
         panic!("no new leader\n{}", logs(&cluster));
@@ -462,7 +561,7 @@ fn ctrl_c_on_job_run_tears_its_frameworks_down_and_frees_the_agents() {
     let file = workload(&cluster, &["tpch-q1-2g", "tpch-q3-2g"]);
     // Tasks of seconds: the jobs are still running when the signal comes.
     let child = start_job_run_scaled(&cluster, &file, 1.0);
-    wait_for_busiest_agent(&cluster, Duration::from_secs(20));
+    wait_for_busiest_agent(&cluster, Duration::from_secs(20), None);
     let sent = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status()
