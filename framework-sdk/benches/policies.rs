@@ -26,6 +26,7 @@ fn offer(now_s: f64, machines: f64, share: f64) -> OfferContext {
         now_s,
         cluster_capacity: machine().scale(machines),
         fair_share: machine().scale(machines * share),
+        guaranteed: false,
     }
 }
 

@@ -112,6 +112,14 @@ pub enum Admission {
         /// The masters' reason.
         reason: String,
     },
+    /// Accepted, then rejected by the masters' adapter after a loss of capacity (Rayon §5.2):
+    /// the job ran as best effort from then on.
+    Withdrawn {
+        /// The reservation's name.
+        name: String,
+        /// The masters' reason (which window or bundle no longer fits).
+        reason: String,
+    },
 }
 
 /// `job`'s request: its stages' atoms ordered by the DAG's levels, inside `window(s=lead_ms,

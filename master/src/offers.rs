@@ -109,7 +109,8 @@ impl OfferBook {
     }
 
     /// Records an offer of `resources` of `agent` to `framework`, valid until
-    /// `expires_at_ms`, and returns it as the framework will receive it.
+    /// `expires_at_ms` (naming `reservation` when it comes out of its guarantee), and returns it
+    /// as the framework will receive it.
     #[allow(clippy::too_many_arguments)]
     pub fn open(
         &mut self,
@@ -121,6 +122,7 @@ impl OfferBook {
         kind: OfferKind,
         expires_at_ms: UnixMillis,
         fair_share: ResourceVec,
+        reservation: Option<&str>,
     ) -> Offer {
         let id = OfferId((self.epoch << COUNTER_BITS) | (self.next & ((1 << COUNTER_BITS) - 1)));
         self.next += 1;
@@ -134,6 +136,7 @@ impl OfferBook {
             kind,
             expires_at_ms,
             fair_share: fair_share.into(),
+            reservation: reservation.map(str::to_string),
         };
         self.offers.insert(
             id,
@@ -720,6 +723,10 @@ impl OfferManager {
             .allocator
             .fair_share(state.allocation(), &decision.framework)
             .unwrap_or(ResourceVec::ZERO);
+        let reservation = decision
+            .guaranteed
+            .then(|| state.reservation_of(&decision.framework))
+            .flatten();
         self.book.open(
             &decision.framework,
             &decision.agent,
@@ -730,6 +737,7 @@ impl OfferManager {
             // The CLI bounds the TTL; a library caller's huge one never wraps into the past.
             now_ms.saturating_add(self.offer_ttl_ms),
             fair_share,
+            reservation,
         )
     }
 
@@ -775,6 +783,7 @@ mod tests {
             OfferKind::Regular,
             expires,
             ResourceVec::ZERO,
+            None,
         )
         .id
     }

@@ -493,6 +493,20 @@ pub enum ClusterEvent {
         /// The plan's reason (which atom and window no longer fit).
         reason: String,
     },
+    /// A reservation's time is over, and the jobs tagged with it judged it (issue 17's
+    /// fulfilment, Rayon §6).
+    ReservationClosed {
+        /// Its name.
+        reservation: String,
+        /// Its owner.
+        principal: String,
+        /// `fulfilled` (every job tagged with it ended by its end), `late` or `unused`.
+        outcome: String,
+        /// The jobs that ran in it.
+        jobs: u32,
+        /// Of those, the ones still running at its end.
+        late_jobs: u32,
+    },
     /// One Raft entry gave more events than its sequence numbers hold
     /// ([`EVENT_SEQ_STRIDE`]): this many after the last one were not recorded.
     EventsOmitted {
@@ -525,6 +539,7 @@ impl ClusterEvent {
             ClusterEvent::ReservationAccepted { .. } => "reservation_accepted",
             ClusterEvent::ReservationDeleted { .. } => "reservation_deleted",
             ClusterEvent::ReservationRejected { .. } => "reservation_rejected",
+            ClusterEvent::ReservationClosed { .. } => "reservation_closed",
             ClusterEvent::EventsOmitted { .. } => "events_omitted",
         }
     }

@@ -368,6 +368,11 @@ pub struct Offer {
     /// §3.3.1's input for `T_k`: DRF by progressive filling with demand caps), as of this
     /// offer. Empty when the master computes none.
     pub fair_share: Resources,
+    /// The reservation whose guaranteed capacity (Rayon §5.2's plan follower) this offer comes
+    /// out of, at least in part: the one a job of this framework runs in. Unset for capacity
+    /// offered under the fairness policy, which a reservation may reclaim.
+    #[serde(default)]
+    pub reservation: Option<String>,
 }
 
 /// A task's current state, as reported by reconciliation and status listings.
@@ -814,6 +819,11 @@ pub enum MasterToFramework {
         /// Who tore it down, and why.
         reason: String,
     },
+    /// A reservation of the framework's principal ended: the adapter rejected it after a loss
+    /// of capacity, or its time is over (fulfilled, late or unused). Sent by the leader to the
+    /// principal's frameworks connected to it when the change applies; one that was not
+    /// connected finds it in the principal's rejected reservations and the events stream.
+    ReservationEnded(crate::reservations::ReservationNotice),
 }
 
 /// Successful answers to framework calls.

@@ -146,6 +146,75 @@ pub struct RejectedReservationInfo {
     pub rejected_at_ms: u64,
 }
 
+/// How an accepted reservation ended, as its owner's frameworks are told
+/// ([`crate::messages::MasterToFramework::ReservationEnded`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+// Externally tagged: the binary codec cannot read internally tagged enums.
+#[serde(rename_all = "snake_case")]
+pub enum ReservationVerdict {
+    /// The adapter took it out of the plan after a loss of capacity (Rayon §5.2): what was
+    /// promised no longer fits, and jobs running in it continue as best effort.
+    Rejected {
+        /// Which window or bundle no longer fits.
+        reason: String,
+    },
+    /// Its time is over and every job tagged with it ended by its end.
+    Fulfilled {
+        /// The jobs that ran in it.
+        jobs: u32,
+    },
+    /// Its time is over and some job tagged with it was still running at its end.
+    Late {
+        /// The jobs that ran in it.
+        jobs: u32,
+        /// Of those, the ones that ended after its end (or have not ended).
+        late_jobs: u32,
+    },
+    /// Its time is over and no job ran in it.
+    Unused,
+}
+
+impl ReservationVerdict {
+    /// `rejected`, `fulfilled`, `late` or `unused`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ReservationVerdict::Rejected { .. } => "rejected",
+            ReservationVerdict::Fulfilled { .. } => "fulfilled",
+            ReservationVerdict::Late { .. } => "late",
+            ReservationVerdict::Unused => "unused",
+        }
+    }
+
+    /// The jobs that ran in it (none known for a rejected one).
+    pub fn jobs(&self) -> u32 {
+        match self {
+            ReservationVerdict::Fulfilled { jobs } | ReservationVerdict::Late { jobs, .. } => *jobs,
+            ReservationVerdict::Rejected { .. } | ReservationVerdict::Unused => 0,
+        }
+    }
+
+    /// The jobs that ran in it and ended after its end.
+    pub fn late_jobs(&self) -> u32 {
+        match self {
+            ReservationVerdict::Late { late_jobs, .. } => *late_jobs,
+            _ => 0,
+        }
+    }
+}
+
+/// An accepted reservation that ended: its name and how.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+pub struct ReservationNotice {
+    /// Its name (free again for a new reservation).
+    pub name: String,
+    /// How it ended.
+    pub verdict: ReservationVerdict,
+    /// When, milliseconds since the Unix epoch (the leader's clock).
+    pub at_ms: u64,
+}
+
 /// One principal's caps in the sharing policy (Rayon §5.2): what its reservations may hold, as
 /// fractions of the cluster's capacity, each resource kind on its own.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]

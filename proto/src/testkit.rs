@@ -101,6 +101,7 @@ pub fn offer(
         kind: OfferKind::Regular,
         expires_at_ms,
         fair_share: crate::Resources::default(),
+        reservation: None,
     }
 }
 

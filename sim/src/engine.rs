@@ -804,6 +804,7 @@ impl<'a> Engine<'a> {
             now_s: self.now_s,
             cluster_capacity: self.cluster_capacity,
             fair_share,
+            guaranteed: offer.guaranteed,
         };
         let fw = self.frameworks[f].as_mut().ok_or_else(|| {
             SimError::Internal(format!(

@@ -44,8 +44,10 @@ use crate::TransportError;
 /// reservations (`fullerene_proto::reservations`): operators' and frameworks' calls, their
 /// answers and the cluster view's list, whose binary encoding older peers cannot read.
 /// Version 7 acknowledges a framework's status updates in batches (`Acknowledge` carries a
-/// list).
-pub const ALPN_PROTOCOL: &[u8] = b"fullerene/7";
+/// list). Version 8 names the reservation an offer's guaranteed capacity comes from
+/// (`Offer::reservation`) and tells frameworks when their principal's reservations end
+/// (`MasterToFramework::ReservationEnded`).
+pub const ALPN_PROTOCOL: &[u8] = b"fullerene/8";
 
 /// The DNS name every master certificate carries and every client asks for.
 ///

@@ -263,6 +263,20 @@ pub(crate) fn describe(event: &ClusterEvent) -> (String, String) {
             format!("reservation {reservation}"),
             format!("rejected for {principal}: {reason}"),
         ),
+        ClusterEvent::ReservationClosed {
+            reservation,
+            principal,
+            outcome,
+            jobs,
+            late_jobs,
+        } => (
+            format!("reservation {reservation}"),
+            if *late_jobs > 0 {
+                format!("closed {outcome} for {principal}: {late_jobs} of {jobs} jobs late")
+            } else {
+                format!("closed {outcome} for {principal}: {jobs} jobs")
+            },
+        ),
         ClusterEvent::EventsOmitted { count } => {
             (String::new(), format!("{count} more events of this entry"))
         }
@@ -300,6 +314,15 @@ mod tests {
         });
         assert_eq!(subject, "framework fw-1");
         assert_eq!(detail, "failover timeout passed, 2 tasks killed");
+        let (subject, detail) = describe(&ClusterEvent::ReservationClosed {
+            reservation: "etl".into(),
+            principal: "alice".into(),
+            outcome: "late".into(),
+            jobs: 3,
+            late_jobs: 1,
+        });
+        assert_eq!(subject, "reservation etl");
+        assert_eq!(detail, "closed late for alice: 1 of 3 jobs late");
         let record = EventRecord {
             seq: 5_000_001,
             index: 5,

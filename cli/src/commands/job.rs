@@ -686,6 +686,9 @@ fn deadline_cell(job: &JobReport) -> String {
     match &deadline.admission {
         Admission::Accepted { .. } => format!("{met} ({window}, reserved)"),
         Admission::Refused { .. } => format!("{met} ({window}, best effort: refused)"),
+        Admission::Withdrawn { .. } => {
+            format!("{met} ({window}, best effort: reservation rejected)")
+        }
         Admission::Unanswered => format!("{met} ({window}, best effort: no answer)"),
     }
 }
@@ -782,6 +785,10 @@ impl Summary {
                 Admission::Refused { reason } => {
                     Some(format!("\n  {}: reservation refused: {reason}", job.name))
                 }
+                Admission::Withdrawn { name, reason } => Some(format!(
+                    "\n  {}: reservation `{name}` rejected after a loss of capacity: {reason}",
+                    job.name
+                )),
                 _ => None,
             })
             .collect();
@@ -945,15 +952,23 @@ mod tests {
             ),
             with("d", 3_000, Admission::Unanswered),
             report("e", JobOutcome::Finished { jct_ms: 9_000 }),
+            with(
+                "f",
+                1_800,
+                Admission::Withdrawn {
+                    name: "r-f".into(),
+                    reason: "agent lost".into(),
+                },
+            ),
         ];
         let s = Summary::of(Path::new("w.jsonl"), "graphene", 1.0, jobs);
         assert_eq!(
             s.deadlines,
             Some(DeadlineSummary {
-                jobs: 4,
+                jobs: 5,
                 accepted: 2,
                 met_accepted: 1,
-                met_unreserved: 1,
+                met_unreserved: 2,
             })
         );
         let text = s.render();
@@ -961,9 +976,18 @@ mod tests {
         assert!(text.contains("late (2.0 s, reserved)"), "{text}");
         assert!(text.contains("met (2.0 s, best effort: refused)"), "{text}");
         assert!(text.contains("c: reservation refused: no room"), "{text}");
+        // A reservation the adapter rejected mid-run: the job was best effort from then on.
+        assert!(
+            text.contains("met (2.0 s, best effort: reservation rejected)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("f: reservation `r-f` rejected after a loss of capacity: agent lost"),
+            "{text}"
+        );
         assert!(
             text.contains(
-                "4 jobs, 2 reserved, 1 of them met their deadline; 1 of the 2 unreserved"
+                "5 jobs, 2 reserved, 1 of them met their deadline; 2 of the 3 unreserved"
             ),
             "{text}"
         );

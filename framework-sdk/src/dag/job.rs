@@ -442,6 +442,9 @@ impl DagJob {
                 now_s,
                 cluster_capacity,
                 fair_share,
+                // The masters name a reservation only on offers made out of its guarantee to
+                // the framework whose job runs in it.
+                guaranteed: offer.reservation.is_some(),
             };
             let Some(policy) = self.policy.as_mut() else {
                 break;

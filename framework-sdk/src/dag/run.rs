@@ -13,7 +13,9 @@ use fullerene_client::event_log::{Event, EventLog};
 
 use super::journal::{Journal, JournalError, Record};
 use fullerene_proto::messages::{ErrorCode, FrameworkRequest, Offer, StatusUpdate, WireError};
-use fullerene_proto::reservations::{ReservationCall, MAX_RESERVATION_NAME_BYTES};
+use fullerene_proto::reservations::{
+    ReservationCall, ReservationNotice, ReservationVerdict, MAX_RESERVATION_NAME_BYTES,
+};
 use fullerene_proto::time::SystemClock;
 use fullerene_proto::{FrameworkId, TaskKey};
 use fullerene_transport::{Client, TlsMaterial, TransportConfig};
@@ -375,6 +377,25 @@ impl Scheduler for DagScheduler {
         if let FrameworkRequest::EndJob { .. } = request {
             self.end_recorded = true;
             self.apply(driver, Vec::new());
+        }
+    }
+
+    fn reservation_ended(&mut self, _driver: &mut DriverHandle, notice: &ReservationNotice) {
+        let ours = self.dag.reservation() == Some(notice.name.as_str());
+        let ReservationVerdict::Rejected { reason } = &notice.verdict else {
+            tracing::info!(job = %self.dag.job().name, reservation = %notice.name, verdict = notice.verdict.name(), "a reservation of this principal ended");
+            return;
+        };
+        if !ours {
+            tracing::info!(job = %self.dag.job().name, reservation = %notice.name, %reason, "the masters rejected another reservation of this principal");
+            return;
+        }
+        tracing::warn!(job = %self.dag.job().name, reservation = %notice.name, %reason, "the masters rejected the job's reservation after a loss of capacity: it runs as best effort");
+        if let Some(deadline) = &mut self.deadline {
+            deadline.admission = Admission::Withdrawn {
+                name: notice.name.clone(),
+                reason: reason.clone(),
+            };
         }
     }
 

@@ -607,6 +607,30 @@ fn a_job_with_a_deadline_reserves_before_it_describes_itself() {
     assert!(!again
         .iter()
         .any(|c| matches!(c, FrameworkRequest::Reservation(_))));
+    // Another reservation of the principal ending changes nothing; the adapter rejecting the
+    // job's own after a loss of capacity withdraws it, and the job goes on as best effort.
+    use fullerene_proto::reservations::{ReservationNotice, ReservationVerdict};
+    let rejected = |name: &str| ReservationNotice {
+        name: name.into(),
+        verdict: ReservationVerdict::Rejected {
+            reason: "agent lost: no room".into(),
+        },
+        at_ms: 1,
+    };
+    assert!(calls(&mut |h| s.reservation_ended(h, &rejected("q2.fw-8"))).is_empty());
+    assert!(matches!(
+        s.deadline_report().map(|d| d.admission),
+        Some(Admission::Accepted { .. })
+    ));
+    assert!(calls(&mut |h| s.reservation_ended(h, &rejected("q1.fw-7"))).is_empty());
+    assert_eq!(
+        s.deadline_report().map(|d| d.admission),
+        Some(Admission::Withdrawn {
+            name: "q1.fw-7".into(),
+            reason: "agent lost: no room".into()
+        })
+    );
+    assert!(!s.dag().is_done());
 
     // Lost with the session: asked again on reconnection; the retry finds the first attempt.
     let mut s = scheduler(Some(request.clone()));

@@ -18,7 +18,7 @@ use fullerene_proto::messages::{
     CallOk, DemandSummary, ErrorCode, FrameworkCall, FrameworkRequest, MasterToFramework, Offer,
     Redirect, StatusAck, StatusUpdate, WireError, MAX_ACKS_PER_CALL,
 };
-use fullerene_proto::reservations::{ReservationCall, ReservationInfo};
+use fullerene_proto::reservations::{ReservationCall, ReservationInfo, ReservationNotice};
 use fullerene_proto::time::Time;
 use fullerene_proto::{FrameworkId, OfferId};
 
@@ -154,6 +154,9 @@ pub enum DriverEvent {
         /// Set when more follow (ask again with `after` set to it).
         next: Option<String>,
     },
+    /// A reservation of the framework's principal ended: the adapter rejected it after a loss
+    /// of capacity (Rayon §5.2), or its time is over, with the masters' verdict.
+    ReservationEnded(ReservationNotice),
     /// The driver stops: nothing more will happen.
     Fatal(DriverError),
 }
@@ -421,6 +424,9 @@ impl DriverCore {
                 vec![Action::Deliver(DriverEvent::Rescinded(offer_ids))]
             }
             MasterToFramework::Update(update) => self.update(update),
+            MasterToFramework::ReservationEnded(notice) => {
+                vec![Action::Deliver(DriverEvent::ReservationEnded(notice))]
+            }
             MasterToFramework::TornDown { reason } => {
                 // The framework is gone with everything it held: calls in flight are moot (the
                 // masters ended its tasks), and failing them one by one would only have the

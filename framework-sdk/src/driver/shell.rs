@@ -10,7 +10,7 @@ use fullerene_proto::messages::{
     DemandSummary, FrameworkRequest, Leftover, MasterToFramework, Offer, SessionOpen, StatusUpdate,
     TaskSpec, WireError,
 };
-use fullerene_proto::reservations::{ReservationCall, ReservationInfo};
+use fullerene_proto::reservations::{ReservationCall, ReservationInfo, ReservationNotice};
 use fullerene_proto::time::{SystemClock, Time};
 use fullerene_proto::{FrameworkId, OfferId, TaskId};
 use fullerene_transport::{
@@ -69,6 +69,13 @@ pub trait Scheduler: Send {
         _next: Option<&str>,
     ) {
     }
+
+    /// A reservation of the framework's principal ended: the masters' adapter rejected it
+    /// after a loss of capacity (jobs running in it are best effort from now on), or its time
+    /// is over and the masters judged it. Told once to each of the principal's frameworks
+    /// connected to the leader when it happens (at least once: a leader change may repeat it);
+    /// one that was away finds rejections in the masters' rejected list.
+    fn reservation_ended(&mut self, _driver: &mut DriverHandle, _notice: &ReservationNotice) {}
 
     /// Called about every [`RunOptions::tick`], for the scheduler's own timers.
     fn tick(&mut self, _driver: &mut DriverHandle) {}
@@ -200,6 +207,7 @@ pub fn deliver<S: Scheduler + ?Sized>(
         DriverEvent::Reservations { reservations, next } => {
             scheduler.reservations(handle, &reservations, next.as_deref());
         }
+        DriverEvent::ReservationEnded(notice) => scheduler.reservation_ended(handle, &notice),
         DriverEvent::Fatal(error) => {
             scheduler.fatal(&error);
             return Some(error);

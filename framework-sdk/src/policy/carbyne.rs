@@ -255,9 +255,12 @@ impl JobPolicy for CarbynePolicy {
     }
 
     fn on_offer(&mut self, job: &Job, state: &JobState, offer: &OfferContext) -> OfferDecision {
-        if offer.kind == OfferKind::Leftover || !self.altruistic_now() {
-            // Carbyne §3.3.4: leftovers go to whoever can use them; and a job that is not
-            // altruistic this time (§3.4.2) is as greedy as its inner policy.
+        if offer.kind == OfferKind::Leftover || offer.guaranteed || !self.altruistic_now() {
+            // Carbyne §3.3.4: leftovers go to whoever can use them; a job that is not
+            // altruistic this time (§3.4.2) is as greedy as its inner policy. Departure
+            // (Rayon §5.2 on two-level offers): a reserved job's guaranteed capacity is not
+            // its fair share, so yielding it would only return it to the guarantee tier; it is
+            // taken greedily too.
             return self.inner.on_offer(job, state, offer);
         }
         let Some(must_start) = self.tasks_to_start_now(job, state, offer) else {

@@ -269,6 +269,7 @@ mod tests {
             now_s: 0.0,
             cluster_capacity: res(capacity),
             fair_share: res(capacity),
+            guaranteed: false,
         }
     }
 

@@ -31,6 +31,11 @@ pub struct OfferContext {
     /// active in each group. Zero where the caller knows the policy does not read it
     /// ([`JobPolicy::reads_fair_share`]).
     pub fair_share: ResourceVec,
+    /// Whether it comes out of the guarantee of the reservation the job runs in (Rayon §5.2:
+    /// the plan follower's guaranteed capacity). A policy should not give it away: Carbyne's
+    /// altruism takes it as greedily as a leftover, since what the job leaves of it goes to
+    /// best effort and the reservation is owed it again in the next cycle.
+    pub guaranteed: bool,
 }
 
 /// A policy's answer to an offer.

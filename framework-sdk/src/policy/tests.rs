@@ -135,6 +135,7 @@ fn run_cluster_with_losses(
                             now_s: now,
                             cluster_capacity: cluster,
                             fair_share: share,
+                            guaranteed: false,
                         };
                         let seat = &mut seats[j];
                         let d = seat.policy.on_offer(&seat.job, &seat.state, &offer);
@@ -165,6 +166,7 @@ fn run_cluster_with_losses(
                             now_s: now,
                             cluster_capacity: cluster,
                             fair_share: share,
+                            guaranteed: false,
                         };
                         let d = seat.policy.on_offer(&seat.job, &seat.state, &offer);
                         check_fits(&seat.job, &d.launch, &free, &capacity);
@@ -190,6 +192,7 @@ fn run_cluster_with_losses(
                                 now_s: now,
                                 cluster_capacity: cluster,
                                 fair_share: share,
+                                guaranteed: false,
                             };
                             let seat = &mut seats[j];
                             let d = seat.policy.on_offer(&seat.job, &seat.state, &offer);
@@ -534,6 +537,7 @@ fn carbyne_fig2_offer(kind: OfferKind) -> OfferContext {
         now_s: 0.0,
         cluster_capacity: res("cpus=1"),
         fair_share: res("cpus=0.5"),
+        guaranteed: false,
     }
 }
 
@@ -557,6 +561,14 @@ fn carbyne_plans_t_k_and_yields_what_need_not_start_now() {
     let leftover = carbyne.on_offer(j1, &state, &carbyne_fig2_offer(OfferKind::Leftover));
     assert_eq!(leftover.launch.len(), 5);
     assert_eq!(leftover.leftover, LeftoverAction::Decline);
+    // So it is on a reservation's guaranteed capacity, which is not its fair share to give.
+    let guaranteed = OfferContext {
+        guaranteed: true,
+        ..carbyne_fig2_offer(OfferKind::Regular)
+    };
+    let reserved = carbyne.on_offer(j1, &state, &guaranteed);
+    assert_eq!(reserved.launch.len(), 5);
+    assert_eq!(reserved.leftover, LeftoverAction::Decline);
 }
 
 #[test]
@@ -720,6 +732,7 @@ proptest! {
             now_s: 40.0,
             cluster_capacity: capacity.scale(3.0),
             fair_share: capacity.scale(3.0 * share_frac),
+            guaranteed: false,
         };
         for kind in PolicyKind::ALL {
             let mut policy = policy_for(kind, &job);

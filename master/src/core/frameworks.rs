@@ -311,6 +311,25 @@ impl FrameworkSessions {
         }
     }
 
+    /// Sends `message` to every framework of `principal` connected here.
+    pub(crate) fn tell_principal(
+        &self,
+        state: &ClusterState,
+        principal: &str,
+        message: &MasterToFramework,
+        out: &mut Outbox,
+    ) {
+        for (framework_id, link) in &self.links {
+            let owned = state
+                .frameworks()
+                .get(framework_id)
+                .is_some_and(|entry| entry.principal == principal);
+            if owned {
+                out.send_framework(link.session, message.clone());
+            }
+        }
+    }
+
     /// Pushes the status updates an applied command's outcome carries to their frameworks.
     pub(crate) fn push_outcome(&self, outcome: &CommandOutcome, out: &mut Outbox) {
         match outcome {

@@ -57,7 +57,7 @@ impl<S: RaftStore> MasterCore<S> {
     pub(super) fn on_leadership(&mut self, now: Now) {
         self.agents.on_leadership(self.node.state(), now.monotonic);
         self.drains.on_leadership();
-        self.following.on_leadership();
+        self.following.on_leadership(self.node.state());
         self.frameworks
             .on_leadership(self.node.state(), now.monotonic);
         // Plans of an earlier term's cycle are for another allocator: never committed.

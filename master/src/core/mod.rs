@@ -965,6 +965,9 @@ impl<S: RaftStore> MasterCore<S> {
             };
             self.settle(token, settled, now);
         }
+        if self.node.is_leader() {
+            self.tell_reservation_owners();
+        }
         for (token, error) in output.dropped {
             self.settle(token, Settled::Dropped(error), now);
         }

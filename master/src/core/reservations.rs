@@ -30,6 +30,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use fullerene_proto::messages::MasterToFramework;
 use fullerene_proto::{FrameworkId, Now, ResourceVec, TaskKey, Time};
 use fullerene_reservation::{
     packed_bundle, AgentRoom, BestEffortTask, Candidates, FollowerDecision, PlanFollower,
@@ -82,6 +83,9 @@ pub(crate) struct Following {
     last_close: Option<Time>,
     /// What the follower decided last, for tests and the operator's views.
     last: FollowerDecision,
+    /// The reservations rejected and closed in all when their owners were last told
+    /// ([`MasterCore::tell_reservation_owners`]).
+    told: (u64, u64),
 }
 
 impl Following {
@@ -101,12 +105,16 @@ impl Following {
             next_close: None,
             last_close: None,
             last: FollowerDecision::default(),
+            told: (0, 0),
         }
     }
 
-    /// This master became leader: the follower starts afresh (see the module documentation).
-    pub(crate) fn on_leadership(&mut self) {
+    /// This master became leader: the follower starts afresh (see the module documentation),
+    /// and its owners are told of the reservations that end from now on (`state`'s totals).
+    pub(crate) fn on_leadership(&mut self, state: &ClusterState) {
         *self = Following::new(Duration::from_millis(self.follower.grace_ms()));
+        let reservations = state.reservations();
+        self.told = (reservations.rejected_total(), reservations.closed_total());
     }
 
     /// A preemption this leader proposed settled: its tasks may be named again.
@@ -137,19 +145,10 @@ struct Loads {
     agents: Vec<AgentRoom>,
 }
 
-/// The reservation a live framework's jobs run in: its first unended job's that names an
-/// accepted reservation.
+/// The reservation a live framework's jobs run in ([`ClusterState::reservation_of`]).
 fn reservation_of(state: &ClusterState, framework: &FrameworkId) -> Option<ReservationId> {
-    let entry = state.frameworks().get(framework)?;
-    if entry.torn_down_at_ms.is_some() {
-        return None;
-    }
-    entry
-        .jobs
-        .iter()
-        .filter(|job| job.end.is_none())
-        .filter_map(|job| job.description.reservation.as_deref())
-        .find_map(|name| state.reservations().id_of(name))
+    let name = state.reservation_of(framework)?;
+    state.reservations().id_of(name)
 }
 
 fn gather(state: &ClusterState, offers: &OfferManager) -> Loads {
@@ -363,5 +362,35 @@ impl<S: RaftStore> MasterCore<S> {
     /// What the plan follower decided last (empty unless leading with reservations).
     pub fn follower_decision(&self) -> &FollowerDecision {
         self.following.last()
+    }
+
+    /// On the leader, after applying: tells the owners' frameworks connected here of each
+    /// reservation that ended since the last call (rejected by the adapter after a loss of
+    /// capacity, Rayon §5.2, or closed with its verdict). At least once per leader: a new
+    /// leader tells of what its own applies end, so an end applied across a leader change may
+    /// be told twice, and a framework connected to no leader then reads it from the rejected
+    /// list or the events stream.
+    pub(super) fn tell_reservation_owners(&mut self) {
+        let reservations = self.node.state().reservations();
+        let totals = (reservations.rejected_total(), reservations.closed_total());
+        if totals == self.following.told {
+            return;
+        }
+        let (rejected, closed) = self.following.told;
+        for (principal, notice) in reservations.ended_since(rejected, closed) {
+            tracing::info!(
+                reservation = %notice.name,
+                principal,
+                verdict = notice.verdict.name(),
+                "a reservation ended; telling its owner"
+            );
+            self.frameworks.tell_principal(
+                self.node.state(),
+                principal,
+                &MasterToFramework::ReservationEnded(notice),
+                &mut self.out,
+            );
+        }
+        self.following.told = totals;
     }
 }

@@ -1921,6 +1921,7 @@ fn a_reservations_jobs_are_offered_their_guarantee_first_and_best_effort_is_pree
     let tasks: Vec<TaskSpec> = (1..=4)
         .map(|i| task(&format!("be-{i}"), ONE_TASK))
         .collect();
+    assert_eq!(offer.reservation, None, "no reservation yet: {offer:?}");
     let (answer, _) = h.accept(&best_effort, be_session, &offer, tasks);
     assert_eq!(answer, Some(Ok(CallOk::Done)));
     // It wants as much again: it would take whatever frees up.
@@ -2020,6 +2021,8 @@ fn a_reservations_jobs_are_offered_their_guarantee_first_and_best_effort_is_pree
     let mut launched = 0;
     for _ in 0..40 {
         for offer in offers_in(&outputs, prod_session) {
+            // Made out of the guarantee, so named for it.
+            assert_eq!(offer.reservation.as_deref(), Some("etl"), "{offer:?}");
             let fit = (cpus(&offer) as usize).min(2 - launched);
             if fit == 0 {
                 continue;
@@ -2042,6 +2045,68 @@ fn a_reservations_jobs_are_offered_their_guarantee_first_and_best_effort_is_pree
     // No more preemption once the shortfall is covered by what is free.
     let later = h.pass(Duration::from_secs(5));
     assert!(killed(&later).is_empty());
+}
+
+/// Issue 17, point 5: the adapter's rejection is told to the owner. `big` needs both agents'
+/// cpus for ten minutes; when one agent is lost it no longer fits, and the leader tells the
+/// frameworks of its owner connected to it why (another principal's hear nothing). When the
+/// time of `small` (which nobody used) is over, its owner is told it closed unused.
+#[test]
+fn a_reservations_owner_is_told_when_the_adapter_rejects_it_and_when_it_closes() {
+    use fullerene_proto::reservations::{ReservationNotice, ReservationVerdict};
+    let mut h = Harness::leader();
+    for agent in ["agent-1", "agent-2"] {
+        h.register_agent(agent, "cpus=4,mem_mib=4096");
+        h.heartbeating.push(AgentId::from(agent));
+    }
+    let (alice, _) = h.subscribe("alice", None);
+    let (bob, _) = h.subscribe("bob", None);
+    let wall = h.now.wall_ms();
+    h.now = h.now.after(Duration::from_millis(120_000 - wall));
+    h.reserve(
+        "big",
+        "window(atom(cpus=1,mem_mib=512; g=6, h=6, l=10m, w=60m), s=0, f=10m)",
+    );
+    h.reserve(
+        "small",
+        "window(atom(cpus=1,mem_mib=512; g=1, h=1, l=1m, w=1m), s=0, f=2m)",
+    );
+    let notices = |outputs: &[Output], session| -> Vec<ReservationNotice> {
+        to_framework(outputs, session)
+            .into_iter()
+            .filter_map(|message| match message {
+                MasterToFramework::ReservationEnded(notice) => Some(notice.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+
+    h.heartbeating.retain(|agent| agent.as_str() != "agent-2");
+    let outputs = h.pass(Duration::from_secs(5));
+    assert_eq!(h.agent_state(&AgentId::from("agent-2")), AgentState::Lost);
+    let told = notices(&outputs, alice);
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert_eq!(told[0].name, "big");
+    match &told[0].verdict {
+        ReservationVerdict::Rejected { reason } => {
+            assert!(reason.contains("no room"), "{reason}");
+        }
+        other => panic!("big should be rejected, got {other:?}"),
+    }
+    assert!(notices(&outputs, bob).is_empty());
+    let reservations = h.core.node().state().reservations();
+    assert!(reservations.get("big").is_none());
+    assert!(reservations.get("small").is_some());
+
+    // Past the end of `small` (its window closes two minutes after it was made).
+    let outputs = h.pass(Duration::from_secs(200));
+    let told = notices(&outputs, alice);
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert_eq!(
+        (told[0].name.as_str(), &told[0].verdict),
+        ("small", &ReservationVerdict::Unused)
+    );
+    assert!(notices(&outputs, bob).is_empty());
 }
 
 /// A leader removing itself commits the removal with its two followers before its own log

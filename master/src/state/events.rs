@@ -20,6 +20,7 @@ use fullerene_proto::http::{ClusterEvent, EventRecord, EventsDocument, EVENT_SEQ
 use fullerene_proto::messages::{
     AgentState, GroupPlacement, GroupRemoval, StatusUpdate, TaskState, UnixMillis,
 };
+use fullerene_proto::reservations::ReservationVerdict;
 use fullerene_proto::{AgentId, MasterId, TaskKey};
 
 use super::{AgentEntry, ClusterState, Command, CommandError, CommandOutcome};
@@ -42,8 +43,9 @@ pub struct EventProbe {
     agent_state: Option<AgentState>,
     /// For group changes: the group's weight before.
     weight: Option<f64>,
-    /// How many reservations the adapter had rejected before.
+    /// How many reservations the adapter had rejected, and how many had closed, before.
     reservations_rejected: u64,
+    reservations_closed: u64,
 }
 
 impl EventProbe {
@@ -51,6 +53,7 @@ impl EventProbe {
     pub fn before(state: &ClusterState, command: &Command) -> EventProbe {
         let mut probe = EventProbe {
             reservations_rejected: state.reservations().rejected_total(),
+            reservations_closed: state.reservations().closed_total(),
             ..EventProbe::default()
         };
         match command {
@@ -290,21 +293,26 @@ impl EventProbe {
                 message: clipped(&update.message),
             });
         }
-        // Reservations the adapter rejected with this command's loss of capacity, after the
-        // agent's own events.
-        let rejected = state
+        // Reservations that ended with this command, after the agent's own events: rejected
+        // by the adapter with a loss of capacity, or closed with their verdict.
+        let ended = state
             .reservations()
-            .rejected_total()
-            .saturating_sub(self.reservations_rejected);
-        let kept = state.reservations().rejected();
-        let rejected = usize::try_from(rejected)
-            .unwrap_or(usize::MAX)
-            .min(kept.len());
-        for gone in &kept[kept.len() - rejected..] {
-            events.push(ClusterEvent::ReservationRejected {
-                reservation: gone.name.clone(),
-                principal: gone.reservation.user.clone(),
-                reason: gone.reason.clone(),
+            .ended_since(self.reservations_rejected, self.reservations_closed);
+        for (principal, notice) in ended {
+            let (reservation, principal) = (notice.name, principal.to_string());
+            events.push(match notice.verdict {
+                ReservationVerdict::Rejected { reason } => ClusterEvent::ReservationRejected {
+                    reservation,
+                    principal,
+                    reason,
+                },
+                closed => ClusterEvent::ReservationClosed {
+                    reservation,
+                    principal,
+                    outcome: closed.name().into(),
+                    jobs: closed.jobs(),
+                    late_jobs: closed.late_jobs(),
+                },
             });
         }
         if let Command::TeardownFramework {

@@ -187,6 +187,22 @@ impl ClusterState {
         self.tasks.get_mut(key).map(Arc::make_mut)
     }
 
+    /// The accepted reservation a live framework's jobs run in (Rayon §5.2): the one its first
+    /// unended job names, if the plan still holds it. The plan follower guarantees capacity to
+    /// such a framework, and offers made out of the guarantee name it.
+    pub fn reservation_of(&self, framework_id: &FrameworkId) -> Option<&str> {
+        let entry = self.frameworks.get(framework_id)?;
+        if entry.torn_down_at_ms.is_some() {
+            return None;
+        }
+        entry
+            .jobs
+            .iter()
+            .filter(|job| job.end.is_none())
+            .filter_map(|job| job.description.reservation.as_deref())
+            .find(|name| self.reservations().id_of(name).is_some())
+    }
+
     /// The tasks of one framework that the master still tracks (live, or ended and not yet
     /// acknowledged), in id order.
     pub fn tasks_of<'a>(

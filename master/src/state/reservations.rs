@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 
 use fullerene_proto::messages::UnixMillis;
 use fullerene_proto::reservations::{
-    AllocationStep, RejectedReservationInfo, ReservationInfo, ReservationPhase,
-    MAX_RESERVATION_NAME_BYTES,
+    AllocationStep, RejectedReservationInfo, ReservationInfo, ReservationNotice, ReservationPhase,
+    ReservationVerdict, MAX_RESERVATION_NAME_BYTES,
 };
 use fullerene_proto::ResourceVec;
 use fullerene_reservation::{
@@ -48,17 +48,6 @@ pub enum ReservationOutcome {
     Unused,
 }
 
-impl ReservationOutcome {
-    /// `fulfilled`, `late` or `unused`.
-    pub fn name(self) -> &'static str {
-        match self {
-            ReservationOutcome::Fulfilled => "fulfilled",
-            ReservationOutcome::Late => "late",
-            ReservationOutcome::Unused => "unused",
-        }
-    }
-}
-
 /// A reservation whose time is over, with how it went.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ClosedReservation {
@@ -77,6 +66,25 @@ pub struct ClosedReservation {
     pub outcome: ReservationOutcome,
 }
 
+impl ClosedReservation {
+    /// What its owner's frameworks are told.
+    pub fn notice(&self) -> ReservationNotice {
+        let verdict = match self.outcome {
+            ReservationOutcome::Fulfilled => ReservationVerdict::Fulfilled { jobs: self.jobs },
+            ReservationOutcome::Late => ReservationVerdict::Late {
+                jobs: self.jobs,
+                late_jobs: self.late_jobs,
+            },
+            ReservationOutcome::Unused => ReservationVerdict::Unused,
+        };
+        ReservationNotice {
+            name: self.name.clone(),
+            verdict,
+            at_ms: self.end_ms,
+        }
+    }
+}
+
 /// A reservation the adapter removed from the plan after a loss of capacity.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RejectedReservation {
@@ -88,6 +96,19 @@ pub struct RejectedReservation {
     pub reason: String,
     /// When it was rejected (leader's time).
     pub rejected_at_ms: UnixMillis,
+}
+
+impl RejectedReservation {
+    /// What its owner's frameworks are told.
+    pub fn notice(&self) -> ReservationNotice {
+        ReservationNotice {
+            name: self.name.clone(),
+            verdict: ReservationVerdict::Rejected {
+                reason: self.reason.clone(),
+            },
+            at_ms: self.rejected_at_ms,
+        }
+    }
 }
 
 /// The cluster's reservations: the plan, the names, and the rejected.
@@ -113,6 +134,8 @@ pub struct Reservations {
     /// [`MAX_CLOSED_KEPT`]).
     fulfilled_total: u64,
     late_total: u64,
+    /// How many closed unused, in all.
+    unused_total: u64,
 }
 
 impl Default for Reservations {
@@ -131,6 +154,7 @@ impl Default for Reservations {
             closed: Vec::new(),
             fulfilled_total: 0,
             late_total: 0,
+            unused_total: 0,
         }
     }
 }
@@ -181,6 +205,34 @@ impl Reservations {
     /// How many reservations were late since the cluster began.
     pub fn late_total(&self) -> u64 {
         self.late_total
+    }
+
+    /// How many reservations closed (fulfilled, late or unused) since the cluster began.
+    pub fn closed_total(&self) -> u64 {
+        self.fulfilled_total + self.late_total + self.unused_total
+    }
+
+    /// The reservations that ended since the totals were `rejected_before` rejected and
+    /// `closed_before` closed ([`Reservations::rejected_total`], [`Reservations::closed_total`]),
+    /// with their owners, as their frameworks are told: rejections first, each list oldest
+    /// first. Those that no longer fit the kept lists are left out.
+    pub fn ended_since(
+        &self,
+        rejected_before: u64,
+        closed_before: u64,
+    ) -> Vec<(&str, ReservationNotice)> {
+        let tail = |total: u64, before: u64, kept: usize| {
+            let new = usize::try_from(total.saturating_sub(before)).unwrap_or(usize::MAX);
+            kept - new.min(kept)
+        };
+        let rejected =
+            &self.rejected[tail(self.rejected_total, rejected_before, self.rejected.len())..];
+        let closed = &self.closed[tail(self.closed_total(), closed_before, self.closed.len())..];
+        rejected
+            .iter()
+            .map(|r| (r.reservation.user.as_str(), r.notice()))
+            .chain(closed.iter().map(|c| (c.principal.as_str(), c.notice())))
+            .collect()
     }
 
     /// The id of an accepted reservation.
@@ -487,7 +539,7 @@ impl Reservations {
         match closed.outcome {
             ReservationOutcome::Fulfilled => self.fulfilled_total += 1,
             ReservationOutcome::Late => self.late_total += 1,
-            ReservationOutcome::Unused => {}
+            ReservationOutcome::Unused => self.unused_total += 1,
         }
         self.closed.push(closed);
         let excess = self.closed.len().saturating_sub(MAX_CLOSED_KEPT);

@@ -48,9 +48,10 @@ use super::{ClusterState, TaskKey};
 /// the preempted tasks' reason and the closed reservations with their outcome; version 10 the
 /// plan's quantum in the operator's reservation policy command (in the log beside the
 /// snapshot) and the time of the plan's last capacity change; version 11 the frameworks'
-/// acknowledgements in batches (`Command::AcknowledgeStatus`, in the log). A snapshot of another version is
-/// refused ([`SnapshotError::FormatVersion`]): masters of one cluster run one version.
-pub const STATE_FORMAT_VERSION: u32 = 11;
+/// acknowledgements in batches (`Command::AcknowledgeStatus`, in the log); version 12 the count
+/// of reservations closed unused. A snapshot of another version is refused
+/// ([`SnapshotError::FormatVersion`]): masters of one cluster run one version.
+pub const STATE_FORMAT_VERSION: u32 = 12;
 
 /// The largest payload of one frame (1 MiB): a record longer than this spans several frames.
 pub const FRAME_BYTES: usize = 1 << 20;

@@ -2609,7 +2609,37 @@ fn a_closed_reservation_is_fulfilled_when_its_jobs_ended_by_its_end_and_late_oth
     st.apply(&describe_in("f2", "bob", "q2", "etl")).unwrap();
     st.apply(&end_job_at("f1", "alice", "q1", ETL_END_MS - 60_000))
         .unwrap();
-    close(&mut st, ETL_END_MS + 30_000);
+    let closing = Command::CloseReservations {
+        at_ms: ETL_END_MS + 30_000,
+    };
+    let probe = events::EventProbe::before(&st, &closing);
+    let result = st.apply(&closing);
+    let reported = probe.events(&st, &closing, &result);
+    use fullerene_proto::http::ClusterEvent;
+    for (reservation, principal, outcome, jobs, late_jobs) in [
+        ("etl", "alice", "late", 2, 1),
+        ("spare", "bob", "unused", 0, 0),
+    ] {
+        let event = ClusterEvent::ReservationClosed {
+            reservation: reservation.into(),
+            principal: principal.into(),
+            outcome: outcome.into(),
+            jobs,
+            late_jobs,
+        };
+        assert!(reported.contains(&event), "{event:?} not in {reported:?}");
+    }
+    // What the owners' frameworks are told: each once, with its owner.
+    let ended = st.reservations().ended_since(0, 0);
+    let told: Vec<(&str, &str, &str)> = ended
+        .iter()
+        .map(|(owner, notice)| (*owner, notice.name.as_str(), notice.verdict.name()))
+        .collect();
+    assert_eq!(told.len(), 2, "{told:?}");
+    assert!(told.contains(&("alice", "etl", "late")), "{told:?}");
+    assert!(told.contains(&("bob", "spare", "unused")), "{told:?}");
+    assert_eq!(st.reservations().closed_total(), 2);
+    assert!(st.reservations().ended_since(0, 2).is_empty());
     let outcomes: Vec<(&str, ReservationOutcome, u32)> = st
         .reservations()
         .closed()

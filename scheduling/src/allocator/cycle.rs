@@ -699,7 +699,7 @@ impl Allocator {
             outcome.stats.committed += 1;
             match pick.whole_agent {
                 None => {
-                    let exhausted = self.take_one(state, f, shape, &mut parts);
+                    let exhausted = self.take_one(state, f, shape, pick.guaranteed, &mut parts);
                     available -= demand;
                     if let Some(index) = live_index {
                         if exhausted || matches!(self.config.policy, InterJobPolicy::Drf) {
@@ -721,6 +721,7 @@ impl Allocator {
                         limit,
                         headroom,
                         OfferKind::Regular,
+                        pick.guaranteed,
                         live_index.as_mut(),
                     );
                     outcome.offers.push(offer);
@@ -754,6 +755,7 @@ impl Allocator {
                     chosen.limit,
                     headroom,
                     OfferKind::Regular,
+                    chosen.guaranteed,
                     Some(index),
                 );
                 outcome.offers.push(offer);
@@ -952,6 +954,7 @@ impl Allocator {
                                 chosen.limit,
                                 headroom,
                                 OfferKind::Regular,
+                                chosen.guaranteed,
                                 Some(&mut index),
                             ));
                         }

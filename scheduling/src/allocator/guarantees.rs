@@ -241,6 +241,14 @@ mod tests {
                 if shards == 1 {
                     assert_eq!(etl + adhoc, 64.0, "{case}");
                 }
+                // The offers say which come out of the guarantee, as out and as made.
+                for offers in [offers, alloc.outstanding_offers()] {
+                    for offer in &offers {
+                        let from_guarantee = offer.framework.as_str() == "etl";
+                        assert_eq!(offer.guaranteed, from_guarantee, "{case}: {offer:?}");
+                    }
+                }
+                assert!(control.outstanding_offers().iter().all(|o| !o.guaranteed));
             }
         }
     }

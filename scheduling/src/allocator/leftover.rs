@@ -128,6 +128,7 @@ impl Allocator {
             leftover,
             headroom,
             OfferKind::Leftover,
+            false,
             None,
         ))
     }
@@ -188,7 +189,7 @@ impl Allocator {
                     break;
                 };
                 let demand = self.frameworks[f.get()].demand.shapes[shape].demand;
-                self.take_one(state, f, shape, &mut parts);
+                self.take_one(state, f, shape, false, &mut parts);
                 available = available.saturating_sub(&demand);
             }
         }
@@ -224,7 +225,7 @@ impl Allocator {
                 break;
             };
             let demand = self.frameworks[f.get()].demand.shapes[shape].demand;
-            self.take_one(state, f, shape, &mut parts);
+            self.take_one(state, f, shape, false, &mut parts);
             available = available.saturating_sub(&demand);
         }
         let mut out = Vec::new();

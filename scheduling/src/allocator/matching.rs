@@ -29,6 +29,8 @@ pub(super) struct Part {
     demand: ResourceVec,
     /// Σ fairness factor of the picked tasks (the offer's expected charge).
     charge: f64,
+    /// Whether the reservation-guarantee tier picked one of them.
+    guaranteed: bool,
 }
 
 /// One task picked for an agent ([`Allocator::plan_agent`]).
@@ -78,7 +80,7 @@ impl Allocator {
             if let Some((f, shape)) = self.choose_guaranteed(&floor, exclusions) {
                 let demand = self.frameworks[f.get()].demand.shapes[shape].demand;
                 memo.advance(Some(&demand));
-                let exhausted = self.take_one(state, f, shape, parts);
+                let exhausted = self.take_one(state, f, shape, true, parts);
                 picks.push(PlannedPick {
                     framework: f,
                     shape,
@@ -128,7 +130,7 @@ impl Allocator {
                 break;
             }
             memo.advance(Some(&demand));
-            let exhausted = self.take_one(state, f, shape, parts);
+            let exhausted = self.take_one(state, f, shape, false, parts);
             picks.push(PlannedPick {
                 framework: f,
                 shape,
@@ -164,14 +166,16 @@ impl Allocator {
             .position(|(s, shape)| soft.cycle_counts[s] > 0 && fits(&shape.demand, room))
     }
 
-    /// Charges one task of `f`'s pending `shape` to the cycle's projection and to `parts`.
-    /// Returns whether that was the shape's last projected task (which changes the
-    /// framework's envelopes and score bound) or the framework's last one.
+    /// Charges one task of `f`'s pending `shape` to the cycle's projection and to `parts`
+    /// (`guaranteed`: picked by the reservation-guarantee tier). Returns whether that was the
+    /// shape's last projected task (which changes the framework's envelopes and score bound) or
+    /// the framework's last one.
     pub(super) fn take_one(
         &mut self,
         state: &AllocationState,
         f: FrameworkIdx,
         shape: usize,
+        guaranteed: bool,
         parts: &mut Parts,
     ) -> bool {
         let factor_kind = state.deficits().factor();
@@ -204,12 +208,14 @@ impl Allocator {
             Some(part) => {
                 part.demand += demand;
                 part.charge += charge;
+                part.guaranteed |= guaranteed;
             }
             None => parts.0.push(Part {
                 framework: f,
                 group,
                 demand,
                 charge,
+                guaranteed,
             }),
         }
         exhausted
@@ -241,6 +247,7 @@ impl Allocator {
                 group: part.group,
                 resources,
                 kind,
+                guaranteed: part.guaranteed,
                 expected_charge: part.charge,
             });
             let Some(framework) = state.framework(part.framework).map(|r| r.id.clone()) else {
@@ -251,6 +258,7 @@ impl Allocator {
                 framework,
                 resources,
                 kind,
+                guaranteed: part.guaranteed,
             });
         }
     }

@@ -403,6 +403,9 @@ pub struct OfferDecision {
     pub resources: ResourceVec,
     /// From the regular cycle or from yielded leftovers (Carbyne §3.3.4).
     pub kind: OfferKind,
+    /// Whether the reservation-guarantee tier picked (some of) it: it comes out of what a
+    /// reservation is owed (Rayon §5.2's guaranteed capacity), not out of the policy's share.
+    pub guaranteed: bool,
 }
 
 /// Errors of the allocator's API.
@@ -490,6 +493,8 @@ struct OutstandingOffer {
     group: GroupIdx,
     resources: ResourceVec,
     kind: OfferKind,
+    /// Whether it comes (in part) out of a reservation's guarantee.
+    guaranteed: bool,
     /// Factor sum of the tasks it is expected to launch (the deficit projection).
     expected_charge: f64,
 }
@@ -1272,6 +1277,7 @@ impl Allocator {
                         framework: fw.id.clone(),
                         resources: offer.resources,
                         kind: offer.kind,
+                        guaranteed: offer.guaranteed,
                     });
                 }
             }

@@ -1109,7 +1109,7 @@ impl Allocator {
 
     /// Makes the offer of `limit` (or, when the deficit bound caps it, of the expected tasks
     /// only) of agent `a` to the chosen framework ([`Allocator::project_offer`]) and registers
-    /// it as out.
+    /// it as out; `guaranteed` when the reservation-guarantee tier chose it.
     #[allow(clippy::too_many_arguments)] // the state is passed in, not held (see `Allocator`)
     pub(super) fn make_offer(
         &mut self,
@@ -1119,6 +1119,7 @@ impl Allocator {
         limit: ResourceVec,
         headroom: f64,
         kind: OfferKind,
+        guaranteed: bool,
         index: Option<&mut CycleIndex>,
     ) -> OfferDecision {
         let projected = self.project_offer(state, choice, limit, headroom, index);
@@ -1130,6 +1131,7 @@ impl Allocator {
             group: projected.group,
             resources: projected.resources,
             kind,
+            guaranteed,
             expected_charge: projected.charge,
         });
         OfferDecision {
@@ -1143,6 +1145,7 @@ impl Allocator {
                 .unwrap_or_else(|| FrameworkId::from("")),
             resources: projected.resources,
             kind,
+            guaranteed,
         }
     }
 

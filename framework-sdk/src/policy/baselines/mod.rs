@@ -125,6 +125,7 @@ pub(crate) mod test_util {
             now_s: 0.0,
             cluster_capacity: capacity,
             fair_share: capacity,
+            guaranteed: false,
         }
     }
 
