@@ -31,6 +31,8 @@ use serde::Serialize;
 use crate::job::Job;
 use crate::lower_bound::lower_bounds;
 use crate::planner::PlanCluster;
+use crate::policy::baselines::breadth_first_levels;
+use crate::policy::JobState;
 
 /// How much more work than the stage's task durations add up to an atom asks for: Rayon §6's
 /// "10% slack (over-estimation) over the actual job resource requirements". The plan treats
@@ -139,17 +141,8 @@ pub fn job_reservation(
     let quantum_ms = quantum_ms.max(1);
     let whole = |ms: u64| ms.max(1).div_ceil(quantum_ms) * quantum_ms;
     let window_ms = whole(window_ms);
-    let mut level_of = vec![0usize; job.stages.len()];
     let mut levels: Vec<Vec<Expr>> = Vec::new();
-    // Stages are in a topological order: every parent's level is known before its child's.
-    for (s, stage) in job.stages.iter().enumerate() {
-        let level = stage
-            .parents
-            .iter()
-            .map(|&p| level_of[p] + 1)
-            .max()
-            .unwrap_or(0);
-        level_of[s] = level;
+    for (stage, level) in job.stages.iter().zip(stage_levels(job)) {
         if levels.len() <= level {
             levels.resize_with(level + 1, Vec::new);
         }
@@ -195,6 +188,32 @@ pub fn job_reservation(
         start_ms: lead_ms.div_ceil(quantum_ms) * quantum_ms,
         end_ms: window_ms,
     }
+}
+
+/// Each stage's topological level (Tez's distance from root: one past its deepest parent's),
+/// the step of [`job_reservation`]'s `order` it is in.
+fn stage_levels(job: &Job) -> impl Iterator<Item = usize> {
+    breadth_first_levels(job)
+        .into_iter()
+        .map(|level| level as usize)
+}
+
+/// How many steps of the job's own reservation ([`job_reservation`]: one step a DAG level) the
+/// job has finished: the leading levels all of whose stages have completed. The masters' plan
+/// follower no longer owes a reservation the allocations of finished steps
+/// (`fullerene_reservation::TaggedJob::steps_done`), so a job that ran ahead of its plan on idle
+/// capacity does not preempt best effort for the rest.
+pub fn completed_steps(job: &Job, state: &JobState) -> u32 {
+    let levels: Vec<usize> = stage_levels(job).collect();
+    let count = levels.iter().max().map_or(0, |&deepest| deepest + 1);
+    let mut done = vec![true; count];
+    for (stage, &level) in levels.iter().enumerate() {
+        if state.stage_completed_at(stage).is_none() {
+            done[level] = false;
+        }
+    }
+    let finished = done.iter().take_while(|&&d| d).count();
+    u32::try_from(finished).unwrap_or(u32::MAX)
 }
 
 /// A stage's tasks in up to [`DURATION_CLASSES`] quantiles of their durations, as
@@ -261,6 +280,37 @@ mod tests {
             stage(2, vec![0], vec![5.0]),
         ];
         Job::new("fork", "default", None, stages).expect("job")
+    }
+
+    #[test]
+    fn finished_steps_are_the_leading_levels_all_of_whose_stages_completed() {
+        use crate::job::TaskRef;
+        let job = fork();
+        let expr = job_reservation(&job, &machine(), 1.0, 600_000, 0, 1_000);
+        assert_eq!(expr.steps().len(), 2);
+        let mut state = JobState::new(&job);
+        let run = |state: &mut JobState, stage: u32, index: u32| {
+            let task = TaskRef { stage, index };
+            state.mark_launched(task, 0, 0.0);
+            state.mark_finished(&job, task, 1.0);
+        };
+        assert_eq!(completed_steps(&job, &state), 0);
+        for index in 0..3 {
+            run(&mut state, 0, index);
+        }
+        assert_eq!(completed_steps(&job, &state), 0, "one scan task left");
+        run(&mut state, 0, 3);
+        assert_eq!(completed_steps(&job, &state), 1);
+        // The short join done, the long one not: the second level is not finished.
+        run(&mut state, 2, 0);
+        assert_eq!(completed_steps(&job, &state), 1);
+        for index in 0..2 {
+            run(&mut state, 1, index);
+        }
+        assert_eq!(completed_steps(&job, &state), 2);
+        // Its steps' atoms are the request's atoms, level by level.
+        assert_eq!(expr.atoms_in_first_steps(1), 1);
+        assert_eq!(expr.atoms_in_first_steps(2), expr.atoms().len());
     }
 
     #[test]

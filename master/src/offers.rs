@@ -305,6 +305,15 @@ pub struct Accepted {
     pub reoffers: Vec<Offer>,
 }
 
+/// What a framework's last demand summary said the plan follower needs to know.
+#[derive(Clone, Debug, Default)]
+struct Wanted {
+    /// Its pending tasks by shape, with their counts.
+    shapes: Vec<(ResourceVec, u32)>,
+    /// The steps of its reservation its job has finished.
+    reservation_steps_done: u32,
+}
+
 /// The leader's offer machinery: the allocator's soft state over
 /// the replicated accounting, and the book of open offers. Sans-IO: the node loop calls it
 /// with the applied state and the time, and sends what it returns.
@@ -317,9 +326,10 @@ pub struct OfferManager {
     /// not count (under the κ·C gate a deprived group of absent frameworks would otherwise
     /// hold every agent for them until their failover timeout).
     absent: BTreeSet<FrameworkId>,
-    /// Each framework's pending demand by shape, from its last summary (what the plan
-    /// follower counts as a reserved job's `shapes`).
-    wanted: BTreeMap<FrameworkId, Vec<(ResourceVec, u32)>>,
+    /// Each framework's pending demand by shape and the steps of its reservation its job has
+    /// finished, from its last summary (what the plan follower counts as a reserved job's
+    /// `shapes` and `steps_done`).
+    wanted: BTreeMap<FrameworkId, Wanted>,
     /// What the plan follower last said each reserved job's framework is owed (the
     /// allocator's guarantees, as set).
     guarantees: Vec<(FrameworkId, ResourceVec)>,
@@ -495,14 +505,28 @@ impl OfferManager {
             .iter()
             .filter_map(|shape| Some((shape.resources.to_vec().ok()?, shape.count)))
             .collect();
-        self.wanted.insert(framework.clone(), shapes);
+        let wanted = Wanted {
+            shapes,
+            reservation_steps_done: summary.reservation_steps_done,
+        };
+        self.wanted.insert(framework.clone(), wanted);
         Ok(())
     }
 
     /// A framework's runnable tasks by shape, best first, with their counts, from its last
     /// demand summary (empty before one).
     pub fn wanted_shapes(&self, framework: &FrameworkId) -> &[(ResourceVec, u32)] {
-        self.wanted.get(framework).map_or(&[], Vec::as_slice)
+        self.wanted
+            .get(framework)
+            .map_or(&[], |wanted| wanted.shapes.as_slice())
+    }
+
+    /// How many steps of its reservation a framework's job has finished, from its last demand
+    /// summary (0 before one).
+    pub fn reservation_steps_done(&self, framework: &FrameworkId) -> u32 {
+        self.wanted
+            .get(framework)
+            .map_or(0, |wanted| wanted.reservation_steps_done)
     }
 
     /// Sets what each reserved job's framework is owed now (the plan follower's shares, issue

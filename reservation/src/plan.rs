@@ -187,9 +187,23 @@ pub struct Reservation {
 impl Reservation {
     /// What the reservation holds at quantum `t`.
     pub fn held_at(&self, t: u64) -> ResourceVec {
-        self.allocations.iter().fold(ResourceVec::ZERO, |sum, a| {
-            sum + a.bundle.scale(a.bundles_at(t) as f64)
-        })
+        self.held_for_steps_left(t, 0)
+    }
+
+    /// What the reservation holds at quantum `t` for its [steps](Expr::steps) after the first
+    /// `done` ones: the allocations of the atoms those steps do not hold.
+    pub fn held_for_steps_left(&self, t: u64, done: usize) -> ResourceVec {
+        let first = if done == 0 {
+            0
+        } else {
+            self.expr.atoms_in_first_steps(done)
+        };
+        self.allocations
+            .iter()
+            .filter(|a| a.atom.atom as usize >= first)
+            .fold(ResourceVec::ZERO, |sum, a| {
+                sum + a.bundle.scale(a.bundles_at(t) as f64)
+            })
     }
 
     /// The first and last-plus-one quanta of its pieces (`None` without pieces).
@@ -418,10 +432,21 @@ impl Plan {
     /// What reservation `id` is guaranteed at wall-clock time `at_ms` (zero when unknown or
     /// idle then): what the plan follower turns into a share of the offers.
     pub fn guaranteed_at(&self, id: ReservationId, at_ms: u64) -> ResourceVec {
+        self.guaranteed_for_steps_left(id, at_ms, 0)
+    }
+
+    /// What reservation `id` is guaranteed at `at_ms` for the [steps](Expr::steps) its jobs
+    /// have not finished, the first `done` being finished ([`Reservation::held_for_steps_left`]).
+    pub fn guaranteed_for_steps_left(
+        &self,
+        id: ReservationId,
+        at_ms: u64,
+        done: usize,
+    ) -> ResourceVec {
         let t = self.quanta().containing(at_ms);
         self.reservations
             .get(&id)
-            .map_or(ResourceVec::ZERO, |r| r.held_at(t))
+            .map_or(ResourceVec::ZERO, |r| r.held_for_steps_left(t, done))
     }
 
     /// Where `expr`, asked at `anchor_ms`, would go now, without changing the plan: the

@@ -31,4 +31,10 @@ pub struct DemandSummary {
     /// duration × demand normalised by the cluster's capacity and summed over resources. The
     /// allocator's perfScore and the framework's matcher use this one definition.
     pub srpt: f64,
+    /// How many steps of the reservation it runs in the framework's job has finished (the
+    /// children of the request's top-level `order`, `fullerene_reservation::Expr::steps`; 0
+    /// outside a reservation, or for one the framework did not derive from its own DAG). The
+    /// allocator does not read it: the master's plan follower owes a reservation nothing for
+    /// finished steps (Rayon §5.2, issue 17).
+    pub reservation_steps_done: u32,
 }

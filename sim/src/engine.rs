@@ -77,6 +77,7 @@ use fullerene_scheduling::fit::{fits, within};
 use fullerene_scheduling::{TaskId, TaskKey};
 use fullerene_sdk::planner::Plan;
 use fullerene_sdk::policy::{build, LeftoverAction, OfferContext, PolicyKind, PolicyParams};
+use fullerene_sdk::reserve::completed_steps;
 use fullerene_sdk::session::{JobKey, Session, SessionOffer};
 use fullerene_sdk::timed_queue::TimedQueue;
 use fullerene_sdk::{Job, TaskRef};
@@ -1316,6 +1317,8 @@ impl<'a> Engine<'a> {
                 reservation,
                 held,
                 shapes,
+                // Every reserved job here asked for its own DAG's request (`crate::sla`).
+                steps_done: completed_steps(fw.job, &fw.state),
             });
             tagged_jobs.push(j);
         }

@@ -84,8 +84,13 @@ pub const FOLLOW_TICK_MS: u64 = 500;
 /// lost work. With a 5 s grace, acceptance fell to 0–6 of 20.
 pub const DEFAULT_GRACE_MS: u64 = 0;
 
-/// The production shares the capacity baseline is tuned over.
-pub const DEFAULT_CAPACITY_SHARES: [f64; 3] = [0.1, 0.3, 0.5];
+/// The production shares the capacity baseline is tuned over: the whole range, so that the
+/// baseline gets its best shot at its own aim (most deadlines met). With 0.1–0.5 only (the
+/// sweep before), on 10 machines, 200 jobs, seeds 1–10, its picks met 176 of 200 deadlines
+/// at a best-effort mean JCT of 16.52 s; over the whole range 186 at 16.73 s (a larger share
+/// meets more deadlines and slows best effort: 0.1 met 152 at 16.25 s, 1.0 met 185 at
+/// 16.86 s). The sweep is printed with the comparison, so the frontier is in view.
+pub const DEFAULT_CAPACITY_SHARES: [f64; 6] = [0.1, 0.3, 0.5, 0.7, 0.9, 1.0];
 
 const RESERVED_QUEUE: &str = "reserved";
 const PRODUCTION_QUEUE: &str = "production";

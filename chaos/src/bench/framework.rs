@@ -173,6 +173,7 @@ impl BenchFramework {
             }],
             remaining_work: work,
             srpt: work,
+            reservation_steps_done: 0,
         }
     }
 

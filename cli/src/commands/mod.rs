@@ -303,6 +303,15 @@ pub(crate) fn parse_fraction(text: &str) -> Result<f64, String> {
     )
 }
 
+/// A share of the cluster, in (0, 1] (`--capacity-shares`).
+pub(crate) fn parse_fraction_of_cluster(text: &str) -> Result<f64, String> {
+    parse_number(
+        text,
+        |x| x > 0.0 && x <= 1.0,
+        "a share of the cluster is in (0, 1]",
+    )
+}
+
 /// A deadline's slack over the job's lower bound, >= 0 (`--deadline-slack`).
 pub(crate) fn parse_slack(text: &str) -> Result<f64, String> {
     parse_number(text, |x| x >= 0.0, "a slack is a number >= 0")

@@ -19,7 +19,10 @@ use indicatif::ProgressBar;
 
 use crate::commands::learn::decima_policies;
 use crate::commands::plan::progress_bar;
-use crate::commands::{parse_fraction, parse_slack, resolve_workload, ModelArg, PolicyChoice};
+use crate::commands::{
+    parse_fraction, parse_fraction_of_cluster, parse_slack, resolve_workload, ModelArg,
+    PolicyChoice,
+};
 use crate::output::JsonOutput;
 
 /// Flags of `fullerene sim`.
@@ -128,6 +131,12 @@ pub(crate) struct SimArgs {
     /// With --deadlines: the slack of each deadline over the job's lower bound.
     #[arg(long, value_name = "FRACTION", value_parser = parse_slack, requires = "deadlines")]
     deadline_slack: Option<f64>,
+    /// With --deadlines: the production shares the capacity baseline is run at, comma-separated
+    /// fractions of the cluster in (0, 1]; the one that meets the most deadlines (then the lowest
+    /// best-effort mean JCT) is its row, and the whole sweep is printed beneath the table
+    /// [default: 0.1,0.3,0.5,0.7,0.9,1]
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = parse_fraction_of_cluster, requires = "deadlines")]
+    capacity_shares: Vec<f64>,
     #[command(flatten)]
     model: ModelArg,
 }
@@ -208,6 +217,9 @@ fn run_deadlines(args: SimArgs, json: &JsonOutput) -> Result<()> {
     let mut options = SlaOptions::default();
     options.fraction = args.deadlines.unwrap_or(options.fraction);
     options.slack = args.deadline_slack.unwrap_or(options.slack);
+    if !args.capacity_shares.is_empty() {
+        options.capacity_shares = args.capacity_shares.clone();
+    }
     let bar = progress_bar(0);
     let tracker = ProgressTracker::new(&bar);
     let progress = |p: &Progress| tracker.update(p);

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use fullerene_proto::messages::{ErrorCode, FrameworkRequest, Offer, WireError};
 use fullerene_proto::{AgentId, OfferId, ResourceVec};
+use fullerene_scheduling::EPSILON;
 
 /// Accepts refused in a row (with no task of the job making progress in between) after which
 /// the job fails: a master and a policy that disagree for good (an overbooking allowance, an
@@ -165,5 +166,19 @@ impl Machines {
     pub(crate) fn total_capacity(&self) -> ResourceVec {
         self.iter()
             .fold(ResourceVec::ZERO, |acc, m| acc + m.capacity)
+    }
+
+    /// [`Machines::total_capacity`], with each kind that no offer showed taken from `fallback`:
+    /// the work in a demand summary is relative to the capacity, and a kind the job's tasks
+    /// use but every offer so far lacked (no offer yet, or agents whose disk bandwidth was all
+    /// in use whenever they offered) would make it infinite, a summary the masters refuse.
+    pub(crate) fn capacity_or(&self, fallback: &ResourceVec) -> ResourceVec {
+        let mut capacity = self.total_capacity();
+        for (seen, other) in capacity.0.iter_mut().zip(fallback.0) {
+            if *seen <= EPSILON {
+                *seen = other;
+            }
+        }
+        capacity
     }
 }

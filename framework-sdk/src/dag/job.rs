@@ -24,7 +24,7 @@ use serde::Serialize;
 
 use super::attempts::{parse_task_id, AttemptEnd, Attempts, TEXT_PLACEHOLDERS};
 pub use super::common::MAX_REFUSED_ACCEPTS;
-use super::common::{count_refused_accept, decline_for_good, read_offers, Machines};
+use super::common::{count_refused_accept, decline_for_good, read_offers, transient, Machines};
 use super::journal::Record;
 use super::template::{self, TemplateError};
 use crate::job::{Job, TaskRef};
@@ -33,6 +33,7 @@ use crate::policy::{
     self, JobPolicy, JobState, LeftoverAction, OfferContext, PolicyError, PolicyKind, PolicyParams,
     TaskStatus,
 };
+use crate::reserve::completed_steps;
 
 /// How each task runs on its agent.
 #[derive(Clone, Debug, PartialEq)]
@@ -208,6 +209,10 @@ pub struct DagJob {
     reconcile_queued: BTreeSet<TaskId>,
     /// The reservation the job runs in, told to the masters in its description.
     reservation: Option<String>,
+    /// Whether that reservation was asked for with the job's own request
+    /// ([`crate::reserve::job_reservation`]): its steps are then the DAG's levels, and the
+    /// demand summaries say how many the job has finished.
+    own_reservation: bool,
 }
 
 impl std::fmt::Debug for DagJob {
@@ -243,6 +248,7 @@ impl DagJob {
             unconfirmed: BTreeSet::new(),
             reconcile_queued: BTreeSet::new(),
             reservation: None,
+            own_reservation: false,
         };
         if !dag.config.policy.needs_pri_scores() || dag.config.plan_cluster.is_some() {
             dag.ensure_policy()?;
@@ -278,6 +284,17 @@ impl DagJob {
     /// [`DagJob::with_reservation`] on a running job: the next description names it.
     pub fn set_reservation(&mut self, name: Option<String>) {
         self.reservation = name;
+        self.own_reservation = false;
+    }
+
+    /// [`DagJob::set_reservation`] for a reservation the masters accepted for the job's own
+    /// request ([`crate::reserve::job_reservation`], one step a level of its DAG): from now on
+    /// its demand summaries tell the masters how many steps it has finished
+    /// ([`crate::reserve::completed_steps`]), so that the plan follower owes the reservation
+    /// only the allocations of the steps left.
+    pub fn set_own_reservation(&mut self, name: String) {
+        self.reservation = Some(name);
+        self.own_reservation = true;
     }
 
     /// The reservation the job runs in, if any.
@@ -551,9 +568,15 @@ impl DagJob {
     ) -> Vec<FrameworkRequest> {
         let mut out = Vec::new();
         if let FrameworkRequest::UpdateDemand(_) = request {
-            // The master may not know what the job wants (a refused or rate-limited summary):
-            // send the current one again, or the allocator offers it nothing and the job
-            // stalls.
+            if !transient(error.code) && self.last_demand.as_ref() == Some(&self.demand()) {
+                // Refused for good: the same summary would be refused again, in a busy loop.
+                // The next one that differs goes out (the masters say what was wrong).
+                tracing::warn!(job = %self.job.name, %error, "the masters refused the job's demand summary");
+                return out;
+            }
+            // The master may not know what the job wants (a rate-limited summary, a lost
+            // session): send the current one again, or the allocator offers it nothing and the
+            // job stalls.
             self.last_demand = None;
             if !self.is_done() {
                 self.push_demand(&mut out);
@@ -676,25 +699,33 @@ impl DagJob {
         PlanCluster::new(self.machines.len().max(1), machine)
     }
 
+    /// The cluster as the offers showed it; kinds they never showed as the configured plan
+    /// cluster has them, or as the job's largest task does ([`Machines::capacity_or`]).
     fn cluster_capacity(&self) -> ResourceVec {
-        let seen = self.machines.total_capacity();
-        if !seen.is_zero() {
-            return seen;
-        }
-        match &self.config.plan_cluster {
+        let fallback = match &self.config.plan_cluster {
             Some(cluster) => cluster.total_capacity(),
             None => self.plan_cluster().total_capacity(),
-        }
+        };
+        self.machines.capacity_or(&fallback)
     }
 
-    fn push_demand(&mut self, out: &mut Vec<FrameworkRequest>) {
+    /// What the job wants now, as its demand summary tells the masters.
+    fn demand(&self) -> DemandSummary {
         let capacity = self.cluster_capacity();
-        let demand = self.state.demand_summary(
+        let mut demand = self.state.demand_summary(
             &self.job,
             &capacity,
             self.pri_scores.as_deref(),
             crate::policy::PriScoreScope::WholeDag,
         );
+        if self.own_reservation {
+            demand.reservation_steps_done = completed_steps(&self.job, &self.state);
+        }
+        demand
+    }
+
+    fn push_demand(&mut self, out: &mut Vec<FrameworkRequest>) {
+        let demand = self.demand();
         let runnable = self.state.num_runnable() > 0;
         // Work became runnable again (a stage unlocked, a task lost): earlier declines may be
         // filtering agents that could run it now.

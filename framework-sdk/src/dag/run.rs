@@ -151,7 +151,7 @@ impl DagScheduler {
         };
         deadline.asking = false;
         if let Admission::Accepted { name } = &admission {
-            self.dag.set_reservation(Some(name.clone()));
+            self.dag.set_own_reservation(name.clone());
         }
         if let Admission::Refused { reason } = &admission {
             tracing::info!(job = %self.dag.job().name, %reason, "the masters refused the job's reservation: it runs as best effort");
@@ -391,6 +391,8 @@ impl Scheduler for DagScheduler {
             return;
         }
         tracing::warn!(job = %self.dag.job().name, reservation = %notice.name, %reason, "the masters rejected the job's reservation after a loss of capacity: it runs as best effort");
+        // A description naming it would now be refused (the masters hold no such reservation).
+        self.dag.set_reservation(None);
         if let Some(deadline) = &mut self.deadline {
             deadline.admission = Admission::Withdrawn {
                 name: notice.name.clone(),

@@ -230,6 +230,61 @@ fn a_refused_demand_summary_is_sent_again() {
     assert!(!dag.on_offers(&[], t(2)).contains(&summary));
 }
 
+/// A job whose tasks use disk bandwidth, offered only agents whose disk was all in use: its
+/// demand summary stays finite (a kind no offer showed counts as the job's largest task has
+/// it), so the masters take it. It was infinite, refused, and sent again at once, for ever,
+/// and the job never ran (a stall seen after a leader failover).
+#[test]
+fn a_kind_no_offer_showed_leaves_the_demand_summary_finite_and_a_refused_one_is_not_resent() {
+    let job = Job::new(
+        "q6",
+        "analytics",
+        None,
+        vec![StageSpec {
+            id: 1,
+            name: "scan".into(),
+            parents: vec![],
+            durations: vec![3.0; 4],
+            demand: res("cpus=1,mem_mib=100,disk_mbps=200"),
+        }],
+    )
+    .expect("job");
+    let mut dag = DagJob::new(job, config(PolicyKind::Bfs), t(0)).expect("dag");
+    dag.on_subscribed();
+    let calls = dag.on_offers(&[offer(1, "a1", "cpus=4,mem_mib=1000")], t(10));
+    let summaries: Vec<_> = calls
+        .iter()
+        .chain(
+            dag.on_offers(&[offer(2, "a2", "cpus=4,mem_mib=1000")], t(20))
+                .iter(),
+        )
+        .filter_map(|c| match c {
+            FrameworkRequest::UpdateDemand(d) => Some(d.clone()),
+            _ => None,
+        })
+        .collect();
+    for summary in &summaries {
+        assert!(
+            summary.remaining_work.is_finite() && summary.srpt.is_finite(),
+            "{summary:?}"
+        );
+    }
+    // A summary refused for good is not sent again as it is (it would be refused again).
+    let sent = dag
+        .on_call_failed(
+            &FrameworkRequest::UpdateDemand(Default::default()),
+            &WireError::new(ErrorCode::RateLimited, "slow down"),
+        )
+        .into_iter()
+        .find(|c| matches!(c, FrameworkRequest::UpdateDemand(_)))
+        .expect("sent again after a transient refusal");
+    let again = dag.on_call_failed(
+        &sent,
+        &WireError::new(ErrorCode::InvalidRequest, "demand summary: bad"),
+    );
+    assert!(again.is_empty(), "{again:?}");
+}
+
 #[test]
 fn refused_accepts_return_tasks_and_unknown_outcomes_are_reconciled() {
     let mut dag = DagJob::new(two_stage_job(), config(PolicyKind::Bfs), t(0)).expect("dag");
@@ -527,6 +582,37 @@ fn the_description_names_the_reservation_the_job_runs_in() {
     );
 }
 
+/// The demand summaries of a job in its own reservation (one step a DAG level) say how many
+/// steps it has finished, so that the masters owe the reservation only the steps left; in a
+/// reservation it was only given the name of, they say nothing (its steps are not the DAG's).
+#[test]
+fn a_job_in_its_own_reservation_reports_the_levels_it_has_finished() {
+    let steps_done = |calls: &[FrameworkRequest]| {
+        calls.iter().find_map(|c| match c {
+            FrameworkRequest::UpdateDemand(d) => Some(d.reservation_steps_done),
+            _ => None,
+        })
+    };
+    for own in [true, false] {
+        let mut dag =
+            DagJob::new(two_stage_job(), config(PolicyKind::CriticalPath), t(0)).expect("dag");
+        if own {
+            dag.set_own_reservation("q1.fw-7".into());
+        } else {
+            dag.set_reservation(Some("etl".into()));
+        }
+        assert_eq!(steps_done(&dag.on_subscribed()), Some(0), "own: {own}");
+        let tasks = accepted(&dag.on_offers(&[offer(1, "a1", "cpus=4,mem_mib=1000")], t(100)));
+        assert_eq!(tasks.len(), 2);
+        // One scan left: the first level is not finished yet.
+        let calls = dag.on_update(&update(&tasks[0].id, TaskState::Finished, None), t(5_000));
+        assert_eq!(steps_done(&calls).unwrap_or(0), 0, "own: {own}");
+        let calls = dag.on_update(&update(&tasks[1].id, TaskState::Finished, None), t(5_100));
+        let expected = if own { 1 } else { 0 };
+        assert_eq!(steps_done(&calls), Some(expected), "own: {own}: {calls:?}");
+    }
+}
+
 /// A job with a deadline asks for its reservation on subscription and describes itself once
 /// answered: in the reservation if accepted (also when a retry after a lost session finds its
 /// first attempt), as best effort if refused; it starts on offers meanwhile.
@@ -630,6 +716,8 @@ fn a_job_with_a_deadline_reserves_before_it_describes_itself() {
             reason: "agent lost: no room".into()
         })
     );
+    // Its description no longer names it (the masters would refuse one that does).
+    assert_eq!(s.dag().reservation(), None);
     assert!(!s.dag().is_done());
 
     // Lost with the session: asked again on reconnection; the retry finds the first attempt.

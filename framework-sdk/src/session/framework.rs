@@ -829,17 +829,16 @@ impl SessionFramework {
         self.session.set_cluster(limit, capacity);
     }
 
-    /// All machines' capacity together as offers showed it; before any offer, the largest task
-    /// of any job (the work in a summary is relative to it, and must stay finite).
+    /// All machines' capacity together as offers showed it; kinds they never showed as the
+    /// largest task of any job has them (the work in a summary is relative to it, and must stay
+    /// finite: [`Machines::capacity_or`]).
     fn cluster_capacity(&self) -> ResourceVec {
-        let seen = self.machines.total_capacity();
-        if !seen.is_zero() {
-            return seen;
-        }
-        self.jobs
+        let largest = self
+            .jobs
             .iter()
             .flat_map(|entry| entry.job.stages.iter())
-            .fold(ResourceVec::ZERO, |acc, stage| acc.max(&stage.demand))
+            .fold(ResourceVec::ZERO, |acc, stage| acc.max(&stage.demand));
+        self.machines.capacity_or(&largest)
     }
 
     fn runnable(&self) -> usize {

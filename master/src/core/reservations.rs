@@ -175,6 +175,7 @@ fn gather(state: &ClusterState, offers: &OfferManager) -> Loads {
             reservation: *id,
             held,
             shapes: offers.wanted_shapes(framework).to_vec(),
+            steps_done: offers.reservation_steps_done(framework),
         });
         frameworks.push(framework.clone());
     }

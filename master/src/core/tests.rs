@@ -2047,6 +2047,56 @@ fn a_reservations_jobs_are_offered_their_guarantee_first_and_best_effort_is_pree
     assert!(killed(&later).is_empty());
 }
 
+/// The leader's plan follower owes a reservation only the allocations of the steps its job
+/// has not finished, as the job's demand summary reports them: a job that ran its first step
+/// early is not owed that step's allocation (and preempts nothing for it), and is owed the
+/// second step's when it comes.
+#[test]
+fn the_leader_owes_a_reservation_nothing_for_the_steps_its_job_has_finished() {
+    let mut h = Harness::leader();
+    h.register_agent("agent-1", "cpus=4,mem_mib=4096");
+    h.heartbeating.push(AgentId::from("agent-1"));
+    let wall = h.now.wall_ms();
+    h.now = h.now.after(Duration::from_millis(120_000 - wall));
+    // Two steps in ten minutes: 2 cpus for two minutes, then 3 cpus for two minutes; GREE
+    // places them as late as it can, in [6m, 8m) and [8m, 10m).
+    h.reserve(
+        "etl",
+        "window(order(atom(cpus=1,mem_mib=512; g=2, h=2, l=2m, w=4m), \
+         atom(cpus=1,mem_mib=512; g=3, h=3, l=2m, w=6m)), s=0, f=10m)",
+    );
+    let (session, framework) = h.subscribe("framework-1", None);
+    let (answer, _) = h.call(
+        &framework,
+        session,
+        FrameworkRequest::DescribeJob(reserved_job("q1", 5, "etl")),
+    );
+    assert_eq!(answer, Some(Ok(CallOk::Done)));
+    let want = |h: &mut Harness, steps_done: u32| {
+        let summary = fullerene_proto::messages::DemandSummary {
+            reservation_steps_done: steps_done,
+            ..demand(&resources(ONE_TASK), 3)
+        };
+        let (answer, _) = h.call(&framework, session, FrameworkRequest::UpdateDemand(summary));
+        assert_eq!(answer, Some(Ok(CallOk::Done)));
+        h.pass(Duration::from_secs(2));
+        h.core
+            .follower_decision()
+            .shares
+            .iter()
+            .map(|share| share.offer_first.to_string())
+            .collect::<Vec<_>>()
+    };
+    // Within the first step's allocation, not finished: its 2 cpus are owed.
+    h.pass(Duration::from_secs(6 * 60 + 10));
+    assert_eq!(want(&mut h, 0), ["cpus=2,mem_mib=1024"]);
+    // The job reports its first step finished: that step's allocation is owed no more.
+    assert_eq!(want(&mut h, 1), Vec::<String>::new());
+    // In the second step's time its 3 cpus are owed.
+    h.pass(Duration::from_secs(2 * 60));
+    assert_eq!(want(&mut h, 1), ["cpus=3,mem_mib=1536"]);
+}
+
 /// Issue 17, point 5: the adapter's rejection is told to the owner. `big` needs both agents'
 /// cpus for ten minutes; when one agent is lost it no longer fits, and the leader tells the
 /// frameworks of its owner connected to it why (another principal's hear nothing). When the
