@@ -56,7 +56,15 @@ impl Server {
             .map_err(|e| TransportError::InvalidConfig(e.to_string()))?;
         let mut server_config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
         server_config.transport_config(config.quinn_transport()?);
-        let endpoint = quinn::Endpoint::server(server_config, addr)
+        let endpoint = udp_socket(addr)
+            .and_then(|socket| {
+                quinn::Endpoint::new(
+                    quinn::EndpointConfig::default(),
+                    Some(server_config),
+                    socket,
+                    Arc::new(quinn::TokioRuntime),
+                )
+            })
             .map_err(|source| TransportError::Bind { addr, source })?;
         let local_addr = endpoint
             .local_addr()
@@ -188,10 +196,19 @@ impl Client {
             .map_err(|e| TransportError::InvalidConfig(e.to_string()))?;
         let mut client_config = quinn::ClientConfig::new(Arc::new(crypto));
         client_config.transport_config(config.quinn_transport()?);
-        let endpoint = quinn::Endpoint::client(local).map_err(|source| TransportError::Bind {
-            addr: local,
-            source,
-        })?;
+        let endpoint = udp_socket(local)
+            .and_then(|socket| {
+                quinn::Endpoint::new(
+                    quinn::EndpointConfig::default(),
+                    None,
+                    socket,
+                    Arc::new(quinn::TokioRuntime),
+                )
+            })
+            .map_err(|source| TransportError::Bind {
+                addr: local,
+                source,
+            })?;
         let local_addr = endpoint
             .local_addr()
             .map_err(|source| TransportError::Bind {
@@ -384,6 +401,45 @@ impl Connection {
     }
 }
 
+/// The kernel buffer asked for on each side of an endpoint's UDP socket. A master's one socket
+/// carries every agent, framework, operator and peer: with Linux's default 208 KiB receive
+/// buffer, `fullerene bench raft` at 256 clients overflowed it about 90 times a second (the
+/// kernel's `RcvbufErrors`), each drop a QUIC retransmission a probe timeout later. The kernel
+/// caps the request at `net.core.rmem_max` / `wmem_max`.
+pub(crate) const SOCKET_BUFFER_BYTES: usize = 4 << 20;
+
+/// A UDP socket bound on `addr` with [`SOCKET_BUFFER_BYTES`] of buffer each way (as far as the
+/// kernel allows: a smaller buffer is not an error), dual-stack when `addr` is IPv6, as
+/// `quinn::Endpoint::client` makes it.
+fn udp_socket(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    if addr.is_ipv6() {
+        if let Err(error) = socket.set_only_v6(false) {
+            tracing::debug!(%error, "the socket stays IPv6 only");
+        }
+    }
+    if let Err(error) = socket.set_recv_buffer_size(SOCKET_BUFFER_BYTES) {
+        tracing::warn!(%error, "the UDP socket keeps the kernel's default receive buffer");
+    }
+    if let Err(error) = socket.set_send_buffer_size(SOCKET_BUFFER_BYTES) {
+        tracing::warn!(%error, "the UDP socket keeps the kernel's default send buffer");
+    }
+    // Linux reports twice what it granted (the other half is its bookkeeping).
+    if let Ok(granted) = socket.recv_buffer_size() {
+        if granted / 2 < SOCKET_BUFFER_BYTES {
+            tracing::info!(
+                granted_kib = granted / 2 / 1024,
+                asked_kib = SOCKET_BUFFER_BYTES / 1024,
+                "the kernel capped the UDP receive buffer (net.core.rmem_max): a busy master \
+                 may drop datagrams; raise it for large clusters"
+            );
+        }
+    }
+    socket.bind(&addr.into())?;
+    Ok(socket.into())
+}
+
 fn peer_identity(connection: &quinn::Connection) -> Result<PeerIdentity, TransportError> {
     let chain = connection
         .peer_identity()
@@ -391,4 +447,29 @@ fn peer_identity(connection: &quinn::Connection) -> Result<PeerIdentity, Transpo
         .ok_or(IdentityError::NoIdentity)?;
     let leaf = chain.first().ok_or(IdentityError::NoIdentity)?;
     Ok(PeerIdentity::from_certificate(leaf)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The socket gets the buffer asked for, as far as `net.core.rmem_max` lets it (where the
+    /// cap is the kernel's default, this cannot tell; CI's machines allow 4 MiB).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn an_endpoint_socket_asks_the_kernel_for_a_large_receive_buffer() {
+        let cap: usize = std::fs::read_to_string("/proc/sys/net/core/rmem_max")
+            .expect("rmem_max")
+            .trim()
+            .parse()
+            .expect("a number");
+        let socket = socket2::Socket::from(udp_socket("127.0.0.1:0".parse().unwrap()).unwrap());
+        let granted = socket.recv_buffer_size().expect("its buffer") / 2;
+        assert_eq!(granted, SOCKET_BUFFER_BYTES.min(cap));
+        // IPv6 sockets get the same (where the machine has IPv6 at all).
+        if let Ok(v6) = udp_socket("[::1]:0".parse().unwrap()) {
+            let v6 = socket2::Socket::from(v6);
+            assert_eq!(v6.recv_buffer_size().expect("its buffer") / 2, granted);
+        }
+    }
 }
