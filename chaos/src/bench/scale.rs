@@ -36,6 +36,7 @@ use fullerene_master::core::{
     AgentRegistration, AgentTimeouts, CoreConfig, Input, MasterCore, Output, SessionId,
     Subscription,
 };
+use fullerene_master::offers::LEADER_WARMUP_MS;
 use fullerene_master::raft_node::{NodeConfig, RaftNode};
 use fullerene_master::state::{ClusterSettings, ClusterState};
 use fullerene_master::storage::MemStorage;
@@ -1156,6 +1157,13 @@ fn run_core(
             done: running,
             total: config.tasks,
         });
+    }
+    // A new leader's first cycles are partial (`fullerene_master::offers::LEADER_WARMUP_MS`):
+    // the timed ones come after its warm-up, full.
+    let interval_ms = harness.core.config().allocation_interval.as_millis().max(1) as u64;
+    for _ in 0..=LEADER_WARMUP_MS.div_ceil(interval_ms) {
+        let (_, outputs) = harness.cycle()?;
+        harness.answer(outputs, &mut 0, config.task, &mut next_task)?;
     }
     let heap_tasks = heap();
     let stored_tasks = harness.stored_bytes();

@@ -207,6 +207,12 @@ impl StandaloneAllocator {
         self.allocator.snapshot_cycle(&self.state, now_s)
     }
 
+    /// See [`Allocator::snapshot_partial_cycle`].
+    pub fn snapshot_partial_cycle(&mut self, now_s: f64, max_agents: usize) -> CycleSnapshot {
+        self.allocator
+            .snapshot_partial_cycle(&self.state, now_s, max_agents)
+    }
+
     /// See [`Allocator::commit_cycle`].
     pub fn commit_cycle(&mut self, plans: Vec<ShardPlan>, now_s: f64) -> CycleOutcome {
         self.allocator.commit_cycle(&self.state, plans, now_s)

@@ -2009,6 +2009,44 @@ fn a_misfit_is_passed_over_until_a_shape_it_holds_is_pending() {
     assert_eq!(one(alloc.allocate_all(300.0)).framework, fid("f"));
 }
 
+/// A partial cycle offers at most its number of agents, two shards splitting it, and the next
+/// partial cycles go on from where it stopped until every agent was offered.
+#[test]
+fn partial_cycles_offer_a_few_agents_each_and_between_them_all() {
+    let mut alloc = StandaloneAllocator::new(AllocatorConfig {
+        policy: InterJobPolicy::Fifo,
+        shards: 2,
+        ..AllocatorConfig::default()
+    })
+    .unwrap();
+    add_agents(&mut alloc, 10, res("cpus=4"));
+    alloc.add_framework(fid("f"), "g", 0.0).unwrap();
+    alloc
+        .update_demand(&fid("f"), &summary(&[("cpus=1", 1_000, 1.0)], 1.0))
+        .unwrap();
+    let mut offered = std::collections::BTreeSet::new();
+    for cycle in 0..3 {
+        let now = f64::from(cycle);
+        let snapshot = alloc.snapshot_partial_cycle(now, 4);
+        let plans = snapshot.plan_all();
+        let outcome = alloc.commit_cycle(plans, now);
+        let agents: std::collections::BTreeSet<_> =
+            outcome.offers.iter().map(|o| o.agent.clone()).collect();
+        assert_eq!(agents.len(), 4, "cycle {cycle}: {agents:?}");
+        offered.extend(agents);
+        // Taken back, so that every agent has room again: only the rotation moves the next
+        // cycle on to other agents.
+        for offer in outcome.offers {
+            alloc.rescind_offer(&offer.agent, &offer.framework).unwrap();
+        }
+    }
+    assert_eq!(offered.len(), 10, "{offered:?}");
+    // A full cycle offers all ten at once.
+    let outcome = alloc.allocate_all_with(3.0, CycleSnapshot::plan_all);
+    let agents: std::collections::BTreeSet<_> = outcome.offers.iter().map(|o| &o.agent).collect();
+    assert_eq!(agents.len(), 10);
+}
+
 /// A commit after the state moved on drops what no longer holds: the picks of an agent that
 /// left while another took its slot, and of a framework that left while another took its
 /// slot; the rest is committed, and the newcomers are seen by the next cycle.
