@@ -12,7 +12,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use fullerene_proto::messages::{
-    DemandSummary, ErrorCode, Leftover, Offer, OfferKind, TaskSpec, UnixMillis, WireError,
+    DemandSummary, ErrorCode, Leftover, Offer, OfferKind, ReservationProgress, TaskSpec,
+    UnixMillis, WireError,
 };
 use fullerene_proto::time::{secs_f64, Time};
 use fullerene_proto::{AgentId, FrameworkId, OfferId, ResourceVec};
@@ -310,8 +311,8 @@ pub struct Accepted {
 struct Wanted {
     /// Its pending tasks by shape, with their counts.
     shapes: Vec<(ResourceVec, u32)>,
-    /// The steps of its reservation its job has finished.
-    reservation_steps_done: u32,
+    /// Its job's progress through its own reservation.
+    reservation_progress: Option<ReservationProgress>,
 }
 
 /// The leader's offer machinery: the allocator's soft state over
@@ -335,6 +336,8 @@ pub struct OfferManager {
     guarantees: Vec<(FrameworkId, ResourceVec)>,
     /// When this manager ran its first cycle: its warm-up ([`LEADER_WARMUP_MS`]) runs from then.
     first_cycle_ms: Option<UnixMillis>,
+    /// The warm-up is over (latched: a wall clock stepped back does not start it again).
+    warmed_up: bool,
 }
 
 /// How long a new leader's allocation cycles stay partial (at most
@@ -378,6 +381,7 @@ impl OfferManager {
             wanted: BTreeMap::new(),
             guarantees: Vec::new(),
             first_cycle_ms: None,
+            warmed_up: false,
         })
     }
 
@@ -476,10 +480,17 @@ impl OfferManager {
     }
 
     /// Whether a cycle starting at `now_ms` is in this manager's warm-up (see
-    /// [`LEADER_WARMUP_MS`]); the first call starts it.
+    /// [`LEADER_WARMUP_MS`]); the first call starts it. It ends for good once that long has
+    /// passed, or at once if the wall clock went back before its start (so that a clock
+    /// stepped back cannot keep a leader on partial cycles).
     fn warming_up(&mut self, now_ms: UnixMillis) -> bool {
+        if self.warmed_up {
+            return false;
+        }
         let since = *self.first_cycle_ms.get_or_insert(now_ms);
-        now_ms.saturating_sub(since) < LEADER_WARMUP_MS
+        let warming = now_ms >= since && now_ms - since < LEADER_WARMUP_MS;
+        self.warmed_up = !warming;
+        !self.warmed_up
     }
 
     /// Ends an allocation cycle: commits the shards' plans against the state as it is now
@@ -534,7 +545,7 @@ impl OfferManager {
             .collect();
         let wanted = Wanted {
             shapes,
-            reservation_steps_done: summary.reservation_steps_done,
+            reservation_progress: summary.reservation_progress,
         };
         self.wanted.insert(framework.clone(), wanted);
         Ok(())
@@ -548,12 +559,12 @@ impl OfferManager {
             .map_or(&[], |wanted| wanted.shapes.as_slice())
     }
 
-    /// How many steps of its reservation a framework's job has finished, from its last demand
-    /// summary (0 before one).
-    pub fn reservation_steps_done(&self, framework: &FrameworkId) -> u32 {
+    /// How far a framework's job is through its own reservation, from its last demand summary
+    /// (`None` before one, or when it did not derive the reservation from its DAG).
+    pub fn reservation_progress(&self, framework: &FrameworkId) -> Option<ReservationProgress> {
         self.wanted
             .get(framework)
-            .map_or(0, |wanted| wanted.reservation_steps_done)
+            .and_then(|wanted| wanted.reservation_progress)
     }
 
     /// Sets what each reserved job's framework is owed now (the plan follower's shares, issue
@@ -980,7 +991,7 @@ mod tests {
                     .update_demand(&state, framework, &demand(each))
                     .expect("demand");
             }
-            let mut cycle = |offers: &mut OfferManager, now_ms| {
+            let cycle = |offers: &mut OfferManager, now_ms| {
                 let (sent, _) = offers.cycle(&state, |_| true, now_ms);
                 for framework in &frameworks {
                     offers.rescind_framework(&state, framework);
@@ -998,6 +1009,8 @@ mod tests {
             assert_eq!(first.union(&second).count(), agents);
             let full = cycle(&mut offers, 1_000 + LEADER_WARMUP_MS);
             assert_eq!(full.len(), agents);
+            // Over for good: a wall clock stepped back does not start it again.
+            assert_eq!(cycle(&mut offers, 1_000).len(), agents);
         }
 
         #[test]

@@ -24,7 +24,7 @@ use crate::resources::Resources;
 
 /// The demand summary a framework sends and the kind of an offer, shared with the allocator,
 /// which defines them.
-pub use fullerene_scheduling::{DemandSummary, OfferKind, PendingDemand};
+pub use fullerene_scheduling::{DemandSummary, OfferKind, PendingDemand, ReservationProgress};
 
 /// Milliseconds since the Unix epoch. Used only for expiries and display: clocks never decide
 /// correctness (DESIGN.md, failure model).

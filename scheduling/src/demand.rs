@@ -31,10 +31,22 @@ pub struct DemandSummary {
     /// duration × demand normalised by the cluster's capacity and summed over resources. The
     /// allocator's perfScore and the framework's matcher use this one definition.
     pub srpt: f64,
-    /// How many steps of the reservation it runs in the framework's job has finished (the
-    /// children of the request's top-level `order`, `fullerene_reservation::Expr::steps`; 0
-    /// outside a reservation, or for one the framework did not derive from its own DAG). The
-    /// allocator does not read it: the master's plan follower owes a reservation nothing for
-    /// finished steps (Rayon §5.2, issue 17).
-    pub reservation_steps_done: u32,
+    /// How far the framework's job is through the reservation it runs in, when the framework
+    /// derived that reservation from its own DAG (`None` otherwise). The allocator does not
+    /// read it: the master's plan follower owes a reservation nothing for finished steps
+    /// (Rayon §5.2, issue 17).
+    pub reservation_progress: Option<ReservationProgress>,
+}
+
+/// A job's progress through its own reservation: of the request's `steps` (the children of its
+/// top-level `order`, `fullerene_reservation::Expr::steps`), the leading `steps_done` are
+/// finished. The step count names the request the job counted against: the plan follower
+/// ignores progress reported against a request of another shape (one an operator replaced).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(proptest_derive::Arbitrary))]
+pub struct ReservationProgress {
+    /// The leading steps finished.
+    pub steps_done: u32,
+    /// The steps of the request the job made.
+    pub steps: u32,
 }

@@ -62,7 +62,7 @@ pub fn summary(shapes: &[(&str, u32, f64)], remaining_work: f64) -> DemandSummar
             .collect(),
         remaining_work,
         srpt: remaining_work,
-        reservation_steps_done: 0,
+        reservation_progress: None,
     }
 }
 
@@ -78,6 +78,6 @@ pub fn demand(shape: &Resources, count: u32) -> DemandSummary {
         }],
         remaining_work: f64::from(count),
         srpt: f64::from(count),
-        reservation_steps_done: 0,
+        reservation_progress: None,
     }
 }

@@ -46,8 +46,9 @@ use crate::TransportError;
 /// Version 7 acknowledges a framework's status updates in batches (`Acknowledge` carries a
 /// list). Version 8 names the reservation an offer's guaranteed capacity comes from
 /// (`Offer::reservation`) and tells frameworks when their principal's reservations end
-/// (`MasterToFramework::ReservationEnded`).
-pub const ALPN_PROTOCOL: &[u8] = b"fullerene/8";
+/// (`MasterToFramework::ReservationEnded`). Version 9 carries a job's progress through its own
+/// reservation in its demand summaries (`DemandSummary::reservation_progress`).
+pub const ALPN_PROTOCOL: &[u8] = b"fullerene/9";
 
 /// The DNS name every master certificate carries and every client asks for.
 ///

@@ -173,7 +173,7 @@ impl BenchFramework {
             }],
             remaining_work: work,
             srpt: work,
-            reservation_steps_done: 0,
+            reservation_progress: None,
         }
     }
 

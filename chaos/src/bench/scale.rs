@@ -930,7 +930,7 @@ impl CoreHarness {
             }],
             remaining_work: 1e6,
             srpt: 1e6,
-            reservation_steps_done: 0,
+            reservation_progress: None,
         };
         let frameworks: Vec<FrameworkId> = self.sessions.keys().cloned().collect();
         for framework in frameworks {

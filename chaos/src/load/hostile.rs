@@ -412,7 +412,7 @@ async fn wait_for_offer(session: &mut Subscribed) -> Option<Offer> {
         }],
         remaining_work: 1.0,
         srpt: 1.0,
-        reservation_steps_done: 0,
+        reservation_progress: None,
     };
     session
         .tx

@@ -71,7 +71,7 @@ impl PoliteFramework {
             }],
             remaining_work: f64::from(ALWAYS_PENDING) * self.task_ms as f64 / 1000.0,
             srpt: f64::from(ALWAYS_PENDING) * self.task_ms as f64 / 1000.0,
-            reservation_steps_done: 0,
+            reservation_progress: None,
         }
     }
 

@@ -34,6 +34,7 @@ use crate::policy::{
     TaskStatus,
 };
 use crate::reserve::completed_steps;
+use fullerene_proto::messages::ReservationProgress;
 
 /// How each task runs on its agent.
 #[derive(Clone, Debug, PartialEq)]
@@ -209,10 +210,10 @@ pub struct DagJob {
     reconcile_queued: BTreeSet<TaskId>,
     /// The reservation the job runs in, told to the masters in its description.
     reservation: Option<String>,
-    /// Whether that reservation was asked for with the job's own request
-    /// ([`crate::reserve::job_reservation`]): its steps are then the DAG's levels, and the
-    /// demand summaries say how many the job has finished.
-    own_reservation: bool,
+    /// When that reservation was asked for with the job's own request
+    /// ([`crate::reserve::job_reservation`]), the request's step count: its steps are then the
+    /// DAG's levels, and the demand summaries say how many the job has finished.
+    own_reservation: Option<u32>,
 }
 
 impl std::fmt::Debug for DagJob {
@@ -248,7 +249,7 @@ impl DagJob {
             unconfirmed: BTreeSet::new(),
             reconcile_queued: BTreeSet::new(),
             reservation: None,
-            own_reservation: false,
+            own_reservation: None,
         };
         if !dag.config.policy.needs_pri_scores() || dag.config.plan_cluster.is_some() {
             dag.ensure_policy()?;
@@ -284,17 +285,19 @@ impl DagJob {
     /// [`DagJob::with_reservation`] on a running job: the next description names it.
     pub fn set_reservation(&mut self, name: Option<String>) {
         self.reservation = name;
-        self.own_reservation = false;
+        self.own_reservation = None;
     }
 
     /// [`DagJob::set_reservation`] for a reservation the masters accepted for the job's own
     /// request ([`crate::reserve::job_reservation`], one step a level of its DAG): from now on
     /// its demand summaries tell the masters how many steps it has finished
     /// ([`crate::reserve::completed_steps`]), so that the plan follower owes the reservation
-    /// only the allocations of the steps left.
-    pub fn set_own_reservation(&mut self, name: String) {
+    /// only the allocations of the steps left. `steps` is the request's step count
+    /// ([`fullerene_reservation::Expr::steps`]), sent along so that the masters ignore the
+    /// progress if the reservation is replaced by one of another shape.
+    pub fn set_own_reservation(&mut self, name: String, steps: u32) {
         self.reservation = Some(name);
-        self.own_reservation = true;
+        self.own_reservation = Some(steps);
     }
 
     /// The reservation the job runs in, if any.
@@ -702,10 +705,14 @@ impl DagJob {
     /// The cluster as the offers showed it; kinds they never showed as the configured plan
     /// cluster has them, or as the job's largest task does ([`Machines::capacity_or`]).
     fn cluster_capacity(&self) -> ResourceVec {
-        let fallback = match &self.config.plan_cluster {
-            Some(cluster) => cluster.total_capacity(),
-            None => self.plan_cluster().total_capacity(),
-        };
+        // A configured planning cluster may lack a kind the tasks use: the largest task stands
+        // in for it, so that no kind is left at zero.
+        let largest_task = self
+            .job
+            .stages
+            .iter()
+            .fold(ResourceVec::ZERO, |acc, s| acc.max(&s.demand));
+        let fallback = self.plan_cluster().total_capacity().max(&largest_task);
         self.machines.capacity_or(&fallback)
     }
 
@@ -718,8 +725,11 @@ impl DagJob {
             self.pri_scores.as_deref(),
             crate::policy::PriScoreScope::WholeDag,
         );
-        if self.own_reservation {
-            demand.reservation_steps_done = completed_steps(&self.job, &self.state);
+        if let Some(steps) = self.own_reservation {
+            demand.reservation_progress = Some(ReservationProgress {
+                steps_done: completed_steps(&self.job, &self.state),
+                steps,
+            });
         }
         demand
     }

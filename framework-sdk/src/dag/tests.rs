@@ -1,3 +1,4 @@
+use fullerene_proto::messages::ReservationProgress;
 use fullerene_proto::messages::{
     ErrorCode, Executor, FrameworkRequest, Leftover, Offer, StatusReason, StatusUpdate, TaskSpec,
     TaskState, WireError,
@@ -249,6 +250,22 @@ fn a_kind_no_offer_showed_leaves_the_demand_summary_finite_and_a_refused_one_is_
         }],
     )
     .expect("job");
+    // A configured planning cluster that lacks the kind too: the largest task stands in.
+    let mut configured = config(PolicyKind::Bfs);
+    configured.plan_cluster = Some(crate::planner::PlanCluster::new(
+        2,
+        res("cpus=4,mem_mib=1000"),
+    ));
+    let mut planned = DagJob::new(job.clone(), configured, t(0)).expect("dag");
+    for call in planned
+        .on_subscribed()
+        .iter()
+        .chain(&planned.on_offers(&[offer(1, "a1", "cpus=4,mem_mib=1000")], t(10)))
+    {
+        if let FrameworkRequest::UpdateDemand(summary) = call {
+            assert!(summary.remaining_work.is_finite(), "{summary:?}");
+        }
+    }
     let mut dag = DagJob::new(job, config(PolicyKind::Bfs), t(0)).expect("dag");
     dag.on_subscribed();
     let calls = dag.on_offers(&[offer(1, "a1", "cpus=4,mem_mib=1000")], t(10));
@@ -587,29 +604,43 @@ fn the_description_names_the_reservation_the_job_runs_in() {
 /// reservation it was only given the name of, they say nothing (its steps are not the DAG's).
 #[test]
 fn a_job_in_its_own_reservation_reports_the_levels_it_has_finished() {
-    let steps_done = |calls: &[FrameworkRequest]| {
+    let progress = |calls: &[FrameworkRequest]| {
         calls.iter().find_map(|c| match c {
-            FrameworkRequest::UpdateDemand(d) => Some(d.reservation_steps_done),
+            FrameworkRequest::UpdateDemand(d) => Some(d.reservation_progress),
             _ => None,
+        })
+    };
+    let of_two = |steps_done| {
+        Some(ReservationProgress {
+            steps_done,
+            steps: 2,
         })
     };
     for own in [true, false] {
         let mut dag =
             DagJob::new(two_stage_job(), config(PolicyKind::CriticalPath), t(0)).expect("dag");
         if own {
-            dag.set_own_reservation("q1.fw-7".into());
+            dag.set_own_reservation("q1.fw-7".into(), 2);
         } else {
             dag.set_reservation(Some("etl".into()));
         }
-        assert_eq!(steps_done(&dag.on_subscribed()), Some(0), "own: {own}");
+        let expected = |steps_done| if own { of_two(steps_done) } else { None };
+        assert_eq!(
+            progress(&dag.on_subscribed()),
+            Some(expected(0)),
+            "own: {own}"
+        );
         let tasks = accepted(&dag.on_offers(&[offer(1, "a1", "cpus=4,mem_mib=1000")], t(100)));
         assert_eq!(tasks.len(), 2);
         // One scan left: the first level is not finished yet.
         let calls = dag.on_update(&update(&tasks[0].id, TaskState::Finished, None), t(5_000));
-        assert_eq!(steps_done(&calls).unwrap_or(0), 0, "own: {own}");
+        assert_eq!(
+            progress(&calls).unwrap_or(expected(0)),
+            expected(0),
+            "own: {own}"
+        );
         let calls = dag.on_update(&update(&tasks[1].id, TaskState::Finished, None), t(5_100));
-        let expected = if own { 1 } else { 0 };
-        assert_eq!(steps_done(&calls), Some(expected), "own: {own}: {calls:?}");
+        assert_eq!(progress(&calls), Some(expected(1)), "own: {own}: {calls:?}");
     }
 }
 

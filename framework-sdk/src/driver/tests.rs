@@ -379,7 +379,7 @@ fn reconnect_resubscribes_with_the_id_reconciles_and_resends_demand() {
         pending: vec![],
         remaining_work: 7.0,
         srpt: 7.0,
-        reservation_steps_done: 0,
+        reservation_progress: None,
     };
     c.call(FrameworkRequest::UpdateDemand(demand.clone()));
     c.call(FrameworkRequest::Suppress);

@@ -634,7 +634,7 @@ fn summary_of(
             .collect(),
         remaining_work,
         srpt,
-        reservation_steps_done: 0,
+        reservation_progress: None,
     }
 }
 

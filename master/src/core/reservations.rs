@@ -30,7 +30,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use fullerene_proto::messages::MasterToFramework;
+use fullerene_proto::messages::{MasterToFramework, ReservationProgress};
 use fullerene_proto::{FrameworkId, Now, ResourceVec, TaskKey, Time};
 use fullerene_reservation::{
     packed_bundle, AgentRoom, BestEffortTask, Candidates, FollowerDecision, PlanFollower,
@@ -151,6 +151,24 @@ fn reservation_of(state: &ClusterState, framework: &FrameworkId) -> Option<Reser
     state.reservations().id_of(name)
 }
 
+/// The steps of reservation `id` its job reports finished: none unless the job counted them
+/// against a request of the same number of steps as the one in the plan (an operator may have
+/// replaced the job's own request with another, whose steps are not its DAG's levels).
+fn steps_done(
+    state: &ClusterState,
+    id: ReservationId,
+    progress: Option<ReservationProgress>,
+) -> u32 {
+    let planned_steps = state
+        .reservations()
+        .plan()
+        .reservation(id)
+        .map(|reservation| reservation.expr.steps().len());
+    progress
+        .filter(|progress| planned_steps == usize::try_from(progress.steps).ok())
+        .map_or(0, |progress| progress.steps_done)
+}
+
 fn gather(state: &ClusterState, offers: &OfferManager) -> Loads {
     let accounting = state.allocation();
     let mut tagged: BTreeMap<FrameworkId, ReservationId> = BTreeMap::new();
@@ -175,7 +193,7 @@ fn gather(state: &ClusterState, offers: &OfferManager) -> Loads {
             reservation: *id,
             held,
             shapes: offers.wanted_shapes(framework).to_vec(),
-            steps_done: offers.reservation_steps_done(framework),
+            steps_done: steps_done(state, *id, offers.reservation_progress(framework)),
         });
         frameworks.push(framework.clone());
     }

@@ -2072,9 +2072,12 @@ fn the_leader_owes_a_reservation_nothing_for_the_steps_its_job_has_finished() {
         FrameworkRequest::DescribeJob(reserved_job("q1", 5, "etl")),
     );
     assert_eq!(answer, Some(Ok(CallOk::Done)));
-    let want = |h: &mut Harness, steps_done: u32| {
+    let want = |h: &mut Harness, steps_done: u32, steps: u32| {
         let summary = fullerene_proto::messages::DemandSummary {
-            reservation_steps_done: steps_done,
+            reservation_progress: Some(fullerene_proto::messages::ReservationProgress {
+                steps_done,
+                steps,
+            }),
             ..demand(&resources(ONE_TASK), 3)
         };
         let (answer, _) = h.call(&framework, session, FrameworkRequest::UpdateDemand(summary));
@@ -2089,12 +2092,15 @@ fn the_leader_owes_a_reservation_nothing_for_the_steps_its_job_has_finished() {
     };
     // Within the first step's allocation, not finished: its 2 cpus are owed.
     h.pass(Duration::from_secs(6 * 60 + 10));
-    assert_eq!(want(&mut h, 0), ["cpus=2,mem_mib=1024"]);
+    assert_eq!(want(&mut h, 0, 2), ["cpus=2,mem_mib=1024"]);
     // The job reports its first step finished: that step's allocation is owed no more.
-    assert_eq!(want(&mut h, 1), Vec::<String>::new());
+    assert_eq!(want(&mut h, 1, 2), Vec::<String>::new());
+    // Progress counted against a request of another shape (three steps, where the plan's has
+    // two: an operator replaced it) is not believed.
+    assert_eq!(want(&mut h, 1, 3), ["cpus=2,mem_mib=1024"]);
     // In the second step's time its 3 cpus are owed.
     h.pass(Duration::from_secs(2 * 60));
-    assert_eq!(want(&mut h, 1), ["cpus=3,mem_mib=1536"]);
+    assert_eq!(want(&mut h, 1, 2), ["cpus=3,mem_mib=1536"]);
 }
 
 /// Issue 17, point 5: the adapter's rejection is told to the owner. `big` needs both agents'

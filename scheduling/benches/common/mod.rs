@@ -87,7 +87,7 @@ pub(crate) fn build(
             pending,
             remaining_work: rng.gen_range(10.0..10_000.0),
             srpt: rng.gen_range(1.0..1_000.0),
-            reservation_steps_done: 0,
+            reservation_progress: None,
         };
         allocator
             .update_demand(&id, &summary)

@@ -29,7 +29,7 @@ use crate::resources::ResourceVec;
 ///     pending: vec![PendingDemand { resources: Resources::from(task), count: 3, pri_score: 1.0 }],
 ///     remaining_work: 3.0,
 ///     srpt: 3.0,
-///     reservation_steps_done: 0,
+///     reservation_progress: None,
 /// };
 /// allocator.update_demand(&"etl".into(), &demand)?;
 /// // One cycle, task at a time: the only framework with demand is offered its three tasks,

@@ -886,7 +886,7 @@ fn answers_are_validated_against_the_offer() {
         }],
         remaining_work: 1.0,
         srpt: 1.0,
-        reservation_steps_done: 0,
+        reservation_progress: None,
     };
     assert!(matches!(
         alloc.update_demand(&fid("f1"), &bad),
@@ -964,7 +964,7 @@ impl SimFramework {
                 .collect(),
             remaining_work: self.shapes.iter().map(|(_, c)| *c as f64).sum(),
             srpt: self.shapes.iter().map(|(_, c)| *c as f64).sum(),
-            reservation_steps_done: 0,
+            reservation_progress: None,
         }
     }
 
@@ -1696,7 +1696,7 @@ fn shapes_summary<'a>(
         pending,
         remaining_work: work,
         srpt: work,
-        reservation_steps_done: 0,
+        reservation_progress: None,
     }
 }
 
@@ -1775,7 +1775,7 @@ fn answer_round(
                 .collect(),
             remaining_work: *work,
             srpt: *work,
-            reservation_steps_done: 0,
+            reservation_progress: None,
         };
         alloc.update_demand(&offer.framework, &summary).unwrap();
     }
