@@ -251,6 +251,14 @@ impl Job {
         self.stages[task.stage()].durations[task.index as usize]
     }
 
+    /// The largest demand of any stage's tasks, kind by kind (the component-wise maximum over
+    /// the stages).
+    pub fn largest_task(&self) -> ResourceVec {
+        self.stages
+            .iter()
+            .fold(ResourceVec::ZERO, |acc, stage| acc.max(&stage.demand))
+    }
+
     /// A task's demand.
     pub fn demand(&self, task: TaskRef) -> ResourceVec {
         self.stages[task.stage()].demand

@@ -193,11 +193,7 @@ impl Reservation {
     /// What the reservation holds at quantum `t` for its [steps](Expr::steps) after the first
     /// `done` ones: the allocations of the atoms those steps do not hold.
     pub fn held_for_steps_left(&self, t: u64, done: usize) -> ResourceVec {
-        let first = if done == 0 {
-            0
-        } else {
-            self.expr.atoms_in_first_steps(done)
-        };
+        let first = self.expr.atoms_in_first_steps(done);
         self.allocations
             .iter()
             .filter(|a| a.atom.atom as usize >= first)

@@ -690,15 +690,10 @@ impl DagJob {
         if let Some(cluster) = &self.config.plan_cluster {
             return cluster.clone();
         }
-        let largest_task = self
-            .job
-            .stages
-            .iter()
-            .fold(ResourceVec::ZERO, |acc, s| acc.max(&s.demand));
         let machine = self
             .machines
             .iter()
-            .fold(largest_task, |acc, m| acc.max(&m.capacity));
+            .fold(self.job.largest_task(), |acc, m| acc.max(&m.capacity));
         PlanCluster::new(self.machines.len().max(1), machine)
     }
 
@@ -707,12 +702,10 @@ impl DagJob {
     fn cluster_capacity(&self) -> ResourceVec {
         // A configured planning cluster may lack a kind the tasks use: the largest task stands
         // in for it, so that no kind is left at zero.
-        let largest_task = self
-            .job
-            .stages
-            .iter()
-            .fold(ResourceVec::ZERO, |acc, s| acc.max(&s.demand));
-        let fallback = self.plan_cluster().total_capacity().max(&largest_task);
+        let fallback = self
+            .plan_cluster()
+            .total_capacity()
+            .max(&self.job.largest_task());
         self.machines.capacity_or(&fallback)
     }
 

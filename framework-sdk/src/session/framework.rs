@@ -833,11 +833,9 @@ impl SessionFramework {
     /// largest task of any job has them (the work in a summary is relative to it, and must stay
     /// finite: [`Machines::capacity_or`]).
     fn cluster_capacity(&self) -> ResourceVec {
-        let largest = self
-            .jobs
-            .iter()
-            .flat_map(|entry| entry.job.stages.iter())
-            .fold(ResourceVec::ZERO, |acc, stage| acc.max(&stage.demand));
+        let largest = self.jobs.iter().fold(ResourceVec::ZERO, |acc, entry| {
+            acc.max(&entry.job.largest_task())
+        });
         self.machines.capacity_or(&largest)
     }
 

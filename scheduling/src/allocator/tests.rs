@@ -772,14 +772,19 @@ fn suppressed_frameworks_get_no_offers() {
     assert_eq!(alloc.allocate_all(0.0).len(), 1);
 }
 
-#[test]
-fn shards_partition_agents_and_cycles_stay_in_their_shard() {
-    let mut alloc = StandaloneAllocator::new(AllocatorConfig {
+/// A FIFO allocator over `shards` shards, the rest of its configuration the default.
+fn fifo_in_shards(shards: usize) -> StandaloneAllocator {
+    StandaloneAllocator::new(AllocatorConfig {
         policy: InterJobPolicy::Fifo,
-        shards: 4,
+        shards,
         ..AllocatorConfig::default()
     })
-    .unwrap();
+    .unwrap()
+}
+
+#[test]
+fn shards_partition_agents_and_cycles_stay_in_their_shard() {
+    let mut alloc = fifo_in_shards(4);
     add_agents(&mut alloc, 40, res("cpus=4"));
     alloc.add_framework(fid("f"), "g", 0.0).unwrap();
     alloc
@@ -2013,12 +2018,7 @@ fn a_misfit_is_passed_over_until_a_shape_it_holds_is_pending() {
 /// partial cycles go on from where it stopped until every agent was offered.
 #[test]
 fn partial_cycles_offer_a_few_agents_each_and_between_them_all() {
-    let mut alloc = StandaloneAllocator::new(AllocatorConfig {
-        policy: InterJobPolicy::Fifo,
-        shards: 2,
-        ..AllocatorConfig::default()
-    })
-    .unwrap();
+    let mut alloc = fifo_in_shards(2);
     add_agents(&mut alloc, 10, res("cpus=4"));
     alloc.add_framework(fid("f"), "g", 0.0).unwrap();
     alloc
