@@ -148,4 +148,35 @@ fn training_writes_a_model_that_resumes_and_evaluates() {
         stderr.contains("damaged.model") && stderr.contains("corrupt"),
         "{stderr}"
     );
+
+    // A warm start: the trained model fine-tuned under Poisson arrivals, a new run.
+    let tuned = dir.path().join("tuned.model");
+    let warm = |init: &Path| {
+        let mut cmd = fullerene(dir.path());
+        cmd.args(["--json", "learn", "train", "--iterations", "1"])
+            .args(TINY)
+            .args(["--setting", "poisson", "--entropy-start", "0.01"])
+            .arg("--init-model")
+            .arg(init)
+            .arg("--out")
+            .arg(&tuned);
+        cmd
+    };
+    let out = run(&mut warm(&model));
+    let report: Value = serde_json::from_slice(&out.stdout).expect("train prints JSON");
+    assert_eq!(report[0]["iterations"].as_u64(), Some(1), "{report}");
+    assert_eq!(report[1]["entropy_weight"].as_f64(), Some(0.01), "{report}");
+    assert!(tuned.exists());
+    let out = warm(&damaged).output().unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--init-model") && stderr.contains("damaged.model"),
+        "{stderr}"
+    );
+    let out = warm(&model).arg("--resume").output().unwrap();
+    assert!(
+        !out.status.success(),
+        "--init-model with --resume was taken"
+    );
 }

@@ -242,6 +242,25 @@ impl Trainer {
         })
     }
 
+    /// A fresh run that starts from `initial`'s weights instead of random ones, with a new
+    /// optimiser at iteration 0: transfer learning, e.g. a model trained on batches
+    /// fine-tuned under continuous arrivals. Decima trains each setting from scratch; starting
+    /// from a trained policy spares the thousands of iterations it spends learning what both
+    /// settings share (set [`TrainConfig::entropy`]'s start low, or the entropy bonus first
+    /// pushes the policy back towards uniform). `initial` may be a model or a checkpoint (its
+    /// optimiser state is not used).
+    pub fn warm_start(
+        config: TrainConfig,
+        jobs: Vec<Job>,
+        initial: &ModelFile,
+        path: &std::path::Path,
+    ) -> Result<Trainer, TrainError> {
+        let mut trainer = Trainer::new(config, jobs)?;
+        trainer.model = initial.model(path)?;
+        trainer.adam = Adam::new(trainer.config.learning_rate, &trainer.model.parameters())?;
+        Ok(trainer)
+    }
+
     /// A run resumed from a checkpoint (its model, optimiser, iteration and average reward).
     pub fn resume(
         config: TrainConfig,
@@ -249,8 +268,8 @@ impl Trainer {
         checkpoint: &ModelFile,
         path: &std::path::Path,
     ) -> Result<Trainer, TrainError> {
-        let mut trainer = Trainer::new(config, jobs)?;
-        trainer.model = checkpoint.model(path)?;
+        // The checkpoint's weights, then its optimiser, iteration and average reward.
+        let mut trainer = Trainer::warm_start(config, jobs, checkpoint, path)?;
         let Some((state, rate)) = &checkpoint.optimiser else {
             return Err(ModelFileError::Shape {
                 path: path.to_path_buf(),
@@ -593,6 +612,40 @@ mod tests {
         // A plain model file is not a checkpoint.
         let model_only = first.model_file("test", "w").unwrap();
         assert!(Trainer::resume(config(), workload(), &model_only, &path).is_err());
+    }
+
+    #[test]
+    fn a_warm_start_begins_from_the_given_weights_under_another_setting() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("batch.model");
+        let mut batch = Trainer::new(config(), workload()).unwrap();
+        for _ in 0..2 {
+            batch.step().unwrap();
+        }
+        batch.model_file("test", "w").unwrap().save(&path).unwrap();
+        let trained = weights(batch.model());
+        // Another seed (its own random weights) and continuous arrivals.
+        let mut streaming = config();
+        streaming.seed = 11;
+        streaming.env.setting = SessionSetting::Poisson {
+            jobs: 6,
+            mean_gap_s: 2.0,
+        };
+        streaming.differential = true;
+        assert_ne!(
+            weights(Trainer::new(streaming.clone(), workload()).unwrap().model()),
+            trained
+        );
+        let file = ModelFile::load(&path).unwrap();
+        let mut warm = Trainer::warm_start(streaming, workload(), &file, &path).unwrap();
+        assert_eq!(warm.iteration(), 0, "a warm start is a new run");
+        assert_eq!(weights(warm.model()), trained);
+        warm.step().unwrap();
+        assert_ne!(
+            weights(warm.model()),
+            trained,
+            "the optimiser moved no weight"
+        );
     }
 
     #[test]

@@ -131,8 +131,19 @@ pub(crate) struct TrainArgs {
           value_parser = clap::value_parser!(u64).range(1..))]
     checkpoint_every: u64,
     /// Continue from `<out>.ckpt`.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "init_model")]
     resume: bool,
+    /// Start from this model's weights (a model file or a checkpoint) instead of random ones,
+    /// with a new optimiser, at iteration 0: e.g. fine-tune the batch-trained model under
+    /// `--setting poisson`. Give a low `--entropy-start` with it, or the entropy bonus first
+    /// undoes what the model learnt.
+    #[arg(long = "init-model", value_name = "FILE")]
+    init_model: Option<PathBuf>,
+    /// The entropy weight at iteration 0 (Decima: 1); it falls by `--entropy-decay` per
+    /// iteration to 10⁻⁴.
+    #[arg(long = "entropy-start", value_name = "WEIGHT", default_value_t = 1.0,
+          value_parser = non_negative_weight)]
+    entropy_start: f64,
     /// Append each iteration's figures to this file, one JSON object per line.
     #[arg(long, value_name = "FILE")]
     curve: Option<PathBuf>,
@@ -176,6 +187,10 @@ fn positive_seconds(text: &str) -> Result<f64, String> {
 
 fn non_negative_seconds(text: &str) -> Result<f64, String> {
     parse_number(text, |x| x >= 0.0, "a number of seconds >= 0")
+}
+
+fn non_negative_weight(text: &str) -> Result<f64, String> {
+    parse_number(text, |x| x >= 0.0, "a weight >= 0")
 }
 
 fn load_fraction(text: &str) -> Result<f64, String> {
@@ -378,6 +393,7 @@ fn train(args: TrainArgs, json: &JsonOutput) -> Result<()> {
     let mut config = TrainConfig::new(env, args.seed);
     config.episodes = args.episodes;
     config.learning_rate = args.learning_rate;
+    config.entropy.0 = args.entropy_start;
     config.entropy.2 = args.entropy_decay;
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let workload_name = workload.file_name().map_or_else(
@@ -389,6 +405,10 @@ fn train(args: TrainArgs, json: &JsonOutput) -> Result<()> {
         let file = ModelFile::load(&checkpoint)
             .with_context(|| format!("--resume: reading {}", checkpoint.display()))?;
         Trainer::resume(config, jobs, &file, &checkpoint)?
+    } else if let Some(path) = &args.init_model {
+        let file = ModelFile::load(path)
+            .with_context(|| format!("--init-model: reading {}", path.display()))?;
+        Trainer::warm_start(config, jobs, &file, path)?
     } else {
         Trainer::new(config, jobs)?
     };
