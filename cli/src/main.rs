@@ -160,7 +160,7 @@ enum Commands {
 }
 
 fn main() -> std::process::ExitCode {
-    pin_rayon_threads();
+    pin_threads();
     match run() {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
@@ -170,13 +170,23 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-/// Sets `RAYON_NUM_THREADS` to the machine's cores when it is unset, before any thread
-/// starts: candle (Decima's model, `fullerene learn`) otherwise looks the core count up in
-/// `/proc/cpuinfo` on every matrix product, which made a decision six times slower.
-fn pin_rayon_threads() {
+/// Sets the thread counts of rayon and candle (Decima's model, `fullerene learn`, `--policy
+/// decima`) where the environment does not, before any thread starts:
+/// - `RAYON_NUM_THREADS` to the machine's cores: candle otherwise looks the core count up in
+///   `/proc/cpuinfo` on every matrix product, which made a decision six times slower;
+/// - `CANDLE_NUM_THREADS` to 1: training and evaluation run their episodes and gradient
+///   batches in parallel on rayon's threads already, and candle's own pool of threads, which
+///   serves one caller at a time, had them spin on its barrier (40% of a training run's CPU
+///   under `perf`). One thread each: a batch-setting iteration of 8 episodes took 6–16 s
+///   instead of 12–38 s on the two-core machine, with the same results (a model's operations
+///   are too small to gain from splitting: 5,538 weights).
+fn pin_threads() {
     if std::env::var_os("RAYON_NUM_THREADS").is_none() {
         let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
         std::env::set_var("RAYON_NUM_THREADS", cores.to_string());
+    }
+    if std::env::var_os("CANDLE_NUM_THREADS").is_none() {
+        std::env::set_var("CANDLE_NUM_THREADS", "1");
     }
 }
 
