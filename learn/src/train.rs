@@ -591,18 +591,21 @@ mod tests {
         assert_eq!(weights(a.model()), weights(b.model()));
     }
 
+    /// A run of [`config`] after `iterations` iterations.
+    fn trained(iterations: usize) -> Trainer {
+        let mut trainer = Trainer::new(config(), workload()).unwrap();
+        for _ in 0..iterations {
+            trainer.step().unwrap();
+        }
+        trainer
+    }
+
     #[test]
     fn a_resumed_run_continues_as_an_uninterrupted_one() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("run.ckpt");
-        let mut straight = Trainer::new(config(), workload()).unwrap();
-        for _ in 0..3 {
-            straight.step().unwrap();
-        }
-        let mut first = Trainer::new(config(), workload()).unwrap();
-        for _ in 0..2 {
-            first.step().unwrap();
-        }
+        let straight = trained(3);
+        let first = trained(2);
         first.checkpoint("test", "w").unwrap().save(&path).unwrap();
         let file = ModelFile::load(&path).unwrap();
         let mut resumed = Trainer::resume(config(), workload(), &file, &path).unwrap();
@@ -618,10 +621,7 @@ mod tests {
     fn a_warm_start_begins_from_the_given_weights_under_another_setting() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("batch.model");
-        let mut batch = Trainer::new(config(), workload()).unwrap();
-        for _ in 0..2 {
-            batch.step().unwrap();
-        }
+        let batch = trained(2);
         batch.model_file("test", "w").unwrap().save(&path).unwrap();
         let trained = weights(batch.model());
         // Another seed (its own random weights) and continuous arrivals.
