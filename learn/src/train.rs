@@ -623,7 +623,7 @@ mod tests {
         let path = dir.path().join("batch.model");
         let batch = trained(2);
         batch.model_file("test", "w").unwrap().save(&path).unwrap();
-        let trained = weights(batch.model());
+        let batch_weights = weights(batch.model());
         // Another seed (its own random weights) and continuous arrivals.
         let mut streaming = config();
         streaming.seed = 11;
@@ -634,16 +634,16 @@ mod tests {
         streaming.differential = true;
         assert_ne!(
             weights(Trainer::new(streaming.clone(), workload()).unwrap().model()),
-            trained
+            batch_weights
         );
         let file = ModelFile::load(&path).unwrap();
         let mut warm = Trainer::warm_start(streaming, workload(), &file, &path).unwrap();
         assert_eq!(warm.iteration(), 0, "a warm start is a new run");
-        assert_eq!(weights(warm.model()), trained);
+        assert_eq!(weights(warm.model()), batch_weights);
         warm.step().unwrap();
         assert_ne!(
             weights(warm.model()),
-            trained,
+            batch_weights,
             "the optimiser moved no weight"
         );
     }
