@@ -177,8 +177,8 @@ fn main() -> std::process::ExitCode {
 /// - `CANDLE_NUM_THREADS` to 1: training and evaluation run their episodes and gradient
 ///   batches in parallel on rayon's threads already, and candle's own pool of threads, which
 ///   serves one caller at a time, had them spin on its barrier (40% of a training run's CPU
-///   under `perf`). One thread each: a batch-setting iteration of 8 episodes took 6–16 s
-///   instead of 12–38 s on the two-core machine, with the same results (a model's operations
+///   under `perf`). One thread each: three batch-setting iterations of 8 episodes took 35 s
+///   instead of 64 s on the two-core machine, with the same results (a model's operations
 ///   are too small to gain from splitting: 5,538 weights).
 fn pin_threads() {
     if std::env::var_os("RAYON_NUM_THREADS").is_none() {

@@ -225,11 +225,20 @@ pub struct Trainer {
 impl Trainer {
     /// A fresh run on `jobs` (the workload).
     pub fn new(config: TrainConfig, jobs: Vec<Job>) -> Result<Trainer, TrainError> {
+        let model = DecimaModel::new(config.seed)?;
+        Trainer::with_model(config, jobs, model)
+    }
+
+    /// A fresh run on `jobs` from `model`'s weights, with a new optimiser at iteration 0.
+    fn with_model(
+        config: TrainConfig,
+        jobs: Vec<Job>,
+        model: DecimaModel,
+    ) -> Result<Trainer, TrainError> {
         config.env.validate()?;
         if jobs.is_empty() {
             return Err(SimError::NoJobs.into());
         }
-        let model = DecimaModel::new(config.seed)?;
         let adam = Adam::new(config.learning_rate, &model.parameters())?;
         Ok(Trainer {
             config,
@@ -255,10 +264,7 @@ impl Trainer {
         initial: &ModelFile,
         path: &std::path::Path,
     ) -> Result<Trainer, TrainError> {
-        let mut trainer = Trainer::new(config, jobs)?;
-        trainer.model = initial.model(path)?;
-        trainer.adam = Adam::new(trainer.config.learning_rate, &trainer.model.parameters())?;
-        Ok(trainer)
+        Trainer::with_model(config, jobs, initial.model(path)?)
     }
 
     /// A run resumed from a checkpoint (its model, optimiser, iteration and average reward).

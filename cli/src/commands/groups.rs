@@ -37,7 +37,7 @@ pub(crate) struct SetGroupArgs {
     pub group: String,
     /// Its weight: its share of the cluster is its weight over the sum of the active groups'
     /// weights (a new group weighs 1 unless this says otherwise).
-    #[arg(long, value_parser = parse_weight)]
+    #[arg(long, value_parser = super::parse_weight)]
     pub weight: Option<f64>,
     /// A principal (the id in a framework certificate, e.g. `framework-3`) to place in the
     /// group; repeat for several, or separate with commas.
@@ -83,10 +83,6 @@ pub(crate) struct SetQuotasArgs {
     pub pending_offers_per_framework: Option<u32>,
     #[command(flatten)]
     pub cluster: ClusterArgs,
-}
-
-fn parse_weight(text: &str) -> Result<f64, String> {
-    super::parse_number(text, |x| x >= 0.0, "a weight must be finite and >= 0")
 }
 
 /// The groups as `fullerene groups list --json` prints them.

@@ -20,7 +20,7 @@ use fullerene_sim::session::{
 };
 
 use crate::commands::plan::progress_bar;
-use crate::commands::{parse_number, parse_positive, resolve_workload, ActionChoice};
+use crate::commands::{parse_number, parse_positive, parse_weight, resolve_workload, ActionChoice};
 use crate::output::{table, JsonOutput};
 
 /// `fullerene learn` subcommands.
@@ -142,7 +142,7 @@ pub(crate) struct TrainArgs {
     /// The entropy weight at iteration 0 (Decima: 1); it falls by `--entropy-decay` per
     /// iteration to 10⁻⁴.
     #[arg(long = "entropy-start", value_name = "WEIGHT", default_value_t = 1.0,
-          value_parser = non_negative_weight)]
+          value_parser = parse_weight)]
     entropy_start: f64,
     /// Append each iteration's figures to this file, one JSON object per line.
     #[arg(long, value_name = "FILE")]
@@ -187,10 +187,6 @@ fn positive_seconds(text: &str) -> Result<f64, String> {
 
 fn non_negative_seconds(text: &str) -> Result<f64, String> {
     parse_number(text, |x| x >= 0.0, "a number of seconds >= 0")
-}
-
-fn non_negative_weight(text: &str) -> Result<f64, String> {
-    parse_number(text, |x| x >= 0.0, "a weight >= 0")
 }
 
 fn load_fraction(text: &str) -> Result<f64, String> {

@@ -312,6 +312,11 @@ pub(crate) fn parse_fraction_of_cluster(text: &str) -> Result<f64, String> {
     )
 }
 
+/// A weight, finite and >= 0 (a group's `--weight`, `learn train --entropy-start`).
+pub(crate) fn parse_weight(text: &str) -> Result<f64, String> {
+    parse_number(text, |x| x >= 0.0, "a weight must be finite and >= 0")
+}
+
 /// A deadline's slack over the job's lower bound, >= 0 (`--deadline-slack`).
 pub(crate) fn parse_slack(text: &str) -> Result<f64, String> {
     parse_number(text, |x| x >= 0.0, "a slack is a number >= 0")
