@@ -555,8 +555,8 @@ impl Allocator {
             observations: Vec::new(),
             gate_scratch: Vec::new(),
             tree_scratch: Vec::new(),
-            tree_scored: Vec::new(),
-            tree_roots: Vec::new(),
+            tree_places: Vec::new(),
+            tree_findings: Default::default(),
             plain_scan: self.plain_scan,
             #[cfg(test)]
             replayed_picks: 0,

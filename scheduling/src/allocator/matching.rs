@@ -17,7 +17,7 @@
 use crate::fit::fits;
 use crate::scoring::packing_score;
 
-use super::policies::{AgentView, CycleIndex, Exclusions};
+use super::policies::{AgentSearch, AgentView, CycleIndex, Exclusions};
 use super::*;
 
 /// The picks of one framework on the agent being matched.
@@ -64,9 +64,10 @@ impl Allocator {
     ) -> Vec<PlannedPick> {
         let overbook = matches!(self.config.policy, InterJobPolicy::DeficitCounters { .. });
         let allowance = Overbooking(self.config.overbook_allowance);
-        let mut memo = index
+        let memo = index
             .memo
             .cursor(self.memoizes(), &free, &total, exclusions);
+        let mut search = AgentSearch::new(memo);
         // Below zero on a fungible kind once a pick overbooked it.
         let mut available = free;
         let mut picks = Vec::new();
@@ -79,7 +80,7 @@ impl Allocator {
             // and of the κ·C gate, without overbooking.
             if let Some((f, shape)) = self.choose_guaranteed(&floor, exclusions) {
                 let demand = self.frameworks[f.get()].demand.shapes[shape].demand;
-                memo.advance(Some(&demand));
+                search.memo.advance(Some(&demand));
                 let exhausted = self.take_one(state, f, shape, true, parts);
                 picks.push(PlannedPick {
                     framework: f,
@@ -94,8 +95,8 @@ impl Allocator {
                 continue;
             }
             let view = AgentView::new(floor, total).overbooking_against(available);
-            let Some(chosen) = self.choose(state, &view, exclusions, index, &mut memo) else {
-                memo.advance(None);
+            let Some(chosen) = self.choose(state, &view, exclusions, index, &mut search) else {
+                search.memo.advance(None);
                 break;
             };
             let choice = chosen.choice;
@@ -117,7 +118,7 @@ impl Allocator {
                 .get(shape)
                 .map(|s| s.demand)
             else {
-                memo.advance(None);
+                search.memo.advance(None);
                 break;
             };
             let admissible = if choice.overbook {
@@ -126,10 +127,10 @@ impl Allocator {
                 fits(&demand, &chosen.limit)
             };
             if !admissible {
-                memo.advance(None);
+                search.memo.advance(None);
                 break;
             }
-            memo.advance(Some(&demand));
+            search.memo.advance(Some(&demand));
             let exhausted = self.take_one(state, f, shape, false, parts);
             picks.push(PlannedPick {
                 framework: f,
@@ -144,7 +145,7 @@ impl Allocator {
                 self.relist(state, index, f);
             }
         }
-        index.memo.finish(memo);
+        index.memo.finish(search.memo);
         picks
     }
 

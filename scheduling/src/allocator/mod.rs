@@ -633,10 +633,11 @@ pub struct Allocator {
     gate_scratch: Vec<(f64, GroupIdx)>,
     /// The search stack of the bounding trees, reused from pick to pick.
     tree_scratch: Vec<(usize, f64)>,
-    /// The trees a search visits with their roots' bounds, reused from pick to pick.
-    tree_roots: Vec<score_tree::Root>,
-    /// The frameworks a tree search scored, reused from pick to pick.
-    tree_scored: Vec<FrameworkIdx>,
+    /// Per list, its place in a tree search's order of lists (`None`: not searched), reused
+    /// from pick to pick.
+    tree_places: Vec<Option<policies::GroupOrder>>,
+    /// What a tree search found, reused from pick to pick.
+    tree_findings: score_tree::Findings,
     /// Every pick scanned from the lists, without replaying picks across agents of the same
     /// state (module `memo`) or searching the bounding trees (module `score_tree`), and every
     /// agent a cycle visits planned (no misfit or agent left without work passed over, module
@@ -745,8 +746,8 @@ impl Allocator {
             observations: Vec::new(),
             gate_scratch: Vec::new(),
             tree_scratch: Vec::new(),
-            tree_scored: Vec::new(),
-            tree_roots: Vec::new(),
+            tree_places: Vec::new(),
+            tree_findings: Default::default(),
             plain_scan: false,
             #[cfg(test)]
             replayed_picks: 0,

@@ -19,6 +19,7 @@ use std::collections::BTreeSet;
 
 use super::idle::Cover;
 use super::memo::{tie_margin, GateFilter, MemoCursor, PickMemo, Rivals};
+use super::score_tree::TreeFrontier;
 use super::score_tree::{ScoreTree, TreeLeaves};
 use super::*;
 use crate::fairness::GroupCounter;
@@ -138,6 +139,25 @@ pub(super) struct CycleIndex {
     pub(super) trees: Vec<ScoreTree>,
     /// Where each framework's shapes are in the trees.
     pub(super) tree_leaves: TreeLeaves,
+}
+
+/// What one agent's picks carry from each to the next: its place along the trace of picks of
+/// its starting state (module `memo`) and its place in the bounding trees (module
+/// `score_tree`). Made anew for every agent.
+#[derive(Debug)]
+pub(super) struct AgentSearch {
+    pub(super) memo: MemoCursor,
+    pub(super) frontier: TreeFrontier,
+}
+
+impl AgentSearch {
+    /// The search of an agent that follows `memo`.
+    pub(super) fn new(memo: MemoCursor) -> AgentSearch {
+        AgentSearch {
+            memo,
+            frontier: TreeFrontier::default(),
+        }
+    }
 }
 
 /// An agent as the scorers see it.
@@ -464,12 +484,13 @@ impl Allocator {
         if let Some(chosen) = self.choose_guaranteed_agent(view, exclusions) {
             return Some(chosen);
         }
-        let mut memo = index
+        let memo = index
             .memo
             .cursor(self.memoizes(), &view.free, &view.total, exclusions);
-        let chosen = self.choose(state, view, exclusions, index, &mut memo);
-        memo.advance(None);
-        index.memo.finish(memo);
+        let mut search = AgentSearch::new(memo);
+        let chosen = self.choose(state, view, exclusions, index, &mut search);
+        search.memo.advance(None);
+        index.memo.finish(search.memo);
         chosen
     }
 
@@ -497,16 +518,17 @@ impl Allocator {
 
     /// The configured policy's choice for an agent seen as `view`: the framework and pending
     /// shape, and what may be offered (the free resources, cut to a capacity-scheduler queue's
-    /// room). `memo` follows the agent along the trace of picks of its starting state: a
-    /// recorded choice that still holds is replayed instead of scanning, and a computed one is
-    /// recorded (module `memo`; only the deficit counters and Tetris are memoized).
+    /// room). `search.memo` follows the agent along the trace of picks of its starting state:
+    /// a recorded choice that still holds is replayed instead of scanning, and a computed one is
+    /// recorded (module `memo`; only the deficit counters and Tetris are memoized);
+    /// `search.frontier` is where its last tree search stopped (module `score_tree`).
     pub(super) fn choose(
         &mut self,
         state: &AllocationState,
         view: &AgentView,
         exclusions: &Exclusions,
         index: &CycleIndex,
-        memo: &mut MemoCursor,
+        search: &mut AgentSearch,
     ) -> Option<Chosen> {
         let free = view.free;
         let unbounded = |choice: Choice, limit: ResourceVec| Chosen {
@@ -517,6 +539,7 @@ impl Allocator {
         match self.config.policy {
             InterJobPolicy::DeficitCounters { kappa, .. } => {
                 let threshold = kappa * state.capacity_units();
+                let memo = &search.memo;
                 let choice = match self.replayed_choice(state, view, exclusions, index, memo) {
                     Some(choice) => choice,
                     None => {
@@ -527,9 +550,10 @@ impl Allocator {
                             exclusions,
                             index,
                             threshold,
+                            &mut search.frontier,
                             &mut rivals,
                         );
-                        memo.computed(choice, gate, rivals, index);
+                        search.memo.computed(choice, gate, rivals, index);
                         choice
                     }
                 }?;
@@ -543,13 +567,23 @@ impl Allocator {
                 Some(unbounded(choice, free))
             }
             InterJobPolicy::Tetris => {
+                let memo = &search.memo;
                 let choice = match self.replayed_choice(state, view, exclusions, index, memo) {
                     Some(choice) => choice,
                     None => {
                         let mut rivals = Rivals::default();
                         let trees = std::iter::once((0, ALONE));
+                        let frontier = &mut search.frontier;
                         let choice = self
-                            .best_in_trees(index, trees, view, exclusions, false, &mut rivals)
+                            .best_in_trees(
+                                index,
+                                trees,
+                                view,
+                                exclusions,
+                                false,
+                                frontier,
+                                &mut rivals,
+                            )
                             .or_else(|| {
                                 if index.tree_leaves.covers_lists() {
                                     return None;
@@ -566,7 +600,9 @@ impl Allocator {
                                     &mut rivals,
                                 )
                             });
-                        memo.computed(choice, GateFilter::Open, rivals, index);
+                        search
+                            .memo
+                            .computed(choice, GateFilter::Open, rivals, index);
                         choice
                     }
                 }?;
@@ -770,6 +806,7 @@ impl Allocator {
     /// that would otherwise take every hole as it appears. Otherwise the best perfScore over all
     /// groups wins. Fitting shapes beat overbooked ones lexicographically, so overbooking is
     /// considered only when nothing fits.
+    #[allow(clippy::too_many_arguments)]
     fn choose_deficit(
         &mut self,
         state: &AllocationState,
@@ -777,6 +814,7 @@ impl Allocator {
         exclusions: &Exclusions,
         index: &CycleIndex,
         threshold: f64,
+        frontier: &mut TreeFrontier,
         rivals: &mut Rivals,
     ) -> (Option<Choice>, GateFilter) {
         let Some((most_deprived, deficit)) =
@@ -787,8 +825,8 @@ impl Allocator {
         if deficit >= threshold {
             let gate = GateFilter::Closed(most_deprived);
             let leader = std::iter::once((most_deprived.get(), ALONE));
-            if let Some(choice) = self.best_in_trees(index, leader, view, exclusions, true, rivals)
-            {
+            let found = self.best_in_trees(index, leader, view, exclusions, true, frontier, rivals);
+            if let Some(choice) = found {
                 return (Some(choice), gate);
             }
             let Some(list) = index.lists.get(most_deprived.get()) else {
@@ -812,7 +850,9 @@ impl Allocator {
         let gated = order
             .iter()
             .map(|&(projected, g)| (g.get(), (std::cmp::Reverse(OrdF64(projected)), g.0)));
-        if let Some(choice) = self.best_in_trees(index, gated, view, exclusions, true, rivals) {
+        if let Some(choice) =
+            self.best_in_trees(index, gated, view, exclusions, true, frontier, rivals)
+        {
             self.gate_scratch = order;
             return (Some(choice), GateFilter::Open);
         }

@@ -17,7 +17,9 @@
 //! node that cannot beat the best score found, and scores a framework (all its shapes, as the
 //! list scan does) when one of its shapes can. Shapes are placed so that siblings are alike (a
 //! k-d split on the largest spread, amounts scaled by the smallest machine), which keeps the
-//! bounds tight.
+//! bounds tight. Task at a time, an agent's next pick does not start again from the roots: it
+//! starts from where its last search stopped ([`TreeFrontier`]), with the frameworks that came
+//! close then scored first.
 //!
 //! # Exactness
 //!
@@ -41,7 +43,8 @@
 
 use super::memo::{tie_margin, Rivals};
 use super::policies::{
-    take_evaluation, AgentView, Bar, Choice, CycleIndex, Exclusions, FitMode, GroupOrder, Ranked,
+    take_evaluation, AgentView, Bar, Choice, CycleIndex, Evaluation, Exclusions, FitMode,
+    GroupOrder, Ranked,
 };
 use super::*;
 use crate::scoring::PerfScore;
@@ -138,10 +141,6 @@ pub(super) struct ScoreTree {
 
 /// A shape to place: its framework, its index in the framework's summary, its bounds.
 type Item = (FrameworkIdx, usize, Bounds);
-
-/// A tree to search: its list, the list's place in the scan's order of lists, and its root's
-/// [`Bounds::score`].
-pub(super) type Root = (usize, GroupOrder, f64);
 
 impl ScoreTree {
     /// Builds the tree of `shapes`; `scale` divides each kind of the envelopes for the
@@ -380,12 +379,21 @@ impl Allocator {
     /// caller must scan them). Every candidate it passed over leaves its score, or the bound it
     /// was dismissed by, in `rivals`.
     ///
-    /// A node is passed over when its envelope's score is below the best found by more than
-    /// its rounding, or when its exact bound is below the best, or equal to it with every
-    /// candidate below coming later in the scans' order. The second test is what decides ties:
-    /// between copies of a framework (alike in every score) the search goes straight to the
-    /// earliest copy and dismisses the others by their place, where the list scan scores them
-    /// all.
+    /// The search goes depth first, better-bounded child first, from the agent's `frontier`
+    /// (see [`TreeFrontier`]: the roots, at the agent's first pick). A node is passed over
+    /// when its envelope's score is below the best found by more than its rounding, or when
+    /// its exact bound is below the best, or equal to it with every candidate below coming
+    /// later in the scans' order; it then stays in the frontier for the agent's next pick.
+    /// The second test is what decides ties: between copies of a framework (alike in every
+    /// score) the search goes straight to the earliest copy and dismisses the others by their
+    /// place, where the list scan scores them all.
+    ///
+    /// Before the frontier, the search scores the frameworks the agent's last search scored in
+    /// full (its choice and those that came close), so that it starts with a best close to the
+    /// answer: an agent's successive picks mostly go to the same few frameworks, and the last
+    /// choice's own score falls most with its pick, which takes the kinds it weighs most. Scoring a candidate early changes nothing but the work, since
+    /// every dismissal compares with a score a candidate has.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn best_in_trees(
         &mut self,
         index: &CycleIndex,
@@ -393,6 +401,7 @@ impl Allocator {
         view: &AgentView,
         exclusions: &Exclusions,
         with_priority: bool,
+        frontier: &mut TreeFrontier,
         rivals: &mut Rivals,
     ) -> Option<Choice> {
         if !index.tree_leaves.covers_lists() {
@@ -400,94 +409,274 @@ impl Allocator {
             return None;
         }
         let mut stack = std::mem::take(&mut self.tree_scratch);
-        let mut scored = std::mem::take(&mut self.tree_scored);
-        scored.clear();
-        let mut best: Option<(Choice, (GroupOrder, Ranked))> = None;
-        // The trees whose roots can hold a fitting shape, best-bounded first, so that the best
-        // score found early prunes the others.
-        let mut roots = std::mem::take(&mut self.tree_roots);
-        roots.clear();
+        let mut found = std::mem::take(&mut self.tree_findings);
+        found.best = None;
+        found.scored.clear();
+        found.contenders.clear();
+        let search = SearchInput {
+            index,
+            view,
+            exclusions,
+            with_priority,
+        };
+        // Each searched list's place in the scan's order of lists, by list.
+        let mut places = std::mem::take(&mut self.tree_places);
+        places.clear();
+        places.resize(index.trees.len(), None);
         for (l, group) in lists {
-            if let Some(root) = index.trees.get(l).and_then(|tree| tree.nodes.get(1)) {
-                if fits(&root.min, &view.free) {
-                    roots.push((l, group, root.score(view)));
-                }
+            let Some(tree) = index.trees.get(l) else {
+                continue;
+            };
+            places[l] = Some(group);
+            frontier.open(l, tree, view);
+        }
+        for &f in &frontier.contenders {
+            let place = index.tree_leaves.start.get(f.get()).copied().flatten();
+            // Its list may not be searched in this pick (the κ·C gate).
+            if let Some(group) = place.and_then(|(l, _, _)| places.get(l).copied().flatten()) {
+                self.score_in_search(f, group, &search, &mut found, rivals);
             }
         }
-        roots.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.1.cmp(&b.1)));
-        for &(l, group, root_score) in &roots {
+        if found.best.is_none() {
+            // The agent's first pick (its frontier the roots), or its last contenders have
+            // nothing left that fits: best-bounded first, so that the best score found early prunes
+            // the rest.
+            frontier.nodes.sort_by(|a, b| {
+                let (a_bound, b_bound) = (a.bounds.score(view), b.bounds.score(view));
+                b_bound.total_cmp(&a_bound).then(a.list.cmp(&b.list))
+            });
+        }
+        // The frontier is rewritten in place: what this pick passes over stays at the front,
+        // what it reaches in place of the nodes it expands is added at the end.
+        let mut added = std::mem::take(&mut frontier.added);
+        added.clear();
+        let mut kept = 0;
+        for i in 0..frontier.nodes.len() {
+            let entry = &frontier.nodes[i];
+            let (l, node) = (entry.list as usize, entry.node as usize);
+            let Some(group) = places[l] else {
+                // A list this pick does not search keeps its frontier for a later one.
+                frontier.keep(&mut kept, i);
+                continue;
+            };
+            if let Some((choice, _)) = &found.best {
+                let to_pass = choice.score.value;
+                // From the node's bounds as they were when it came in, not from the tree: a
+                // little looser, but without reaching a node far from the last one.
+                let bound = entry.bounds.score(view);
+                if bound + tie_margin(to_pass, index) < to_pass {
+                    rivals.note(PerfScore {
+                        fits: true,
+                        value: bound,
+                    });
+                    frontier.keep(&mut kept, i);
+                    continue;
+                }
+            }
             let tree = &index.trees[l];
             stack.clear();
-            stack.push((1, root_score));
+            stack.push((node, tree.nodes[node].score(view)));
             while let Some((node, approx)) = stack.pop() {
                 let bounds = &tree.nodes[node];
-                if let Some((choice, place)) = &best {
+                if !fits(&bounds.min, &view.free) {
+                    // Nothing below fits the agent now, nor after its later picks.
+                    continue;
+                }
+                if let Some((choice, place)) = &found.best {
                     let dismissed =
                         bounds.dismissed(view, approx, choice.score.value, *place, group, index);
                     if let Some(bound) = dismissed {
                         rivals.note(bound);
+                        added.push(FrontierNode::new(l, node, bounds));
                         continue;
                     }
                 }
                 if node < tree.leaves {
                     // The better-bounded child is searched first (pushed last), of equal
-                    // bounds the one holding the earlier entry; a child whose smallest shape
-                    // does not fit holds no candidate.
+                    // bounds the one holding the earlier entry.
                     let (left, right) = (&tree.nodes[2 * node], &tree.nodes[2 * node + 1]);
                     let (left_score, right_score) = (left.score(view), right.score(view));
                     let left_first = left_score > right_score
                         || (left_score == right_score && left.first_rank <= right.first_rank);
-                    let children = [
-                        (2 * node, left, left_score),
-                        (2 * node + 1, right, right_score),
-                    ];
-                    let [first, second] = if left_first {
-                        children
+                    if left_first {
+                        stack.push((2 * node + 1, right_score));
+                        stack.push((2 * node, left_score));
                     } else {
-                        [children[1], children[0]]
-                    };
-                    for (child, child_bounds, child_score) in [second, first] {
-                        if fits(&child_bounds.min, &view.free) {
-                            stack.push((child, child_score));
-                        }
+                        stack.push((2 * node, left_score));
+                        stack.push((2 * node + 1, right_score));
                     }
                     continue;
                 }
+                added.push(FrontierNode::new(l, node, bounds));
                 // A shape that could be taken: its framework is scored as the list scan scores
                 // it (its best shape), once.
                 let Some(f) = tree.frameworks[node - tree.leaves] else {
                     continue;
                 };
-                let Some(rank) = index.ranks.get(f.get()).copied().flatten() else {
-                    continue;
-                };
-                if scored.contains(&f) {
-                    continue;
-                }
-                scored.push(f);
-                let place = (group, rank);
-                let bar = best.map(|(choice, best_place)| Bar {
-                    score: choice.score,
-                    ties_win: place < best_place,
-                });
-                let evaluation = self.evaluate_candidate(
-                    f,
-                    view,
-                    exclusions,
-                    index,
-                    bar,
-                    FitMode::Strict,
-                    with_priority,
-                );
-                let mut chosen = best.map(|(choice, _)| choice);
-                if take_evaluation(&mut chosen, bar, f, evaluation, FitMode::Strict, rivals) {
-                    best = chosen.map(|choice| (choice, place));
-                }
+                self.score_in_search(f, group, &search, &mut found, rivals);
             }
         }
-        self.tree_roots = roots;
+        frontier.nodes.truncate(kept);
+        frontier.nodes.extend_from_slice(&added);
+        frontier.added = added;
+        std::mem::swap(&mut frontier.contenders, &mut found.contenders);
+        let best = found.best.map(|(choice, _)| choice);
+        self.tree_findings = found;
         self.tree_scratch = stack;
-        self.tree_scored = scored;
-        best.map(|(choice, _)| choice)
+        self.tree_places = places;
+        best
+    }
+
+    /// Scores framework `f` of a list in place `group` of a tree search's order, as the list
+    /// scan scores it (its best shape), unless the search scored it already or it is not
+    /// listed: it becomes the best found if it passes it (of equal scores, if it comes earlier).
+    fn score_in_search(
+        &mut self,
+        f: FrameworkIdx,
+        group: GroupOrder,
+        search: &SearchInput<'_>,
+        found: &mut Findings,
+        rivals: &mut Rivals,
+    ) {
+        let Some(rank) = search.index.ranks.get(f.get()).copied().flatten() else {
+            return;
+        };
+        if found.scored.contains(&f) {
+            return;
+        }
+        found.scored.push(f);
+        let place = (group, rank);
+        let bar = found.best.map(|(choice, best_place)| Bar {
+            score: choice.score,
+            ties_win: place < best_place,
+        });
+        let evaluation = self.evaluate_candidate(
+            f,
+            search.view,
+            search.exclusions,
+            search.index,
+            bar,
+            FitMode::Strict,
+            search.with_priority,
+        );
+        if matches!(evaluation, Evaluation::Scored(..)) {
+            found.contenders.push(f);
+        }
+        let mut chosen = found.best.map(|(choice, _)| choice);
+        if take_evaluation(&mut chosen, bar, f, evaluation, FitMode::Strict, rivals) {
+            found.best = chosen.map(|choice| (choice, place));
+        }
+    }
+}
+
+/// What one tree search reads besides the trees' frontier.
+struct SearchInput<'a> {
+    index: &'a CycleIndex,
+    view: &'a AgentView,
+    exclusions: &'a Exclusions,
+    /// Graphene's `priScore · pScore` (else Tetris' bare alignment).
+    with_priority: bool,
+}
+
+/// What a tree search has found so far: the best candidate with its place in the scans'
+/// order, the frameworks it scored, and those it scored in full (not dismissed by a bound).
+#[derive(Debug, Default)]
+pub(super) struct Findings {
+    best: Option<(Choice, (GroupOrder, Ranked))>,
+    scored: Vec<FrameworkIdx>,
+    contenders: Vec<FrameworkIdx>,
+}
+
+/// One agent's place in the bounding trees, kept from each of its picks to the next (task at a
+/// time): nodes that together hold every shape of the searched lists that may still fit the
+/// agent, each with what bounded its score when it came in, and the frameworks the last search
+/// scored in full ([`Allocator::best_in_trees`] searches from them).
+///
+/// A bound computed at an earlier pick of the agent still bounds its node: the agent only
+/// fills (its free resources fall, so do its packing weights, and a score is a sum of demands
+/// times weights, none negative), and the trees only lose shapes within a cycle (a node's
+/// envelope only falls, its least η·srpt and its smallest demand only rise). So a pick need
+/// not search again from the roots what the picks before it ruled out: on the allocator
+/// bench's cluster (`scheduling/benches/allocator.rs`) nine searches in ten are an agent's
+/// second or later pick, and a search from the roots went through about 500 nodes, most of
+/// them near the roots, whose bounds are loose. A frontier belongs to one agent and one
+/// candidate index: every agent starts a new one.
+#[derive(Clone, Debug, Default)]
+pub(super) struct TreeFrontier {
+    nodes: Vec<FrontierNode>,
+    /// The nodes a search reaches in place of those it expands, reused from search to search.
+    added: Vec<FrontierNode>,
+    /// Per list, whether its root was put in.
+    opened: Vec<bool>,
+    /// The frameworks the last search scored in full (not dismissed by a bound).
+    contenders: Vec<FrameworkIdx>,
+}
+
+/// A node of a [`TreeFrontier`].
+#[derive(Clone, Copy, Debug)]
+struct FrontierNode {
+    list: u32,
+    node: u32,
+    /// What bounds its score, as it was when the node came in: the node's envelope and least
+    /// η·srpt then (they only fall and rise), which give a bound at least its score now.
+    bounds: ScoreBounds,
+}
+
+/// The part of a node's [`Bounds`] that [`Bounds::score`] reads.
+#[derive(Clone, Copy, Debug)]
+struct ScoreBounds {
+    envelope: ResourceVec,
+    srpt_term: f64,
+}
+
+impl ScoreBounds {
+    #[inline]
+    fn score(&self, view: &AgentView) -> f64 {
+        view.packing(&self.envelope) - self.srpt_term
+    }
+}
+
+impl TreeFrontier {
+    /// Puts list `l`'s root in, unless a search for this agent already did (a root whose
+    /// smallest shape does not fit holds nothing for it).
+    fn open(&mut self, l: usize, tree: &ScoreTree, view: &AgentView) {
+        if self.opened.len() <= l {
+            self.opened.resize(l + 1, false);
+        }
+        if std::mem::replace(&mut self.opened[l], true) {
+            return;
+        }
+        if let Some(root) = tree.nodes.get(1) {
+            if fits(&root.min, &view.free) {
+                self.push(l, 1, root);
+            }
+        }
+    }
+
+    fn push(&mut self, list: usize, node: usize, bounds: &Bounds) {
+        self.nodes.push(FrontierNode::new(list, node, bounds));
+    }
+
+    /// Keeps node `i` of the nodes a search goes through, as the `kept`-th (`kept ≤ i`).
+    #[inline]
+    fn keep(&mut self, kept: &mut usize, i: usize) {
+        if *kept != i {
+            self.nodes[*kept] = self.nodes[i];
+        }
+        *kept += 1;
+    }
+}
+
+impl FrontierNode {
+    fn new(list: usize, node: usize, bounds: &Bounds) -> FrontierNode {
+        // Lists are groups and nodes twice a list's shapes: both far below 2³².
+        FrontierNode {
+            list: list as u32,
+            node: node as u32,
+            bounds: ScoreBounds {
+                envelope: bounds.envelope,
+                srpt_term: bounds.srpt_term,
+            },
+        }
     }
 }
