@@ -40,6 +40,19 @@
 //! `fullerene bench scale --mode core` at the same size, 1,000 identical frameworks, went from
 //! 33.4 s to 1.01 s per cycle.
 //!
+//! With each agent's tree search going on from where its last one stopped (the frontier of
+//! module `score_tree`; same picks), on an idle machine, the `shard_conflicts` example
+//! alternated with the build before it (load 0.9–1.8): deficit counters 236 and 257 ms with 1
+//! shard (was 312 and 315 ms), 137 and 150 ms with 2 shards on two cores (was 177 and 172 ms);
+//! callgrind, one cycle's planning: 1.43 G instructions (was 1.85 G). Per computed pick the
+//! search went through about 140 tree nodes instead of about 490: nine picks in ten are an
+//! agent's second or later, and its frontier (about 230 nodes, most dismissed by the bounds they
+//! had at its earlier picks) spares it the loose nodes near the roots. Tried on the way: a
+//! best-first search over a heap of the frontier, each node's bound refreshed from the tree as
+//! it came up (twice as slow: the heap's pushes and pops, and a node far in memory for every
+//! refresh), and scoring only the last pick's choice first (1.93 G: the choice's own score
+//! falls most with its pick, and the runner-up usually wins the next).
+//!
 //! Run: `cargo bench -p fullerene-scheduling --bench allocator` (add a filter such as
 //! `deficit-drf/1-shard` to run part of it).
 
