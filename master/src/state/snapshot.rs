@@ -29,7 +29,7 @@
 use std::sync::Arc;
 
 use fullerene_proto::codec::{self, CodecError};
-use fullerene_proto::messages::FinishedTaskInfo;
+use fullerene_proto::messages::{AgentState, FinishedTaskInfo};
 use fullerene_proto::FrameworkId;
 use fullerene_scheduling::allocator::state::AllocationState;
 use serde::{Deserialize, Serialize};
@@ -367,6 +367,7 @@ impl ClusterState {
             torn_down_with_jobs: Default::default(),
             finished: FinishedTasks::starting_at(next_finished),
             reservations: Default::default(),
+            live_capacity: Default::default(),
         };
         for _ in 0..agents {
             let agent = reader.expect("agent", |r| match r {
@@ -374,6 +375,9 @@ impl ClusterState {
                 _ => None,
             })?;
             let id = agent.id.clone();
+            if agent.state != AgentState::Lost {
+                state.live_capacity.add(&agent.total, 1);
+            }
             if state.agents.insert(id.clone(), agent).is_some() {
                 return Err(SnapshotError::Inconsistent(format!(
                     "agent `{id}` appears twice"

@@ -2694,3 +2694,47 @@ fn an_agent_lost_on_a_clock_behind_its_registration_leaves_the_plan_capacity_who
     }
     assert_eq!(plan.capacity().at(1_000), ResourceVec::ZERO);
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// The live agents' capacity the reservations' plan follows is kept as agents register,
+    /// change their resources, are lost and come back, without walking every agent: it is
+    /// always the sum of the live agents' totals, and a state read back from its snapshot
+    /// holds the same.
+    #[test]
+    fn live_capacity_follows_agents_coming_changing_and_lost(
+        ops in proptest::collection::vec((0u8..4, 0usize..5, 0usize..3), 1..60),
+    ) {
+        let totals = ["cpus=16,mem_mib=65536", "cpus=0.5,mem_mib=1000.1", "cpus=8,gpus=2"];
+        let mut st = ClusterState::new(ClusterSettings::default());
+        for (step, &(op, agent, total)) in ops.iter().enumerate() {
+            let id = format!("a{agent}");
+            let at_ms = 10_000 + step as u64;
+            let command = match op {
+                0 => register(&id, totals[total]),
+                1 => reregister(&id, totals[total], Vec::new()),
+                2 => Command::UpdateAgentResources {
+                    agent_id: id.as_str().into(),
+                    resources: resources(totals[total]),
+                    at_ms,
+                },
+                _ => lost(&id, at_ms),
+            };
+            // Refused commands (an unknown agent, a lost one updated) change nothing.
+            let _ = st.apply(&command);
+            let expected = st
+                .agents()
+                .values()
+                .filter(|agent| agent.state != AgentState::Lost)
+                .fold(ResourceVec::ZERO, |sum, agent| sum + agent.total);
+            let live = st.live_capacity.total();
+            for (kind, (have, want)) in live.0.iter().zip(expected.0).enumerate() {
+                prop_assert!((have - want).abs() < 1e-5, "step {}: kind {}: {} against {}", step, kind, have, want);
+            }
+        }
+        let decoded = ClusterState::decode_snapshot(&st.encode_snapshot().unwrap()).unwrap();
+        prop_assert_eq!(decoded.live_capacity, st.live_capacity);
+        prop_assert_eq!(decoded, st);
+    }
+}
