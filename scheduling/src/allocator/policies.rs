@@ -19,8 +19,7 @@ use std::collections::BTreeSet;
 
 use super::idle::Cover;
 use super::memo::{tie_margin, GateFilter, MemoCursor, PickMemo, Rivals};
-use super::score_tree::TreeFrontier;
-use super::score_tree::{ScoreTree, TreeLeaves};
+use super::score_tree::{ScoreTree, TreeFrontier, TreeLeaves};
 use super::*;
 use crate::fairness::GroupCounter;
 use crate::fit::max_copies;
