@@ -501,12 +501,13 @@ impl ClusterState {
         };
         let capacity_before = capacity_of(self, agent);
         let outcome = self.apply_command(command)?;
-        let capacity_changed = agent.is_some() && capacity_of(self, agent) != capacity_before;
+        let capacity_after = capacity_of(self, agent);
+        let capacity_changed = agent.is_some() && capacity_after != capacity_before;
         if capacity_changed {
             if let Some((true, total)) = capacity_before {
                 self.live_capacity.add(&total, -1);
             }
-            if let Some((true, total)) = capacity_of(self, agent) {
+            if let Some((true, total)) = capacity_after {
                 self.live_capacity.add(&total, 1);
             }
         }

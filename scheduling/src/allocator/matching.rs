@@ -17,7 +17,7 @@
 use crate::fit::fits;
 use crate::scoring::packing_score;
 
-use super::policies::{AgentSearch, AgentView, CycleIndex, Exclusions};
+use super::policies::{AgentView, CycleIndex, Exclusions};
 use super::*;
 
 /// The picks of one framework on the agent being matched.
@@ -64,10 +64,7 @@ impl Allocator {
     ) -> Vec<PlannedPick> {
         let overbook = matches!(self.config.policy, InterJobPolicy::DeficitCounters { .. });
         let allowance = Overbooking(self.config.overbook_allowance);
-        let memo = index
-            .memo
-            .cursor(self.memoizes(), &free, &total, exclusions);
-        let mut search = AgentSearch::new(memo);
+        let mut search = self.agent_search(index, &free, &total, exclusions);
         // Below zero on a fungible kind once a pick overbooked it.
         let mut available = free;
         let mut picks = Vec::new();

@@ -149,11 +149,19 @@ pub(super) struct AgentSearch {
     pub(super) frontier: TreeFrontier,
 }
 
-impl AgentSearch {
-    /// The search of an agent that follows `memo`.
-    pub(super) fn new(memo: MemoCursor) -> AgentSearch {
+impl Allocator {
+    /// The search of an agent starting from `free` of `total` with `exclusions`: the cursor
+    /// over the trace of that state in `index`'s memo, and no frontier yet. The caller hands
+    /// the cursor back with [`PickMemo::finish`] once the agent is matched.
+    pub(super) fn agent_search(
+        &self,
+        index: &mut CycleIndex,
+        free: &ResourceVec,
+        total: &ResourceVec,
+        exclusions: &Exclusions,
+    ) -> AgentSearch {
         AgentSearch {
-            memo,
+            memo: index.memo.cursor(self.memoizes(), free, total, exclusions),
             frontier: TreeFrontier::default(),
         }
     }
@@ -483,10 +491,7 @@ impl Allocator {
         if let Some(chosen) = self.choose_guaranteed_agent(view, exclusions) {
             return Some(chosen);
         }
-        let memo = index
-            .memo
-            .cursor(self.memoizes(), &view.free, &view.total, exclusions);
-        let mut search = AgentSearch::new(memo);
+        let mut search = self.agent_search(index, &view.free, &view.total, exclusions);
         let chosen = self.choose(state, view, exclusions, index, &mut search);
         search.memo.advance(None);
         index.memo.finish(search.memo);
