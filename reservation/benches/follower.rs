@@ -66,6 +66,7 @@ fn job() -> TaggedJob {
         reservation: ReservationId(1),
         held: ResourceVec::ZERO,
         shapes: vec![(shape, OWED_TASKS)],
+        running: Vec::new(),
         steps_done: 0,
     }
 }

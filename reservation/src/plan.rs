@@ -202,6 +202,32 @@ impl Reservation {
             })
     }
 
+    /// [`Reservation::held_for_steps_left`] bundle by bundle: how many of each bundle its
+    /// atoms hold at quantum `t`, atoms with equal bundles (stages of one demand) together, in
+    /// the order of their first atom; bundles held by none are left out.
+    pub fn bundles_for_steps_left(&self, t: u64, done: usize) -> Vec<(ResourceVec, u64)> {
+        let first = self.expr.atoms_in_first_steps(done);
+        let mut held: Vec<(ResourceVec, u64)> = Vec::new();
+        for allocation in self
+            .allocations
+            .iter()
+            .filter(|a| a.atom.atom as usize >= first)
+        {
+            let bundles = allocation.bundles_at(t);
+            if bundles == 0 {
+                continue;
+            }
+            match held
+                .iter_mut()
+                .find(|(bundle, _)| *bundle == allocation.bundle)
+            {
+                Some((_, count)) => *count += bundles,
+                None => held.push((allocation.bundle, bundles)),
+            }
+        }
+        held
+    }
+
     /// The first and last-plus-one quanta of its pieces (`None` without pieces).
     pub fn span(&self) -> Option<(u64, u64)> {
         let pieces = self.allocations.iter().flat_map(|a| &a.pieces);
@@ -443,6 +469,20 @@ impl Plan {
         self.reservations
             .get(&id)
             .map_or(ResourceVec::ZERO, |r| r.held_for_steps_left(t, done))
+    }
+
+    /// [`Plan::guaranteed_for_steps_left`] bundle by bundle
+    /// ([`Reservation::bundles_for_steps_left`]).
+    pub fn guaranteed_bundles_for_steps_left(
+        &self,
+        id: ReservationId,
+        at_ms: u64,
+        done: usize,
+    ) -> Vec<(ResourceVec, u64)> {
+        let t = self.quanta().containing(at_ms);
+        self.reservations
+            .get(&id)
+            .map_or_else(Vec::new, |r| r.bundles_for_steps_left(t, done))
     }
 
     /// Where `expr`, asked at `anchor_ms`, would go now, without changing the plan: the

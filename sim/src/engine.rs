@@ -1313,10 +1313,20 @@ impl<'a> Engine<'a> {
                     )
                 })
                 .collect();
+            // The running tasks by stage, as the request counted them: one demand a stage.
+            let mut running: Vec<(ResourceVec, u32)> = Vec::new();
+            for (t, _, _) in fw.state.running_tasks() {
+                let demand = fw.job.stages[t.stage()].demand;
+                match running.iter_mut().find(|(shape, _)| *shape == demand) {
+                    Some((_, count)) => *count += 1,
+                    None => running.push((demand, 1)),
+                }
+            }
             tagged.push(TaggedJob {
                 reservation,
                 held,
                 shapes,
+                running,
                 // Every reserved job here asked for its own DAG's request (`crate::sla`).
                 steps_done: completed_steps(fw.job, &fw.state),
             });

@@ -153,7 +153,7 @@ fn reservation_of(state: &ClusterState, framework: &FrameworkId) -> Option<Reser
 
 /// The steps of reservation `id` its job reports finished: none unless the job counted them
 /// against a request of the same number of steps as the one in the plan (an operator may have
-/// replaced the job's own request with another, whose steps are not its DAG's levels).
+/// replaced the job's own request with another, whose steps are not its DAG's).
 fn steps_done(
     state: &ClusterState,
     id: ReservationId,
@@ -181,17 +181,28 @@ fn gather(state: &ClusterState, offers: &OfferManager) -> Loads {
     let mut frameworks = Vec::with_capacity(tagged.len());
     for (framework, id) in &tagged {
         // In the plan's units: each task packed on its agent, as the request counted it.
-        let held = state
-            .tasks_of(framework)
-            .filter(|(_, record)| !record.state.is_terminal())
-            .filter_map(|(_, record)| {
-                let agent = accounting.agent_by_id(&record.agent_id)?;
-                Some(packed_bundle(&record.demand, &agent.total))
-            })
-            .fold(ResourceVec::ZERO, |sum, bundle| sum + bundle);
+        let mut held = ResourceVec::ZERO;
+        let mut running: Vec<(ResourceVec, u32)> = Vec::new();
+        for (_, record) in state.tasks_of(framework) {
+            if record.state.is_terminal() {
+                continue;
+            }
+            let Some(agent) = accounting.agent_by_id(&record.agent_id) else {
+                continue;
+            };
+            held += packed_bundle(&record.demand, &agent.total);
+            match running
+                .iter_mut()
+                .find(|(shape, _)| *shape == record.demand)
+            {
+                Some((_, count)) => *count += 1,
+                None => running.push((record.demand, 1)),
+            }
+        }
         jobs.push(TaggedJob {
             reservation: *id,
             held,
+            running,
             shapes: offers.wanted_shapes(framework).to_vec(),
             steps_done: steps_done(state, *id, offers.reservation_progress(framework)),
         });
