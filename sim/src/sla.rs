@@ -7,8 +7,8 @@
 //! `arrival + NewLB × (1 + slack)` at least as tight as Rayon's.
 //!
 //! The reservation is the RDL the SDK derives from a DAG for a framework
-//! ([`fullerene_sdk::reserve::deadline_request`]: atoms per stage, ordered by the DAG's
-//! levels), inside `window(arrival, deadline)`: the simulator asks what a real framework asks.
+//! ([`fullerene_sdk::reserve::deadline_request`]: atoms per stage, in the DAG's
+//! series-parallel form), inside `window(arrival, deadline)`: the simulator asks what a real framework asks.
 
 use fullerene_reservation::{
     Expr, Plan, PlanConfig, PolicyKind, Refusal, ReservationId, ReservationRequest,

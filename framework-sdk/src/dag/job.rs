@@ -211,8 +211,8 @@ pub struct DagJob {
     /// The reservation the job runs in, told to the masters in its description.
     reservation: Option<String>,
     /// When that reservation was asked for with the job's own request
-    /// ([`crate::reserve::job_reservation`]), the request's step count: its steps are then the
-    /// DAG's levels, and the demand summaries say how many the job has finished.
+    /// ([`crate::reserve::job_reservation`]), the request's step count: its steps are then parts
+    /// of the DAG, and the demand summaries say how many the job has finished.
     own_reservation: Option<u32>,
 }
 
@@ -289,7 +289,7 @@ impl DagJob {
     }
 
     /// [`DagJob::set_reservation`] for a reservation the masters accepted for the job's own
-    /// request ([`crate::reserve::job_reservation`], one step a level of its DAG): from now on
+    /// request ([`crate::reserve::job_reservation`], its steps parts of its DAG): from now on
     /// its demand summaries tell the masters how many steps it has finished
     /// ([`crate::reserve::completed_steps`]), so that the plan follower owes the reservation
     /// only the allocations of the steps left. `steps` is the request's step count

@@ -599,7 +599,7 @@ fn the_description_names_the_reservation_the_job_runs_in() {
     );
 }
 
-/// The demand summaries of a job in its own reservation (one step a DAG level) say how many
+/// The demand summaries of a job in its own reservation (its steps the DAG's) say how many
 /// steps it has finished, so that the masters owe the reservation only the steps left; in a
 /// reservation it was only given the name of, they say nothing (its steps are not the DAG's).
 #[test]
