@@ -26,7 +26,7 @@
 //! - the DAG's topological levels, `order(level 0, level 1, …)` with each level an `all`
 //!   (a stage also waits for the stages of the level before it that are not its parents),
 //!   when they span no more (a stage counted as its longest task), since their steps are
-//!   finer ([`completed_steps`]), or when nesting would be too deep for a plan's limits.
+//!   finer ([`ReservationSteps`]), or when nesting would be too deep for a plan's limits.
 //!
 //! The parts of an `all` go shortest first: the plan places them last first (Rayon §4.2's
 //! right-deep traversal, as written), so the part with the longest lease finds its stretch
@@ -35,11 +35,11 @@
 //!
 //! Levels alone, in stage order, accepted 165 of the 200 SLA jobs on the TPC-H comparison
 //! (`fullerene sim --deadlines 0.1`, 10 machines, 200 jobs, seeds 1–10) under GREE and 115
-//! under GREE-L; 22 of GREE's 35 refusals did not fit even an empty plan. Ordering the parts
-//! of an `all` took GREE to 174, nesting to 179 (GREE-L 119). Every one met its deadline once
-//! the plan follower counted a job's running tasks stage by stage
-//! (`fullerene_reservation::PlanFollower::follow_with`); before that, one or two of the jobs
-//! these requests admitted finished late (up to 1.1 s).
+//! under GREE-L; of the workload's 154 jobs, 11 did not fit even an empty plan under GREE (5 in
+//! the series-parallel form). Ordering the parts of an `all` took GREE to 174, nesting to 179
+//! (GREE-L 119). Every one met its deadline once the plan follower counted a job's running
+//! tasks stage by stage (`fullerene_reservation::PlanFollower::follow_with`); before that, one
+//! or two of the jobs these requests admitted finished late (up to 1.1 s).
 
 use std::collections::BTreeSet;
 
@@ -146,10 +146,10 @@ pub enum Admission {
 
 /// `job`'s request: its stages' atoms in the DAG's series-parallel form (see the module's
 /// doc), inside `window(s=lead_ms, f=window_ms)` (offsets from when the masters accept it),
-/// with task durations `time_scale` times the workload's and bundles packed on machines of `machine` ([`packed_bundle`]).
-/// Times are rounded up to whole quanta of `quantum_ms` (the plan refuses others); `lead_ms`
-/// is how long after submission the first allocation may start (the time the plan follower
-/// needs to free reserved capacity).
+/// with task durations `time_scale` times the workload's and bundles packed on machines of
+/// `machine` ([`packed_bundle`]). Times are rounded up to whole quanta of `quantum_ms` (the
+/// plan refuses others); `lead_ms` is how long after submission the first allocation may
+/// start (the time the plan follower needs to free reserved capacity).
 pub fn job_reservation(
     job: &Job,
     machine: &ResourceVec,
@@ -208,15 +208,21 @@ enum Shape {
 
 impl Shape {
     /// `job`'s form: nested as the DAG is, where that spans less than its levels (ties go to
-    /// the levels, whose steps are finer: see [`completed_steps`]), and its levels otherwise,
-    /// or when nesting would be deeper than a plan's default limits allow.
+    /// the levels, whose steps are finer: see [`ReservationSteps`]), and its levels otherwise,
+    /// or when the nested request could break a plan's default limits where the levels would
+    /// not (depth, nodes).
     fn of(job: &Job) -> Shape {
         let levels = Shape::levels(job);
         let all_stages: BTreeSet<StageIdx> = (0..job.stages.len()).collect();
         let nested = Shape::nested(job, &all_stages);
-        // The request adds a window above and a stage's `all` of classes and its atoms below.
-        let too_deep = nested.depth() + 3 > Limits::default().max_depth;
-        if too_deep || levels.span(job) <= nested.span(job) {
+        let limits = Limits::default();
+        // The request adds a window above a shape, and a stage is an atom or an `all` of atoms.
+        let within_limits = |shape: &Shape| {
+            shape.depth() + 2 <= limits.max_depth && shape.nodes_at_most(job) <= limits.max_nodes
+        };
+        if levels.span(job) <= nested.span(job)
+            || (within_limits(&levels) && !within_limits(&nested))
+        {
             levels
         } else {
             nested
@@ -310,8 +316,9 @@ impl Shape {
         if flat.len() == 1 {
             return flat.remove(0);
         }
-        flat.sort_by(|a, b| a.span(job).total_cmp(&b.span(job)));
-        Shape::All(flat)
+        let mut by_span: Vec<(f64, Shape)> = flat.into_iter().map(|p| (p.span(job), p)).collect();
+        by_span.sort_by(|a, b| a.0.total_cmp(&b.0));
+        Shape::All(by_span.into_iter().map(|(_, part)| part).collect())
     }
 
     /// `parts`, those of the same combinator (`inner` gives their parts, or the part back)
@@ -343,6 +350,26 @@ impl Shape {
             Shape::Stage(_) => 1,
             Shape::All(parts) | Shape::Order(parts) => {
                 1 + parts.iter().map(Shape::depth).max().unwrap_or(0)
+            }
+        }
+    }
+
+    /// The most nodes its request can have: the window, its combinators, and each stage an
+    /// atom per duration class and an `all` above them.
+    fn nodes_at_most(&self, job: &Job) -> usize {
+        match self {
+            Shape::Stage(stage) => {
+                let classes = DURATION_CLASSES
+                    .min(job.stages[*stage].durations.len())
+                    .max(1);
+                if classes == 1 {
+                    1
+                } else {
+                    classes + 1
+                }
+            }
+            Shape::All(parts) | Shape::Order(parts) => {
+                1 + parts.iter().map(|p| p.nodes_at_most(job)).sum::<usize>()
             }
         }
     }
@@ -399,22 +426,48 @@ fn stage_levels(job: &Job) -> impl Iterator<Item = usize> {
         .map(|level| level as usize)
 }
 
-/// How many steps of the job's own reservation ([`job_reservation`]: the parts of its
-/// top-level `order`) the job has finished: the leading steps all of whose stages have
-/// completed. The masters' plan follower no longer owes a reservation the allocations of
-/// finished steps (`fullerene_reservation::TaggedJob::steps_done`), so a job that ran ahead of
-/// its plan on idle capacity does not preempt best effort for the rest.
-pub fn completed_steps(job: &Job, state: &JobState) -> u32 {
-    let finished = Shape::of(job)
-        .steps()
-        .iter()
-        .take_while(|stages| {
-            stages
-                .iter()
-                .all(|&stage| state.stage_completed_at(stage).is_some())
-        })
-        .count();
-    u32::try_from(finished).unwrap_or(u32::MAX)
+/// The stages of each step of a job's own reservation ([`job_reservation`]: the parts of its
+/// top-level `order`, [`Expr::steps`]), worked out once per job: the masters' plan follower no
+/// longer owes a reservation the allocations of the steps its job has finished
+/// (`fullerene_reservation::TaggedJob::steps_done`), so a job that ran ahead of its plan on
+/// idle capacity does not preempt best effort for the rest.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReservationSteps {
+    stages: Vec<Vec<StageIdx>>,
+}
+
+impl ReservationSteps {
+    /// The steps of `job`'s request.
+    pub fn of(job: &Job) -> ReservationSteps {
+        ReservationSteps {
+            stages: Shape::of(job).steps(),
+        }
+    }
+
+    /// How many steps the request has.
+    pub fn len(&self) -> usize {
+        self.stages.len()
+    }
+
+    /// Whether it has none (it always has one at least).
+    pub fn is_empty(&self) -> bool {
+        self.stages.is_empty()
+    }
+
+    /// How many steps the job has finished: the leading steps all of whose stages have
+    /// completed in `state`.
+    pub fn completed(&self, state: &JobState) -> u32 {
+        let finished = self
+            .stages
+            .iter()
+            .take_while(|stages| {
+                stages
+                    .iter()
+                    .all(|&stage| state.stage_completed_at(stage).is_some())
+            })
+            .count();
+        u32::try_from(finished).unwrap_or(u32::MAX)
+    }
 }
 
 /// A stage's tasks in up to [`DURATION_CLASSES`] quantiles of their durations, as
@@ -489,26 +542,28 @@ mod tests {
         let job = fork();
         let expr = job_reservation(&job, &machine(), 1.0, 600_000, 0, 1_000);
         assert_eq!(expr.steps().len(), 2);
+        let steps = ReservationSteps::of(&job);
+        assert_eq!(steps.len(), 2);
         let mut state = JobState::new(&job);
         let run = |state: &mut JobState, stage: u32, index: u32| {
             let task = TaskRef { stage, index };
             state.mark_launched(task, 0, 0.0);
             state.mark_finished(&job, task, 1.0);
         };
-        assert_eq!(completed_steps(&job, &state), 0);
+        assert_eq!(steps.completed(&state), 0);
         for index in 0..3 {
             run(&mut state, 0, index);
         }
-        assert_eq!(completed_steps(&job, &state), 0, "one scan task left");
+        assert_eq!(steps.completed(&state), 0, "one scan task left");
         run(&mut state, 0, 3);
-        assert_eq!(completed_steps(&job, &state), 1);
+        assert_eq!(steps.completed(&state), 1);
         // The short join done, the long one not: the second level is not finished.
         run(&mut state, 2, 0);
-        assert_eq!(completed_steps(&job, &state), 1);
+        assert_eq!(steps.completed(&state), 1);
         for index in 0..2 {
             run(&mut state, 1, index);
         }
-        assert_eq!(completed_steps(&job, &state), 2);
+        assert_eq!(steps.completed(&state), 2);
         // Its steps' atoms are the request's atoms, level by level.
         assert_eq!(expr.atoms_in_first_steps(1), 1);
         assert_eq!(expr.atoms_in_first_steps(2), expr.atoms().len());
@@ -638,6 +693,8 @@ mod tests {
         validate(&expr, &limits).expect("valid");
         // The steps are the order's parts: the branches, then the final stage.
         use crate::job::TaskRef;
+        let steps = ReservationSteps::of(&job);
+        assert_eq!(steps.len(), expr.steps().len());
         let mut state = JobState::new(&job);
         let run = |state: &mut JobState, stage: u32| {
             for index in 0..2 {
@@ -649,14 +706,14 @@ mod tests {
         run(&mut state, 0);
         run(&mut state, 2);
         assert_eq!(
-            completed_steps(&job, &state),
+            steps.completed(&state),
             0,
             "the long branch is still running"
         );
         run(&mut state, 1);
-        assert_eq!(completed_steps(&job, &state), 1);
+        assert_eq!(steps.completed(&state), 1);
         run(&mut state, 3);
-        assert_eq!(completed_steps(&job, &state), 2);
+        assert_eq!(steps.completed(&state), 2);
     }
 
     /// A stage that feeds two others is cut after: the fork's scan, then its joins. That is
@@ -701,6 +758,25 @@ mod tests {
         .expect("job");
         let all_stages: BTreeSet<StageIdx> = (0..6).collect();
         assert!(Shape::nested(&job, &all_stages).span(&job) > Shape::levels(&job).span(&job));
+        assert_eq!(Shape::of(&job), Shape::levels(&job));
+        // An in-tree whose nesting spans what its levels do keeps its levels: `a` (10 s) then
+        // `b` (1 s) beside `c` (10 s), into `d`: 11 + 1 s either way.
+        let job = Job::new(
+            "even",
+            "default",
+            None,
+            vec![
+                stage(0, vec![], 10.0),
+                stage(1, vec![0], 1.0),
+                stage(2, vec![], 10.0),
+                stage(3, vec![1, 2], 1.0),
+            ],
+        )
+        .expect("job");
+        let all_stages: BTreeSet<StageIdx> = (0..4).collect();
+        let nested = Shape::nested(&job, &all_stages);
+        assert_ne!(nested, Shape::levels(&job));
+        assert_eq!(nested.span(&job), Shape::levels(&job).span(&job));
         assert_eq!(Shape::of(&job), Shape::levels(&job));
     }
 

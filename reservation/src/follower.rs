@@ -3,7 +3,7 @@
 //!
 //! Rayon's PlanFollower resizes YARN queues and lets the CapacityScheduler preempt containers
 //! that sit in another queue's guaranteed capacity. Fullerene is two-level: the master does not
-//! place tasks, it offers resources to frameworks, so the follower departs from Rayon in two ways:
+//! place tasks, it offers resources to frameworks, so the follower departs from Rayon:
 //! - a guarantee is a share of the offers: the reservation's jobs are offered what they are owed
 //!   first ([`ReservationShare::offer_first`]), before best-effort frameworks get anything;
 //! - reclaiming is naming best-effort tasks to kill ([`FollowerDecision::preempt`]), and only
@@ -128,11 +128,14 @@ pub struct ReservationShare {
     /// What its jobs hold now, summed over the jobs that share it, in the plan's units
     /// ([`TaggedJob::held`]).
     pub held: ResourceVec,
-    /// What its jobs are offered before any best-effort framework: the part of the guarantee
-    /// they do not hold yet, up to what they ask for, as the raw demand of their tasks (what
-    /// the allocator charges): each bundle's debt as its tasks' demand, and the rest of the
-    /// summed debt kind by kind in the proportion of their runnable tasks' raw demand to its
-    /// packed bundles.
+    /// What its jobs are offered before any best-effort framework, as the raw demand of their
+    /// tasks (what the allocator charges), at most what they ask for: the part of the
+    /// guarantee they do not hold yet, counted bundle by bundle as well as summed. Tasks of a
+    /// stage beyond its own allocation (run on capacity lent while it was idle) do not count
+    /// against another stage's, so what they hold and this may together pass the guarantee
+    /// by what they run ahead. Each bundle's debt is its tasks' demand; the rest of the summed
+    /// debt goes kind by kind in the proportion of the other runnable tasks' raw demand to
+    /// their packed bundles.
     pub offer_first: ResourceVec,
 }
 
@@ -248,8 +251,8 @@ impl PlanFollower {
     /// Accepted jobs meet their deadlines because they spend the current allocation on
     /// whichever stage they are at, ahead of the plan; what the plan gives the stages still to
     /// come does not cover the stragglers and fragments of a real run by itself. With no
-    /// preemption at all, best-effort jobs would average 16.57 s and 25 of the 165 accepted
-    /// jobs would be late, so kills cost best effort about 1.5% of its JCT. Cheaper kills did
+    /// preemption at all (measured with requests by levels), best-effort jobs would average
+    /// 16.57 s and 25 of the 165 accepted jobs would be late, so kills cost best effort about 1.5% of its JCT. Cheaper kills did
     /// not help: sparing the tasks of stages with nothing left to launch (whose kill delays
     /// their job most) changed nothing (16.84 s); a one-second grace before killing, with the
     /// follower looking 1.5 s ahead, took preemptions from 15,204 to 6,076 and best effort to
@@ -296,26 +299,12 @@ impl PlanFollower {
             let due = guaranteed.saturating_sub(&load.held);
             let owed_planned = due.min(&load.wanted_planned);
             decision.lendable += due.saturating_sub(&owed_planned);
-            let debts = load.shape_debts(
-                &self.guaranteed_bundles_ahead(plan, *id, now_ms, done),
-                &machine,
-            );
-            let in_debts = debts.iter().fold(ResourceVec::ZERO, |sum, (shape, count)| {
-                sum + packed_bundle(shape, &machine).scale(f64::from(*count))
-            });
-            let rest = load.raw(&owed_planned.saturating_sub(&in_debts));
-            let offer_first = debts.iter().fold(rest, |sum, (shape, count)| {
-                sum + shape.scale(f64::from(*count))
-            });
+            let bundles = self.guaranteed_bundles_ahead(plan, *id, now_ms, done);
+            let (offer_first, claims) = load.claims(*id, &owed_planned, &bundles, &machine);
             if offer_first.is_zero() {
                 self.short_since.remove(id);
             } else {
-                for &(shape, count) in &debts {
-                    owed.push((*id, shape.scale(f64::from(count)), vec![(shape, count)]));
-                }
-                if !rest.is_zero() {
-                    owed.push((*id, rest, load.shapes.iter().map(|s| **s).collect()));
-                }
+                owed.extend(claims);
                 let since = *self.short_since.entry(*id).or_insert(now_ms);
                 if now_ms.saturating_sub(since) >= self.grace_ms {
                     overdue.insert(*id);
@@ -366,60 +355,96 @@ struct Load<'a> {
 }
 
 impl Load<'_> {
-    /// What the plan's allocations now (`bundles`: each bundle with how many the atoms hold)
-    /// owe shape by shape: for each bundle, the runnable tasks of the shapes that pack to it
-    /// (on `machine`, as the request packed them), up to the bundles held less the running
-    /// tasks of those shapes. A job's tasks of one stage beyond their stage's allocation do
-    /// not count against another stage's; shapes that pack to no bundle of the plan count
-    /// only in the summed rule.
-    fn shape_debts(
-        &self,
-        bundles: &[(ResourceVec, u64)],
-        machine: &ResourceVec,
-    ) -> Vec<(ResourceVec, u32)> {
+    /// How many of each runnable shape (in [`Load::shapes`]' order) the plan's allocations now
+    /// (`bundles`: each bundle with how many the atoms hold) owe bundle by bundle: for each
+    /// bundle, the runnable tasks of the shapes that pack to it (on `machine`, as the request
+    /// packed them), up to the bundles held less the running tasks of those shapes. A job's
+    /// tasks of one stage beyond their stage's allocation do not count against another
+    /// stage's; shapes that pack to no bundle of the plan count only in the summed rule.
+    fn shape_debts(&self, bundles: &[(ResourceVec, u64)], machine: &ResourceVec) -> Vec<u32> {
         let bundle_of = |shape: &ResourceVec| {
             let packed = packed_bundle(shape, machine);
             bundles
                 .iter()
                 .position(|(bundle, _)| same_bundle(bundle, &packed))
         };
-        let mut running = vec![0u64; bundles.len()];
+        let mut open: Vec<u64> = bundles.iter().map(|(_, held)| *held).collect();
         for (shape, count) in &self.running {
             if let Some(b) = bundle_of(shape) {
-                running[b] += u64::from(*count);
+                open[b] = open[b].saturating_sub(u64::from(*count));
             }
         }
-        let mut open: Vec<u64> = bundles
+        self.shapes
             .iter()
-            .zip(&running)
-            .map(|((_, held), running)| held.saturating_sub(*running))
-            .collect();
-        let mut debts = Vec::new();
-        for (shape, count) in &self.shapes {
-            let Some(b) = bundle_of(shape) else {
-                continue;
-            };
-            let taken = open[b].min(u64::from(*count));
-            if taken > 0 {
+            .map(|(shape, count)| {
+                let Some(b) = bundle_of(shape) else {
+                    return 0;
+                };
+                let taken = open[b].min(u64::from(*count));
                 open[b] -= taken;
-                debts.push((*shape, u32::try_from(taken).unwrap_or(u32::MAX)));
-            }
-        }
-        debts
+                u32::try_from(taken).unwrap_or(u32::MAX)
+            })
+            .collect()
     }
 
-    /// `planned`, a part of [`Load::wanted_planned`], as the raw demand of the same part of the
-    /// runnable tasks, kind by kind.
-    fn raw(&self, planned: &ResourceVec) -> ResourceVec {
-        let mut raw = ResourceVec::ZERO;
-        for (k, amount) in raw.0.iter_mut().enumerate() {
-            let whole = self.wanted_planned.0[k];
-            if whole > EPSILON {
-                *amount = (planned.0[k] * self.wanted.0[k] / whole).min(self.wanted.0[k]);
+    /// What reservation `id` is offered first and the claims the follower places for it:
+    /// each shape's debt ([`Load::shape_debts`]) for that shape alone, then what the summed
+    /// debt `owed_planned` (in the plan's units) leaves beyond the debts, for the runnable
+    /// tasks the debts leave, as their raw demand in their proportion of raw to planned. The
+    /// offer is at most what the jobs ask for.
+    fn claims(
+        &self,
+        id: ReservationId,
+        owed_planned: &ResourceVec,
+        bundles: &[(ResourceVec, u64)],
+        machine: &ResourceVec,
+    ) -> (ResourceVec, Vec<Owed>) {
+        let debts = self.shape_debts(bundles, machine);
+        let mut claims = Vec::new();
+        let (mut in_debts, mut debts_raw) = (ResourceVec::ZERO, ResourceVec::ZERO);
+        let mut left = Vec::new();
+        let (mut left_wanted, mut left_planned) = (ResourceVec::ZERO, ResourceVec::ZERO);
+        for (&&(shape, count), &debt) in self.shapes.iter().zip(&debts) {
+            let packed = packed_bundle(&shape, machine);
+            if debt > 0 {
+                in_debts += packed.scale(f64::from(debt));
+                debts_raw += shape.scale(f64::from(debt));
+                claims.push((id, shape.scale(f64::from(debt)), vec![(shape, debt)]));
+            }
+            let rest = count - debt;
+            if rest > 0 {
+                left.push((shape, rest));
+                left_wanted += shape.scale(f64::from(rest));
+                left_planned += packed.scale(f64::from(rest));
             }
         }
-        raw
+        let rest = raw_part(
+            &owed_planned.saturating_sub(&in_debts),
+            &left_wanted,
+            &left_planned,
+        );
+        if !rest.is_zero() {
+            claims.push((id, rest, left));
+        }
+        ((debts_raw + rest).min(&self.wanted), claims)
     }
+}
+
+/// `planned`, a part of `wanted_planned` (runnable tasks in the plan's units), as the raw
+/// demand of the same part of those tasks (`wanted`), kind by kind.
+fn raw_part(
+    planned: &ResourceVec,
+    wanted: &ResourceVec,
+    wanted_planned: &ResourceVec,
+) -> ResourceVec {
+    let mut raw = ResourceVec::ZERO;
+    for (k, amount) in raw.0.iter_mut().enumerate() {
+        let whole = wanted_planned.0[k];
+        if whole > EPSILON {
+            *amount = (planned.0[k] * wanted.0[k] / whole).min(wanted.0[k]);
+        }
+    }
+    raw
 }
 
 /// Whether two bundles are the same up to rounding: a stage's tasks packed by the follower and
@@ -472,7 +497,8 @@ impl PlanFollower {
     }
 
     /// [`PlanFollower::guaranteed_ahead`] bundle by bundle: for each bundle, the most the plan
-    /// holds of it at any of the instants ahead.
+    /// holds of it at any of the instants ahead (where one stage's allocation hands over to
+    /// the next within the lookahead, both are owed, as each would be at its own instant).
     fn guaranteed_bundles_ahead(
         &self,
         plan: &Plan,
@@ -876,13 +902,9 @@ mod tests {
         assert!((owed.0[2] - 250.0).abs() < 1e-9, "{owed}");
     }
 
-    /// Two stages side by side, a 1-cpu one and a 2-cpu one, two bundles each for the hour
-    /// (6 cpus in all). The job ran six 1-cpu tasks on idle capacity: it holds its 6 cpus, but
-    /// none of them are the 2-cpu stage's, whose tasks find room for one only. Summed, nothing
-    /// is owed and the 2-cpu stage falls behind its plan; stage by stage, its two bundles are
-    /// owed and the newest best-effort task makes room for the second.
-    #[test]
-    fn tasks_of_one_stage_do_not_stand_in_for_another_stages_allocation() {
+    /// A 12-cpu plan holding one reservation of two stages side by side for the hour: a 1-cpu
+    /// stage and a 2-cpu stage, two bundles each.
+    fn two_stages_side_by_side() -> Plan {
         let mut plan = Plan::new(PlanConfig::new(0, PolicyKind::Gree), cpus(12.0));
         admit_rdl(
             &mut plan,
@@ -890,11 +912,23 @@ mod tests {
             "window(all(atom(cpus=1; g=2, h=2, l=1h, w=2h), atom(cpus=2; g=2, h=2, l=1h, w=2h)), \
              s=0, f=1h)",
         );
+        plan
+    }
+
+    /// Two stages side by side, a 1-cpu one and a 2-cpu one, two bundles each for the hour
+    /// (6 cpus in all). The job ran six 1-cpu tasks on idle capacity: it holds its 6 cpus, but
+    /// none of them are the 2-cpu stage's, whose tasks find room for one only. Summed, nothing
+    /// is owed and the 2-cpu stage falls behind its plan; stage by stage, its two bundles are
+    /// owed and the newest best-effort task makes room for the second.
+    #[test]
+    fn tasks_of_one_stage_do_not_stand_in_for_another_stages_allocation() {
+        let plan = two_stages_side_by_side();
         assert_eq!(plan.guaranteed_at(ReservationId(1), MINUTE), cpus(6.0));
+        // The 2-cpu stage has four tasks: `wide` of them running, the rest runnable.
         let ahead = |narrow: u32, wide: u32| TaggedJob {
             reservation: ReservationId(1),
             held: cpus(f64::from(narrow) + 2.0 * f64::from(wide)),
-            shapes: vec![(cpus(2.0), 2 - wide)],
+            shapes: vec![(cpus(2.0), 4 - wide)],
             steps_done: 0,
             running: vec![(cpus(1.0), narrow), (cpus(2.0), wide)],
         };
@@ -904,10 +938,38 @@ mod tests {
         assert_eq!(decision.shares[0].held, cpus(6.0));
         assert_eq!(decision.shares[0].offer_first, cpus(4.0));
         assert_eq!(names(&decision.preempt), ["be-new"]);
-        // With the 2-cpu stage's two tasks running too, it holds its allocation: nothing more.
+        // With two of the 2-cpu stage's tasks running too, it holds that stage's allocation:
+        // nothing more, though two more of its tasks could run.
         let decision = follower.follow(&plan, 2 * MINUTE, &[ahead(6, 2)], &agent(2.0), &tasks);
         assert!(decision.shares[0].offer_first.is_zero(), "{decision:?}");
         assert!(decision.preempt.is_empty());
+    }
+
+    /// The same plan with a job behind it: each stage's debt is owed for its own shape, and
+    /// nothing twice; a job whose shapes pack to no bundle of the plan (a request not derived
+    /// from its stages) is owed by the summed rule alone.
+    #[test]
+    fn stage_debts_and_the_summed_rest_are_owed_once() {
+        let plan = two_stages_side_by_side();
+        let mut follower = PlanFollower::new(0);
+        let behind = TaggedJob {
+            reservation: ReservationId(1),
+            held: ResourceVec::ZERO,
+            shapes: vec![(cpus(1.0), 3), (cpus(2.0), 4)],
+            steps_done: 0,
+            running: Vec::new(),
+        };
+        let decision = follower.follow(&plan, MINUTE, &[behind], &agent(12.0), &[]);
+        assert_eq!(decision.shares[0].offer_first, cpus(6.0));
+        let other = TaggedJob {
+            reservation: ReservationId(1),
+            held: ResourceVec::ZERO,
+            shapes: vec![(cpus(3.0), 2)],
+            steps_done: 0,
+            running: Vec::new(),
+        };
+        let decision = follower.follow(&plan, MINUTE, &[other], &agent(12.0), &[]);
+        assert_eq!(decision.shares[0].offer_first, cpus(6.0));
     }
 
     /// A two-step request on a 10-cpu plan: 4 cpus for 20 minutes, then 6 cpus for 20 minutes,

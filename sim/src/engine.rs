@@ -77,7 +77,7 @@ use fullerene_scheduling::fit::{fits, within};
 use fullerene_scheduling::{TaskId, TaskKey};
 use fullerene_sdk::planner::Plan;
 use fullerene_sdk::policy::{build, LeftoverAction, OfferContext, PolicyKind, PolicyParams};
-use fullerene_sdk::reserve::completed_steps;
+use fullerene_sdk::reserve::ReservationSteps;
 use fullerene_sdk::session::{JobKey, Session, SessionOffer};
 use fullerene_sdk::timed_queue::TimedQueue;
 use fullerene_sdk::{Job, TaskRef};
@@ -1328,7 +1328,10 @@ impl<'a> Engine<'a> {
                 shapes,
                 running,
                 // Every reserved job here asked for its own DAG's request (`crate::sla`).
-                steps_done: completed_steps(fw.job, &fw.state),
+                steps_done: fw
+                    .reservation_steps
+                    .get_or_init(|| ReservationSteps::of(fw.job))
+                    .completed(&fw.state),
             });
             tagged_jobs.push(j);
         }

@@ -5,12 +5,14 @@
 //! [`SessionFramework`]: every job of a run in one framework, a multi-job [`Session`] (Decima
 //! §5.2, [`crate::scheduling::SessionScheduling`]).
 
+use std::cell::OnceCell;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use fullerene_proto::messages::DemandSummary;
 use fullerene_proto::{FrameworkId, ResourceVec};
 use fullerene_sdk::policy::{JobPolicy, JobState, OfferContext, OfferDecision, PriScoreScope};
+use fullerene_sdk::reserve::ReservationSteps;
 use fullerene_sdk::session::{JobKey, Session, SessionJob};
 use fullerene_sdk::{Job, TaskRef};
 
@@ -27,6 +29,9 @@ pub(crate) struct SimFramework<'a> {
     pub group: usize,
     /// Progress of its tasks.
     pub state: JobState,
+    /// The steps of the job's own reservation, worked out the first time the plan follower
+    /// asks how far the job has got.
+    pub reservation_steps: OnceCell<ReservationSteps>,
     policy: Box<dyn JobPolicy>,
     pri_scores: Option<&'a [Vec<f64>]>,
 }
@@ -45,6 +50,7 @@ impl<'a> SimFramework<'a> {
             job,
             group,
             state: JobState::new(job),
+            reservation_steps: OnceCell::new(),
             policy,
             pri_scores,
         }

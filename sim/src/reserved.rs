@@ -64,9 +64,9 @@ pub const DEFAULT_DEADLINE_FRACTION: f64 = 0.1;
 /// Rayon's 10% (which was over the jobs' measured resource needs).
 pub const DEFAULT_SLACK: f64 = 1.0;
 
-/// Default quantum of the plan: 100 ms. Levels of a DAG are strictly ordered in whole quanta,
-/// and TPC-H jobs have many levels of sub-second tasks: with one-second quanta a job of ten
-/// short levels needs ten seconds, and acceptance at 10 machines was 5–7 of 20 (GREE) where
+/// Default quantum of the plan: 100 ms. The steps of a DAG's request are strictly ordered in
+/// whole quanta, and TPC-H jobs have many levels of sub-second tasks: with one-second quanta a
+/// job of ten short levels needs ten seconds, and acceptance at 10 machines was 5–7 of 20 (GREE) where
 /// 100 ms gives 12–16.
 pub const DEFAULT_QUANTUM_MS: u64 = 100;
 

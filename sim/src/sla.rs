@@ -8,7 +8,8 @@
 //!
 //! The reservation is the RDL the SDK derives from a DAG for a framework
 //! ([`fullerene_sdk::reserve::deadline_request`]: atoms per stage, in the DAG's
-//! series-parallel form), inside `window(arrival, deadline)`: the simulator asks what a real framework asks.
+//! series-parallel form), inside `window(arrival, deadline)`: the simulator asks what a real
+//! framework asks.
 
 use fullerene_reservation::{
     Expr, Plan, PlanConfig, PolicyKind, Refusal, ReservationId, ReservationRequest,
@@ -176,17 +177,17 @@ pub(crate) mod tests {
         Job::new("chain", "default", None, stages).expect("job")
     }
 
-    /// The atoms of an `order` of levels inside the request's window, level by level.
-    fn levels(request: &SlaRequest) -> Vec<Vec<Atom>> {
+    /// The atoms of each step of the request (its top-level `order` inside the window).
+    fn steps(request: &SlaRequest) -> Vec<Vec<Atom>> {
         let Expr::Window { expr, .. } = &request.expr else {
             panic!("a window: {:?}", request.expr);
         };
-        let Expr::Order(levels) = expr.as_ref() else {
+        let Expr::Order(steps) = expr.as_ref() else {
             panic!("an order: {expr:?}");
         };
-        levels
+        steps
             .iter()
-            .map(|level| level.atoms().into_iter().cloned().collect())
+            .map(|step| step.atoms().into_iter().cloned().collect())
             .collect()
     }
 
@@ -203,7 +204,7 @@ pub(crate) mod tests {
         };
         assert_eq!(*end_ms, 45_000);
         // One atom per stage, in DAG order: width, longest task and work of each.
-        let atoms = levels(&request);
+        let atoms = steps(&request);
         let shape = |a: &Atom| (a.bundle, a.max_parallel, a.min_lease_ms, a.work_ms);
         assert_eq!(atoms.len(), 2);
         // Work 40 task-seconds each, asked 10% over.
@@ -212,7 +213,7 @@ pub(crate) mod tests {
         // In one-minute quanta everything rounds up to whole minutes.
         let coarse = sla_request(&job, 100.0, 0.5, &cluster, 60_000, 0);
         assert_eq!(coarse.deadline_ms, 100_000 + 60_000);
-        let coarse = levels(&coarse);
+        let coarse = steps(&coarse);
         assert_eq!(
             (coarse[1][0].min_lease_ms, coarse[1][0].work_ms),
             (60_000, 60_000)
@@ -220,8 +221,9 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn stages_of_one_level_are_reserved_together_after_all_their_parents() {
-        // A diamond with a tail: 0 → {1, 2} → 3, and 4 alone (a root, level 0).
+    fn a_shared_stage_is_reserved_before_the_rest_and_branches_side_by_side() {
+        // A diamond with a tail: 0 → {1, 2} → 3, and 4 alone (a root, level 0). By levels it
+        // would span 9 + 7 + 5 s; cut after the shared stage 0, 5 + max(9, 7 + 5) s.
         let stages = vec![
             stage(0, vec![], vec![5.0; 2]),
             stage(1, vec![0], vec![5.0; 3]),
@@ -232,11 +234,12 @@ pub(crate) mod tests {
         let job = Job::new("diamond", "default", None, stages).expect("job");
         let cluster = PlanCluster::new(1, machine(8.0));
         let request = sla_request(&job, 0.0, 1.0, &cluster, 1_000, 0);
-        let widths: Vec<Vec<u32>> = levels(&request)
+        let widths: Vec<Vec<u32>> = steps(&request)
             .iter()
-            .map(|level| level.iter().map(|a| a.max_parallel).collect())
+            .map(|step| step.iter().map(|a| a.max_parallel).collect())
             .collect();
-        assert_eq!(widths, vec![vec![2, 5], vec![3, 1], vec![1]]);
+        // Stage 0, then stage 4 beside the branches 1 and 2 (shorter first) and their stage 3.
+        assert_eq!(widths, vec![vec![2], vec![5, 3, 1, 1]]);
     }
 
     #[test]

@@ -33,7 +33,7 @@ use crate::policy::{
     self, JobPolicy, JobState, LeftoverAction, OfferContext, PolicyError, PolicyKind, PolicyParams,
     TaskStatus,
 };
-use crate::reserve::completed_steps;
+use crate::reserve::ReservationSteps;
 use fullerene_proto::messages::ReservationProgress;
 
 /// How each task runs on its agent.
@@ -213,7 +213,7 @@ pub struct DagJob {
     /// When that reservation was asked for with the job's own request
     /// ([`crate::reserve::job_reservation`]), the request's step count: its steps are then parts
     /// of the DAG, and the demand summaries say how many the job has finished.
-    own_reservation: Option<u32>,
+    own_reservation: Option<(u32, ReservationSteps)>,
 }
 
 impl std::fmt::Debug for DagJob {
@@ -291,13 +291,13 @@ impl DagJob {
     /// [`DagJob::set_reservation`] for a reservation the masters accepted for the job's own
     /// request ([`crate::reserve::job_reservation`], its steps parts of its DAG): from now on
     /// its demand summaries tell the masters how many steps it has finished
-    /// ([`crate::reserve::completed_steps`]), so that the plan follower owes the reservation
+    /// ([`crate::reserve::ReservationSteps`]), so that the plan follower owes the reservation
     /// only the allocations of the steps left. `steps` is the request's step count
     /// ([`fullerene_reservation::Expr::steps`]), sent along so that the masters ignore the
     /// progress if the reservation is replaced by one of another shape.
     pub fn set_own_reservation(&mut self, name: String, steps: u32) {
         self.reservation = Some(name);
-        self.own_reservation = Some(steps);
+        self.own_reservation = Some((steps, ReservationSteps::of(&self.job)));
     }
 
     /// The reservation the job runs in, if any.
@@ -718,10 +718,10 @@ impl DagJob {
             self.pri_scores.as_deref(),
             crate::policy::PriScoreScope::WholeDag,
         );
-        if let Some(steps) = self.own_reservation {
+        if let Some((steps, progress)) = &self.own_reservation {
             demand.reservation_progress = Some(ReservationProgress {
-                steps_done: completed_steps(&self.job, &self.state),
-                steps,
+                steps_done: progress.completed(&self.state),
+                steps: *steps,
             });
         }
         demand
