@@ -25,8 +25,8 @@
 //!   `order(it and its ancestors, the rest)`, each side formed the same way;
 //! - the DAG's topological levels, `order(level 0, level 1, …)` with each level an `all`
 //!   (a stage also waits for the stages of the level before it that are not its parents),
-//!   when they span no more (a stage counted as its longest task), since their steps are
-//!   finer ([`ReservationSteps`]), or when nesting would be too deep for a plan's limits.
+//!   when they span no more (a stage counted as its longest task), or when nesting would be
+//!   too deep for a plan's limits.
 //!
 //! The parts of an `all` go shortest first: the plan places them last first (Rayon §4.2's
 //! right-deep traversal, as written), so the part with the longest lease finds its stretch
@@ -208,7 +208,7 @@ enum Shape {
 
 impl Shape {
     /// `job`'s form: nested as the DAG is, where that spans less than its levels (ties go to
-    /// the levels, whose steps are finer: see [`ReservationSteps`]), and its levels otherwise,
+    /// the levels), and its levels otherwise,
     /// or when the nested request could break a plan's default limits where the levels would
     /// not (depth, nodes).
     fn of(job: &Job) -> Shape {
@@ -374,21 +374,41 @@ impl Shape {
         }
     }
 
-    /// The stages of each of its steps ([`Expr::steps`]: the parts of a top-level `order`, or
-    /// the whole as one step).
-    fn steps(&self) -> Vec<Vec<StageIdx>> {
-        match self {
-            Shape::Order(parts) => parts.iter().map(Shape::stages).collect(),
-            other => vec![other.stages()],
-        }
-    }
-
-    fn stages(&self) -> Vec<StageIdx> {
-        match self {
-            Shape::Stage(stage) => vec![*stage],
-            Shape::All(parts) | Shape::Order(parts) => {
-                parts.iter().flat_map(Shape::stages).collect()
+    /// Appends the stage of each atom of `expr`, this shape's request ([`Shape::to_expr`]) for
+    /// `job`, in pre-order; false when `expr` is not of this shape (each stage an atom or an
+    /// `all` of atoms holding as many tasks as the stage has, each combinator with as many
+    /// parts).
+    fn atom_stages(&self, job: &Job, expr: &Expr, stages: &mut Vec<StageIdx>) -> bool {
+        match (self, expr) {
+            (Shape::Stage(stage), _) => {
+                let classes = match expr {
+                    Expr::Atom(atom) => vec![atom],
+                    Expr::All(classes) => classes
+                        .iter()
+                        .map(|class| match class {
+                            Expr::Atom(atom) => Some(atom),
+                            _ => None,
+                        })
+                        .collect::<Option<Vec<_>>>()
+                        .unwrap_or_default(),
+                    _ => Vec::new(),
+                };
+                let tasks: u64 = classes.iter().map(|a| u64::from(a.max_parallel)).sum();
+                if classes.is_empty() || tasks != job.stages[*stage].num_tasks() as u64 {
+                    return false;
+                }
+                stages.extend(std::iter::repeat_n(*stage, classes.len()));
+                true
             }
+            (Shape::All(parts), Expr::All(exprs)) | (Shape::Order(parts), Expr::Order(exprs))
+                if parts.len() == exprs.len() =>
+            {
+                parts
+                    .iter()
+                    .zip(exprs)
+                    .all(|(part, expr)| part.atom_stages(job, expr, stages))
+            }
+            _ => false,
         }
     }
 
@@ -426,25 +446,31 @@ fn stage_levels(job: &Job) -> impl Iterator<Item = usize> {
         .map(|level| level as usize)
 }
 
-/// The stages of each step of a job's own reservation ([`job_reservation`]: the parts of its
-/// top-level `order`, [`Expr::steps`]), worked out once per job: the masters' plan follower no
-/// longer owes a reservation the allocations of the steps its job has finished
-/// (`fullerene_reservation::TaggedJob::steps_done`), so a job that ran ahead of its plan on
-/// idle capacity does not preempt best effort for the rest.
+/// The stage of each atom of a job's own reservation ([`job_reservation`]; atoms numbered in
+/// [`Expr::atoms`]' pre-order), worked out once per job: the masters' plan follower no longer
+/// owes a reservation the allocations of the atoms of the stages its job has finished
+/// (`fullerene_reservation::TaggedJob::finished_atoms`), so a job that ran ahead of its plan
+/// on idle capacity does not preempt best effort for the stages it has run.
 #[derive(Clone, Debug, PartialEq)]
-pub struct ReservationSteps {
-    stages: Vec<Vec<StageIdx>>,
+pub struct ReservationAtoms {
+    stages: Vec<StageIdx>,
 }
 
-impl ReservationSteps {
-    /// The steps of `job`'s request.
-    pub fn of(job: &Job) -> ReservationSteps {
-        ReservationSteps {
-            stages: Shape::of(job).steps(),
-        }
+impl ReservationAtoms {
+    /// The atoms of `expr`, `job`'s own request ([`job_reservation`] or [`deadline_request`],
+    /// whatever its window, quantum or time scale); `None` when `expr` is not of the job's
+    /// form (a request written by hand, or for another job).
+    pub fn of(job: &Job, expr: &Expr) -> Option<ReservationAtoms> {
+        let Expr::Window { expr, .. } = expr else {
+            return None;
+        };
+        let mut stages = Vec::new();
+        Shape::of(job)
+            .atom_stages(job, expr, &mut stages)
+            .then_some(ReservationAtoms { stages })
     }
 
-    /// How many steps the request has.
+    /// How many atoms the request has.
     pub fn len(&self) -> usize {
         self.stages.len()
     }
@@ -454,19 +480,14 @@ impl ReservationSteps {
         self.stages.is_empty()
     }
 
-    /// How many steps the job has finished: the leading steps all of whose stages have
-    /// completed in `state`.
-    pub fn completed(&self, state: &JobState) -> u32 {
-        let finished = self
-            .stages
-            .iter()
-            .take_while(|stages| {
-                stages
-                    .iter()
-                    .all(|&stage| state.stage_completed_at(stage).is_some())
-            })
-            .count();
-        u32::try_from(finished).unwrap_or(u32::MAX)
+    /// The atoms the job has finished: those of the stages that have completed in `state`,
+    /// by number, in order.
+    pub fn finished(&self, state: &JobState) -> Vec<u32> {
+        (0u32..)
+            .zip(&self.stages)
+            .filter(|(_, &stage)| state.stage_completed_at(stage).is_some())
+            .map(|(atom, _)| atom)
+            .collect()
     }
 }
 
@@ -521,6 +542,11 @@ mod tests {
 
     /// A scan feeding two joins: levels `[scan]`, `[join-a, join-b]`.
     fn fork() -> Job {
+        fork_with_scan(vec![10.0; 4])
+    }
+
+    /// [`fork`] with a scan of tasks of `durations`.
+    fn fork_with_scan(durations: Vec<f64>) -> Job {
         let stage = |id: u32, parents: Vec<u32>, durations: Vec<f64>| StageSpec {
             id,
             name: format!("s{id}"),
@@ -529,7 +555,7 @@ mod tests {
             demand: "cpus=2,mem_mib=1024".parse().expect("vec"),
         };
         let stages = vec![
-            stage(0, vec![], vec![10.0; 4]),
+            stage(0, vec![], durations),
             stage(1, vec![0], vec![30.0; 2]),
             stage(2, vec![0], vec![5.0]),
         ];
@@ -537,36 +563,50 @@ mod tests {
     }
 
     #[test]
-    fn finished_steps_are_the_leading_levels_all_of_whose_stages_completed() {
+    fn finished_atoms_are_those_of_the_stages_that_completed() {
         use crate::job::TaskRef;
-        let job = fork();
+        // The fork with a scan of four duration classes: its request is
+        // order(all(4 scan atoms), all(short join, long join)).
+        let job = fork_with_scan(vec![1.0, 2.0, 3.0, 4.0]);
         let expr = job_reservation(&job, &machine(), 1.0, 600_000, 0, 1_000);
-        assert_eq!(expr.steps().len(), 2);
-        let steps = ReservationSteps::of(&job);
-        assert_eq!(steps.len(), 2);
+        let atoms = ReservationAtoms::of(&job, &expr).expect("the job's own request");
+        assert_eq!(atoms.len(), expr.atoms().len());
+        assert_eq!(atoms.len(), 6, "{expr}");
         let mut state = JobState::new(&job);
         let run = |state: &mut JobState, stage: u32, index: u32| {
             let task = TaskRef { stage, index };
             state.mark_launched(task, 0, 0.0);
             state.mark_finished(&job, task, 1.0);
         };
-        assert_eq!(steps.completed(&state), 0);
+        assert!(atoms.finished(&state).is_empty());
         for index in 0..3 {
             run(&mut state, 0, index);
         }
-        assert_eq!(steps.completed(&state), 0, "one scan task left");
+        assert!(atoms.finished(&state).is_empty(), "one scan task left");
         run(&mut state, 0, 3);
-        assert_eq!(steps.completed(&state), 1);
-        // The short join done, the long one not: the second level is not finished.
+        assert_eq!(atoms.finished(&state), [0, 1, 2, 3]);
+        // The short join done, the long one not: the short one's atom is finished.
         run(&mut state, 2, 0);
-        assert_eq!(steps.completed(&state), 1);
+        assert_eq!(atoms.finished(&state), [0, 1, 2, 3, 4]);
         for index in 0..2 {
             run(&mut state, 1, index);
         }
-        assert_eq!(steps.completed(&state), 2);
-        // Its steps' atoms are the request's atoms, level by level.
-        assert_eq!(expr.atoms_in_first_steps(1), 1);
-        assert_eq!(expr.atoms_in_first_steps(2), expr.atoms().len());
+        assert_eq!(atoms.finished(&state), [0, 1, 2, 3, 4, 5]);
+        // A request that is not the job's own form names no atoms of it: another DAG's, one
+        // whose atoms hold other task counts, one written by hand.
+        let other = job_reservation(&branches(), &machine(), 1.0, 600_000, 0, 1_000);
+        assert_eq!(ReservationAtoms::of(&job, &other), None);
+        let five_scans = job_reservation(
+            &fork_with_scan(vec![1.0; 5]),
+            &machine(),
+            1.0,
+            600_000,
+            0,
+            1_000,
+        );
+        assert_eq!(ReservationAtoms::of(&job, &five_scans), None);
+        let by_hand = parse("window(atom(cpus=2; g=1, h=1, l=1s, w=1s), s=0, f=1m)").expect("rdl");
+        assert_eq!(ReservationAtoms::of(&job, &by_hand), None);
     }
 
     #[test]
@@ -691,10 +731,9 @@ mod tests {
             ..Limits::default()
         };
         validate(&expr, &limits).expect("valid");
-        // The steps are the order's parts: the branches, then the final stage.
+        // A branch's atoms are finished with its stage, whatever the other branch is at.
         use crate::job::TaskRef;
-        let steps = ReservationSteps::of(&job);
-        assert_eq!(steps.len(), expr.steps().len());
+        let atoms = ReservationAtoms::of(&job, &expr).expect("the job's own request");
         let mut state = JobState::new(&job);
         let run = |state: &mut JobState, stage: u32| {
             for index in 0..2 {
@@ -706,14 +745,14 @@ mod tests {
         run(&mut state, 0);
         run(&mut state, 2);
         assert_eq!(
-            steps.completed(&state),
-            0,
-            "the long branch is still running"
+            atoms.finished(&state),
+            [0, 1],
+            "side and short are done, the long branch is still running"
         );
         run(&mut state, 1);
-        assert_eq!(steps.completed(&state), 1);
+        assert_eq!(atoms.finished(&state), [0, 1, 2]);
         run(&mut state, 3);
-        assert_eq!(steps.completed(&state), 2);
+        assert_eq!(atoms.finished(&state), [0, 1, 2, 3]);
     }
 
     /// A stage that feeds two others is cut after: the fork's scan, then its joins. That is

@@ -327,9 +327,9 @@ pub struct OfferManager {
     /// not count (under the κ·C gate a deprived group of absent frameworks would otherwise
     /// hold every agent for them until their failover timeout).
     absent: BTreeSet<FrameworkId>,
-    /// Each framework's pending demand by shape and the steps of its reservation its job has
+    /// Each framework's pending demand by shape and the atoms of its reservation its job has
     /// finished, from its last summary (what the plan follower counts as a reserved job's
-    /// `shapes` and `steps_done`).
+    /// `shapes` and `finished_atoms`).
     wanted: BTreeMap<FrameworkId, Wanted>,
     /// What the plan follower last said each reserved job's framework is owed (the
     /// allocator's guarantees, as set).
@@ -545,7 +545,7 @@ impl OfferManager {
             .collect();
         let wanted = Wanted {
             shapes,
-            reservation_progress: summary.reservation_progress,
+            reservation_progress: summary.reservation_progress.clone(),
         };
         self.wanted.insert(framework.clone(), wanted);
         Ok(())
@@ -561,10 +561,10 @@ impl OfferManager {
 
     /// How far a framework's job is through its own reservation, from its last demand summary
     /// (`None` before one, or when it did not derive the reservation from its DAG).
-    pub fn reservation_progress(&self, framework: &FrameworkId) -> Option<ReservationProgress> {
+    pub fn reservation_progress(&self, framework: &FrameworkId) -> Option<&ReservationProgress> {
         self.wanted
             .get(framework)
-            .and_then(|wanted| wanted.reservation_progress)
+            .and_then(|wanted| wanted.reservation_progress.as_ref())
     }
 
     /// Sets what each reserved job's framework is owed now (the plan follower's shares, issue

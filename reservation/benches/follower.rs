@@ -67,7 +67,7 @@ fn job() -> TaggedJob {
         held: ResourceVec::ZERO,
         shapes: vec![(shape, OWED_TASKS)],
         running: Vec::new(),
-        steps_done: 0,
+        finished_atoms: Default::default(),
     }
 }
 

@@ -10,7 +10,7 @@
 //! pieces; what the reservations use in all is rebuilt from their pieces when it is decoded, so
 //! the replicated state never holds two copies that could disagree.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use fullerene_scheduling::ResourceVec;
@@ -187,31 +187,34 @@ pub struct Reservation {
 impl Reservation {
     /// What the reservation holds at quantum `t`.
     pub fn held_at(&self, t: u64) -> ResourceVec {
-        self.held_for_steps_left(t, 0)
+        self.held_for_atoms_left(t, &BTreeSet::new())
     }
 
-    /// What the reservation holds at quantum `t` for its [steps](Expr::steps) after the first
-    /// `done` ones: the allocations of the atoms those steps do not hold.
-    pub fn held_for_steps_left(&self, t: u64, done: usize) -> ResourceVec {
-        let first = self.expr.atoms_in_first_steps(done);
+    /// What the reservation holds at quantum `t` for its atoms not in `finished` (their
+    /// numbers in [`Expr::atoms`]' pre-order): the allocations of the atoms its jobs still have
+    /// to run.
+    pub fn held_for_atoms_left(&self, t: u64, finished: &BTreeSet<u32>) -> ResourceVec {
         self.allocations
             .iter()
-            .filter(|a| a.atom.atom as usize >= first)
+            .filter(|a| !finished.contains(&a.atom.atom))
             .fold(ResourceVec::ZERO, |sum, a| {
                 sum + a.bundle.scale(a.bundles_at(t) as f64)
             })
     }
 
-    /// [`Reservation::held_for_steps_left`] bundle by bundle: how many of each bundle its
+    /// [`Reservation::held_for_atoms_left`] bundle by bundle: how many of each bundle its
     /// atoms hold at quantum `t`, atoms with equal bundles (stages of one demand) together, in
     /// the order of their first atom; bundles held by none are left out.
-    pub fn bundles_for_steps_left(&self, t: u64, done: usize) -> Vec<(ResourceVec, u64)> {
-        let first = self.expr.atoms_in_first_steps(done);
+    pub fn bundles_for_atoms_left(
+        &self,
+        t: u64,
+        finished: &BTreeSet<u32>,
+    ) -> Vec<(ResourceVec, u64)> {
         let mut held: Vec<(ResourceVec, u64)> = Vec::new();
         for allocation in self
             .allocations
             .iter()
-            .filter(|a| a.atom.atom as usize >= first)
+            .filter(|a| !finished.contains(&a.atom.atom))
         {
             let bundles = allocation.bundles_at(t);
             if bundles == 0 {
@@ -454,35 +457,35 @@ impl Plan {
     /// What reservation `id` is guaranteed at wall-clock time `at_ms` (zero when unknown or
     /// idle then): what the plan follower turns into a share of the offers.
     pub fn guaranteed_at(&self, id: ReservationId, at_ms: u64) -> ResourceVec {
-        self.guaranteed_for_steps_left(id, at_ms, 0)
+        self.guaranteed_for_atoms_left(id, at_ms, &BTreeSet::new())
     }
 
-    /// What reservation `id` is guaranteed at `at_ms` for the [steps](Expr::steps) its jobs
-    /// have not finished, the first `done` being finished ([`Reservation::held_for_steps_left`]).
-    pub fn guaranteed_for_steps_left(
+    /// What reservation `id` is guaranteed at `at_ms` for the atoms its jobs have not
+    /// finished ([`Reservation::held_for_atoms_left`]).
+    pub fn guaranteed_for_atoms_left(
         &self,
         id: ReservationId,
         at_ms: u64,
-        done: usize,
+        finished: &BTreeSet<u32>,
     ) -> ResourceVec {
         let t = self.quanta().containing(at_ms);
         self.reservations
             .get(&id)
-            .map_or(ResourceVec::ZERO, |r| r.held_for_steps_left(t, done))
+            .map_or(ResourceVec::ZERO, |r| r.held_for_atoms_left(t, finished))
     }
 
-    /// [`Plan::guaranteed_for_steps_left`] bundle by bundle
-    /// ([`Reservation::bundles_for_steps_left`]).
-    pub fn guaranteed_bundles_for_steps_left(
+    /// [`Plan::guaranteed_for_atoms_left`] bundle by bundle
+    /// ([`Reservation::bundles_for_atoms_left`]).
+    pub fn guaranteed_bundles_for_atoms_left(
         &self,
         id: ReservationId,
         at_ms: u64,
-        done: usize,
+        finished: &BTreeSet<u32>,
     ) -> Vec<(ResourceVec, u64)> {
         let t = self.quanta().containing(at_ms);
         self.reservations
             .get(&id)
-            .map_or_else(Vec::new, |r| r.bundles_for_steps_left(t, done))
+            .map_or_else(Vec::new, |r| r.bundles_for_atoms_left(t, finished))
     }
 
     /// Where `expr`, asked at `anchor_ms`, would go now, without changing the plan: the

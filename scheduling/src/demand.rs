@@ -33,20 +33,21 @@ pub struct DemandSummary {
     pub srpt: f64,
     /// How far the framework's job is through the reservation it runs in, when the framework
     /// derived that reservation from its own DAG (`None` otherwise). The allocator does not
-    /// read it: the master's plan follower owes a reservation nothing for finished steps
-    /// (Rayon §5.2, issue 17).
+    /// read it: the master's plan follower owes a reservation nothing for the atoms of finished
+    /// stages (Rayon §5.2, issue 17).
     pub reservation_progress: Option<ReservationProgress>,
 }
 
-/// A job's progress through its own reservation: of the request's `steps` (the children of its
-/// top-level `order`, `fullerene_reservation::Expr::steps`), the leading `steps_done` are
-/// finished. The step count names the request the job counted against: the plan follower
-/// ignores progress reported against a request of another shape (one an operator replaced).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// A job's progress through its own reservation: of the request's `atoms` (numbered in
+/// `fullerene_reservation::Expr::atoms`' pre-order), those in `finished_atoms`, the atoms of
+/// the stages the job has run to the end. The atom count names the request the job counted
+/// against: the plan follower ignores progress reported against a request of another shape
+/// (one an operator replaced), and atom numbers past it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "arbitrary", derive(proptest_derive::Arbitrary))]
 pub struct ReservationProgress {
-    /// The leading steps finished.
-    pub steps_done: u32,
-    /// The steps of the request the job made.
-    pub steps: u32,
+    /// The atoms finished, by number.
+    pub finished_atoms: Vec<u32>,
+    /// The atoms of the request the job made.
+    pub atoms: u32,
 }

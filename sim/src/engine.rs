@@ -63,7 +63,7 @@
 //! job's last task finished. Reservations and SLA queues are per-job features: a session run
 //! refuses them ([`SimError::SessionWithQueues`]).
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 
 use fullerene_proto::{AgentId, FrameworkId, ResourceKind, ResourceVec};
 use fullerene_reservation::{
@@ -77,7 +77,7 @@ use fullerene_scheduling::fit::{fits, within};
 use fullerene_scheduling::{TaskId, TaskKey};
 use fullerene_sdk::planner::Plan;
 use fullerene_sdk::policy::{build, LeftoverAction, OfferContext, PolicyKind, PolicyParams};
-use fullerene_sdk::reserve::ReservationSteps;
+use fullerene_sdk::reserve::ReservationAtoms;
 use fullerene_sdk::session::{JobKey, Session, SessionOffer};
 use fullerene_sdk::timed_queue::TimedQueue;
 use fullerene_sdk::{Job, TaskRef};
@@ -1328,10 +1328,17 @@ impl<'a> Engine<'a> {
                 shapes,
                 running,
                 // Every reserved job here asked for its own DAG's request (`crate::sla`).
-                steps_done: fw
-                    .reservation_steps
-                    .get_or_init(|| ReservationSteps::of(fw.job))
-                    .completed(&fw.state),
+                finished_atoms: fw
+                    .reservation_atoms
+                    .get_or_init(|| {
+                        following
+                            .reservation(reservation)
+                            .and_then(|r| ReservationAtoms::of(fw.job, &r.expr))
+                    })
+                    .as_ref()
+                    .map_or_else(BTreeSet::new, |atoms| {
+                        atoms.finished(&fw.state).into_iter().collect()
+                    }),
             });
             tagged_jobs.push(j);
         }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use fullerene_proto::messages::DemandSummary;
 use fullerene_proto::{FrameworkId, ResourceVec};
 use fullerene_sdk::policy::{JobPolicy, JobState, OfferContext, OfferDecision, PriScoreScope};
-use fullerene_sdk::reserve::ReservationSteps;
+use fullerene_sdk::reserve::ReservationAtoms;
 use fullerene_sdk::session::{JobKey, Session, SessionJob};
 use fullerene_sdk::{Job, TaskRef};
 
@@ -29,9 +29,9 @@ pub(crate) struct SimFramework<'a> {
     pub group: usize,
     /// Progress of its tasks.
     pub state: JobState,
-    /// The steps of the job's own reservation, worked out the first time the plan follower
-    /// asks how far the job has got.
-    pub reservation_steps: OnceCell<ReservationSteps>,
+    /// The stage of each atom of the job's own reservation, worked out the first time the plan
+    /// follower asks how far the job has got (`None`: the reservation is not of the job's form).
+    pub reservation_atoms: OnceCell<Option<ReservationAtoms>>,
     policy: Box<dyn JobPolicy>,
     pri_scores: Option<&'a [Vec<f64>]>,
 }
@@ -50,7 +50,7 @@ impl<'a> SimFramework<'a> {
             job,
             group,
             state: JobState::new(job),
-            reservation_steps: OnceCell::new(),
+            reservation_atoms: OnceCell::new(),
             policy,
             pri_scores,
         }

@@ -37,7 +37,7 @@ use std::fmt::Write as _;
 
 use fullerene_reservation::{
     AgentRoom, Candidates, FollowerDecision, Plan, PlanFollower, PolicyKind as ReservationPolicy,
-    ReservationId, TaggedJob,
+    Reservation, ReservationId, TaggedJob,
 };
 use fullerene_scheduling::allocator::{InterJobPolicy, DEFAULT_MAX_QUEUE_CAPACITY};
 use fullerene_scheduling::ResourceVec;
@@ -284,6 +284,11 @@ impl Following {
     /// The reservation job `j` runs in, if its request was accepted.
     pub(crate) fn reservation_of(&self, j: usize) -> Option<ReservationId> {
         self.reservation_of.get(j).copied().flatten()
+    }
+
+    /// The reservation `id` of the plan, if it holds one by that id.
+    pub(crate) fn reservation(&self, id: ReservationId) -> Option<&Reservation> {
+        self.plan.reservation(id)
     }
 
     /// The follower's next tick after `now_s` ([`FOLLOW_TICK_MS`]).

@@ -53,3 +53,25 @@ fn every_accepted_sla_job_meets_its_deadline() {
         }
     }
 }
+
+/// The plan follower owes a reserved job only the atoms of the stages it has not finished, as
+/// its framework counts them against its own request (`ReservationAtoms`): on every TPC-H job,
+/// the request the simulator makes names the stage of each of its atoms, each stage's atoms
+/// holding its tasks.
+#[test]
+fn every_tpch_jobs_own_request_names_the_stage_of_each_atom() {
+    use fullerene_sdk::planner::PlanCluster;
+    use fullerene_sdk::reserve::ReservationAtoms;
+    use fullerene_sim::reserved::{DEFAULT_QUANTUM_MS, DEFAULT_SLACK};
+    use fullerene_sim::sla::sla_request;
+
+    let config = SimConfig::default();
+    let cluster = PlanCluster::new(10, config.machine);
+    for job in common::decima(usize::MAX) {
+        let request = sla_request(&job, 0.0, DEFAULT_SLACK, &cluster, DEFAULT_QUANTUM_MS, 500);
+        let atoms = ReservationAtoms::of(&job, &request.expr)
+            .unwrap_or_else(|| panic!("{}: {}", job.name, request.expr));
+        assert_eq!(atoms.len(), request.expr.atoms().len(), "{}", job.name);
+        assert!(atoms.len() >= job.stages.len(), "{}", job.name);
+    }
+}

@@ -47,8 +47,9 @@ use crate::TransportError;
 /// list). Version 8 names the reservation an offer's guaranteed capacity comes from
 /// (`Offer::reservation`) and tells frameworks when their principal's reservations end
 /// (`MasterToFramework::ReservationEnded`). Version 9 carries a job's progress through its own
-/// reservation in its demand summaries (`DemandSummary::reservation_progress`).
-pub const ALPN_PROTOCOL: &[u8] = b"fullerene/9";
+/// reservation in its demand summaries (`DemandSummary::reservation_progress`); version 10
+/// counts that progress by the request's atoms finished rather than its steps.
+pub const ALPN_PROTOCOL: &[u8] = b"fullerene/10";
 
 /// The DNS name every master certificate carries and every client asks for.
 ///

@@ -33,8 +33,9 @@ use crate::policy::{
     self, JobPolicy, JobState, LeftoverAction, OfferContext, PolicyError, PolicyKind, PolicyParams,
     TaskStatus,
 };
-use crate::reserve::ReservationSteps;
+use crate::reserve::ReservationAtoms;
 use fullerene_proto::messages::ReservationProgress;
+use fullerene_reservation::Expr;
 
 /// How each task runs on its agent.
 #[derive(Clone, Debug, PartialEq)]
@@ -211,9 +212,9 @@ pub struct DagJob {
     /// The reservation the job runs in, told to the masters in its description.
     reservation: Option<String>,
     /// When that reservation was asked for with the job's own request
-    /// ([`crate::reserve::job_reservation`]), the request's step count: its steps are then parts
-    /// of the DAG, and the demand summaries say how many the job has finished.
-    own_reservation: Option<(u32, ReservationSteps)>,
+    /// ([`crate::reserve::job_reservation`]), the stage of each of its atoms: the demand
+    /// summaries then say which the job has finished.
+    own_reservation: Option<ReservationAtoms>,
 }
 
 impl std::fmt::Debug for DagJob {
@@ -289,15 +290,16 @@ impl DagJob {
     }
 
     /// [`DagJob::set_reservation`] for a reservation the masters accepted for the job's own
-    /// request ([`crate::reserve::job_reservation`], its steps parts of its DAG): from now on
-    /// its demand summaries tell the masters how many steps it has finished
-    /// ([`crate::reserve::ReservationSteps`]), so that the plan follower owes the reservation
-    /// only the allocations of the steps left. `steps` is the request's step count
-    /// ([`fullerene_reservation::Expr::steps`]), sent along so that the masters ignore the
-    /// progress if the reservation is replaced by one of another shape.
-    pub fn set_own_reservation(&mut self, name: String, steps: u32) {
+    /// request `expr` ([`crate::reserve::job_reservation`], its atoms the stages of its DAG):
+    /// from now on its demand summaries tell the masters which atoms it has finished
+    /// ([`crate::reserve::ReservationAtoms`]), so that the plan follower owes the reservation
+    /// only the allocations of the atoms left, with the request's atom count, so that the
+    /// masters ignore the progress if the reservation is replaced by one of another shape. A
+    /// request not of the job's form is joined without progress, as
+    /// [`DagJob::set_reservation`] does.
+    pub fn set_own_reservation(&mut self, name: String, expr: &Expr) {
         self.reservation = Some(name);
-        self.own_reservation = Some((steps, ReservationSteps::of(&self.job)));
+        self.own_reservation = ReservationAtoms::of(&self.job, expr);
     }
 
     /// The reservation the job runs in, if any.
@@ -718,10 +720,10 @@ impl DagJob {
             self.pri_scores.as_deref(),
             crate::policy::PriScoreScope::WholeDag,
         );
-        if let Some((steps, progress)) = &self.own_reservation {
+        if let Some(atoms) = &self.own_reservation {
             demand.reservation_progress = Some(ReservationProgress {
-                steps_done: progress.completed(&self.state),
-                steps: *steps,
+                finished_atoms: atoms.finished(&self.state),
+                atoms: u32::try_from(atoms.len()).unwrap_or(u32::MAX),
             });
         }
         demand

@@ -151,8 +151,8 @@ impl DagScheduler {
         };
         deadline.asking = false;
         if let Admission::Accepted { name } = &admission {
-            let steps = u32::try_from(deadline.request.expr.steps().len()).unwrap_or(u32::MAX);
-            self.dag.set_own_reservation(name.clone(), steps);
+            self.dag
+                .set_own_reservation(name.clone(), &deadline.request.expr);
         }
         if let Admission::Refused { reason } = &admission {
             tracing::info!(job = %self.dag.job().name, %reason, "the masters refused the job's reservation: it runs as best effort");

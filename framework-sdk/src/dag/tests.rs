@@ -599,48 +599,61 @@ fn the_description_names_the_reservation_the_job_runs_in() {
     );
 }
 
-/// The demand summaries of a job in its own reservation (its steps the DAG's) say how many
-/// steps it has finished, so that the masters owe the reservation only the steps left; in a
-/// reservation it was only given the name of, they say nothing (its steps are not the DAG's).
+/// The demand summaries of a job in its own reservation (its atoms the DAG's stages) say which
+/// atoms it has finished, so that the masters owe the reservation only the atoms left; in a
+/// reservation it was only given the name of, they say nothing (its atoms are not the DAG's).
 #[test]
-fn a_job_in_its_own_reservation_reports_the_levels_it_has_finished() {
+fn a_job_in_its_own_reservation_reports_the_atoms_it_has_finished() {
     let progress = |calls: &[FrameworkRequest]| {
         calls.iter().find_map(|c| match c {
-            FrameworkRequest::UpdateDemand(d) => Some(d.reservation_progress),
+            FrameworkRequest::UpdateDemand(d) => Some(d.reservation_progress.clone()),
             _ => None,
         })
     };
-    let of_two = |steps_done| {
+    // order(scan, join): an atom each.
+    let own_request = crate::reserve::job_reservation(
+        &two_stage_job(),
+        &res("cpus=4,mem_mib=1000"),
+        1.0,
+        60_000,
+        0,
+        1_000,
+    );
+    let of_two = |finished: &[u32]| {
         Some(ReservationProgress {
-            steps_done,
-            steps: 2,
+            finished_atoms: finished.to_vec(),
+            atoms: 2,
         })
     };
     for own in [true, false] {
         let mut dag =
             DagJob::new(two_stage_job(), config(PolicyKind::CriticalPath), t(0)).expect("dag");
         if own {
-            dag.set_own_reservation("q1.fw-7".into(), 2);
+            dag.set_own_reservation("q1.fw-7".into(), &own_request);
         } else {
             dag.set_reservation(Some("etl".into()));
         }
-        let expected = |steps_done| if own { of_two(steps_done) } else { None };
+        let expected = |finished: &[u32]| if own { of_two(finished) } else { None };
         assert_eq!(
             progress(&dag.on_subscribed()),
-            Some(expected(0)),
+            Some(expected(&[])),
             "own: {own}"
         );
         let tasks = accepted(&dag.on_offers(&[offer(1, "a1", "cpus=4,mem_mib=1000")], t(100)));
         assert_eq!(tasks.len(), 2);
-        // One scan left: the first level is not finished yet.
+        // One scan left: the scan's atom is not finished yet.
         let calls = dag.on_update(&update(&tasks[0].id, TaskState::Finished, None), t(5_000));
         assert_eq!(
-            progress(&calls).unwrap_or(expected(0)),
-            expected(0),
+            progress(&calls).unwrap_or(expected(&[])),
+            expected(&[]),
             "own: {own}"
         );
         let calls = dag.on_update(&update(&tasks[1].id, TaskState::Finished, None), t(5_100));
-        assert_eq!(progress(&calls), Some(expected(1)), "own: {own}: {calls:?}");
+        assert_eq!(
+            progress(&calls),
+            Some(expected(&[0])),
+            "own: {own}: {calls:?}"
+        );
     }
 }
 

@@ -151,22 +151,25 @@ fn reservation_of(state: &ClusterState, framework: &FrameworkId) -> Option<Reser
     state.reservations().id_of(name)
 }
 
-/// The steps of reservation `id` its job reports finished: none unless the job counted them
-/// against a request of the same number of steps as the one in the plan (an operator may have
-/// replaced the job's own request with another, whose steps are not its DAG's).
-fn steps_done(
+/// The atoms of reservation `id` its job reports finished: none unless the job counted them
+/// against a request of as many atoms as the one in the plan has that a job can finish (an
+/// operator may have replaced the job's own request with another, whose atoms are not its
+/// stages'; a `repeat` has none).
+fn finished_atoms(
     state: &ClusterState,
     id: ReservationId,
-    progress: Option<ReservationProgress>,
-) -> u32 {
-    let planned_steps = state
+    progress: Option<&ReservationProgress>,
+) -> BTreeSet<u32> {
+    let finishable = state
         .reservations()
         .plan()
         .reservation(id)
-        .map(|reservation| reservation.expr.steps().len());
+        .map(|reservation| reservation.expr.finishable_atoms());
     progress
-        .filter(|progress| planned_steps == usize::try_from(progress.steps).ok())
-        .map_or(0, |progress| progress.steps_done)
+        .filter(|progress| finishable == usize::try_from(progress.atoms).ok())
+        .map_or_else(BTreeSet::new, |progress| {
+            progress.finished_atoms.iter().copied().collect()
+        })
 }
 
 fn gather(state: &ClusterState, offers: &OfferManager) -> Loads {
@@ -204,7 +207,7 @@ fn gather(state: &ClusterState, offers: &OfferManager) -> Loads {
             held,
             running,
             shapes: offers.wanted_shapes(framework).to_vec(),
-            steps_done: steps_done(state, *id, offers.reservation_progress(framework)),
+            finished_atoms: finished_atoms(state, *id, offers.reservation_progress(framework)),
         });
         frameworks.push(framework.clone());
     }

@@ -2047,12 +2047,12 @@ fn a_reservations_jobs_are_offered_their_guarantee_first_and_best_effort_is_pree
     assert!(killed(&later).is_empty());
 }
 
-/// The leader's plan follower owes a reservation only the allocations of the steps its job
+/// The leader's plan follower owes a reservation only the allocations of the atoms its job
 /// has not finished, as the job's demand summary reports them: a job that ran its first step
 /// early is not owed that step's allocation (and preempts nothing for it), and is owed the
 /// second step's when it comes.
 #[test]
-fn the_leader_owes_a_reservation_nothing_for_the_steps_its_job_has_finished() {
+fn the_leader_owes_a_reservation_nothing_for_the_atoms_its_job_has_finished() {
     let mut h = Harness::leader();
     h.register_agent("agent-1", "cpus=4,mem_mib=4096");
     h.heartbeating.push(AgentId::from("agent-1"));
@@ -2072,11 +2072,11 @@ fn the_leader_owes_a_reservation_nothing_for_the_steps_its_job_has_finished() {
         FrameworkRequest::DescribeJob(reserved_job("q1", 5, "etl")),
     );
     assert_eq!(answer, Some(Ok(CallOk::Done)));
-    let want = |h: &mut Harness, steps_done: u32, steps: u32| {
+    let want = |h: &mut Harness, finished: &[u32], atoms: u32| {
         let summary = fullerene_proto::messages::DemandSummary {
             reservation_progress: Some(fullerene_proto::messages::ReservationProgress {
-                steps_done,
-                steps,
+                finished_atoms: finished.to_vec(),
+                atoms,
             }),
             ..demand(&resources(ONE_TASK), 3)
         };
@@ -2092,15 +2092,15 @@ fn the_leader_owes_a_reservation_nothing_for_the_steps_its_job_has_finished() {
     };
     // Within the first step's allocation, not finished: its 2 cpus are owed.
     h.pass(Duration::from_secs(6 * 60 + 10));
-    assert_eq!(want(&mut h, 0, 2), ["cpus=2,mem_mib=1024"]);
-    // The job reports its first step finished: that step's allocation is owed no more.
-    assert_eq!(want(&mut h, 1, 2), Vec::<String>::new());
-    // Progress counted against a request of another shape (three steps, where the plan's has
+    assert_eq!(want(&mut h, &[], 2), ["cpus=2,mem_mib=1024"]);
+    // The job reports its first step's atom finished: its allocation is owed no more.
+    assert_eq!(want(&mut h, &[0], 2), Vec::<String>::new());
+    // Progress counted against a request of another shape (three atoms, where the plan's has
     // two: an operator replaced it) is not believed.
-    assert_eq!(want(&mut h, 1, 3), ["cpus=2,mem_mib=1024"]);
+    assert_eq!(want(&mut h, &[0], 3), ["cpus=2,mem_mib=1024"]);
     // In the second step's time its 3 cpus are owed.
     h.pass(Duration::from_secs(2 * 60));
-    assert_eq!(want(&mut h, 1, 2), ["cpus=3,mem_mib=1536"]);
+    assert_eq!(want(&mut h, &[0], 2), ["cpus=3,mem_mib=1536"]);
 }
 
 /// Issue 17, point 5: the adapter's rejection is told to the owner. `big` needs both agents'

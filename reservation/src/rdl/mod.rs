@@ -108,26 +108,19 @@ impl Expr {
         }
     }
 
-    /// The expression's steps, the parts a job works through one after the other: the children
-    /// of its top-level `order` (under any `window`s), or the whole expression as one step. A
-    /// `repeat` has none: its occurrences are for jobs yet to come, so no job finishes them.
-    pub fn steps(&self) -> &[Expr] {
-        match self {
-            Expr::Window { expr, .. } => expr.steps(),
-            Expr::Order(children) => children,
-            Expr::Repeat { .. } => &[],
-            Expr::Atom(_) | Expr::Any(_) | Expr::All(_) => std::slice::from_ref(self),
+    /// How many of its atoms a job running in the reservation can report finished
+    /// (`TaggedJob::finished_atoms`, by their numbers in [`Expr::atoms`]' pre-order): every
+    /// one, or none where there is a `repeat`, whose occurrences are for jobs yet to come and
+    /// share their atoms' numbers.
+    pub fn finishable_atoms(&self) -> usize {
+        fn repeats(expr: &Expr) -> bool {
+            matches!(expr, Expr::Repeat { .. }) || expr.children().iter().any(repeats)
         }
-    }
-
-    /// How many atoms the first `done` [steps](Expr::steps) hold: in [`Expr::atoms`]' pre-order
-    /// they are the first ones, since a step's atoms all come before the next step's.
-    pub fn atoms_in_first_steps(&self, done: usize) -> usize {
-        self.steps()
-            .iter()
-            .take(done)
-            .map(|step| step.atoms().len())
-            .sum()
+        if repeats(self) {
+            0
+        } else {
+            self.atoms().len()
+        }
     }
 
     /// The atoms in pre-order: an atom's index here is its number in [`crate::AtomRef`].

@@ -892,6 +892,23 @@ impl Allocator {
                 return Err(malformed(format!("{name} {value} must be finite and >= 0")));
             }
         }
+        if let Some(progress) = &summary.reservation_progress {
+            let finished = &progress.finished_atoms;
+            if let Some(pair) = finished.windows(2).find(|pair| pair[0] >= pair[1]) {
+                return Err(malformed(format!(
+                    "reservation_progress: finished atoms must be strictly increasing \
+                     ({} then {})",
+                    pair[0], pair[1]
+                )));
+            }
+            if let Some(last) = finished.last().filter(|&&last| last >= progress.atoms) {
+                return Err(malformed(format!(
+                    "reservation_progress: finished atom {last} is not one of the request's {} \
+                     atoms",
+                    progress.atoms
+                )));
+            }
+        }
         let mut shapes = Vec::with_capacity(summary.pending.len());
         for pending in &summary.pending {
             let demand =

@@ -4,7 +4,7 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::demand::PendingDemand;
+use crate::demand::{PendingDemand, ReservationProgress};
 use crate::fairness::FairnessFactor;
 use crate::resources::Resources;
 use crate::testkit::{machine, res, summary};
@@ -899,6 +899,29 @@ fn answers_are_validated_against_the_offer() {
     ));
     let nan = summary(&[("cpus=1", 1, f64::NAN)], 1.0);
     assert!(alloc.update_demand(&fid("f1"), &nan).is_err());
+    // A job's progress through its reservation names each finished atom once, in order, and
+    // only atoms its request has.
+    let progress = |finished_atoms: Vec<u32>, atoms: u32| DemandSummary {
+        reservation_progress: Some(ReservationProgress {
+            finished_atoms,
+            atoms,
+        }),
+        ..summary(&[("cpus=1", 1, 1.0)], 1.0)
+    };
+    for (bad, named) in [
+        (progress(vec![0, 2, 2], 4), "strictly increasing (2 then 2)"),
+        (progress(vec![1, 4], 4), "finished atom 4"),
+    ] {
+        match alloc.update_demand(&fid("f1"), &bad) {
+            Err(AllocatorError::MalformedDemand { reason, .. }) => {
+                assert!(reason.contains(named), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    alloc
+        .update_demand(&fid("f1"), &progress(vec![0, 3], 4))
+        .expect("valid progress");
 }
 
 #[test]
