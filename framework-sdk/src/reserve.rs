@@ -454,6 +454,7 @@ fn stage_levels(job: &Job) -> impl Iterator<Item = usize> {
 #[derive(Clone, Debug, PartialEq)]
 pub struct ReservationAtoms {
     stages: Vec<StageIdx>,
+    request: u64,
 }
 
 impl ReservationAtoms {
@@ -461,13 +462,26 @@ impl ReservationAtoms {
     /// whatever its window, quantum or time scale); `None` when `expr` is not of the job's
     /// form (a request written by hand, or for another job).
     pub fn of(job: &Job, expr: &Expr) -> Option<ReservationAtoms> {
-        let Expr::Window { expr, .. } = expr else {
+        let Expr::Window { expr: body, .. } = expr else {
             return None;
         };
         let mut stages = Vec::new();
         Shape::of(job)
-            .atom_stages(job, expr, &mut stages)
-            .then_some(ReservationAtoms { stages })
+            .atom_stages(job, body, &mut stages)
+            .then(|| ReservationAtoms {
+                stages,
+                request: expr.fingerprint(),
+            })
+    }
+
+    /// The stage of each atom, by number.
+    pub fn stages(&self) -> &[StageIdx] {
+        &self.stages
+    }
+
+    /// The request's fingerprint ([`Expr::fingerprint`]), which names it to the masters.
+    pub fn request(&self) -> u64 {
+        self.request
     }
 
     /// How many atoms the request has.
@@ -743,6 +757,11 @@ mod tests {
             }
         };
         run(&mut state, 0);
+        assert_eq!(
+            atoms.finished(&state),
+            [1],
+            "short is done, not side before it"
+        );
         run(&mut state, 2);
         assert_eq!(
             atoms.finished(&state),

@@ -123,8 +123,8 @@ pub struct AgentRoom {
 pub struct ReservationShare {
     /// The reservation.
     pub id: ReservationId,
-    /// What the plan guarantees it now, for the steps its jobs have not finished
-    /// ([`Plan::guaranteed_for_steps_left`]).
+    /// What the plan guarantees it now, for the atoms its jobs have not finished
+    /// ([`Plan::guaranteed_for_atoms_left`]).
     pub guaranteed: ResourceVec,
     /// What its jobs hold now, summed over the jobs that share it, in the plan's units
     /// ([`TaggedJob::held`]).
@@ -307,7 +307,17 @@ impl PlanFollower {
         let mut overdue = BTreeSet::new();
         let none_finished = BTreeSet::new();
         for (id, load) in &loads {
-            let finished = load.finished.as_ref().unwrap_or(&none_finished);
+            // Under a repeat, atom numbers name every occurrence's allocations alike.
+            let finished = match load.finished.as_ref() {
+                Some(finished)
+                    if plan
+                        .reservation(*id)
+                        .is_some_and(|r| r.expr.finishable_atoms() > 0) =>
+                {
+                    finished
+                }
+                _ => &none_finished,
+            };
             let guaranteed = self.guaranteed_ahead(plan, *id, now_ms, finished);
             let due = guaranteed.saturating_sub(&load.held);
             let owed_planned = due.min(&load.wanted_planned);
@@ -799,10 +809,10 @@ impl Killing<'_> {
 
 #[cfg(test)]
 mod tests {
-    use fullerene_scheduling::{FrameworkId, TaskId};
+    use fullerene_scheduling::{FrameworkId, TaskId, MAX_PROGRESS_ATOMS};
 
     use super::*;
-    use crate::{parse, PlanConfig, PolicyKind, ReservationRequest};
+    use crate::{parse, Limits, PlanConfig, PolicyKind, ReservationRequest};
 
     const MINUTE: u64 = 60_000;
 
@@ -1063,6 +1073,9 @@ mod tests {
         let reported = follower.follow(&plan, MINUTE, &[job(&[0])], &agent(12.0), &[]);
         assert_eq!(reported.shares[0].guaranteed, cpus(4.0));
         assert_eq!(reported.shares[0].offer_first, cpus(4.0));
+        // Not a leading run: the second stage alone finished leaves the first one's 2 cpus.
+        let second = follower.follow(&plan, MINUTE, &[job(&[1])], &agent(12.0), &[]);
+        assert_eq!(second.shares[0].guaranteed, cpus(2.0));
     }
 
     #[test]
@@ -1080,6 +1093,47 @@ mod tests {
         )
         .expect("rdl");
         assert_eq!(chain.finishable_atoms(), 3);
+        // Every request a plan accepts without a repeat can have its progress counted.
+        assert!(Limits::default().max_nodes <= MAX_PROGRESS_ATOMS as usize);
+    }
+
+    /// A repeat's atoms name every occurrence's allocations: a job that reports one finished is
+    /// still owed it (its next occurrence is for the next job).
+    #[test]
+    fn a_repeat_is_owed_whatever_its_jobs_report() {
+        let mut plan = Plan::new(PlanConfig::new(0, PolicyKind::Gree), cpus(12.0));
+        admit_rdl(
+            &mut plan,
+            1,
+            "repeat(window(atom(cpus=1; g=2, h=2, l=10m, w=20m), s=0, f=10m), every=10m, count=3)",
+        );
+        let mut follower = PlanFollower::new(0);
+        let job = TaggedJob {
+            finished_atoms: [0].into_iter().collect(),
+            ..job(0.0, 4.0)
+        };
+        let decision = follower.follow(&plan, MINUTE, &[job], &agent(12.0), &[]);
+        assert_eq!(decision.shares[0].guaranteed, cpus(2.0));
+    }
+
+    /// A job names the request it counted its progress against by its fingerprint: the same
+    /// for the text the masters parse back, another once an operator changes the request.
+    #[test]
+    fn a_request_is_named_by_its_text() {
+        let text = "window(order(atom(cpus=1; g=1, h=2, l=1m, w=2m), atom(cpus=2; g=1, h=1, l=1m, \
+                    w=1m)), s=0, f=1h)";
+        let request = parse(text).expect("rdl");
+        let parsed_back = parse(&request.to_string()).expect("rdl");
+        assert_eq!(request.fingerprint(), parsed_back.fingerprint());
+        let later = parse(&text.replace("f=1h", "f=2h")).expect("rdl");
+        assert_ne!(request.fingerprint(), later.fingerprint());
+        let reordered = parse(
+            "window(order(atom(cpus=2; g=1, h=1, l=1m, w=1m), atom(cpus=1; g=1, h=2, l=1m, \
+             w=2m)), s=0, f=1h)",
+        )
+        .expect("rdl");
+        assert_eq!(reordered.atoms().len(), request.atoms().len());
+        assert_ne!(request.fingerprint(), reordered.fingerprint());
     }
 
     #[test]

@@ -32,17 +32,24 @@ pub struct DemandSummary {
     /// allocator's perfScore and the framework's matcher use this one definition.
     pub srpt: f64,
     /// How far the framework's job is through the reservation it runs in, when the framework
-    /// derived that reservation from its own DAG (`None` otherwise). The allocator does not
-    /// read it: the master's plan follower owes a reservation nothing for the atoms of finished
-    /// stages (Rayon §5.2, issue 17).
+    /// derived that reservation from its own DAG (`None` otherwise). The allocator only checks
+    /// it is well formed: the master's plan follower owes a reservation nothing for the atoms
+    /// of finished stages (Rayon §5.2, issue 17).
     pub reservation_progress: Option<ReservationProgress>,
 }
 
+/// The most atoms a job's [`ReservationProgress`] may count: at least the most a request the
+/// masters accept can have without a `repeat` (`fullerene_reservation::Limits`: 256 nodes as
+/// written), so that a summary's progress stays small.
+pub const MAX_PROGRESS_ATOMS: u32 = 1_024;
+
 /// A job's progress through its own reservation: of the request's `atoms` (numbered in
 /// `fullerene_reservation::Expr::atoms`' pre-order), those in `finished_atoms`, the atoms of
-/// the stages the job has run to the end. The atom count names the request the job counted
-/// against: the plan follower ignores progress reported against a request of another shape
-/// (one an operator replaced), and atom numbers past it.
+/// the stages the job has run to the end, in increasing order. `request` names the request
+/// the job counted against (`fullerene_reservation::Expr::fingerprint`): the plan follower
+/// believes the progress only against that very request, not one an operator replaced it
+/// with. The allocator refuses a summary whose progress names an atom twice, out of order or
+/// past `atoms`, or counts more than [`MAX_PROGRESS_ATOMS`].
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "arbitrary", derive(proptest_derive::Arbitrary))]
 pub struct ReservationProgress {
@@ -50,4 +57,6 @@ pub struct ReservationProgress {
     pub finished_atoms: Vec<u32>,
     /// The atoms of the request the job made.
     pub atoms: u32,
+    /// The fingerprint of that request.
+    pub request: u64,
 }

@@ -128,3 +128,20 @@ impl fmt::Display for TaskKey {
         write!(f, "{}/{}", self.framework_id, self.task_id)
     }
 }
+
+/// FNV-1a over `parts`, each followed by a separator byte: a stable digest, the same in every
+/// process, on every machine and in every version (unlike `std`'s randomly keyed hasher), for
+/// what two processes compare (a framework's request and the masters' copy of it) or a run
+/// records (the chaos checker's histories).
+pub fn stable_digest(parts: &[&[u8]]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in parts {
+        for &byte in *part {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+        hash ^= 0xff;
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    hash
+}

@@ -28,7 +28,7 @@ pub mod scoring;
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
 
-pub use demand::{DemandSummary, PendingDemand, ReservationProgress};
+pub use demand::{DemandSummary, PendingDemand, ReservationProgress, MAX_PROGRESS_ATOMS};
 pub use fit::{fits, AllowanceError, Overbooking, DEFAULT_OVERBOOK_ALLOWANCE};
 pub use ids::{AgentId, FrameworkId, MasterId, OfferId, TaskId, TaskKey};
 pub use offer::{LeftoverAction, OfferKind};

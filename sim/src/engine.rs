@@ -1322,23 +1322,31 @@ impl<'a> Engine<'a> {
                     None => running.push((demand, 1)),
                 }
             }
+            // Every reserved job here asked for its own DAG's request (`crate::sla`): its atoms
+            // are worked out once, for the reservation it runs in.
+            let atoms_of = |id| {
+                following
+                    .reservation(id)
+                    .and_then(|r| ReservationAtoms::of(fw.job, &r.expr))
+            };
+            let (cached_for, cached) = fw
+                .reservation_atoms
+                .get_or_init(|| (reservation, atoms_of(reservation)));
+            let other;
+            let atoms = if *cached_for == reservation {
+                cached.as_ref()
+            } else {
+                other = atoms_of(reservation);
+                other.as_ref()
+            };
             tagged.push(TaggedJob {
                 reservation,
                 held,
                 shapes,
                 running,
-                // Every reserved job here asked for its own DAG's request (`crate::sla`).
-                finished_atoms: fw
-                    .reservation_atoms
-                    .get_or_init(|| {
-                        following
-                            .reservation(reservation)
-                            .and_then(|r| ReservationAtoms::of(fw.job, &r.expr))
-                    })
-                    .as_ref()
-                    .map_or_else(BTreeSet::new, |atoms| {
-                        atoms.finished(&fw.state).into_iter().collect()
-                    }),
+                finished_atoms: atoms.map_or_else(BTreeSet::new, |atoms| {
+                    atoms.finished(&fw.state).into_iter().collect()
+                }),
             });
             tagged_jobs.push(j);
         }

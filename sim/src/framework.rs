@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use fullerene_proto::messages::DemandSummary;
 use fullerene_proto::{FrameworkId, ResourceVec};
+use fullerene_reservation::ReservationId;
 use fullerene_sdk::policy::{JobPolicy, JobState, OfferContext, OfferDecision, PriScoreScope};
 use fullerene_sdk::reserve::ReservationAtoms;
 use fullerene_sdk::session::{JobKey, Session, SessionJob};
@@ -30,8 +31,9 @@ pub(crate) struct SimFramework<'a> {
     /// Progress of its tasks.
     pub state: JobState,
     /// The stage of each atom of the job's own reservation, worked out the first time the plan
-    /// follower asks how far the job has got (`None`: the reservation is not of the job's form).
-    pub reservation_atoms: OnceCell<Option<ReservationAtoms>>,
+    /// follower asks how far the job has got, with the reservation's id (`None`: the
+    /// reservation is not of the job's form).
+    pub reservation_atoms: OnceCell<(ReservationId, Option<ReservationAtoms>)>,
     policy: Box<dyn JobPolicy>,
     pri_scores: Option<&'a [Vec<f64>]>,
 }

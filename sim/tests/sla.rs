@@ -56,12 +56,12 @@ fn every_accepted_sla_job_meets_its_deadline() {
 
 /// The plan follower owes a reserved job only the atoms of the stages it has not finished, as
 /// its framework counts them against its own request (`ReservationAtoms`): on every TPC-H job,
-/// the request the simulator makes names the stage of each of its atoms, each stage's atoms
-/// holding its tasks.
+/// the request the simulator makes names the stage of each of its atoms, each atom's bundle
+/// that stage's task packed on the machine, every stage with an atom.
 #[test]
 fn every_tpch_jobs_own_request_names_the_stage_of_each_atom() {
     use fullerene_sdk::planner::PlanCluster;
-    use fullerene_sdk::reserve::ReservationAtoms;
+    use fullerene_sdk::reserve::{packed_bundle, ReservationAtoms};
     use fullerene_sim::reserved::{DEFAULT_QUANTUM_MS, DEFAULT_SLACK};
     use fullerene_sim::sla::sla_request;
 
@@ -72,6 +72,19 @@ fn every_tpch_jobs_own_request_names_the_stage_of_each_atom() {
         let atoms = ReservationAtoms::of(&job, &request.expr)
             .unwrap_or_else(|| panic!("{}: {}", job.name, request.expr));
         assert_eq!(atoms.len(), request.expr.atoms().len(), "{}", job.name);
-        assert!(atoms.len() >= job.stages.len(), "{}", job.name);
+        for (atom, &stage) in request.expr.atoms().iter().zip(atoms.stages()) {
+            let packed = packed_bundle(&job.stages[stage].demand, &config.machine);
+            assert_eq!(atom.bundle, packed, "{}: stage {stage}", job.name);
+        }
+        let mut stages = atoms.stages().to_vec();
+        stages.dedup();
+        stages.sort_unstable();
+        stages.dedup();
+        assert_eq!(
+            stages,
+            (0..job.stages.len()).collect::<Vec<_>>(),
+            "{}",
+            job.name
+        );
     }
 }

@@ -315,15 +315,4 @@ impl fmt::Display for Step {
 }
 
 /// FNV-1a: a stable digest (the same on every machine and run, unlike `DefaultHasher`'s).
-pub fn digest(parts: &[&[u8]]) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for part in parts {
-        for &byte in *part {
-            hash ^= u64::from(byte);
-            hash = hash.wrapping_mul(0x0100_0000_01b3);
-        }
-        hash ^= 0xff;
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    hash
-}
+pub use fullerene_proto::ids::stable_digest as digest;

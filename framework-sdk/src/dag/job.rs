@@ -298,8 +298,11 @@ impl DagJob {
     /// request not of the job's form is joined without progress, as
     /// [`DagJob::set_reservation`] does.
     pub fn set_own_reservation(&mut self, name: String, expr: &Expr) {
-        self.reservation = Some(name);
         self.own_reservation = ReservationAtoms::of(&self.job, expr);
+        if self.own_reservation.is_none() {
+            tracing::warn!(job = %self.job.name, reservation = %name, "the request is not of the job's form: its progress is not reported, and the reservation stays owed in full");
+        }
+        self.reservation = Some(name);
     }
 
     /// The reservation the job runs in, if any.
@@ -724,6 +727,7 @@ impl DagJob {
             demand.reservation_progress = Some(ReservationProgress {
                 finished_atoms: atoms.finished(&self.state),
                 atoms: u32::try_from(atoms.len()).unwrap_or(u32::MAX),
+                request: atoms.request(),
             });
         }
         demand

@@ -623,6 +623,7 @@ fn a_job_in_its_own_reservation_reports_the_atoms_it_has_finished() {
         Some(ReservationProgress {
             finished_atoms: finished.to_vec(),
             atoms: 2,
+            request: own_request.fingerprint(),
         })
     };
     for own in [true, false] {

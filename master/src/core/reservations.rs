@@ -152,21 +152,21 @@ fn reservation_of(state: &ClusterState, framework: &FrameworkId) -> Option<Reser
 }
 
 /// The atoms of reservation `id` its job reports finished: none unless the job counted them
-/// against a request of as many atoms as the one in the plan has that a job can finish (an
-/// operator may have replaced the job's own request with another, whose atoms are not its
-/// stages'; a `repeat` has none).
+/// against the very request in the plan (its fingerprint and atom count: an operator may have
+/// replaced the job's own request with another, whose atoms are not its stages').
 fn finished_atoms(
     state: &ClusterState,
     id: ReservationId,
     progress: Option<&ReservationProgress>,
 ) -> BTreeSet<u32> {
-    let finishable = state
-        .reservations()
-        .plan()
-        .reservation(id)
-        .map(|reservation| reservation.expr.finishable_atoms());
+    let planned = state.reservations().plan().reservation(id);
     progress
-        .filter(|progress| finishable == usize::try_from(progress.atoms).ok())
+        .filter(|progress| {
+            planned.is_some_and(|reservation| {
+                usize::try_from(progress.atoms).ok() == Some(reservation.expr.atoms().len())
+                    && progress.request == reservation.expr.fingerprint()
+            })
+        })
         .map_or_else(BTreeSet::new, |progress| {
             progress.finished_atoms.iter().copied().collect()
         })

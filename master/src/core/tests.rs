@@ -2048,9 +2048,9 @@ fn a_reservations_jobs_are_offered_their_guarantee_first_and_best_effort_is_pree
 }
 
 /// The leader's plan follower owes a reservation only the allocations of the atoms its job
-/// has not finished, as the job's demand summary reports them: a job that ran its first step
-/// early is not owed that step's allocation (and preempts nothing for it), and is owed the
-/// second step's when it comes.
+/// has not finished, as the job's demand summary reports them: a job that ran its first stage
+/// early is not owed that stage's allocation (and preempts nothing for it), and is owed the
+/// second one's when it comes.
 #[test]
 fn the_leader_owes_a_reservation_nothing_for_the_atoms_its_job_has_finished() {
     let mut h = Harness::leader();
@@ -2058,13 +2058,14 @@ fn the_leader_owes_a_reservation_nothing_for_the_atoms_its_job_has_finished() {
     h.heartbeating.push(AgentId::from("agent-1"));
     let wall = h.now.wall_ms();
     h.now = h.now.after(Duration::from_millis(120_000 - wall));
-    // Two steps in ten minutes: 2 cpus for two minutes, then 3 cpus for two minutes; GREE
+    // Two stages in ten minutes: 2 cpus for two minutes, then 3 cpus for two minutes; GREE
     // places them as late as it can, in [6m, 8m) and [8m, 10m).
-    h.reserve(
-        "etl",
-        "window(order(atom(cpus=1,mem_mib=512; g=2, h=2, l=2m, w=4m), \
-         atom(cpus=1,mem_mib=512; g=3, h=3, l=2m, w=6m)), s=0, f=10m)",
-    );
+    let etl = "window(order(atom(cpus=1,mem_mib=512; g=2, h=2, l=2m, w=4m), \
+               atom(cpus=1,mem_mib=512; g=3, h=3, l=2m, w=6m)), s=0, f=10m)";
+    h.reserve("etl", etl);
+    let request = fullerene_reservation::parse(etl)
+        .expect("rdl")
+        .fingerprint();
     let (session, framework) = h.subscribe("framework-1", None);
     let (answer, _) = h.call(
         &framework,
@@ -2072,11 +2073,12 @@ fn the_leader_owes_a_reservation_nothing_for_the_atoms_its_job_has_finished() {
         FrameworkRequest::DescribeJob(reserved_job("q1", 5, "etl")),
     );
     assert_eq!(answer, Some(Ok(CallOk::Done)));
-    let want = |h: &mut Harness, finished: &[u32], atoms: u32| {
+    let want = |h: &mut Harness, finished: &[u32], atoms: u32, request: u64| {
         let summary = fullerene_proto::messages::DemandSummary {
             reservation_progress: Some(fullerene_proto::messages::ReservationProgress {
                 finished_atoms: finished.to_vec(),
                 atoms,
+                request,
             }),
             ..demand(&resources(ONE_TASK), 3)
         };
@@ -2092,15 +2094,16 @@ fn the_leader_owes_a_reservation_nothing_for_the_atoms_its_job_has_finished() {
     };
     // Within the first step's allocation, not finished: its 2 cpus are owed.
     h.pass(Duration::from_secs(6 * 60 + 10));
-    assert_eq!(want(&mut h, &[], 2), ["cpus=2,mem_mib=1024"]);
-    // The job reports its first step's atom finished: its allocation is owed no more.
-    assert_eq!(want(&mut h, &[0], 2), Vec::<String>::new());
-    // Progress counted against a request of another shape (three atoms, where the plan's has
-    // two: an operator replaced it) is not believed.
-    assert_eq!(want(&mut h, &[0], 3), ["cpus=2,mem_mib=1024"]);
-    // In the second step's time its 3 cpus are owed.
+    assert_eq!(want(&mut h, &[], 2, request), ["cpus=2,mem_mib=1024"]);
+    // The job reports its first stage's atom finished: its allocation is owed no more.
+    assert_eq!(want(&mut h, &[0], 2, request), Vec::<String>::new());
+    // Progress counted against another request (an operator replaced the job's own) is not
+    // believed, whether it has another number of atoms or the same.
+    assert_eq!(want(&mut h, &[0], 3, request), ["cpus=2,mem_mib=1024"]);
+    assert_eq!(want(&mut h, &[0], 2, request ^ 1), ["cpus=2,mem_mib=1024"]);
+    // In the second stage's time its 3 cpus are owed.
     h.pass(Duration::from_secs(2 * 60));
-    assert_eq!(want(&mut h, &[0], 2), ["cpus=3,mem_mib=1536"]);
+    assert_eq!(want(&mut h, &[0], 2, request), ["cpus=3,mem_mib=1536"]);
 }
 
 /// Issue 17, point 5: the adapter's rejection is told to the owner. `big` needs both agents'

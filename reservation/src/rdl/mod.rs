@@ -26,6 +26,7 @@ pub mod validate;
 
 use std::fmt;
 
+use fullerene_scheduling::ids::stable_digest;
 use fullerene_scheduling::ResourceVec;
 use serde::{Deserialize, Serialize};
 
@@ -106,6 +107,14 @@ impl Expr {
             Expr::Window { .. } => "window",
             Expr::Repeat { .. } => "repeat",
         }
+    }
+
+    /// A digest of the request as written ([`stable_digest`] of its text, which the masters
+    /// parse back to the same request): what a job counting its progress against its own
+    /// request names it by, so that the plan follower believes the progress only against that
+    /// very request (an operator's update of the reservation changes it).
+    pub fn fingerprint(&self) -> u64 {
+        stable_digest(&[self.to_string().as_bytes()])
     }
 
     /// How many of its atoms a job running in the reservation can report finished

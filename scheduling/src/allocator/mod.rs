@@ -150,7 +150,7 @@ pub use state::{
 
 pub use crate::offer::{LeftoverAction, OfferKind};
 
-use crate::demand::DemandSummary;
+use crate::demand::{DemandSummary, MAX_PROGRESS_ATOMS};
 use crate::fairness::{FairnessFactor, GroupIdx};
 use crate::fit::{fits, fits_offer, Overbooking, DEFAULT_OVERBOOK_ALLOWANCE};
 use crate::ids::{AgentId, FrameworkId};
@@ -893,6 +893,12 @@ impl Allocator {
             }
         }
         if let Some(progress) = &summary.reservation_progress {
+            if progress.atoms > MAX_PROGRESS_ATOMS {
+                return Err(malformed(format!(
+                    "reservation_progress: {} atoms, at most {MAX_PROGRESS_ATOMS} allowed",
+                    progress.atoms
+                )));
+            }
             let finished = &progress.finished_atoms;
             if let Some(pair) = finished.windows(2).find(|pair| pair[0] >= pair[1]) {
                 return Err(malformed(format!(

@@ -905,12 +905,14 @@ fn answers_are_validated_against_the_offer() {
         reservation_progress: Some(ReservationProgress {
             finished_atoms,
             atoms,
+            request: 7,
         }),
         ..summary(&[("cpus=1", 1, 1.0)], 1.0)
     };
     for (bad, named) in [
         (progress(vec![0, 2, 2], 4), "strictly increasing (2 then 2)"),
         (progress(vec![1, 4], 4), "finished atom 4"),
+        (progress(vec![0], MAX_PROGRESS_ATOMS + 1), "at most 1024"),
     ] {
         match alloc.update_demand(&fid("f1"), &bad) {
             Err(AllocatorError::MalformedDemand { reason, .. }) => {
