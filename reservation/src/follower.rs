@@ -224,10 +224,12 @@ impl PlanFollower {
     /// (12,275 to 7,027), and best-effort mean JCT by 0.5% and 0.4%, with every accepted job
     /// still on time. Requests nested as the DAG is have coarser steps (the branches of an
     /// in-tree are one): counted by step, GREE-L's preempted work rose from 3,249 to 4,350 s
-    /// with them. Counted by stage, every accepted job is still on time (179 under GREE, 119
-    /// under GREE-L), preemptions fell from 14,316 to 14,123 (GREE) and from 7,702 to 6,103
-    /// (GREE-L, 3,609 s of work), and best-effort mean JCT from 16.85 to 16.79 s and from 16.80
-    /// to 16.70 s, below the tuned capacity baseline's 16.73 s.
+    /// with them. Counted by stage (the same requests), every accepted job is still on time
+    /// (179 under GREE, 119 under GREE-L), preemptions fell from 14,316 to 14,123 (GREE) and
+    /// from 7,702 to 6,103 (GREE-L, 3,609 s of work), and best-effort mean JCT from 16.85 to
+    /// 16.79 s and from 16.80 to 16.70 s, below the tuned capacity baseline's 16.73 s (with
+    /// ties between the nested form and the levels then going to the nested form, as
+    /// `fullerene_sdk::reserve` now does: 180 and 127 accepted, 16.80 and 16.72 s).
     ///
     /// Finer progress was tried and left out: within the stages left, every rule that owed a
     /// reservation less than its plan's current allocation cost deadlines. On the same
