@@ -385,21 +385,19 @@ impl Shape {
     /// parts).
     fn atom_stages(&self, job: &Job, expr: &Expr, stages: &mut Vec<StageIdx>) -> bool {
         match (self, expr) {
-            (Shape::Stage(stage), _) => {
+            (Shape::Stage(stage), Expr::Atom(_) | Expr::All(_)) => {
                 let classes = match expr {
-                    Expr::Atom(atom) => vec![atom],
-                    Expr::All(classes) => classes
-                        .iter()
-                        .map(|class| match class {
-                            Expr::Atom(atom) => Some(atom),
-                            _ => None,
-                        })
-                        .collect::<Option<Vec<_>>>()
-                        .unwrap_or_default(),
-                    _ => Vec::new(),
+                    Expr::All(classes) => classes.as_slice(),
+                    atom => std::slice::from_ref(atom),
                 };
-                let tasks: u64 = classes.iter().map(|a| u64::from(a.max_parallel)).sum();
-                if classes.is_empty() || tasks != job.stages[*stage].num_tasks() as u64 {
+                let mut tasks = 0u64;
+                for class in classes {
+                    let Expr::Atom(atom) = class else {
+                        return false;
+                    };
+                    tasks += u64::from(atom.max_parallel);
+                }
+                if tasks != job.stages[*stage].num_tasks() as u64 {
                     return false;
                 }
                 stages.extend(std::iter::repeat_n(*stage, classes.len()));
@@ -554,10 +552,8 @@ pub fn seconds_to_ms(seconds: f64) -> u64 {
 mod tests {
     use fullerene_reservation::{parse, validate, Limits};
 
-    use fullerene_scheduling::testkit::machine;
-
     use super::*;
-    use crate::job::StageSpec;
+    use crate::testkit::{job as test_job, machine, res, stage};
 
     /// A scan feeding two joins: levels `[scan]`, `[join-a, join-b]`.
     fn fork() -> Job {
@@ -566,19 +562,13 @@ mod tests {
 
     /// [`fork`] with a scan of tasks of `durations`.
     fn fork_with_scan(durations: Vec<f64>) -> Job {
-        let stage = |id: u32, parents: Vec<u32>, durations: Vec<f64>| StageSpec {
-            id,
-            name: format!("s{id}"),
-            parents,
-            durations,
-            demand: "cpus=2,mem_mib=1024".parse().expect("vec"),
-        };
+        let demand = res("cpus=2,mem_mib=1024");
         let stages = vec![
-            stage(0, vec![], durations),
-            stage(1, vec![0], vec![30.0; 2]),
-            stage(2, vec![0], vec![5.0]),
+            stage(0, &[], &durations, demand),
+            stage(1, &[0], &[30.0; 2], demand),
+            stage(2, &[0], &[5.0], demand),
         ];
-        Job::new("fork", "default", None, stages).expect("job")
+        test_job("fork", "default", None, stages)
     }
 
     #[test]
@@ -699,20 +689,14 @@ mod tests {
     /// beside `side` (10 s). Levels would span 20 s before the final stage (`short` and `side`,
     /// then `long`); nested, 12 s.
     fn branches() -> Job {
-        let stage = |id: u32, parents: Vec<u32>, seconds: f64| StageSpec {
-            id,
-            name: format!("s{id}"),
-            parents,
-            durations: vec![seconds; 2],
-            demand: "cpus=1,mem_mib=1024".parse().expect("vec"),
-        };
+        let demand = res("cpus=1,mem_mib=1024");
         let stages = vec![
-            stage(0, vec![], 2.0),
-            stage(1, vec![0], 10.0),
-            stage(2, vec![], 10.0),
-            stage(3, vec![1, 2], 1.0),
+            stage(0, &[], &[2.0; 2], demand),
+            stage(1, &[0], &[10.0; 2], demand),
+            stage(2, &[], &[10.0; 2], demand),
+            stage(3, &[1, 2], &[1.0; 2], demand),
         ];
-        Job::new("branches", "default", None, stages).expect("job")
+        test_job("branches", "default", None, stages)
     }
 
     /// The leases of an expression's atoms, in order (the test jobs give each stage its own
@@ -798,44 +782,37 @@ mod tests {
         // A DAG whose cut spans more than its levels keeps its levels: `a` feeds `b` and `c`,
         // `d` (5 s) feeds `e` (5 s), and all three end in `f`. Cut after `a`, `d` would wait
         // for it: 1 + 5 + 5 s, where the levels take 5 + 5 s.
-        let stage = |id: u32, parents: Vec<u32>, seconds: f64| StageSpec {
-            id,
-            name: format!("s{id}"),
-            parents,
-            durations: vec![seconds],
-            demand: "cpus=1".parse().expect("vec"),
-        };
-        let job = Job::new(
+        let one_cpu =
+            |id: u32, parents: &[u32], seconds: f64| stage(id, parents, &[seconds], res("cpus=1"));
+        let job = test_job(
             "diamond-and-chain",
             "default",
             None,
             vec![
-                stage(0, vec![], 1.0),
-                stage(1, vec![0], 1.0),
-                stage(2, vec![0], 1.0),
-                stage(3, vec![], 5.0),
-                stage(4, vec![3], 5.0),
-                stage(5, vec![1, 2, 4], 1.0),
+                one_cpu(0, &[], 1.0),
+                one_cpu(1, &[0], 1.0),
+                one_cpu(2, &[0], 1.0),
+                one_cpu(3, &[], 5.0),
+                one_cpu(4, &[3], 5.0),
+                one_cpu(5, &[1, 2, 4], 1.0),
             ],
-        )
-        .expect("job");
+        );
         let all_stages: BTreeSet<StageIdx> = (0..6).collect();
         assert!(Shape::nested(&job, &all_stages).span(&job) > Shape::levels(&job).span(&job));
         assert_eq!(Shape::of(&job), Shape::levels(&job));
         // An in-tree whose nesting spans what its levels do is nested: `a` (10 s) then `b`
         // (1 s) beside `c` (10 s), into `d`: 11 + 1 s either way.
-        let job = Job::new(
+        let job = test_job(
             "even",
             "default",
             None,
             vec![
-                stage(0, vec![], 10.0),
-                stage(1, vec![0], 1.0),
-                stage(2, vec![], 10.0),
-                stage(3, vec![1, 2], 1.0),
+                one_cpu(0, &[], 10.0),
+                one_cpu(1, &[0], 1.0),
+                one_cpu(2, &[], 10.0),
+                one_cpu(3, &[1, 2], 1.0),
             ],
-        )
-        .expect("job");
+        );
         let all_stages: BTreeSet<StageIdx> = (0..4).collect();
         let nested = Shape::nested(&job, &all_stages);
         assert_ne!(nested, Shape::levels(&job));
@@ -856,14 +833,8 @@ mod tests {
             vec![(3_000, 5, 15.0)]
         );
         // In the request: the stage is an `all` of its classes.
-        let stage = StageSpec {
-            id: 0,
-            name: "s0".into(),
-            parents: vec![],
-            durations: durations.to_vec(),
-            demand: "cpus=1".parse().expect("vec"),
-        };
-        let job = Job::new("skewed", "default", None, vec![stage]).expect("job");
+        let skewed = stage(0, &[], &durations, res("cpus=1"));
+        let job = test_job("skewed", "default", None, vec![skewed]);
         let expr = job_reservation(&job, &machine(), 1.0, 60_000, 0, 1_000);
         let Expr::Window { expr: body, .. } = &expr else {
             panic!("a window: {expr}");

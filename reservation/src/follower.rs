@@ -851,6 +851,18 @@ mod tests {
     }
 
     /// A job of r1 with 1-cpu tasks.
+    /// A job of reservation `id` holding nothing, with nothing finished, whose runnable tasks
+    /// are `shapes`.
+    fn waiting(id: u64, shapes: Vec<(ResourceVec, u32)>) -> TaggedJob {
+        TaggedJob {
+            reservation: ReservationId(id),
+            held: ResourceVec::ZERO,
+            shapes,
+            finished_atoms: BTreeSet::new(),
+            running: Vec::new(),
+        }
+    }
+
     fn job(held: f64, wanted: f64) -> TaggedJob {
         TaggedJob {
             reservation: ReservationId(1),
@@ -977,22 +989,10 @@ mod tests {
     fn stage_debts_and_the_summed_rest_are_owed_once() {
         let plan = two_stages_side_by_side();
         let mut follower = PlanFollower::new(0);
-        let behind = TaggedJob {
-            reservation: ReservationId(1),
-            held: ResourceVec::ZERO,
-            shapes: vec![(cpus(1.0), 3), (cpus(2.0), 4)],
-            finished_atoms: BTreeSet::new(),
-            running: Vec::new(),
-        };
+        let behind = waiting(1, vec![(cpus(1.0), 3), (cpus(2.0), 4)]);
         let decision = follower.follow(&plan, MINUTE, &[behind], &agent(12.0), &[]);
         assert_eq!(decision.shares[0].offer_first, cpus(6.0));
-        let other = TaggedJob {
-            reservation: ReservationId(1),
-            held: ResourceVec::ZERO,
-            shapes: vec![(cpus(3.0), 2)],
-            finished_atoms: BTreeSet::new(),
-            running: Vec::new(),
-        };
+        let other = waiting(1, vec![(cpus(3.0), 2)]);
         let decision = follower.follow(&plan, MINUTE, &[other], &agent(12.0), &[]);
         assert_eq!(decision.shares[0].offer_first, cpus(6.0));
     }
@@ -1063,11 +1063,8 @@ mod tests {
         let mut follower = PlanFollower::new(0);
         // The 1-cpu stage (atom 0) has run to the end; the 2-cpu stage's four tasks wait.
         let job = |finished: &[u32]| TaggedJob {
-            reservation: ReservationId(1),
-            held: ResourceVec::ZERO,
-            shapes: vec![(cpus(2.0), 4)],
             finished_atoms: finished.iter().copied().collect(),
-            running: Vec::new(),
+            ..waiting(1, vec![(cpus(2.0), 4)])
         };
         let unknown = follower.follow(&plan, MINUTE, &[job(&[])], &agent(12.0), &[]);
         assert_eq!(unknown.shares[0].guaranteed, cpus(6.0));
@@ -1315,13 +1312,7 @@ mod tests {
             2,
             "window(atom(cpus=1; g=2, h=2, l=1m, w=2h), s=0, f=1h)",
         );
-        let unfit = TaggedJob {
-            reservation: ReservationId(2),
-            held: ResourceVec::ZERO,
-            shapes: vec![(cpus(20.0), 1)],
-            finished_atoms: BTreeSet::new(),
-            running: Vec::new(),
-        };
+        let unfit = waiting(2, vec![(cpus(20.0), 1)]);
         let jobs = [job(0.0, 4.0), unfit];
         let tasks = [be_task("a", 0, 4.0)];
         let mut follower = PlanFollower::new(MINUTE);
