@@ -24,10 +24,12 @@ impl PlacementPolicy for Gree {
         &self,
         room: &mut Room,
         atom: &AtomNode,
-        start: u64,
+        floor: u64,
+        _start: u64,
         end: u64,
     ) -> Result<Vec<Piece>, u64> {
-        place_late(room, atom, start, end)
+        // GREE guesses no interval: it has all the time it may use.
+        place_late(room, atom, floor, end)
     }
 
     fn order_interval(&self, _spans: &[u64], start: u64, end: u64) -> (u64, u64) {
@@ -35,7 +37,8 @@ impl PlacementPolicy for Gree {
     }
 }
 
-/// GREE's placement of one atom within `[start, end)` (GREE-L falls back to it).
+/// GREE's placement of one atom within `[start, end)` (GREE-L falls back to it); on failure
+/// the work that found no place, the room as it was.
 pub(crate) fn place_late(
     room: &mut Room,
     atom: &AtomNode,
@@ -48,7 +51,7 @@ pub(crate) fn place_late(
         room.copies_at(t, &atom.bundle)
             .min(shape.max_parallel - held[(t - start) as usize])
     };
-    let mut pieces = Vec::new();
+    let mut pieces: Vec<Piece> = Vec::new();
     let mut work = shape.work;
     let mut cursor = end;
     while work > 0 {
@@ -57,6 +60,14 @@ pub(crate) fn place_late(
             .rev()
             .find(|&t| available(room, &held, t) >= shape.gang)
         else {
+            for piece in &pieces {
+                room.give(
+                    piece.start,
+                    piece.end,
+                    &atom.bundle,
+                    u64::from(piece.bundles),
+                );
+            }
             return Err(work);
         };
         let mut first = last + 1;

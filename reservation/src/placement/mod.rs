@@ -67,13 +67,16 @@ impl PolicyKind {
 
 /// A placement policy: where one atom goes, and how an `order` divides its interval.
 pub(crate) trait PlacementPolicy {
-    /// Places `atom`'s whole work within quanta `[start, end)` of `room`, taking it from the
-    /// room; on failure the work that found no place (the room may then hold part of the
-    /// atom: the caller undoes it).
+    /// Places `atom`'s whole work within quanta `[start, end)` of `room` or, where that
+    /// interval (the policy's guess, [`PlacementPolicy::order_interval`]) cannot hold it,
+    /// within `[floor, end)` (`floor ≤ start`: all the time its windows and its successors in
+    /// an `order` leave it), taking it from the room; on failure the work that found no place,
+    /// the room as it was.
     fn place_atom(
         &self,
         room: &mut Room,
         atom: &AtomNode,
+        floor: u64,
         start: u64,
         end: u64,
     ) -> Result<Vec<Piece>, u64>;
@@ -106,14 +109,44 @@ enum Node {
 }
 
 impl Node {
-    /// The shortest span the node can take, in quanta (as validation computes it).
-    fn min_span(&self) -> u64 {
+    /// The shortest span the node can take on a cluster of `capacity`, in quanta, and its
+    /// area: its work as a fraction of the cluster, in quanta (for an atom, its bundle-quanta
+    /// over the most bundles the cluster holds at once).
+    ///
+    /// [`Node::min_span`] counts each atom's parallelism limit `h` but not the cluster: the
+    /// atoms of an `all` may each run `h` bundles at once on their own, but not all together on
+    /// a cluster smaller than their sum. So the span is also at least the area, and an `all`'s
+    /// at least its children's areas summed.
+    fn needed_span(&self, capacity: &ResourceVec) -> (u64, f64) {
         match self {
-            Node::Atom(atom) => atom.shape.min_span(),
-            Node::Any(children) => children.iter().map(Node::min_span).min().unwrap_or(0),
-            Node::All(children) => children.iter().map(Node::min_span).max().unwrap_or(0),
-            Node::Order(children) => children.iter().map(Node::min_span).sum(),
-            Node::Window { child, .. } => child.min_span(),
+            Node::Atom(atom) => {
+                let shape = &atom.shape;
+                let fits = max_copies(&atom.bundle, capacity) as u64;
+                if fits == 0 {
+                    // It fits nowhere: its placement refuses it, whatever its interval.
+                    return (shape.min_span(), 0.0);
+                }
+                let at_once = fits.min(shape.max_parallel.max(1));
+                let span = shape.min_span().max(shape.work.div_ceil(at_once));
+                (span, shape.work as f64 / fits as f64)
+            }
+            Node::Any(children) => children
+                .iter()
+                .map(|c| c.needed_span(capacity))
+                .min_by_key(|&(span, _)| span)
+                .unwrap_or((0, 0.0)),
+            Node::All(children) => {
+                let (span, area) = children
+                    .iter()
+                    .map(|c| c.needed_span(capacity))
+                    .fold((0, 0.0), |(s, a), (span, area)| (s.max(span), a + area));
+                (span.max(area.ceil() as u64), area)
+            }
+            Node::Order(children) => children
+                .iter()
+                .map(|c| c.needed_span(capacity))
+                .fold((0, 0.0), |(s, a), (span, area)| (s + span, a + area)),
+            Node::Window { child, .. } => child.needed_span(capacity),
         }
     }
 
@@ -261,6 +294,14 @@ impl Room {
             .map_or(0, |room| max_copies(bundle, room) as u64)
     }
 
+    /// Gives back what [`Room::take`] took.
+    pub(crate) fn give(&mut self, start: u64, end: u64, bundle: &ResourceVec, bundles: u64) {
+        let amount = bundle.scale(bundles as f64);
+        for room in &mut self.free[(start - self.first) as usize..(end - self.first) as usize] {
+            *room += amount;
+        }
+    }
+
     /// Takes `bundles` × `bundle` on quanta `[start, end)`.
     pub(crate) fn take(&mut self, start: u64, end: u64, bundle: &ResourceVec, bundles: u64) {
         let amount = bundle.scale(bundles as f64);
@@ -276,18 +317,25 @@ struct Placer<'a> {
     room: Room,
     placed: Vec<AtomAllocation>,
     quanta: Quanta,
+    /// The cluster's capacity where the request begins, for the spans the policy divides an
+    /// `order`'s interval by.
+    capacity: ResourceVec,
 }
 
 impl Placer<'_> {
-    /// Places `node` within `[start, end)`; returns the first quantum it holds.
-    fn place(&mut self, node: &Node, start: u64, end: u64) -> Result<u64, Shortfall> {
+    /// Places `node` within `[start, end)`, or where the policy's guess `[start, end)` cannot
+    /// hold an atom, within `[floor, end)` (`floor ≤ start`); returns the first quantum it
+    /// holds.
+    fn place(&mut self, node: &Node, floor: u64, start: u64, end: u64) -> Result<u64, Shortfall> {
         match node {
             Node::Atom(atom) => {
                 let (room_start, room_end) = self.room.bounds();
-                let (start, end) = (start.max(room_start), end.min(room_end));
+                let end = end.min(room_end);
+                let start = start.max(room_start).min(end);
+                let floor = floor.max(room_start).min(start);
                 match self
                     .policy
-                    .place_atom(&mut self.room, atom, start, end.max(start))
+                    .place_atom(&mut self.room, atom, floor, start, end)
                 {
                     Ok(mut pieces) => {
                         merge_adjacent(&mut pieces);
@@ -299,7 +347,7 @@ impl Placer<'_> {
                         });
                         Ok(first)
                     }
-                    Err(short) => Err(self.shortfall(atom, start, end, short)),
+                    Err(short) => Err(self.shortfall(atom, floor, end, short)),
                 }
             }
             Node::Window {
@@ -307,27 +355,34 @@ impl Placer<'_> {
                 end: window_end,
                 child,
             } => {
-                let start = start.max(*window_start);
-                self.place(child, start, end.min(*window_end).max(start))
+                // Empty where the interval misses the window: the child then finds no room.
+                let end = end.min(*window_end);
+                let start = start.max(*window_start).min(end);
+                let floor = floor.max(*window_start).min(start);
+                self.place(child, floor, start, end)
             }
             Node::All(children) => {
                 let mut first = end;
                 for child in children.iter().rev() {
-                    first = first.min(self.place(child, start, end)?);
+                    first = first.min(self.place(child, floor, start, end)?);
                 }
                 Ok(first)
             }
             Node::Order(children) => {
-                let spans: Vec<u64> = children.iter().map(Node::min_span).collect();
+                let spans: Vec<u64> = children
+                    .iter()
+                    .map(|c| c.needed_span(&self.capacity).0)
+                    .collect();
                 let mut before = end;
                 for (i, child) in children.iter().enumerate().rev() {
                     // The policy divides only the time the child's own windows leave it.
                     let reach_end = child.reach(before);
                     let reach_start = child.earliest(start).min(reach_end);
+                    let child_floor = child.earliest(floor).min(reach_start);
                     let (child_start, child_end) =
                         self.policy
                             .order_interval(&spans[..=i], reach_start, reach_end);
-                    before = self.place(child, child_start, child_end)?;
+                    before = self.place(child, child_floor, child_start, child_end)?;
                 }
                 Ok(before)
             }
@@ -335,7 +390,7 @@ impl Placer<'_> {
                 let mut first_refusal = None;
                 for alternative in alternatives {
                     let (room, placed) = (self.room.clone(), self.placed.len());
-                    match self.place(alternative, start, end) {
+                    match self.place(alternative, floor, start, end) {
                         Ok(first) => return Ok(first),
                         Err(shortfall) => {
                             self.room = room;
@@ -415,9 +470,10 @@ pub(crate) fn place(
         room: Room::new(plan, node.earliest(start).min(reach), reach),
         placed: Vec::new(),
         quanta,
+        capacity: plan.capacity().at(start),
     };
     placer
-        .place(&node, start, end)
+        .place(&node, start, start, end)
         .map_err(|shortfall| Shortfall {
             window_ms: (
                 shortfall.window_ms.0.saturating_sub(anchor_ms),

@@ -96,6 +96,46 @@ fn gree_l_spreads_each_stage_flat_over_its_share_of_the_window() {
 }
 
 #[test]
+fn gree_l_guesses_an_alls_span_from_what_the_cluster_holds_at_once() {
+    // Two stages of 100 one-cpu bundle-seconds side by side, each up to 10 wide, on 10 cpus:
+    // 20 s together, though each alone could take 10. Guessed by the parallelism limits alone,
+    // the `all` got 35 × 10 / 20 = 17 s, too short, and went where GREE places it (from 15 s);
+    // guessed by the cluster, it gets 35 × 20 / 30 = 23 s and lies flat over them.
+    let mut plan = Plan::new(config(PolicyKind::GreeL), res("cpus=10"));
+    let side_by_side = "window(order(atom(cpus=1; g=1, h=1, l=10s, w=10), all(atom(cpus=1; g=1, h=10, l=1s, w=100), atom(cpus=1; g=1, h=10, l=1s, w=100))), s=0, f=35s)";
+    plan.admit(request(1, "a", side_by_side), 0).expect("fits");
+    assert_eq!(check_satisfied(&plan, ReservationId(1), 0), Ok(()));
+    let after_first_stage: Vec<_> = pieces(&plan, 1)
+        .into_iter()
+        .filter(|&(atom, ..)| atom > 0)
+        .map(|(_, start, ..)| start)
+        .collect();
+    assert_eq!(
+        after_first_stage.iter().min(),
+        Some(&12),
+        "{:?}",
+        pieces(&plan, 1)
+    );
+}
+
+#[test]
+fn gree_l_places_an_atom_its_guess_cannot_hold_in_all_the_time_left_to_it() {
+    // 31 bundle-seconds with leases of at least 2 s lie flat on no run within the last stage's
+    // guessed share (12 × 4 / 9 = 5 s): 6 a second over 5 s leaves one bundle held 1 s, and
+    // shorter runs fare no better. GREE's placement within that share leaves 3 of them over.
+    // In all the time before the deadline, GREE's placement fits, as for GREE alone: the job
+    // is not refused for a guess.
+    let job = "window(order(atom(cpus=1; g=1, h=1, l=5s, w=5), atom(cpus=1; g=1, h=10, l=2s, w=31)), s=0, f=12s)";
+    let placed = |policy| {
+        let mut plan = Plan::new(config(policy), res("cpus=10"));
+        plan.admit(request(1, "a", job), 0).expect("fits");
+        assert_eq!(check_satisfied(&plan, ReservationId(1), 0), Ok(()));
+        pieces(&plan, 1)
+    };
+    assert_eq!(placed(PolicyKind::GreeL), placed(PolicyKind::Gree));
+}
+
+#[test]
 fn gree_l_guesses_within_the_windows_of_an_orders_children() {
     // The last stage may only run in the first 200 s: its share of the order is taken from
     // there, not from the end of the outer window.
@@ -132,12 +172,10 @@ fn a_gang_takes_whole_gangs_for_whole_leases() {
 
 #[test]
 fn a_refusal_names_the_atom_and_the_work_short_and_leaves_the_plan_as_it_was() {
-    // GREE tries the last stage in the whole window; GREE-L in its guessed share of it
-    // (300 × 250 / 260 quanta), where it finds 188 of the 200 free quanta.
-    for (policy, window_ms, short_ms) in [
-        (PolicyKind::Gree, (0, 300_000), 50_000),
-        (PolicyKind::GreeL, (12_000, 300_000), 62_000),
-    ] {
+    // GREE tries the last stage in the whole window; GREE-L first in its guessed share of it
+    // (300 × 250 / 260 quanta, where it finds 188 of the 200 free quanta), then, as GREE, in
+    // all the time its window leaves it.
+    for policy in [PolicyKind::Gree, PolicyKind::GreeL] {
         let mut plan = Plan::new(config(policy), res("cpus=10"));
         plan.admit(
             request(
@@ -163,9 +201,9 @@ fn a_refusal_names_the_atom_and_the_work_short_and_leaves_the_plan_as_it_was() {
                 bundle: res("cpus=10"),
                 gang: 1,
                 max_parallel: 1,
-                window_ms,
+                window_ms: (0, 300_000),
                 work_ms: 250_000,
-                short_ms,
+                short_ms: 50_000,
             }),
             "{policy:?}"
         );
