@@ -38,7 +38,7 @@ impl PlacementPolicy for Gree {
 }
 
 /// GREE's placement of one atom within `[start, end)` (GREE-L falls back to it); on failure
-/// the work that found no place, the room as it was.
+/// the work that found no place (the room may then hold part of the atom).
 pub(crate) fn place_late(
     room: &mut Room,
     atom: &AtomNode,
@@ -51,7 +51,7 @@ pub(crate) fn place_late(
         room.copies_at(t, &atom.bundle)
             .min(shape.max_parallel - held[(t - start) as usize])
     };
-    let mut pieces: Vec<Piece> = Vec::new();
+    let mut pieces = Vec::new();
     let mut work = shape.work;
     let mut cursor = end;
     while work > 0 {
@@ -60,14 +60,6 @@ pub(crate) fn place_late(
             .rev()
             .find(|&t| available(room, &held, t) >= shape.gang)
         else {
-            for piece in &pieces {
-                room.give(
-                    piece.start,
-                    piece.end,
-                    &atom.bundle,
-                    u64::from(piece.bundles),
-                );
-            }
             return Err(work);
         };
         let mut first = last + 1;

@@ -55,13 +55,14 @@ impl PlacementPolicy for GreeL {
                     }
                 })
                 .collect()),
-            None => place_late(room, atom, start, end).or_else(|short| {
-                if floor < start {
+            None if floor < start => {
+                let saved = room.saved(start, end);
+                place_late(room, atom, start, end).or_else(|_| {
+                    room.restore(start, &saved);
                     place_late(room, atom, floor, end)
-                } else {
-                    Err(short)
-                }
-            }),
+                })
+            }
+            None => place_late(room, atom, start, end),
         }
     }
 

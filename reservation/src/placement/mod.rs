@@ -70,8 +70,8 @@ pub(crate) trait PlacementPolicy {
     /// Places `atom`'s whole work within quanta `[start, end)` of `room` or, where that
     /// interval (the policy's guess, [`PlacementPolicy::order_interval`]) cannot hold it,
     /// within `[floor, end)` (`floor ≤ start`: all the time its windows and its successors in
-    /// an `order` leave it), taking it from the room; on failure the work that found no place,
-    /// the room as it was.
+    /// an `order` leave it), taking it from the room; on failure the work that found no place
+    /// (the room may then hold part of the atom: the caller undoes it).
     fn place_atom(
         &self,
         room: &mut Room,
@@ -109,43 +109,50 @@ enum Node {
 }
 
 impl Node {
-    /// The shortest span the node can take on a cluster of `capacity`, in quanta, and its
-    /// area: its work as a fraction of the cluster, in quanta (for an atom, its bundle-quanta
-    /// over the most bundles the cluster holds at once).
+    /// A lower bound on the span the node can take on a cluster of `capacity`, in quanta, and
+    /// on its area: the resources it holds over time (bundle × bundle-quanta, each kind summed).
     ///
-    /// [`Node::min_span`] counts each atom's parallelism limit `h` but not the cluster: the
-    /// atoms of an `all` may each run `h` bundles at once on their own, but not all together on
-    /// a cluster smaller than their sum. So the span is also at least the area, and an `all`'s
-    /// at least its children's areas summed.
-    fn needed_span(&self, capacity: &ResourceVec) -> (u64, f64) {
+    /// An atom's own bound ([`AtomShape::min_span`]) counts its parallelism limit `h` but not
+    /// the cluster: the atoms of an `all` may each run `h` bundles at once on their own, but not
+    /// all together on a cluster smaller than their sum. So an atom takes at least its work
+    /// over the most bundles that fit the cluster at once, and an `all` at least its area's
+    /// largest share of the cluster (kind by kind, so that a cpu-bound atom and a memory-bound
+    /// one beside it are not counted as competing).
+    fn needed_span(&self, capacity: &ResourceVec) -> (u64, ResourceVec) {
         match self {
             Node::Atom(atom) => {
                 let shape = &atom.shape;
                 let fits = max_copies(&atom.bundle, capacity) as u64;
                 if fits == 0 {
                     // It fits nowhere: its placement refuses it, whatever its interval.
-                    return (shape.min_span(), 0.0);
+                    return (shape.min_span(), ResourceVec::ZERO);
                 }
                 let at_once = fits.min(shape.max_parallel.max(1));
                 let span = shape.min_span().max(shape.work.div_ceil(at_once));
-                (span, shape.work as f64 / fits as f64)
+                (span, atom.bundle.scale(shape.work as f64))
             }
             Node::Any(children) => children
                 .iter()
                 .map(|c| c.needed_span(capacity))
-                .min_by_key(|&(span, _)| span)
-                .unwrap_or((0, 0.0)),
+                .reduce(|(s, a), (span, area)| (s.min(span), a.min(&area)))
+                .unwrap_or((0, ResourceVec::ZERO)),
             Node::All(children) => {
                 let (span, area) = children
                     .iter()
                     .map(|c| c.needed_span(capacity))
-                    .fold((0, 0.0), |(s, a), (span, area)| (s.max(span), a + area));
-                (span.max(area.ceil() as u64), area)
+                    .fold((0, ResourceVec::ZERO), |(s, a), (span, area)| {
+                        (s.max(span), a + area)
+                    });
+                // Less a rounding error's worth: a sum of exact thirds must not round up.
+                let by_area = (area.dominant_share(capacity) - 1e-6).ceil().max(0.0) as u64;
+                (span.max(by_area), area)
             }
             Node::Order(children) => children
                 .iter()
                 .map(|c| c.needed_span(capacity))
-                .fold((0, 0.0), |(s, a), (span, area)| (s + span, a + area)),
+                .fold((0, ResourceVec::ZERO), |(s, a), (span, area)| {
+                    (s + span, a + area)
+                }),
             Node::Window { child, .. } => child.needed_span(capacity),
         }
     }
@@ -294,12 +301,15 @@ impl Room {
             .map_or(0, |room| max_copies(bundle, room) as u64)
     }
 
-    /// Gives back what [`Room::take`] took.
-    pub(crate) fn give(&mut self, start: u64, end: u64, bundle: &ResourceVec, bundles: u64) {
-        let amount = bundle.scale(bundles as f64);
-        for room in &mut self.free[(start - self.first) as usize..(end - self.first) as usize] {
-            *room += amount;
-        }
+    /// The free capacity of quanta `[start, end)`, to [`Room::restore`] after an attempt.
+    pub(crate) fn saved(&self, start: u64, end: u64) -> Vec<ResourceVec> {
+        self.free[(start - self.first) as usize..(end - self.first) as usize].to_vec()
+    }
+
+    /// Puts back what [`Room::saved`] saved from quantum `start` on, exactly.
+    pub(crate) fn restore(&mut self, start: u64, saved: &[ResourceVec]) {
+        let from = (start - self.first) as usize;
+        self.free[from..from + saved.len()].copy_from_slice(saved);
     }
 
     /// Takes `bundles` × `bundle` on quanta `[start, end)`.
@@ -317,8 +327,9 @@ struct Placer<'a> {
     room: Room,
     placed: Vec<AtomAllocation>,
     quanta: Quanta,
-    /// The cluster's capacity where the request begins, for the spans the policy divides an
-    /// `order`'s interval by.
+    /// The cluster's capacity where the request may begin, for the spans the policy divides an
+    /// `order`'s interval by (a guess: capacity that changes later in the window is not
+    /// counted).
     capacity: ResourceVec,
 }
 

@@ -119,6 +119,31 @@ fn gree_l_guesses_an_alls_span_from_what_the_cluster_holds_at_once() {
 }
 
 #[test]
+fn gree_l_counts_an_alls_area_kind_by_kind_and_not_by_whole_bundles() {
+    // Each job fills its window exactly. Counted in whole bundles per atom (3-cpu bundles are
+    // a third of 10 cpus, not 0.3) or with every kind against every other (a cpu-bound atom
+    // beside a memory-bound one), the `all` looked longer than it is, took time its
+    // predecessor needed, and GREE-L refused what GREE accepts.
+    for (cluster, job) in [
+        (
+            "cpus=10",
+            "window(order(atom(cpus=1; g=1, h=1, l=1s, w=10), all(atom(cpus=3; g=1, h=3, l=1s, w=30), atom(cpus=1; g=1, h=1, l=1s, w=10))), s=0, f=20s)",
+        ),
+        (
+            "cpus=100,mem_mib=102400",
+            "window(order(atom(cpus=1; g=1, h=1, l=1s, w=25), all(atom(cpus=9,mem_mib=1024; g=1, h=10, l=1s, w=100), atom(cpus=1,mem_mib=9216; g=1, h=10, l=1s, w=100))), s=0, f=40s)",
+        ),
+    ] {
+        for policy in [PolicyKind::Gree, PolicyKind::GreeL] {
+            let mut plan = Plan::new(config(policy), res(cluster));
+            plan.admit(request(1, "a", job), 0)
+                .unwrap_or_else(|refusal| panic!("{policy:?} on {cluster}: {refusal}"));
+            assert_eq!(check_satisfied(&plan, ReservationId(1), 0), Ok(()));
+        }
+    }
+}
+
+#[test]
 fn gree_l_places_an_atom_its_guess_cannot_hold_in_all_the_time_left_to_it() {
     // 31 bundle-seconds with leases of at least 2 s lie flat on no run within the last stage's
     // guessed share (12 × 4 / 9 = 5 s): 6 a second over 5 s leaves one bundle held 1 s, and
