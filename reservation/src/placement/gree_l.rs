@@ -21,7 +21,12 @@
 //! semantics of operators" and GREE-L "does not backtrack"; a guess that cannot hold an atom
 //! refuses the job in neither reading, so the atom goes where GREE would put it and no placed
 //! sibling moves. With both rules, 2 of the 154 jobs are refused alone (GREE-L refused 12 with
-//! the guess on the cluster but without this fallback).
+//! the guess on the cluster but without this fallback). On the TPC-H SLA comparison
+//! (`fullerene sim --deadlines 0.1 --compare rayon-gree-l`, 10 machines, 200 jobs, seeds 1–10)
+//! GREE-L accepts 191 of 200 SLA jobs (127 before), all on time, best-effort mean JCT 16.78 s
+//! (16.72 s before), 12,942 preemptions (6,525). Falling back to the flattest run over all the
+//! time left, before GREE's placement there, was measured and left out: 151 accepted, 16.73 s,
+//! 9,541 preemptions, since a flat fallback takes the time its predecessors need.
 
 use super::gree::place_late;
 use super::{AtomNode, PlacementPolicy, Room};
