@@ -687,28 +687,27 @@ mod tests {
     use super::*;
 
     use crate::arrivals::ArrivalSpec;
-    use crate::sla::tests::stage;
+    use crate::sla::tests::one_cpu_stage;
+    use fullerene_sdk::testkit::job;
 
     /// A best-effort job of long one-cpu tasks that fills one 4-cpu machine at 0, then at 10 s
     /// an SLA job of two short stages that needs the machine by its deadline.
     fn scenario() -> (Vec<Job>, SimConfig) {
-        let hog = Job::new(
+        let hog = job(
             "hog",
             "default",
             Some(0.0),
-            vec![stage(0, vec![], vec![400.0; 8])],
-        )
-        .expect("job");
-        let sla = Job::new(
+            vec![one_cpu_stage(0, &[], &[400.0; 8])],
+        );
+        let sla = job(
             "sla",
             "default",
             Some(10.0),
             vec![
-                stage(0, vec![], vec![10.0; 4]),
-                stage(1, vec![0], vec![10.0; 2]),
+                one_cpu_stage(0, &[], &[10.0; 4]),
+                one_cpu_stage(1, &[0], &[10.0; 2]),
             ],
-        )
-        .expect("job");
+        );
         let config = SimConfig {
             machines: 1,
             machine: "cpus=4,mem_mib=65536".parse().expect("machine"),

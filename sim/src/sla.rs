@@ -145,6 +145,7 @@ pub fn sla_requests(
 pub(crate) mod tests {
     use fullerene_reservation::Atom;
     use fullerene_sdk::job::StageSpec;
+    use fullerene_sdk::testkit::{job, stage};
 
     use super::*;
 
@@ -158,23 +159,17 @@ pub(crate) mod tests {
     }
 
     /// A stage of one-cpu tasks of `durations`.
-    pub(crate) fn stage(id: u32, parents: Vec<u32>, durations: Vec<f64>) -> StageSpec {
-        StageSpec {
-            id,
-            name: format!("s{id}"),
-            parents,
-            durations,
-            demand: cpus(1.0),
-        }
+    pub(crate) fn one_cpu_stage(id: u32, parents: &[u32], durations: &[f64]) -> StageSpec {
+        stage(id, parents, durations, cpus(1.0))
     }
 
     /// Two stages in a chain: 4 tasks of 10 s, then 2 tasks of 20 s, 1 cpu each.
     fn chain() -> Job {
         let stages = vec![
-            stage(0, vec![], vec![10.0; 4]),
-            stage(1, vec![0], vec![20.0; 2]),
+            one_cpu_stage(0, &[], &[10.0; 4]),
+            one_cpu_stage(1, &[0], &[20.0; 2]),
         ];
-        Job::new("chain", "default", None, stages).expect("job")
+        job("chain", "default", None, stages)
     }
 
     /// The atoms of each step of the request (its top-level `order` inside the window).
@@ -225,13 +220,13 @@ pub(crate) mod tests {
         // A diamond with a tail: 0 → {1, 2} → 3, and 4 alone (a root, level 0). By levels it
         // would span 9 + 7 + 5 s; cut after the shared stage 0, 5 + max(9, 7 + 5) s.
         let stages = vec![
-            stage(0, vec![], vec![5.0; 2]),
-            stage(1, vec![0], vec![5.0; 3]),
-            stage(2, vec![0], vec![7.0]),
-            stage(3, vec![1, 2], vec![5.0]),
-            stage(4, vec![], vec![9.0; 5]),
+            one_cpu_stage(0, &[], &[5.0; 2]),
+            one_cpu_stage(1, &[0], &[5.0; 3]),
+            one_cpu_stage(2, &[0], &[7.0]),
+            one_cpu_stage(3, &[1, 2], &[5.0]),
+            one_cpu_stage(4, &[], &[9.0; 5]),
         ];
-        let job = Job::new("diamond", "default", None, stages).expect("job");
+        let job = job("diamond", "default", None, stages);
         let cluster = PlanCluster::new(1, machine(8.0));
         let request = sla_request(&job, 0.0, 1.0, &cluster, 1_000, 0);
         let widths: Vec<Vec<u32>> = steps(&request)
