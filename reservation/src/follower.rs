@@ -850,7 +850,6 @@ mod tests {
         preempt.iter().map(|k| k.task_id.as_str()).collect()
     }
 
-    /// A job of r1 with 1-cpu tasks.
     /// A job of reservation `id` holding nothing, with nothing finished, whose runnable tasks
     /// are `shapes`.
     fn waiting(id: u64, shapes: Vec<(ResourceVec, u32)>) -> TaggedJob {
@@ -863,6 +862,7 @@ mod tests {
         }
     }
 
+    /// A job of r1 with 1-cpu tasks.
     fn job(held: f64, wanted: f64) -> TaggedJob {
         TaggedJob {
             reservation: ReservationId(1),

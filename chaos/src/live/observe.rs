@@ -13,12 +13,13 @@ use std::time::{Duration, SystemTime};
 
 use fullerene_client::event_log::unix_micros;
 use fullerene_proto::http::StateDocument;
+use fullerene_proto::ids::stable_digest;
 use fullerene_proto::messages::{AgentState, ClusterView};
 use fullerene_proto::{AgentId, ResourceVec};
 use fullerene_scheduling::allocator::DEFAULT_KAPPA;
 
 use crate::api::ApiClient;
-use crate::system::history::{digest, Accounting, AgentAccount, Fact};
+use crate::system::history::{Accounting, AgentAccount, Fact};
 
 /// A fact and when it was read, in microseconds since the Unix epoch.
 pub type Timed = (u64, Fact);
@@ -88,7 +89,7 @@ pub fn committed_digest(view: &ClusterView) -> u64 {
     parts.push(b"--".to_vec());
     parts.extend(frameworks.into_iter().map(String::into_bytes));
     let slices: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
-    digest(&slices)
+    stable_digest(&slices)
 }
 
 /// Polls the masters until dropped.

@@ -313,6 +313,3 @@ impl fmt::Display for Step {
         }
     }
 }
-
-/// FNV-1a: a stable digest (the same on every machine and run, unlike `DefaultHasher`'s).
-pub use fullerene_proto::ids::stable_digest as digest;

@@ -1552,7 +1552,11 @@ fn core_trace(core: &mut MasterCore<MemStorage>) -> Vec<(u64, u64, u64)> {
         .into_iter()
         .map(|t| {
             let kind = [t.entry_type as u8];
-            (t.index, t.term, super::history::digest(&[&kind, &t.data]))
+            (
+                t.index,
+                t.term,
+                fullerene_proto::ids::stable_digest(&[&kind, &t.data]),
+            )
         })
         .collect()
 }
