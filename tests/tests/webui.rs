@@ -348,10 +348,9 @@ async fn in_chromium_the_ui_shows_the_cluster_drains_follows_a_job_and_kills() {
     let framework = framework_of(&cluster, "tpch-q6-2g");
     browser.goto(http, &format!("#/jobs/{framework}/tpch-q6-2g"));
     let first = browser.wait_text("#job-tasks", |text| text.to_lowercase().contains("running"));
-    browser
-        .chromium
-        .text("#dag g[data-stage]")
-        .expect("the DAG is drawn");
+    // The DAG is drawn (read through the retrying helper: the page re-renders it every poll,
+    // and a one-shot read failed on an element gone stale between find and read).
+    browser.wait_text("#dag g[data-stage]", |_| true);
     let started = Instant::now();
     let mut seen = vec![first.clone()];
     let status = loop {
