@@ -1,5 +1,6 @@
 //! `fullerene sim --deadlines`: the capacity baseline runs at the production shares given with
-//! `--capacity-shares` and reports its whole sweep; a share outside (0, 1] is refused by name.
+//! `--capacity-shares` and reports its whole sweep; a share outside (0, 1] is refused by name;
+//! over several seeds the baseline is also run at one share for all of them.
 
 mod common;
 
@@ -62,4 +63,30 @@ fn a_share_outside_the_cluster_is_refused_by_name() {
         err.contains("--capacity-shares") && err.contains("1.5"),
         "{err}"
     );
+}
+
+#[test]
+fn over_several_seeds_the_baseline_is_also_run_at_one_share_for_every_seed() {
+    let w = workload();
+    let mut args = sla_args(&w, "0.2,0.8");
+    args.extend(["--seeds", "2", "--seed", "4"]);
+    let out = run(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let study: Value = serde_json::from_str(&stdout(&out)).expect("sim prints JSON");
+    assert_eq!(study["seeds"], serde_json::json!([4, 5]), "{study}");
+    assert_eq!(study["per_seed"].as_array().map(Vec::len), Some(2));
+    let rows = study["rows"].as_array().expect("the rows");
+    // The share tuned seed by seed, then the one share best over both seeds.
+    assert_eq!(rows.len(), 2, "{study}");
+    assert_eq!(rows[0]["share_per_seed"], Value::Bool(true), "{study}");
+    let fixed = study["fixed_share"].as_f64().expect("a fixed share");
+    assert!([0.2, 0.8].contains(&fixed), "{study}");
+    assert_eq!(rows[1]["production_share"].as_f64(), Some(fixed), "{study}");
+    let seeds_jobs: u64 = study["per_seed"]
+        .as_array()
+        .expect("per seed")
+        .iter()
+        .map(|c| c["policies"][0]["sla_jobs"].as_u64().expect("SLA jobs"))
+        .sum();
+    assert_eq!(rows[1]["sla_jobs"].as_u64(), Some(seeds_jobs), "{study}");
 }

@@ -20,7 +20,10 @@
 //!   deadlines and accepts all) guaranteed a fixed share and a `best-effort` queue the rest,
 //!   both elastic up to the whole cluster, no preemption. The share is tuned: each of
 //!   [`SlaOptions::capacity_shares`] is run and the one that meets the most deadlines is
-//!   reported (ties: the lower best-effort mean JCT), with the whole sweep alongside.
+//!   reported (ties: the lower best-effort mean JCT), with the whole sweep alongside. That pick
+//!   is made in hindsight, seed by seed; over several seeds ([`compare_sla_seeds`]) the
+//!   baseline is also reported at the one share that meets the most deadlines over all of them,
+//!   the fixed share an operator can set (the "fixed share for production").
 //!
 //! The workload's own groups are replaced by these queues in every run, so the comparison is
 //! between sharing rules, not tenants.
@@ -48,10 +51,10 @@ use serde::Serialize;
 
 use crate::config::SimConfig;
 use crate::error::SimError;
-use crate::metrics::JctStats;
+use crate::metrics::{JctStats, UtilizationTimeline};
 use crate::policies::parse_name_list;
 use crate::report::{aligned, Scenario, SimReport};
-use crate::runner::{plan_sources, simulate_queued, ProgressFn, SimOutcome};
+use crate::runner::{plan_sources, simulate_queued, Progress, ProgressFn, SimOutcome};
 use crate::sla::{choose_sla_jobs, plan_in_order, sla_requests, SlaRequest};
 use crate::workload::{prepare_jobs, SimJob};
 
@@ -584,13 +587,6 @@ fn policy_report(
     }
     let accepted = sla.iter().filter(|j| j.accepted).count();
     let met = sla.iter().filter(|j| j.accepted && j.met).count();
-    let percent = |part: usize, whole: usize| {
-        if whole == 0 {
-            100.0
-        } else {
-            100.0 * part as f64 / whole as f64
-        }
-    };
     let jct = JctStats::of(&best_effort);
     SlaPolicyReport {
         policy: run.policy.name().to_string(),
@@ -682,6 +678,314 @@ pub fn render_sla_table(comparison: &SlaComparison) -> String {
     out
 }
 
+/// One policy's figures over the seeds of an SLA study ([`compare_sla_seeds`]).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SlaStudyRow {
+    /// `rayon-gree`, `rayon-gree-l`, `capacity` (its share tuned seed by seed) or `capacity`
+    /// at [`SlaStudyRow::production_share`] on every seed.
+    pub policy: String,
+    /// The one production share of every seed (the capacity baseline at a fixed share).
+    pub production_share: Option<f64>,
+    /// Whether the share was tuned seed by seed, each seed's best in hindsight.
+    pub share_per_seed: bool,
+    /// Jobs with deadlines, over all seeds.
+    pub sla_jobs: usize,
+    /// Of them, accepted.
+    pub accepted: usize,
+    /// Accepted jobs that met their deadline.
+    pub met: usize,
+    /// Refused jobs that met their deadline anyway, running best-effort.
+    pub rejected_met: usize,
+    /// Best-effort mean JCT of each seed, seconds, in seed order.
+    pub best_effort_mean_jct_per_seed_s: Vec<f64>,
+    /// Their mean, seconds.
+    pub best_effort_mean_jct_s: f64,
+    /// Best-effort tasks killed for reservations.
+    pub preemptions: u64,
+    /// Seconds of work those tasks lost.
+    pub preempted_work_s: f64,
+}
+
+impl SlaStudyRow {
+    /// Deadlines met in all: the accepted on time and the refused that made it anyway.
+    pub fn deadlines_met(&self) -> usize {
+        self.met + self.rejected_met
+    }
+}
+
+/// An SLA comparison over several seeds (`fullerene sim --deadlines F --seeds N`): each seed's
+/// comparison and the figures summed over them. The capacity baseline appears twice: with its
+/// share tuned seed by seed, as one comparison reports it (each seed's best share in
+/// hindsight), and at the one share that meets the most deadlines over all the seeds (ties:
+/// the lower best-effort JCT), which is what an operator can set: a fixed production share.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SlaStudy {
+    /// The seeds, in order.
+    pub seeds: Vec<u64>,
+    /// The fixed share chosen over all seeds (`None` without `capacity`).
+    pub fixed_share: Option<f64>,
+    /// Every share the baseline ran at, summed over the seeds: deadlines met, and the mean
+    /// over seeds of the best-effort mean JCT.
+    pub capacity_sweep: Vec<CapacitySweepPoint>,
+    /// Per policy, in the order asked; the fixed-share baseline after the tuned one.
+    pub rows: Vec<SlaStudyRow>,
+    /// Each seed's comparison, without the runs' full reports.
+    pub per_seed: Vec<SlaComparison>,
+}
+
+/// [`compare_sla`] on each of `seeds` (the rest of `config` the same), one seed after the
+/// other (each seed's runs go in parallel), summed as an [`SlaStudy`].
+pub fn compare_sla_seeds(
+    file_jobs: &[Job],
+    config: &SimConfig,
+    policies: &[SlaPolicy],
+    options: &SlaOptions,
+    seeds: &[u64],
+    progress: Option<&ProgressFn<'_>>,
+) -> Result<SlaStudy, SimError> {
+    let mut per_seed = Vec::with_capacity(seeds.len());
+    for (k, &seed) in seeds.iter().enumerate() {
+        if let Some(progress) = progress {
+            progress(&Progress::Comparison {
+                started: k + 1,
+                total: seeds.len(),
+                seed,
+                machines: config.machines,
+            });
+        }
+        let seeded = SimConfig {
+            seed,
+            ..config.clone()
+        };
+        let mut comparison = compare_sla(file_jobs, &seeded, policies, options, progress)?;
+        // The full reports of every run of every seed would be most of the study's JSON.
+        for report in &mut comparison.policies {
+            report.run.jobs.clear();
+            report.run.utilization_timeline = UtilizationTimeline::default();
+        }
+        per_seed.push(comparison);
+    }
+    Ok(SlaStudy::of(seeds.to_vec(), per_seed))
+}
+
+impl SlaStudy {
+    /// Sums `per_seed` (the comparisons of `seeds`, in order).
+    fn of(seeds: Vec<u64>, per_seed: Vec<SlaComparison>) -> SlaStudy {
+        let mut rows: Vec<SlaStudyRow> = Vec::new();
+        for comparison in &per_seed {
+            for report in &comparison.policies {
+                let share_per_seed = report.production_share.is_some();
+                let row = match rows.iter_mut().find(|r| r.policy == report.policy) {
+                    Some(row) => row,
+                    None => {
+                        rows.push(SlaStudyRow {
+                            policy: report.policy.clone(),
+                            production_share: None,
+                            share_per_seed,
+                            sla_jobs: 0,
+                            accepted: 0,
+                            met: 0,
+                            rejected_met: 0,
+                            best_effort_mean_jct_per_seed_s: Vec::new(),
+                            best_effort_mean_jct_s: 0.0,
+                            preemptions: 0,
+                            preempted_work_s: 0.0,
+                        });
+                        rows.last_mut().expect("just pushed")
+                    }
+                };
+                row.sla_jobs += report.sla_jobs;
+                row.accepted += report.accepted;
+                row.met += report.met;
+                row.rejected_met += report.rejected_met;
+                row.best_effort_mean_jct_per_seed_s
+                    .push(report.best_effort_mean_jct_s);
+                row.preemptions += report.preemptions;
+                row.preempted_work_s += report.preempted_work_s;
+            }
+        }
+        for row in &mut rows {
+            row.best_effort_mean_jct_s = mean(&row.best_effort_mean_jct_per_seed_s);
+        }
+        let capacity_sweep = sweep_over_seeds(&per_seed);
+        let fixed = capacity_sweep.iter().max_by(|a, b| {
+            a.met.cmp(&b.met).then(
+                b.best_effort_mean_jct_s
+                    .total_cmp(&a.best_effort_mean_jct_s),
+            )
+        });
+        let fixed_share = fixed.map(|point| point.share);
+        if let (Some(share), Some(k)) = (fixed_share, rows.iter().position(|r| r.share_per_seed)) {
+            let per_seed_jct: Vec<f64> = per_seed
+                .iter()
+                .filter_map(|c| c.capacity_sweep.iter().find(|p| p.share == share))
+                .map(|p| p.best_effort_mean_jct_s)
+                .collect();
+            let tuned = &rows[k];
+            let fixed_row = SlaStudyRow {
+                policy: tuned.policy.clone(),
+                production_share: Some(share),
+                share_per_seed: false,
+                sla_jobs: tuned.sla_jobs,
+                // The queues accept every SLA job.
+                accepted: tuned.sla_jobs,
+                met: fixed.map_or(0, |point| point.met),
+                rejected_met: 0,
+                best_effort_mean_jct_s: mean(&per_seed_jct),
+                best_effort_mean_jct_per_seed_s: per_seed_jct,
+                preemptions: 0,
+                preempted_work_s: 0.0,
+            };
+            rows.insert(k + 1, fixed_row);
+        }
+        SlaStudy {
+            seeds,
+            fixed_share,
+            capacity_sweep,
+            rows,
+            per_seed,
+        }
+    }
+}
+
+/// Each share of the capacity baseline summed over `per_seed`: deadlines met in all, and the
+/// mean over seeds of its best-effort mean JCT (only shares every seed ran).
+fn sweep_over_seeds(per_seed: &[SlaComparison]) -> Vec<CapacitySweepPoint> {
+    let Some(first) = per_seed.first() else {
+        return Vec::new();
+    };
+    first
+        .capacity_sweep
+        .iter()
+        .filter_map(|point| {
+            let at_share: Vec<&CapacitySweepPoint> = per_seed
+                .iter()
+                .filter_map(|c| c.capacity_sweep.iter().find(|p| p.share == point.share))
+                .collect();
+            (at_share.len() == per_seed.len()).then(|| {
+                let jcts: Vec<f64> = at_share.iter().map(|p| p.best_effort_mean_jct_s).collect();
+                CapacitySweepPoint {
+                    share: point.share,
+                    met: at_share.iter().map(|p| p.met).sum(),
+                    best_effort_mean_jct_s: mean(&jcts),
+                }
+            })
+        })
+        .collect()
+}
+
+/// `part` of `whole` in percent (100 of nothing).
+fn percent(part: usize, whole: usize) -> f64 {
+    if whole == 0 {
+        100.0
+    } else {
+        100.0 * part as f64 / whole as f64
+    }
+}
+
+fn mean(values: &[f64]) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    values.iter().sum::<f64>() / values.len() as f64
+}
+
+/// The study as a plain-text table, one row per policy summed over the seeds, then the
+/// capacity baseline's shares summed over the seeds.
+pub fn render_sla_study_table(study: &SlaStudy) -> String {
+    let mut rows = vec![vec![
+        "policy".to_string(),
+        "SLA accepted".into(),
+        "met of accepted".into(),
+        "deadlines met".into(),
+        "BE mean JCT s".into(),
+        "BE per seed min–max".into(),
+        "preemptions".into(),
+        "lost work s".into(),
+    ]];
+    for r in &study.rows {
+        let name = match (r.production_share, r.share_per_seed) {
+            (Some(share), _) => format!("{} (share {share}, every seed)", r.policy),
+            (None, true) => format!("{} (share tuned per seed)", r.policy),
+            (None, false) => r.policy.clone(),
+        };
+        let per_seed = &r.best_effort_mean_jct_per_seed_s;
+        let low = per_seed.iter().copied().fold(f64::INFINITY, f64::min);
+        let high = per_seed.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        rows.push(vec![
+            name,
+            format!(
+                "{}/{} ({:.1}%)",
+                r.accepted,
+                r.sla_jobs,
+                percent(r.accepted, r.sla_jobs)
+            ),
+            format!(
+                "{}/{} ({:.1}%)",
+                r.met,
+                r.accepted,
+                percent(r.met, r.accepted)
+            ),
+            format!("{}/{}", r.deadlines_met(), r.sla_jobs),
+            format!("{:.3}", r.best_effort_mean_jct_s),
+            format!("{low:.2}–{high:.2}"),
+            r.preemptions.to_string(),
+            format!("{:.0}", r.preempted_work_s),
+        ]);
+    }
+    let mut out = String::new();
+    if let Some(first) = study.per_seed.first() {
+        let s = &first.scenario;
+        let _ = writeln!(
+            out,
+            "{}; {}; seeds {}; {:.0}% of jobs with deadlines (NewLB × {}), plan quantum {} ms, grace {} ms, jobs run {}",
+            s.cluster(),
+            s.workload_line(),
+            seed_range(&study.seeds),
+            first.deadline_fraction * 100.0,
+            1.0 + first.slack,
+            first.quantum_ms,
+            first.grace_ms,
+            first.framework_policy,
+        );
+    }
+    out.push_str(&aligned(&rows));
+    if !study.capacity_sweep.is_empty() {
+        let sweep: Vec<String> = study
+            .capacity_sweep
+            .iter()
+            .map(|p| {
+                format!(
+                    "{} → {} met, BE mean {:.3} s",
+                    p.share, p.met, p.best_effort_mean_jct_s
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "capacity at each production share over all seeds (the fixed share: most deadlines met, then lowest BE mean JCT): {}",
+            sweep.join("; ")
+        );
+    }
+    out
+}
+
+/// `1–30` for consecutive seeds, else the list.
+fn seed_range(seeds: &[u64]) -> String {
+    match (seeds.first(), seeds.last()) {
+        (Some(first), Some(last))
+            if seeds.windows(2).all(|w| w[1] == w[0] + 1) && seeds.len() > 1 =>
+        {
+            format!("{first}–{last}")
+        }
+        _ => seeds
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(", "),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -769,6 +1073,94 @@ mod tests {
             table.contains("rayon-gree-l") && table.contains("capacity (share"),
             "{table}"
         );
+    }
+
+    #[test]
+    fn a_study_sums_the_seeds_and_sets_the_baseline_at_the_share_best_over_all_of_them() {
+        let first = run(&SlaPolicy::ALL);
+        // A second seed where the other share did better: each seed's own best differs, and
+        // the fixed share is the one with the most deadlines met over both.
+        let mut second = first.clone();
+        second.capacity_sweep = vec![
+            CapacitySweepPoint {
+                share: 0.5,
+                met: 1,
+                best_effort_mean_jct_s: 30.0,
+            },
+            CapacitySweepPoint {
+                share: 0.9,
+                met: 0,
+                best_effort_mean_jct_s: 10.0,
+            },
+        ];
+        let mut first = first;
+        first.capacity_sweep = vec![
+            CapacitySweepPoint {
+                share: 0.5,
+                met: 0,
+                best_effort_mean_jct_s: 20.0,
+            },
+            CapacitySweepPoint {
+                share: 0.9,
+                met: 0,
+                best_effort_mean_jct_s: 40.0,
+            },
+        ];
+        let study = SlaStudy::of(vec![7, 8], vec![first.clone(), second.clone()]);
+        let names: Vec<(&str, Option<f64>, bool)> = study
+            .rows
+            .iter()
+            .map(|r| (r.policy.as_str(), r.production_share, r.share_per_seed))
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                ("rayon-gree", None, false),
+                ("rayon-gree-l", None, false),
+                ("capacity", None, true),
+                ("capacity", Some(0.5), false),
+            ]
+        );
+        // Share 0.5 met one deadline over both seeds, 0.9 none.
+        assert_eq!(study.fixed_share, Some(0.5));
+        let fixed = &study.rows[3];
+        assert_eq!((fixed.met, fixed.accepted, fixed.sla_jobs), (1, 2, 2));
+        assert_eq!(fixed.best_effort_mean_jct_per_seed_s, vec![20.0, 30.0]);
+        assert_eq!(fixed.best_effort_mean_jct_s, 25.0);
+        assert_eq!(
+            study.capacity_sweep,
+            vec![
+                CapacitySweepPoint {
+                    share: 0.5,
+                    met: 1,
+                    best_effort_mean_jct_s: 25.0,
+                },
+                CapacitySweepPoint {
+                    share: 0.9,
+                    met: 0,
+                    best_effort_mean_jct_s: 25.0,
+                },
+            ]
+        );
+        // The others are the seeds' reports summed.
+        for (row, one) in study.rows.iter().zip(&first.policies) {
+            assert_eq!(row.accepted, 2 * one.accepted, "{}", row.policy);
+            assert_eq!(row.met, 2 * one.met, "{}", row.policy);
+            assert_eq!(row.preemptions, 2 * one.preemptions, "{}", row.policy);
+            assert_eq!(
+                row.best_effort_mean_jct_per_seed_s,
+                vec![one.best_effort_mean_jct_s; 2]
+            );
+        }
+        let table = render_sla_study_table(&study);
+        for wanted in [
+            "seeds 7–8",
+            "capacity (share tuned per seed)",
+            "capacity (share 0.5, every seed)",
+            "0.5 → 1 met",
+        ] {
+            assert!(table.contains(wanted), "{wanted}: {table}");
+        }
     }
 
     #[test]
