@@ -78,10 +78,43 @@ fn over_several_seeds_the_baseline_is_also_run_at_one_share_for_every_seed() {
     let rows = study["rows"].as_array().expect("the rows");
     // The share tuned seed by seed, then the one share best over both seeds.
     assert_eq!(rows.len(), 2, "{study}");
-    assert_eq!(rows[0]["share_per_seed"], Value::Bool(true), "{study}");
+    assert_eq!(rows[0]["share"], "tuned_per_seed", "{study}");
+    let sweep = study["capacity_sweep"].as_array().expect("the sweep");
+    assert_eq!(sweep.len(), 2, "{study}");
+    let best = sweep
+        .iter()
+        .max_by(|a, b| {
+            let met = |p: &Value| p["met"].as_u64().expect("met");
+            let jct = |p: &Value| p["best_effort_mean_jct_s"].as_f64().expect("JCT");
+            met(a).cmp(&met(b)).then(jct(b).total_cmp(&jct(a)))
+        })
+        .expect("a best share");
     let fixed = study["fixed_share"].as_f64().expect("a fixed share");
-    assert!([0.2, 0.8].contains(&fixed), "{study}");
-    assert_eq!(rows[1]["production_share"].as_f64(), Some(fixed), "{study}");
+    assert_eq!(Some(fixed), best["share"].as_f64(), "{study}");
+    assert_eq!(rows[1]["share"]["fixed"].as_f64(), Some(fixed), "{study}");
+    assert_eq!(rows[1]["met"], best["met"], "{study}");
+    // The fixed row's JCTs are each seed's at that share.
+    let at_fixed: Vec<f64> = study["per_seed"]
+        .as_array()
+        .expect("per seed")
+        .iter()
+        .map(|c| {
+            c["capacity_sweep"]
+                .as_array()
+                .expect("a seed's sweep")
+                .iter()
+                .find(|p| p["share"].as_f64() == Some(fixed))
+                .and_then(|p| p["best_effort_mean_jct_s"].as_f64())
+                .expect("the seed ran the fixed share")
+        })
+        .collect();
+    let fixed_jcts: Vec<f64> = rows[1]["best_effort_mean_jct_s"]["values"]
+        .as_array()
+        .expect("per-seed JCTs")
+        .iter()
+        .map(|v| v.as_f64().expect("a JCT"))
+        .collect();
+    assert_eq!(fixed_jcts, at_fixed, "{study}");
     let seeds_jobs: u64 = study["per_seed"]
         .as_array()
         .expect("per seed")

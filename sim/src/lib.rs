@@ -56,7 +56,8 @@ pub use policies::{allocator_policy, parse_name_list, parse_policy_list};
 pub use report::{attach_ratios, render_table, JobResult, Ratios, Scenario, SimReport, SimSpeed};
 pub use reserved::{
     compare_sla, compare_sla_seeds, parse_sla_policy_list, render_sla_study_table,
-    render_sla_table, SlaComparison, SlaOptions, SlaPolicy, SlaPolicyReport, SlaStudy, SlaStudyRow,
+    render_sla_table, BaselineShare, SlaComparison, SlaOptions, SlaPolicy, SlaPolicyReport,
+    SlaStudy, SlaStudyRow,
 };
 pub use runner::{compare, plan_jobs, run, simulate, PlanSet, Progress, ProgressFn, SimOutcome};
 pub use scheduling::{Scheduling, SessionScheduling};

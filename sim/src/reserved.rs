@@ -56,6 +56,7 @@ use crate::policies::parse_name_list;
 use crate::report::{aligned, Scenario, SimReport};
 use crate::runner::{plan_sources, simulate_queued, Progress, ProgressFn, SimOutcome};
 use crate::sla::{choose_sla_jobs, plan_in_order, sla_requests, SlaRequest};
+use crate::study::{check_seeds, seeds_label, Spread};
 use crate::workload::{prepare_jobs, SimJob};
 
 /// Default fraction of jobs with deadlines: Rayon §6 takes "a conservative 5%"; the issue asks
@@ -678,16 +679,24 @@ pub fn render_sla_table(comparison: &SlaComparison) -> String {
     out
 }
 
+/// Which production share a capacity-baseline row of an [`SlaStudy`] ran at.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BaselineShare {
+    /// Each seed's best share in hindsight (most deadlines met, then the lowest best-effort
+    /// JCT), as one comparison reports it.
+    TunedPerSeed,
+    /// This one share on every seed.
+    Fixed(f64),
+}
+
 /// One policy's figures over the seeds of an SLA study ([`compare_sla_seeds`]).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SlaStudyRow {
-    /// `rayon-gree`, `rayon-gree-l`, `capacity` (its share tuned seed by seed) or `capacity`
-    /// at [`SlaStudyRow::production_share`] on every seed.
+    /// `rayon-gree`, `rayon-gree-l` or `capacity`.
     pub policy: String,
-    /// The one production share of every seed (the capacity baseline at a fixed share).
-    pub production_share: Option<f64>,
-    /// Whether the share was tuned seed by seed, each seed's best in hindsight.
-    pub share_per_seed: bool,
+    /// The capacity baseline's share (`None` for Rayon).
+    pub share: Option<BaselineShare>,
     /// Jobs with deadlines, over all seeds.
     pub sla_jobs: usize,
     /// Of them, accepted.
@@ -696,10 +705,8 @@ pub struct SlaStudyRow {
     pub met: usize,
     /// Refused jobs that met their deadline anyway, running best-effort.
     pub rejected_met: usize,
-    /// Best-effort mean JCT of each seed, seconds, in seed order.
-    pub best_effort_mean_jct_per_seed_s: Vec<f64>,
-    /// Their mean, seconds.
-    pub best_effort_mean_jct_s: f64,
+    /// Best-effort mean JCT, seconds: each seed's, and their summary.
+    pub best_effort_mean_jct_s: Spread,
     /// Best-effort tasks killed for reservations.
     pub preemptions: u64,
     /// Seconds of work those tasks lost.
@@ -717,24 +724,31 @@ impl SlaStudyRow {
 /// comparison and the figures summed over them. The capacity baseline appears twice: with its
 /// share tuned seed by seed, as one comparison reports it (each seed's best share in
 /// hindsight), and at the one share that meets the most deadlines over all the seeds (ties:
-/// the lower best-effort JCT), which is what an operator can set: a fixed production share.
+/// the lower mean best-effort JCT), which is what an operator can set: a fixed production
+/// share.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SlaStudy {
     /// The seeds, in order.
     pub seeds: Vec<u64>,
-    /// The fixed share chosen over all seeds (`None` without `capacity`).
+    /// The fixed share chosen over all seeds (`None` without `capacity`, or with one share).
     pub fixed_share: Option<f64>,
     /// Every share the baseline ran at, summed over the seeds: deadlines met, and the mean
     /// over seeds of the best-effort mean JCT.
     pub capacity_sweep: Vec<CapacitySweepPoint>,
     /// Per policy, in the order asked; the fixed-share baseline after the tuned one.
     pub rows: Vec<SlaStudyRow>,
-    /// Each seed's comparison, without the runs' full reports.
+    /// Each seed's comparison. Its runs' reports keep their summary figures but not their
+    /// lists of jobs or utilisation timelines (the SLA jobs' outcomes are in `sla`).
     pub per_seed: Vec<SlaComparison>,
 }
 
 /// [`compare_sla`] on each of `seeds` (the rest of `config` the same), one seed after the
-/// other (each seed's runs go in parallel), summed as an [`SlaStudy`].
+/// other (each seed's runs go in parallel), summed as an [`SlaStudy`]. `progress` hears a
+/// [`Progress::Comparison`] before each seed's runs.
+///
+/// # Errors
+///
+/// No seed, more than 1,000, a seed given twice, or what [`compare_sla`] returns.
 pub fn compare_sla_seeds(
     file_jobs: &[Job],
     config: &SimConfig,
@@ -743,6 +757,7 @@ pub fn compare_sla_seeds(
     seeds: &[u64],
     progress: Option<&ProgressFn<'_>>,
 ) -> Result<SlaStudy, SimError> {
+    check_seeds(seeds)?;
     let mut per_seed = Vec::with_capacity(seeds.len());
     for (k, &seed) in seeds.iter().enumerate() {
         if let Some(progress) = progress {
@@ -758,7 +773,7 @@ pub fn compare_sla_seeds(
             ..config.clone()
         };
         let mut comparison = compare_sla(file_jobs, &seeded, policies, options, progress)?;
-        // The full reports of every run of every seed would be most of the study's JSON.
+        // Every job of every run of every seed would be most of the study's JSON.
         for report in &mut comparison.policies {
             report.run.jobs.clear();
             report.run.utilization_timeline = UtilizationTimeline::default();
@@ -771,76 +786,69 @@ pub fn compare_sla_seeds(
 impl SlaStudy {
     /// Sums `per_seed` (the comparisons of `seeds`, in order).
     fn of(seeds: Vec<u64>, per_seed: Vec<SlaComparison>) -> SlaStudy {
-        let mut rows: Vec<SlaStudyRow> = Vec::new();
+        let mut rows: Vec<(SlaStudyRow, Vec<f64>)> = Vec::new();
         for comparison in &per_seed {
             for report in &comparison.policies {
-                let share_per_seed = report.production_share.is_some();
-                let row = match rows.iter_mut().find(|r| r.policy == report.policy) {
-                    Some(row) => row,
+                let k = match rows.iter().position(|(r, _)| r.policy == report.policy) {
+                    Some(k) => k,
                     None => {
-                        rows.push(SlaStudyRow {
-                            policy: report.policy.clone(),
-                            production_share: None,
-                            share_per_seed,
-                            sla_jobs: 0,
-                            accepted: 0,
-                            met: 0,
-                            rejected_met: 0,
-                            best_effort_mean_jct_per_seed_s: Vec::new(),
-                            best_effort_mean_jct_s: 0.0,
-                            preemptions: 0,
-                            preempted_work_s: 0.0,
-                        });
-                        rows.last_mut().expect("just pushed")
+                        let share = report.production_share.map(|_| BaselineShare::TunedPerSeed);
+                        rows.push((SlaStudyRow::empty(&report.policy, share), Vec::new()));
+                        rows.len() - 1
                     }
                 };
+                let (row, jcts) = &mut rows[k];
                 row.sla_jobs += report.sla_jobs;
                 row.accepted += report.accepted;
                 row.met += report.met;
                 row.rejected_met += report.rejected_met;
-                row.best_effort_mean_jct_per_seed_s
-                    .push(report.best_effort_mean_jct_s);
                 row.preemptions += report.preemptions;
                 row.preempted_work_s += report.preempted_work_s;
+                jcts.push(report.best_effort_mean_jct_s);
             }
         }
-        for row in &mut rows {
-            row.best_effort_mean_jct_s = mean(&row.best_effort_mean_jct_per_seed_s);
-        }
+        let mut rows: Vec<SlaStudyRow> = rows
+            .into_iter()
+            .map(|(row, jcts)| SlaStudyRow {
+                best_effort_mean_jct_s: Spread::of(jcts),
+                ..row
+            })
+            .collect();
         let capacity_sweep = sweep_over_seeds(&per_seed);
-        let fixed = capacity_sweep.iter().max_by(|a, b| {
-            a.met.cmp(&b.met).then(
-                b.best_effort_mean_jct_s
-                    .total_cmp(&a.best_effort_mean_jct_s),
-            )
-        });
-        let fixed_share = fixed.map(|point| point.share);
-        if let (Some(share), Some(k)) = (fixed_share, rows.iter().position(|r| r.share_per_seed)) {
-            let per_seed_jct: Vec<f64> = per_seed
+        let fixed = capacity_sweep
+            .iter()
+            .max_by(|a, b| {
+                a.met.cmp(&b.met).then(
+                    b.best_effort_mean_jct_s
+                        .total_cmp(&a.best_effort_mean_jct_s),
+                )
+            })
+            .filter(|_| capacity_sweep.len() > 1);
+        let tuned = rows
+            .iter()
+            .position(|r| r.share == Some(BaselineShare::TunedPerSeed));
+        if let (Some(point), Some(k)) = (fixed, tuned) {
+            let jcts = per_seed
                 .iter()
-                .filter_map(|c| c.capacity_sweep.iter().find(|p| p.share == share))
+                .filter_map(|c| c.capacity_sweep.iter().find(|p| p.share == point.share))
                 .map(|p| p.best_effort_mean_jct_s)
                 .collect();
-            let tuned = &rows[k];
-            let fixed_row = SlaStudyRow {
-                policy: tuned.policy.clone(),
-                production_share: Some(share),
-                share_per_seed: false,
-                sla_jobs: tuned.sla_jobs,
-                // The queues accept every SLA job.
-                accepted: tuned.sla_jobs,
-                met: fixed.map_or(0, |point| point.met),
-                rejected_met: 0,
-                best_effort_mean_jct_s: mean(&per_seed_jct),
-                best_effort_mean_jct_per_seed_s: per_seed_jct,
-                preemptions: 0,
-                preempted_work_s: 0.0,
-            };
-            rows.insert(k + 1, fixed_row);
+            let sla_jobs = rows[k].sla_jobs;
+            rows.insert(
+                k + 1,
+                SlaStudyRow {
+                    sla_jobs,
+                    // The queues accept every SLA job.
+                    accepted: sla_jobs,
+                    met: point.met,
+                    best_effort_mean_jct_s: Spread::of(jcts),
+                    ..SlaStudyRow::empty(&rows[k].policy, Some(BaselineShare::Fixed(point.share)))
+                },
+            );
         }
         SlaStudy {
             seeds,
-            fixed_share,
+            fixed_share: fixed.map(|point| point.share),
             capacity_sweep,
             rows,
             per_seed,
@@ -848,30 +856,51 @@ impl SlaStudy {
     }
 }
 
-/// Each share of the capacity baseline summed over `per_seed`: deadlines met in all, and the
-/// mean over seeds of its best-effort mean JCT (only shares every seed ran).
+impl SlaStudyRow {
+    fn empty(policy: &str, share: Option<BaselineShare>) -> SlaStudyRow {
+        SlaStudyRow {
+            policy: policy.to_string(),
+            share,
+            sla_jobs: 0,
+            accepted: 0,
+            met: 0,
+            rejected_met: 0,
+            best_effort_mean_jct_s: Spread::default(),
+            preemptions: 0,
+            preempted_work_s: 0.0,
+        }
+    }
+}
+
+/// Each share of the capacity baseline summed over `per_seed`, in the first seed's order
+/// (each share once, and only the shares every seed ran): deadlines met in all, and the mean
+/// over seeds of its best-effort mean JCT. Every seed runs the same `--capacity-shares`, so
+/// a share is found by equality.
 fn sweep_over_seeds(per_seed: &[SlaComparison]) -> Vec<CapacitySweepPoint> {
     let Some(first) = per_seed.first() else {
         return Vec::new();
     };
-    first
-        .capacity_sweep
-        .iter()
-        .filter_map(|point| {
-            let at_share: Vec<&CapacitySweepPoint> = per_seed
-                .iter()
-                .filter_map(|c| c.capacity_sweep.iter().find(|p| p.share == point.share))
-                .collect();
-            (at_share.len() == per_seed.len()).then(|| {
-                let jcts: Vec<f64> = at_share.iter().map(|p| p.best_effort_mean_jct_s).collect();
-                CapacitySweepPoint {
-                    share: point.share,
-                    met: at_share.iter().map(|p| p.met).sum(),
-                    best_effort_mean_jct_s: mean(&jcts),
-                }
-            })
-        })
-        .collect()
+    let mut sweep: Vec<CapacitySweepPoint> = Vec::new();
+    for point in &first.capacity_sweep {
+        if sweep.iter().any(|p| p.share == point.share) {
+            continue;
+        }
+        let at_share: Vec<&CapacitySweepPoint> = per_seed
+            .iter()
+            .filter_map(|c| c.capacity_sweep.iter().find(|p| p.share == point.share))
+            .collect();
+        if at_share.len() == per_seed.len() {
+            sweep.push(CapacitySweepPoint {
+                share: point.share,
+                met: at_share.iter().map(|p| p.met).sum(),
+                best_effort_mean_jct_s: Spread::of(
+                    at_share.iter().map(|p| p.best_effort_mean_jct_s).collect(),
+                )
+                .mean,
+            });
+        }
+    }
+    sweep
 }
 
 /// `part` of `whole` in percent (100 of nothing).
@@ -883,13 +912,6 @@ fn percent(part: usize, whole: usize) -> f64 {
     }
 }
 
-fn mean(values: &[f64]) -> f64 {
-    if values.is_empty() {
-        return 0.0;
-    }
-    values.iter().sum::<f64>() / values.len() as f64
-}
-
 /// The study as a plain-text table, one row per policy summed over the seeds, then the
 /// capacity baseline's shares summed over the seeds.
 pub fn render_sla_study_table(study: &SlaStudy) -> String {
@@ -898,20 +920,18 @@ pub fn render_sla_study_table(study: &SlaStudy) -> String {
         "SLA accepted".into(),
         "met of accepted".into(),
         "deadlines met".into(),
-        "BE mean JCT s".into(),
-        "BE per seed min–max".into(),
+        "BE mean JCT s (min–max over seeds)".into(),
         "preemptions".into(),
         "lost work s".into(),
     ]];
     for r in &study.rows {
-        let name = match (r.production_share, r.share_per_seed) {
-            (Some(share), _) => format!("{} (share {share}, every seed)", r.policy),
-            (None, true) => format!("{} (share tuned per seed)", r.policy),
-            (None, false) => r.policy.clone(),
+        let name = match r.share {
+            Some(BaselineShare::Fixed(share)) => {
+                format!("{} (share {share:?}, every seed)", r.policy)
+            }
+            Some(BaselineShare::TunedPerSeed) => format!("{} (share tuned per seed)", r.policy),
+            None => r.policy.clone(),
         };
-        let per_seed = &r.best_effort_mean_jct_per_seed_s;
-        let low = per_seed.iter().copied().fold(f64::INFINITY, f64::min);
-        let high = per_seed.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         rows.push(vec![
             name,
             format!(
@@ -927,8 +947,7 @@ pub fn render_sla_study_table(study: &SlaStudy) -> String {
                 percent(r.met, r.accepted)
             ),
             format!("{}/{}", r.deadlines_met(), r.sla_jobs),
-            format!("{:.3}", r.best_effort_mean_jct_s),
-            format!("{low:.2}–{high:.2}"),
+            r.best_effort_mean_jct_s.cell(|x| format!("{x:.3}")),
             r.preemptions.to_string(),
             format!("{:.0}", r.preempted_work_s),
         ]);
@@ -941,7 +960,7 @@ pub fn render_sla_study_table(study: &SlaStudy) -> String {
             "{}; {}; seeds {}; {:.0}% of jobs with deadlines (NewLB × {}), plan quantum {} ms, grace {} ms, jobs run {}",
             s.cluster(),
             s.workload_line(),
-            seed_range(&study.seeds),
+            seeds_label(&study.seeds),
             first.deadline_fraction * 100.0,
             1.0 + first.slack,
             first.quantum_ms,
@@ -956,7 +975,7 @@ pub fn render_sla_study_table(study: &SlaStudy) -> String {
             .iter()
             .map(|p| {
                 format!(
-                    "{} → {} met, BE mean {:.3} s",
+                    "{:?} → {} met, BE mean {:.3} s",
                     p.share, p.met, p.best_effort_mean_jct_s
                 )
             })
@@ -968,22 +987,6 @@ pub fn render_sla_study_table(study: &SlaStudy) -> String {
         );
     }
     out
-}
-
-/// `1–30` for consecutive seeds, else the list.
-fn seed_range(seeds: &[u64]) -> String {
-    match (seeds.first(), seeds.last()) {
-        (Some(first), Some(last))
-            if seeds.windows(2).all(|w| w[1] == w[0] + 1) && seeds.len() > 1 =>
-        {
-            format!("{first}–{last}")
-        }
-        _ => seeds
-            .iter()
-            .map(u64::to_string)
-            .collect::<Vec<_>>()
-            .join(", "),
-    }
 }
 
 #[cfg(test)]
@@ -1075,92 +1078,145 @@ mod tests {
         );
     }
 
+    /// `comparison` with the capacity baseline's sweep set to `sweep` (share, met, best-effort
+    /// JCT) and its report to the sweep's best point, as one comparison picks it.
+    fn with_sweep(mut comparison: SlaComparison, sweep: &[(f64, usize, f64)]) -> SlaComparison {
+        comparison.capacity_sweep = sweep
+            .iter()
+            .map(|&(share, met, jct)| CapacitySweepPoint {
+                share,
+                met,
+                best_effort_mean_jct_s: jct,
+            })
+            .collect();
+        let &(share, met, jct) = sweep
+            .iter()
+            .max_by(|a, b| a.1.cmp(&b.1).then(b.2.total_cmp(&a.2)))
+            .expect("a sweep");
+        for report in &mut comparison.policies {
+            if report.production_share.is_some() {
+                report.production_share = Some(share);
+                report.met = met;
+                report.best_effort_mean_jct_s = jct;
+            }
+        }
+        comparison
+    }
+
     #[test]
     fn a_study_sums_the_seeds_and_sets_the_baseline_at_the_share_best_over_all_of_them() {
-        let first = run(&SlaPolicy::ALL);
-        // A second seed where the other share did better: each seed's own best differs, and
-        // the fixed share is the one with the most deadlines met over both.
-        let mut second = first.clone();
-        second.capacity_sweep = vec![
-            CapacitySweepPoint {
-                share: 0.5,
-                met: 1,
-                best_effort_mean_jct_s: 30.0,
-            },
-            CapacitySweepPoint {
-                share: 0.9,
-                met: 0,
-                best_effort_mean_jct_s: 10.0,
-            },
-        ];
-        let mut first = first;
-        first.capacity_sweep = vec![
-            CapacitySweepPoint {
-                share: 0.5,
-                met: 0,
-                best_effort_mean_jct_s: 20.0,
-            },
-            CapacitySweepPoint {
-                share: 0.9,
-                met: 0,
-                best_effort_mean_jct_s: 40.0,
-            },
-        ];
+        let one = run(&SlaPolicy::ALL);
+        // Seed 7's best share is 0.5, seed 8's is 0.9; over both, each meets one deadline and
+        // 0.5 has the lower best-effort JCT (25 s against 26 s), so it is the fixed share.
+        let first = with_sweep(one.clone(), &[(0.5, 1, 20.0), (0.9, 0, 40.0)]);
+        let mut second = with_sweep(one, &[(0.5, 0, 30.0), (0.9, 1, 12.0)]);
+        for report in &mut second.policies {
+            report.sla_jobs += 2;
+            report.accepted += 1;
+            report.rejected_met += 1;
+            report.preemptions += 5;
+            report.preempted_work_s += 7.0;
+            if report.production_share.is_none() {
+                report.met += 1;
+                report.best_effort_mean_jct_s += 1.0;
+            }
+        }
         let study = SlaStudy::of(vec![7, 8], vec![first.clone(), second.clone()]);
-        let names: Vec<(&str, Option<f64>, bool)> = study
+        let shares: Vec<(&str, Option<BaselineShare>)> = study
             .rows
             .iter()
-            .map(|r| (r.policy.as_str(), r.production_share, r.share_per_seed))
+            .map(|r| (r.policy.as_str(), r.share))
             .collect();
         assert_eq!(
-            names,
+            shares,
             vec![
-                ("rayon-gree", None, false),
-                ("rayon-gree-l", None, false),
-                ("capacity", None, true),
-                ("capacity", Some(0.5), false),
+                ("rayon-gree", None),
+                ("rayon-gree-l", None),
+                ("capacity", Some(BaselineShare::TunedPerSeed)),
+                ("capacity", Some(BaselineShare::Fixed(0.5))),
             ]
         );
-        // Share 0.5 met one deadline over both seeds, 0.9 none.
         assert_eq!(study.fixed_share, Some(0.5));
-        let fixed = &study.rows[3];
-        assert_eq!((fixed.met, fixed.accepted, fixed.sla_jobs), (1, 2, 2));
-        assert_eq!(fixed.best_effort_mean_jct_per_seed_s, vec![20.0, 30.0]);
-        assert_eq!(fixed.best_effort_mean_jct_s, 25.0);
+        let (tuned, fixed) = (&study.rows[2], &study.rows[3]);
+        // Tuned in hindsight, each seed at its own best: one deadline on each.
+        assert_eq!(tuned.met, 2);
+        assert_eq!(tuned.best_effort_mean_jct_s.values, vec![20.0, 12.0]);
+        // At 0.5 on both: one deadline in all, JCTs 20 and 30 s.
+        assert_eq!(fixed.met, 1);
+        assert_eq!(fixed.best_effort_mean_jct_s.values, vec![20.0, 30.0]);
+        assert_eq!(fixed.best_effort_mean_jct_s.mean, 25.0);
         assert_eq!(
-            study.capacity_sweep,
-            vec![
-                CapacitySweepPoint {
-                    share: 0.5,
-                    met: 1,
-                    best_effort_mean_jct_s: 25.0,
-                },
-                CapacitySweepPoint {
-                    share: 0.9,
-                    met: 0,
-                    best_effort_mean_jct_s: 25.0,
-                },
-            ]
+            (fixed.sla_jobs, fixed.accepted),
+            (tuned.sla_jobs, tuned.sla_jobs)
         );
-        // The others are the seeds' reports summed.
-        for (row, one) in study.rows.iter().zip(&first.policies) {
-            assert_eq!(row.accepted, 2 * one.accepted, "{}", row.policy);
-            assert_eq!(row.met, 2 * one.met, "{}", row.policy);
-            assert_eq!(row.preemptions, 2 * one.preemptions, "{}", row.policy);
+        assert_eq!((fixed.rejected_met, fixed.preemptions), (0, 0));
+        let met_by_share: Vec<(f64, usize)> = study
+            .capacity_sweep
+            .iter()
+            .map(|p| (p.share, p.met))
+            .collect();
+        assert_eq!(met_by_share, vec![(0.5, 1), (0.9, 1)]);
+        assert_eq!(study.capacity_sweep[1].best_effort_mean_jct_s, 26.0);
+        // The other rows are the two seeds' reports summed.
+        for (row, (a, b)) in study
+            .rows
+            .iter()
+            .take(3)
+            .zip(first.policies.iter().zip(&second.policies))
+        {
+            assert_eq!(row.sla_jobs, a.sla_jobs + b.sla_jobs, "{}", row.policy);
+            assert_eq!(row.accepted, a.accepted + b.accepted, "{}", row.policy);
             assert_eq!(
-                row.best_effort_mean_jct_per_seed_s,
-                vec![one.best_effort_mean_jct_s; 2]
+                row.rejected_met,
+                a.rejected_met + b.rejected_met,
+                "{}",
+                row.policy
+            );
+            assert_eq!(
+                row.preemptions,
+                a.preemptions + b.preemptions,
+                "{}",
+                row.policy
+            );
+            assert_eq!(
+                row.preempted_work_s,
+                a.preempted_work_s + b.preempted_work_s,
+                "{}",
+                row.policy
+            );
+            assert_eq!(
+                row.best_effort_mean_jct_s.values,
+                vec![a.best_effort_mean_jct_s, b.best_effort_mean_jct_s]
             );
         }
+        assert_eq!(
+            study.rows[0].met,
+            first.policies[0].met + second.policies[0].met
+        );
         let table = render_sla_study_table(&study);
         for wanted in [
             "seeds 7–8",
             "capacity (share tuned per seed)",
             "capacity (share 0.5, every seed)",
-            "0.5 → 1 met",
+            "0.9 → 1 met",
         ] {
             assert!(table.contains(wanted), "{wanted}: {table}");
         }
+    }
+
+    #[test]
+    fn a_study_refuses_a_seed_given_twice() {
+        let (file_jobs, config) = scenario();
+        let err = compare_sla_seeds(
+            &file_jobs,
+            &config,
+            &SlaPolicy::ALL,
+            &SlaOptions::default(),
+            &[3, 3],
+            None,
+        )
+        .expect_err("a repeated seed");
+        assert!(err.to_string().contains("seed 3"), "{err}");
     }
 
     #[test]

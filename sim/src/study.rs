@@ -256,7 +256,7 @@ pub fn consecutive_seeds(first: u64, count: usize) -> Result<Vec<u64>, SimError>
         .collect()
 }
 
-fn check_seeds(seeds: &[u64]) -> Result<(), SimError> {
+pub(crate) fn check_seeds(seeds: &[u64]) -> Result<(), SimError> {
     if seeds.is_empty() || seeds.len() > MAX_SEEDS {
         return Err(SimError::InvalidConfig {
             reason: format!("{} seeds: a study takes 1 to {MAX_SEEDS}", seeds.len()),
