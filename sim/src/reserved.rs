@@ -513,9 +513,9 @@ fn compare_marked(
         .filter(|(p, _)| *p == SlaPolicy::Capacity)
         .map(|(_, r)| r)
         .max_by(|a, b| {
-            a.met.cmp(&b.met).then(
-                b.best_effort_mean_jct_s
-                    .total_cmp(&a.best_effort_mean_jct_s),
+            baseline_order(
+                (a.met, a.best_effort_mean_jct_s),
+                (b.met, b.best_effort_mean_jct_s),
             )
         })
         .cloned();
@@ -646,18 +646,7 @@ pub fn render_sla_table(comparison: &SlaComparison) -> String {
             format!("{:.0}", r.preempted_work_s),
         ]);
     }
-    let s = &comparison.scenario;
-    let mut out = format!(
-        "{}; {}; seed {}; {:.0}% of jobs with deadlines (NewLB × {}), plan quantum {} ms, grace {} ms, jobs run {}\n",
-        s.cluster(),
-        s.workload_line(),
-        s.seed,
-        comparison.deadline_fraction * 100.0,
-        1.0 + comparison.slack,
-        comparison.quantum_ms,
-        comparison.grace_ms,
-        comparison.framework_policy,
-    );
+    let mut out = scenario_line(comparison, &format!("seed {}", comparison.scenario.seed));
     out.push_str(&aligned(&rows));
     if !comparison.capacity_sweep.is_empty() {
         let sweep: Vec<String> = comparison
@@ -717,6 +706,21 @@ impl SlaStudyRow {
     /// Deadlines met in all: the accepted on time and the refused that made it anyway.
     pub fn deadlines_met(&self) -> usize {
         self.met + self.rejected_met
+    }
+
+    /// A row of `policy` at `share` with nothing counted yet.
+    fn empty(policy: &str, share: Option<BaselineShare>) -> SlaStudyRow {
+        SlaStudyRow {
+            policy: policy.to_string(),
+            share,
+            sla_jobs: 0,
+            accepted: 0,
+            met: 0,
+            rejected_met: 0,
+            best_effort_mean_jct_s: Spread::default(),
+            preemptions: 0,
+            preempted_work_s: 0.0,
+        }
     }
 }
 
@@ -818,9 +822,9 @@ impl SlaStudy {
         let fixed = capacity_sweep
             .iter()
             .max_by(|a, b| {
-                a.met.cmp(&b.met).then(
-                    b.best_effort_mean_jct_s
-                        .total_cmp(&a.best_effort_mean_jct_s),
+                baseline_order(
+                    (a.met, a.best_effort_mean_jct_s),
+                    (b.met, b.best_effort_mean_jct_s),
                 )
             })
             .filter(|_| capacity_sweep.len() > 1);
@@ -856,22 +860,6 @@ impl SlaStudy {
     }
 }
 
-impl SlaStudyRow {
-    fn empty(policy: &str, share: Option<BaselineShare>) -> SlaStudyRow {
-        SlaStudyRow {
-            policy: policy.to_string(),
-            share,
-            sla_jobs: 0,
-            accepted: 0,
-            met: 0,
-            rejected_met: 0,
-            best_effort_mean_jct_s: Spread::default(),
-            preemptions: 0,
-            preempted_work_s: 0.0,
-        }
-    }
-}
-
 /// Each share of the capacity baseline summed over `per_seed`, in the first seed's order
 /// (each share once, and only the shares every seed ran): deadlines met in all, and the mean
 /// over seeds of its best-effort mean JCT. Every seed runs the same `--capacity-shares`, so
@@ -901,6 +889,29 @@ fn sweep_over_seeds(per_seed: &[SlaComparison]) -> Vec<CapacitySweepPoint> {
         }
     }
     sweep
+}
+
+/// The capacity baseline's order of its shares, each as (deadlines met, best-effort mean JCT):
+/// the most deadlines met, then the lower JCT, is the greater. One comparison tunes its share
+/// by it, and a study picks its fixed share by it.
+fn baseline_order(a: (usize, f64), b: (usize, f64)) -> std::cmp::Ordering {
+    a.0.cmp(&b.0).then(b.1.total_cmp(&a.1))
+}
+
+/// The line above an SLA table: the cluster, the workload, `seeds` (`seed 3`, `seeds 1–30`),
+/// the deadlines and the plan's settings, from `comparison` (a study's first seed).
+fn scenario_line(comparison: &SlaComparison, seeds: &str) -> String {
+    let s = &comparison.scenario;
+    format!(
+        "{}; {}; {seeds}; {:.0}% of jobs with deadlines (NewLB × {}), plan quantum {} ms, grace {} ms, jobs run {}\n",
+        s.cluster(),
+        s.workload_line(),
+        comparison.deadline_fraction * 100.0,
+        1.0 + comparison.slack,
+        comparison.quantum_ms,
+        comparison.grace_ms,
+        comparison.framework_policy,
+    )
 }
 
 /// `part` of `whole` in percent (100 of nothing).
@@ -952,22 +963,11 @@ pub fn render_sla_study_table(study: &SlaStudy) -> String {
             format!("{:.0}", r.preempted_work_s),
         ]);
     }
-    let mut out = String::new();
-    if let Some(first) = study.per_seed.first() {
-        let s = &first.scenario;
-        let _ = writeln!(
-            out,
-            "{}; {}; seeds {}; {:.0}% of jobs with deadlines (NewLB × {}), plan quantum {} ms, grace {} ms, jobs run {}",
-            s.cluster(),
-            s.workload_line(),
-            seeds_label(&study.seeds),
-            first.deadline_fraction * 100.0,
-            1.0 + first.slack,
-            first.quantum_ms,
-            first.grace_ms,
-            first.framework_policy,
-        );
-    }
+    let mut out = study
+        .per_seed
+        .first()
+        .map(|first| scenario_line(first, &format!("seeds {}", seeds_label(&study.seeds))))
+        .unwrap_or_default();
     out.push_str(&aligned(&rows));
     if !study.capacity_sweep.is_empty() {
         let sweep: Vec<String> = study
@@ -1091,7 +1091,7 @@ mod tests {
             .collect();
         let &(share, met, jct) = sweep
             .iter()
-            .max_by(|a, b| a.1.cmp(&b.1).then(b.2.total_cmp(&a.2)))
+            .max_by(|a, b| baseline_order((a.1, a.2), (b.1, b.2)))
             .expect("a sweep");
         for report in &mut comparison.policies {
             if report.production_share.is_some() {
