@@ -26,7 +26,7 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use fullerene_reservation::{
-    parse, AgentRoom, BestEffortTask, Plan, PlanConfig, PlanFollower, PolicyKind, ReservationId,
+    parse, AgentRoom, Plan, PlanConfig, PlanFollower, PolicyKind, PreemptibleTask, ReservationId,
     ReservationRequest, TaggedJob,
 };
 use fullerene_scheduling::testkit::machine;
@@ -105,12 +105,13 @@ fn bench_follow(c: &mut Criterion) {
             capacity: machine(),
         })
         .collect();
-    let tasks: Vec<BestEffortTask> = (0..AGENTS * 3)
-        .map(|k| BestEffortTask {
+    let tasks: Vec<PreemptibleTask> = (0..AGENTS * 3)
+        .map(|k| PreemptibleTask {
             key: TaskKey::new(FrameworkId::from("adhoc"), TaskId::from(k.to_string())),
             agent: agent(k / 3),
             started_ms: (k % 997) as u64,
             resources: vec("cpus=5,mem_mib=20480"),
+            reservation: None,
         })
         .collect();
     let decision = PlanFollower::new(0).follow(&plan, 1_000, &jobs, &short, &tasks);

@@ -6,10 +6,11 @@
 //! place tasks, it offers resources to frameworks, so the follower departs from Rayon:
 //! - a guarantee is a share of the offers: the reservation's jobs are offered what they are owed
 //!   first ([`ReservationShare::offer_first`]), before best-effort frameworks get anything;
-//! - reclaiming is naming best-effort tasks to kill ([`FollowerDecision::preempt`]), and only
-//!   after the shortfall has lasted a grace period (tasks that finish within it free the
-//!   capacity without a kill; the caller should rescind outstanding best-effort offers before
-//!   killing);
+//! - reclaiming is naming tasks to kill ([`FollowerDecision::preempt`]): best-effort tasks,
+//!   and other reservations' tasks beyond their own stage's allocation (capacity lent to them,
+//!   see [`PlanFollower::follow_with`]), only after the shortfall has lasted a grace period
+//!   (tasks that finish within it free the capacity without a kill; the caller should rescind
+//!   the victims' frameworks' outstanding offers before killing);
 //! - a shortfall is judged, and victims chosen, agent by agent ([`AgentRoom`]): the follower
 //!   places the reserved jobs' runnable task shapes ([`TaggedJob::shapes`]) on the agents' free
 //!   resources first, and kills only where a task of theirs then fits, on the agent where that
@@ -93,9 +94,11 @@ impl TaggedJob {
     }
 }
 
-/// A running best-effort task, a candidate for preemption.
+/// A running task that may be preempted for a reservation: a best-effort task, or a task of a
+/// reserved job, which is preempted only beyond its reservation's guarantee (see
+/// [`PlanFollower::follow_with`]).
 #[derive(Clone, Debug, PartialEq)]
-pub struct BestEffortTask {
+pub struct PreemptibleTask {
     /// The task.
     pub key: TaskKey,
     /// The agent it runs on.
@@ -104,6 +107,8 @@ pub struct BestEffortTask {
     pub started_ms: u64,
     /// What it holds.
     pub resources: ResourceVec,
+    /// The reservation its job runs in (`None`: best effort).
+    pub reservation: Option<ReservationId>,
 }
 
 /// One agent that takes new tasks, with what it has free now.
@@ -190,19 +195,20 @@ impl PlanFollower {
     }
 
     /// One cycle at wall-clock `now_ms`: `jobs` are the reserved jobs' loads, `agents` the
-    /// agents that take new tasks with their free resources, `best_effort` the running
-    /// best-effort tasks.
+    /// agents that take new tasks with their free resources, `running` the running tasks that
+    /// may be preempted (best effort, and reserved jobs' for what they hold beyond their
+    /// guarantees).
     pub fn follow(
         &mut self,
         plan: &Plan,
         now_ms: u64,
         jobs: &[TaggedJob],
         agents: &[AgentRoom],
-        best_effort: &[BestEffortTask],
+        running: &[PreemptibleTask],
     ) -> FollowerDecision {
         self.follow_with(plan, now_ms, jobs, agents, || Candidates {
             freeing: Vec::new(),
-            tasks: best_effort.to_vec(),
+            tasks: running.to_vec(),
         })
     }
 
@@ -272,6 +278,24 @@ impl PlanFollower {
     /// preemptions down by up to 73% a seed, but of seeds 1–6 it slowed best effort by
     /// 0.37–0.46 s on three and 0.1 s on one, and left two level, as Rayon §4.2 would have it:
     /// procrastinating is what gives best effort its latency.
+    ///
+    /// A reservation's running tasks beyond what their own stage's allocation holds now (all
+    /// of a stage the plan has not reached yet) run on capacity lent to them, as idle capacity
+    /// is lent to best effort: they are candidates for another reservation's stage debt
+    /// ([`preemptible`]), newest first, where best effort cannot make the room. YARN's
+    /// CapacityScheduler likewise preempts a queue over its capacity for one under it (Rayon
+    /// §5.2: each reservation is a queue). Without it, a job running early on idle capacity
+    /// kept it when the plan gave it to another: on the SLA comparison over seeds 1–30, a TPC-H
+    /// q21 (100 GB) held 127–139 of 160 cpus against a guarantee of 87–93 while a q5 accepted
+    /// beside it was owed 56 cpus for its last stage, found 5–13 free or best effort, ran that
+    /// stage 2 or 3 tasks at a time and finished 644 ms late. Wider rules were measured and
+    /// cost deadlines:
+    /// - all a reservation holds beyond its summed guarantee: a q15 behind its plan (its
+    ///   stage's allocation past, guaranteed nothing now) lost that stage's stragglers and
+    ///   finished 5.6 s late, so a stage whose allocations have passed lends nothing;
+    /// - lent also for debts of the summed rule, and taken before best effort when newer: a
+    ///   q13 finished 218 ms late, and the q21 above, owed a few cpus for one stage while it
+    ///   held three times its guarantee, killed the q5's early work (195 ms late).
     pub fn follow_with(
         &mut self,
         plan: &Plan,
@@ -307,6 +331,7 @@ impl PlanFollower {
         // What each reservation is owed, with its shapes, and which are overdue.
         let mut owed = Vec::new();
         let mut overdue = BTreeSet::new();
+        let mut lent = BTreeMap::new();
         let none_finished = BTreeSet::new();
         for (id, load) in &loads {
             // Under a repeat, atom numbers name every occurrence's allocations alike.
@@ -321,11 +346,16 @@ impl PlanFollower {
                 _ => &none_finished,
             };
             let guaranteed = self.guaranteed_ahead(plan, *id, now_ms, finished);
-            let due = guaranteed.saturating_sub(&load.held);
+            let due = summed_due(&guaranteed, &load.held, &machine);
             let owed_planned = due.min(&load.wanted_planned);
             decision.lendable += due.saturating_sub(&owed_planned);
             let bundles = self.guaranteed_bundles_ahead(plan, *id, now_ms, finished);
             let (offer_first, claims) = load.claims(*id, &owed_planned, &bundles, &machine);
+            let allocated = plan.bundles_allocated_from(*id, now_ms, finished);
+            let beyond = load.beyond_their_stages(&allocated, &bundles, &machine);
+            if !beyond.is_empty() {
+                lent.insert(*id, beyond);
+            }
             if offer_first.is_zero() {
                 self.short_since.remove(id);
             } else {
@@ -358,9 +388,42 @@ impl PlanFollower {
             return decision;
         }
         let may_kill: BTreeSet<ReservationId> = overdue.intersection(&unheld).copied().collect();
-        decision.preempt = room.victims(&owed, &may_kill, &candidates.tasks, now_ms);
+        let tasks = preemptible(candidates.tasks, &lent, &machine);
+        decision.preempt = room.victims(&owed, &may_kill, &tasks, now_ms);
         decision
     }
+}
+
+/// Of the running `tasks`, those that may be killed for a shortfall: every best-effort task,
+/// and of each reservation's, newest first, those beyond what their own stage's allocation
+/// holds now (`lent`: by reservation, how many tasks of each bundle,
+/// [`Load::beyond_their_stages`]; each task packed on `machine`, as [`TaggedJob::held`] counts
+/// it). A reservation owed anything lends nothing, so its tasks are never killed, not even for
+/// its own debts; nor are the tasks of a stage whose allocations have passed: a job behind its
+/// plan runs its stragglers there.
+fn preemptible(
+    tasks: Vec<PreemptibleTask>,
+    lent: &BTreeMap<ReservationId, Vec<(ResourceVec, u64)>>,
+    machine: &ResourceVec,
+) -> Vec<PreemptibleTask> {
+    let (mut kept, mut reserved): (Vec<_>, Vec<_>) =
+        tasks.into_iter().partition(|t| t.reservation.is_none());
+    reserved.sort_by(|a, b| b.started_ms.cmp(&a.started_ms).then(b.key.cmp(&a.key)));
+    let mut left = lent.clone();
+    for task in reserved {
+        let Some(by_bundle) = task.reservation.and_then(|id| left.get_mut(&id)) else {
+            continue;
+        };
+        let packed = packed_bundle(&task.resources, machine);
+        let stage = by_bundle
+            .iter_mut()
+            .find(|(bundle, count)| *count > 0 && same_bundle(bundle, &packed));
+        if let Some((_, count)) = stage {
+            *count -= 1;
+            kept.push(task);
+        }
+    }
+    kept
 }
 
 /// One reservation's load summed over the jobs that share it.
@@ -380,6 +443,35 @@ struct Load<'a> {
 }
 
 impl Load<'_> {
+    /// By bundle, how many of the running tasks that pack to it (on `machine`) are beyond what
+    /// the stages of that bundle hold now (`bundles`, the plan's allocations now), for the
+    /// bundles `allocated` now or later; tasks of stages whose allocations have passed, or
+    /// of shapes that pack to no bundle of the plan, are never beyond.
+    fn beyond_their_stages(
+        &self,
+        allocated: &[ResourceVec],
+        bundles: &[(ResourceVec, u64)],
+        machine: &ResourceVec,
+    ) -> Vec<(ResourceVec, u64)> {
+        allocated
+            .iter()
+            .filter_map(|bundle| {
+                let running: u64 = self
+                    .running
+                    .iter()
+                    .filter(|(shape, _)| same_bundle(bundle, &packed_bundle(shape, machine)))
+                    .map(|(_, count)| u64::from(*count))
+                    .sum();
+                let held_now = bundles
+                    .iter()
+                    .find(|(b, _)| same_bundle(b, bundle))
+                    .map_or(0, |(_, count)| *count);
+                let beyond = running.saturating_sub(held_now);
+                (beyond > 0).then_some((*bundle, beyond))
+            })
+            .collect()
+    }
+
     /// How many of each runnable shape (in [`Load::shapes`]' order) the plan's allocations now
     /// (`bundles`: each bundle with how many the atoms hold) owe bundle by bundle: for each
     /// bundle, the runnable tasks of the shapes that pack to it (on `machine`, as the request
@@ -434,7 +526,7 @@ impl Load<'_> {
             if debt > 0 {
                 in_debts += packed.scale(f64::from(debt));
                 debts_raw += shape.scale(f64::from(debt));
-                claims.push((id, shape.scale(f64::from(debt)), vec![(shape, debt)]));
+                claims.push((id, shape.scale(f64::from(debt)), vec![(shape, debt)], true));
             }
             let rest = count - debt;
             if rest > 0 {
@@ -449,9 +541,26 @@ impl Load<'_> {
             &left_planned,
         );
         if !rest.is_zero() {
-            claims.push((id, rest, left));
+            claims.push((id, rest, left, false));
         }
         ((debts_raw + rest).min(&self.wanted), claims)
+    }
+}
+
+/// What the summed rule owes a reservation guaranteed `guaranteed` whose jobs hold `held`
+/// (both in the plan's units), kind by kind: nothing once what they hold is as large a share
+/// of a `machine` as the guarantee in their dominant kinds (DRF's measure). Counted kind by
+/// kind alone, a job whose guaranteed stage is disk-heavy and whose running stage is not was
+/// owed disk while it held four times its cpus, and the allocator's guarantee tier handed it
+/// every machine its tasks freed: on the SLA comparison (seed 8), a TPC-H q7 (80 GB) holding
+/// 157 of 160 cpus against a guarantee of 36 took them back from a q15 owed 66 cpus for its
+/// last stage, which ran nothing for 6.6 s and finished 6 s late. A stage the plan gives
+/// bundles now is still owed them ([`Load::shape_debts`]), whatever the sum.
+fn summed_due(guaranteed: &ResourceVec, held: &ResourceVec, machine: &ResourceVec) -> ResourceVec {
+    if held.dominant_share(machine) + EPSILON >= guaranteed.dominant_share(machine) {
+        ResourceVec::ZERO
+    } else {
+        guaranteed.saturating_sub(held)
     }
 }
 
@@ -551,7 +660,7 @@ pub struct Candidates {
     /// resources): it counts as free there.
     pub freeing: Vec<(AgentId, ResourceVec)>,
     /// The running best-effort tasks that may be preempted.
-    pub tasks: Vec<BestEffortTask>,
+    pub tasks: Vec<PreemptibleTask>,
 }
 
 /// The agents' free resources while the follower places owed tasks on them in thought.
@@ -595,12 +704,12 @@ impl Room {
     /// (placing them in turn, first fit, shapes in their order).
     fn unheld(&mut self, owed: &[Owed]) -> BTreeSet<ReservationId> {
         owed.iter()
-            .filter(|(_, amount, shapes)| {
+            .filter(|(_, amount, shapes, _)| {
                 !self
                     .place(*amount, shapes, Room::fit_without_kill)
                     .is_zero()
             })
-            .map(|(id, _, _)| *id)
+            .map(|(id, ..)| *id)
             .collect()
     }
 
@@ -652,13 +761,15 @@ impl Room {
     }
 
     /// The tasks to kill so that the overdue amounts find room: each owed task goes where
-    /// there is room, else to the agent where killing its newest best-effort tasks makes
-    /// room at the least lost work (ties: fewer kills, then the agent's name).
+    /// there is room, else to the agent where killing its newest candidates makes room at the
+    /// least lost work (ties: fewer kills, then the agent's name). Reservations' tasks among
+    /// the candidates are killed only for another reservation's stage debt, and only where
+    /// best effort cannot make the room.
     fn victims(
         mut self,
         owed: &[Owed],
         may_kill: &BTreeSet<ReservationId>,
-        best_effort: &[BestEffortTask],
+        candidates: &[PreemptibleTask],
         now_ms: u64,
     ) -> Vec<TaskKey> {
         let mut killing = Killing {
@@ -668,7 +779,7 @@ impl Room {
             victims: Vec::new(),
             now_ms,
         };
-        for task in best_effort {
+        for task in candidates {
             if let Some(&slot) = self.index.get(&task.agent) {
                 killing.on_agent[slot].push(task);
             }
@@ -679,46 +790,51 @@ impl Room {
         // Every owed reservation's tasks take room in turn; kills only for the overdue ones
         // that found none. An agent where kills made more room than one task is found again
         // by `fit_by_killing` (at no cost), behind the cursor or not.
-        for (id, amount, shapes) in owed {
+        for (id, amount, shapes, stage_debt) in owed {
             let kill = may_kill.contains(id);
+            let lent_to = stage_debt.then_some(*id);
             self.place(*amount, shapes, |room, shape, cursor| {
                 if room.fit_without_kill(shape, cursor) {
                     killing.touch(*cursor);
                     return true;
                 }
-                kill && room.fit_by_killing(shape, &mut killing)
+                let line = Line {
+                    shape: *shape,
+                    lent_to,
+                };
+                kill && room.fit_by_killing(&line, &mut killing)
             });
         }
         killing.victims
     }
 
-    /// Frees room for `shape` on the agent where it costs the least, killing there (moving
-    /// the victims from `killing.on_agent` to `killing.victims`). False if no agent can hold
-    /// it even so.
-    fn fit_by_killing(&mut self, shape: &ResourceVec, killing: &mut Killing<'_>) -> bool {
-        let h = match killing.cheapest.iter().position(|(s, _)| s == shape) {
+    /// Frees room for `line`'s shape on the agent where it costs the least, killing there
+    /// (moving the victims from `killing.on_agent` to `killing.victims`). False if no agent
+    /// can hold it even so.
+    fn fit_by_killing(&mut self, line: &Line, killing: &mut Killing<'_>) -> bool {
+        let h = match killing.cheapest.iter().position(|(l, _)| l == line) {
             Some(h) => h,
             None => {
                 let heap = (0..self.free.len())
-                    .filter_map(|slot| killing.entry(&self.free, slot, shape))
+                    .filter_map(|slot| killing.entry(&self.free, slot, line))
                     .collect();
-                killing.cheapest.push((*shape, heap));
+                killing.cheapest.push((*line, heap));
                 killing.cheapest.len() - 1
             }
         };
         while let Some(Reverse(entry)) = killing.cheapest[h].1.pop() {
-            let (_, _, slot, version) = entry;
+            let (_, _, _, slot, version) = entry;
             if version != killing.version[slot] {
                 // The agent changed since: its cost is worked out again, and it goes back in
                 // line if it can still hold the shape (it never can again once it cannot: its
                 // free resources and its candidates together only shrink). A kill there
                 // already queued its new cost in every line.
-                if let Some(fresh) = killing.entry(&self.free, slot, shape) {
+                if let Some(fresh) = killing.entry(&self.free, slot, line) {
                     killing.cheapest[h].1.push(fresh);
                 }
                 continue;
             }
-            let Some((_, chosen)) = killing.cost(&self.free, slot, shape) else {
+            let Some((_, chosen)) = killing.cost(&self.free, slot, line) else {
                 continue;
             };
             let free = &mut self.free[slot];
@@ -727,7 +843,7 @@ impl Room {
                 *free += task.resources;
                 killing.victims.push(task.key.clone());
             }
-            *free = free.saturating_sub(shape);
+            *free = free.saturating_sub(&line.shape);
             killing.touch(slot);
             // The kill may have made the agent cheaper for other shapes too (victims can free
             // more than this shape needed): every shape's line gets its new cost.
@@ -743,27 +859,38 @@ impl Room {
     }
 }
 
-/// A reservation, an amount it is owed and the shapes of the tasks that are to take it (a
-/// reservation may have several: a stage's own debt, then the rest for any of its shapes).
-type Owed = (ReservationId, ResourceVec, Vec<(ResourceVec, u32)>);
+/// A reservation, an amount it is owed, the shapes of the tasks that are to take it, and
+/// whether it is a stage's own debt (a reservation may have several: each stage's debt, then
+/// the rest of the summed rule for any of its shapes).
+type Owed = (ReservationId, ResourceVec, Vec<(ResourceVec, u32)>, bool);
 
 /// The most tasks one [`Room::place`] places: a bound on the leader's work each follow, whatever
 /// counts and shapes frameworks report (a shape of a billionth of a cpu with a count of
 /// billions would otherwise be placed one by one).
 const MAX_PLACED_TASKS: usize = 100_000;
 
-/// One agent's place in line for a shape: (work lost, kills, agent slot, agent version).
-type CostEntry = Reverse<(u64, usize, usize, u64)>;
+/// What [`Room::victims`] makes room for: a task shape, and the reservation whose stage debt
+/// it is, if it may take capacity other reservations hold on loan. Each line keeps its agents
+/// in order of cost.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Line {
+    shape: ResourceVec,
+    lent_to: Option<ReservationId>,
+}
+
+/// One agent's place in line for a shape: (reservations' tasks killed, work lost, kills, agent
+/// slot, agent version).
+type CostEntry = Reverse<(usize, u64, usize, usize, u64)>;
 
 /// The candidates of [`Room::victims`] by agent, and for each shape the agents in order of
 /// what making room for it there costs. Entries are worked out again when their agent has
 /// changed since (its version), so a kill costs one agent's update, not a scan of all.
 struct Killing<'t> {
     /// Each agent's candidates, newest first.
-    on_agent: Vec<Vec<&'t BestEffortTask>>,
+    on_agent: Vec<Vec<&'t PreemptibleTask>>,
     /// Bumped whenever an agent's free resources or candidates change.
     version: Vec<u64>,
-    cheapest: Vec<(ResourceVec, BinaryHeap<CostEntry>)>,
+    cheapest: Vec<(Line, BinaryHeap<CostEntry>)>,
     victims: Vec<TaskKey>,
     now_ms: u64,
 }
@@ -775,37 +902,60 @@ impl Killing<'_> {
         }
     }
 
-    /// What making room for `shape` on agent `slot` costs: (work lost, kills) and the
+    /// What making room for `line`'s shape on agent `slot` costs: (work lost, kills) and the
     /// candidates to kill there (positions in `on_agent[slot]`), newest first, skipping those
-    /// that hold none of what is missing. `None` if even killing them all leaves no room.
+    /// that hold none of what is missing, and reservations' tasks unless the line takes lent
+    /// capacity. `None` if even killing them all leaves no room.
+    /// Reservations' lent tasks come last: on an agent where best effort alone makes room
+    /// they are spared, and an agent that needs them costs more than any that does not.
     fn cost(
         &self,
         free: &[ResourceVec],
         slot: usize,
+        line: &Line,
+    ) -> Option<((usize, u64, usize), Vec<usize>)> {
+        let best_effort_only = self.cost_with(free, slot, &line.shape, None);
+        if best_effort_only.is_some() || line.lent_to.is_none() {
+            return best_effort_only;
+        }
+        self.cost_with(free, slot, &line.shape, line.lent_to)
+    }
+
+    /// [`Killing::cost`] with the tasks of reservations other than `lent_to` among the
+    /// candidates, or best effort's alone (`None`).
+    fn cost_with(
+        &self,
+        free: &[ResourceVec],
+        slot: usize,
         shape: &ResourceVec,
-    ) -> Option<((u64, usize), Vec<usize>)> {
+        lent_to: Option<ReservationId>,
+    ) -> Option<((usize, u64, usize), Vec<usize>)> {
         let mut room = *free.get(slot)?;
         let mut chosen = Vec::new();
-        let mut lost = 0u64;
+        let (mut lost, mut lent_kills) = (0u64, 0usize);
         for (i, task) in self.on_agent[slot].iter().enumerate() {
             if shape.fits_in(&room) {
                 break;
+            }
+            if task.reservation.is_some() && (lent_to.is_none() || task.reservation == lent_to) {
+                continue;
             }
             if task.resources.min(&shape.saturating_sub(&room)).sum() <= EPSILON {
                 continue;
             }
             room += task.resources;
             lost += self.now_ms.saturating_sub(task.started_ms);
+            lent_kills += usize::from(task.reservation.is_some());
             chosen.push(i);
         }
         shape
             .fits_in(&room)
-            .then_some(((lost, chosen.len()), chosen))
+            .then_some(((lent_kills, lost, chosen.len()), chosen))
     }
 
-    fn entry(&self, free: &[ResourceVec], slot: usize, shape: &ResourceVec) -> Option<CostEntry> {
-        let ((lost, kills), _) = self.cost(free, slot, shape)?;
-        Some(Reverse((lost, kills, slot, self.version[slot])))
+    fn entry(&self, free: &[ResourceVec], slot: usize, line: &Line) -> Option<CostEntry> {
+        let ((lent_kills, lost, kills), _) = self.cost(free, slot, line)?;
+        Some(Reverse((lent_kills, lost, kills, slot, self.version[slot])))
     }
 }
 
@@ -890,12 +1040,13 @@ mod tests {
         }]
     }
 
-    fn be_task(name: &str, started_ms: u64, n: f64) -> BestEffortTask {
-        BestEffortTask {
+    fn be_task(name: &str, started_ms: u64, n: f64) -> PreemptibleTask {
+        PreemptibleTask {
             key: TaskKey::new(FrameworkId::from("adhoc"), TaskId::from(name)),
             agent: AgentId::from("a1"),
             started_ms,
             resources: cpus(n),
+            reservation: None,
         }
     }
 
@@ -1186,6 +1337,179 @@ mod tests {
         assert_eq!(names, ["new", "mid"]);
     }
 
+    /// A task of a job in reservation `id` (framework `etl-<id>`) on a1.
+    fn reserved_task(id: u64, name: &str, started_ms: u64, n: f64) -> PreemptibleTask {
+        PreemptibleTask {
+            key: TaskKey::new(FrameworkId::from(format!("etl-{id}")), TaskId::from(name)),
+            reservation: Some(ReservationId(id)),
+            ..be_task(name, started_ms, n)
+        }
+    }
+
+    /// r1 as in [`plan_with_r1`], r2 of two stages and r3 of one in a 12-cpu plan (one
+    /// agent's worth). r2: a 2-cpu stage on one bundle for the hour, and a 1-cpu stage on two
+    /// bundles for its last half hour; r3: a 4-cpu stage on one bundle for its first ten
+    /// minutes.
+    fn plan_with_r1_r2_r3() -> Plan {
+        let mut plan = Plan::new(PlanConfig::new(0, PolicyKind::Gree), cpus(AGENT_CPUS));
+        admit_rdl(
+            &mut plan,
+            1,
+            "window(atom(cpus=1; g=4, h=4, l=1m, w=4h), s=0, f=1h)",
+        );
+        admit_rdl(
+            &mut plan,
+            2,
+            "window(all(atom(cpus=2; g=1, h=1, l=1m, w=1h), \
+             window(atom(cpus=1; g=1, h=2, l=1m, w=1h), s=30m, f=1h)), s=0, f=1h)",
+        );
+        admit_rdl(
+            &mut plan,
+            3,
+            "window(atom(cpus=4; g=1, h=1, l=1m, w=10m), s=0, f=10m)",
+        );
+        plan
+    }
+
+    /// r2's job running `tasks` (shape and count), asking for nothing more.
+    fn r2_job(tasks: &[(f64, u32)]) -> TaggedJob {
+        TaggedJob {
+            reservation: ReservationId(2),
+            held: tasks.iter().fold(ResourceVec::ZERO, |sum, (n, count)| {
+                sum + cpus(n * f64::from(*count))
+            }),
+            shapes: Vec::new(),
+            finished_atoms: BTreeSet::new(),
+            running: tasks.iter().map(|(n, count)| (cpus(*n), *count)).collect(),
+        }
+    }
+
+    /// `count` tasks of r2 of `n` cpus named `<prefix>-1` (oldest) on, started a minute apart
+    /// from `from_ms`.
+    fn r2_tasks(prefix: &str, count: u32, n: f64, from_ms: u64) -> Vec<PreemptibleTask> {
+        (1..=count)
+            .map(|k| {
+                let started_ms = from_ms + u64::from(k) * MINUTE;
+                reserved_task(2, &format!("{prefix}-{k}"), started_ms, n)
+            })
+            .collect()
+    }
+
+    /// A reservation's jobs running tasks beyond their stage's allocation now (a stage ahead of
+    /// the plan has none yet) give that lent capacity back to another reservation's stage
+    /// debt, newest first, where best effort cannot make the room. Within their stage's
+    /// allocation, in a stage whose allocation has passed (stragglers), or for a debt of the
+    /// summed rule alone, their tasks are never killed.
+    #[test]
+    fn a_reservation_running_ahead_of_its_plan_gives_lent_capacity_back() {
+        let plan = plan_with_r1_r2_r3();
+        let follow_at = |now_ms, r1: TaggedJob, other: TaggedJob, tasks: &[PreemptibleTask]| {
+            let jobs = [r1, other];
+            let decision = PlanFollower::new(0).follow(&plan, now_ms, &jobs, &agent(0.0), tasks);
+            names(&decision.preempt)
+                .into_iter()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        };
+        let follow_with_r1 = |r1, r2, tasks: &[PreemptibleTask]| follow_at(MINUTE, r1, r2, tasks);
+        let follow = |r2, tasks: &[PreemptibleTask]| follow_with_r1(job(0.0, 4.0), r2, tasks);
+        let best_effort = |count: u32| -> Vec<PreemptibleTask> {
+            (1..=count)
+                .map(|k| be_task(&format!("be-{k}"), 0, 1.0))
+                .collect()
+        };
+        // r2 (guaranteed its 2-cpu stage) runs 4 tasks of its 1-cpu stage, which the plan
+        // reaches only in half an hour, and none of the other: all 4 are beyond their stage's
+        // allocation now (none). Best effort holds the other 8 cpus. r1 is owed 4: best effort goes first, though its
+        // tasks are older.
+        let mut tasks = r2_tasks("ahead", 4, 1.0, 0);
+        tasks.extend(best_effort(8));
+        let victims = follow(r2_job(&[(1.0, 4)]), &tasks);
+        assert_eq!(victims, ["be-8", "be-7", "be-6", "be-5"], "{victims:?}");
+        // With best effort holding 2 cpus and r2 8 (its 2-cpu stage's bundle and two tasks
+        // beyond it): best effort's 2, then r2's newest tasks beyond its stages' allocations.
+        let mut tasks = r2_tasks("ahead", 4, 1.0, 10 * MINUTE);
+        tasks.extend(r2_tasks("begun", 2, 2.0, 0));
+        tasks.extend(best_effort(2));
+        let victims = follow(r2_job(&[(1.0, 4), (2.0, 2)]), &tasks);
+        assert_eq!(
+            victims,
+            ["be-2", "be-1", "ahead-4", "ahead-3"],
+            "{victims:?}"
+        );
+
+        // r2 runs 5 tasks of its 2-cpu stage, whose allocation (one bundle) has begun: the
+        // four beyond it are lent, and the newest goes once best effort's 2 cpus have.
+        let mut tasks = r2_tasks("begun", 5, 2.0, 0);
+        tasks.extend(best_effort(2));
+        let victims = follow(r2_job(&[(2.0, 5)]), &tasks);
+        assert_eq!(victims, ["be-2", "be-1", "begun-5"], "{victims:?}");
+
+        // At 20 minutes r3, whose stage's allocation ended at 10, still runs two of its tasks
+        // (8 cpus beyond its guarantee of nothing): they are its stragglers, and only best
+        // effort goes, though older.
+        let r3 = TaggedJob {
+            reservation: ReservationId(3),
+            held: cpus(8.0),
+            shapes: Vec::new(),
+            finished_atoms: BTreeSet::new(),
+            running: vec![(cpus(4.0), 2)],
+        };
+        let mut tasks: Vec<PreemptibleTask> = (1..=2)
+            .map(|k| reserved_task(3, &format!("late-{k}"), 15 * MINUTE, 4.0))
+            .collect();
+        tasks.extend(best_effort(4));
+        let victims = follow_at(20 * MINUTE, job(0.0, 4.0), r3, &tasks);
+        assert_eq!(victims, ["be-4", "be-3", "be-2", "be-1"], "{victims:?}");
+
+        // r1's job runs 3-cpu tasks, a shape its plan has no bundle for: it is owed 4 cpus by
+        // the summed rule only, not as a stage's debt. Best effort makes room for one task;
+        // r2's lent capacity is not taken for the second.
+        let r1 = TaggedJob {
+            shapes: vec![(cpus(3.0), 2)],
+            ..job(0.0, 4.0)
+        };
+        let mut tasks = r2_tasks("ahead", 4, 1.0, 0);
+        tasks.extend(best_effort(3));
+        let victims = follow_with_r1(r1, r2_job(&[(1.0, 4)]), &tasks);
+        assert_eq!(victims, ["be-1", "be-2", "be-3"], "{victims:?}");
+    }
+
+    /// r1 guaranteed four disk-heavy bundles (the guaranteed stage's) while its job runs a
+    /// stage of 2-cpu tasks without disk ahead of the plan, holding twice the guarantee's
+    /// dominant share: the summed rule owes it nothing, though it holds less disk than the
+    /// guarantee. Counted kind by kind it was owed disk, and offered first every machine its
+    /// tasks freed.
+    #[test]
+    fn a_reservation_holding_its_guarantee_in_its_dominant_kind_is_owed_nothing_in_sum() {
+        let vec = |text: &str| text.parse::<ResourceVec>().expect("vec");
+        let machine = vec("cpus=12,disk_mbps=1200");
+        let mut plan = Plan::new(PlanConfig::new(0, PolicyKind::Gree), machine);
+        admit_rdl(
+            &mut plan,
+            1,
+            "window(atom(cpus=1,disk_mbps=100; g=4, h=4, l=1m, w=4h), s=0, f=1h)",
+        );
+        let agents = vec![AgentRoom {
+            agent: AgentId::from("a1"),
+            free: vec("cpus=4,disk_mbps=1200"),
+            capacity: machine,
+        }];
+        let ahead = |held_cpus: f64, running: u32| TaggedJob {
+            reservation: ReservationId(1),
+            held: cpus(held_cpus),
+            shapes: vec![(vec("cpus=2,disk_mbps=10"), 4)],
+            finished_atoms: BTreeSet::new(),
+            running: vec![(cpus(2.0), running)],
+        };
+        let mut follower = PlanFollower::new(0);
+        let decision = follower.follow(&plan, MINUTE, &[ahead(8.0, 4)], &agents, &[]);
+        assert_eq!(decision.shares[0].offer_first, ResourceVec::ZERO);
+        // Holding a smaller share than the guarantee's dominant one, it is owed again.
+        let decision = follower.follow(&plan, MINUTE, &[ahead(2.0, 1)], &agents, &[]);
+        assert!(!decision.shares[0].offer_first.is_zero(), "{decision:?}");
+    }
+
     #[test]
     fn no_preemption_when_free_capacity_covers_the_guarantee() {
         let plan = plan_with_r1();
@@ -1257,8 +1581,8 @@ mod tests {
             .collect()
     }
 
-    fn be_task_on(agent: &str, name: &str, started_ms: u64, n: f64) -> BestEffortTask {
-        BestEffortTask {
+    fn be_task_on(agent: &str, name: &str, started_ms: u64, n: f64) -> PreemptibleTask {
+        PreemptibleTask {
             agent: AgentId::from(agent),
             ..be_task(name, started_ms, n)
         }

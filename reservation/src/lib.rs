@@ -50,7 +50,7 @@ pub mod steps;
 pub mod units;
 
 pub use follower::{
-    AgentRoom, BestEffortTask, Candidates, FollowerDecision, PlanFollower, ReservationShare,
+    AgentRoom, Candidates, FollowerDecision, PlanFollower, PreemptibleTask, ReservationShare,
     TaggedJob,
 };
 pub use placement::PolicyKind;

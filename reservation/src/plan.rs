@@ -202,6 +202,24 @@ impl Reservation {
             })
     }
 
+    /// The bundles of its atoms not in `finished` that hold some allocation at quantum `t` or
+    /// later: the stages its jobs run now or ahead of the plan. A bundle left out is of stages
+    /// whose allocations have all passed, which its jobs can only be running behind the plan.
+    pub fn bundles_allocated_from(&self, t: u64, finished: &BTreeSet<u32>) -> Vec<ResourceVec> {
+        let mut bundles: Vec<ResourceVec> = Vec::new();
+        for allocation in self
+            .allocations
+            .iter()
+            .filter(|a| !finished.contains(&a.atom.atom))
+        {
+            if allocation.pieces.iter().any(|p| p.end > t) && !bundles.contains(&allocation.bundle)
+            {
+                bundles.push(allocation.bundle);
+            }
+        }
+        bundles
+    }
+
     /// [`Reservation::held_for_atoms_left`] bundle by bundle: how many of each bundle its
     /// atoms hold at quantum `t`, atoms with equal bundles (stages of one demand) together, in
     /// the order of their first atom; bundles held by none are left out.
@@ -472,6 +490,19 @@ impl Plan {
         self.reservations
             .get(&id)
             .map_or(ResourceVec::ZERO, |r| r.held_for_atoms_left(t, finished))
+    }
+
+    /// [`Reservation::bundles_allocated_from`] for reservation `id` at `at_ms`.
+    pub fn bundles_allocated_from(
+        &self,
+        id: ReservationId,
+        at_ms: u64,
+        finished: &BTreeSet<u32>,
+    ) -> Vec<ResourceVec> {
+        let t = self.quanta().containing(at_ms);
+        self.reservations
+            .get(&id)
+            .map_or_else(Vec::new, |r| r.bundles_allocated_from(t, finished))
     }
 
     /// [`Plan::guaranteed_for_atoms_left`] bundle by bundle

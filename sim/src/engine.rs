@@ -67,7 +67,7 @@ use std::collections::{BTreeSet, VecDeque};
 
 use fullerene_proto::{AgentId, FrameworkId, ResourceKind, ResourceVec};
 use fullerene_reservation::{
-    packed_bundle, AgentRoom, BestEffortTask, Candidates, ReservationId, TaggedJob,
+    packed_bundle, AgentRoom, Candidates, PreemptibleTask, ReservationId, TaggedJob,
 };
 use fullerene_scheduling::allocator::{
     AgentMatching, AllocatorConfig, AllocatorError, InterJobPolicy,
@@ -339,7 +339,7 @@ pub(crate) struct Engine<'a> {
     following: Option<Following>,
     /// When the next tick queued for the plan follower is due.
     follow_tick_at: Option<f64>,
-    /// When the follower last killed best-effort tasks.
+    /// When the follower last killed tasks for a reservation.
     killed_at: Option<f64>,
 }
 
@@ -1276,9 +1276,10 @@ impl<'a> Engine<'a> {
     }
 
     /// One round of Rayon's plan follower (§5.2), when the run follows a plan
-    /// ([`crate::reserved`]): the reserved jobs' loads and the running best-effort tasks go to
-    /// the [`PlanFollower`](fullerene_reservation::PlanFollower), whose shares become the
-    /// allocator's guarantees and whose preemptions kill best-effort tasks here. Returns the
+    /// ([`crate::reserved`]): the reserved jobs' loads and the running tasks go to the
+    /// [`PlanFollower`](fullerene_reservation::PlanFollower), whose shares become the
+    /// allocator's guarantees and whose preemptions kill tasks here (best effort, or reserved
+    /// jobs' beyond their reservation's guarantee). Returns the
     /// reserved jobs (with their reservations) the coming cycle must offer to: owed resources
     /// with a runnable task that fits some machine now.
     fn follow_plan(&mut self) -> Result<Vec<OwedJob>, SimError> {
@@ -1350,7 +1351,8 @@ impl<'a> Engine<'a> {
             });
             tagged_jobs.push(j);
         }
-        // The running best-effort tasks, walked only on a shortfall.
+        // The running tasks, walked only on a shortfall: best effort, and reserved jobs' for
+        // what their reservations hold beyond their guarantees (the follower's rule).
         let (tasks, frameworks, framework_ids, agent_ids, now_s) = (
             &self.tasks,
             &self.frameworks,
@@ -1364,19 +1366,11 @@ impl<'a> Engine<'a> {
                 let Some(task) = task else {
                     continue;
                 };
-                if reservation_of
-                    .get(task.framework)
-                    .copied()
-                    .flatten()
-                    .is_some()
-                {
-                    continue;
-                }
                 let started_s = frameworks[task.framework]
                     .as_ref()
                     .and_then(|fw| fw.state.launched_at(task.task))
                     .unwrap_or(now_s);
-                candidates.tasks.push(BestEffortTask {
+                candidates.tasks.push(PreemptibleTask {
                     // The slot names the task: a kill finds it without a map.
                     key: TaskKey::new(
                         framework_ids[task.framework].clone(),
@@ -1385,6 +1379,7 @@ impl<'a> Engine<'a> {
                     agent: agent_ids[task.machine].clone(),
                     started_ms: seconds_to_ms(started_s),
                     resources: task.demand,
+                    reservation: reservation_of.get(task.framework).copied().flatten(),
                 });
             }
             candidates
@@ -1515,8 +1510,8 @@ impl<'a> Engine<'a> {
         self.follow_tick_at = Some(at);
     }
 
-    /// Kills the best-effort task in `slot` for a reservation: it goes back to pending and its
-    /// work so far is lost.
+    /// Kills the task in `slot` for a reservation (best effort, or a reserved job's beyond its
+    /// own reservation's guarantee): it goes back to pending and its work so far is lost.
     fn preempt(&mut self, slot: usize) -> Result<(), SimError> {
         let Some((task, was_overloaded)) = self.unload(slot)? else {
             return Ok(());

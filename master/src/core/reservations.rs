@@ -1,6 +1,7 @@
 //! The leader's plan follower (issue 17; Rayon §5.2): what the replicated plan guarantees each
 //! reservation now becomes offers to the frameworks running its jobs, made before anyone
-//! else's, and best-effort tasks that sit in the way too long are killed.
+//! else's, and tasks that sit in the way too long are killed: best effort, and reserved jobs'
+//! beyond their own reservation's guarantee.
 //!
 //! Every [`FOLLOW_INTERVAL`], when an allocation cycle starts, the leader reads the plan's
 //! current slice through [`PlanFollower::follow`] with:
@@ -11,8 +12,9 @@
 //! - the free capacity agent by agent: each agent's unused resources, plus what tasks being
 //!   killed there still hold (they free it within their kill grace, and must not be preempted
 //!   twice over);
-//! - the best-effort tasks: the live tasks of every other framework, with their agents and
-//!   launch times.
+//! - the running tasks that may be preempted: the live tasks of every framework, with their
+//!   agents, launch times and, for reserved jobs, their reservation (the follower kills those
+//!   only within what their reservation holds beyond its guarantee).
 //!
 //! Each reservation's `offer_first` is split over its frameworks by what each wants and handed
 //! to the allocator as guarantees (`OfferManager::set_guarantees`). Preemptions become a
@@ -33,7 +35,7 @@ use std::time::Duration;
 use fullerene_proto::messages::{MasterToFramework, ReservationProgress};
 use fullerene_proto::{FrameworkId, Now, ResourceVec, TaskKey, Time};
 use fullerene_reservation::{
-    packed_bundle, AgentRoom, BestEffortTask, Candidates, FollowerDecision, PlanFollower,
+    packed_bundle, AgentRoom, Candidates, FollowerDecision, PlanFollower, PreemptibleTask,
     ReservationId, TaggedJob,
 };
 
@@ -43,7 +45,7 @@ use crate::state::{ClusterState, Command};
 use crate::storage::RaftStore;
 
 /// How often the follower runs: it walks every tagged framework, and on a shortfall every live
-/// task for the best-effort candidates, so not on each of the allocator's cycles (one every
+/// task for the candidates to preempt, so not on each of the allocator's cycles (one every
 /// 25-100 ms); shares stay with the allocator in between.
 pub const FOLLOW_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -65,7 +67,7 @@ fn close_interval(quantum_ms: u64) -> Duration {
 /// changes add runs to it).
 const IDLE_CLOSE_INTERVAL: Duration = Duration::from_secs(600);
 
-/// The default grace period before best-effort tasks are preempted for a reservation
+/// The default grace period before tasks are preempted for a reservation
 /// (`--reservation-grace-secs`): long enough for short tasks to end on their own.
 pub const DEFAULT_RESERVATION_GRACE: Duration = Duration::from_secs(30);
 
@@ -133,7 +135,7 @@ impl Following {
 }
 
 /// What one follow gathered from the state: the reserved jobs' loads with the frameworks
-/// behind them and the agents' free capacity. The best-effort tasks are walked only on a
+/// behind them and the agents' free capacity. The running tasks are walked only on a
 /// shortfall ([`candidates`]).
 struct Loads {
     jobs: Vec<TaggedJob>,
@@ -233,8 +235,10 @@ fn gather(state: &ClusterState, offers: &OfferManager) -> Loads {
     }
 }
 
-/// The best-effort tasks that may be preempted, and what tasks being killed will free within
-/// their grace: a walk over every task, so made only when the free capacity falls short.
+/// The running tasks that may be preempted (best effort, and reserved jobs' tagged with their
+/// reservation: the follower kills those only beyond their reservation's guarantee), and what
+/// tasks being killed will free within their grace: a walk over every task, so made only when
+/// the free capacity falls short.
 fn candidates(
     state: &ClusterState,
     tagged: &BTreeMap<FrameworkId, ReservationId>,
@@ -242,7 +246,7 @@ fn candidates(
 ) -> Candidates {
     let mut candidates = Candidates::default();
     for (key, record) in state.tasks() {
-        if record.state.is_terminal() || tagged.contains_key(&key.framework_id) {
+        if record.state.is_terminal() {
             continue;
         }
         if record.kill_requested || in_flight.contains(key) {
@@ -251,11 +255,12 @@ fn candidates(
                 .push((record.agent_id.clone(), record.demand));
             continue;
         }
-        candidates.tasks.push(BestEffortTask {
+        candidates.tasks.push(PreemptibleTask {
             key: key.clone(),
             agent: record.agent_id.clone(),
             started_ms: record.launched_at_ms,
             resources: record.demand,
+            reservation: tagged.get(&key.framework_id).copied(),
         });
     }
     candidates
@@ -346,7 +351,7 @@ impl<S: RaftStore> MasterCore<S> {
             tracing::info!(
                 reservation,
                 tasks = decision.preempt.len(),
-                "a reservation's shortfall outlasted the grace period: preempting best-effort tasks"
+                "a reservation's shortfall outlasted the grace period: preempting tasks that hold its capacity"
             );
             self.following
                 .preempts_in_flight

@@ -1903,6 +1903,19 @@ fn reserved_job(job: &str, tasks: u32, reservation: &str) -> fullerene_proto::jo
     }
 }
 
+/// Why `outputs` tell the framework on `session` that `task` changed state (`None`: they do
+/// not tell it, or give no reason).
+fn update_reason(outputs: &[Output], session: SessionId, task: &str) -> Option<StatusReason> {
+    to_framework(outputs, session)
+        .into_iter()
+        .find_map(|message| match message {
+            MasterToFramework::Update(update) if update.task_id.as_str() == task => {
+                update.reason.clone()
+            }
+            _ => None,
+        })
+}
+
 /// Issue 17, point 4: the plan follower. A best-effort framework fills a 4-cpu agent; then a
 /// reservation guarantees 2 cpus and a framework runs a job in it, in a group whose weight
 /// gives it almost no fair share (so that without the guarantee the allocator would hand freed
@@ -1959,15 +1972,7 @@ fn a_reservations_jobs_are_offered_their_guarantee_first_and_best_effort_is_pree
     assert_eq!(answer, Some(Ok(CallOk::Done)));
     h.want(&prod, prod_session, 2);
 
-    let killed = |outputs: &[Output]| -> Vec<TaskId> {
-        to_agent(outputs, agent_session)
-            .into_iter()
-            .filter_map(|message| match message {
-                MasterToAgent::Kill { task_id, .. } => Some(task_id.clone()),
-                _ => None,
-            })
-            .collect()
-    };
+    let killed = |outputs: &[Output]| kills_to(outputs, agent_session);
     // Short of 2 cpus with none free: nothing is killed within the grace period.
     let within = h.pass(DEFAULT_RESERVATION_GRACE - Duration::from_secs(2));
     assert!(killed(&within).is_empty(), "killed within the grace period");
@@ -1996,17 +2001,8 @@ fn a_reservations_jobs_are_offered_their_guarantee_first_and_best_effort_is_pree
         );
         let outputs = h.input(Input::AgentStatus(AgentId::from("agent-1"), ended));
         after_kills.extend(outputs);
-        let told = to_framework(&after_kills, be_session)
-            .into_iter()
-            .find_map(|message| match message {
-                MasterToFramework::Update(update) if update.task_id == *victim => {
-                    Some(update.clone())
-                }
-                _ => None,
-            })
-            .expect("the best-effort framework is told");
         assert_eq!(
-            told.reason,
+            update_reason(&after_kills, be_session, victim.as_str()),
             Some(StatusReason::Preempted {
                 reservation: "etl".into()
             })
@@ -2045,6 +2041,81 @@ fn a_reservations_jobs_are_offered_their_guarantee_first_and_best_effort_is_pree
     // No more preemption once the shortfall is covered by what is free.
     let later = h.pass(Duration::from_secs(5));
     assert!(killed(&later).is_empty());
+}
+
+/// Issue 17, point 4, between reservations: a reserved job that ran beyond its own
+/// reservation's guarantee on an idle agent holds lent capacity, as best effort would. When a
+/// second reservation's job is owed cpus and none are free, the first job's newest tasks
+/// beyond its guarantee are preempted for it after the grace period, named for the second
+/// reservation; the task within the first reservation's guarantee is not.
+#[test]
+fn a_reserved_job_beyond_its_guarantee_is_preempted_for_another_reservation() {
+    let mut h = Harness::leader();
+    let (agent_session, _) = h.register_agent("agent-1", "cpus=4,mem_mib=4096");
+    h.heartbeating.push(AgentId::from("agent-1"));
+    let wall = h.now.wall_ms();
+    h.now = h.now.after(Duration::from_millis(120_000 - wall));
+    // One bundle of the jobs' task for "early", two for "etl", for the next ten minutes.
+    h.reserve(
+        "early",
+        "window(atom(cpus=1,mem_mib=512; g=1, h=1, l=1m, w=10m), s=0, f=10m)",
+    );
+    h.reserve(
+        "etl",
+        "window(atom(cpus=1,mem_mib=512; g=2, h=2, l=1m, w=20m), s=0, f=10m)",
+    );
+
+    // "early"'s job takes the whole idle agent: its guaranteed task and three more.
+    let (early_session, early) = h.subscribe("framework-1", None);
+    let (answer, _) = h.call(
+        &early,
+        early_session,
+        FrameworkRequest::DescribeJob(reserved_job("e1", 4, "early")),
+    );
+    assert_eq!(answer, Some(Ok(CallOk::Done)));
+    h.want(&early, early_session, 4);
+    let mut launched = 0;
+    while launched < 4 {
+        for offer in h.offers_for(early_session) {
+            let cpus = offer.resources.to_vec().expect("valid offer")
+                [fullerene_proto::ResourceKind::Cpus] as usize;
+            let fit = cpus.min(4 - launched);
+            let tasks = (0..fit)
+                .map(|i| task(&format!("e1-{}", launched + i), ONE_TASK))
+                .collect();
+            let (answer, _) = h.accept(&early, early_session, &offer, tasks);
+            assert_eq!(answer, Some(Ok(CallOk::Done)));
+            launched += fit;
+            // A second apart: the newest are the highest-numbered.
+            h.now = h.now.after(Duration::from_secs(1));
+        }
+    }
+    h.want(&early, early_session, 0);
+
+    let (etl_session, etl) = h.subscribe("framework-2", None);
+    let (answer, _) = h.call(
+        &etl,
+        etl_session,
+        FrameworkRequest::DescribeJob(reserved_job("q1", 2, "etl")),
+    );
+    assert_eq!(answer, Some(Ok(CallOk::Done)));
+    h.want(&etl, etl_session, 2);
+
+    let killed = |outputs: &[Output]| kills_to(outputs, agent_session);
+    let within = h.pass(DEFAULT_RESERVATION_GRACE - Duration::from_secs(2));
+    assert!(killed(&within).is_empty(), "killed within the grace period");
+    let after = h.pass(Duration::from_secs(4));
+    let mut victims = killed(&after);
+    victims.sort();
+    assert_eq!(victims, [TaskId::from("e1-2"), TaskId::from("e1-3")]);
+    let ended = update("e1-3", &early, "agent-1", TaskState::Killed, 1);
+    let outputs = h.input(Input::AgentStatus(AgentId::from("agent-1"), ended));
+    assert_eq!(
+        update_reason(&outputs, early_session, "e1-3"),
+        Some(StatusReason::Preempted {
+            reservation: "etl".into()
+        })
+    );
 }
 
 /// The leader's plan follower owes a reservation only the allocations of the atoms its job
