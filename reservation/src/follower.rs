@@ -44,7 +44,7 @@
 //! ([`FollowerDecision::lendable`]); among best-effort frameworks the allocator keeps its
 //! deficit-counter fairness, the follower only says how much of the cluster is theirs now.
 //!
-//! Sans-IO like the rest of the crate: the time, the jobs' loads and the best-effort tasks are
+//! Sans-IO like the rest of the crate: the time, the jobs' loads and the running tasks are
 //! passed in, decisions come back.
 
 use std::cmp::Reverse;
@@ -95,8 +95,8 @@ impl TaggedJob {
 }
 
 /// A running task that may be preempted for a reservation: a best-effort task, or a task of a
-/// reserved job, which is preempted only beyond its reservation's guarantee (see
-/// [`PlanFollower::follow_with`]).
+/// reserved job, which is preempted only as capacity lent to it, beyond its own stage's
+/// allocation (see [`PlanFollower::follow_with`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct PreemptibleTask {
     /// The task.
@@ -153,8 +153,8 @@ pub struct FollowerDecision {
     /// Reserved capacity that no reservation's jobs use or ask for now: best-effort work may
     /// use it until a reservation's jobs ask.
     pub lendable: ResourceVec,
-    /// Best-effort tasks to kill so the reservations get what they are owed, in the order
-    /// chosen. Empty unless some reservation's owed tasks have found no room on the agents for
+    /// Tasks to kill so the reservations get what they are owed (best effort, and capacity lent
+    /// to other reservations' jobs), in the order chosen. Empty unless some reservation's owed tasks have found no room on the agents for
     /// at least the grace period.
     pub preempt: Vec<TaskKey>,
 }
@@ -196,8 +196,8 @@ impl PlanFollower {
 
     /// One cycle at wall-clock `now_ms`: `jobs` are the reserved jobs' loads, `agents` the
     /// agents that take new tasks with their free resources, `running` the running tasks that
-    /// may be preempted (best effort, and reserved jobs' for what they hold beyond their
-    /// guarantees).
+    /// may be preempted (best effort, and reserved jobs', which the follower takes only beyond
+    /// their own stage's allocation).
     pub fn follow(
         &mut self,
         plan: &Plan,
@@ -212,8 +212,8 @@ impl PlanFollower {
         })
     }
 
-    /// [`PlanFollower::follow`] for a shell that would rather not list every best-effort task
-    /// each cycle: `candidates` is asked only when the agents' free resources cannot hold
+    /// [`PlanFollower::follow`] for a shell that would rather not list every running task each
+    /// cycle: `candidates` is asked only when the agents' free resources cannot hold
     /// what the reservations are owed (the same decision: what comes free counts first).
     ///
     /// A reservation is owed only the allocations of the atoms its jobs have not finished
@@ -282,7 +282,7 @@ impl PlanFollower {
     /// A reservation's running tasks beyond what their own stage's allocation holds now (all
     /// of a stage the plan has not reached yet) run on capacity lent to them, as idle capacity
     /// is lent to best effort: they are candidates for another reservation's stage debt
-    /// ([`preemptible`]), newest first, where best effort cannot make the room. YARN's
+    /// (`preemptible`), newest first, where best effort cannot make the room. YARN's
     /// CapacityScheduler likewise preempts a queue over its capacity for one under it (Rayon
     /// §5.2: each reservation is a queue). Without it, a job running early on idle capacity
     /// kept it when the plan gave it to another: on the SLA comparison over seeds 1–30, a TPC-H
@@ -351,13 +351,13 @@ impl PlanFollower {
             decision.lendable += due.saturating_sub(&owed_planned);
             let bundles = self.guaranteed_bundles_ahead(plan, *id, now_ms, finished);
             let (offer_first, claims) = load.claims(*id, &owed_planned, &bundles, &machine);
-            let allocated = plan.bundles_allocated_from(*id, now_ms, finished);
-            let beyond = load.beyond_their_stages(&allocated, &bundles, &machine);
-            if !beyond.is_empty() {
-                lent.insert(*id, beyond);
-            }
             if offer_first.is_zero() {
                 self.short_since.remove(id);
+                let allocated = plan.bundles_allocated_from(*id, now_ms, finished);
+                let beyond = load.beyond_their_stages(&allocated, &bundles, &machine);
+                if !beyond.is_empty() {
+                    lent.insert(*id, beyond);
+                }
             } else {
                 owed.extend(claims);
                 let since = *self.short_since.entry(*id).or_insert(now_ms);
@@ -659,7 +659,8 @@ pub struct Candidates {
     /// Capacity already on its way back on each agent (tasks being killed), as (agent,
     /// resources): it counts as free there.
     pub freeing: Vec<(AgentId, ResourceVec)>,
-    /// The running best-effort tasks that may be preempted.
+    /// The running tasks that may be preempted: best effort, and reserved jobs' (tagged with
+    /// their reservation; the follower decides which of those are lent).
     pub tasks: Vec<PreemptibleTask>,
 }
 
@@ -761,10 +762,10 @@ impl Room {
     }
 
     /// The tasks to kill so that the overdue amounts find room: each owed task goes where
-    /// there is room, else to the agent where killing its newest candidates makes room at the
-    /// least lost work (ties: fewer kills, then the agent's name). Reservations' tasks among
-    /// the candidates are killed only for another reservation's stage debt, and only where
-    /// best effort cannot make the room.
+    /// there is room, else to the agent where killing candidates makes room at the least cost
+    /// ([`Killing::cost`]: fewest lent tasks, then least lost work, fewest kills, the agent's
+    /// name). Reservations' tasks among the candidates are killed only for another
+    /// reservation's stage debt, and only for what best effort cannot make room for.
     fn victims(
         mut self,
         owed: &[Owed],
@@ -826,9 +827,9 @@ impl Room {
             let (_, _, _, slot, version) = entry;
             if version != killing.version[slot] {
                 // The agent changed since: its cost is worked out again, and it goes back in
-                // line if it can still hold the shape (it never can again once it cannot: its
-                // free resources and its candidates together only shrink). A kill there
-                // already queued its new cost in every line.
+                // line if it can still hold the shape. A kill there already queued its new
+                // cost in every line, so an agent dropped here is found again if a kill for
+                // another line makes it able to hold this one.
                 if let Some(fresh) = killing.entry(&self.free, slot, line) {
                     killing.cheapest[h].1.push(fresh);
                 }
@@ -882,7 +883,7 @@ struct Line {
 /// slot, agent version).
 type CostEntry = Reverse<(usize, u64, usize, usize, u64)>;
 
-/// The candidates of [`Room::victims`] by agent, and for each shape the agents in order of
+/// The candidates of [`Room::victims`] by agent, and for each [`Line`] the agents in order of
 /// what making room for it there costs. Entries are worked out again when their agent has
 /// changed since (its version), so a kill costs one agent's update, not a scan of all.
 struct Killing<'t> {
@@ -902,52 +903,46 @@ impl Killing<'_> {
         }
     }
 
-    /// What making room for `line`'s shape on agent `slot` costs: (work lost, kills) and the
-    /// candidates to kill there (positions in `on_agent[slot]`), newest first, skipping those
-    /// that hold none of what is missing, and reservations' tasks unless the line takes lent
-    /// capacity. `None` if even killing them all leaves no room.
-    /// Reservations' lent tasks come last: on an agent where best effort alone makes room
-    /// they are spared, and an agent that needs them costs more than any that does not.
+    /// What making room for `line`'s shape on agent `slot` costs, as (lent tasks killed, work
+    /// lost, kills), and the candidates to kill there (positions in `on_agent[slot]`, in
+    /// order), skipping those that hold none of what is missing: best-effort tasks newest
+    /// first, then, for a stage debt (`line.lent_to`), other reservations' lent tasks newest
+    /// first, for what best effort leaves missing. An agent that needs lent tasks costs more
+    /// than any that does not. `None` if even killing them all leaves no room.
     fn cost(
         &self,
         free: &[ResourceVec],
         slot: usize,
         line: &Line,
     ) -> Option<((usize, u64, usize), Vec<usize>)> {
-        let best_effort_only = self.cost_with(free, slot, &line.shape, None);
-        if best_effort_only.is_some() || line.lent_to.is_none() {
-            return best_effort_only;
-        }
-        self.cost_with(free, slot, &line.shape, line.lent_to)
-    }
-
-    /// [`Killing::cost`] with the tasks of reservations other than `lent_to` among the
-    /// candidates, or best effort's alone (`None`).
-    fn cost_with(
-        &self,
-        free: &[ResourceVec],
-        slot: usize,
-        shape: &ResourceVec,
-        lent_to: Option<ReservationId>,
-    ) -> Option<((usize, u64, usize), Vec<usize>)> {
+        let shape = &line.shape;
         let mut room = *free.get(slot)?;
         let mut chosen = Vec::new();
         let (mut lost, mut lent_kills) = (0u64, 0usize);
-        for (i, task) in self.on_agent[slot].iter().enumerate() {
-            if shape.fits_in(&room) {
-                break;
+        let takes: [fn(&PreemptibleTask, Option<ReservationId>) -> bool; 2] = [
+            |task, _| task.reservation.is_none(),
+            |task, lent_to| {
+                lent_to.is_some() && task.reservation.is_some() && task.reservation != lent_to
+            },
+        ];
+        for takes in takes {
+            for (i, task) in self.on_agent[slot].iter().enumerate() {
+                if shape.fits_in(&room) {
+                    break;
+                }
+                if !takes(task, line.lent_to)
+                    || task.resources.min(&shape.saturating_sub(&room)).sum() <= EPSILON
+                {
+                    continue;
+                }
+                room += task.resources;
+                lost += self.now_ms.saturating_sub(task.started_ms);
+                lent_kills += usize::from(task.reservation.is_some());
+                chosen.push(i);
             }
-            if task.reservation.is_some() && (lent_to.is_none() || task.reservation == lent_to) {
-                continue;
-            }
-            if task.resources.min(&shape.saturating_sub(&room)).sum() <= EPSILON {
-                continue;
-            }
-            room += task.resources;
-            lost += self.now_ms.saturating_sub(task.started_ms);
-            lent_kills += usize::from(task.reservation.is_some());
-            chosen.push(i);
         }
+        // Removed from the agent's list last first.
+        chosen.sort_unstable();
         shape
             .fits_in(&room)
             .then_some(((lent_kills, lost, chosen.len()), chosen))
@@ -1458,9 +1453,31 @@ mod tests {
         let mut tasks: Vec<PreemptibleTask> = (1..=2)
             .map(|k| reserved_task(3, &format!("late-{k}"), 15 * MINUTE, 4.0))
             .collect();
-        tasks.extend(best_effort(4));
+        tasks.extend(best_effort(2));
         let victims = follow_at(20 * MINUTE, job(0.0, 4.0), r3, &tasks);
-        assert_eq!(victims, ["be-4", "be-3", "be-2", "be-1"], "{victims:?}");
+        assert_eq!(victims, ["be-2", "be-1"], "{victims:?}");
+
+        // r2 runs two tasks of its 2-cpu stage, one beyond the stage's single bundle: only
+        // that one is lent, the newest, though r1 stays 2 cpus short.
+        let victims = follow(r2_job(&[(2.0, 2)]), &r2_tasks("begun", 2, 2.0, 0));
+        assert_eq!(victims, ["begun-2"], "{victims:?}");
+
+        // r2 is owed its 2-cpu stage's bundle while it runs 4 tasks of its other stage ahead
+        // of the plan, and r3 is owed its 4-cpu stage: r2 lends nothing while it is owed
+        // itself (and would never take its own tasks).
+        let r2_owed = TaggedJob {
+            shapes: vec![(cpus(2.0), 1)],
+            ..r2_job(&[(1.0, 4)])
+        };
+        let r3_owed = TaggedJob {
+            reservation: ReservationId(3),
+            held: ResourceVec::ZERO,
+            shapes: vec![(cpus(4.0), 1)],
+            finished_atoms: BTreeSet::new(),
+            running: Vec::new(),
+        };
+        let victims = follow_at(MINUTE, r3_owed, r2_owed, &r2_tasks("ahead", 4, 1.0, 0));
+        assert!(victims.is_empty(), "{victims:?}");
 
         // r1's job runs 3-cpu tasks, a shape its plan has no bundle for: it is owed 4 cpus by
         // the summed rule only, not as a stage's debt. Best effort makes room for one task;
@@ -1473,6 +1490,20 @@ mod tests {
         tasks.extend(best_effort(3));
         let victims = follow_with_r1(r1, r2_job(&[(1.0, 4)]), &tasks);
         assert_eq!(victims, ["be-1", "be-2", "be-3"], "{victims:?}");
+    }
+
+    /// r1 is owed a 1-cpu task and both agents are full: a1 with a task r2 runs ahead of its
+    /// plan (lent, and new), a2 with an old best-effort task. The best-effort task goes,
+    /// though it loses more work: an agent that needs lent tasks costs more than any other.
+    #[test]
+    fn lent_tasks_go_only_where_best_effort_cannot_make_room() {
+        let plan = plan_with_r1_r2_r3();
+        let (r2, mut tasks) = (r2_job(&[(1.0, 1)]), r2_tasks("ahead", 1, 1.0, MINUTE));
+        tasks.push(be_task_on("a2", "be-old", 0, 1.0));
+        let agents = rooms(&[("a1", 0.0), ("a2", 0.0)]);
+        let jobs = [job(0.0, 1.0), r2];
+        let decision = PlanFollower::new(0).follow(&plan, 2 * MINUTE, &jobs, &agents, &tasks);
+        assert_eq!(names(&decision.preempt), ["be-old"]);
     }
 
     /// r1 guaranteed four disk-heavy bundles (the guaranteed stage's) while its job runs a

@@ -1279,7 +1279,7 @@ impl<'a> Engine<'a> {
     /// ([`crate::reserved`]): the reserved jobs' loads and the running tasks go to the
     /// [`PlanFollower`](fullerene_reservation::PlanFollower), whose shares become the
     /// allocator's guarantees and whose preemptions kill tasks here (best effort, or reserved
-    /// jobs' beyond their reservation's guarantee). Returns the
+    /// jobs' beyond their own stage's allocation). Returns the
     /// reserved jobs (with their reservations) the coming cycle must offer to: owed resources
     /// with a runnable task that fits some machine now.
     fn follow_plan(&mut self) -> Result<Vec<OwedJob>, SimError> {
@@ -1351,8 +1351,8 @@ impl<'a> Engine<'a> {
             });
             tagged_jobs.push(j);
         }
-        // The running tasks, walked only on a shortfall: best effort, and reserved jobs' for
-        // what their reservations hold beyond their guarantees (the follower's rule).
+        // The running tasks, walked only on a shortfall: best effort, and reserved jobs' (the
+        // follower takes those only beyond their own stage's allocation).
         let (tasks, frameworks, framework_ids, agent_ids, now_s) = (
             &self.tasks,
             &self.frameworks,
@@ -1511,7 +1511,7 @@ impl<'a> Engine<'a> {
     }
 
     /// Kills the task in `slot` for a reservation (best effort, or a reserved job's beyond its
-    /// own reservation's guarantee): it goes back to pending and its work so far is lost.
+    /// own stage's allocation): it goes back to pending and its work so far is lost.
     fn preempt(&mut self, slot: usize) -> Result<(), SimError> {
         let Some((task, was_overloaded)) = self.unload(slot)? else {
             return Ok(());

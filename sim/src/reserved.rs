@@ -13,7 +13,8 @@
 //!   cycle runs Rayon's plan follower (§5.2, [`PlanFollower`]): its per-reservation
 //!   `offer_first` becomes the allocator's guarantee for the job's framework
 //!   ([`StandaloneAllocator::set_guarantees`](fullerene_scheduling::allocator::StandaloneAllocator::set_guarantees)),
-//!   and its preemptions kill best-effort tasks (back to pending, their work lost, counted).
+//!   and its preemptions kill tasks (best effort, and capacity lent to other reservations' jobs;
+//!   back to pending, their work lost, counted).
 //!   Idle reserved capacity is lent to best effort by the allocator itself: guarantees only
 //!   come first, they hold nothing back.
 //! - `capacity`: the same scheduler with a `production` queue (every SLA job: it knows no
@@ -78,7 +79,7 @@ pub const DEFAULT_QUANTUM_MS: u64 = 100;
 /// events start (guarantees change at quantum starts, and it looks ahead by this much).
 pub const FOLLOW_TICK_MS: u64 = 500;
 
-/// Default grace period before the follower preempts best-effort tasks for a reservation: none,
+/// Default grace period before the follower preempts tasks for a reservation: none,
 /// as Rayon reclaims (§5.2: the follower preempts as soon as a reservation is owed what free
 /// capacity cannot give it). Each reservation's window opens a grace period and a tick after its
 /// job's arrival (the follower's lead), and GREE places each job just in time, so a grace is

@@ -118,7 +118,7 @@ pub(crate) struct DevArgs {
     /// a deadline, its lower bound alone on the cluster times 1 + --deadline-slack, and
     /// reserves capacity for its stages within it before it runs. The summary says whether the
     /// masters accepted each reservation and whether each job met its deadline. The plan is
-    /// kept in tenths of a second and the masters preempt best-effort tasks without a grace
+    /// kept in tenths of a second and the masters preempt tasks without a grace
     /// period, to suit jobs of seconds.
     #[arg(long, value_name = "FRACTION", env = "FULLERENE_DEV_RESERVATIONS", value_parser = parse_fraction)]
     pub reservations: Option<f64>,

@@ -161,7 +161,7 @@ pub(crate) struct JobRunArgs {
     #[arg(long, value_name = "FRACTION", value_parser = parse_slack, default_value_t = DEFAULT_SLACK, requires = "deadlines")]
     pub deadline_slack: f64,
     /// With --deadlines: how long after the masters accept a reservation its first allocation
-    /// may start. The plan follower frees reserved capacity by preempting best-effort tasks
+    /// may start. The plan follower frees reserved capacity by preempting tasks
     /// only after the masters' --reservation-grace-secs and a follow cycle (1 s), so that
     /// much, or the reservation may not get its first quanta.
     #[arg(long, value_name = "SPAN", value_parser = parse_span, default_value = "31s", requires = "deadlines")]

@@ -135,7 +135,9 @@ pub(crate) struct MasterArgs {
     pub offer_ttl_ms: u64,
     /// How long a reservation's jobs must be short of what the plan guarantees them, with no
     /// agent free enough to hold one of their tasks, before the leader kills best-effort tasks
-    /// for them (where a task of theirs then fits, newest first), in seconds. Tasks that end
+    /// for them (where a task of theirs then fits, newest first; then tasks other reservations'
+    /// jobs run beyond their own stage's allocation, for a stage the plan gives bundles now),
+    /// in seconds. Tasks that end
     /// within it free the capacity without a kill.
     #[arg(long, value_name = "SECS", env = "FULLERENE_MASTER_RESERVATION_GRACE_SECS", default_value_t = fullerene_master::core::DEFAULT_RESERVATION_GRACE.as_secs(), value_parser = clap::value_parser!(u64).range(0..=86_400))]
     pub reservation_grace_secs: u64,

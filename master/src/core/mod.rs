@@ -121,7 +121,7 @@ pub struct CoreConfig {
     /// again; the framework ignores what it has seen and acknowledges it again).
     pub status_resend_interval: Duration,
     /// How long a reservation's jobs must be short of what the plan guarantees them (with
-    /// no free capacity to cover it) before best-effort tasks are preempted for them.
+    /// no free capacity to cover it) before tasks are preempted for them.
     pub reservation_grace: Duration,
     /// Admission control: while this many of the leader's writes wait to be applied (proposed
     /// and not yet committed and applied), it refuses accepts, `Unavailable`, and takes the
@@ -183,7 +183,7 @@ pub const DEFAULT_STATUS_RESEND_INTERVAL: Duration = Duration::from_secs(5);
 impl Default for CoreConfig {
     /// No addresses, default agent timeouts, an allocation cycle every 100 ms, offers valid for
     /// the offer book's default, one shard, unacknowledged updates sent again every 5 s,
-    /// best-effort tasks preempted for a reservation after 30 s.
+    /// tasks preempted for a reservation after 30 s.
     fn default() -> CoreConfig {
         CoreConfig {
             members: BTreeMap::new(),

@@ -1,7 +1,7 @@
 //! The leader's plan follower (issue 17; Rayon §5.2): what the replicated plan guarantees each
 //! reservation now becomes offers to the frameworks running its jobs, made before anyone
 //! else's, and tasks that sit in the way too long are killed: best effort, and reserved jobs'
-//! beyond their own reservation's guarantee.
+//! beyond their own stage's allocation (capacity lent to them).
 //!
 //! Every [`FOLLOW_INTERVAL`], when an allocation cycle starts, the leader reads the plan's
 //! current slice through [`PlanFollower::follow`] with:
@@ -14,7 +14,7 @@
 //!   twice over);
 //! - the running tasks that may be preempted: the live tasks of every framework, with their
 //!   agents, launch times and, for reserved jobs, their reservation (the follower kills those
-//!   only within what their reservation holds beyond its guarantee).
+//!   only beyond their own stage's allocation, as capacity lent to them).
 //!
 //! Each reservation's `offer_first` is split over its frameworks by what each wants and handed
 //! to the allocator as guarantees (`OfferManager::set_guarantees`). Preemptions become a
@@ -174,7 +174,10 @@ fn finished_atoms(
         })
 }
 
-fn gather(state: &ClusterState, offers: &OfferManager) -> Loads {
+/// The follower's loads. Tasks being killed (`in_flight`, or asked to die) still hold what
+/// they hold, but are not counted as running their stage: they are neither lent again nor
+/// taken for the stage's allocation.
+fn gather(state: &ClusterState, offers: &OfferManager, in_flight: &BTreeSet<TaskKey>) -> Loads {
     let accounting = state.allocation();
     let mut tagged: BTreeMap<FrameworkId, ReservationId> = BTreeMap::new();
     for framework in state.frameworks().keys() {
@@ -188,7 +191,7 @@ fn gather(state: &ClusterState, offers: &OfferManager) -> Loads {
         // In the plan's units: each task packed on its agent, as the request counted it.
         let mut held = ResourceVec::ZERO;
         let mut running: Vec<(ResourceVec, u32)> = Vec::new();
-        for (_, record) in state.tasks_of(framework) {
+        for (key, record) in state.tasks_of(framework) {
             if record.state.is_terminal() {
                 continue;
             }
@@ -196,6 +199,9 @@ fn gather(state: &ClusterState, offers: &OfferManager) -> Loads {
                 continue;
             };
             held += packed_bundle(&record.demand, &agent.total);
+            if record.kill_requested || in_flight.contains(key) {
+                continue;
+            }
             match running
                 .iter_mut()
                 .find(|(shape, _)| *shape == record.demand)
@@ -236,7 +242,7 @@ fn gather(state: &ClusterState, offers: &OfferManager) -> Loads {
 }
 
 /// The running tasks that may be preempted (best effort, and reserved jobs' tagged with their
-/// reservation: the follower kills those only beyond their reservation's guarantee), and what
+/// reservation: the follower kills those only beyond their own stage's allocation), and what
 /// tasks being killed will free within their grace: a walk over every task, so made only when
 /// the free capacity falls short.
 fn candidates(
@@ -319,8 +325,8 @@ impl<S: RaftStore> MasterCore<S> {
             self.following.last = FollowerDecision::default();
             return;
         }
-        let loads = gather(state, offers);
         let in_flight = &self.following.preempts_in_flight;
+        let loads = gather(state, offers, in_flight);
         let decision = self.following.follower.follow_with(
             plan,
             now.wall_ms(),

@@ -2043,11 +2043,11 @@ fn a_reservations_jobs_are_offered_their_guarantee_first_and_best_effort_is_pree
     assert!(killed(&later).is_empty());
 }
 
-/// Issue 17, point 4, between reservations: a reserved job that ran beyond its own
-/// reservation's guarantee on an idle agent holds lent capacity, as best effort would. When a
-/// second reservation's job is owed cpus and none are free, the first job's newest tasks
-/// beyond its guarantee are preempted for it after the grace period, named for the second
-/// reservation; the task within the first reservation's guarantee is not.
+/// Issue 17, point 4, between reservations: a reserved job that ran beyond its stage's
+/// allocation (one bundle) on an idle agent holds lent capacity, as best effort would. When a
+/// second reservation's job is owed cpus for its stage and none are free, the first job's
+/// newest tasks beyond that allocation are preempted for it after the grace period, named for
+/// the second reservation; the task within the allocation is not.
 #[test]
 fn a_reserved_job_beyond_its_guarantee_is_preempted_for_another_reservation() {
     let mut h = Harness::leader();

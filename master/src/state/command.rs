@@ -312,7 +312,8 @@ pub enum Command {
         /// Leader's time.
         at_ms: UnixMillis,
     },
-    /// The leader's plan follower kills best-effort tasks so that a reservation's jobs get
+    /// The leader's plan follower kills tasks (best effort, and capacity lent to other
+    /// reservations' jobs) so that a reservation's jobs get
     /// what the plan guarantees them (Rayon §5.2): each live one is asked to die like an
     /// operator's kill, and its KILLED update is recorded as preempted for `reservation`.
     /// Tasks that ended meanwhile are skipped.
