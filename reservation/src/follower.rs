@@ -154,7 +154,8 @@ pub struct FollowerDecision {
     /// use it until a reservation's jobs ask.
     pub lendable: ResourceVec,
     /// Tasks to kill so the reservations get what they are owed (best effort, and capacity lent
-    /// to other reservations' jobs), in the order chosen. Empty unless some reservation's owed tasks have found no room on the agents for
+    /// to other reservations' jobs), in the order chosen. Empty unless some reservation's owed
+    /// tasks have found no room on the agents for
     /// at least the grace period.
     pub preempt: Vec<TaskKey>,
 }
@@ -331,7 +332,9 @@ impl PlanFollower {
         // What each reservation is owed, with its shapes, and which are overdue.
         let mut owed = Vec::new();
         let mut overdue = BTreeSet::new();
-        let mut lent = BTreeMap::new();
+        // Reservations owed nothing, with what the plan gives them now: what they lend is
+        // worked out only on a shortfall.
+        let mut lenders = Vec::new();
         let none_finished = BTreeSet::new();
         for (id, load) in &loads {
             // Under a repeat, atom numbers name every occurrence's allocations alike.
@@ -353,11 +356,7 @@ impl PlanFollower {
             let (offer_first, claims) = load.claims(*id, &owed_planned, &bundles, &machine);
             if offer_first.is_zero() {
                 self.short_since.remove(id);
-                let allocated = plan.bundles_allocated_from(*id, now_ms, finished);
-                let beyond = load.beyond_their_stages(&allocated, &bundles, &machine);
-                if !beyond.is_empty() {
-                    lent.insert(*id, beyond);
-                }
+                lenders.push((*id, load, finished, bundles));
             } else {
                 owed.extend(claims);
                 let since = *self.short_since.entry(*id).or_insert(now_ms);
@@ -388,6 +387,14 @@ impl PlanFollower {
             return decision;
         }
         let may_kill: BTreeSet<ReservationId> = overdue.intersection(&unheld).copied().collect();
+        let lent: BTreeMap<ReservationId, Vec<(ResourceVec, u64)>> = lenders
+            .into_iter()
+            .filter_map(|(id, load, finished, bundles)| {
+                let allocated = plan.bundles_allocated_from(id, now_ms, finished);
+                let beyond = load.beyond_their_stages(&allocated, &bundles, &machine);
+                (!beyond.is_empty()).then_some((id, beyond))
+            })
+            .collect();
         let tasks = preemptible(candidates.tasks, &lent, &machine);
         decision.preempt = room.victims(&owed, &may_kill, &tasks, now_ms);
         decision
@@ -408,7 +415,7 @@ fn preemptible(
 ) -> Vec<PreemptibleTask> {
     let (mut kept, mut reserved): (Vec<_>, Vec<_>) =
         tasks.into_iter().partition(|t| t.reservation.is_none());
-    reserved.sort_by(|a, b| b.started_ms.cmp(&a.started_ms).then(b.key.cmp(&a.key)));
+    reserved.sort_by(newest_first);
     let mut left = lent.clone();
     for task in reserved {
         let Some(by_bundle) = task.reservation.and_then(|id| left.get_mut(&id)) else {
@@ -526,7 +533,12 @@ impl Load<'_> {
             if debt > 0 {
                 in_debts += packed.scale(f64::from(debt));
                 debts_raw += shape.scale(f64::from(debt));
-                claims.push((id, shape.scale(f64::from(debt)), vec![(shape, debt)], true));
+                claims.push(Owed {
+                    reservation: id,
+                    amount: shape.scale(f64::from(debt)),
+                    shapes: vec![(shape, debt)],
+                    stage_debt: true,
+                });
             }
             let rest = count - debt;
             if rest > 0 {
@@ -541,7 +553,12 @@ impl Load<'_> {
             &left_planned,
         );
         if !rest.is_zero() {
-            claims.push((id, rest, left, false));
+            claims.push(Owed {
+                reservation: id,
+                amount: rest,
+                shapes: left,
+                stage_debt: false,
+            });
         }
         ((debts_raw + rest).min(&self.wanted), claims)
     }
@@ -705,12 +722,12 @@ impl Room {
     /// (placing them in turn, first fit, shapes in their order).
     fn unheld(&mut self, owed: &[Owed]) -> BTreeSet<ReservationId> {
         owed.iter()
-            .filter(|(_, amount, shapes, _)| {
+            .filter(|owed| {
                 !self
-                    .place(*amount, shapes, Room::fit_without_kill)
+                    .place(owed.amount, &owed.shapes, Room::fit_without_kill)
                     .is_zero()
             })
-            .map(|(id, ..)| *id)
+            .map(|owed| owed.reservation)
             .collect()
     }
 
@@ -786,15 +803,15 @@ impl Room {
             }
         }
         for tasks in &mut killing.on_agent {
-            tasks.sort_by(|a, b| b.started_ms.cmp(&a.started_ms).then(b.key.cmp(&a.key)));
+            tasks.sort_by(|a, b| newest_first(a, b));
         }
         // Every owed reservation's tasks take room in turn; kills only for the overdue ones
         // that found none. An agent where kills made more room than one task is found again
         // by `fit_by_killing` (at no cost), behind the cursor or not.
-        for (id, amount, shapes, stage_debt) in owed {
-            let kill = may_kill.contains(id);
-            let lent_to = stage_debt.then_some(*id);
-            self.place(*amount, shapes, |room, shape, cursor| {
+        for owed in owed {
+            let kill = may_kill.contains(&owed.reservation);
+            let lent_to = owed.stage_debt.then_some(owed.reservation);
+            self.place(owed.amount, &owed.shapes, |room, shape, cursor| {
                 if room.fit_without_kill(shape, cursor) {
                     killing.touch(*cursor);
                     return true;
@@ -860,15 +877,27 @@ impl Room {
     }
 }
 
-/// A reservation, an amount it is owed, the shapes of the tasks that are to take it, and
-/// whether it is a stage's own debt (a reservation may have several: each stage's debt, then
-/// the rest of the summed rule for any of its shapes).
-type Owed = (ReservationId, ResourceVec, Vec<(ResourceVec, u32)>, bool);
+/// An amount a reservation is owed and the tasks that are to take it (a reservation may have
+/// several: each stage's debt, then the rest of the summed rule for any of its shapes).
+struct Owed {
+    reservation: ReservationId,
+    amount: ResourceVec,
+    /// The runnable task shapes, with how many of each may take it.
+    shapes: Vec<(ResourceVec, u32)>,
+    /// A stage's own debt, which may reclaim capacity lent to other reservations (the summed
+    /// rule's rest may not).
+    stage_debt: bool,
+}
 
 /// The most tasks one [`Room::place`] places: a bound on the leader's work each follow, whatever
 /// counts and shapes frameworks report (a shape of a billionth of a cpu with a count of
 /// billions would otherwise be placed one by one).
 const MAX_PLACED_TASKS: usize = 100_000;
+
+/// The order candidates are preempted in: newest first (the least work lost), ties by key.
+fn newest_first(a: &PreemptibleTask, b: &PreemptibleTask) -> std::cmp::Ordering {
+    b.started_ms.cmp(&a.started_ms).then(b.key.cmp(&a.key))
+}
 
 /// What [`Room::victims`] makes room for: a task shape, and the reservation whose stage debt
 /// it is, if it may take capacity other reservations hold on loan. Each line keeps its agents
