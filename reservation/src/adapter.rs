@@ -4,13 +4,23 @@
 //! first (GREE places them as late as their windows allow, which moves them later), and those
 //! that no longer fit are rejected, so the youngest lose first.
 //!
-//! A reservation placed again gets its whole request placed from now: the pieces it held
-//! before now are not credited, so one caught mid-way keeps its full guarantee or is rejected.
+//! A reservation in progress keeps what it was allocated before now and is placed again for
+//! the rest only: its pieces before now stay as they were (up to the first quantum that lost
+//! capacity, should that be the current one), and what each atom was allocated before now, in
+//! those pieces and in the quanta the plan has forgotten ([`crate::Reservation::delivered`]), is
+//! credited to it (module [`crate::placement`]). So a pipeline half-way through its stages
+//! needs room for its last stages only, not for the whole request a second time. Rayon's
+//! adapter places "all accepted jobs anew", as if none had begun; YARN's re-planner keeps the
+//! past as it was, as this one does.
+//!
 //! The sharing policy is not checked again: the caps held when the reservation was admitted.
+
+use std::collections::BTreeMap;
 
 use fullerene_scheduling::fit::fits;
 
-use crate::plan::{Plan, Replanned, ReservationId};
+use crate::placement::merge_adjacent;
+use crate::plan::{AtomAllocation, Piece, Plan, Replanned, Reservation, ReservationId};
 
 /// Re-plans `plan` after its capacity dropped from quantum `from` on, at `now_ms`.
 pub(crate) fn replan(plan: &mut Plan, from: u64, now_ms: u64) -> Replanned {
@@ -34,14 +44,28 @@ pub(crate) fn replan(plan: &mut Plan, from: u64, now_ms: u64) -> Replanned {
         .into_iter()
         .filter_map(|(_, id)| plan.remove(id))
         .collect();
+    // Placement starts at the first whole quantum from now; what came before stays, but not in
+    // a quantum that lost capacity.
+    let kept_until = plan.quanta().first_at_or_after(now_ms).min(from);
     let mut replanned = Replanned::default();
-    for mut reservation in taken {
-        match plan.place(&reservation.expr, reservation.anchor_ms, now_ms) {
-            Ok(allocations) => {
+    for reservation in taken {
+        let past = pieces_before(&reservation, kept_until);
+        let mut allocated = BTreeMap::new();
+        for delivered in &reservation.delivered {
+            *allocated.entry(delivered.atom).or_default() += delivered.work;
+        }
+        for allocation in &past {
+            *allocated.entry(allocation.atom).or_default() += allocation.work_before(kept_until);
+        }
+        match plan.place_rest(&reservation.expr, reservation.anchor_ms, now_ms, &allocated) {
+            Ok(rest) => {
                 // A move keeps the reservation's seniority: it was not asked again.
-                reservation.allocations = allocations;
-                replanned.moved.push(reservation.id);
-                plan.insert(reservation);
+                let id = reservation.id;
+                plan.insert(Reservation {
+                    allocations: joined(past, rest),
+                    ..reservation
+                });
+                replanned.moved.push(id);
             }
             Err(refusal) => {
                 replanned.rejected.push((reservation, refusal));
@@ -49,6 +73,45 @@ pub(crate) fn replan(plan: &mut Plan, from: u64, now_ms: u64) -> Replanned {
         }
     }
     replanned
+}
+
+/// `reservation`'s pieces before quantum `t`, cut there, by atom (atoms with none left out).
+fn pieces_before(reservation: &Reservation, t: u64) -> Vec<AtomAllocation> {
+    reservation
+        .allocations
+        .iter()
+        .map(|allocation| AtomAllocation {
+            pieces: allocation
+                .pieces
+                .iter()
+                .filter(|p| p.start < t)
+                .map(|p| Piece {
+                    end: p.end.min(t),
+                    ..*p
+                })
+                .collect(),
+            ..allocation.clone()
+        })
+        .filter(|allocation| !allocation.pieces.is_empty())
+        .collect()
+}
+
+/// The allocations placed for the rest, each with its atom's pieces from `past` before it,
+/// then the atoms that hold past pieces only.
+fn joined(mut past: Vec<AtomAllocation>, rest: Vec<AtomAllocation>) -> Vec<AtomAllocation> {
+    let mut allocations: Vec<AtomAllocation> = rest
+        .into_iter()
+        .map(|mut allocation| {
+            if let Some(i) = past.iter().position(|p| p.atom == allocation.atom) {
+                allocation.pieces.extend(past.swap_remove(i).pieces);
+                merge_adjacent(&mut allocation.pieces);
+            }
+            allocation
+        })
+        .collect();
+    past.sort_by_key(|p| p.atom);
+    allocations.extend(past);
+    allocations
 }
 
 /// The runs `[start, end)` from quantum `from` on where what is used does not fit the capacity.
@@ -94,11 +157,15 @@ mod tests {
             earlier in prop::collection::vec(small_expr(), 1..10),
             lost in 1u32..24,
             at_s in 0u64..300,
+            forgotten_s in 0u64..300,
         ) {
             let mut plan = small_plan(policy, cpus);
             for (i, text) in earlier.iter().enumerate() {
                 let _ = plan.admit(request(i as u64 + 1, "u", text), 0);
             }
+            // The plan forgets its past once a quantum: a reservation in progress may hold
+            // work it does no longer show as pieces.
+            plan.forget_before(forgotten_s.min(at_s) * 1_000);
             let before = plan.clone();
             let now_ms = at_s * 1_000;
             let loss = CapacityChange::Loss(res(&format!("cpus={}", lost.min(cpus))));
@@ -149,6 +216,100 @@ mod tests {
         assert_eq!(pieces(&plan, 3), vec![(0, 150, 200, 2)], "untouched");
         assert!(plan.reservation(ReservationId(2)).is_none());
         assert_eq!(check_plan(&plan), Ok(()));
+    }
+
+    /// A two-stage pipeline (stages of 400 cpu-seconds, at most 5 cpus at once) placed by GREE
+    /// at 40–120 s and 120–200 s, and a younger reservation of 3 cpus at 150–200 s, on 10 cpus.
+    fn a_pipeline_and_a_younger_reservation() -> Plan {
+        let mut plan = Plan::new(config(PolicyKind::Gree), res("cpus=10"));
+        let stage = "atom(cpus=1; g=1, h=5, l=1s, w=400)";
+        plan.admit(
+            request(
+                1,
+                "a",
+                &format!("window(order({stage}, {stage}), s=0, f=200s)"),
+            ),
+            0,
+        )
+        .expect("fits");
+        plan.admit(
+            request(
+                2,
+                "b",
+                "window(atom(cpus=1; g=1, h=3, l=1s, w=150), s=0, f=200s)",
+            ),
+            0,
+        )
+        .expect("fits");
+        assert_eq!(pieces(&plan, 1), vec![(0, 40, 120, 5), (1, 120, 200, 5)]);
+        assert_eq!(pieces(&plan, 2), vec![(0, 150, 200, 3)]);
+        plan
+    }
+
+    #[test]
+    fn a_reservation_in_progress_is_placed_again_for_what_it_still_needs() {
+        for forget_first in [false, true] {
+            let mut plan = a_pipeline_and_a_younger_reservation();
+            if forget_first {
+                // The plan forgot the first stage and 20 s of the second: their work counts.
+                plan.forget_before(140_000);
+                assert_eq!(pieces(&plan, 1), vec![(1, 140, 200, 5)]);
+            }
+            // At 150 s the first stage is done and 150 of the second's 400 were allocated: the
+            // rest, 250, fits the 5 cpus left over the last 50 s. The whole request would not.
+            let whole = plan
+                .reservation(ReservationId(1))
+                .expect("kept")
+                .expr
+                .clone();
+            assert!(plan.place(&whole, 0, 150_000).is_err());
+            let replanned =
+                plan.change_capacity(150_000, CapacityChange::Loss(res("cpus=5")), 150_000);
+            assert_eq!(replanned.moved, vec![ReservationId(1)], "{forget_first}");
+            let rejected: Vec<_> = replanned.rejected.iter().map(|(r, _)| r.id).collect();
+            assert_eq!(rejected, vec![ReservationId(2)]);
+            let expected = if forget_first {
+                vec![(1, 140, 200, 5)]
+            } else {
+                vec![(0, 40, 120, 5), (1, 120, 200, 5)]
+            };
+            assert_eq!(
+                pieces(&plan, 1),
+                expected,
+                "the past kept, the rest after it"
+            );
+            assert_eq!(check_plan(&plan), Ok(()));
+            assert_eq!(check_satisfied(&plan, ReservationId(1), 150_000), Ok(()));
+        }
+    }
+
+    #[test]
+    fn a_loss_in_the_current_quantum_takes_back_its_holds_before_crediting() {
+        let mut plan = Plan::new(config(PolicyKind::Gree), res("cpus=10"));
+        let atom = |h: u32, w: u32, f: u32| {
+            format!("window(atom(cpus=1; g=1, h={h}, l=1s, w={w}), s=0, f={f}s)")
+        };
+        // The first holds the last 10 s, so the second sits before it, at 150-190 s, and the
+        // third at 170-190 s; the first then goes, which leaves 190-200 s free.
+        plan.admit(request(1, "a", &atom(10, 100, 200)), 0)
+            .expect("fits");
+        plan.admit(request(2, "b", &atom(5, 200, 200)), 0)
+            .expect("fits");
+        plan.admit(request(3, "c", &atom(3, 60, 190)), 0)
+            .expect("fits");
+        plan.delete(ReservationId(1));
+        assert_eq!(pieces(&plan, 2), vec![(0, 150, 190, 5)]);
+        assert_eq!(pieces(&plan, 3), vec![(0, 170, 190, 3)]);
+        // 5 cpus lost from the quantum 170.5 s is in: the second keeps its pieces before 170 s
+        // (100 of its 200), and the rest goes after the current quantum, as late as it can.
+        let replanned = plan.change_capacity(170_500, CapacityChange::Loss(res("cpus=5")), 170_500);
+        assert_eq!(replanned.moved, vec![ReservationId(2)]);
+        let rejected: Vec<_> = replanned.rejected.iter().map(|(r, _)| r.id).collect();
+        assert_eq!(rejected, vec![ReservationId(3)]);
+        assert_eq!(pieces(&plan, 2), vec![(0, 150, 170, 5), (0, 180, 200, 5)]);
+        assert_eq!(plan.used().at(170), res("cpus=0"));
+        assert_eq!(check_plan(&plan), Ok(()));
+        assert_eq!(check_satisfied(&plan, ReservationId(2), 170_500), Ok(()));
     }
 
     #[test]

@@ -55,8 +55,9 @@ pub use follower::{
 };
 pub use placement::PolicyKind;
 pub use plan::{
-    AtomAllocation, AtomRef, CapacityChange, Piece, Plan, PlanConfig, Quanta, Refusal, Replanned,
-    RequantizeError, Reservation, ReservationId, ReservationRequest, Shortfall, MIN_QUANTUM_MS,
+    AtomAllocation, AtomRef, CapacityChange, Delivered, Piece, Plan, PlanConfig, Quanta, Refusal,
+    Replanned, RequantizeError, Reservation, ReservationId, ReservationRequest, Shortfall,
+    MIN_QUANTUM_MS,
 };
 pub use rdl::{parse, validate, Atom, Expr, Limits, ParseError, ValidationError};
 pub use sharing::{SharingPolicy, SharingRefusal, UserCaps};

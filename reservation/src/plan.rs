@@ -156,6 +156,14 @@ pub struct AtomAllocation {
 }
 
 impl AtomAllocation {
+    /// Its bundle-quanta before quantum `t`.
+    pub fn work_before(&self, t: u64) -> u64 {
+        self.pieces
+            .iter()
+            .map(|p| u64::from(p.bundles) * p.end.min(t).saturating_sub(p.start))
+            .sum()
+    }
+
     /// The bundles held at quantum `t`.
     pub fn bundles_at(&self, t: u64) -> u64 {
         self.pieces
@@ -182,6 +190,18 @@ pub struct Reservation {
     pub admitted_ms: u64,
     /// What each atom holds.
     pub allocations: Vec<AtomAllocation>,
+    /// What its atoms held in quanta the plan has forgotten ([`Plan::forget_before`]), by atom:
+    /// the adapter credits it, with the pieces before now, when it places the reservation again.
+    pub delivered: Vec<Delivered>,
+}
+
+/// Work an atom held in quanta the plan has forgotten.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Delivered {
+    /// The atom.
+    pub atom: AtomRef,
+    /// Its bundle-quanta in those quanta.
+    pub work: u64,
 }
 
 impl Reservation {
@@ -247,6 +267,22 @@ impl Reservation {
             }
         }
         held
+    }
+
+    /// What each atom was allocated before quantum `t`, in bundle-quanta: in the quanta the plan
+    /// has forgotten and in its pieces before `t`. Atoms allocated nothing are left out.
+    pub fn allocated_before(&self, t: u64) -> BTreeMap<AtomRef, u64> {
+        let mut allocated: BTreeMap<AtomRef, u64> = BTreeMap::new();
+        for delivered in &self.delivered {
+            *allocated.entry(delivered.atom).or_default() += delivered.work;
+        }
+        for allocation in &self.allocations {
+            let before = allocation.work_before(t);
+            if before > 0 {
+                *allocated.entry(allocation.atom).or_default() += before;
+            }
+        }
+        allocated
     }
 
     /// The first and last-plus-one quanta of its pieces (`None` without pieces).
@@ -531,8 +567,21 @@ impl Plan {
         anchor_ms: u64,
         now_ms: u64,
     ) -> Result<Vec<AtomAllocation>, Refusal> {
+        self.place_rest(expr, anchor_ms, now_ms, &BTreeMap::new())
+    }
+
+    /// Where what `expr` still needs would go now, once each atom in `allocated` was allocated
+    /// that many bundle-quanta before now (see [`crate::placement`]: the adapter's re-planning
+    /// of a reservation in progress).
+    pub(crate) fn place_rest(
+        &self,
+        expr: &Expr,
+        anchor_ms: u64,
+        now_ms: u64,
+        allocated: &BTreeMap<AtomRef, u64>,
+    ) -> Result<Vec<AtomAllocation>, Refusal> {
         validate(expr, &self.config.limits)?;
-        placement::place(self, expr, anchor_ms, now_ms).map_err(Refusal::NoRoom)
+        placement::place(self, expr, anchor_ms, now_ms, allocated).map_err(Refusal::NoRoom)
     }
 
     /// Admits a reservation asked at `now_ms` if it can be placed in full and the user's caps
@@ -561,6 +610,7 @@ impl Plan {
             anchor_ms: now_ms,
             admitted_ms: now_ms,
             allocations,
+            delivered: Vec::new(),
         });
         Ok(&self.reservations[&id])
     }
@@ -596,6 +646,8 @@ impl Plan {
                     anchor_ms: now_ms,
                     admitted_ms: now_ms,
                     allocations,
+                    // A new request: what the old one was allocated is not credited to it.
+                    delivered: Vec::new(),
                 });
                 Ok(&self.reservations[&id])
             }
@@ -658,8 +710,8 @@ impl Plan {
 
     /// Forgets the past before `now_ms`, so that the plan in the replicated state does not grow
     /// with time: reservations whose pieces all ended are removed and returned (their time is
-    /// over: fulfilled, as far as the plan knows), the others lose their pieces' past quanta,
-    /// and capacity and use keep no run before now's quantum.
+    /// over: fulfilled, as far as the plan knows), the others lose their pieces' past quanta
+    /// (what the atoms held there is kept in sum, [`Reservation::delivered`]), and capacity and use keep no run before now's quantum.
     pub fn forget_before(&mut self, now_ms: u64) -> Vec<Reservation> {
         let now = self.quanta().containing(now_ms);
         let ended: Vec<ReservationId> = self
@@ -671,6 +723,20 @@ impl Plan {
         let forgotten = ended.into_iter().filter_map(|id| self.remove(id)).collect();
         for reservation in self.reservations.values_mut() {
             for allocation in &mut reservation.allocations {
+                let work = allocation.work_before(now);
+                if work > 0 {
+                    match reservation
+                        .delivered
+                        .iter_mut()
+                        .find(|d| d.atom == allocation.atom)
+                    {
+                        Some(delivered) => delivered.work += work,
+                        None => reservation.delivered.push(Delivered {
+                            atom: allocation.atom,
+                            work,
+                        }),
+                    }
+                }
                 allocation.pieces.retain(|p| p.end > now);
                 for piece in &mut allocation.pieces {
                     piece.start = piece.start.max(now);

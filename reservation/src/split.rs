@@ -102,6 +102,22 @@ pub(crate) fn reachable(shape: &AtomShape, max_len: u64) -> bool {
     reachable_work(shape.work, shape, max_len)
 }
 
+/// The work an atom still needs once `allocated` of its bundle-quanta were allocated: nothing
+/// when that was all of it; otherwise the rest, raised to the least amount its gang, parallelism
+/// and lease can hold (a rest under `g` bundles for `l` quanta cannot be held on its own), and
+/// never more than its whole work (which validation found reachable).
+pub(crate) fn remaining_work(shape: &AtomShape, allocated: u64) -> u64 {
+    let rest = shape.work.saturating_sub(allocated);
+    if rest == 0 {
+        return 0;
+    }
+    // Every run is at least a lease long and holds at least a gang at each quantum.
+    let least = rest.max(shape.gang.saturating_mul(shape.lease));
+    (least..shape.work)
+        .find(|&work| reachable_work(work, shape, u64::MAX))
+        .unwrap_or(shape.work)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -143,6 +159,20 @@ mod tests {
         let rects: Vec<_> = split.rectangles().collect();
         assert_eq!(rects, vec![(0, 2, 2), (2, 2, 3)]);
         assert_eq!(rects.iter().map(|(_, l, b)| l * b).sum::<u64>(), 10);
+    }
+
+    #[test]
+    fn the_rest_of_an_atom_is_what_its_gang_and_lease_can_hold() {
+        // Plenty left: just the rest.
+        assert_eq!(remaining_work(&shape(1, 4, 2, 40), 10), 30);
+        assert_eq!(remaining_work(&shape(1, 4, 2, 40), 40), 0);
+        assert_eq!(remaining_work(&shape(1, 4, 2, 40), 50), 0);
+        // 3 left, but a gang of 2 for 2 quanta holds at least 4.
+        assert_eq!(remaining_work(&shape(2, 4, 2, 40), 37), 4);
+        // A rigid gang of 3 holds multiples of 3 only: 5 left is 6.
+        assert_eq!(remaining_work(&shape(3, 3, 1, 30), 25), 6);
+        // Never more than the whole.
+        assert_eq!(remaining_work(&shape(4, 4, 5, 20), 1), 20);
     }
 
     #[test]

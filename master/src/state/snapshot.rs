@@ -49,9 +49,10 @@ use super::{ClusterState, TaskKey};
 /// plan's quantum in the operator's reservation policy command (in the log beside the
 /// snapshot) and the time of the plan's last capacity change; version 11 the frameworks'
 /// acknowledgements in batches (`Command::AcknowledgeStatus`, in the log); version 12 the count
-/// of reservations closed unused. A snapshot of another version is refused
+/// of reservations closed unused; version 13 the work each reservation's atoms held in the
+/// quanta its plan has forgotten. A snapshot of another version is refused
 /// ([`SnapshotError::FormatVersion`]): masters of one cluster run one version.
-pub const STATE_FORMAT_VERSION: u32 = 12;
+pub const STATE_FORMAT_VERSION: u32 = 13;
 
 /// The largest payload of one frame (1 MiB): a record longer than this spans several frames.
 pub const FRAME_BYTES: usize = 1 << 20;

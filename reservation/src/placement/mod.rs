@@ -13,6 +13,12 @@
 //! - `repeat` was unrolled into an `all` of shifted windows beforehand;
 //! - an atom is the policy's (`PlacementPolicy::place_atom`).
 //!
+//! The adapter places a reservation in progress again with what each atom was allocated before
+//! now credited: an atom allocated its whole work is done and takes nothing more (nor holds back
+//! its successors in an `order`); one allocated part of it takes the rest
+//! ([`crate::split::remaining_work`]); an `any` whose alternative was allocated anything keeps
+//! to that alternative.
+//!
 //! Placement works on a dense copy of the free capacity over the quanta the request can reach
 //! (`Room`) and changes the plan only once the whole request is placed, so a refusal leaves the
 //! plan untouched. The MILP of Rayon §4.1 is left out: the paper itself finds it impractical
@@ -22,13 +28,15 @@
 mod gree;
 mod gree_l;
 
+use std::collections::BTreeMap;
+
 use fullerene_scheduling::fit::max_copies;
 use fullerene_scheduling::ResourceVec;
 use serde::{Deserialize, Serialize};
 
 use crate::plan::{AtomAllocation, AtomRef, Piece, Plan, Quanta, Shortfall};
 use crate::rdl::{Atom, Expr};
-use crate::split::AtomShape;
+use crate::split::{remaining_work, AtomShape};
 
 /// The placement policy of a cluster (Rayon §4.2).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -98,6 +106,8 @@ pub(crate) struct AtomNode {
 #[derive(Clone, Debug)]
 enum Node {
     Atom(AtomNode),
+    /// An atom allocated its whole work before now: nothing to place.
+    Done,
     Any(Vec<Node>),
     All(Vec<Node>),
     Order(Vec<Node>),
@@ -131,6 +141,7 @@ impl Node {
                 let span = shape.min_span().max(shape.work.div_ceil(at_once));
                 (span, atom.bundle.scale(shape.work as f64))
             }
+            Node::Done => (0, ResourceVec::ZERO),
             Node::Any(children) => children
                 .iter()
                 .map(|c| c.needed_span(capacity))
@@ -160,7 +171,7 @@ impl Node {
     /// The first quantum the node can reach when unconstrained ones start at `start`.
     fn earliest(&self, start: u64) -> u64 {
         match self {
-            Node::Atom(_) => start,
+            Node::Atom(_) | Node::Done => start,
             Node::Any(children) | Node::All(children) | Node::Order(children) => children
                 .iter()
                 .map(|c| c.earliest(start))
@@ -177,7 +188,7 @@ impl Node {
     /// The end of the last quantum the node can reach when unconstrained ones end at `end`.
     fn reach(&self, end: u64) -> u64 {
         match self {
-            Node::Atom(_) => end,
+            Node::Atom(_) | Node::Done => end,
             Node::Any(children) | Node::All(children) | Node::Order(children) => {
                 children.iter().map(|c| c.reach(end)).max().unwrap_or(0)
             }
@@ -188,30 +199,66 @@ impl Node {
             } => child.reach(end.min(*window_end)),
         }
     }
+
+    /// Whether an atom below was allocated anything before now.
+    fn credited(&self, allocated: &BTreeMap<AtomRef, u64>) -> bool {
+        match self {
+            Node::Atom(atom) => allocated.contains_key(&atom.at),
+            Node::Done => true,
+            Node::Any(children) | Node::All(children) | Node::Order(children) => {
+                children.iter().any(|c| c.credited(allocated))
+            }
+            Node::Window { child, .. } => child.credited(allocated),
+        }
+    }
+}
+
+/// How [`quantize`] reads a request: its quanta and anchor, and what each atom was allocated
+/// before now (empty for a new request).
+struct Quantizer<'a> {
+    quanta: &'a Quanta,
+    anchor_ms: u64,
+    allocated: &'a BTreeMap<AtomRef, u64>,
 }
 
 /// Turns `expr` into quanta: windows shifted by `shift_ms` and made absolute from
-/// `anchor_ms`, atoms numbered in pre-order from `next_atom`.
+/// `anchor_ms`, atoms numbered in pre-order from `next_atom`, each less what it was allocated.
 fn quantize(
+    how: &Quantizer<'_>,
     expr: &Expr,
-    quanta: &Quanta,
-    anchor_ms: u64,
     shift_ms: u64,
     occurrence: u32,
     next_atom: &mut u32,
 ) -> Node {
+    let (quanta, anchor_ms) = (how.quanta, how.anchor_ms);
     let mut children = |list: &[Expr]| -> Vec<Node> {
         list.iter()
-            .map(|c| quantize(c, quanta, anchor_ms, shift_ms, occurrence, next_atom))
+            .map(|c| quantize(how, c, shift_ms, occurrence, next_atom))
             .collect()
     };
     match expr {
         Expr::Atom(atom) => {
-            let node = atom_node(atom, quanta, *next_atom, occurrence);
+            let mut node = atom_node(atom, quanta, *next_atom, occurrence);
             *next_atom += 1;
-            Node::Atom(node)
+            match how.allocated.get(&node.at) {
+                None => Node::Atom(node),
+                Some(&allocated) => match remaining_work(&node.shape, allocated) {
+                    0 => Node::Done,
+                    rest => {
+                        node.shape.work = rest;
+                        Node::Atom(node)
+                    }
+                },
+            }
         }
-        Expr::Any(c) => Node::Any(children(c)),
+        Expr::Any(c) => {
+            let mut alternatives = children(c);
+            // The alternative the reservation was running is the one it goes on with.
+            if let Some(chosen) = alternatives.iter().position(|a| a.credited(how.allocated)) {
+                alternatives = vec![alternatives.swap_remove(chosen)];
+            }
+            Node::Any(alternatives)
+        }
         Expr::All(c) => Node::All(children(c)),
         Expr::Order(c) => Node::Order(children(c)),
         Expr::Window {
@@ -225,9 +272,7 @@ fn quantize(
                 // Whole quanta inside the window only.
                 start: quanta.first_at_or_after(start),
                 end: quanta.containing(end),
-                child: Box::new(quantize(
-                    expr, quanta, anchor_ms, shift_ms, occurrence, next_atom,
-                )),
+                child: Box::new(quantize(how, expr, shift_ms, occurrence, next_atom)),
             }
         }
         Expr::Repeat {
@@ -241,9 +286,8 @@ fn quantize(
                     // Every occurrence numbers its atoms as written.
                     *next_atom = first_atom;
                     quantize(
+                        how,
                         expr,
-                        quanta,
-                        anchor_ms,
                         shift_ms.saturating_add(period_ms.saturating_mul(u64::from(k))),
                         occurrence.saturating_mul(*count).saturating_add(k),
                         next_atom,
@@ -339,6 +383,7 @@ impl Placer<'_> {
     /// holds.
     fn place(&mut self, node: &Node, floor: u64, start: u64, end: u64) -> Result<u64, Shortfall> {
         match node {
+            Node::Done => Ok(end),
             Node::Atom(atom) => {
                 let (room_start, room_end) = self.room.bounds();
                 let end = end.min(room_end);
@@ -445,7 +490,7 @@ impl Placer<'_> {
 
 /// Joins pieces that follow each other with the same number of bundles: one longer lease is
 /// still at least the minimum.
-fn merge_adjacent(pieces: &mut Vec<Piece>) {
+pub(crate) fn merge_adjacent(pieces: &mut Vec<Piece>) {
     pieces.sort_by_key(|p| (p.start, p.end, p.bundles));
     let mut merged: Vec<Piece> = Vec::with_capacity(pieces.len());
     for piece in pieces.drain(..) {
@@ -460,16 +505,23 @@ fn merge_adjacent(pieces: &mut Vec<Piece>) {
 }
 
 /// Places a (valid) request asked at `anchor_ms` in `plan` at `now_ms` with the plan's
-/// policy, without changing the plan.
+/// policy, without changing the plan; each atom in `allocated` less the bundle-quanta it was
+/// allocated before now (see the module documentation).
 pub(crate) fn place(
     plan: &Plan,
     expr: &Expr,
     anchor_ms: u64,
     now_ms: u64,
+    allocated: &BTreeMap<AtomRef, u64>,
 ) -> Result<Vec<AtomAllocation>, Shortfall> {
     let quanta = plan.quanta();
     let mut next_atom = 0;
-    let node = quantize(expr, &quanta, anchor_ms, 0, 0, &mut next_atom);
+    let how = Quantizer {
+        quanta: &quanta,
+        anchor_ms,
+        allocated,
+    };
+    let node = quantize(&how, expr, 0, 0, &mut next_atom);
     let start = quanta.first_at_or_after(now_ms.max(anchor_ms));
     let end = quanta
         .containing(anchor_ms.saturating_add(plan.config().limits.horizon_ms))

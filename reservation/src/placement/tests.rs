@@ -8,8 +8,8 @@ use fullerene_scheduling::{fits, ResourceVec};
 use proptest::prelude::*;
 
 use crate::plan::{
-    AtomAllocation, AtomRef, CapacityChange, Plan, PlanConfig, Quanta, Refusal, ReservationId,
-    ReservationRequest, Shortfall,
+    AtomAllocation, AtomRef, CapacityChange, Delivered, Plan, PlanConfig, Quanta, Refusal,
+    ReservationId, ReservationRequest, Shortfall,
 };
 use crate::rdl::{parse, Expr, Limits};
 use crate::steps::StepFunction;
@@ -361,15 +361,31 @@ fn forgetting_the_past_drops_ended_reservations_and_past_runs_only() {
         vec![ReservationId(1)]
     );
     assert_eq!(pieces(&plan, 2), vec![(0, 70, 100, 1)]);
+    // The forgotten quanta's work, 60 to 70 s of one bundle, is kept in sum.
+    let kept = plan.reservation(ReservationId(2)).expect("kept");
+    assert_eq!(
+        kept.delivered,
+        vec![Delivered {
+            atom: AtomRef {
+                atom: 0,
+                occurrence: 0
+            },
+            work: 10
+        }]
+    );
+    assert_eq!(kept.allocated_before(75).values().sum::<u64>(), 15);
+    plan.forget_before(80_000);
+    let kept = plan.reservation(ReservationId(2)).expect("kept");
+    assert_eq!(kept.delivered[0].work, 20, "added up");
     assert_eq!(
         plan.used().change_points().collect::<Vec<_>>(),
-        vec![70, 100]
+        vec![80, 100]
     );
     assert_eq!(
         plan.capacity().change_points().collect::<Vec<_>>(),
-        vec![70]
+        vec![80]
     );
-    assert_eq!(plan.capacity().at(70), res("cpus=12"));
+    assert_eq!(plan.capacity().at(80), res("cpus=12"));
     assert_eq!(check_plan(&plan), Ok(()));
     // What is kept rebuilds to the same plan.
     let config = bincode::config::standard();
@@ -384,7 +400,11 @@ fn forgetting_the_past_drops_ended_reservations_and_past_runs_only() {
 /// Checks an accepted reservation against the semantics of Rayon §3.1, independently of the
 /// placement code: every atom's pieces within its windows and after `now`, each piece at least
 /// `l` long with at least `g` bundles, at most `h` at any quantum, summing to `w`; `any` with
-/// exactly one alternative placed; `order`'s children strictly in sequence.
+/// exactly one alternative placed; `order`'s children strictly in sequence. A reservation the
+/// adapter placed again may hold pieces that end by `now` and work the plan forgot: they are
+/// what its atoms were allocated before, and the pieces after `now` hold the rest
+/// ([`crate::split::remaining_work`]: at least the rest, and no more than its gang and lease
+/// need).
 pub(crate) fn check_satisfied(plan: &Plan, id: ReservationId, now_ms: u64) -> Result<(), String> {
     let reservation = plan.reservation(id).ok_or("not accepted")?;
     let allocations: HashMap<AtomRef, &AtomAllocation> = reservation
@@ -400,6 +420,8 @@ pub(crate) fn check_satisfied(plan: &Plan, id: ReservationId, now_ms: u64) -> Re
         quanta,
         anchor_ms: reservation.anchor_ms,
         allocations: &allocations,
+        delivered: &reservation.delivered,
+        now: quanta.first_at_or_after(now_ms),
         visited: 0,
     };
     let horizon = quanta.containing(reservation.anchor_ms + plan.config().limits.horizon_ms);
@@ -419,6 +441,9 @@ struct Checker<'a> {
     quanta: Quanta,
     anchor_ms: u64,
     allocations: &'a HashMap<AtomRef, &'a AtomAllocation>,
+    delivered: &'a [Delivered],
+    /// The first quantum from now: pieces before it were allocated before.
+    now: u64,
     visited: usize,
 }
 
@@ -440,13 +465,16 @@ impl Checker<'_> {
                     .map(|c| this.check(c, start, end, shift_ms, occurrence, next_atom))
                     .collect()
             };
+        // An atom done before the plan's memory has an empty span: it bounds nothing.
         let union = |spans: &[Option<(u64, u64)>]| {
             spans
                 .iter()
                 .flatten()
+                .filter(|(a, b)| a < b)
                 .fold(None, |acc: Option<(u64, u64)>, &(a, b)| {
                     Some(acc.map_or((a, b), |(x, y)| (x.min(a), y.max(b))))
                 })
+                .or_else(|| spans.iter().flatten().next().copied())
         };
         let all_or_none = |spans: &[Option<(u64, u64)>], what: &str| {
             let placed = spans.iter().filter(|s| s.is_some()).count();
@@ -462,18 +490,35 @@ impl Checker<'_> {
                     occurrence,
                 };
                 *next_atom += 1;
+                let q = self.quanta.quantum_ms;
+                let forgotten: u64 = self
+                    .delivered
+                    .iter()
+                    .filter(|d| d.atom == at)
+                    .map(|d| d.work)
+                    .sum();
                 let Some(allocation) = self.allocations.get(&at) else {
-                    return Ok(None);
+                    // Done before the plan's memory: it holds nothing and bounds nothing.
+                    return Ok(
+                        (forgotten > 0 && forgotten * q >= atom.work_ms).then_some((start, start))
+                    );
                 };
                 self.visited += 1;
-                let q = self.quanta.quantum_ms;
                 let lease = atom.min_lease_ms.div_ceil(q).max(1);
                 let mut work = 0;
+                let mut before = forgotten;
                 if allocation.bundle != atom.bundle {
                     return Err(format!("{at}: wrong bundle"));
                 }
                 for p in &allocation.pieces {
-                    if p.start < start || p.end > end {
+                    // The part before now was allocated before (a piece kept by the
+                    // adapter may go on after it, one lease).
+                    before += p.end.min(self.now).saturating_sub(p.start) * u64::from(p.bundles);
+                    if p.end <= self.now {
+                        continue;
+                    }
+                    let from = p.start.max(self.now);
+                    if from < start || p.end > end {
                         return Err(format!("{at}: piece {p:?} outside [{start}, {end})"));
                     }
                     if p.end - p.start < lease || u64::from(p.bundles) < u64::from(atom.gang) {
@@ -482,15 +527,28 @@ impl Checker<'_> {
                             atom.gang
                         ));
                     }
-                    work += (p.end - p.start) * u64::from(p.bundles);
-                    for t in p.start..p.end {
+                    work += (p.end - from) * u64::from(p.bundles);
+                    for t in from..p.end {
                         if allocation.bundles_at(t) > u64::from(atom.max_parallel) {
                             return Err(format!("{at}: more than h at {t}"));
                         }
                     }
                 }
-                if work * q != atom.work_ms {
+                let whole = atom.work_ms / q;
+                if before == 0 && work != whole {
                     return Err(format!("{at}: {work} bundle-quanta, not w"));
+                }
+                if before > 0 {
+                    let shape = crate::split::AtomShape::of(atom, q);
+                    if work < whole.saturating_sub(before) {
+                        return Err(format!("{at}: {work} bundle-quanta after {before}"));
+                    }
+                    if work != crate::split::remaining_work(&shape, before) {
+                        return Err(format!("{at}: {work} bundle-quanta, more than the rest"));
+                    }
+                }
+                if allocation.pieces.is_empty() && before > 0 && work == 0 {
+                    return Ok(Some((start, start)));
                 }
                 let first = allocation
                     .pieces
@@ -522,8 +580,10 @@ impl Checker<'_> {
                 let spans = children(self, c)?;
                 all_or_none(&spans, "order")?;
                 for pair in spans.windows(2) {
-                    if let [Some((_, end_before)), Some((start_after, _))] = pair {
-                        if end_before > start_after {
+                    if let [Some((first_before, end_before)), Some((start_after, end_after))] = pair
+                    {
+                        let empty = first_before == end_before || start_after == end_after;
+                        if end_before > start_after && !empty {
                             return Err("order: a child overlaps its successor".into());
                         }
                     }
@@ -762,4 +822,41 @@ fn only_an_empty_plan_changes_its_quantum_and_keeps_its_capacity_from_now_on() {
         0,
     )
     .expect("fits in three quanta of 100 ms");
+}
+
+#[test]
+fn the_rest_of_a_request_goes_on_with_the_alternative_it_was_running() {
+    let plan = Plan::new(config(PolicyKind::Gree), res("cpus=10"));
+    let expr = parse(
+        "window(any(atom(cpus=2; g=1, h=5, l=1s, w=100), atom(cpus=1; g=1, h=5, l=1s, w=100)), \
+         s=0, f=100s)",
+    )
+    .expect("parses");
+    let atom = |atom| AtomRef {
+        atom,
+        occurrence: 0,
+    };
+    let work = |allocations: &[AtomAllocation]| -> Vec<(u32, u64)> {
+        allocations
+            .iter()
+            .map(|a| {
+                let held = a
+                    .pieces
+                    .iter()
+                    .map(|p| (p.end - p.start) * u64::from(p.bundles));
+                (a.atom.atom, held.sum())
+            })
+            .collect()
+    };
+    // Asked anew, the first alternative fits.
+    let fresh = plan.place(&expr, 0, 0).expect("fits");
+    assert_eq!(work(&fresh), vec![(0, 100)]);
+    // The second was running and was allocated 40: it goes on, for the 60 left.
+    let allocated = std::collections::BTreeMap::from([(atom(1), 40)]);
+    let rest = plan.place_rest(&expr, 0, 50_000, &allocated).expect("fits");
+    assert_eq!(work(&rest), vec![(1, 60)]);
+    // Allocated all of it: nothing left to place.
+    let allocated = std::collections::BTreeMap::from([(atom(1), 100)]);
+    let rest = plan.place_rest(&expr, 0, 50_000, &allocated).expect("done");
+    assert!(rest.is_empty());
 }
