@@ -46,7 +46,7 @@ use std::collections::BTreeSet;
 
 use fullerene_proto::ResourceVec;
 pub use fullerene_reservation::packed_bundle;
-use fullerene_reservation::{Atom, Expr, Limits};
+use fullerene_reservation::{Atom, Expr, Limits, PolicyKind};
 use serde::Serialize;
 
 use crate::job::{Job, StageIdx};
@@ -68,6 +68,14 @@ pub const WORK_OVERESTIMATE: f64 = 0.1;
 /// module's doc.
 pub const DURATION_CLASSES: usize = 4;
 
+/// The most tasks a duration class may have to be asked as one gang under GREE-L (see
+/// [`job_reservation`]).
+pub const GANG_MAX_TASKS: usize = 16;
+
+/// The shortest lease, in the plan's quanta, of a duration class asked as one gang under GREE-L
+/// (see [`job_reservation`]).
+pub const GANG_MIN_LEASE_QUANTA: u64 = 10;
+
 /// A job's deadline and the reservation request meant to meet it (Rayon §6's SLA jobs).
 #[derive(Clone, Debug, PartialEq)]
 pub struct DeadlineRequest {
@@ -82,7 +90,8 @@ pub struct DeadlineRequest {
 /// tight as Rayon §6's runtime measured alone), and the reservation for it. Durations are the
 /// workload's seconds, run `time_scale` times as long in real time (`fullerene job run
 /// --time-scale`); the window and the request are in real milliseconds, whole quanta of
-/// `quantum_ms`, opening `lead_ms` after acceptance (see [`job_reservation`]).
+/// `quantum_ms`, opening `lead_ms` after acceptance, shaped for the plan's `placement` policy
+/// (see [`job_reservation`]).
 pub fn deadline_request(
     job: &Job,
     cluster: &PlanCluster,
@@ -90,6 +99,7 @@ pub fn deadline_request(
     time_scale: f64,
     lead_ms: u64,
     quantum_ms: u64,
+    placement: PolicyKind,
 ) -> DeadlineRequest {
     let quantum_ms = quantum_ms.max(1);
     let runtime_s = lower_bounds(job, cluster).new_lb * time_scale;
@@ -106,6 +116,7 @@ pub fn deadline_request(
             window_ms,
             lead_ms,
             quantum_ms,
+            placement,
         ),
     }
 }
@@ -154,6 +165,14 @@ pub enum Admission {
 /// `machine` ([`packed_bundle`]). Times are rounded up to whole quanta of `quantum_ms` (the
 /// plan refuses others); `lead_ms` is how long after submission the first allocation may
 /// start (the time the plan follower needs to free reserved capacity).
+///
+/// For a plan placed by GREE-L, a duration class of at most [`GANG_MAX_TASKS`] tasks whose
+/// lease is at least [`GANG_MIN_LEASE_QUANTA`] quanta is asked as whole tasks: a gang of all
+/// its tasks for one lease each (`g = h`, `w = h × l`). GREE-L lays an atom's work flat over a
+/// long stretch, and bundle-time is fluid where tasks are not: a class of three tasks of up to
+/// 4 s got 2 bundles for 6.5 s, room for two of them, and q19-2g finished 150 ms late on two
+/// seeds of the SLA comparison. Under GREE, which places each atom tall and late, the same
+/// gangs made other jobs late (a q10 by 0.69 s, a q21 by 20.8 s), so its requests stay fluid.
 pub fn job_reservation(
     job: &Job,
     machine: &ResourceVec,
@@ -161,6 +180,7 @@ pub fn job_reservation(
     window_ms: u64,
     lead_ms: u64,
     quantum_ms: u64,
+    placement: PolicyKind,
 ) -> Expr {
     let quantum_ms = quantum_ms.max(1);
     let whole = |ms: u64| ms.max(1).div_ceil(quantum_ms) * quantum_ms;
@@ -172,14 +192,22 @@ pub fn job_reservation(
         })
         .into_iter()
         .map(|(lease_ms, count, total_s)| {
+            let tasks = u32::try_from(count).unwrap_or(u32::MAX);
+            let as_gang = placement == PolicyKind::GreeL
+                && (1..=GANG_MAX_TASKS).contains(&count)
+                && lease_ms >= GANG_MIN_LEASE_QUANTA * quantum_ms;
+            let (gang, work_ms) = if as_gang {
+                (tasks, lease_ms.saturating_mul(u64::from(tasks)))
+            } else {
+                let fluid = total_s * time_scale * (1.0 + WORK_OVERESTIMATE);
+                (1, whole(seconds_to_ms(fluid)))
+            };
             Expr::Atom(Atom {
                 bundle: packed_bundle(&stage.demand, machine),
-                gang: 1,
-                max_parallel: u32::try_from(count).unwrap_or(u32::MAX),
+                gang,
+                max_parallel: tasks,
                 min_lease_ms: lease_ms,
-                work_ms: whole(seconds_to_ms(
-                    total_s * time_scale * (1.0 + WORK_OVERESTIMATE),
-                )),
+                work_ms,
             })
         })
         .collect();
@@ -574,13 +602,56 @@ mod tests {
         test_job("fork", "default", None, stages)
     }
 
+    /// Each atom of `job`'s request for a plan placed by `placement` as `(g, h, l, w)`, sorted.
+    fn atom_shapes(job: &Job, placement: PolicyKind) -> Vec<(u32, u32, u64, u64)> {
+        let expr = job_reservation(job, &machine(), 1.0, 600_000, 0, 1_000, placement);
+        let limits = Limits {
+            quantum_ms: 1_000,
+            ..Limits::default()
+        };
+        validate(&expr, &limits).expect("valid");
+        let mut shapes: Vec<_> = expr
+            .atoms()
+            .iter()
+            .map(|a| (a.gang, a.max_parallel, a.min_lease_ms, a.work_ms))
+            .collect();
+        shapes.sort_unstable();
+        shapes
+    }
+
+    #[test]
+    fn under_gree_l_few_long_tasks_are_asked_as_whole_tasks() {
+        // The scan's four 10 s tasks and the join's two 30 s ones are gangs of one lease each
+        // under GREE-L; the 5 s task is under ten quanta, so fluid, with 10% more work in whole quanta.
+        assert_eq!(
+            atom_shapes(&fork(), PolicyKind::GreeL),
+            vec![
+                (1, 1, 5_000, 6_000),
+                (2, 2, 30_000, 60_000),
+                (4, 4, 10_000, 40_000)
+            ]
+        );
+        // Under GREE, all fluid.
+        assert_eq!(
+            atom_shapes(&fork(), PolicyKind::Gree),
+            vec![
+                (1, 1, 5_000, 6_000),
+                (1, 2, 30_000, 66_000),
+                (1, 4, 10_000, 44_000)
+            ]
+        );
+        // Seventeen tasks are too many for a gang.
+        let wide = atom_shapes(&fork_with_scan(vec![20.0; 17]), PolicyKind::GreeL);
+        assert!(wide.contains(&(1, 17, 20_000, 375_000)), "{wide:?}");
+    }
+
     #[test]
     fn finished_atoms_are_those_of_the_stages_that_completed() {
         use crate::job::TaskRef;
         // The fork with a scan of four duration classes: its request is
         // order(all(4 scan atoms), all(short join, long join)).
         let job = fork_with_scan(vec![1.0, 2.0, 3.0, 4.0]);
-        let expr = job_reservation(&job, &machine(), 1.0, 600_000, 0, 1_000);
+        let expr = job_reservation(&job, &machine(), 1.0, 600_000, 0, 1_000, PolicyKind::Gree);
         let atoms = ReservationAtoms::of(&job, &expr).expect("the job's own request");
         assert_eq!(atoms.len(), expr.atoms().len());
         assert_eq!(atoms.len(), 6, "{expr}");
@@ -606,7 +677,15 @@ mod tests {
         assert_eq!(atoms.finished(&state), [0, 1, 2, 3, 4, 5]);
         // A request that is not the job's own form names no atoms of it: another DAG's, one
         // whose atoms hold other task counts, one written by hand.
-        let other = job_reservation(&branches(), &machine(), 1.0, 600_000, 0, 1_000);
+        let other = job_reservation(
+            &branches(),
+            &machine(),
+            1.0,
+            600_000,
+            0,
+            1_000,
+            PolicyKind::Gree,
+        );
         assert_eq!(ReservationAtoms::of(&job, &other), None);
         let five_scans = job_reservation(
             &fork_with_scan(vec![1.0; 5]),
@@ -615,6 +694,7 @@ mod tests {
             600_000,
             0,
             1_000,
+            PolicyKind::Gree,
         );
         assert_eq!(ReservationAtoms::of(&job, &five_scans), None);
         let by_hand = parse("window(atom(cpus=2; g=1, h=1, l=1s, w=1s), s=0, f=1m)").expect("rdl");
@@ -623,7 +703,15 @@ mod tests {
 
     #[test]
     fn a_dags_request_orders_its_levels_and_reads_back_as_the_masters_parse_it() {
-        let expr = job_reservation(&fork(), &machine(), 1.0, 600_000, 1_500, 1_000);
+        let expr = job_reservation(
+            &fork(),
+            &machine(),
+            1.0,
+            600_000,
+            1_500,
+            1_000,
+            PolicyKind::Gree,
+        );
         let text = expr.to_string();
         // What a framework sends is text the masters parse to the same request, and valid.
         let parsed = parse(&text).expect("the masters parse it");
@@ -667,7 +755,7 @@ mod tests {
         let new_lb = lower_bounds(&job, &cluster).new_lb;
         assert!((new_lb - 40.0).abs() < 1e-9, "NewLB {new_lb}");
         // A tenth of real time, 50% slack: 40 × 1.5 / 10 = 6 s.
-        let request = deadline_request(&job, &cluster, 0.5, 0.1, 500, 100);
+        let request = deadline_request(&job, &cluster, 0.5, 0.1, 500, 100, PolicyKind::Gree);
         assert_eq!(request.window_ms, 6_000);
         let Expr::Window {
             expr,
@@ -711,7 +799,7 @@ mod tests {
     #[test]
     fn an_in_tree_is_nested_as_it_is_so_its_branches_overlap() {
         let job = branches();
-        let expr = job_reservation(&job, &machine(), 1.0, 60_000, 0, 1_000);
+        let expr = job_reservation(&job, &machine(), 1.0, 60_000, 0, 1_000, PolicyKind::Gree);
         let Expr::Window { expr: body, .. } = &expr else {
             panic!("a window: {expr}");
         };
@@ -838,7 +926,7 @@ mod tests {
         // In the request: the stage is an `all` of its classes.
         let skewed = stage(0, &[], &durations, res("cpus=1"));
         let job = test_job("skewed", "default", None, vec![skewed]);
-        let expr = job_reservation(&job, &machine(), 1.0, 60_000, 0, 1_000);
+        let expr = job_reservation(&job, &machine(), 1.0, 60_000, 0, 1_000, PolicyKind::Gree);
         let Expr::Window { expr: body, .. } = &expr else {
             panic!("a window: {expr}");
         };

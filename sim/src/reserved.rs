@@ -166,6 +166,15 @@ pub struct SlaOptions {
     pub capacity_shares: Vec<f64>,
 }
 
+impl SlaOptions {
+    /// How long after an SLA job's arrival its reservation's window opens: the follower
+    /// reclaims a grace period and a tick ahead of a guarantee, so no allocation is planned
+    /// sooner.
+    pub fn lead_ms(&self) -> u64 {
+        self.grace_ms + FOLLOW_TICK_MS
+    }
+}
+
 impl Default for SlaOptions {
     /// The defaults above, with the critical-path intra-job policy (what Tez on YARN's
     /// capacity scheduler runs in [`crate::policies`]).
@@ -381,17 +390,14 @@ fn compare_marked(
         });
     }
     let quantum_ms = options.quantum_ms.max(1);
-    // The follower reclaims a grace period and a tick ahead of a guarantee (below), so no
-    // allocation is planned sooner after an arrival.
-    let lead_ms = options.grace_ms + FOLLOW_TICK_MS;
+    // The deadlines do not depend on the placement policy the requests are shaped for.
     let requests = sla_requests(
         file_jobs,
         jobs,
         marked,
-        options.slack,
         config,
-        quantum_ms,
-        lead_ms,
+        options,
+        ReservationPolicy::Gree,
     );
     let capacity = config.machine.scale(config.machines as f64);
     let scheduler = InterJobPolicy::CapacityScheduler {
@@ -401,6 +407,7 @@ fn compare_marked(
     for &policy in policies {
         match policy {
             SlaPolicy::Rayon(placement) => {
+                let requests = sla_requests(file_jobs, jobs, marked, config, options, placement);
                 let asked: Vec<SlaRequest> = requests.iter().map(|(_, r)| r.clone()).collect();
                 let (plan, answers) = plan_in_order(&asked, placement, capacity, quantum_ms);
                 let mut reservation_of = vec![None; jobs.len()];
@@ -425,7 +432,8 @@ fn compare_marked(
                             plan,
                             // Reclaim a grace period and a tick ahead, so that the
                             // capacity is free when the plan's allocation begins.
-                            follower: PlanFollower::new(options.grace_ms).with_lookahead(lead_ms),
+                            follower: PlanFollower::new(options.grace_ms)
+                                .with_lookahead(options.lead_ms()),
                             reservation_of,
                             tick_s: FOLLOW_TICK_MS as f64 / 1000.0,
                         }),

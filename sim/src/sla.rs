@@ -23,7 +23,7 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use crate::{SimConfig, SimJob};
+use crate::{SimConfig, SimJob, SlaOptions};
 
 /// One SLA job's request: its deadline and the reservation derived from its DAG.
 #[derive(Clone, Debug, PartialEq)]
@@ -41,7 +41,8 @@ pub struct SlaRequest {
 /// window, the lease and the work are rounded up to whole quanta (the plan refuses others).
 /// The window opens `lead_ms` after the arrival (rounded up to quanta): the time the plan
 /// follower needs to free reserved capacity on a full cluster (its grace period and a cycle),
-/// so that no allocation is planned before it can be delivered.
+/// so that no allocation is planned before it can be delivered. The request is shaped for the
+/// plan's `placement` policy (see [`fullerene_sdk::reserve::job_reservation`]).
 pub fn sla_request(
     job: &Job,
     arrival_s: f64,
@@ -49,9 +50,10 @@ pub fn sla_request(
     cluster: &PlanCluster,
     quantum_ms: u64,
     lead_ms: u64,
+    placement: PolicyKind,
 ) -> SlaRequest {
     // The simulator's seconds are the workload's: a time scale of 1.
-    let request = deadline_request(job, cluster, slack, 1.0, lead_ms, quantum_ms);
+    let request = deadline_request(job, cluster, slack, 1.0, lead_ms, quantum_ms, placement);
     let arrival_ms = seconds_to_ms(arrival_s);
     SlaRequest {
         arrival_ms,
@@ -113,17 +115,19 @@ pub fn choose_sla_jobs(count: usize, fraction: f64, seed: u64) -> Vec<bool> {
 
 /// The SLA requests of an experiment's `jobs` (from [`prepare_jobs`](crate::prepare_jobs))
 /// that `marked` selects, each with its index in `jobs`, in arrival order (ties by index), on
-/// the cluster `config` describes, in quanta of `quantum_ms`, each window opening `lead_ms`
-/// after its arrival ([`sla_request`]).
+/// the cluster `config` describes, with the slack and the plan's quantum of `options`, each
+/// window opening [`SlaOptions::lead_ms`] after its arrival, for a plan placed by `placement`
+/// ([`sla_request`]).
 pub fn sla_requests(
     file_jobs: &[Job],
     jobs: &[SimJob],
     marked: &[bool],
-    slack: f64,
     config: &SimConfig,
-    quantum_ms: u64,
-    lead_ms: u64,
+    options: &SlaOptions,
+    placement: PolicyKind,
 ) -> Vec<(usize, SlaRequest)> {
+    let (slack, quantum_ms, lead_ms) =
+        (options.slack, options.quantum_ms.max(1), options.lead_ms());
     let cluster = PlanCluster::new(config.machines, config.machine);
     let mut requests: Vec<(usize, SlaRequest)> = jobs
         .iter()
@@ -133,7 +137,15 @@ pub fn sla_requests(
             let dag = file_jobs.get(job.source)?;
             Some((
                 k,
-                sla_request(dag, job.arrival_s, slack, &cluster, quantum_ms, lead_ms),
+                sla_request(
+                    dag,
+                    job.arrival_s,
+                    slack,
+                    &cluster,
+                    quantum_ms,
+                    lead_ms,
+                    placement,
+                ),
             ))
         })
         .collect();
@@ -190,7 +202,7 @@ pub(crate) mod tests {
     fn the_request_follows_the_dag_and_the_deadline_its_lower_bound() {
         let cluster = PlanCluster::new(1, machine(8.0));
         let job = chain();
-        let request = sla_request(&job, 100.0, 0.5, &cluster, 1_000, 0);
+        let request = sla_request(&job, 100.0, 0.5, &cluster, 1_000, 0, PolicyKind::Gree);
         // NewLB of the chain on 8 cpus is its critical path, 10 + 20 = 30 s.
         assert_eq!(request.arrival_ms, 100_000);
         assert_eq!(request.deadline_ms, 100_000 + 45_000);
@@ -206,7 +218,7 @@ pub(crate) mod tests {
         assert_eq!(shape(&atoms[0][0]), (cpus(1.0), 4, 10_000, 44_000));
         assert_eq!(shape(&atoms[1][0]), (cpus(1.0), 2, 20_000, 44_000));
         // In one-minute quanta everything rounds up to whole minutes.
-        let coarse = sla_request(&job, 100.0, 0.5, &cluster, 60_000, 0);
+        let coarse = sla_request(&job, 100.0, 0.5, &cluster, 60_000, 0, PolicyKind::Gree);
         assert_eq!(coarse.deadline_ms, 100_000 + 60_000);
         let coarse = steps(&coarse);
         assert_eq!(
@@ -228,7 +240,7 @@ pub(crate) mod tests {
         ];
         let job = job("diamond", "default", None, stages);
         let cluster = PlanCluster::new(1, machine(8.0));
-        let request = sla_request(&job, 0.0, 1.0, &cluster, 1_000, 0);
+        let request = sla_request(&job, 0.0, 1.0, &cluster, 1_000, 0, PolicyKind::Gree);
         let widths: Vec<Vec<u32>> = steps(&request)
             .iter()
             .map(|step| step.iter().map(|a| a.max_parallel).collect())
@@ -253,7 +265,7 @@ pub(crate) mod tests {
         // Four copies arriving together, on 4 cpus: each needs 80 cpu-seconds within 60 s, four
         // need 320 of the window's 240, so the first fits and some later one is refused.
         let requests: Vec<SlaRequest> = (0..4)
-            .map(|_| sla_request(&job, 0.0, 1.0, &cluster, 1_000, 0))
+            .map(|_| sla_request(&job, 0.0, 1.0, &cluster, 1_000, 0, PolicyKind::Gree))
             .collect();
         for policy in [PolicyKind::Gree, PolicyKind::GreeL] {
             let answers = admit_in_order(&requests, policy, machine(4.0), 1_000);

@@ -60,6 +60,7 @@ fn every_accepted_sla_job_meets_its_deadline() {
 /// that stage's task packed on the machine, every stage with an atom.
 #[test]
 fn every_tpch_jobs_own_request_names_the_stage_of_each_atom() {
+    use fullerene_reservation::PolicyKind;
     use fullerene_sdk::planner::PlanCluster;
     use fullerene_sdk::reserve::{packed_bundle, ReservationAtoms};
     use fullerene_sim::reserved::{DEFAULT_QUANTUM_MS, DEFAULT_SLACK};
@@ -67,9 +68,19 @@ fn every_tpch_jobs_own_request_names_the_stage_of_each_atom() {
 
     let config = SimConfig::default();
     let cluster = PlanCluster::new(10, config.machine);
-    for job in common::decima(usize::MAX) {
-        let request = sla_request(&job, 0.0, DEFAULT_SLACK, &cluster, DEFAULT_QUANTUM_MS, 500);
-        let atoms = ReservationAtoms::of(&job, &request.expr)
+    let placements = [PolicyKind::Gree, PolicyKind::GreeL];
+    let jobs = common::decima(usize::MAX);
+    for (job, placement) in jobs.iter().flat_map(|j| placements.map(|p| (j, p))) {
+        let request = sla_request(
+            job,
+            0.0,
+            DEFAULT_SLACK,
+            &cluster,
+            DEFAULT_QUANTUM_MS,
+            500,
+            placement,
+        );
+        let atoms = ReservationAtoms::of(job, &request.expr)
             .unwrap_or_else(|| panic!("{}: {}", job.name, request.expr));
         assert_eq!(atoms.len(), request.expr.atoms().len(), "{}", job.name);
         for (atom, &stage) in request.expr.atoms().iter().zip(atoms.stages()) {

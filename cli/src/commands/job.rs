@@ -401,11 +401,13 @@ struct ClusterFacts {
     total: ResourceVec,
     /// The reservation plan's quantum.
     quantum_ms: u64,
+    /// The plan's placement policy, which the jobs' requests are shaped for.
+    placement: fullerene_reservation::PolicyKind,
 }
 
-/// The cluster's agents and plan quantum, read as the operator of `--certs-dir` when that
-/// directory holds an operator certificate (a `fullerene certs init` directory does): a
-/// framework may not read them. With them, `job run` refuses at once a job with a task larger
+/// The cluster's agents, plan quantum and placement policy, read as the operator of
+/// `--certs-dir` when that directory holds an operator certificate (a `fullerene certs init`
+/// directory does): a framework may not read them. With them, `job run` refuses at once a job with a task larger
 /// than every agent (no offer could ever hold it, and the job would wait forever), and sets
 /// deadlines. `None` without an operator certificate, or when the masters do not answer (said
 /// on standard error): the jobs then run unchecked.
@@ -445,6 +447,7 @@ async fn read_cluster(args: &JobRunArgs) -> Result<Option<ClusterFacts>> {
         agents: 0,
         total: ResourceVec::ZERO,
         quantum_ms: 0,
+        placement: fullerene_reservation::PolicyKind::default(),
     };
     for agent in agents.iter().filter(|a| a.state != AgentState::Lost) {
         let size = agent
@@ -461,7 +464,15 @@ async fn read_cluster(args: &JobRunArgs) -> Result<Option<ClusterFacts>> {
         eprintln!("warning: no agent is registered: the jobs wait until one is");
         return Ok(None);
     }
-    facts.quantum_ms = read_policy(&mut client).await?.quantum_ms;
+    let policy = read_policy(&mut client).await?;
+    facts.quantum_ms = policy.quantum_ms;
+    facts.placement = fullerene_reservation::PolicyKind::from_name(&policy.placement)
+        .with_context(|| {
+            format!(
+                "the masters' reservation placement policy {:?} is not one this client knows                  (gree, gree-l)",
+                policy.placement
+            )
+        })?;
     Ok(Some(facts))
 }
 
@@ -490,6 +501,7 @@ fn deadlines(
                     args.time_scale,
                     lead_ms,
                     cluster.quantum_ms,
+                    cluster.placement,
                 )
             })
         })

@@ -618,6 +618,7 @@ fn a_job_in_its_own_reservation_reports_the_atoms_it_has_finished() {
         60_000,
         0,
         1_000,
+        fullerene_reservation::PolicyKind::Gree,
     );
     let of_two = |finished: &[u32]| {
         Some(ReservationProgress {
