@@ -4,10 +4,12 @@
 //!
 //! A stage is an atom per class of its task durations: its bundle is the stage's task demand
 //! packed on the cluster's machines ([`packed_bundle`]: the plan counts only tasks that fit
-//! whole on a machine), `h` the tasks in the class, `l` the class's longest task and `w` its work (the sum of its
-//! task durations, in bundle-time: each task holds one bundle), asked with
-//! [`WORK_OVERESTIMATE`] more; the classes are the stage's [`DURATION_CLASSES`] quantiles, side
-//! by side in an `all` (one atom when they would have the same lease). A lease binds every
+//! whole on a machine), `h` the tasks in the class, `l` the class's longest task and `w` its
+//! work (the sum of its task durations, in bundle-time: each task holds one bundle), asked with
+//! [`WORK_OVERESTIMATE`] more, or, for a plan placed by GREE-L, a class of few long tasks as
+//! whole tasks, a gang of one lease each ([`job_reservation`]); the classes are the stage's
+//! [`DURATION_CLASSES`] quantiles, side by side in an `all` (one atom when they would have the
+//! same lease). A lease binds every
 //! bundle of its atom, so one atom per stage with the longest task as its lease made every
 //! bundle of a stage whose tasks are mostly short be held as long as its longest task: on the
 //! TPC-H jobs with deadlines of twice their lower bound (10 machines, 200 jobs, seeds 1–3),
@@ -44,9 +46,9 @@
 
 use std::collections::BTreeSet;
 
-use fullerene_proto::ResourceVec;
 pub use fullerene_reservation::packed_bundle;
 use fullerene_reservation::{Atom, Expr, Limits, PolicyKind};
+use fullerene_scheduling::fit::max_copies;
 use serde::Serialize;
 
 use crate::job::{Job, StageIdx};
@@ -55,7 +57,8 @@ use crate::planner::PlanCluster;
 use crate::policy::baselines::breadth_first_levels;
 use crate::policy::JobState;
 
-/// How much more work than the stage's task durations add up to an atom asks for: Rayon §6's
+/// How much more work than the stage's task durations add up to a fluid atom asks for (a
+/// gang of whole tasks asks for exactly one lease each): Rayon §6's
 /// "10% slack (over-estimation) over the actual job resource requirements". The plan treats
 /// work as fluid bundle-time, tasks are not: a bundle held 16 s runs one 10 s task and 60% of
 /// another, so an exact figure leaves the last wave of tasks short. Twice as much was measured
@@ -110,13 +113,7 @@ pub fn deadline_request(
     DeadlineRequest {
         window_ms,
         expr: job_reservation(
-            job,
-            &cluster.machine_capacity,
-            time_scale,
-            window_ms,
-            lead_ms,
-            quantum_ms,
-            placement,
+            job, cluster, time_scale, window_ms, lead_ms, quantum_ms, placement,
         ),
     }
 }
@@ -161,21 +158,22 @@ pub enum Admission {
 
 /// `job`'s request: its stages' atoms in the DAG's series-parallel form (see the module's
 /// doc), inside `window(s=lead_ms, f=window_ms)` (offsets from when the masters accept it),
-/// with task durations `time_scale` times the workload's and bundles packed on machines of
-/// `machine` ([`packed_bundle`]). Times are rounded up to whole quanta of `quantum_ms` (the
+/// with task durations `time_scale` times the workload's and bundles packed on the machines of
+/// `cluster` ([`packed_bundle`]). Times are rounded up to whole quanta of `quantum_ms` (the
 /// plan refuses others); `lead_ms` is how long after submission the first allocation may
 /// start (the time the plan follower needs to free reserved capacity).
 ///
 /// For a plan placed by GREE-L, a duration class of at most [`GANG_MAX_TASKS`] tasks whose
-/// lease is at least [`GANG_MIN_LEASE_QUANTA`] quanta is asked as whole tasks: a gang of all
-/// its tasks for one lease each (`g = h`, `w = h × l`). GREE-L lays an atom's work flat over a
+/// lease is at least [`GANG_MIN_LEASE_QUANTA`] quanta, and whose bundles all fit the cluster
+/// at once, is asked as whole tasks: a gang of all its tasks for one lease each (`g = h`,
+/// `w = h × l`). GREE-L lays an atom's work flat over a
 /// long stretch, and bundle-time is fluid where tasks are not: a class of three tasks of up to
 /// 4 s got 2 bundles for 6.5 s, room for two of them, and q19-2g finished 150 ms late on two
 /// seeds of the SLA comparison. Under GREE, which places each atom tall and late, the same
 /// gangs made other jobs late (a q10 by 0.69 s, a q21 by 20.8 s), so its requests stay fluid.
 pub fn job_reservation(
     job: &Job,
-    machine: &ResourceVec,
+    cluster: &PlanCluster,
     time_scale: f64,
     window_ms: u64,
     lead_ms: u64,
@@ -192,10 +190,13 @@ pub fn job_reservation(
         })
         .into_iter()
         .map(|(lease_ms, count, total_s)| {
+            let bundle = packed_bundle(&stage.demand, &cluster.machine_capacity);
             let tasks = u32::try_from(count).unwrap_or(u32::MAX);
+            let at_once =
+                max_copies(&bundle, &cluster.machine_capacity).saturating_mul(cluster.machines);
             let as_gang = placement == PolicyKind::GreeL
-                && (1..=GANG_MAX_TASKS).contains(&count)
-                && lease_ms >= GANG_MIN_LEASE_QUANTA * quantum_ms;
+                && (1..=GANG_MAX_TASKS.min(at_once)).contains(&count)
+                && lease_ms >= GANG_MIN_LEASE_QUANTA.saturating_mul(quantum_ms);
             let (gang, work_ms) = if as_gang {
                 (tasks, lease_ms.saturating_mul(u64::from(tasks)))
             } else {
@@ -203,9 +204,11 @@ pub fn job_reservation(
                 (1, whole(seconds_to_ms(fluid)))
             };
             Expr::Atom(Atom {
-                bundle: packed_bundle(&stage.demand, machine),
+                bundle,
                 gang,
-                max_parallel: tasks,
+                // A stage without tasks is an atom of one bundle for a quantum: it still
+                // orders its DAG.
+                max_parallel: tasks.max(1),
                 min_lease_ms: lease_ms,
                 work_ms,
             })
@@ -586,6 +589,11 @@ mod tests {
     use super::*;
     use crate::testkit::{job as test_job, machine, res, stage};
 
+    /// Ten of the test machines.
+    fn cluster() -> PlanCluster {
+        PlanCluster::new(10, machine())
+    }
+
     /// A scan feeding two joins: levels `[scan]`, `[join-a, join-b]`.
     fn fork() -> Job {
         fork_with_scan(vec![10.0; 4])
@@ -604,7 +612,7 @@ mod tests {
 
     /// Each atom of `job`'s request for a plan placed by `placement` as `(g, h, l, w)`, sorted.
     fn atom_shapes(job: &Job, placement: PolicyKind) -> Vec<(u32, u32, u64, u64)> {
-        let expr = job_reservation(job, &machine(), 1.0, 600_000, 0, 1_000, placement);
+        let expr = job_reservation(job, &cluster(), 1.0, 600_000, 0, 1_000, placement);
         let limits = Limits {
             quantum_ms: 1_000,
             ..Limits::default()
@@ -643,6 +651,15 @@ mod tests {
         // Seventeen tasks are too many for a gang.
         let wide = atom_shapes(&fork_with_scan(vec![20.0; 17]), PolicyKind::GreeL);
         assert!(wide.contains(&(1, 17, 20_000, 375_000)), "{wide:?}");
+        // On one machine of 4 cpus, two 2-cpu scan tasks fit at once, not four: fluid.
+        let small = PlanCluster::new(1, res("cpus=4,mem_mib=4096"));
+        let expr = job_reservation(&fork(), &small, 1.0, 600_000, 0, 1_000, PolicyKind::GreeL);
+        let scan = expr
+            .atoms()
+            .into_iter()
+            .find(|a| a.max_parallel == 4)
+            .expect("scan");
+        assert_eq!((scan.gang, scan.work_ms), (1, 44_000));
     }
 
     #[test]
@@ -651,7 +668,7 @@ mod tests {
         // The fork with a scan of four duration classes: its request is
         // order(all(4 scan atoms), all(short join, long join)).
         let job = fork_with_scan(vec![1.0, 2.0, 3.0, 4.0]);
-        let expr = job_reservation(&job, &machine(), 1.0, 600_000, 0, 1_000, PolicyKind::Gree);
+        let expr = job_reservation(&job, &cluster(), 1.0, 600_000, 0, 1_000, PolicyKind::Gree);
         let atoms = ReservationAtoms::of(&job, &expr).expect("the job's own request");
         assert_eq!(atoms.len(), expr.atoms().len());
         assert_eq!(atoms.len(), 6, "{expr}");
@@ -679,7 +696,7 @@ mod tests {
         // whose atoms hold other task counts, one written by hand.
         let other = job_reservation(
             &branches(),
-            &machine(),
+            &cluster(),
             1.0,
             600_000,
             0,
@@ -689,7 +706,7 @@ mod tests {
         assert_eq!(ReservationAtoms::of(&job, &other), None);
         let five_scans = job_reservation(
             &fork_with_scan(vec![1.0; 5]),
-            &machine(),
+            &cluster(),
             1.0,
             600_000,
             0,
@@ -705,7 +722,7 @@ mod tests {
     fn a_dags_request_orders_its_levels_and_reads_back_as_the_masters_parse_it() {
         let expr = job_reservation(
             &fork(),
-            &machine(),
+            &cluster(),
             1.0,
             600_000,
             1_500,
@@ -799,7 +816,7 @@ mod tests {
     #[test]
     fn an_in_tree_is_nested_as_it_is_so_its_branches_overlap() {
         let job = branches();
-        let expr = job_reservation(&job, &machine(), 1.0, 60_000, 0, 1_000, PolicyKind::Gree);
+        let expr = job_reservation(&job, &cluster(), 1.0, 60_000, 0, 1_000, PolicyKind::Gree);
         let Expr::Window { expr: body, .. } = &expr else {
             panic!("a window: {expr}");
         };
@@ -926,7 +943,7 @@ mod tests {
         // In the request: the stage is an `all` of its classes.
         let skewed = stage(0, &[], &durations, res("cpus=1"));
         let job = test_job("skewed", "default", None, vec![skewed]);
-        let expr = job_reservation(&job, &machine(), 1.0, 60_000, 0, 1_000, PolicyKind::Gree);
+        let expr = job_reservation(&job, &cluster(), 1.0, 60_000, 0, 1_000, PolicyKind::Gree);
         let Expr::Window { expr: body, .. } = &expr else {
             panic!("a window: {expr}");
         };

@@ -11,18 +11,19 @@
 //! credited to it (module [`crate::placement`]). So a pipeline half-way through its stages
 //! needs room for its last stages only, not for the whole request a second time. Rayon's
 //! adapter places "all accepted jobs anew", as if none had begun; YARN's re-planner keeps the
-//! past as it was, as this one does.
+//! past as it was, as this one does. The credit is what the plan allocated, not what the jobs
+//! did with it: a job running behind its plan gets no new room for a stage the plan gave in
+//! full (the plan follower still owes it what the plan holds for its unfinished stages).
 //!
 //! The sharing policy is not checked again: the caps held when the reservation was admitted.
-
-use std::collections::BTreeMap;
 
 use fullerene_scheduling::fit::fits;
 
 use crate::placement::merge_adjacent;
 use crate::plan::{AtomAllocation, Piece, Plan, Replanned, Reservation, ReservationId};
 
-/// Re-plans `plan` after its capacity dropped from quantum `from` on, at `now_ms`.
+/// Re-plans `plan` after its capacity dropped from quantum `from` on (the first quantum with
+/// less than before), at `now_ms`.
 pub(crate) fn replan(plan: &mut Plan, from: u64, now_ms: u64) -> Replanned {
     let overloaded = overloaded_runs(plan, from);
     if overloaded.is_empty() {
@@ -50,13 +51,7 @@ pub(crate) fn replan(plan: &mut Plan, from: u64, now_ms: u64) -> Replanned {
     let mut replanned = Replanned::default();
     for reservation in taken {
         let past = pieces_before(&reservation, kept_until);
-        let mut allocated = BTreeMap::new();
-        for delivered in &reservation.delivered {
-            *allocated.entry(delivered.atom).or_default() += delivered.work;
-        }
-        for allocation in &past {
-            *allocated.entry(allocation.atom).or_default() += allocation.work_before(kept_until);
-        }
+        let allocated = reservation.allocated_before(kept_until);
         match plan.place_rest(&reservation.expr, reservation.anchor_ms, now_ms, &allocated) {
             Ok(rest) => {
                 // A move keeps the reservation's seniority: it was not asked again.
@@ -141,7 +136,7 @@ fn overloaded_runs(plan: &Plan, from: u64) -> Vec<(u64, u64)> {
 #[cfg(test)]
 mod tests {
     use crate::placement::tests::{
-        check_plan, check_satisfied, config, pieces, policy, request, small_expr, small_plan,
+        check_plan, check_replanned, config, pieces, policy, request, small_expr, small_plan,
     };
     use crate::{CapacityChange, Plan, PolicyKind, ReservationId};
     use fullerene_scheduling::testkit::res;
@@ -172,7 +167,25 @@ mod tests {
             let replanned = plan.change_capacity(now_ms, loss, now_ms);
             prop_assert_eq!(check_plan(&plan), Ok(()));
             for id in &replanned.moved {
-                prop_assert_eq!(check_satisfied(&plan, *id, now_ms), Ok(()), "{}", id);
+                prop_assert_eq!(check_replanned(&plan, *id, now_ms), Ok(()), "{}", id);
+                // What it held before now is kept as it was, and so is what was forgotten.
+                let old = before.reservation(*id).expect("was there");
+                let new = plan.reservation(*id).expect("moved");
+                prop_assert_eq!(&old.delivered, &new.delivered);
+                let current = plan.quanta().containing(now_ms);
+                for allocation in &old.allocations {
+                    let kept = new.allocations.iter().find(|a| a.atom == allocation.atom);
+                    for t in 0..current {
+                        prop_assert_eq!(
+                            allocation.bundles_at(t),
+                            kept.map_or(0, |a| a.bundles_at(t)),
+                            "{} {} at {}",
+                            id,
+                            allocation.atom,
+                            t
+                        );
+                    }
+                }
             }
             let rejected: Vec<ReservationId> = replanned.rejected.iter().map(|(r, _)| r.id).collect();
             for old in before.reservations() {
@@ -279,7 +292,7 @@ mod tests {
                 "the past kept, the rest after it"
             );
             assert_eq!(check_plan(&plan), Ok(()));
-            assert_eq!(check_satisfied(&plan, ReservationId(1), 150_000), Ok(()));
+            assert_eq!(check_replanned(&plan, ReservationId(1), 150_000), Ok(()));
         }
     }
 
@@ -309,7 +322,7 @@ mod tests {
         assert_eq!(pieces(&plan, 2), vec![(0, 150, 170, 5), (0, 180, 200, 5)]);
         assert_eq!(plan.used().at(170), res("cpus=0"));
         assert_eq!(check_plan(&plan), Ok(()));
-        assert_eq!(check_satisfied(&plan, ReservationId(2), 170_500), Ok(()));
+        assert_eq!(check_replanned(&plan, ReservationId(2), 170_500), Ok(()));
     }
 
     #[test]

@@ -700,10 +700,13 @@ impl Plan {
                     .at(from + 1)
                     .saturating_sub(&self.capacity.at(from));
                 let of_pending = less.min(&pending);
+                let of_current = less.saturating_sub(&of_pending);
                 self.capacity.sub(from + 1, None, of_pending);
-                self.capacity
-                    .sub(from, None, less.saturating_sub(&of_pending));
-                crate::adapter::replan(self, from, now_ms)
+                self.capacity.sub(from, None, of_current);
+                // All of it taken back from what was gained in this quantum: the capacity is
+                // lower from the next one only.
+                let lost_from = if of_current.is_zero() { from + 1 } else { from };
+                crate::adapter::replan(self, lost_from, now_ms)
             }
         }
     }

@@ -154,7 +154,8 @@ pub(crate) struct JobRunArgs {
     /// atoms per stage, in the DAG's order, within the deadline). A job whose reservation is
     /// refused runs as best effort. The table says, per job, whether the masters accepted its
     /// reservation and whether it met its deadline. Needs an operator certificate in
-    /// --certs-dir, to read the cluster's size and the plan's quantum.
+    /// --certs-dir, to read the cluster's size, the plan's quantum and its placement policy
+    /// (under gree-l, small classes of long tasks are asked as gangs of whole tasks).
     #[arg(long, value_name = "FRACTION", value_parser = parse_fraction)]
     pub deadlines: Option<f64>,
     /// With --deadlines: the slack of each deadline over the job's lower bound.
@@ -277,9 +278,9 @@ pub(crate) fn run_jobs_command(
     if let Some(fraction) = args.deadlines {
         let Some(cluster) = &cluster else {
             bail!(
-                "--deadlines needs the cluster's size and the plan's quantum, which only an \
-                 operator may read: give --certs-dir with an operator certificate \
-                 (`fullerene certs init` lays one out)"
+                "--deadlines needs the cluster's size and the plan's quantum and placement \
+                 policy, which only an operator may read: give --certs-dir with an operator \
+                 certificate (`fullerene certs init` lays one out)"
             );
         };
         options.deadlines = deadlines(&jobs, fraction, &args, cluster);
@@ -466,13 +467,19 @@ async fn read_cluster(args: &JobRunArgs) -> Result<Option<ClusterFacts>> {
     }
     let policy = read_policy(&mut client).await?;
     facts.quantum_ms = policy.quantum_ms;
-    facts.placement = fullerene_reservation::PolicyKind::from_name(&policy.placement)
-        .with_context(|| {
-            format!(
-                "the masters' reservation placement policy {:?} is not one this client knows                  (gree, gree-l)",
+    // A request shaped for GREE (fluid atoms) is valid under any policy: a policy this
+    // client does not know (a newer master's) costs only the shaping.
+    facts.placement = match fullerene_reservation::PolicyKind::from_name(&policy.placement) {
+        Some(placement) => placement,
+        None => {
+            eprintln!(
+                "warning: the masters' reservation placement policy {:?} is not one this \
+                 client knows (gree, gree-l): deadline reservations are asked as for gree",
                 policy.placement
-            )
-        })?;
+            );
+            fullerene_reservation::PolicyKind::Gree
+        }
+    };
     Ok(Some(facts))
 }
 

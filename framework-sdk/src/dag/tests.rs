@@ -613,7 +613,7 @@ fn a_job_in_its_own_reservation_reports_the_atoms_it_has_finished() {
     // order(scan, join): an atom each.
     let own_request = crate::reserve::job_reservation(
         &two_stage_job(),
-        &res("cpus=4,mem_mib=1000"),
+        &crate::planner::PlanCluster::new(1, res("cpus=4,mem_mib=1000")),
         1.0,
         60_000,
         0,

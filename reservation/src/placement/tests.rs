@@ -400,12 +400,26 @@ fn forgetting_the_past_drops_ended_reservations_and_past_runs_only() {
 /// Checks an accepted reservation against the semantics of Rayon §3.1, independently of the
 /// placement code: every atom's pieces within its windows and after `now`, each piece at least
 /// `l` long with at least `g` bundles, at most `h` at any quantum, summing to `w`; `any` with
-/// exactly one alternative placed; `order`'s children strictly in sequence. A reservation the
-/// adapter placed again may hold pieces that end by `now` and work the plan forgot: they are
-/// what its atoms were allocated before, and the pieces after `now` hold the rest
-/// ([`crate::split::remaining_work`]: at least the rest, and no more than its gang and lease
-/// need).
+/// exactly one alternative placed; `order`'s children strictly in sequence.
 pub(crate) fn check_satisfied(plan: &Plan, id: ReservationId, now_ms: u64) -> Result<(), String> {
+    check_reservation(plan, id, now_ms, false)
+}
+
+/// [`check_satisfied`] for a reservation the adapter placed again at `now_ms`: it may also hold
+/// pieces before now and work in quanta the plan forgot, what its atoms were allocated before,
+/// and its pieces from now on then hold the rest of each atom's work: at least the rest, never
+/// more than the whole, and no more than the least amount its gang and lease can hold needs
+/// (at most `h × l` past the rest or a gang's lease).
+pub(crate) fn check_replanned(plan: &Plan, id: ReservationId, now_ms: u64) -> Result<(), String> {
+    check_reservation(plan, id, now_ms, true)
+}
+
+fn check_reservation(
+    plan: &Plan,
+    id: ReservationId,
+    now_ms: u64,
+    replanned: bool,
+) -> Result<(), String> {
     let reservation = plan.reservation(id).ok_or("not accepted")?;
     let allocations: HashMap<AtomRef, &AtomAllocation> = reservation
         .allocations
@@ -415,17 +429,21 @@ pub(crate) fn check_satisfied(plan: &Plan, id: ReservationId, now_ms: u64) -> Re
     if allocations.len() != reservation.allocations.len() {
         return Err("an atom allocated twice".into());
     }
+    if !replanned && !reservation.delivered.is_empty() {
+        return Err("work in forgotten quanta".into());
+    }
     let quanta = plan.quanta();
+    let start = quanta.first_at_or_after(now_ms);
     let mut checker = Checker {
         quanta,
         anchor_ms: reservation.anchor_ms,
         allocations: &allocations,
         delivered: &reservation.delivered,
-        now: quanta.first_at_or_after(now_ms),
+        // A new placement holds nothing before now: its pieces are all checked as new.
+        now: if replanned { start } else { 0 },
         visited: 0,
     };
     let horizon = quanta.containing(reservation.anchor_ms + plan.config().limits.horizon_ms);
-    let start = quanta.first_at_or_after(now_ms);
     let mut next_atom = 0;
     let span = checker.check(&reservation.expr, start, horizon, 0, 0, &mut next_atom)?;
     if span.is_none() {
@@ -498,10 +516,11 @@ impl Checker<'_> {
                     .map(|d| d.work)
                     .sum();
                 let Some(allocation) = self.allocations.get(&at) else {
+                    if forgotten > 0 && forgotten * q < atom.work_ms {
+                        return Err(format!("{at}: the rest of its work was dropped"));
+                    }
                     // Done before the plan's memory: it holds nothing and bounds nothing.
-                    return Ok(
-                        (forgotten > 0 && forgotten * q >= atom.work_ms).then_some((start, start))
-                    );
+                    return Ok((forgotten > 0).then_some((start, start)));
                 };
                 self.visited += 1;
                 let lease = atom.min_lease_ms.div_ceil(q).max(1);
@@ -539,12 +558,13 @@ impl Checker<'_> {
                     return Err(format!("{at}: {work} bundle-quanta, not w"));
                 }
                 if before > 0 {
-                    let shape = crate::split::AtomShape::of(atom, q);
-                    if work < whole.saturating_sub(before) {
-                        return Err(format!("{at}: {work} bundle-quanta after {before}"));
-                    }
-                    if work != crate::split::remaining_work(&shape, before) {
-                        return Err(format!("{at}: {work} bundle-quanta, more than the rest"));
+                    let rest = whole.saturating_sub(before);
+                    let least = rest.max(u64::from(atom.gang) * lease);
+                    let most = whole.min(least + u64::from(atom.max_parallel) * lease);
+                    if work < rest || work > most || (rest == 0 && work > 0) {
+                        return Err(format!(
+                            "{at}: {work} bundle-quanta after {before} of {whole}"
+                        ));
                     }
                 }
                 if allocation.pieces.is_empty() && before > 0 && work == 0 {
@@ -582,6 +602,11 @@ impl Checker<'_> {
                 for pair in spans.windows(2) {
                     if let [Some((first_before, end_before)), Some((start_after, end_after))] = pair
                     {
+                        // A child done before the plan's memory may come before anything,
+                        // but one after it must not still be running.
+                        if start_after == end_after && *end_before > self.now {
+                            return Err("order: a child done while its predecessor runs".into());
+                        }
                         let empty = first_before == end_before || start_after == end_after;
                         if end_before > start_after && !empty {
                             return Err("order: a child overlaps its successor".into());
