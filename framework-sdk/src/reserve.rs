@@ -9,13 +9,12 @@
 //! [`WORK_OVERESTIMATE`] more, or, for a plan placed by GREE-L, a class of few long tasks as
 //! whole tasks, a gang of one lease each ([`job_reservation`]); the classes are the stage's
 //! [`DURATION_CLASSES`] quantiles, side by side in an `all` (one atom when they would have the
-//! same lease). A lease binds every
-//! bundle of its atom, so one atom per stage with the longest task as its lease made every
-//! bundle of a stage whose tasks are mostly short be held as long as its longest task: on the
-//! TPC-H jobs with deadlines of twice their lower bound (10 machines, 200 jobs, seeds 1–3),
-//! most refusals were of requests that did not fit even in an empty plan. Quartiles took
-//! GREE-L from 30 to 34 of 60 SLA jobs accepted, every one met, and GREE from 43 to 48
-//! accepted, 45 met (42 before).
+//! same lease). A lease binds every bundle of its atom, so one atom per stage with the longest
+//! task as its lease made every bundle of a stage whose tasks are mostly short be held as long
+//! as its longest task: on the TPC-H jobs with deadlines of twice their lower bound (10
+//! machines, 200 jobs, seeds 1–3), most refusals were of requests that did not fit even in an
+//! empty plan. Quartiles took GREE-L from 30 to 34 of 60 SLA jobs accepted, every one met, and
+//! GREE from 43 to 48 accepted, 45 met (42 before).
 //!
 //! RDL is a tree (series-parallel), a DAG in general is not. The request keeps every edge of
 //! the DAG as an `order` (a child's tasks start only once its parents have finished) and adds
@@ -166,10 +165,9 @@ pub enum Admission {
 /// For a plan placed by GREE-L, a duration class of at most [`GANG_MAX_TASKS`] tasks whose
 /// lease is at least [`GANG_MIN_LEASE_QUANTA`] quanta, and whose bundles all fit the cluster
 /// at once, is asked as whole tasks: a gang of all its tasks for one lease each (`g = h`,
-/// `w = h × l`). GREE-L lays an atom's work flat over a
-/// long stretch, and bundle-time is fluid where tasks are not: a class of three tasks of up to
-/// 4 s got 2 bundles for 6.5 s, room for two of them, and q19-2g finished 150 ms late on two
-/// seeds of the SLA comparison. Under GREE, which places each atom tall and late, the same
+/// `w = h × l`). GREE-L lays an atom's work flat over a long stretch, and bundle-time is fluid
+/// where tasks are not: a class of three tasks of up to 4 s got 2 bundles for 6.5 s, room for
+/// two of them, and q19-2g finished 150 ms late on two seeds of the SLA comparison. Under GREE, which places each atom tall and late, the same
 /// gangs made other jobs late (a q10 by 0.69 s, a q21 by 20.8 s), so its requests stay fluid.
 pub fn job_reservation(
     job: &Job,
@@ -630,7 +628,8 @@ mod tests {
     #[test]
     fn under_gree_l_few_long_tasks_are_asked_as_whole_tasks() {
         // The scan's four 10 s tasks and the join's two 30 s ones are gangs of one lease each
-        // under GREE-L; the 5 s task is under ten quanta, so fluid, with 10% more work in whole quanta.
+        // under GREE-L; the 5 s task is under ten quanta, so fluid, with 10% more work in
+        // whole quanta.
         assert_eq!(
             atom_shapes(&fork(), PolicyKind::GreeL),
             vec![

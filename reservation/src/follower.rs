@@ -155,8 +155,7 @@ pub struct FollowerDecision {
     pub lendable: ResourceVec,
     /// Tasks to kill so the reservations get what they are owed (best effort, and capacity lent
     /// to other reservations' jobs), in the order chosen. Empty unless some reservation's owed
-    /// tasks have found no room on the agents for
-    /// at least the grace period.
+    /// tasks have found no room on the agents for at least the grace period.
     pub preempt: Vec<TaskKey>,
 }
 

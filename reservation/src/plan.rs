@@ -714,7 +714,8 @@ impl Plan {
     /// Forgets the past before `now_ms`, so that the plan in the replicated state does not grow
     /// with time: reservations whose pieces all ended are removed and returned (their time is
     /// over: fulfilled, as far as the plan knows), the others lose their pieces' past quanta
-    /// (what the atoms held there is kept in sum, [`Reservation::delivered`]), and capacity and use keep no run before now's quantum.
+    /// (what the atoms held there is kept in sum, [`Reservation::delivered`]), and capacity and
+    /// use keep no run before now's quantum.
     pub fn forget_before(&mut self, now_ms: u64) -> Vec<Reservation> {
         let now = self.quanta().containing(now_ms);
         let ended: Vec<ReservationId> = self
@@ -726,20 +727,11 @@ impl Plan {
         let forgotten = ended.into_iter().filter_map(|id| self.remove(id)).collect();
         for reservation in self.reservations.values_mut() {
             for allocation in &mut reservation.allocations {
-                let work = allocation.work_before(now);
-                if work > 0 {
-                    match reservation
-                        .delivered
-                        .iter_mut()
-                        .find(|d| d.atom == allocation.atom)
-                    {
-                        Some(delivered) => delivered.work += work,
-                        None => reservation.delivered.push(Delivered {
-                            atom: allocation.atom,
-                            work,
-                        }),
-                    }
-                }
+                add_delivered(
+                    &mut reservation.delivered,
+                    allocation.atom,
+                    allocation.work_before(now),
+                );
                 allocation.pieces.retain(|p| p.end > now);
                 for piece in &mut allocation.pieces {
                     piece.start = piece.start.max(now);
@@ -766,6 +758,17 @@ impl Plan {
             self.used.sub(start, Some(end), amount);
         }
         Some(reservation)
+    }
+}
+
+/// Adds `work` bundle-quanta of `atom` to what `delivered` keeps in sum.
+fn add_delivered(delivered: &mut Vec<Delivered>, atom: AtomRef, work: u64) {
+    if work == 0 {
+        return;
+    }
+    match delivered.iter_mut().find(|d| d.atom == atom) {
+        Some(kept) => kept.work += work,
+        None => delivered.push(Delivered { atom, work }),
     }
 }
 

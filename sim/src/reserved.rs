@@ -390,7 +390,8 @@ fn compare_marked(
         });
     }
     let quantum_ms = options.quantum_ms.max(1);
-    // The deadlines do not depend on the placement policy the requests are shaped for.
+    // Shaped for GREE: the deadlines do not depend on the placement policy, and GREE's run
+    // asks these very requests.
     let requests = sla_requests(
         file_jobs,
         jobs,
@@ -407,7 +408,13 @@ fn compare_marked(
     for &policy in policies {
         match policy {
             SlaPolicy::Rayon(placement) => {
-                let requests = sla_requests(file_jobs, jobs, marked, config, options, placement);
+                let shaped;
+                let requests = if placement == ReservationPolicy::Gree {
+                    &requests
+                } else {
+                    shaped = sla_requests(file_jobs, jobs, marked, config, options, placement);
+                    &shaped
+                };
                 let asked: Vec<SlaRequest> = requests.iter().map(|(_, r)| r.clone()).collect();
                 let (plan, answers) = plan_in_order(&asked, placement, capacity, quantum_ms);
                 let mut reservation_of = vec![None; jobs.len()];

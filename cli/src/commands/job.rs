@@ -408,9 +408,9 @@ struct ClusterFacts {
 
 /// The cluster's agents, plan quantum and placement policy, read as the operator of
 /// `--certs-dir` when that directory holds an operator certificate (a `fullerene certs init`
-/// directory does): a framework may not read them. With them, `job run` refuses at once a job with a task larger
-/// than every agent (no offer could ever hold it, and the job would wait forever), and sets
-/// deadlines. `None` without an operator certificate, or when the masters do not answer (said
+/// directory does): a framework may not read them. With them, `job run` refuses at once a job
+/// with a task larger than every agent (no offer could ever hold it, and the job would wait
+/// forever), and sets deadlines. `None` without an operator certificate, or when the masters do not answer (said
 /// on standard error): the jobs then run unchecked.
 async fn read_cluster(args: &JobRunArgs) -> Result<Option<ClusterFacts>> {
     let Some(certs) = &args.certs else {
